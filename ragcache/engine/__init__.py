@@ -1,0 +1,1 @@
+"""Local transformers backend: engine, exact prefix KV cache, CacheBlend chunk KV cache."""

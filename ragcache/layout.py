@@ -1,0 +1,384 @@
+"""Stable-first prompt layout and the volatile-text lint.
+
+A prompt cache (a provider's, or the local exact prefix KV cache) only pays when
+the bytes before a breakpoint are identical from one request to the next. This
+module turns the parts of a RAG request into a :class:`PromptLayout` whose order
+and bytes are stable:
+
+``system text -> tools -> history -> documents -> volatile text -> question``
+
+* documents are rendered canonically (NFC, ``\\n`` newlines, metadata attributes
+  in sorted key order) and, by default, sorted by id, else by content hash, so
+  the same retrieved set gives the same bytes whatever order the retriever
+  returned it in;
+* tool definitions are copied with their keys sorted at every level;
+* the lint finds text that changes per request (dates, times, weekdays, "today",
+  UUIDs, request ids, counters, epoch timestamps, retrieval scores in document
+  metadata) inside the stable segments, and warns, moves it into the volatile
+  segment, or raises.
+
+History sits before the documents: a chat history is append-only, so turn n's
+history is a prefix of turn n+1's, while retrieved documents change per turn.
+This matches :meth:`PromptLayout.to_messages`, where the documents belong to the
+final user turn. ``ragcache lint FILE [--against FILE2]`` runs the lint on a JSON
+request and shows the token index where two renders first diverge.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import unicodedata
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SegmentKind = Literal["system", "tools", "document", "history", "volatile", "question"]
+LintMode = Literal["off", "warn", "move", "raise"]
+
+_VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(rx, re.IGNORECASE))
+    for kind, rx in (
+        ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+        ("datetime", r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
+        ("date", r"\b\d{1,2}/\d{1,2}/\d{2,4}\b"),
+        (
+            "date",
+            r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?,? \d{4}\b"
+            r"|\b\d{1,2}(?:st|nd|rd|th)? (?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{4}\b",
+        ),
+        ("time", r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?(?![\d:])"),
+        ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"),
+        ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b"),
+        ("request-id", r"\b(?:request|req|trace|session|correlation|run|message)[-_ ]?id\b\s*[:=#]?\s*[\w-]+"),
+        ("request-id", r"\b(?:req|msg|run|sess)_[A-Za-z0-9]{8,}\b|\b[0-9a-f]{24,}\b"),
+        ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|counter)\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b"),
+        ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b"),
+    )
+)
+VOLATILE_METADATA_KEYS = frozenset(
+    {"score", "relevance", "relevance_score", "similarity", "distance", "rank", "retrieved_at",
+     "fetched_at", "timestamp", "request_id", "query", "query_time"}
+)
+"""Document metadata keys whose values change per request (dropped by ``lint="move"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One part of a prompt.
+
+    ``kind`` is one of system, tools, document, history, volatile, question;
+    ``text`` is its text (for tools, the canonical JSON of the tool list);
+    ``id`` a caller document id; ``metadata`` rendered as sorted attributes;
+    ``role`` the chat role for history segments.
+    """
+
+    kind: SegmentKind
+    text: str
+    id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    role: str | None = None
+
+    @property
+    def content_hash(self) -> str:
+        """Hex sha256 of the rendered document bytes (``render_document``)."""
+        return hashlib.sha256(render_document(self).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileFinding:
+    """Volatile text found in a stable segment: ``segment`` kind, its index among
+    the segments of that kind, the pattern ``kind``, the matched text and its
+    character offsets ``[start, end)`` in the segment text."""
+
+    segment: str
+    index: int
+    kind: str
+    text: str
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.text!r} in {self.segment}[{self.index}] at char {self.start}"
+
+
+def normalize_text(text: str) -> str:
+    """NFC-normalise, turn ``\\r\\n``/``\\r`` into ``\\n`` and strip outer whitespace."""
+    return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n")).strip()
+
+
+def canonicalize(value: Any) -> Any:
+    """A deep copy of a JSON-like value with dict keys sorted at every level."""
+    if isinstance(value, Mapping):
+        return {str(k): canonicalize(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonicalize(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def _attr(value: Any) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return s.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
+
+
+def render_document(seg: Segment) -> str:
+    """Render a document segment as ``<document id=".." k="v">\\ntext\\n</document>``.
+
+    Attributes follow the id in sorted key order; values that are not strings are
+    written as sorted-key JSON. The same content gives the same bytes every time.
+    """
+    attrs = ([f'id="{_attr(seg.id)}"'] if seg.id is not None else []) + [
+        f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)
+    ]
+    head = "<document" + "".join(" " + a for a in attrs) + ">"
+    return f"{head}\n{normalize_text(seg.text)}\n</document>"
+
+
+def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list[VolatileFinding]:
+    """Find text that changes per request (dates, times, weekdays, "today", UUIDs,
+    request ids, counters, epoch timestamps). Overlapping matches keep the first."""
+    found: list[VolatileFinding] = []
+    for kind, rx in _VOLATILE_PATTERNS:
+        for m in rx.finditer(text):
+            if any(f.start < m.end() and m.start() < f.end for f in found):
+                continue
+            found.append(VolatileFinding(segment, index, kind, m.group(0), m.start(), m.end()))
+    return sorted(found, key=lambda f: f.start)
+
+
+def move_volatile(text: str) -> tuple[str, str, list[VolatileFinding]]:
+    """Split ``text`` into (stable, moved, findings): every sentence holding volatile
+    text is cut out of its line and returned in ``moved`` (joined by spaces)."""
+    findings = find_volatile(text)
+    if not findings:
+        return text, "", []
+    kept_lines: list[str] = []
+    moved: list[str] = []
+    for line in text.split("\n"):
+        if not find_volatile(line):
+            kept_lines.append(line)
+            continue
+        keep = []
+        for sentence in re.split(r"(?<=[.!?;])\s+", line):
+            (moved if find_volatile(sentence) else keep).append(sentence)
+        if any(s.strip() for s in keep):
+            kept_lines.append(" ".join(keep))
+    return normalize_text("\n".join(kept_lines)), " ".join(s.strip() for s in moved), findings
+
+
+def _to_document(doc: str | Mapping[str, Any] | Segment) -> Segment:
+    if isinstance(doc, Segment):
+        if doc.kind != "document":
+            raise ValueError(f"documents must be document segments, got kind={doc.kind!r}")
+        return Segment("document", doc.text, doc.id, dict(doc.metadata))
+    if isinstance(doc, str):
+        return Segment("document", doc)
+    if isinstance(doc, Mapping):
+        text = next((doc[k] for k in ("text", "page_content", "content") if k in doc), None)
+        if not isinstance(text, str):
+            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key")
+        meta = dict(doc.get("metadata") or {})
+        meta.update({k: v for k, v in doc.items() if k not in ("text", "page_content", "content", "metadata", "id", "doc_id")})
+        doc_id = doc.get("id", doc.get("doc_id"))
+        return Segment("document", text, None if doc_id is None else str(doc_id), canonicalize(meta))
+    raise ValueError(f"a document must be a str, a dict or a Segment, got {type(doc).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLayout:
+    """A RAG prompt in stable-first order; build it with :meth:`PromptLayout.build`."""
+
+    segments: tuple[Segment, ...]
+    findings: tuple[VolatileFinding, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        question: str,
+        system: str | None = None,
+        tools: Sequence[dict] = (),
+        documents: Sequence[str | dict | Segment] = (),
+        history: Sequence[dict] = (),
+        volatile: str | None = None,
+        doc_order: Literal["canonical", "given"] = "canonical",
+        lint: LintMode = "warn",
+    ) -> PromptLayout:
+        """Order, normalise and lint the parts of a request. Copies every input.
+
+        ``doc_order="canonical"`` sorts documents by id (documents with ids first),
+        then by content hash, and drops exact duplicates; ``"given"`` keeps the
+        caller's order (for models that need retrieval order).
+        ``lint``: ``"warn"`` emits a ``UserWarning`` per finding, ``"move"`` moves
+        volatile sentences of the system text into the volatile segment and drops
+        volatile document metadata keys, ``"raise"`` raises ``ValueError``.
+
+        Raises:
+            ValueError: empty question, unknown option, malformed document or
+                history message, or volatile text found with ``lint="raise"``.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if doc_order not in ("canonical", "given"):
+            raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
+        if lint not in ("off", "warn", "move", "raise"):
+            raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
+        docs = [_to_document(d) for d in documents]
+        system_text = normalize_text(system) if system is not None else None
+        moved: list[str] = []
+        findings: list[VolatileFinding] = []
+        if system_text and lint != "off":
+            if lint == "move":
+                system_text, moved_text, found = move_volatile(system_text)
+                if moved_text:
+                    moved.append(moved_text)
+            else:
+                found = find_volatile(system_text)
+            findings += found
+        tool_list = [canonicalize(t) for t in tools]
+        if lint != "off":
+            for i, t in enumerate(tool_list):
+                findings += find_volatile(json.dumps(t, sort_keys=True), segment="tools", index=i)
+            for i, d in enumerate(docs):
+                bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
+                findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
+                if bad and lint == "move":
+                    docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
+        if findings and lint == "raise":
+            raise ValueError(
+                "volatile text in stable prompt segments breaks the cache prefix: "
+                + "; ".join(f.describe() for f in findings)
+                + ". Move it into volatile=..., or build with lint='move'."
+            )
+        if findings and lint == "warn":
+            for f in findings:
+                warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
+                              "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=2)
+        if doc_order == "canonical":
+            unique = {d.content_hash: d for d in docs}
+            docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.content_hash))
+        hist = []
+        for m in history:
+            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
+                raise ValueError("history entries must be {'role': 'user'|'assistant', 'content': ...} dicts")
+            content = m["content"]
+            text = content if isinstance(content, str) else json.dumps(canonicalize(content), ensure_ascii=False)
+            hist.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
+        if volatile is not None and volatile.strip():
+            moved.append(normalize_text(volatile))
+        segs: list[Segment] = []
+        if system_text:
+            segs.append(Segment("system", system_text))
+        if tool_list:
+            segs.append(Segment("tools", json.dumps(tool_list, sort_keys=True, ensure_ascii=False),
+                                metadata={"tools": tool_list}))
+        segs += hist + docs
+        if moved:
+            segs.append(Segment("volatile", "\n".join(moved)))
+        segs.append(Segment("question", normalize_text(question)))
+        return cls(tuple(segs), tuple(findings))
+
+    def _of(self, kind: str) -> list[Segment]:
+        return [s for s in self.segments if s.kind == kind]
+
+    @property
+    def system_text(self) -> str | None:
+        s = self._of("system")
+        return s[0].text if s else None
+
+    @property
+    def tools(self) -> list[dict]:
+        s = self._of("tools")
+        return copy.deepcopy(list(s[0].metadata["tools"])) if s else []
+
+    @property
+    def documents(self) -> list[Segment]:
+        return self._of("document")
+
+    @property
+    def history(self) -> list[dict]:
+        return [copy.deepcopy(dict(s.metadata["message"])) for s in self._of("history")]
+
+    @property
+    def volatile(self) -> str | None:
+        s = self._of("volatile")
+        return s[0].text if s else None
+
+    @property
+    def question(self) -> str:
+        return self._of("question")[0].text
+
+    def render_document(self, seg: Segment) -> str:
+        """The document's bytes in every request (see :func:`render_document`)."""
+        return render_document(seg)
+
+    def to_messages(self) -> list[dict]:
+        """Chat messages: ``[system] + history + [user: document blocks, volatile, question]``.
+
+        Document blocks carry ``"ragcache_kind": "document"`` and an ``id`` (the
+        caller's id, else the first 16 hex digits of the content hash); the local
+        engine caches each one's KV separately.
+        """
+        msgs: list[dict] = []
+        if self.system_text:
+            msgs.append({"role": "system", "content": self.system_text})
+        msgs += self.history
+        blocks = [
+            {"type": "text", "text": render_document(d), "ragcache_kind": "document",
+             "id": d.id if d.id is not None else d.content_hash[:16]}
+            for d in self.documents
+        ]
+        if self.volatile:
+            blocks.append({"type": "text", "text": self.volatile, "ragcache_kind": "volatile"})
+        blocks.append({"type": "text", "text": self.question, "ragcache_kind": "question"})
+        msgs.append({"role": "user", "content": blocks})
+        return msgs
+
+    def stable_text(self) -> str:
+        """Everything before the volatile text and question, as one string (what a
+        prefix cache can reuse across requests)."""
+        return "\n\n".join(render_document(s) if s.kind == "document" else s.text
+                           for s in self.segments if s.kind not in ("volatile", "question"))
+
+    def render(self) -> str:
+        """The whole layout as one string (stable text, then volatile text and question)."""
+        tail = [t for t in (self.volatile, self.question) if t]
+        return "\n\n".join([self.stable_text(), *tail]) if self.stable_text() else "\n\n".join(tail)
+
+
+# --------------------------------------------------------------------- divergence + lint CLI
+_TOKEN_RX = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def word_tokens(text: str) -> list[str]:
+    """Split text into word, punctuation and whitespace tokens (a tokenizer-free proxy)."""
+    return _TOKEN_RX.findall(text)
+
+
+def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
+    """Index of the first position where two token sequences differ (the shorter
+    length when one is a prefix of the other); None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def lint_cli(path: str, against: str | None = None) -> int:
+    """``ragcache lint FILE [--against FILE2]``: lint a JSON request or messages list and,
+    with ``against``, show where two renders first diverge. Prints a rich report.
+
+    Returns the exit code: 0 clean, 1 volatile text in a stable part or a divergence
+    before the final user block, 2 unreadable input. See :mod:`ragcache.providers.lint`.
+    """
+    from ragcache.providers.lint import run_lint
+
+    return run_lint(path, against)
+
+__all__ = [
+    "PromptLayout", "Segment", "VolatileFinding", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
+    "first_divergence", "lint_cli", "move_volatile", "normalize_text", "render_document", "word_tokens",
+]

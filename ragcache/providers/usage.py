@@ -1,0 +1,206 @@
+"""Reading back prompt-cache usage: per-request records, cumulative stats, cost, miss diagnosis.
+
+The Messages API reports ``input_tokens`` (after the last cache breakpoint),
+``cache_creation_input_tokens`` (written, split by TTL in ``cache_creation``)
+and ``cache_read_input_tokens``; their sum is the prompt's size. Cost is
+computed against the same request without caching (reads 0.1x, 5-minute
+writes 1.25x, 1-hour writes 2x the input price, see :mod:`.pricing`).
+
+:class:`CacheMonitor` remembers which prefixes earlier requests cached and warns
+(:class:`PromptCacheWarning`) when a request that should have read the cache
+wrote it instead, naming the likely cause: the prefix changed at block N, the
+entry's TTL expired, or the prefix is below the model's minimum.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ragcache.providers.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
+from ragcache.providers.breakpoints import CachedRequest
+from ragcache.providers.pricing import ModelPrice, price_for, request_cost
+
+
+class PromptCacheWarning(UserWarning):
+    """A request paid for a cache write (or nothing) where a cache read was expected."""
+
+
+def _get(obj: Any, name: str, default: Any = 0) -> Any:
+    if obj is None:
+        return default
+    v = obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
+    return default if v is None else v
+
+
+@dataclass(slots=True)
+class UsageRecord:
+    """One response's usage in tokens and its cost in USD (with and without caching)."""
+
+    input_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+    cache_write_5m: int
+    cache_write_1h: int
+    output_tokens: int
+    cost_usd: float
+    uncached_cost_usd: float
+    diagnosis: list[str] = field(default_factory=list)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @classmethod
+    def from_usage(cls, usage: Any, price: ModelPrice) -> UsageRecord:
+        """From an SDK ``Usage`` object or its dict form."""
+        inp = int(_get(usage, "input_tokens"))
+        write = int(_get(usage, "cache_creation_input_tokens"))
+        read = int(_get(usage, "cache_read_input_tokens"))
+        split = _get(usage, "cache_creation", None)
+        w1 = int(_get(split, "ephemeral_1h_input_tokens")) if split is not None else 0
+        w5 = int(_get(split, "ephemeral_5m_input_tokens")) if split is not None else write
+        out = int(_get(usage, "output_tokens"))
+        cost, uncached = request_cost(price, input_tokens=inp, write_5m=w5, write_1h=w1, read=read, output_tokens=out)
+        return cls(inp, write, read, w5, w1, out, cost, uncached)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "prompt_tokens": self.prompt_tokens}
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Cumulative provider-cache accounting over a session (tokens, USD)."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    uncached_cost_usd: float = 0.0
+    warnings: int = 0
+
+    def add(self, r: UsageRecord) -> None:
+        self.requests += 1
+        self.input_tokens += r.input_tokens
+        self.cache_write_tokens += r.cache_write_tokens
+        self.cache_read_tokens += r.cache_read_tokens
+        self.cache_write_5m += r.cache_write_5m
+        self.cache_write_1h += r.cache_write_1h
+        self.output_tokens += r.output_tokens
+        self.cost_usd += r.cost_usd
+        self.uncached_cost_usd += r.uncached_cost_usd
+        self.warnings += bool(r.diagnosis)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def read_share(self) -> float:
+        """Fraction of prompt tokens read from the cache (the hit rate in tokens)."""
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def write_share(self) -> float:
+        return self.cache_write_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def cost_ratio(self) -> float:
+        """Cost relative to the same requests without caching (1.0 = no saving)."""
+        return self.cost_usd / self.uncached_cost_usd if self.uncached_cost_usd else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "prompt_tokens": self.prompt_tokens, "read_share": self.read_share,
+                "write_share": self.write_share, "cost_ratio": self.cost_ratio}
+
+
+@dataclass(slots=True)
+class _Known:
+    block_index: int
+    tokens: int
+    ttl: str
+    last_used: float
+
+
+class CacheMonitor:
+    """Keeps :class:`CacheStats` and diagnoses misses for one model.
+
+    Args:
+        model: model id (for prices).
+        prices: price overrides by model family.
+        clock: seconds; must tick like the provider's clock for TTL diagnosis.
+        warn: emit :class:`PromptCacheWarning` for each diagnosis (always recorded
+            in :attr:`UsageRecord.diagnosis`).
+    """
+
+    def __init__(self, model: str, *, prices: Mapping[str, ModelPrice] | None = None,
+                 clock: Callable[[], float] = time.monotonic, warn: bool = True) -> None:
+        self.model = model
+        self.price, self.price_exact = price_for(model, prices)
+        self.clock = clock
+        self.warn = warn
+        self.stats = CacheStats()
+        self.history: list[UsageRecord] = []
+        self._known: dict[str, _Known] = {}
+        self._last: CachedRequest | None = None
+
+    def record(self, req: CachedRequest, usage: Any) -> UsageRecord:
+        """Account one response's ``usage`` for the request that produced it."""
+        rec = UsageRecord.from_usage(usage, self.price)
+        now = self.clock()
+        rec.diagnosis = self._diagnose(req, rec, now)
+        for msg in rec.diagnosis:
+            if self.warn:
+                warnings.warn(msg, PromptCacheWarning, stacklevel=3)
+        cached_upto = rec.cache_read_tokens + rec.cache_write_tokens
+        scale = rec.prompt_tokens / max(1, sum(req.block_tokens))  # adapter counts -> provider counts
+        for p in req.placed:
+            est = p.prefix_tokens * scale
+            if cached_upto and est <= cached_upto * 1.01 + 1:
+                self._known[req.hashes[p.index]] = _Known(p.index, round(est), p.ttl, now)
+        self._last = req
+        self.stats.add(rec)
+        self.history.append(rec)
+        return rec
+
+    def _diagnose(self, req: CachedRequest, rec: UsageRecord, now: float) -> list[str]:
+        out: list[str] = []
+        if req.placed and rec.cache_write_tokens == 0 and rec.cache_read_tokens == 0:
+            out.append(f"no cache write or read although {len(req.placed)} breakpoint(s) were sent: the prefix "
+                       f"({rec.prompt_tokens} prompt tokens in all) is likely below the minimum cacheable length "
+                       f"{req.minimum} for {req.model}")
+        if not req.placed and req.skipped:
+            out.append("no breakpoint placed: " + "; ".join(s.detail for s in req.skipped))
+        expected = [(self._known[h], i) for i, h in enumerate(req.hashes) if h in self._known]
+        if expected:
+            k, i = max(expected, key=lambda e: e[1])
+            reachable = any(0 <= p.index - i <= LOOKBACK_BLOCKS for p in req.placed)
+            if rec.cache_read_tokens < 0.9 * k.tokens:
+                age = now - k.last_used
+                if age > TTL_SECONDS[k.ttl]:
+                    out.append(f"expected a cache read up to {req.blocks[i].where} ({k.tokens} tokens) but it was "
+                               f"written again: its {k.ttl} TTL expired ({age:.0f} s since last use)")
+                elif not reachable:
+                    out.append(f"the entry cached up to {req.blocks[i].where} is more than {LOOKBACK_BLOCKS} blocks "
+                               "before every breakpoint of this request (the lookback cannot reach it)")
+                else:
+                    out.append(f"expected a cache read up to {req.blocks[i].where} ({k.tokens} tokens), got "
+                               f"{rec.cache_read_tokens}: the entry was evicted or is not shared (other workspace "
+                               "or model)")
+        elif rec.cache_write_tokens and self._last is not None and self._last.placed:
+            prev = self._last
+            n = next((j for j, (a, b) in enumerate(zip(prev.hashes, req.hashes)) if a != b),
+                     min(len(prev.hashes), len(req.hashes)))
+            prev_cached = max((p.index for p in prev.placed), default=-1)
+            if n <= prev_cached and n < len(req.blocks):
+                out.append(f"cache written instead of read: the prefix changed at block {n} ({req.blocks[n].where}, "
+                           f"{req.blocks[n].section}) compared with the previous request, which cached up to "
+                           f"block {prev_cached}")
+        return out

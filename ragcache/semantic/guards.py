@@ -1,0 +1,416 @@
+"""Guards against false semantic hits.
+
+A cosine threshold alone cannot separate "Is the API rate limited?" from "Is
+the API not rate limited?" (0.93-0.98 with MiniLM) while real paraphrases score
+0.4-0.9. Each guard here compares the query with the best cached candidates and
+names a reason when they ask different things. A rejected candidate is not
+served; the rejection is counted by reason in :class:`SemanticStats`.
+
+Guards, in the order they run (the first failing one names the reason):
+
+- ``number``: the numbers (with ``$``/``%``, versions, years) must be equal.
+- ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
+- ``antonym``: an antonym pair (enable/disable, upload/download, before/after,
+  add/remove, un-/dis-/de- prefixes ...) must not split across the two questions.
+- ``scope``: words of one exclusive group (daily/weekly/monthly, all/one,
+  first/last, early/late, whole/part ...) must agree.
+- ``entity``: capitalised names, acronyms, quoted strings, versions and code
+  identifiers must match (a name on each side that the other lacks is a swap).
+- ``direction``: the same words with two spans swapped around a connective
+  ("from Boston to Denver" vs "from Denver to Boston") change the direction;
+  moving a whole clause ("Using pandas, how ..." vs "How ... using pandas") does not.
+- ``substitution``: when most content words are shared, a content word replaced
+  (disk -> memory, pandas -> polars) or a modifier inserted between two shared
+  words ("all running containers" vs "all containers") changes the question.
+- ``verifier``: an optional callable (a cross-encoder or NLI model) with the last word.
+
+All guards are symmetric and pure. They are lexical rules, so they reject some
+true paraphrases ("credit card" vs "card"); the cache prefers a miss to a wrong
+answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ragcache.semantic.text import (
+    NEGATIONS,
+    abbreviation,
+    STOPWORDS,
+    content_words,
+    contains_fuzzy,
+    numbers,
+    split_words,
+    stem,
+    tokens_match,
+    words,
+)
+
+GUARD_REASONS: tuple[str, ...] = (
+    "number",
+    "negation",
+    "antonym",
+    "scope",
+    "entity",
+    "direction",
+    "substitution",
+    "verifier",
+)
+"""Every rejection reason a default :class:`GuardSet` can report."""
+
+
+@runtime_checkable
+class Guard(Protocol):
+    """One check between a query and a cached candidate question.
+
+    ``check`` returns ``None`` when the candidate may be served for the query,
+    or a short human-readable detail naming the difference.
+    """
+
+    name: str
+
+    def check(self, query: str, candidate: str) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    """Outcome of running a :class:`GuardSet`: ``reason`` is None when every guard passed."""
+
+    reason: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+# --------------------------------------------------------------------------- tables
+
+ANTONYM_PAIRS: tuple[tuple[str, str], ...] = tuple(
+    tuple(p.split("/"))  # type: ignore[misc]
+    for p in """add/remove add/delete enable/disable on/off up/down in/out increase/decrease increase/reduce
+    upload/download before/after min/max minimum/maximum high/low higher/lower highest/lowest import/export
+    push/pull encrypt/decrypt encode/decode start/stop start/end begin/end open/close buy/sell send/receive
+    lock/unlock show/hide allow/block allow/deny accept/reject approve/deny include/exclude with/without
+    above/below over/under more/less most/least more/fewer cheap/expensive cheapest/priciest fast/slow
+    faster/slower old/new oldest/newest older/newer login/logout join/leave hot/cold gain/lose win/lose
+    positive/negative true/false success/failure inbound/outbound incoming/outgoing deposit/withdraw
+    credit/debit input/output upper/lower uppercase/lowercase left/right top/bottom front/back
+    inside/outside public/private internal/external forward/backward ascending/descending
+    horizontal/vertical expand/collapse compress/decompress zip/unzip serialize/deserialize
+    install/uninstall mount/unmount attach/detach connect/disconnect merge/split grant/revoke
+    maximize/minimize rise/fall light/dark day/night past/future yesterday/tomorrow
+    long/short large/small big/small heavy/light wide/narrow male/female arrival/departure arrive/depart
+    import/export hire/fire borrow/lend lend/borrow subscribe/unsubscribe follow/unfollow mute/unmute
+    pin/unpin archive/unarchive block/unblock freeze/unfreeze pause/resume plus/minus""".split()
+)
+"""Word pairs with opposite meaning; a pair split across the two questions is a rejection."""
+
+SCOPE_GROUPS: tuple[frozenset[str], ...] = tuple(
+    frozenset(g.split(","))
+    for g in """hourly,daily,weekly,biweekly,monthly,quarterly,yearly,annual,annually
+    second,minute,hour,day,week,fortnight,month,quarter,year,decade
+    all,one,single,some,none,every,each,both,either,several,many,few,everyone,everybody,everything
+    whole,part,partial,entire,half
+    first,last,second,third,next,previous,final,initial
+    early,late,mid,earliest,latest
+    today,tomorrow,yesterday,tonight
+    morning,afternoon,evening,night,noon,midnight
+    local,remote,global
+    adult,adults,child,children,kid,kids,infant,teen,teenager,senior""".split()
+)
+"""Groups of mutually exclusive words: two different members across the questions is a rejection."""
+
+_SCOPE_CANON = {"every": "all", "each": "all", "everyone": "all", "everybody": "all", "everything": "all",
+                "entire": "whole", "single": "one", "annually": "annual", "yearly": "annual",
+                "adults": "adult", "children": "child", "kids": "child", "kid": "child"}
+_PREFIX_ANTONYMS = ("un", "dis", "non", "de", "in", "im", "ir", "il", "mis")
+
+
+def _antonym_prefix(a: str, b: str) -> bool:
+    """"archive"/"unarchive", "encrypt"/"decrypt" (en-/de-), "connect"/"disconnect"."""
+    if a == b or len(a) < 4 or len(b) < 4:
+        return False
+    for x, y in ((a, b), (b, a)):
+        for p in _PREFIX_ANTONYMS:
+            if y == p + x and len(x) >= 4:
+                return True
+    if a[:2] in ("en", "de") and b[:2] in ("en", "de") and a[:2] != b[:2] and a[2:] == b[2:] and len(a) >= 6:
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- guards
+
+
+@dataclass(slots=True)
+class NumberGuard:
+    """Numbers (and ``$``/``%`` amounts, versions, years) must be equal as multisets."""
+
+    name: str = "number"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = numbers(query), numbers(candidate)
+        return None if a == b else f"numbers {a} != {b}"
+
+
+@dataclass(slots=True)
+class NegationGuard:
+    """The number of negation cues must be equal ("not", "no", "never", "don't", "cannot" ...)."""
+
+    name: str = "negation"
+    cues: frozenset[str] = NEGATIONS
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a = [w for w in words(query) if w in self.cues]
+        b = [w for w in words(candidate) if w in self.cues]
+        return None if len(a) == len(b) else f"negation {a} vs {b}"
+
+
+@dataclass(slots=True)
+class AntonymGuard:
+    """No antonym pair may split across the questions (one side has x, the other y, not both)."""
+
+    name: str = "antonym"
+    pairs: Sequence[tuple[str, str]] = ANTONYM_PAIRS
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = set(split_words(query)), set(split_words(candidate))
+        a |= {stem(w) for w in a}
+        b |= {stem(w) for w in b}
+        for x, y in self.pairs:
+            if (x in a and y in b and x not in b and y not in a) or (y in a and x in b and y not in b and x not in a):
+                return f"antonyms {x}/{y}"
+        only_a, only_b = a - b, b - a
+        for x in only_a:
+            for y in only_b:
+                if _antonym_prefix(x, y):
+                    return f"antonyms {x}/{y}"
+        return None
+
+
+@dataclass(slots=True)
+class ScopeGuard:
+    """Words from one exclusive group (daily/monthly, all/one, first/last ...) must agree."""
+
+    name: str = "scope"
+    groups: Sequence[frozenset[str]] = SCOPE_GROUPS
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a = {_SCOPE_CANON.get(w, stem(w)) for w in split_words(query)}
+        b = {_SCOPE_CANON.get(w, stem(w)) for w in split_words(candidate)}
+        for g in self.groups:
+            ga = {_SCOPE_CANON.get(w, stem(w)) for w in g}
+            sa, sb = a & ga, b & ga
+            if sa and sb and sa != sb:
+                return f"scope {sorted(sa)} vs {sorted(sb)}"
+        return None
+
+
+def _entities(text: str) -> tuple[set[str], set[str]]:
+    """(names, exact): names are capitalised non-initial words and acronyms (compared fuzzily);
+    exact are quoted strings and code-like identifiers (compared exactly)."""
+    import re
+
+    names: set[str] = set()
+    exact: set[str] = {m.lower() for m in re.findall(r"[\"`']([^\"`']{1,80})[\"`']", text)}
+    for sent in re.split(r"(?<=[.?!])\s+", text):
+        toks = re.findall(r"[A-Za-z0-9][\w.+#/-]*", sent)
+        for i, tok in enumerate(toks):
+            t = tok.rstrip(".")
+            if re.search(r"^[a-z]{2,}[A-Z]|_|/|\(\)|^--?\w|\w\.\w+\(|\.(py|js|ts|json|yaml|yml|md|txt|csv)$", t):
+                exact.add(t.lower())
+            elif (i > 0 and t[:1].isupper() and t != "I") or (len(t) >= 2 and t.isupper() and t != "I"):
+                names.add(t.lower())
+    return names, exact
+
+
+@dataclass(slots=True)
+class EntityGuard:
+    """Names, acronyms, quoted strings and identifiers must match.
+
+    A name on each side that the other side lacks (fuzzy, so "Windows" ~ "windwos")
+    is a swap ("Gmail" vs "Outlook"); a name on one side only is allowed (a
+    lower-cased or generic rewording). Quoted strings and code identifiers must
+    be equal sets.
+    """
+
+    name: str = "entity"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        na, xa = _entities(query)
+        nb, xb = _entities(candidate)
+        if xa != xb:
+            return f"identifiers {sorted(xa ^ xb)}"
+        wa, wb = words(query), words(candidate)
+        miss_a = [e for e in na if not all(contains_fuzzy(p, wb) for p in words(e))]
+        miss_b = [e for e in nb if not all(contains_fuzzy(p, wa) for p in words(e))]
+        if miss_a and miss_b:
+            return f"entities {sorted(miss_a)} vs {sorted(miss_b)}"
+        return None
+
+
+_ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "their", "his", "her", "its"})
+
+
+@dataclass(slots=True)
+class DirectionGuard:
+    """Two spans swapped around a connective change direction.
+
+    With articles removed, if the query is ``P X M Y S`` and the candidate
+    ``P Y M X S`` with ``M`` non-empty and content words in both X and Y, the
+    questions ask opposite directions ("merge main into my branch" vs "merge my
+    branch into main"). A clause moved to the other end (``M`` empty) is a
+    reordering and passes.
+    """
+
+    name: str = "direction"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a = [w for w in split_words(query) if w not in _ARTICLES]
+        b = [w for w in split_words(candidate) if w not in _ARTICLES]
+        if len(a) != len(b) or a == b or sorted(a) != sorted(b):
+            return None
+        i = 0
+        while a[i] == b[i]:
+            i += 1
+        j = len(a)
+        while a[j - 1] == b[j - 1]:
+            j -= 1
+        wa, wb = a[i:j], b[i:j]
+        n = len(wa)
+
+        def has_content(span: list[str]) -> bool:
+            return any(w not in STOPWORDS and w not in NEGATIONS for w in span)
+
+        for x in range(1, n):
+            for y in range(1, n - x):
+                m = n - x - y
+                if m <= 0:
+                    continue
+                X, M, Y = wa[:x], wa[x : x + m], wa[x + m :]
+                if wb == Y + M + X and has_content(X) and has_content(Y):
+                    return f"swapped {' '.join(X)!r} and {' '.join(Y)!r} around {' '.join(M)!r}"
+        return None
+
+
+def _align(ca: list[str], cb: list[str]) -> list[str]:
+    """Rewrite ``cb`` so that words matching a word of ``ca`` (stem, typo or abbreviation) are spelt as in ``ca``."""
+    out = []
+    for w in cb:
+        if w in ca:
+            out.append(w)
+            continue
+        m = next((x for x in ca if tokens_match(x, w) or abbreviation(x, w)), None)
+        out.append(m if m is not None else w)
+    return out
+
+
+@dataclass(slots=True)
+class SubstitutionGuard:
+    """Mostly shared content words with one of them replaced or a modifier inserted.
+
+    Content words are compared after stop words are dropped and typos aligned.
+    When at least ``min_shared`` of the longer question's content words are
+    shared (as a multiset), a replaced word on each side ("disk" vs "memory")
+    rejects; so does a word inserted between two words that are adjacent in the
+    other question ("all running containers" vs "all containers").
+    """
+
+    name: str = "substitution"
+    min_shared: float = 0.5
+
+    def check(self, query: str, candidate: str) -> str | None:
+        ca = [w for w in content_words(query) if w != "one"]
+        cb = _align(ca, [w for w in content_words(candidate) if w != "one"])
+        if not ca or not cb:
+            return None
+        rest_b = list(cb)
+        only_a = []
+        for w in ca:
+            if w in rest_b:
+                rest_b.remove(w)
+            else:
+                only_a.append(w)
+        only_b = rest_b
+        shared = len(ca) - len(only_a)
+        if shared == 0 or shared / max(len(ca), len(cb)) < self.min_shared:
+            return None
+        if only_a and only_b:
+            return f"replaced {only_a} with {only_b}"
+        longer, shorter, extra = (ca, cb, only_a) if only_a else (cb, ca, only_b)
+        if not extra:
+            return None
+        pairs = set(zip(shorter, shorter[1:]))
+        for k in range(1, len(longer) - 1):
+            if longer[k] in extra:
+                left = longer[k - 1]
+                r = k + 1
+                while r < len(longer) and longer[r] in extra:
+                    r += 1
+                if r < len(longer) and left not in extra and (left, longer[r]) in pairs:
+                    return f"inserted {longer[k:r]} between {left!r} and {longer[r]!r}"
+        return None
+
+
+@dataclass(slots=True)
+class VerifierGuard:
+    """Wraps a callable ``(query, candidate) -> bool | float``: False or a score below ``min_score`` rejects.
+
+    Use it for a cross-encoder or NLI model (e.g. both directions entailed).
+    """
+
+    verifier: Callable[[str, str], bool | float]
+    min_score: float = 0.5
+    name: str = "verifier"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        out = self.verifier(query, candidate)
+        if isinstance(out, bool):
+            return None if out else "verifier said no"
+        score = float(out)
+        return None if score >= self.min_score else f"verifier score {score:.3f} < {self.min_score}"
+
+
+@dataclass(slots=True)
+class GuardSet:
+    """An ordered list of guards; :meth:`check` returns the first rejection.
+
+    ``GuardSet.default()`` holds every guard above; pass ``verifier=`` to add the
+    verifier last, or build a custom list (any object with ``name`` and
+    ``check(query, candidate)`` works).
+    """
+
+    guards: list[Guard] = field(default_factory=list)
+
+    @classmethod
+    def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
+                disable: Iterable[str] = ()) -> GuardSet:
+        gs: list[Guard] = [NumberGuard(), NegationGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
+                           DirectionGuard(), SubstitutionGuard()]
+        if verifier is not None:
+            gs.append(VerifierGuard(verifier))
+        off = set(disable)
+        unknown = off - set(GUARD_REASONS)
+        if unknown:
+            raise ValueError(f"unknown guard names {sorted(unknown)}; choose from {list(GUARD_REASONS)}")
+        return cls([g for g in gs if g.name not in off])
+
+    @property
+    def names(self) -> list[str]:
+        return [g.name for g in self.guards]
+
+    def check(self, query: str, candidate: str) -> GuardVerdict:
+        for g in self.guards:
+            detail = g.check(query, candidate)
+            if detail is not None:
+                return GuardVerdict(g.name, detail)
+        return GuardVerdict()
+
+
+def diff_words(a: str, b: str) -> list[str]:
+    """Debug helper: a word-level diff of two questions (``-`` only in a, ``+`` only in b)."""
+    return [d for d in difflib.ndiff(words(a), words(b)) if d[:1] in "+-"]

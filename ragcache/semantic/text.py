@@ -1,0 +1,189 @@
+"""Question text helpers: normalisation, word tokens, content words, typo distance.
+
+The semantic cache embeds the question alone, after :func:`normalize_question`
+(Unicode NFKC, whitespace collapsed, runs of ``?!.`` collapsed, a leading
+greeting such as "Hi team," and a trailing "Thanks!" dropped). The guards in
+:mod:`ragcache.semantic.guards` compare questions word by word with the
+helpers here; everything is pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+_WS = re.compile(r"\s+")
+_PUNCT_RUN = re.compile(r"([?!.])\1+")
+_GREETING = re.compile(
+    r"^\s*(?:hi|hello|hey|dear|good\s+(?:morning|afternoon|evening)|greetings|excuse\s+me)\b[^,.!?]{0,40}[,!.]\s*",
+    re.IGNORECASE,
+)
+_THANKS = re.compile(r"[\s,.!?]*(?:many\s+)?(?:thanks|thank\s+you|thx|cheers)(?:\s+\w+)?[\s.!]*$", re.IGNORECASE)
+# Words: letters/digits with inner hyphens, dots (versions, file names) or underscores.
+_WORD = re.compile(r"[a-z0-9]+(?:[._+#-][a-z0-9]+)*[+#]*")
+_NUMBER = re.compile(r"(?<![a-z0-9.])\$?\d+(?:[.,]\d+)*%?")
+
+STOPWORDS: frozenset[str] = frozenset(
+    """a an the i me my mine myself we us our ours you your yours he him his she her it its they them their
+    is am are was were be been being do does did doing done have has had having can could would should will shall
+    may might must to of in on at for from with by about as into onto than that this these those there here
+    and or but if so then also just still only very really please kindly hi hello hey dear thanks thank sorry
+    how what whats why when where which who whom whose whether way ways any anything something someone
+    like know tell explain let help understand appreciate wondering wonder able possible bother excuse need
+    want get got go going some im ive youre lets""".split()
+)
+"""Function words and courtesy words ignored when comparing content words."""
+
+NEGATIONS: frozenset[str] = frozenset(
+    """not no never none nobody nothing neither nor cannot cant dont doesnt didnt isnt arent wasnt werent wont
+    wouldnt shouldnt couldnt hasnt havent hadnt mustnt neednt aint""".split()
+)
+"""Negation cues after apostrophes are removed ("don't" -> "dont")."""
+
+
+def normalize_question(text: str) -> str:
+    """Normalise a question for embedding and exact matching.
+
+    NFKC, collapsed whitespace, collapsed ``??``/``!!`` runs, a leading greeting
+    clause and a trailing thanks removed. Case is kept (entities use it).
+
+    Raises:
+        ValueError: if ``text`` is not a string or is empty after normalisation.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"question must be a str, got {type(text).__name__}")
+    t = unicodedata.normalize("NFKC", text)
+    t = t.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    t = _WS.sub(" ", t).strip()
+    t = _PUNCT_RUN.sub(r"\1", t)
+    stripped = _GREETING.sub("", t, count=1)
+    stripped = _THANKS.sub("", stripped).strip()
+    if len(stripped) >= 3:
+        t = stripped
+    if not t:
+        raise ValueError("question is empty; pass the last user turn as a non-empty string")
+    return t
+
+
+def exact_form(text: str) -> str:
+    """Case- and punctuation-insensitive form used for exact matching (``threshold=1.0``)."""
+    return " ".join(words(text))
+
+
+@lru_cache(maxsize=65536)
+def _words_cached(text: str) -> tuple[str, ...]:
+    t = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'").replace("'", "")
+    return tuple(_WORD.findall(t))
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens; apostrophes dropped ("what's" -> "whats"), inner ``-._`` kept."""
+    return list(_words_cached(text))
+
+
+def split_words(text: str) -> list[str]:
+    """Like :func:`words` but hyphenated words are split ("check-in" -> "check", "in")."""
+    out: list[str] = []
+    for w in _words_cached(text):
+        if "-" in w and not any(c.isdigit() for c in w):
+            out.extend(p for p in w.split("-") if p)
+        else:
+            out.append(w)
+    return out
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper so "messages" ~ "message" and "installed" ~ "install"."""
+    w = word
+    for suf, min_len in (("ies", 5), ("es", 5), ("s", 4), ("ed", 6), ("ing", 6), ("ly", 6)):
+        if w.endswith(suf) and len(w) >= min_len and not w.endswith("ss"):
+            base = w[: -len(suf)]
+            if suf == "ies":
+                base += "y"
+            return base
+    return w
+
+
+def content_words(text: str) -> list[str]:
+    """Words of ``text`` that are not stop words or negation cues, in order (not stemmed)."""
+    return [w for w in split_words(text) if w not in STOPWORDS and w not in NEGATIONS]
+
+
+def numbers(text: str) -> list[str]:
+    """Numbers in ``text`` as canonical strings, sorted ("$300,000" -> "$300000", "24.04" kept)."""
+    out = []
+    for m in _NUMBER.finditer(text.lower()):
+        s = m.group(0)
+        s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)
+        out.append(s)
+    return sorted(out)
+
+
+def damerau(a: str, b: str, limit: int = 3) -> int:
+    """Optimal string alignment distance (insert, delete, substitute, swap adjacent).
+
+    Returns ``limit + 1`` early when the distance exceeds ``limit``.
+    """
+    if a == b:
+        return 0
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        row_min = cur[0]
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = v
+            row_min = min(row_min, v)
+        if row_min > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def typo_variant(a: str, b: str) -> bool:
+    """True when two different words are plausibly one word misspelt.
+
+    Distance 1 for words of 4+ characters, 2 for 9+; never for words with digits
+    (numbers are compared exactly) or shorter words.
+    """
+    if a == b:
+        return True
+    if any(c.isdigit() for c in a + b):
+        return False
+    n = min(len(a), len(b))
+    if n < 4:
+        return False
+    return damerau(a, b, 2) <= (2 if n >= 9 else 1)
+
+
+def abbreviation(a: str, b: str) -> bool:
+    """"info" ~ "information": the shorter (4+ characters) starts the longer, 3+ characters longer."""
+    s, lng = (a, b) if len(a) <= len(b) else (b, a)
+    return len(s) >= 4 and len(lng) >= len(s) + 3 and lng.startswith(s) and not any(c.isdigit() for c in lng)
+
+
+def tokens_match(a: str, b: str) -> bool:
+    """Same word up to the light stem or a typo."""
+    return a == b or stem(a) == stem(b) or typo_variant(a, b)
+
+
+def contains_fuzzy(needle: str, haystack: Iterable[str]) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` up to case, stem or typo."""
+    return any(tokens_match(needle, h) for h in haystack)
+
+
+def deletes1(word: str) -> set[str]:
+    """The word and all its one-character deletions (SymSpell candidate keys, Garbe 2012)."""
+    return {word} | {word[:i] + word[i + 1 :] for i in range(len(word))}
+
+
+def join_words(ws: Sequence[str]) -> str:
+    return " ".join(ws)
