@@ -1,0 +1,129 @@
+import pytest
+import torch
+
+from ragcache.engine.engine import ContextWindowError, LocalEngine
+
+SYSTEM = "You answer questions about the Python standard library. Be brief and cite the module. " * 4
+
+
+def msgs(question, system=SYSTEM):
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+@pytest.fixture()
+def engine(tiny):
+    return LocalEngine(tiny, block_size=16)
+
+
+def snapshot(engine):
+    return {h: ([k.clone() for k in b.keys], [v.clone() for v in b.values])
+            for h, b in engine.prefix_cache._blocks.items()}
+
+
+def assert_same_blocks(before, engine):
+    for h, (ks, vs) in before.items():
+        blk = engine.prefix_cache._blocks[h]
+        assert all(torch.equal(a, b) for a, b in zip(ks, blk.keys))
+        assert all(torch.equal(a, b) for a, b in zip(vs, blk.values))
+
+
+def test_prefix_hit_matches_full_prefill(engine):
+    ref = engine.generate(msgs("How do I parse a date?"), max_new_tokens=12, use_prefix_cache=False)
+    engine.generate(msgs("How do I read a CSV file?"), max_new_tokens=4)  # warms the system-prefix blocks
+    before = snapshot(engine)
+    hit = engine.generate(msgs("How do I parse a date?"), max_new_tokens=12)
+    assert hit.stats.prefix_tokens_reused > 0
+    assert hit.stats.prefix_tokens_reused % 16 == 0
+    assert (hit.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert hit.token_ids == ref.token_ids
+    assert_same_blocks(before, engine)
+
+
+def test_full_hit_same_prompt_twice(engine):
+    m = msgs("What does itertools.groupby do?")
+    n = len(engine.build_prompt(m))
+    a = engine.generate(m, max_new_tokens=10)
+    before = snapshot(engine)
+    b = engine.generate(m, max_new_tokens=10)
+    assert b.stats.prefix_tokens_reused == 16 * ((n - 1) // 16)
+    assert b.stats.prefill_tokens_computed >= 1
+    assert (a.first_logits - b.first_logits).abs().max() < 1e-4
+    assert a.token_ids == b.token_ids
+    assert_same_blocks(before, engine)
+
+
+def test_strict_prefix_hit(engine):
+    long_ids = engine.build_prompt(msgs("Explain pathlib.Path.glob in detail with examples.")).input_ids
+    short = long_ids[:64]  # exactly 4 blocks, all cached after the long request
+    engine.generate(long_ids, max_new_tokens=2)
+    ref = engine.generate(short, max_new_tokens=6, use_prefix_cache=False)
+    hit = engine.generate(short, max_new_tokens=6)
+    assert hit.stats.prefix_tokens_reused == 48  # the last token is always computed
+    assert (hit.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert hit.token_ids == ref.token_ids
+
+
+def test_multi_turn_reuses_answer(engine):
+    turn1 = msgs("Name a module for JSON.")
+    g1 = engine.generate(turn1, max_new_tokens=20)
+    turn2 = turn1 + [{"role": "assistant", "content": g1.text}, {"role": "user", "content": "And for CSV?"}]
+    p1 = len(engine.build_prompt(turn1))
+    g2 = engine.generate(turn2, max_new_tokens=4)
+    assert g2.stats.prefix_tokens_reused >= 16 * (p1 // 16)
+
+
+def test_streaming_equals_generate(engine):
+    m = msgs("What is functools.lru_cache?")
+    g = engine.generate(m, max_new_tokens=10, use_prefix_cache=False)
+    events = list(engine.stream(m, max_new_tokens=10))
+    assert "".join(e.text for e in events) == g.text
+    assert events[-1].generation.token_ids == g.token_ids
+
+
+def test_stop_strings_and_sampling(engine):
+    g = engine.generate(msgs("hi"), max_new_tokens=20, temperature=0.8, top_p=0.9, seed=1)
+    g2 = engine.generate(msgs("hi"), max_new_tokens=20, temperature=0.8, top_p=0.9, seed=1)
+    assert g.token_ids == g2.token_ids
+    if g.text:
+        stop = g.text[len(g.text) // 2:][:3] or g.text
+        s = engine.generate(msgs("hi"), max_new_tokens=20, temperature=0.8, top_p=0.9, seed=1, stop=[stop])
+        assert stop not in s.text and s.stats.finish_reason == "stop"
+
+
+def test_segments_tokenised_once_each(engine):
+    m = [{"role": "system", "content": SYSTEM},
+         {"role": "user", "content": [{"type": "text", "text": "Doc A text."}, {"type": "text", "text": "Doc B."},
+                                      {"type": "text", "text": "Question?"}]}]
+    p = engine.build_prompt(m)
+    kinds = [pc.kind for pc in p.pieces]
+    assert kinds.count("document") == 2 and "question" in kinds and "system" in kinds
+    doc = [pc for pc in p.pieces if pc.kind == "document"][0]
+    assert doc.ids == engine.tokenizer.encode("Doc A text.", add_special_tokens=False)
+    assert p.input_ids == [t for pc in p.pieces for t in pc.ids]
+
+
+def test_bad_input(engine):
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate("   ")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate("hi", max_new_tokens=0)
+    with pytest.raises(ValueError, match="role"):
+        engine.generate([{"role": "robot", "content": "x"}])
+    big = "word " * (engine.context_window + 10)
+    with pytest.raises(ContextWindowError) as e:
+        engine.generate(big, max_new_tokens=4)
+    n = len(engine.build_prompt(big))
+    assert str(n) in str(e.value) and str(engine.context_window) in str(e.value)
+    # nothing cached was corrupted: a normal request still works
+    assert engine.generate("hi", max_new_tokens=2).stats.prompt_tokens > 0
+
+
+@pytest.mark.slow
+def test_embedded_model_end_to_end(smol):
+    engine = LocalEngine(smol)
+    m = msgs("What is the capital of France? Answer in one word.", system="You are a helpful assistant.")
+    a = engine.generate(m, max_new_tokens=8)
+    b = engine.generate(m, max_new_tokens=8)
+    assert "paris" in a.text.lower()
+    assert a.token_ids == b.token_ids
+    assert b.stats.prefix_tokens_reused > 0 and b.stats.ttft_s > 0
