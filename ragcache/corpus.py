@@ -1,0 +1,171 @@
+"""Document sources for the demo and ``ragcache ask``: the standard library's own docs, or a folder.
+
+The standard-library corpus is built from docstrings (``inspect``) of a curated list of
+modules that import without side effects, so every machine with Python has it and nobody
+here wrote it. Text is split into chunks of a few hundred tokens at item boundaries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import inspect
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragcache.hashing import content_hash
+
+STDLIB_MODULES: tuple[str, ...] = (
+    "argparse", "base64", "bisect", "calendar", "collections", "configparser", "contextlib", "copy", "csv",
+    "dataclasses", "datetime", "decimal", "difflib", "enum", "fnmatch", "fractions", "functools", "glob",
+    "gzip", "hashlib", "heapq", "io", "itertools", "json", "logging", "math", "operator", "os.path",
+    "pathlib", "pprint", "random", "re", "secrets", "shlex", "shutil", "sqlite3", "statistics", "string",
+    "struct", "subprocess", "tempfile", "textwrap", "time", "urllib.parse", "uuid", "zipfile",
+)
+"""Modules the stdlib corpus documents (all import without side effects)."""
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+MAX_CHUNK_CHARS = 1400  # ~300-350 tokens of English prose for a BPE tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A retrievable passage.
+
+    Attributes:
+        id: stable id (``source#n``); text: the passage; source: module name or file path.
+    """
+
+    id: str
+    text: str
+    source: str
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.text)
+
+
+def _clean(doc: str | None) -> str:
+    return inspect.cleandoc(doc).strip() if doc else ""
+
+
+def _signature(obj: object) -> str:
+    try:
+        sig = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return "(...)"
+    return _ADDRESS.sub("", sig)  # "<function f at 0x7f...>" differs per process: keep chunk bytes stable
+
+
+def _module_items(modname: str) -> list[str]:
+    mod = importlib.import_module(modname)
+    items: list[str] = []
+    head = _clean(mod.__doc__)
+    if head:
+        items.append(f"Module {modname}.\n{head}")
+    names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
+    for name in sorted(set(names)):
+        obj = getattr(mod, name, None)
+        if obj is None or inspect.ismodule(obj):
+            continue
+        owner = getattr(obj, "__module__", None)
+        if owner is not None and owner.lstrip("_") not in (modname, modname.split(".")[-1]) and not owner.startswith(modname):
+            continue
+        doc = _clean(getattr(obj, "__doc__", None))
+        if not doc:
+            continue
+        if inspect.isclass(obj):
+            items.append(f"{modname}.{name} (class)\n{doc}")
+            for mname, member in sorted(vars(obj).items()):
+                if mname.startswith("_") or not callable(member):
+                    continue
+                mdoc = _clean(getattr(member, "__doc__", None))
+                if mdoc:
+                    items.append(f"{modname}.{name}.{mname}{_signature(member)}\n{mdoc}")
+        elif callable(obj):
+            items.append(f"{modname}.{name}{_signature(obj)}\n{doc}")
+    return items
+
+
+def split_text(text: str, source: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
+    """Split ``text`` into pieces of at most ``max_chars`` at paragraph, then line, boundaries."""
+    out: list[str] = []
+    buf = ""
+    for para in text.split("\n\n"):
+        para = para.strip()
+        if not para:
+            continue
+        while len(para) > max_chars:  # a very long paragraph: cut at a line or space boundary
+            cut = para.rfind("\n", 0, max_chars)
+            cut = cut if cut > max_chars // 2 else para.rfind(" ", 0, max_chars)
+            cut = cut if cut > 0 else max_chars
+            if buf:
+                out.append(buf)
+                buf = ""
+            out.append(para[:cut].strip())
+            para = para[cut:].strip()
+        if buf and len(buf) + len(para) + 2 > max_chars:
+            out.append(buf)
+            buf = ""
+        buf = f"{buf}\n\n{para}" if buf else para
+    if buf:
+        out.append(buf)
+    return out
+
+
+def _pack(items: Iterable[str], source: str, max_chars: int) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    buf = ""
+    for item in items:
+        for piece in split_text(item, source, max_chars):
+            if buf and len(buf) + len(piece) + 2 > max_chars:
+                chunks.append(Chunk(f"{source}#{len(chunks)}", buf, source))
+                buf = ""
+            buf = f"{buf}\n\n{piece}" if buf else piece
+    if buf:
+        chunks.append(Chunk(f"{source}#{len(chunks)}", buf, source))
+    return chunks
+
+
+def stdlib_chunks(modules: Iterable[str] = STDLIB_MODULES, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
+    """Chunks of the standard library's docstrings for ``modules`` (Python ``sys.version``)."""
+    out: list[Chunk] = []
+    for mod in modules:
+        try:
+            items = _module_items(mod)
+        except ImportError:
+            continue
+        out.extend(_pack(items, mod, max_chars))
+    return out
+
+
+def stdlib_corpus_id(modules: Iterable[str] = STDLIB_MODULES, max_chars: int = MAX_CHUNK_CHARS) -> str:
+    return f"stdlib-py{sys.version_info.major}.{sys.version_info.minor}-{content_hash(repr((tuple(modules), max_chars)))[:12]}"
+
+
+def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
+    """Chunks of every ``.txt`` / ``.md`` file under ``path`` (recursively, sorted).
+
+    Raises:
+        ValueError: the path does not exist, is not readable, or holds no .txt/.md text.
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise ValueError(f"--docs path {str(root)!r} does not exist: give a folder of .txt or .md files")
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file())
+    chunks: list[Chunk] = []
+    unreadable = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            unreadable.append(f"{f}: {e.__class__.__name__}")
+            continue
+        rel = str(f.relative_to(root)) if root.is_dir() else f.name
+        chunks.extend(_pack([text], rel, max_chars))
+    if not chunks:
+        why = f" ({'; '.join(unreadable[:3])})" if unreadable else ""
+        raise ValueError(f"--docs path {str(root)!r} holds no readable non-empty .txt or .md files{why}")
+    return chunks
