@@ -78,7 +78,7 @@ def _backend(kind: str, engine: Any) -> Iterator[Any]:
         raise ImportError(f"the anthropic backend needs the extra: pip install 'ragcache[anthropic]' ({e})") from None
     with running_server(engine) as base_url:
         client = anthropic.Anthropic(base_url=base_url, api_key="local-test-key")
-        yield AnthropicBackend(client, model="claude-sonnet-4-5")
+        yield AnthropicBackend(client, model="claude-sonnet-4-6", token_counter=engine.count_tokens)
 
 
 def _short(text: str, n: int = 90) -> str:
@@ -119,7 +119,9 @@ def run_session(rag: RagCache, retriever: Retriever, turns: Sequence[Turn], *, t
         with console.status(f"[{i}/{len(turns)}] {turn.question}"):
             a = rag.answer(turn.question, docs, history=history)
         answers.append(a)
-        table.add_row(*_row(i, a, turn.note, backend))
+        row = _row(i, a, turn.note, backend)
+        table.add_row(*row)
+        console.print(f"[{i}/{len(turns)}] served by [bold]{row[3]}[/bold] ({row[4]}), TTFT {row[5]}: {_short(a.text, 70)}")
     console.print(table)
     return answers
 

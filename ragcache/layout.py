@@ -55,7 +55,8 @@ _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b"),
         ("request-id", r"\b(?:request|req|trace|session|correlation|run|message)[-_ ]?id\b\s*[:=#]?\s*[\w-]+"),
         ("request-id", r"\b(?:req|msg|run|sess)_[A-Za-z0-9]{8,}\b|\b[0-9a-f]{24,}\b"),
-        ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|counter)\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b"),
+        ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|counter)"
+                    r"\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b"),
         ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b"),
     )
 )
@@ -64,6 +65,10 @@ VOLATILE_METADATA_KEYS = frozenset(
      "fetched_at", "timestamp", "request_id", "query", "query_time"}
 )
 """Document metadata keys whose values change per request (dropped by ``lint="move"``)."""
+
+
+_STABILITY = {"system": "static", "tools": "static", "history": "append-only", "document": "per-retrieval",
+              "volatile": "per-request", "question": "per-request"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +86,17 @@ class Segment:
     id: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     role: str | None = None
+
+    @property
+    def stability(self) -> str:
+        """How often the segment's bytes change: ``static`` (system, tools), ``append-only``
+        (history), ``per-retrieval`` (documents), ``per-request`` (volatile text, question)."""
+        return _STABILITY[self.kind]
+
+    @property
+    def stable(self) -> bool:
+        """Whether the segment belongs to the cacheable prefix (everything but volatile text and question)."""
+        return self.kind not in ("volatile", "question")
 
     @property
     def content_hash(self) -> str:
@@ -181,7 +197,8 @@ def _to_document(doc: str | Mapping[str, Any] | Segment) -> Segment:
         if not isinstance(text, str):
             raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key")
         meta = dict(doc.get("metadata") or {})
-        meta.update({k: v for k, v in doc.items() if k not in ("text", "page_content", "content", "metadata", "id", "doc_id")})
+        reserved = ("text", "page_content", "content", "metadata", "id", "doc_id")
+        meta.update({k: v for k, v in doc.items() if k not in reserved})
         doc_id = doc.get("id", doc.get("doc_id"))
         return Segment("document", text, None if doc_id is None else str(doc_id), canonicalize(meta))
     raise ValueError(f"a document must be a str, a dict or a Segment, got {type(doc).__name__}")
@@ -361,7 +378,7 @@ def word_tokens(text: str) -> list[str]:
 def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     """Index of the first position where two token sequences differ (the shorter
     length when one is a prefix of the other); None when they are equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))

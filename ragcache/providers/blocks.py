@@ -60,7 +60,12 @@ class FlatBlock:
         return None if self.cache_control is None else str(self.cache_control.get("ttl", "5m"))
 
 
-def _check_cache_control(cc: Any, where: str) -> Mapping[str, Any] | None:
+def check_cache_control(cc: Any, where: str) -> Mapping[str, Any] | None:
+    """Validate a ``cache_control`` object (``{"type": "ephemeral", "ttl"?: "5m"|"1h"}``); None passes.
+
+    Raises:
+        RequestError: another type, an unknown TTL or an extra key.
+    """
     if cc is None:
         return None
     if not isinstance(cc, Mapping) or cc.get("type") != "ephemeral":
@@ -113,9 +118,10 @@ def flatten_request(body: Mapping[str, Any]) -> list[FlatBlock]:
     blocks: list[FlatBlock] = []
 
     def add(section: Section, path: tuple[Any, ...], role: str | None, b: Mapping[str, Any], where: str) -> None:
-        cc = _check_cache_control(b.get("cache_control"), where)
-        key = canonical_json({"s": section, "r": role, "b": {k: v for k, v in b.items() if k != "cache_control"}})
-        text = block_text(b) if section != "tools" else canonical_json({k: v for k, v in b.items() if k != "cache_control"})
+        cc = check_cache_control(b.get("cache_control"), where)
+        bare = {k: v for k, v in b.items() if k != "cache_control"}
+        key = canonical_json({"s": section, "r": role, "b": bare})
+        text = block_text(b) if section != "tools" else canonical_json(bare)
         blocks.append(FlatBlock(len(blocks), section, path, role, str(b.get("type", "tool")), text, key, cc))
 
     tools = body.get("tools") or []
@@ -162,7 +168,8 @@ def check_breakpoints(blocks: list[FlatBlock]) -> None:
     """
     marked = [b for b in blocks if b.cache_control is not None]
     if len(marked) > MAX_BREAKPOINTS:
-        raise RequestError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(marked)}.")
+        raise RequestError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                           f"Found {len(marked)}.")
     seen_5m = None
     for b in marked:
         if b.ttl == "5m" and seen_5m is None:

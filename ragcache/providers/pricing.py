@@ -7,7 +7,9 @@ as ``claude-sonnet-4-5-20250929`` resolve to ``claude-sonnet-4-5``.
 
 Sources: Anthropic's prompt-caching and pricing documentation (minimums per
 model family; cache writes cost 1.25x the base input price with the 5-minute
-TTL and 2x with the 1-hour TTL; cache reads 0.1x).
+TTL and 2x with the 1-hour TTL; cache reads 0.1x). Families newer than the
+table (or unknown ids) fall back to Claude Sonnet 4.6's values, and
+:func:`price_for` says so (``exact=False``): add them with ``overrides``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 WRITE_5M_MULTIPLIER = 1.25
 WRITE_1H_MULTIPLIER = 2.0
 READ_MULTIPLIER = 0.1
-DEFAULT_FAMILY = "claude-sonnet-4-5"
+DEFAULT_FAMILY = "claude-sonnet-4-6"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +52,9 @@ MIN_CACHEABLE_TOKENS: dict[str, int] = {
     "claude-opus-4-6": 4096,
     "claude-opus-4-5": 4096,
     "claude-haiku-4-5": 4096,
-    "claude-sonnet-4-6": 2048,
     "claude-3-5-haiku": 2048,
     "claude-3-haiku": 2048,
+    "claude-sonnet-4-6": 1024,
     "claude-opus-4-1": 1024,
     "claude-opus-4": 1024,
     "claude-sonnet-4-5": 1024,
@@ -77,7 +79,7 @@ def min_cacheable_tokens(model: str, overrides: Mapping[str, int] | int | None =
 
     ``overrides`` is either one int for every model or a family -> tokens mapping
     consulted before :data:`MIN_CACHEABLE_TOKENS`. Unknown models get the
-    ``claude-sonnet-4-5`` value (1024).
+    ``claude-sonnet-4-6`` value (1024).
     """
     if isinstance(overrides, int):
         if overrides < 0:

@@ -196,7 +196,7 @@ class CacheMonitor:
                                "or model)")
         elif rec.cache_write_tokens and self._last is not None and self._last.placed:
             prev = self._last
-            n = next((j for j, (a, b) in enumerate(zip(prev.hashes, req.hashes)) if a != b),
+            n = next((j for j, (a, b) in enumerate(zip(prev.hashes, req.hashes, strict=False)) if a != b),
                      min(len(prev.hashes), len(req.hashes)))
             prev_cached = max((p.index for p in prev.placed), default=-1)
             if n <= prev_cached and n < len(req.blocks):

@@ -1,0 +1,218 @@
+"""Anthropic prompt caching: cached requests from a :class:`~ragcache.layout.PromptLayout`,
+usage read back, cost accounted; and the pipeline backend that calls the official SDK.
+
+>>> import anthropic
+>>> from ragcache.layout import PromptLayout
+>>> from ragcache.providers.anthropic import AnthropicBackend
+>>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
+>>> layout = PromptLayout.build(question="...", system="...", documents=docs)      # doctest: +SKIP
+>>> r = backend.generate(layout, max_new_tokens=256, temperature=0.0)            # doctest: +SKIP
+>>> r.stats["cache_read_tokens"], r.stats["cost_usd"], backend.stats.read_share  # doctest: +SKIP
+
+Works with ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` against the
+real API or the local server (:mod:`ragcache.providers.server`), streaming or
+not. The caller's layout, tools and messages are never mutated: every request
+is built from copies.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragcache.layout import PromptLayout
+from ragcache.providers.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
+from ragcache.providers.pricing import ModelPrice
+from ragcache.providers.usage import CacheMonitor, CacheStats, UsageRecord
+
+
+@dataclass(slots=True)
+class ProviderResult:
+    """A backend answer, field-compatible with the pipeline's ``BackendResult``.
+
+    ``layer`` is ``"provider-cache"`` when the provider read part of the prompt
+    from its cache, else ``"model"``. ``stats`` holds the usage in tokens
+    (``input_tokens``, ``cache_write_tokens``, ``cache_read_tokens``,
+    ``cache_write_5m``, ``cache_write_1h``, ``output_tokens``, ``prompt_tokens``; also under
+    the API's names ``cache_creation_input_tokens`` / ``cache_read_input_tokens``),
+    cost in USD (``cost_usd``, ``uncached_cost_usd``), the breakpoints placed and
+    skipped, and the miss ``diagnosis``. ``ttft_s``: seconds to the first text
+    delta when streaming, else to the whole response.
+    """
+
+    text: str
+    layer: str
+    stats: dict[str, Any]
+    ttft_s: float | None
+    usage: UsageRecord | None = field(default=None, repr=False)
+
+
+class AnthropicCaching:
+    """Builds cached ``messages.create`` arguments and accounts their usage (no client needed).
+
+    Args:
+        model: Anthropic model id (minimum cacheable length and prices follow it).
+        ttl: TTL of the markers ("5m" or "1h"); ``prefix_ttl`` for tools / system markers.
+        min_tokens: per-family minimum overrides, or one int for all models.
+        token_counter: tokens of a block's text (the local server's tokenizer, for
+            exact placement); default: an estimate of 3.5 bytes per token.
+        prices: USD-per-MTok overrides by model family.
+        clock: seconds, for TTL diagnosis.
+        warn: emit :class:`~ragcache.providers.usage.PromptCacheWarning` on a diagnosed miss.
+    """
+
+    def __init__(self, model: str, *, ttl: TTL = "5m", prefix_ttl: TTL | None = None,
+                 min_tokens: Mapping[str, int] | int | None = None, token_counter: TokenCounter | None = None,
+                 prices: Mapping[str, ModelPrice] | None = None, clock: Callable[[], float] = time.monotonic,
+                 warn: bool = True) -> None:
+        if ttl not in ("5m", "1h") or prefix_ttl not in ("5m", "1h", None):
+            raise ValueError("ttl and prefix_ttl must be '5m' or '1h'")
+        self.model = model
+        self.ttl = ttl
+        self.prefix_ttl = prefix_ttl
+        self.min_tokens = min_tokens
+        self.token_counter = token_counter
+        self.monitor = CacheMonitor(model, prices=prices, clock=clock, warn=warn)
+
+    @property
+    def stats(self) -> CacheStats:
+        """Cumulative usage and cost over every recorded response."""
+        return self.monitor.stats
+
+    def build(self, layout: PromptLayout, *, max_tokens: int, temperature: float | None = None,
+              extra: Mapping[str, Any] | None = None) -> CachedRequest:
+        """Cached request for a layout (see :func:`~ragcache.providers.breakpoints.layout_request`)."""
+        return layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
+                              ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
+                              token_counter=self.token_counter, extra=extra)
+
+    def prepare(self, request: Mapping[str, Any], *, stable_end: int | None = None) -> CachedRequest:
+        """Add breakpoints to an existing ``messages.create`` body (copied, never mutated)."""
+        return add_breakpoints({"model": self.model, **dict(request)}, model=request.get("model", self.model),
+                               stable_end=stable_end, ttl=self.ttl, prefix_ttl=self.prefix_ttl,
+                               min_tokens=self.min_tokens, token_counter=self.token_counter)
+
+    def record(self, req: CachedRequest, usage: Any) -> UsageRecord:
+        """Account a response's ``usage`` (SDK object or dict) for ``req``."""
+        return self.monitor.record(req, usage)
+
+    def result(self, req: CachedRequest, message: Any, ttft_s: float | None) -> ProviderResult:
+        rec = self.record(req, message.usage)
+        text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", "") == "text")
+        stats = {
+            **{k: v for k, v in rec.to_dict().items() if k != "diagnosis"},
+            "diagnosis": list(rec.diagnosis),
+            "cache_creation_input_tokens": rec.cache_write_tokens,  # the API's names, for readers of usage
+            "cache_read_input_tokens": rec.cache_read_tokens,
+            "model": self.model,
+            "stop_reason": getattr(message, "stop_reason", None),
+            "breakpoints": [p.where for p in req.placed],
+            "skipped_breakpoints": [s.detail for s in req.skipped],
+            "notes": list(req.notes),
+            "ttft_s": ttft_s,
+        }
+        return ProviderResult(text, "provider-cache" if rec.cache_read_tokens > 0 else "model", stats, ttft_s, rec)
+
+
+def sdk_kwargs(method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for an SDK ``messages.create``/``stream`` method: parameters the
+    installed SDK version does not declare (``temperature`` is gone from anthropic 2.x) move
+    into ``extra_body`` so the request body is the same whatever the SDK version."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(kwargs)
+    out = {k: v for k, v in kwargs.items() if k in params}
+    extra = {k: v for k, v in kwargs.items() if k not in params}
+    if extra:
+        out["extra_body"] = {**extra, **dict(out.get("extra_body") or {})}
+    return out
+
+
+class AnthropicBackend:
+    """Pipeline backend over the official ``anthropic`` SDK with prompt caching.
+
+    ``generate(layout, *, max_new_tokens, temperature) -> ProviderResult`` (sync
+    client) and ``agenerate`` (async client). ``stream=True`` streams the
+    response to measure TTFT; the usage is the same either way.
+
+    Args:
+        client: ``anthropic.Anthropic`` (``base_url=`` points it at the local server).
+        model: model id.
+        async_client: ``anthropic.AsyncAnthropic`` for :meth:`agenerate`.
+        stream: stream responses (TTFT measured at the first text delta).
+        extra: more ``messages.create`` keyword arguments for every request.
+        **caching: keyword arguments of :class:`AnthropicCaching` (ttl, prefix_ttl,
+            min_tokens, token_counter, prices, clock, warn).
+    """
+
+    name = "anthropic"
+
+    def __init__(self, client: Any = None, model: str = "claude-sonnet-4-6", *, async_client: Any = None,
+                 stream: bool = True, extra: Mapping[str, Any] | None = None, **caching: Any) -> None:
+        if client is None and async_client is None:
+            raise ValueError("give client=anthropic.Anthropic(...) and/or async_client=anthropic.AsyncAnthropic(...)")
+        self.client = client
+        self.async_client = async_client
+        self.model = model
+        self.stream = stream
+        self.extra = dict(extra or {})
+        self.caching = AnthropicCaching(model, **caching)
+
+    @property
+    def model_id(self) -> str:
+        """The model id (part of semantic-cache partition keys)."""
+        return self.model
+
+    @property
+    def stats(self) -> CacheStats:
+        """Cumulative usage and cost of this backend's requests."""
+        return self.caching.stats
+
+    def _request(self, layout: PromptLayout, max_new_tokens: int, temperature: float) -> CachedRequest:
+        if not isinstance(layout, PromptLayout):
+            raise ValueError(f"AnthropicBackend needs a PromptLayout, got {type(layout).__name__}; "
+                             "build one with PromptLayout.build(question=..., documents=...)")
+        return self.caching.build(layout, max_tokens=max_new_tokens, temperature=temperature, extra=self.extra)
+
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0) -> ProviderResult:
+        """Answer a layout through ``client.messages`` (stream or create)."""
+        if self.client is None:
+            raise ValueError("this backend has no sync client; pass client=anthropic.Anthropic(...) or use agenerate")
+        req = self._request(layout, max_new_tokens, temperature)
+        t0 = time.perf_counter()
+        if not self.stream:
+            msg = self.client.messages.create(**sdk_kwargs(self.client.messages.create, req.kwargs))
+            return self.caching.result(req, msg, time.perf_counter() - t0)
+        ttft = None
+        with self.client.messages.stream(**sdk_kwargs(self.client.messages.stream, req.kwargs)) as s:
+            for _ in s.text_stream:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+            msg = s.get_final_message()
+        return self.caching.result(req, msg, ttft if ttft is not None else time.perf_counter() - t0)
+
+    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int = 256,
+                        temperature: float = 0.0) -> ProviderResult:
+        """Async :meth:`generate` through ``async_client``."""
+        if self.async_client is None:
+            raise ValueError("this backend has no async client; pass async_client=anthropic.AsyncAnthropic(...)")
+        req = self._request(layout, max_new_tokens, temperature)
+        t0 = time.perf_counter()
+        if not self.stream:
+            msg = await self.async_client.messages.create(
+                **sdk_kwargs(self.async_client.messages.create, req.kwargs))
+            return self.caching.result(req, msg, time.perf_counter() - t0)
+        ttft = None
+        async with self.async_client.messages.stream(
+                **sdk_kwargs(self.async_client.messages.stream, req.kwargs)) as s:
+            async for _ in s.text_stream:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+            msg = await s.get_final_message()
+        return self.caching.result(req, msg, ttft if ttft is not None else time.perf_counter() - t0)
