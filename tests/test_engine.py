@@ -127,3 +127,46 @@ def test_embedded_model_end_to_end(smol):
     assert "paris" in a.text.lower()
     assert a.token_ids == b.token_ids
     assert b.stats.prefix_tokens_reused > 0 and b.stats.ttft_s > 0
+
+
+def _rag_msgs(docs, question="Which module parses CSV files?"):
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": [{"type": "text", "text": d, "ragcache_kind": "document"} for d in docs]
+             + [{"type": "text", "text": question, "ragcache_kind": "question"}]}]
+
+
+DOCS = ["The csv module reads and writes tabular data in CSV format. " * 3,
+        "The datetime module supplies classes for manipulating dates and times. " * 3,
+        "The json module encodes and decodes JSON documents. " * 3]
+
+
+def test_chunk_cache_accounting_and_reorder(tiny):
+    import torch
+
+    from ragcache.engine.chunk_cache import ChunkCache
+
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15)
+    cold = engine.generate(_rag_msgs(DOCS), max_new_tokens=4)
+    assert cold.stats.docs_missed == 3 and cold.stats.docs_hit == 0
+    assert cold.stats.chunk_tokens_reused == 0  # computed in this request: never counted as reused
+    warm = engine.generate(_rag_msgs(list(reversed(DOCS))), max_new_tokens=4)
+    assert warm.stats.docs_hit == 3 and warm.stats.docs_missed == 0
+    assert warm.stats.chunk_tokens_reused > 0 and warm.stats.prefix_tokens_reused > 0
+    assert warm.stats.prefill_tokens_computed < warm.stats.prompt_tokens - warm.stats.prefix_tokens_reused
+    same = engine.generate(_rag_msgs(list(reversed(DOCS))), max_new_tokens=4)  # 100% cached, same prompt twice
+    assert same.stats.finish_reason in ("stop", "length")
+
+
+def test_chunk_cache_r1_equals_full_prefill(tiny):
+    import torch
+
+    from ragcache.engine.chunk_cache import ChunkCache
+
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
+    msgs_ = _rag_msgs(DOCS[:2])
+    ref = engine.generate(msgs_, max_new_tokens=8, use_prefix_cache=False, use_chunk_cache=False)
+    engine.generate(_rag_msgs(list(reversed(DOCS[:2]))), max_new_tokens=2)  # chunks cached, other order
+    full = engine.generate(msgs_, max_new_tokens=8, use_prefix_cache=False, recompute_ratio=1.0)
+    assert full.stats.docs_hit == 2
+    assert (full.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert full.token_ids == ref.token_ids

@@ -229,23 +229,26 @@ class LocalEngine:
     def _blend(self, ids: list[int], p: int, cache: Any, spans: list, r: float, stats: RequestStats):
         from ragcache.engine.blend import blend_prefill
 
-        chunk_kvs = []
+        chunk_kvs, hits = [], []
         for _, _, piece in spans:
             ckv, hit = self.chunk_cache.lookup_or_compute(self.model, self.fingerprint.digest, piece.ids)
             chunk_kvs.append(ckv)
-            if hit:
-                stats.docs_hit += 1
-            else:
-                stats.docs_missed += 1
+            hits.append(hit)
+        stats.docs_hit, stats.docs_missed = sum(hits), len(hits) - sum(hits)
         res = blend_prefill(self.model, ids, prefix_len=p, prefix_cache=cache if p else None,
                             doc_spans=[(s, e) for s, e, _ in spans], chunk_kvs=chunk_kvs, recompute_ratio=r)
+        # Accounting: a missed document's KV was computed in this request (on its own, then
+        # stored), so its tokens count as computed, never as reused. Reused = hit-document
+        # tokens kept from the chunk cache; computed = missed-document tokens + every other
+        # selected token (HKVD tokens of hit documents and the uncached tokens).
+        selected = set(int(t) for t in res.selected.tolist())
+        missed_pos = {t for (s, e, _), hit in zip(spans, hits) if not hit for t in range(s, e)}
+        hit_tokens = sum(e - s for (s, e, _), hit in zip(spans, hits) if hit)
+        recomputed_hit = sum(1 for (s, e, _), hit in zip(spans, hits) if hit for t in range(s, e) if t in selected)
         stats.recompute_ratio = r
-        stats.chunk_tokens_reused = int(res.tokens_reused)
-        n_selected = int(len(res.selected))
-        stats.prefill_tokens_computed = n_selected
-        doc_tokens = sum(e - s for s, e, _ in spans)
-        uncached = (len(ids) - p) - doc_tokens
-        stats.tokens_recomputed = max(n_selected - uncached, 0)
+        stats.chunk_tokens_reused = hit_tokens - recomputed_hit
+        stats.tokens_recomputed = recomputed_hit
+        stats.prefill_tokens_computed = len(missed_pos) + len(selected - missed_pos)
         return res.last_logits.float(), spans[0][0], res.cache
 
     # -- decode --------------------------------------------------------------
