@@ -246,6 +246,11 @@ class Embedder:
         return int(fn())
 
     @property
+    def tokenizer(self) -> Any:
+        """The embedder's Hugging Face tokenizer (its vocabulary is used for typo correction)."""
+        return self._model.tokenizer
+
+    @property
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps([self.name, self._revision]).encode()).hexdigest()
 

@@ -137,7 +137,7 @@ class RagCache:
             namespace=namespace, model=f"{self.backend.name}:{self.backend.model_id}",
             params={"temperature": temperature, "max_tokens": max_new_tokens},
             system=layout.system_text or "", tools=layout.tools, history=layout.history,
-            documents=[d.content_hash for d in layout.documents],
+            documents=list(layout.documents),
         )
 
     def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,

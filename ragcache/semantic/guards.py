@@ -32,16 +32,18 @@ answer.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+import itertools
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ragcache.semantic.text import (
     NEGATIONS,
-    abbreviation,
     STOPWORDS,
-    content_words,
+    abbreviation,
     contains_fuzzy,
+    content_words,
     numbers,
     split_words,
     stem,
@@ -91,38 +93,30 @@ class GuardVerdict:
 
 ANTONYM_PAIRS: tuple[tuple[str, str], ...] = tuple(
     tuple(p.split("/"))  # type: ignore[misc]
-    for p in """add/remove add/delete enable/disable on/off up/down in/out increase/decrease increase/reduce
-    upload/download before/after min/max minimum/maximum high/low higher/lower highest/lowest import/export
-    push/pull encrypt/decrypt encode/decode start/stop start/end begin/end open/close buy/sell send/receive
-    lock/unlock show/hide allow/block allow/deny accept/reject approve/deny include/exclude with/without
-    above/below over/under more/less most/least more/fewer cheap/expensive cheapest/priciest fast/slow
-    faster/slower old/new oldest/newest older/newer login/logout join/leave hot/cold gain/lose win/lose
-    positive/negative true/false success/failure inbound/outbound incoming/outgoing deposit/withdraw
-    credit/debit input/output upper/lower uppercase/lowercase left/right top/bottom front/back
-    inside/outside public/private internal/external forward/backward ascending/descending
-    horizontal/vertical expand/collapse compress/decompress zip/unzip serialize/deserialize
-    install/uninstall mount/unmount attach/detach connect/disconnect merge/split grant/revoke
-    maximize/minimize rise/fall light/dark day/night past/future yesterday/tomorrow
-    long/short large/small big/small heavy/light wide/narrow male/female arrival/departure arrive/depart
-    import/export hire/fire borrow/lend lend/borrow subscribe/unsubscribe follow/unfollow mute/unmute
-    pin/unpin archive/unarchive block/unblock freeze/unfreeze pause/resume plus/minus""".split()
+    for p in ["add/remove", "add/delete", "enable/disable", "on/off", "up/down", "in/out", "increase/decrease", "increase/reduce", "upload/download", "before/after", "min/max", "minimum/maximum", "high/low", "higher/lower", "highest/lowest", "import/export", "push/pull", "encrypt/decrypt", "encode/decode", "start/stop", "start/end", "begin/end", "open/close", "buy/sell", "send/receive", "lock/unlock", "show/hide", "allow/block", "allow/deny", "accept/reject", "approve/deny", "include/exclude", "with/without", "above/below", "over/under", "more/less", "most/least", "more/fewer", "cheap/expensive", "cheapest/priciest", "fast/slow", "faster/slower", "old/new", "oldest/newest", "older/newer", "login/logout", "join/leave", "hot/cold", "gain/lose", "win/lose", "positive/negative", "true/false", "success/failure", "inbound/outbound", "incoming/outgoing", "deposit/withdraw", "credit/debit", "input/output", "upper/lower", "uppercase/lowercase", "left/right", "top/bottom", "front/back", "inside/outside", "public/private", "internal/external", "forward/backward", "ascending/descending", "horizontal/vertical", "expand/collapse", "compress/decompress", "zip/unzip", "serialize/deserialize", "install/uninstall", "mount/unmount", "attach/detach", "connect/disconnect", "merge/split", "grant/revoke", "maximize/minimize", "rise/fall", "light/dark", "day/night", "past/future", "yesterday/tomorrow", "long/short", "large/small", "big/small", "heavy/light", "wide/narrow", "male/female", "arrival/departure", "arrive/depart", "import/export", "hire/fire", "borrow/lend", "lend/borrow", "subscribe/unsubscribe", "follow/unfollow", "mute/unmute", "pin/unpin", "archive/unarchive", "block/unblock", "freeze/unfreeze", "pause/resume", "plus/minus"]
 )
 """Word pairs with opposite meaning; a pair split across the two questions is a rejection."""
 
 SCOPE_GROUPS: tuple[frozenset[str], ...] = tuple(
     frozenset(g.split(","))
-    for g in """hourly,daily,weekly,biweekly,monthly,quarterly,yearly,annual,annually
-    second,minute,hour,day,week,fortnight,month,quarter,year,decade
-    all,one,single,some,none,every,each,both,either,several,many,few,everyone,everybody,everything
-    whole,part,partial,entire,half
-    first,last,second,third,next,previous,final,initial
-    early,late,mid,earliest,latest
-    today,tomorrow,yesterday,tonight
-    morning,afternoon,evening,night,noon,midnight
-    local,remote,global
-    adult,adults,child,children,kid,kids,infant,teen,teenager,senior""".split()
+    for g in ["hourly,daily,weekly,biweekly,monthly,quarterly,yearly,annual,annually", "second,minute,hour,day,week,fortnight,month,quarter,year,decade", "all,one,single,some,none,every,each,both,either,several,many,few,everyone,everybody,everything", "whole,part,partial,entire,half", "first,last,second,third,next,previous,final,initial", "early,late,mid,earliest,latest", "today,tomorrow,yesterday,tonight", "morning,afternoon,evening,night,noon,midnight", "local,remote,global", "adult,adults,child,children,kid,kids,infant,teen,teenager,senior"]
 )
 """Groups of mutually exclusive words: two different members across the questions is a rejection."""
+
+SYNONYMS: dict[str, str] = {
+    w: group.split(",")[0] for group in
+    """delete,remove,erase
+    purchase,buy,purchased,bought
+    begin,start
+    finish,complete
+    big,large
+    photo,picture,image
+    film,movie
+    telephone,phone
+    automobile,car
+    assist,help""".split() for w in group.split(",")
+}
+"""Words the substitution guard treats as the same (first word of each group is canonical)."""
 
 _SCOPE_CANON = {"every": "all", "each": "all", "everyone": "all", "everybody": "all", "everything": "all",
                 "entire": "whole", "single": "one", "annually": "annual", "yearly": "annual",
@@ -138,9 +132,7 @@ def _antonym_prefix(a: str, b: str) -> bool:
         for p in _PREFIX_ANTONYMS:
             if y == p + x and len(x) >= 4:
                 return True
-    if a[:2] in ("en", "de") and b[:2] in ("en", "de") and a[:2] != b[:2] and a[2:] == b[2:] and len(a) >= 6:
-        return True
-    return False
+    return a[:2] in ("en", "de") and b[:2] in ("en", "de") and a[:2] != b[:2] and a[2:] == b[2:] and len(a) >= 6
 
 
 # --------------------------------------------------------------------------- guards
@@ -210,13 +202,14 @@ class ScopeGuard:
         return None
 
 
+_QUOTED = re.compile(r'"([^"]{1,80})"|`([^`]{1,80})`|(?<!\w)\'([^\']{1,80})\'(?!\w)')
+
+
 def _entities(text: str) -> tuple[set[str], set[str]]:
     """(names, exact): names are capitalised non-initial words and acronyms (compared fuzzily);
     exact are quoted strings and code-like identifiers (compared exactly)."""
-    import re
-
     names: set[str] = set()
-    exact: set[str] = {m.lower() for m in re.findall(r"[\"`']([^\"`']{1,80})[\"`']", text)}
+    exact: set[str] = {m.lower() for m in _QUOTED.findall(text) for m in m if m}
     for sent in re.split(r"(?<=[.?!])\s+", text):
         toks = re.findall(r"[A-Za-z0-9][\w.+#/-]*", sent)
         for i, tok in enumerate(toks):
@@ -315,17 +308,23 @@ class SubstitutionGuard:
 
     Content words are compared after stop words are dropped and typos aligned.
     When at least ``min_shared`` of the longer question's content words are
-    shared (as a multiset), a replaced word on each side ("disk" vs "memory")
+    shared (as a multiset), or of the shorter one's with at most two words differing
+    on either side ("print in color" vs "print in black and white"), a replaced word on each side ("disk" vs "memory")
     rejects; so does a word inserted between two words that are adjacent in the
-    other question ("all running containers" vs "all containers").
+    other question ("all running containers" vs "all containers"). ``synonyms`` maps words
+    to a canonical word before comparing (a short list of safe equivalents by default).
     """
 
     name: str = "substitution"
     min_shared: float = 0.5
+    synonyms: Mapping[str, str] = field(default_factory=lambda: dict(SYNONYMS))
+
+    def _words(self, text: str) -> list[str]:
+        return [self.synonyms.get(w, w) for w in content_words(text) if w != "one"]
 
     def check(self, query: str, candidate: str) -> str | None:
-        ca = [w for w in content_words(query) if w != "one"]
-        cb = _align(ca, [w for w in content_words(candidate) if w != "one"])
+        ca = self._words(query)
+        cb = _align(ca, self._words(candidate))
         if not ca or not cb:
             return None
         rest_b = list(cb)
@@ -337,14 +336,16 @@ class SubstitutionGuard:
                 only_a.append(w)
         only_b = rest_b
         shared = len(ca) - len(only_a)
-        if shared == 0 or shared / max(len(ca), len(cb)) < self.min_shared:
+        framed = shared / max(len(ca), len(cb)) >= self.min_shared or (
+            shared / min(len(ca), len(cb)) >= self.min_shared and max(len(only_a), len(only_b)) <= 2)
+        if shared == 0 or not framed:
             return None
         if only_a and only_b:
             return f"replaced {only_a} with {only_b}"
         longer, shorter, extra = (ca, cb, only_a) if only_a else (cb, ca, only_b)
         if not extra:
             return None
-        pairs = set(zip(shorter, shorter[1:]))
+        pairs = set(itertools.pairwise(shorter))
         for k in range(1, len(longer) - 1):
             if longer[k] in extra:
                 left = longer[k - 1]

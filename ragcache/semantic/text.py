@@ -20,25 +20,18 @@ _GREETING = re.compile(
     r"^\s*(?:hi|hello|hey|dear|good\s+(?:morning|afternoon|evening)|greetings|excuse\s+me)\b[^,.!?]{0,40}[,!.]\s*",
     re.IGNORECASE,
 )
-_THANKS = re.compile(r"[\s,.!?]*(?:many\s+)?(?:thanks|thank\s+you|thx|cheers)(?:\s+\w+)?[\s.!]*$", re.IGNORECASE)
+_THANKS = re.compile(r"(?<=[.?!,])\s*(?:many\s+)?(?:thanks|thank\s+you|thx|cheers)(?:\s+\w+)?[\s.!]*$", re.IGNORECASE)
 # Words: letters/digits with inner hyphens, dots (versions, file names) or underscores.
 _WORD = re.compile(r"[a-z0-9]+(?:[._+#-][a-z0-9]+)*[+#]*")
 _NUMBER = re.compile(r"(?<![a-z0-9.])\$?\d+(?:[.,]\d+)*%?")
 
 STOPWORDS: frozenset[str] = frozenset(
-    """a an the i me my mine myself we us our ours you your yours he him his she her it its they them their
-    is am are was were be been being do does did doing done have has had having can could would should will shall
-    may might must to of in on at for from with by about as into onto than that this these those there here
-    and or but if so then also just still only very really please kindly hi hello hey dear thanks thank sorry
-    how what whats why when where which who whom whose whether way ways any anything something someone
-    like know tell explain let help understand appreciate wondering wonder able possible bother excuse need
-    want get got go going some im ive youre lets""".split()
+    ["a", "an", "the", "i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "it", "its", "they", "them", "their", "is", "am", "are", "was", "were", "be", "been", "being", "do", "does", "did", "doing", "done", "have", "has", "had", "having", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "to", "of", "in", "on", "at", "for", "from", "with", "by", "about", "as", "into", "onto", "than", "that", "this", "these", "those", "there", "here", "and", "or", "but", "if", "so", "then", "also", "just", "still", "only", "very", "really", "please", "kindly", "hi", "hello", "hey", "dear", "thanks", "thank", "sorry", "how", "what", "whats", "why", "when", "where", "which", "who", "whom", "whose", "whether", "way", "ways", "any", "anything", "something", "someone", "like", "know", "tell", "explain", "let", "help", "understand", "appreciate", "wondering", "wonder", "able", "possible", "bother", "excuse", "need", "want", "get", "got", "go", "going", "some", "im", "ive", "youre", "lets"]
 )
 """Function words and courtesy words ignored when comparing content words."""
 
 NEGATIONS: frozenset[str] = frozenset(
-    """not no never none nobody nothing neither nor cannot cant dont doesnt didnt isnt arent wasnt werent wont
-    wouldnt shouldnt couldnt hasnt havent hadnt mustnt neednt aint""".split()
+    ["not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "cannot", "cant", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt", "werent", "wont", "wouldnt", "shouldnt", "couldnt", "hasnt", "havent", "hadnt", "mustnt", "neednt", "aint"]
 )
 """Negation cues after apostrophes are removed ("don't" -> "dont")."""
 
@@ -59,7 +52,7 @@ def normalize_question(text: str) -> str:
     t = _WS.sub(" ", t).strip()
     t = _PUNCT_RUN.sub(r"\1", t)
     stripped = _GREETING.sub("", t, count=1)
-    stripped = _THANKS.sub("", stripped).strip()
+    stripped = _THANKS.sub("", stripped).strip().rstrip(",").strip()
     if len(stripped) >= 3:
         t = stripped
     if not t:
@@ -111,13 +104,27 @@ def content_words(text: str) -> list[str]:
     return [w for w in split_words(text) if w not in STOPWORDS and w not in NEGATIONS]
 
 
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero _ two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split()) if w != "_"}
+_NUMBER_WORDS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
+                      "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
+                      "billion": "1000000000", "dozen": "12", "couple": "2", "pair": "2"})
+
+
 def numbers(text: str) -> list[str]:
-    """Numbers in ``text`` as canonical strings, sorted ("$300,000" -> "$300000", "24.04" kept)."""
+    """Numbers in ``text`` as canonical strings, sorted ("$300,000" -> "$300000", "24.04" kept).
+
+    Spelled-out numbers count too ("two" -> "2"), except "one", which mostly reads as
+    "a" ("for a month" vs "one month") and belongs to the scope guard.
+    """
     out = []
-    for m in _NUMBER.finditer(text.lower()):
+    low = text.lower()
+    for m in _NUMBER.finditer(low):
         s = m.group(0)
         s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)
         out.append(s)
+    out.extend(_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", low) if w in _NUMBER_WORDS)
     return sorted(out)
 
 

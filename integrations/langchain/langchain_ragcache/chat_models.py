@@ -1,0 +1,378 @@
+"""ChatRagCache: ragcache's local backend (LocalEngine) as a LangChain chat model.
+
+The engine reuses KV at two levels (see :mod:`ragcache.engine.engine`): the system
+text and any repeated prefix through the exact prefix cache (chained 16-token block
+hashes), and each document block produced by :class:`~langchain_ragcache.RagPrompt`
+through the CacheBlend chunk cache (Yao et al., EuroSys 2025, arXiv 2405.16444,
+sections 3-5: per-document KV computed once, RoPE re-rotated to its new position, the
+top ``recompute_ratio`` of deviating tokens recomputed). The question is always computed.
+
+Every answer reports what the caches did: ``usage_metadata["input_token_details"]
+["cache_read"]`` is the number of prompt tokens whose KV was reused, and
+``response_metadata["ragcache"]`` holds the layer (``chunk``, ``prefix``, ``model``, or
+``semantic`` for an answer served by the LLM cache), TTFT, tokens reused and
+recomputed, and the recompute ratio.
+
+Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
+(``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``):
+a cached answer is streamed back as word chunks marked ``layer="semantic"``, and a
+streamed answer is stored on completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.caches import BaseCache
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.globals import get_llm_cache
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.load import dumps
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from langchain_ragcache._engine import TINY_RANDOM_MODEL, document_hits, layer_of, shared_engine, usage_metadata
+from langchain_ragcache._messages import to_engine_messages
+from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
+from ragcache.engine.engine import Generation, LocalEngine
+from ragcache.models import DEFAULT_MODEL
+
+_CALL_OPTIONS = frozenset({"max_tokens", "temperature", "top_p", "seed", "recompute_ratio", "use_chunk_cache",
+                           "use_prefix_cache", "stream", "tools", "tool_choice"})
+
+
+class ChatRagCache(BaseChatModel):
+    """A local Hugging Face chat model with ragcache's prefix and CacheBlend KV caches.
+
+    Args:
+        model: model name or path (alias of ``model_name``): default the embedded
+            SmolLM2-135M-Instruct; ``ragcache/tiny-random-llama`` for structure-only tests.
+        engine: an existing :class:`LocalEngine` to use (shares its caches); overrides ``model``.
+        temperature: 0 for greedy decoding (default), > 0 samples.
+        max_tokens: decode budget in tokens per answer.
+        top_p: nucleus sampling mass (with temperature > 0).
+        stop: stop strings (the answer ends before the first one).
+        seed: sampling seed (reproducible sampling when set).
+        chunk_cache: reuse document KV CacheBlend-style (default ``True``).
+        recompute_ratio: CacheBlend's r, share of reused document tokens recomputed (0..1).
+        prefix_cache_bytes: byte budget of the exact prefix KV cache.
+        stream_cache: serve / fill the LLM cache when streaming (see module docstring).
+        timeout / max_retries: LangChain's standard parameters; a local model has no network
+            call to time out or retry, so they are accepted and not used.
+
+    Call options (``invoke(..., max_tokens=..)``): ``max_tokens``, ``temperature``, ``top_p``,
+    ``seed``, ``recompute_ratio``, ``use_chunk_cache``, ``use_prefix_cache``; ``bind_tools`` adds
+    ``tools`` / ``tool_choice`` (prompted tool calling, see :mod:`langchain_ragcache.tools`).
+
+    Raises (on call):
+        ValueError: non-text content, tool messages, unknown call options, a prompt longer
+            than the context window (``ContextWindowError``).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
+
+    model_name: str = Field(default=DEFAULT_MODEL, alias="model")
+    engine: Any = Field(default=None, exclude=True)
+    temperature: float = 0.0
+    max_tokens: int = 256
+    top_p: float = 1.0
+    stop: list[str] | None = Field(default=None, alias="stop_sequences")
+    seed: int | None = None
+    chunk_cache: bool = True
+    recompute_ratio: float = 0.15
+    prefix_cache_bytes: int = 512 << 20
+    streaming: bool = False
+    stream_cache: bool = True
+    timeout: float | None = None
+    max_retries: int | None = None
+
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @model_validator(mode="after")
+    def _check(self) -> ChatRagCache:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0.0 <= self.recompute_ratio <= 1.0:
+            raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
+        if self.engine is not None:
+            if not isinstance(self.engine, LocalEngine):
+                raise ValueError(f"engine must be a ragcache LocalEngine, got {type(self.engine).__name__}")
+            if "model_name" not in self.model_fields_set:
+                self.model_name = self.engine.fingerprint.name
+        return self
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def _llm_type(self) -> str:
+        return "ragcache-local"
+
+    def get_engine(self) -> LocalEngine:
+        """The engine answering this model's calls (loaded on first use)."""
+        if self.engine is None:
+            with self._lock:
+                if self.engine is None:
+                    self.engine = shared_engine(self.model_name, chunk_cache=self.chunk_cache,
+                                                prefix_cache_bytes=self.prefix_cache_bytes)
+        return self.engine
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        # The fingerprint (name, weights digest, dtype) makes LLM-cache keys exact per model.
+        return {
+            "model_name": self.model_name,
+            "model_fingerprint": self.get_engine().fingerprint.digest,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "top_p": self.top_p,
+            "seed": self.seed,
+        }
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(
+            ls_provider="ragcache",
+            ls_model_name=str(kwargs.get("model") or self.model_name),
+            ls_model_type="chat",
+            ls_temperature=kwargs.get("temperature", self.temperature),
+            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
+        )
+        if stop or self.stop:
+            params["ls_stop"] = list(stop or self.stop or [])
+        return params
+
+    # ------------------------------------------------------------------ generation
+    def _options(self, stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(kwargs) - _CALL_OPTIONS
+        if unknown:
+            raise ValueError(
+                f"ChatRagCache got unknown call options {sorted(unknown)}; "
+                f"supported: {sorted(_CALL_OPTIONS - {'stream'})}"
+            )
+        opts: dict[str, Any] = {
+            "max_new_tokens": int(kwargs.get("max_tokens", self.max_tokens)),
+            "temperature": float(kwargs.get("temperature", self.temperature)),
+            "top_p": float(kwargs.get("top_p", self.top_p)),
+            "stop": list(stop if stop is not None else (self.stop or [])),
+            "seed": kwargs.get("seed", self.seed),
+            "recompute_ratio": float(kwargs.get("recompute_ratio", self.recompute_ratio)),
+        }
+        for k in ("use_chunk_cache", "use_prefix_cache"):
+            if k in kwargs:
+                opts[k] = bool(kwargs[k])
+        return opts
+
+    # ------------------------------------------------------------------ tools
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | BaseTool], *,
+                   tool_choice: str | dict | bool | None = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Offer tools to the model by prompting (see :mod:`langchain_ragcache.tools`).
+
+        The tools are described in the system text; ``<tool_call>`` JSON in the answer becomes
+        ``AIMessage.tool_calls`` (unreadable calls become ``invalid_tool_calls``). Small local
+        models follow the format unreliably. ``tool_choice``: "auto", "any"/"required", "none" or a name.
+        """
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        names = [t["function"]["name"] for t in formatted]
+        normalize_tool_choice(tool_choice, names)  # validate now, not at call time
+        return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def with_structured_output(self, schema: Any, *, include_raw: bool = False, method: str = "function_calling",
+                               strict: bool | None = None, **kwargs: Any) -> Runnable:
+        """Structured output through a prompted tool call.
+
+        A local model has no JSON mode or constrained decoding, so every ``method``
+        ("function_calling", "json_schema", "json_mode") is served the same way: the schema is
+        offered as the one tool the model must call, and the call's arguments are parsed
+        (``strict`` is accepted for API compatibility; nothing enforces the schema while decoding).
+        """
+        if method not in ("function_calling", "json_schema", "json_mode"):
+            raise ValueError(f"method must be 'function_calling', 'json_schema' or 'json_mode', got {method!r}")
+        return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+
+    def _with_tools(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> tuple[list[BaseMessage], list[str]]:
+        tools = kwargs.get("tools") or []
+        if not tools:
+            return messages, []
+        names = [t["function"]["name"] for t in tools]
+        text = tools_system_text(tools, normalize_tool_choice(kwargs.get("tool_choice"), names))
+        if not text:
+            return messages, []
+        if messages and messages[0].type == "system":
+            first = SystemMessage(content=messages[0].text + "\n\n" + text)
+            return [first, *messages[1:]], names
+        return [SystemMessage(content=text), *messages], names
+
+    @staticmethod
+    def _tool_message(text: str, names: list[str], **fields: Any) -> AIMessage:
+        if not names:
+            return AIMessage(content=text, **fields)
+        rest, calls, invalid = parse_tool_calls(text, names)
+        return AIMessage(content=rest, tool_calls=calls, invalid_tool_calls=invalid, **fields)
+
+    def _response_metadata(self, gen: Generation, opts: dict[str, Any]) -> dict[str, Any]:
+        st = gen.stats
+        return {
+            "model_name": self.model_name,
+            "model_provider": "ragcache",
+            "finish_reason": st.finish_reason,
+            "ragcache": {
+                "layer": layer_of(st),
+                "ttft_s": st.ttft_s,
+                "prefill_s": st.prefill_s,
+                "decode_s": st.decode_s,
+                "decode_tokens_per_s": st.decode_tokens_per_s,
+                "prompt_tokens": st.prompt_tokens,
+                "prefill_tokens_computed": st.prefill_tokens_computed,
+                "prefix_tokens_reused": st.prefix_tokens_reused,
+                "chunk_tokens_reused": st.chunk_tokens_reused,
+                "tokens_recomputed": st.tokens_recomputed,
+                "recompute_ratio": st.recompute_ratio if st.recompute_ratio is not None else opts["recompute_ratio"],
+                "docs_hit": st.docs_hit,
+                "docs_missed": st.docs_missed,
+            },
+        }
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        opts = self._options(stop, kwargs)
+        messages, names = self._with_tools(messages, kwargs)
+        engine = self.get_engine()
+        prompt = engine.build_prompt(to_engine_messages(messages))
+        docs = document_hits(engine, prompt, opts)
+        gen = engine.generate(prompt, **opts)
+        msg = self._tool_message(gen.text, names, usage_metadata=usage_metadata(gen.stats, docs),
+                                 response_metadata=self._response_metadata(gen, opts))
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        # The forward passes are blocking CPU/GPU work: run them off the event loop.
+        return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)
+
+    # ------------------------------------------------------------------ streaming
+    def _llm_cache(self) -> BaseCache | None:
+        if not self.stream_cache or self.cache is False:
+            return None
+        return self.cache if isinstance(self.cache, BaseCache) else get_llm_cache()
+
+    def _cache_key(self, messages: list[BaseMessage], stop: list[str] | None,
+                   kwargs: dict[str, Any]) -> tuple[str, str]:
+        # The same (prompt, llm_string) pair BaseChatModel uses for invoke().
+        normalized = [m.model_copy(update={"id": None}) if getattr(m, "id", None) is not None else m for m in messages]
+        return dumps(normalized), self._get_llm_string(stop=stop, **kwargs)
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        return self._stream_impl(messages, stop, run_manager, kwargs, None)
+
+    def _stream_impl(self, messages: list[BaseMessage], stop: list[str] | None,
+                     run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any],
+                     cancel: threading.Event | None) -> Iterator[ChatGenerationChunk]:
+        opts = self._options(stop, kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        cache = self._llm_cache()
+        key = self._cache_key(messages, stop, kwargs) if cache is not None else None
+        if cache is not None:
+            cached = cache.lookup(*key)
+            if isinstance(cached, list) and cached:
+                yield from self._replay(cached[0], run_manager)
+                return
+        if kwargs.get("tools"):
+            # Tool calls are parsed from the whole answer: generate it, then emit one final chunk.
+            result = self._generate(messages, stop, None, **kwargs)
+            msg = result.generations[0].message
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content=msg.content, usage_metadata=msg.usage_metadata, response_metadata=msg.response_metadata,
+                tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
+                                   "type": "tool_call_chunk"} for i, c in enumerate(msg.tool_calls)],
+                chunk_position="last"))
+            if cache is not None:
+                cache.update(*key, [ChatGeneration(message=msg)])
+            return
+        final: Generation | None = None
+        engine = self.get_engine()
+        prompt = engine.build_prompt(to_engine_messages(messages))
+        docs = document_hits(engine, prompt, opts)
+        for ev in engine.stream(prompt, **opts):
+            if cancel is not None and cancel.is_set():
+                return
+            if ev.generation is not None:
+                final = ev.generation
+            elif ev.text:
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=ev.text))
+                if run_manager:
+                    run_manager.on_llm_new_token(ev.text, chunk=chunk)
+                yield chunk
+        assert final is not None
+        meta = self._response_metadata(final, opts)
+        usage = usage_metadata(final.stats, docs)
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(content="", usage_metadata=usage, response_metadata=meta, chunk_position="last"),
+            generation_info={"finish_reason": final.stats.finish_reason},
+        )
+        if cache is not None:
+            msg = AIMessage(content=final.text, usage_metadata=usage, response_metadata=meta)
+            cache.update(*key, [ChatGeneration(message=msg)])
+
+    def _replay(self, cached: Any, run_manager: CallbackManagerForLLMRun | None) -> Iterator[ChatGenerationChunk]:
+        """Stream a cached answer back as word chunks; the last chunk carries its metadata."""
+        message = getattr(cached, "message", None)
+        text = cached.text
+        for piece in re.findall(r"\s*\S+", text) or [text]:
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            if run_manager:
+                run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk
+        meta = dict(getattr(message, "response_metadata", None) or {})
+        meta.setdefault("ragcache", {"layer": "semantic"})
+        meta["ragcache"] = {**meta["ragcache"], "layer": "semantic", "ttft_s": 0.0}
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(content="", response_metadata=meta, chunk_position="last",
+                                   usage_metadata=getattr(message, "usage_metadata", None)),
+        )
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        """Native async streaming: the engine runs in a worker thread and hands chunks to the event loop."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        done = object()
+        cancel = threading.Event()
+
+        def worker() -> None:
+            try:
+                for chunk in self._stream_impl(messages, stop, None, kwargs, cancel):
+                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
+            except BaseException as e:  # noqa: BLE001 - re-raised on the event loop
+                loop.call_soon_threadsafe(queue.put_nowait, e)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, done)
+
+        fut = loop.run_in_executor(None, worker)
+        try:
+            while True:
+                item = await queue.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if run_manager and item.text:
+                    await run_manager.on_llm_new_token(item.text, chunk=item)
+                yield item
+        finally:
+            cancel.set()
+            await fut
+
+
+__all__ = ["ChatRagCache", "TINY_RANDOM_MODEL", "shared_engine"]

@@ -1,0 +1,66 @@
+"""Semantic response cache: answers a question already answered in other words, never a different one.
+
+Embeds the question alone; everything else (namespace, model and generation
+parameters, system text, tools, history, documents' content hashes) is an exact
+:class:`PartitionKey`. FAISS finds the nearest stored questions; a hit needs
+cosine ``>= threshold`` and every guard (numbers, negation, antonyms, scope,
+entities, direction, substitution, optional verifier) to pass.
+
+    from ragcache.semantic import SemanticCache, partition_key
+
+    cache = SemanticCache("~/.cache/ragcache/semantic")
+    pk = partition_key(namespace="acme", model=fingerprint, params={"temperature": 0.0, "max_tokens": 128},
+                       system=system_text, documents=[doc_text_1, doc_text_2])
+    hit = cache.lookup("How do I reset my password?", partition=pk)
+    if hit is None:
+        cache.store("How do I reset my password?", answer, partition=pk)
+"""
+
+from ragcache.semantic.cache import DEFAULT_THRESHOLD, Candidate, SemanticCache, SemanticHit
+from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
+from ragcache.semantic.guards import (
+    ANTONYM_PAIRS,
+    GUARD_REASONS,
+    SCOPE_GROUPS,
+    AntonymGuard,
+    DirectionGuard,
+    EntityGuard,
+    Guard,
+    GuardSet,
+    GuardVerdict,
+    NegationGuard,
+    NumberGuard,
+    ScopeGuard,
+    SubstitutionGuard,
+    VerifierGuard,
+)
+from ragcache.semantic.partition import PartitionKey, partition_key
+from ragcache.semantic.stats import SemanticStats
+from ragcache.semantic.text import normalize_question
+
+__all__ = [
+    "ANTONYM_PAIRS",
+    "DEFAULT_THRESHOLD",
+    "GUARD_REASONS",
+    "SCOPE_GROUPS",
+    "AntonymGuard",
+    "Candidate",
+    "DirectionGuard",
+    "EntityGuard",
+    "Guard",
+    "GuardSet",
+    "GuardVerdict",
+    "NegationGuard",
+    "NumberGuard",
+    "PartitionKey",
+    "QuestionEmbedder",
+    "ScopeGuard",
+    "SemanticCache",
+    "SemanticHit",
+    "SemanticStats",
+    "SubstitutionGuard",
+    "VerifierGuard",
+    "normalize_question",
+    "partition_key",
+    "resolve_embedder",
+]

@@ -1,0 +1,57 @@
+"""Records of the semantic cache: served hits, considered candidates, and the in-memory entry/partition state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragcache.semantic.guards import GuardVerdict
+from ragcache.semantic.index import PartitionIndex
+from ragcache.semantic.speller import PartitionSpeller
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticHit:
+    """A served answer. ``similarity`` is the cosine similarity in [-1, 1] between the (normalised,
+    typo-corrected) query and ``question``, the stored question whose answer this is."""
+
+    answer: str
+    similarity: float
+    question: str
+    entry_id: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    partition: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One nearest stored question considered by a lookup, and the guards' verdict on it."""
+
+    entry_id: int
+    question: str
+    similarity: float
+    verdict: GuardVerdict
+
+
+@dataclass(slots=True)
+class Entry:
+    id: int
+    partition: str
+    question: str
+    exact: str
+    answer: str
+    metadata: dict
+    created: float
+    expires: float | None
+    hits: int = 0
+
+
+@dataclass(slots=True)
+class Partition:
+    key: str
+    namespace: str
+    docs: tuple[str, ...]
+    index: PartitionIndex
+    exact: dict[str, set[int]] = field(default_factory=dict)
+    speller: PartitionSpeller = field(default_factory=PartitionSpeller)

@@ -1,0 +1,76 @@
+"""Counters of a semantic cache: hit rate, guard rejections by reason, lookup time."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class SemanticStats:
+    """Snapshot of a :class:`~ragcache.semantic.SemanticCache`'s counters.
+
+    Attributes:
+        lookups, hits, misses: lookup outcomes (``hits + misses == lookups``).
+        rejections: guard rejections by reason (one per rejected candidate).
+        rejected_lookups: misses where a candidate reached the threshold but every
+            such candidate was rejected by a guard (false hits prevented).
+        stores, evictions (LRU), expirations (TTL), invalidations (entries dropped by
+            ``invalidate``/``clear``).
+        lookup_time_s, embed_time_s, search_time_s: totals in seconds (search = FAISS + guards).
+        recent_lookup_s: the last lookup durations (seconds), for percentiles.
+    """
+
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+    rejected_lookups: int = 0
+    stores: int = 0
+    evictions: int = 0
+    expirations: int = 0
+    invalidations: int = 0
+    lookup_time_s: float = 0.0
+    embed_time_s: float = 0.0
+    search_time_s: float = 0.0
+    recent_lookup_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+
+    @property
+    def hit_rate(self) -> float:
+        """hits / lookups (0.0 before the first lookup)."""
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    def lookup_ms(self, q: float) -> float:
+        """Percentile ``q`` in [0, 100] of the recent lookup times, in milliseconds (nan when none)."""
+        if not self.recent_lookup_s:
+            return float("nan")
+        return float(np.percentile(np.fromiter(self.recent_lookup_s, float), q) * 1e3)
+
+    def copy(self) -> SemanticStats:
+        out = SemanticStats(**{f: getattr(self, f) for f in self.__slots__ if f not in ("rejections", "recent_lookup_s")})
+        out.rejections = dict(self.rejections)
+        out.recent_lookup_s = deque(self.recent_lookup_s, maxlen=4096)
+        return out
+
+    def to_dict(self) -> dict:
+        """JSON-ready counters, hit rate and lookup p50/p99 in milliseconds."""
+        return {
+            "lookups": self.lookups,
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_rate": self.hit_rate,
+            "rejections": dict(self.rejections),
+            "rejected_lookups": self.rejected_lookups,
+            "stores": self.stores,
+            "evictions": self.evictions,
+            "expirations": self.expirations,
+            "invalidations": self.invalidations,
+            "lookup_time_s": self.lookup_time_s,
+            "embed_time_s": self.embed_time_s,
+            "search_time_s": self.search_time_s,
+            "mean_lookup_ms": self.lookup_time_s / self.lookups * 1e3 if self.lookups else None,
+            "p50_lookup_ms": self.lookup_ms(50) if self.recent_lookup_s else None,
+            "p99_lookup_ms": self.lookup_ms(99) if self.recent_lookup_s else None,
+        }

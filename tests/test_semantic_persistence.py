@@ -1,0 +1,123 @@
+"""Persistence of the semantic cache: round trip, crash safety, corrupt or missing index rebuilt."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ragcache.semantic import SemanticCache, partition_key
+from ragcache.semantic.testing import HashingEmbedder
+
+PK = partition_key(namespace="p", model="m", documents=[{"text": "manual v1", "id": "manual"}])
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fill(c: SemanticCache, n: int) -> list[str]:
+    qs = [f"How do I configure feature number {i} on host alpha{i}?" for i in range(n)]
+    for i, q in enumerate(qs):
+        c.store(q, f"answer {i}", partition=PK, metadata={"i": i})
+    return qs
+
+
+def test_round_trip(tmp_path):
+    with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95) as c:
+        qs = _fill(c, 30)
+        c.lookup(qs[0], partition=PK)
+    assert (tmp_path / "semantic.sqlite3").exists() and list((tmp_path / "index").glob("*.faiss"))
+    with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95) as c2:
+        assert len(c2) == 30
+        for i, q in enumerate(qs):
+            hit = c2.lookup(q, partition=PK)
+            assert hit is not None and hit.answer == f"answer {i}" and hit.metadata == {"i": i}
+        assert c2.invalidate("manual") == 30
+    with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95) as c3:
+        assert len(c3) == 0 and not list((tmp_path / "index").glob("*.faiss"))
+
+
+def test_other_embedder_refused(tmp_path):
+    SemanticCache(tmp_path, embedder=HashingEmbedder(64)).close()
+    with pytest.raises(ValueError, match="same embedder"):
+        SemanticCache(tmp_path, embedder=HashingEmbedder(32))
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing", "stale"])
+def test_index_rebuilt_from_sqlite(tmp_path, caplog, damage):
+    c = SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95, autosave_every=10**9)
+    qs = _fill(c, 20)
+    c.flush()
+    (idx,) = (tmp_path / "index").glob("*.faiss")
+    if damage == "stale":  # snapshot from an earlier state: later writes only in SQLite
+        qs += _fill_more(c)
+        c._db.close()  # simulate a crash: no final flush
+    else:
+        c.close()
+        if damage == "corrupt":
+            idx.write_bytes(b"not a faiss index" + idx.read_bytes()[:50])
+        else:
+            idx.unlink()
+    with caplog.at_level(logging.INFO, logger="ragcache.semantic"):
+        c2 = SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95)
+    if damage != "stale":
+        assert any(damage in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
+    assert len(c2) == len(qs)
+    assert all(c2.lookup(q, partition=PK) is not None for q in qs)
+    c2.close()
+
+
+def _fill_more(c):
+    qs = [f"Where is the log file of service beta{i} kept?" for i in range(5)]
+    for q in qs:
+        c.store(q, "more", partition=PK)
+    return qs
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from ragcache.semantic import SemanticCache, partition_key
+    from ragcache.semantic.testing import HashingEmbedder
+    pk = partition_key(namespace="p", model="m")
+    c = SemanticCache(sys.argv[1], embedder=HashingEmbedder(), autosave_every=7)
+    i = 0
+    while True:
+        c.store(f"crash test question {i} about widget w{i}?", f"a{i}", partition=pk)
+        print(i, flush=True)
+        i += 1
+    """
+)
+
+
+def test_killed_writer_loses_nothing_committed(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, env=env, text=True)
+    done = []
+    try:
+        for line in proc.stdout:
+            done.append(int(line))
+            if len(done) >= 40:
+                break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # mid-write: the loop is storing the next entry
+        proc.wait()
+    assert len(done) >= 40, "writer failed to start"
+    pk = partition_key(namespace="p", model="m")
+    c = SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.99)
+    assert len(c) >= len(done)
+    for i in done:
+        hit = c.lookup(f"crash test question {i} about widget w{i}?", partition=pk)
+        assert hit is not None and hit.answer == f"a{i}"
+    c.close()
+
+
+def test_store_many_repeat_in_batch_keeps_last_and_index_in_sync(tmp_path):
+    with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.99) as c:
+        ids = c.store_many([("Where is my order?", "a"), ("where is my order", "b"), ("Why is the sky blue?", "c")],
+                           partition=PK)
+        assert len(ids) == 3 and len(c) == 2
+        assert c.lookup("where is my order", partition=PK).answer == "b"
+        assert sorted(c._parts[PK.digest].index.ids().tolist()) == sorted([ids[1], ids[2]])
