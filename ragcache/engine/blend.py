@@ -1,0 +1,313 @@
+"""CacheBlend: fuse independently cached document KVs with selective recomputation.
+
+Algorithm (Yao et al., "CacheBlend: Fast Large Language Model Serving for RAG with Cached
+Knowledge Fusion", EuroSys 2025, arXiv 2405.16444, §4):
+
+1. The prompt is ``[prefix: exact prefix cache] + [documents: chunk cache, any order, with
+   uncached tokens between / after them] + [question and template tail: uncached]``.
+2. Each document's cached K is re-rotated from the positions it was computed at to its new
+   ones (:mod:`ragcache.engine.rope`, float32). V is used as is.
+3. Layers ``0 .. check_layer`` (default 0 and 1) run over every token after the prefix; at
+   ``check_layer`` the per-token deviation between the fresh and the cached V (or K, or
+   both) picks the HKVD ("high KV deviation") tokens: the top ``ceil(r * n_doc_tokens)``
+   document tokens. Every token without cached KV and the last token are always selected.
+4. Later layers compute Q/K/V and the MLP only for the selected tokens, scatter their fresh
+   K/V into the fused per-layer cache, and attend with the exact causal mask
+   ``key_pos <= query_pos`` (GQA by repeating KV heads).
+5. Final norm and LM head on the last token give the first-token logits; decode continues
+   from the fused cache.
+
+``recompute_ratio = 1`` reproduces a full prefill; ``recompute_ratio = 0`` is full KV reuse
+(no layer recomputes document tokens; only uncached tokens are computed).
+
+The decoder layers are run here by hand (``embed_tokens``, per layer ``input_layernorm``,
+``q/k/v_proj``, RoPE, SDPA, ``o_proj``, residual, ``post_attention_layernorm``, MLP,
+residual), which fits Llama-family models (Llama, Mistral, Qwen2, SmolLM). Models with
+extra per-head norms or sliding windows raise :class:`NotImplementedError`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from ragcache.engine import kv as kvb
+from ragcache.engine.chunk_cache import context_window
+from ragcache.engine.rope import RopeSpec, rerotate_keys
+from ragcache.engine.stores import ChunkKV
+
+Deviation = Literal["v", "k", "kv"]
+
+
+@dataclass(slots=True)
+class BlendResult:
+    """Outcome of :func:`blend_prefill`.
+
+    Attributes:
+        cache: KV cache covering every input id (decode continues from it).
+        last_logits: float32 ``[vocab]`` logits of the last prompt position.
+        selected: int64 positions computed at every layer (HKVD tokens + uncached tokens +
+            the last token), sorted.
+        tokens_reused: document tokens whose chunk KV was kept (not recomputed) at the layers
+            after ``check_layer``; the prefix is counted apart in ``prefix_tokens_reused``.
+        prefix_tokens_reused: tokens served by the exact prefix cache (= ``prefix_len``).
+        chunk_tokens_reused: same as ``tokens_reused``.
+        tokens_recomputed: document tokens selected for recomputation (HKVD tokens).
+        tokens_computed: tokens without any cached KV (always computed).
+    """
+
+    cache: Any
+    last_logits: torch.Tensor
+    selected: torch.Tensor
+    tokens_reused: int
+    prefix_tokens_reused: int = 0
+    chunk_tokens_reused: int = 0
+    tokens_recomputed: int = 0
+    tokens_computed: int = 0
+
+
+def _check_architecture(model: Any) -> None:
+    layer = model.model.layers[0]
+    attn = layer.self_attn
+    for name in ("q_norm", "k_norm"):
+        if getattr(attn, name, None) is not None:
+            raise NotImplementedError(f"attention with {name} ({type(attn).__name__}) is not supported by blend_prefill")
+    window = getattr(model.config, "sliding_window", None)
+    if window and getattr(model.config, "use_sliding_window", True) and int(window) < context_window(model):
+        raise NotImplementedError("sliding-window attention is not supported by blend_prefill")
+
+
+def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_spans: Sequence[tuple[int, int]],
+              chunk_kvs: Sequence[ChunkKV], recompute_ratio: float, window: int) -> None:
+    n = len(input_ids)
+    if n == 0:
+        raise ValueError("blend_prefill needs at least one input token")
+    if n > window:
+        raise ValueError(f"prompt of {n} tokens exceeds the model's context window of {window} tokens; "
+                         "retrieve fewer or shorter documents")
+    if not 0.0 <= recompute_ratio <= 1.0:
+        raise ValueError(f"recompute_ratio must be in [0, 1]; got {recompute_ratio}")
+    if not 0 <= prefix_len < n:
+        raise ValueError(f"prefix_len={prefix_len} must leave at least the last of {n} tokens to compute")
+    if (prefix_len > 0) != (prefix_cache is not None) or kvb.cache_len(prefix_cache) != prefix_len:
+        raise ValueError(f"prefix_cache covers {kvb.cache_len(prefix_cache)} tokens but prefix_len={prefix_len}")
+    if len(doc_spans) != len(chunk_kvs):
+        raise ValueError(f"got {len(doc_spans)} doc spans but {len(chunk_kvs)} chunk KVs")
+    prev_end = prefix_len
+    for (s, e), ckv in sorted(zip(doc_spans, chunk_kvs), key=lambda x: x[0][0]):
+        if s < prev_end or e > n or e <= s:
+            raise ValueError(f"doc span ({s}, {e}) overlaps the prefix or another span, or is empty/out of range "
+                             f"(prefix_len={prefix_len}, {n} tokens)")
+        if ckv.n_tokens != e - s or list(input_ids[s:e]) != ckv.token_ids:
+            raise ValueError(f"chunk KV of {ckv.n_tokens} tokens does not match the ids of span ({s}, {e})")
+        prev_end = e
+
+
+_QUERY_BLOCK = 256
+
+
+def _attend(attn: Any, q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, q_pos: torch.Tensor | None,
+            n_keys: int) -> torch.Tensor:
+    """Attention of queries ``[1, H, m, D]`` over keys ``[1, Hkv, n_keys, D]`` (GQA by repeating KV heads).
+
+    ``q_pos is None``: the queries are every position ``0..n_keys-1`` and the mask is the square
+    causal one. Otherwise ``q_pos`` (sorted int64 ``[m]``) gives each query's position and the
+    mask is exactly ``key_pos <= query_pos``; queries go in blocks of 256 and each block only
+    reads the keys up to its last position.
+    """
+    groups = q.shape[1] // k_all.shape[1]
+    k = k_all[:, :, :n_keys]
+    v = v_all[:, :, :n_keys]
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    scale = getattr(attn, "scaling", None)
+    if q_pos is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    outs = []
+    for b in range(0, q.shape[2], _QUERY_BLOCK):
+        pos = q_pos[b:b + _QUERY_BLOCK]
+        n_vis = int(pos[-1]) + 1
+        mask = torch.arange(n_vis, device=q.device)[None, :] <= pos[:, None]
+        outs.append(F.scaled_dot_product_attention(q[:, :, b:b + _QUERY_BLOCK], k[:, :, :n_vis], v[:, :, :n_vis],
+                                                   attn_mask=mask, scale=scale))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.float32:
+        return x * cos + _rotate_half(x) * sin
+    xf = x.float()
+    return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
+
+
+def _layer(layer: Any, h: torch.Tensor, pos: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+           k_all: torch.Tensor, v_all: torch.Tensor, n_keys: int, write_from: int = 0
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoder layer for the tokens at ``pos`` (hidden ``h [1, m, hidden]``).
+
+    ``pos is None`` means every position ``0..n_keys-1``; then only positions ``>= write_from``
+    are written to the cache (the prefix KV stays the exact cached one). Otherwise the fresh
+    K/V of ``pos`` are scattered into ``k_all``/``v_all``. Returns (new hidden, fresh K
+    ``[1, Hkv, m, D]``, fresh V).
+    """
+    attn = layer.self_attn
+    m = h.shape[1]
+    x = layer.input_layernorm(h)
+    d = cos.shape[-1]
+    q = _rope(attn.q_proj(x).view(1, m, -1, d).transpose(1, 2), cos, sin)
+    k = _rope(attn.k_proj(x).view(1, m, -1, d).transpose(1, 2), cos, sin)
+    v = attn.v_proj(x).view(1, m, -1, d).transpose(1, 2)
+    if pos is None:
+        k_all[:, :, write_from:n_keys] = k[:, :, write_from:]
+        v_all[:, :, write_from:n_keys] = v[:, :, write_from:]
+    else:
+        k_all[:, :, pos] = k
+        v_all[:, :, pos] = v
+    out = _attend(attn, q, k_all, v_all, pos, n_keys)
+    out = attn.o_proj(out.transpose(1, 2).reshape(1, m, -1))
+    h = h + out
+    h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return h, k, v
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def select_hkvd(deviation: torch.Tensor, doc_mask: torch.Tensor, recompute_ratio: float) -> torch.Tensor:
+    """Pick the positions to recompute.
+
+    Args:
+        deviation: float ``[n]`` per-position KV deviation (only document positions matter).
+        doc_mask: bool ``[n]``, True where the KV came from the chunk cache (candidates).
+        recompute_ratio: fraction r of the document tokens to recompute.
+
+    Returns:
+        Sorted int64 positions: the top ``ceil(r * n_doc)`` document positions by deviation, every
+        non-document position, and the last position (the caller passes only the positions
+        after the prefix, offset to 0).
+    """
+    n = doc_mask.shape[0]
+    doc_pos = doc_mask.nonzero().flatten()
+    k = min(len(doc_pos), math.ceil(recompute_ratio * len(doc_pos) - 1e-9))
+    keep = torch.zeros(n, dtype=torch.bool, device=doc_mask.device)
+    keep[~doc_mask] = True
+    keep[n - 1] = True
+    if k > 0:
+        top = torch.topk(deviation[doc_pos].float(), k).indices
+        keep[doc_pos[top]] = True
+    return keep.nonzero().flatten()
+
+
+@torch.inference_mode()
+def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, prefix_cache: Any,
+                  doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
+                  check_layer: int = 1, deviation: Deviation = "v") -> BlendResult:
+    """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
+
+    Args:
+        model: a Llama-family causal LM (``model.model.layers``, ``model.lm_head``).
+        input_ids: all prompt token ids, ``n`` of them.
+        prefix_len: tokens ``[0, prefix_len)`` are covered exactly by ``prefix_cache``.
+        prefix_cache: a cache from the exact prefix cache (``None`` when ``prefix_len == 0``);
+            it is read, not modified.
+        doc_spans: ``(start, end)`` token ranges of the cached documents, all ``>= prefix_len``.
+        chunk_kvs: one :class:`ChunkKV` per span (same token ids), any stored dtype.
+        recompute_ratio: r in [0, 1], the fraction of document tokens recomputed (HKVD tokens).
+        check_layer: layer at which deviations are measured; layers ``<= check_layer`` are
+            computed for every token after the prefix (paper: layer 1). Ignored when r = 0.
+        deviation: ``"v"`` (default), ``"k"`` or ``"kv"``: which fresh-vs-cached deviation
+            ranks the tokens (L2 over heads and head dims).
+
+    Returns:
+        :class:`BlendResult` with a cache covering all ``n`` positions.
+
+    Raises:
+        ValueError: prompt longer than the context window (token counts in the message),
+            spans that overlap / mismatch their chunk KVs, r outside [0, 1].
+        NotImplementedError: unsupported RoPE variant or attention architecture.
+    """
+    cfg = model.config
+    spec = RopeSpec.from_config(cfg)
+    _check_architecture(model)
+    n = len(input_ids)
+    _validate(input_ids, prefix_len, prefix_cache, doc_spans, chunk_kvs, recompute_ratio, context_window(model))
+    device = model.lm_head.weight.device
+    dtype = model.lm_head.weight.dtype
+    layers = model.model.layers
+    n_layers = len(layers)
+    check_layer = min(max(int(check_layer), 0), n_layers - 1)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+    head_dim = spec.head_dim
+
+    # Fused per-layer K/V over all n positions: prefix (exact) + re-rotated chunks; the rest is
+    # filled as each layer computes it.
+    # Every position gets written before it is read (prefix, chunks, or computed), so empty is safe.
+    k_all = [torch.empty(1, kv_heads, n, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+    v_all = [torch.empty(1, kv_heads, n, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+    if prefix_len:
+        pk, pv = kvb.cache_tensors(prefix_cache)
+        for i in range(n_layers):
+            k_all[i][:, :, :prefix_len] = pk[i][:, :, :prefix_len]
+            v_all[i][:, :, :prefix_len] = pv[i][:, :, :prefix_len]
+    doc_mask = torch.zeros(n, dtype=torch.bool)
+    for (s, e), ckv in zip(doc_spans, chunk_kvs):
+        ks = rerotate_keys(ckv.keys.to(device), s - ckv.start, spec, out_dtype=dtype)  # [L, Hkv, len, D]
+        vs = ckv.values.to(device=device, dtype=dtype)
+        for i in range(n_layers):
+            k_all[i][0, :, s:e] = ks[i]
+            v_all[i][0, :, s:e] = vs[i]
+        doc_mask[s:e] = True
+
+    # Positions after the prefix: computed at layers <= check_layer when r > 0.
+    suffix = torch.arange(prefix_len, n, device=device)
+    suffix_doc = doc_mask[prefix_len:].to(device)
+    ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
+
+    if recompute_ratio == 0.0:
+        sel_local = (~suffix_doc).nonzero().flatten()
+        if len(sel_local) == 0 or sel_local[-1] != n - 1 - prefix_len:
+            sel_local = torch.cat([sel_local, torch.tensor([n - 1 - prefix_len], device=device)]).unique()
+        selected = suffix[sel_local]
+        h = model.model.embed_tokens(ids[selected][None])
+        cos, sin = (t.to(device) for t in spec.cos_sin(selected))
+        for i, layer in enumerate(layers):
+            h, _, _ = _layer(layer, h, selected, cos, sin, k_all[i], v_all[i], n)
+    else:
+        # Layers <= check_layer: every position as a square causal prefill (the prefix's queries
+        # are a few cheap extra rows; its exact cached KV is kept), the rest's KV is fresh.
+        h = model.model.embed_tokens(ids[None])
+        cos, sin = (t.to(device) for t in spec.cos_sin(torch.arange(n, device=device)))
+        cached_k = k_all[check_layer][0, :, prefix_len:].clone() if deviation in ("k", "kv") else None
+        cached_v = v_all[check_layer][0, :, prefix_len:].clone() if deviation in ("v", "kv") else None
+        for i in range(check_layer + 1):
+            h, k_new, v_new = _layer(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
+        dev = torch.zeros(n - prefix_len, dtype=torch.float32, device=device)
+        if cached_v is not None:
+            dev += (v_new[0, :, prefix_len:].float() - cached_v.float()).pow(2).sum(dim=(0, 2))
+        if cached_k is not None:
+            dev += (k_new[0, :, prefix_len:].float() - cached_k.float()).pow(2).sum(dim=(0, 2))
+        sel_local = select_hkvd(dev, suffix_doc, recompute_ratio)
+        selected = suffix[sel_local]
+        h = h[:, selected]
+        cos, sin = cos[selected], sin[selected]
+        for i in range(check_layer + 1, n_layers):
+            h, _, _ = _layer(layers[i], h, selected, cos, sin, k_all[i], v_all[i], n)
+
+    h_last = model.model.norm(h[:, -1:])
+    logits = model.lm_head(h_last)[0, -1].float()
+    cache = kvb.cache_from_tensors(model, k_all, v_all)
+    n_doc = int(doc_mask.sum())
+    recomputed = int(suffix_doc[sel_local].sum())
+    computed = len(selected) - recomputed
+    chunk_reused = n_doc - recomputed
+    return BlendResult(cache=cache, last_logits=logits, selected=selected.cpu(),
+                       tokens_reused=chunk_reused, prefix_tokens_reused=prefix_len,
+                       chunk_tokens_reused=chunk_reused, tokens_recomputed=recomputed, tokens_computed=computed)

@@ -1,0 +1,173 @@
+"""Per-document KV cache: compute each document's KV on its own, key it, look it up.
+
+CacheBlend (Yao et al., EuroSys 2025, arXiv 2405.16444, §5) precomputes every retrieved
+chunk's KV independently and fuses them at query time. Here each document's token ids are
+run after a short fixed *sink* (default: the model's BOS token), the sink's KV is dropped,
+and the rest is stored with the positions it was computed at. The key is
+``hash_chunk(model fingerprint, sink ids, document ids)``: position independent, so the
+same document is a hit after any system text and in any order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ragcache.engine import kv as kvb
+from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
+from ragcache.hashing import ChunkHash, hash_chunk
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore", "context_window"]
+
+
+def context_window(model: Any) -> int:
+    """The model's context window in tokens (``config.max_position_embeddings``)."""
+    return int(getattr(model.config, "max_position_embeddings", 0) or 0) or (1 << 62)
+
+
+def _fingerprint_str(fingerprint: Any) -> str:
+    return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "digest", fingerprint))
+
+
+class ChunkCache:
+    """Chunk KV cache over a :class:`~ragcache.engine.stores.ChunkStore`.
+
+    Args:
+        store: where chunk KVs live (default: a 1 GiB :class:`MemoryChunkStore`).
+        sink_ids: token ids every chunk is computed after (attention sink); ``None`` uses
+            ``[model.config.bos_token_id]`` (or no sink if the model has no BOS) at first use.
+        dtype: storage dtype of K and V (default float16; float32 for exactness tests).
+
+    Attributes:
+        hits / misses: lookups served from the store / computed.
+    """
+
+    def __init__(self, store: ChunkStore | None = None, *, sink_ids: Sequence[int] | None = None,
+                 dtype: torch.dtype = torch.float16) -> None:
+        self.store: ChunkStore = store if store is not None else MemoryChunkStore()
+        self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]
+        self.dtype = dtype
+        self.hits = 0
+        self.misses = 0
+
+    def sink_for(self, model: Any) -> list[int]:
+        """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""
+        if self._sink_ids is None:
+            bos = getattr(model.config, "bos_token_id", None)
+            if isinstance(bos, list):
+                bos = bos[0] if bos else None
+            self._sink_ids = [] if bos is None else [int(bos)]
+        return list(self._sink_ids)
+
+    def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkHash:
+        """Position-independent chunk key of ``doc_ids`` for this model and sink."""
+        return hash_chunk(_fingerprint_str(fingerprint), self.sink_for(model), doc_ids)
+
+    @torch.inference_mode()
+    def compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkKV:
+        """Prefill ``sink + doc_ids`` from position 0 and keep the document's KV.
+
+        Returns a :class:`ChunkKV` with keys/values ``[num_layers, kv_heads, n, head_dim]`` in
+        :attr:`dtype`, computed at positions ``len(sink) .. len(sink) + n - 1``.
+
+        Raises:
+            ValueError: empty document, or sink + document longer than the context window.
+        """
+        doc_ids = [int(t) for t in doc_ids]
+        sink = self.sink_for(model)
+        if not doc_ids:
+            raise ValueError("cannot cache an empty document (0 tokens); drop it from the prompt")
+        window = context_window(model)
+        if len(sink) + len(doc_ids) > window:
+            raise ValueError(
+                f"document of {len(doc_ids)} tokens (+{len(sink)} sink tokens) exceeds the model's context "
+                f"window of {window} tokens; split it into smaller chunks"
+            )
+        cache = kvb.new_cache(model)
+        kvb.forward(model, sink + doc_ids, cache, start=0)
+        keys, values = kvb.cache_tensors(cache)
+        n0 = len(sink)
+        k = torch.stack([layer[0, :, n0:, :] for layer in keys]).to(self.dtype).contiguous()
+        v = torch.stack([layer[0, :, n0:, :] for layer in values]).to(self.dtype).contiguous()
+        fp = _fingerprint_str(fingerprint)
+        return ChunkKV(hash_chunk(fp, sink, doc_ids), fp, doc_ids, k.cpu(), v.cpu(), n0)
+
+    def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkKV | None:
+        """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit."""
+        fp = _fingerprint_str(fingerprint)
+        key = self.key(model, fp, doc_ids)
+        kv = self.store.get(key, fingerprint=fp)
+        if kv is not None and (kv.token_ids != [int(t) for t in doc_ids] or kv.start != len(self.sink_for(model))):
+            log.warning("chunk %s... matched the key but not the token ids/sink; recomputing", key[:12])
+            self.store.remove(key)
+            kv = None
+        return kv
+
+    def lookup_or_compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> tuple[ChunkKV, bool]:
+        """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss).
+
+        Args:
+            model: a causal LM (Llama family) the KV belongs to.
+            fingerprint: the model fingerprint digest (``str``) or a ``ModelFingerprint``.
+            doc_ids: the document's own token ids, as they appear in the prompt.
+        """
+        kv = self.lookup(model, fingerprint, doc_ids)
+        if kv is not None:
+            self.hits += 1
+            return kv, True
+        self.misses += 1
+        kv = self.compute(model, fingerprint, doc_ids)
+        self.store.put(kv)
+        return kv, False
+
+    def precompute(self, engine_or_model: Any, documents: Sequence[str | Sequence[int]], *,
+                   tokenizer: Any = None, fingerprint: Any = None, progress: bool = True) -> int:
+        """Warm the cache from a corpus ahead of queries.
+
+        Args:
+            engine_or_model: a ``LocalEngine`` (its model, tokenizer and fingerprint are used)
+                or a bare model (then give ``tokenizer`` for text documents and ``fingerprint``).
+            documents: document texts (tokenised the way the engine tokenises a document
+                piece: ``engine.tokenize_document`` when present, else the tokenizer without
+                special tokens) or lists of token ids.
+            progress: show a tqdm progress bar.
+
+        Returns:
+            The number of chunks computed (documents already cached are skipped).
+
+        Raises:
+            ValueError: no fingerprint, or text documents without a tokenizer.
+        """
+        from tqdm.auto import tqdm
+
+        is_model = isinstance(engine_or_model, torch.nn.Module)
+        model = engine_or_model if is_model else engine_or_model.model
+        tokenize = None if is_model else getattr(engine_or_model, "tokenize_document", None)
+        tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
+        fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))
+        if fingerprint is None:
+            raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
+        computed = 0
+        for doc in tqdm(documents, desc="chunk KV precompute", unit="doc", disable=not progress):
+            if isinstance(doc, str):
+                if tokenize is not None:
+                    ids = list(tokenize(doc))
+                elif tokenizer is not None:
+                    ids = list(tokenizer(doc, add_special_tokens=False)["input_ids"])
+                else:
+                    raise ValueError("text documents need a tokenizer: pass an engine or tokenizer=...")
+            else:
+                ids = [int(t) for t in doc]
+            if self.lookup(model, fingerprint, ids) is None:
+                self.store.put(self.compute(model, fingerprint, ids))
+                computed += 1
+        return computed
+
+    @property
+    def stats(self) -> StoreStats:
+        return getattr(self.store, "stats", StoreStats())

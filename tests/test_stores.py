@@ -1,0 +1,146 @@
+"""Contract suite for chunk KV stores: the same tests run against the memory and the disk store."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
+from ragcache.hashing import hash_chunk
+
+FP = "f" * 64
+
+
+def make_kv(seed: int, n: int = 8, fingerprint: str = FP, dtype: torch.dtype = torch.float16) -> ChunkKV:
+    g = torch.Generator().manual_seed(seed)
+    ids = [int(x) for x in torch.randint(0, 1000, (n,), generator=g)]
+    k = torch.randn(2, 2, n, 4, generator=g).to(dtype)
+    v = torch.randn(2, 2, n, 4, generator=g).to(dtype)
+    return ChunkKV(hash_chunk(fingerprint, [1], ids), fingerprint, ids, k, v, start=1)
+
+
+@pytest.fixture(params=["memory", "disk"])
+def make_store(request, tmp_path):
+    def factory(max_bytes: int | None = None) -> ChunkStore:
+        if request.param == "memory":
+            return MemoryChunkStore(max_bytes=max_bytes)
+        return DiskChunkStore(tmp_path / "chunks", max_bytes=max_bytes)
+
+    factory.kind = request.param
+    return factory
+
+
+def test_is_a_chunk_store(make_store):
+    assert isinstance(make_store(), ChunkStore)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_put_get_contains_remove(make_store, dtype):
+    store = make_store()
+    kv = make_kv(0, dtype=dtype)
+    assert not store.contains(kv.key) and store.get(kv.key) is None
+    assert store.put(kv)
+    assert store.contains(kv.key) and len(store) == 1 and store.nbytes > 0
+    got = store.get(kv.key, fingerprint=FP)
+    assert got is not None
+    assert got.token_ids == kv.token_ids and got.start == kv.start and got.fingerprint == FP
+    assert got.keys.dtype == dtype and torch.equal(got.keys, kv.keys) and torch.equal(got.values, kv.values)
+    assert store.remove(kv.key) and not store.remove(kv.key)
+    assert not store.contains(kv.key) and store.get(kv.key) is None and len(store) == 0
+    assert store.stats.hits == 1 and store.stats.misses == 2
+
+
+def test_batched(make_store):
+    store = make_store()
+    kvs = [make_kv(i) for i in range(3)]
+    assert store.put_many(kvs) == 3
+    got = store.get_many([kvs[0].key, make_kv(9).key, kvs[2].key])
+    assert got[0].token_ids == kvs[0].token_ids and got[1] is None and got[2].token_ids == kvs[2].token_ids
+
+
+def test_fingerprint_mismatch_is_a_miss(make_store):
+    store = make_store()
+    kv = make_kv(1)
+    store.put(kv)
+    assert store.get(kv.key, fingerprint="0" * 64) is None
+    assert store.get(kv.key, fingerprint=FP) is not None
+
+
+def test_lru_eviction_under_byte_budget(make_store):
+    probe = make_store()
+    probe.put(make_kv(0))
+    one = probe.nbytes
+    probe.remove(make_kv(0).key)
+    store = make_store(max_bytes=int(one * 2.5))
+    a, b, c = make_kv(0), make_kv(1), make_kv(2)
+    store.put(a)
+    store.put(b)
+    assert store.get(a.key) is not None  # a is now the most recently used
+    store.put(c)  # over budget: b (least recently used) goes
+    assert store.contains(a.key) and store.contains(c.key) and not store.contains(b.key)
+    assert store.nbytes <= int(one * 2.5) and store.stats.evictions == 1
+
+
+def test_entry_larger_than_budget_is_not_stored(make_store):
+    store = make_store(max_bytes=16)
+    kv = make_kv(0)
+    assert store.put(kv) is False
+    assert not store.contains(kv.key) and len(store) == 0
+
+
+def test_overwrite_keeps_one_entry(make_store):
+    store = make_store()
+    kv = make_kv(0)
+    store.put(kv)
+    size = store.nbytes
+    store.put(kv)
+    assert len(store) == 1 and store.nbytes == size
+
+
+def test_invalid_budget():
+    with pytest.raises(ValueError, match="max_bytes"):
+        MemoryChunkStore(max_bytes=0)
+
+
+def test_chunk_kv_shape_check():
+    with pytest.raises(ValueError, match="token_ids"):
+        ChunkKV(hash_chunk(FP, [], [1, 2]), FP, [1, 2], torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2), 0)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "metadata"])
+def test_disk_corrupt_file_is_a_logged_miss_and_rewritten(tmp_path, caplog, damage):
+    store = DiskChunkStore(tmp_path)
+    kv = make_kv(3)
+    store.put(kv)
+    path = tmp_path / f"{kv.key}.safetensors"
+    if damage == "garbage":
+        path.write_bytes(b"\x00not a safetensors file")
+    elif damage == "truncate":
+        path.write_bytes(path.read_bytes()[:-20])
+    else:  # a valid safetensors file whose metadata names another chunk
+        other = make_kv(4)
+        store.put(other)
+        path.write_bytes((tmp_path / f"{other.key}.safetensors").read_bytes())
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+        assert store.get(kv.key) is None
+    assert "failed its check" in caplog.text and store.stats.corrupt == 1
+    assert not path.exists()
+    assert store.put(kv) and torch.equal(store.get(kv.key).keys, kv.keys)
+
+
+def test_disk_persists_across_reopen_and_writes_atomically(tmp_path):
+    store = DiskChunkStore(tmp_path, max_bytes=1 << 20)
+    kvs = [make_kv(i) for i in range(3)]
+    store.put_many(kvs)
+    assert not list(tmp_path.glob(".tmp-*"))
+    reopened = DiskChunkStore(tmp_path, max_bytes=1 << 20)
+    assert len(reopened) == 3 and reopened.nbytes == store.nbytes
+    assert torch.equal(reopened.get(kvs[1].key).values, kvs[1].values)
+
+
+def test_disk_rejects_non_hex_keys(tmp_path):
+    store = DiskChunkStore(tmp_path)
+    with pytest.raises(ValueError, match="hex"):
+        store.get("../etc/passwd")
