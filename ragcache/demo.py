@@ -38,7 +38,7 @@ class Turn:
 DEMO_SESSION: tuple[Turn, ...] = (
     Turn("How do I read a CSV file with a header row?", "cold: system text written to the prefix cache"),
     Turn("How do I parse a date string into a datetime object?", "new question: system text from the prefix cache"),
-    Turn("How can I read a CSV file that has a header line?", "paraphrase of #1: semantic cache"),
+    Turn("What's the best way to read a CSV file that has a header row?", "paraphrase of #1: semantic cache"),
     Turn("How do I read a CSV file without a header row?", "negated variant of #1: must not be served by the semantic cache"),
     Turn("How do I sort a list of dictionaries by a key?", "new question"),
     Turn("And how do I sort it in descending order instead?", "follow-up of #5 (chat history)", follow_up_of=4),

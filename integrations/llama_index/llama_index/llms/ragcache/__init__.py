@@ -1,0 +1,11 @@
+"""ragcache's local engine (exact prefix KV cache + CacheBlend chunk KV cache) as a LlamaIndex LLM."""
+
+from llama_index.llms.ragcache.base import (
+    RagCacheLLM,
+    local_layer,
+    prompt_digest,
+    stats_kwargs,
+    to_engine_messages,
+)
+
+__all__ = ["RagCacheLLM", "local_layer", "prompt_digest", "stats_kwargs", "to_engine_messages"]

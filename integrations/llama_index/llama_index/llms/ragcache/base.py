@@ -1,0 +1,370 @@
+"""RagCacheLLM: ragcache's local engine as a LlamaIndex ``LLM``, with prefix and chunk KV reuse.
+
+A subclass of ``LLM`` (not ``CustomLLM``), so the chat structure reaches the engine
+intact: system text, earlier turns and, in the last user message, one document per
+``TextBlock``. The engine keeps
+
+- an exact prefix KV cache (chained 16-token block hashes) for everything up to the
+  first change (system text, history, unchanged leading documents);
+- with a chunk cache (the default), each document's KV on its own, reused at any
+  position CacheBlend-style (Yao et al., EuroSys 2025, arXiv 2405.16444, sections 3-5):
+  K re-rotated to the new position, the ``recompute_ratio`` share of reused tokens
+  whose KV deviates most recomputed.
+
+Block roles in the last user message:
+
+- no ``CachePoint``: every text block but the last is a document, the last is the question;
+- with ``CachePoint`` blocks: the text blocks before the last ``CachePoint`` are
+  documents (the cacheable part), after it the last block is the question and any
+  others are volatile text (computed every time, never cached as documents).
+
+Each response carries the cache accounting: ``additional_kwargs`` holds flat numbers
+(``layer``, ``prompt_tokens``, ``prefix_tokens_reused``, ``chunk_tokens_reused``,
+``tokens_reused``, ``tokens_recomputed``, ``ttft_s`` ...) and ``raw`` holds the
+generated ``token_ids``, the engine's full ``stats`` dict and ``prompt_sha256`` (the
+sha256 of the prompt token ids: equal prompts, equal digests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    CachePoint,
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+    TextBlock,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.llm import LLM
+
+_ROLES = {
+    MessageRole.SYSTEM: "system",
+    MessageRole.DEVELOPER: "system",
+    MessageRole.USER: "user",
+    MessageRole.ASSISTANT: "assistant",
+    MessageRole.CHATBOT: "assistant",
+    MessageRole.MODEL: "assistant",
+}
+
+
+def local_layer(stats: Any) -> str:
+    """Which local cache layer served a prefill: ``prefix``, ``chunk``, ``prefix+chunk`` or ``model``
+    (the names of :class:`ragcache.pipeline.LocalBackend`). ``chunk`` needs at least one document
+    found in the chunk cache (``docs_hit``): the engine also counts the KV of documents it has just
+    computed on a miss as reused, which saves nothing."""
+    chunk = stats.chunk_tokens_reused if getattr(stats, "docs_hit", 0) else 0
+    parts = [name for name, n in (("prefix", stats.prefix_tokens_reused), ("chunk", chunk)) if n]
+    return "+".join(parts) or "model"
+
+
+def stats_kwargs(stats: Any) -> dict[str, Any]:
+    """Flat cache accounting of one generation (tokens, seconds) for ``additional_kwargs``.
+
+    ``chunk_tokens_reused`` counts only when a document came from the chunk cache
+    (``docs_hit > 0``): when every document was missed, its KV was computed for this very
+    request and nothing was saved. With some documents hit and some missed it is the
+    engine's count, an upper bound. ``raw["stats"]`` keeps the engine's numbers unchanged.
+    """
+    chunk = stats.chunk_tokens_reused if stats.docs_hit else 0
+    return {
+        "layer": local_layer(stats),
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.decode_tokens,
+        "prefix_tokens_reused": stats.prefix_tokens_reused,
+        "chunk_tokens_reused": chunk,
+        "tokens_reused": stats.prefix_tokens_reused + chunk,
+        "tokens_recomputed": stats.tokens_recomputed,
+        "prefill_tokens_computed": stats.prefill_tokens_computed,
+        "docs_hit": stats.docs_hit,
+        "docs_missed": stats.docs_missed,
+        "ttft_s": stats.ttft_s,
+        "finish_reason": stats.finish_reason,
+    }
+
+
+def prompt_digest(input_ids: Sequence[int]) -> str:
+    """sha256 of prompt token ids (8-byte little-endian each): equal prompts, equal digests."""
+    h = hashlib.sha256()
+    for t in input_ids:
+        h.update(int(t).to_bytes(8, "little", signed=True))
+    return h.hexdigest()
+
+
+def to_engine_messages(messages: Sequence[ChatMessage]) -> list[dict]:
+    """LlamaIndex chat messages -> the engine's messages (text blocks with ``ragcache_kind``).
+
+    See the module docstring for how blocks of the last user message become documents,
+    volatile text and the question. Empty text blocks are skipped.
+
+    Raises:
+        ValueError: a tool / function message, or a non-text block (image, audio,
+            document, tool call): the local engine takes text only.
+    """
+    if not messages:
+        raise ValueError("messages is empty: give at least one user message")
+    last_user = max((i for i, m in enumerate(messages) if m.role == MessageRole.USER), default=-1)
+    out: list[dict] = []
+    for i, m in enumerate(messages):
+        role = _ROLES.get(m.role)
+        if role is None:
+            raise ValueError(f"RagCacheLLM has no tool calling; got a {m.role.value!r} message. "
+                             "Send tool results as user text, or use an LLM with function calling")
+        texts: list[str] = []
+        cut = None  # number of text blocks before the last CachePoint
+        for b in m.blocks:
+            if isinstance(b, TextBlock):
+                if b.text:
+                    texts.append(b.text)
+            elif isinstance(b, CachePoint):
+                cut = len(texts)
+            else:
+                msg = (f"RagCacheLLM takes text blocks only, got {type(b).__name__}: "
+                       "convert it to a TextBlock or use a multimodal LLM")
+                raise ValueError(msg)  # noqa: TRY004 - a user error in the message content, as elsewhere in ragcache
+        if not texts:
+            continue
+        blocks = [{"type": "text", "text": t} for t in texts]
+        if i == last_user and cut is not None and 0 < cut < len(texts):
+            for j, b in enumerate(blocks):
+                b["ragcache_kind"] = ("document" if j < cut else "question" if j == len(blocks) - 1 else "volatile")
+        out.append({"role": role, "content": blocks if len(blocks) > 1 or "ragcache_kind" in blocks[0] else texts[0]})
+    if not out:
+        raise ValueError("every message is empty: give at least one non-empty text block")
+    return out
+
+
+class RagCacheLLM(LLM):
+    """ragcache's local engine as a LlamaIndex chat LLM (greedy by default).
+
+    Args:
+        engine: a :class:`ragcache.engine.engine.LocalEngine`; default: the embedded
+            SmolLM2-135M-Instruct (``model_name``) with a chunk cache.
+        model_name: model directory or name for the default engine.
+        chunk_cache: for the default engine: ``True`` (a memory ``ChunkCache``), ``False``,
+            or a ``ChunkCache`` instance.
+        max_new_tokens: decode budget in tokens (``LLMMetadata.num_output``).
+        temperature / top_p / seed / stop: sampling controls (temperature 0 = greedy).
+        recompute_ratio: CacheBlend's r in [0, 1] (None: the engine's default, 0.15).
+        use_prefix_cache / use_chunk_cache: per-request cache switches (None: chunk cache
+            when the engine has one).
+
+    Raises:
+        ValueError: a parameter out of range.
+    """
+
+    model_name: str = Field(default="smollm2-135m-instruct", description="engine model name")
+    max_new_tokens: int = Field(default=256, gt=0, description="tokens to generate at most")
+    temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None)
+    stop: list[str] | None = Field(default=None)
+    recompute_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    use_prefix_cache: bool = Field(default=True)
+    use_chunk_cache: bool | None = Field(default=None)
+
+    _engine: Any = PrivateAttr()
+
+    def __init__(self, engine: Any = None, *, model_name: str | None = None, chunk_cache: Any = True,
+                 **kwargs: Any) -> None:
+        if engine is None:
+            from ragcache.engine.chunk_cache import ChunkCache
+            from ragcache.engine.engine import LocalEngine
+
+            cc = ChunkCache() if chunk_cache is True else (chunk_cache or None)
+            engine = LocalEngine.from_pretrained(model_name, chunk_cache=cc)
+        super().__init__(model_name=model_name or str(engine.fingerprint.name), **kwargs)
+        self._engine = engine
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RagCacheLLM"
+
+    @property
+    def engine(self) -> Any:
+        """The wrapped :class:`~ragcache.engine.engine.LocalEngine`."""
+        return self._engine
+
+    @property
+    def fingerprint(self) -> str:
+        """Hex digest of the model identity (name, revision, dtype): the semantic cache's model key."""
+        return str(self._engine.fingerprint.digest)
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(context_window=int(self._engine.context_window), num_output=self.max_new_tokens,
+                           is_chat_model=True, is_function_calling_model=False, model_name=self.model_name)
+
+    # ------------------------------------------------------------------ plumbing
+    def _gen_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
+               "stop": self.stop, "seed": self.seed, "use_prefix_cache": self.use_prefix_cache,
+               "use_chunk_cache": self.use_chunk_cache, "recompute_ratio": self.recompute_ratio}
+        if "max_tokens" in kwargs:
+            kwargs["max_new_tokens"] = kwargs.pop("max_tokens")
+        unknown = set(kwargs) - set(out)
+        if unknown:
+            raise ValueError(f"unknown generation arguments {sorted(unknown)}; RagCacheLLM takes {sorted(out)}")
+        out.update(kwargs)
+        return out
+
+    def _completion_messages(self, prompt: str, formatted: bool) -> list[ChatMessage]:
+        if not formatted and self.completion_to_prompt is not None:
+            prompt = self.completion_to_prompt(prompt)
+        msgs = [ChatMessage(role=MessageRole.USER, content=prompt)]
+        if self.system_prompt:
+            msgs.insert(0, ChatMessage(role=MessageRole.SYSTEM, content=self.system_prompt))
+        return msgs
+
+    def _events(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> tuple[Iterator[Any], str]:
+        prompt = self._engine.build_prompt(to_engine_messages(messages))
+        return self._engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
+
+    def _final(self, gen: Any, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        raw = {"text": gen.text, "token_ids": list(gen.token_ids), "stats": gen.stats.to_dict(),
+               "prompt_sha256": digest, "model": str(self._engine.fingerprint)}
+        return stats_kwargs(gen.stats), raw
+
+    def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
+        events, digest = self._events(messages, kwargs)
+        gen = None
+        for ev in events:
+            gen = ev.generation or gen
+        extra, raw = self._final(gen, digest)
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=gen.text), raw=raw,
+                            additional_kwargs=extra)
+
+    def _stream_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Iterator[ChatResponse]:
+        events, digest = self._events(messages, kwargs)
+
+        def gen() -> Iterator[ChatResponse]:
+            text = ""
+            for ev in events:
+                if ev.generation is not None:
+                    extra, raw = self._final(ev.generation, digest)
+                    yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=ev.text,
+                                       raw=raw, additional_kwargs=extra)
+                elif ev.text:
+                    text += ev.text
+                    yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=ev.text)
+
+        return gen()
+
+    @staticmethod
+    def _to_completion(r: ChatResponse) -> CompletionResponse:
+        return CompletionResponse(text=r.message.content or "", delta=r.delta, raw=r.raw,
+                                  additional_kwargs=r.additional_kwargs)
+
+    # ------------------------------------------------------------------ sync API
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Answer a chat; see the module docstring for block roles.
+
+        Raises:
+            ValueError: unsupported messages or arguments; ``ContextWindowError`` (a
+                ValueError) when the prompt does not fit.
+        """
+        return self._chat(messages, kwargs)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Answer one prompt as a user message (after ``system_prompt`` when set)."""
+        return self._to_completion(self._chat(self._completion_messages(prompt, formatted), kwargs))
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """Stream a chat: one response per text delta; the last one (``delta`` may be empty)
+        carries the stats in ``additional_kwargs`` and ``raw``."""
+        return self._stream_chat(messages, kwargs)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        """Stream a completion (see :meth:`stream_chat`)."""
+        inner = self._stream_chat(self._completion_messages(prompt, formatted), kwargs)
+        return (self._to_completion(r) for r in inner)
+
+    # ------------------------------------------------------------------ async API
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Async :meth:`chat` (the engine runs in a worker thread)."""
+        return await asyncio.to_thread(self._chat, messages, kwargs)
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Async :meth:`complete`."""
+        msgs = self._completion_messages(prompt, formatted)
+        return self._to_completion(await asyncio.to_thread(self._chat, msgs, kwargs))
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        """Async :meth:`stream_chat`: the engine streams on a worker thread."""
+        return _threaded(lambda: self._stream_chat(messages, kwargs))
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
+        """Async :meth:`stream_complete`."""
+        msgs = self._completion_messages(prompt, formatted)
+
+        async def gen() -> AsyncIterator[CompletionResponse]:
+            async for r in _threaded(lambda: self._stream_chat(msgs, kwargs)):
+                yield self._to_completion(r)
+
+        return gen()
+
+
+async def _threaded(make: Callable[[], Iterator[Any]]) -> AsyncIterator[Any]:
+    """Run a blocking iterator on a worker thread and yield its items on the event loop.
+
+    The iterator is created and closed on the worker (the engine's lock is held by that
+    thread across yields); an exception in it is re-raised here; when the consumer stops
+    early the worker closes the iterator, which releases the engine.
+    """
+    q: queue.Queue = queue.Queue(maxsize=64)
+    done = object()
+    stop = threading.Event()
+
+    def work() -> None:
+        it = None
+        try:
+            it = make()
+            for item in it:
+                if stop.is_set():
+                    break
+                q.put(item)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put(e)
+        finally:
+            if it is not None and hasattr(it, "close"):
+                it.close()
+            q.put(done)
+
+    threading.Thread(target=work, daemon=True, name="ragcache-llamaindex-stream").start()
+    try:
+        while True:
+            item = await asyncio.to_thread(q.get)
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while True:  # unblock a worker waiting on a full queue
+            try:
+                if q.get_nowait() is done:
+                    break
+            except queue.Empty:
+                break

@@ -1,0 +1,24 @@
+"""Cache-aware LlamaIndex query engine: stable node order, semantic cache, ragcache prompt layout,
+prefix / chunk KV reuse (RagCacheLLM) or Anthropic prompt caching (at most 4 CachePoints)."""
+
+from llama_index.query_engine.ragcache.base import (
+    LiveIndexRetriever,
+    PreparedQuery,
+    RagCacheQueryEngine,
+)
+from llama_index.query_engine.ragcache.compat import ensure_anthropic_sdk_compat
+from llama_index.query_engine.ragcache.messages import (
+    LaidOutMessages,
+    layout_messages,
+    llm_kind,
+)
+
+__all__ = [
+    "LaidOutMessages",
+    "LiveIndexRetriever",
+    "PreparedQuery",
+    "RagCacheQueryEngine",
+    "ensure_anthropic_sdk_compat",
+    "layout_messages",
+    "llm_kind",
+]

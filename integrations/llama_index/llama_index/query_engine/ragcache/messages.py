@@ -1,0 +1,121 @@
+"""A ragcache :class:`~ragcache.layout.PromptLayout` as LlamaIndex chat messages, per LLM kind.
+
+- :class:`~llama_index.llms.ragcache.RagCacheLLM`: system message, then one user message
+  with one ``TextBlock`` per document, a ``CachePoint`` after the last document (it tells
+  the engine where the cacheable documents end), the volatile text and the question.
+- ``llama_index.llms.anthropic.Anthropic``: the same shape with ``CachePoint`` blocks
+  where :func:`ragcache.providers.breakpoints.layout_request` places Anthropic
+  breakpoints (at most 4; a prefix below the model's minimum cacheable length gets
+  none). ``llama-index-llms-anthropic`` sends the system message as a plain string,
+  which cannot carry ``cache_control``, so a system breakpoint is dropped: the system
+  text is still cached as part of every document breakpoint's prefix.
+- any other LLM: the same blocks without ``CachePoint`` s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llama_index.core.base.llms.types import (
+    CacheControl,
+    CachePoint,
+    ChatMessage,
+    MessageRole,
+    TextBlock,
+)
+
+from ragcache.layout import PromptLayout, render_document
+
+LLMKind = Literal["ragcache", "anthropic", "generic"]
+MAX_MARKERS = 4
+
+
+def llm_kind(llm: Any) -> LLMKind:
+    """``"ragcache"`` for :class:`RagCacheLLM`, ``"anthropic"`` for ``llama_index.llms.anthropic.Anthropic``
+    (and subclasses), else ``"generic"``."""
+    from llama_index.llms.ragcache import RagCacheLLM
+
+    if isinstance(llm, RagCacheLLM):
+        return "ragcache"
+    try:
+        from llama_index.llms.anthropic import Anthropic
+    except ImportError:  # the anthropic extra is optional
+        return "generic"
+    return "anthropic" if isinstance(llm, Anthropic) else "generic"
+
+
+@dataclass(slots=True)
+class LaidOutMessages:
+    """Messages for one request and what was decided: ``markers`` (CachePoints placed,
+    never more than 4), ``breakpoints`` (where, for Anthropic), ``notes`` (why a
+    breakpoint was skipped or dropped)."""
+
+    messages: list[ChatMessage]
+    markers: int = 0
+    breakpoints: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _point(ttl: str = "5m") -> CachePoint:
+    return CachePoint(cache_control=CacheControl(type="ephemeral", ttl=ttl))
+
+
+def _user_blocks(layout: PromptLayout) -> list[str]:
+    texts = [render_document(d) for d in layout.documents]
+    if layout.volatile:
+        texts.append(layout.volatile)
+    texts.append(layout.question)
+    return texts
+
+
+def layout_messages(layout: PromptLayout, kind: LLMKind, *, model: str = "", max_tokens: int = 256,
+                    min_tokens: Mapping[str, int] | int | None = None,
+                    token_counter: Callable[[str], int] | None = None) -> LaidOutMessages:
+    """Chat messages for ``layout`` shaped for an LLM kind (see the module docstring).
+
+    Args:
+        layout: the request's layout (documents already in their final order).
+        kind: from :func:`llm_kind`.
+        model / max_tokens / min_tokens / token_counter: Anthropic breakpoint placement
+            (model id, decode budget, minimum cacheable length overrides, exact token
+            counter such as a local server engine's ``count_tokens``).
+    """
+    system = [ChatMessage(role=MessageRole.SYSTEM, content=layout.system_text)] if layout.system_text else []
+    history = [ChatMessage(role=MessageRole(m["role"]), content=m["content"]) for m in layout.history]
+    texts = _user_blocks(layout)
+    if kind != "anthropic":
+        blocks: list[Any] = [TextBlock(text=t) for t in texts]
+        markers = 0
+        if kind == "ragcache" and layout.documents:
+            blocks.insert(len(layout.documents), _point())
+            markers = 1
+        return LaidOutMessages([*system, *history, ChatMessage(role=MessageRole.USER, blocks=blocks)], markers)
+
+    from ragcache.providers.breakpoints import layout_request
+
+    req = layout_request(layout, model=model, max_tokens=max_tokens, min_tokens=min_tokens,
+                         token_counter=token_counter)
+    notes = list(req.notes)
+    marked = {b.path: b.cache_control for b in req.blocks if b.cache_control is not None}
+    messages = list(system)
+    placed: list[str] = []
+    for path, cc in marked.items():
+        if path[0] != "messages":
+            notes.append(f"breakpoint on {'.'.join(map(str, path))} dropped: llama-index-llms-anthropic sends the "
+                         "system prompt as a string; the document breakpoints still cache it as prefix")
+    for mi, msg in enumerate(req.kwargs["messages"]):
+        content = msg["content"]
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        blocks = []
+        for bi, b in enumerate(parts):
+            blocks.append(TextBlock(text=b["text"]))
+            cc = marked.get(("messages", mi, bi))
+            if cc is not None:
+                blocks.append(_point(cc.get("ttl", "5m")))
+                placed.append(f"messages.{mi}.content.{bi}")
+        messages.append(ChatMessage(role=MessageRole(msg["role"]), blocks=blocks))
+    if len(placed) > MAX_MARKERS:  # add_breakpoints never places more; keep the invariant explicit
+        raise RuntimeError(f"{len(placed)} cache markers placed; Anthropic accepts at most {MAX_MARKERS}")
+    return LaidOutMessages(messages, len(placed), placed, notes)
