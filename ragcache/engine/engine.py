@@ -201,7 +201,7 @@ class LocalEngine:
         try:
             p = match.num_tokens if match else 0
             tensors = self.prefix_cache.assemble(match) if match else None
-            cache = kv.cache_from_tensors(self.model, *tensors) if tensors else kv.new_cache(self.model)
+            cache = kv.cache_from_tensors(self.model, *tensors, copy=False) if tensors else kv.new_cache(self.model)
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             if use_chunks and spans:

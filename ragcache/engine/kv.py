@@ -21,15 +21,26 @@ def new_cache(model: Any) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def cache_from_tensors(model: Any, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> DynamicCache:
+def cache_from_tensors(model: Any, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
+                       copy: bool = True) -> DynamicCache:
     """Build a cache from per-layer K/V, each ``[1, kv_heads, seq, head_dim]``.
 
-    The cache gets its own storage (transformers concatenates onto an empty tensor), so
-    later appends by decode never write into the given tensors.
+    With ``copy=True`` the cache gets its own storage, so later appends by decode never
+    write into the given tensors. ``copy=False`` adopts the tensors as they are (for
+    tensors the caller just built, e.g. blocks concatenated by the prefix cache): decode
+    appends by concatenation, which allocates, so the given tensors are still never written.
     """
     if len(keys) != len(values):
         raise ValueError(f"got {len(keys)} key layers and {len(values)} value layers")
-    return DynamicCache(ddp_cache_data=list(zip(keys, values)), config=model.config)
+    if copy:
+        return DynamicCache(ddp_cache_data=list(zip(keys, values)), config=model.config)
+    cache = DynamicCache(config=model.config)
+    if len(cache.layers) != len(keys):
+        raise ValueError(f"model has {len(cache.layers)} layers, got KV for {len(keys)}")
+    for layer, k, v in zip(cache.layers, keys, values):
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+    return cache
 
 
 def cache_tensors(cache: DynamicCache) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
