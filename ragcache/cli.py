@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/bold red] {msg}")
+    console.print(f"[bold red]error:[/bold red] {msg}", soft_wrap=True)
     raise typer.Exit(code)
 
 
