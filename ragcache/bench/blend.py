@@ -1,0 +1,328 @@
+"""CacheBlend benchmark on MuSiQue: TTFT and fidelity of chunk KV reuse against full prefill.
+
+Setup (as in CacheBlend, Yao et al., EuroSys 2025, arXiv 2405.16444, §7): for each question
+the top-6 of its 10 passages by the embedder form the context; the prompt is a system text,
+the six passages as documents, then the question, through the model's chat template (every
+method sees the same token ids). Greedy decoding, up to 32 new tokens (stopped early at EOS
+or at the end of the first answer line, the only line that is scored).
+
+Methods: full prefill; prefix cache only (the system text's KV reused); full KV reuse
+(r = 0); CacheBlend at each recompute ratio r. Chunk KVs are precomputed before timing and
+served from an in-memory chunk store (float16), so TTFT measures the blend at query time, as
+in the paper. Methods run back to back on each item so a busy machine slows all of them.
+
+Metrics per method: mean TTFT and speed-up over full prefill; first-token agreement with
+full prefill; token F1 between the method's answer and the full-prefill answer; KL divergence
+KL(full || method) of the first-token distribution; F1 against the gold answers
+(normalisation: lower-case, no punctuation, no a/an/the, single spaces; first line kept;
+best gold answer).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import string
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
+          "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
+QUESTION = ("Answer the question directly based on the given passages. Do NOT repeat the question. "
+            "The answer should be within 5 words.\nQuestion: {question}")
+TOP_K = 6
+MAX_NEW_TOKENS = 32
+
+
+# -- scoring (CacheBlend / SQuAD-style) ------------------------------------------------------
+def normalize_answer(text: str) -> str:
+    """First line, lower-cased, punctuation and articles (a/an/the) removed, spaces collapsed."""
+    text = text.strip().split("\n")[0].lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """Multiset word-overlap F1 of two normalised answers (1.0 when both are empty)."""
+    p, r = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    if not p or not r:
+        return float(p == r)
+    common = sum((Counter(p) & Counter(r)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_f1(prediction: str, golds: list[str]) -> float:
+    """F1 against each gold answer, best one kept."""
+    return max((token_f1(prediction, g) for g in golds), default=0.0)
+
+
+def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
+    """KL(P || Q) in nats between the softmax distributions of two float logit vectors."""
+    lp = torch.log_softmax(p_logits.float(), -1)
+    lq = torch.log_softmax(q_logits.float(), -1)
+    return float((lp.exp() * (lp - lq)).sum())
+
+
+def machine() -> str:
+    return (f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), no GPU")
+
+
+# -- one item ----------------------------------------------------------------------------
+def _retrieve(embedder: Any, item: dict) -> list[str]:
+    passages = [c["text"] for c in item["ctxs"]]
+    vecs = embedder.encode([item["question"]] + passages)
+    scores = vecs[1:] @ vecs[0]
+    order = sorted(range(len(passages)), key=lambda i: -float(scores[i]))[:TOP_K]
+    return [passages[i] for i in order]
+
+
+def _messages(question: str, docs: list[str]) -> list[dict]:
+    blocks = [{"type": "text", "text": d, "ragcache_kind": "document"} for d in docs]
+    blocks.append({"type": "text", "text": QUESTION.format(question=question), "ragcache_kind": "question"})
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": blocks}]
+
+
+def _decode(model: Any, cache: Any, first_logits: torch.Tensor, n_prompt: int, eos: set[int], tokenizer: Any
+            ) -> list[int]:
+    from ragcache.engine import kv as kvb
+
+    out = [int(first_logits.argmax())]
+    while len(out) < MAX_NEW_TOKENS and out[-1] not in eos:
+        if "\n" in tokenizer.decode(out).strip():
+            break  # only the first answer line is scored
+        logits = kvb.forward(model, [out[-1]], cache, start=n_prompt + len(out) - 1)[-1]
+        out.append(int(logits.argmax()))
+    return [t for t in out if t not in eos]
+
+
+def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
+    from ragcache.engine import kv as kvb
+    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.prompt import render_messages
+
+    model, tok, fp, chunks = ctx["model"], ctx["tokenizer"], ctx["fingerprint"], ctx["chunks"]
+    docs = _retrieve(ctx["embedder"], item)
+    prompt = render_messages(tok, _messages(item["question"], docs))
+    ids = prompt.input_ids
+    spans = [(s, e) for s, e, _ in prompt.document_spans()]
+    p = spans[0][0]  # system text + template head: the stable prefix
+    # precompute (not timed): the prefix KV once per prefix, every passage's chunk KV
+    key = tuple(ids[:p])
+    if ctx.get("prefix_key") != key:
+        c = kvb.new_cache(model)
+        kvb.forward(model, ids[:p], c, start=0)
+        ctx["prefix_key"], ctx["prefix_tensors"] = key, kvb.cache_tensors(c)
+    for _, _, piece in prompt.document_spans():
+        chunks.lookup_or_compute(model, fp, piece.ids)
+    eos = ctx["eos"]
+    out: dict[str, dict] = {}
+
+    def record(name: str, ttft: float, logits: torch.Tensor, cache: Any, **extra: Any) -> None:
+        toks = _decode(model, cache, logits, len(ids), eos, tok)
+        out[name] = {"ttft_s": ttft, "first_token": int(logits.argmax()), "answer": tok.decode(toks),
+                     "_logits": logits, **extra}
+
+    t0 = time.perf_counter()
+    cache = kvb.new_cache(model)
+    logits = kvb.forward(model, ids, cache, start=0)[-1]
+    record("full prefill", time.perf_counter() - t0, logits, cache, tokens_computed=len(ids))
+
+    t0 = time.perf_counter()
+    cache = kvb.cache_from_tensors(model, *ctx["prefix_tensors"])
+    logits = kvb.forward(model, ids[p:], cache, start=p)[-1]
+    record("prefix cache", time.perf_counter() - t0, logits, cache, tokens_computed=len(ids) - p)
+
+    for r in [0.0] + list(ratios):
+        t0 = time.perf_counter()
+        pc = kvb.cache_from_tensors(model, *ctx["prefix_tensors"])
+        kvs = [chunks.lookup_or_compute(model, fp, ids[s:e]) for s, e in spans]
+        assert all(hit for _, hit in kvs), "chunk KVs must be precomputed before timing"
+        res = blend_prefill(model, ids, prefix_len=p, prefix_cache=pc, doc_spans=spans,
+                            chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r)
+        name = "full reuse (r=0)" if r == 0 else f"cacheblend r={r:.2f}"
+        record(name, time.perf_counter() - t0, res.last_logits, res.cache, recompute_ratio=r,
+               tokens_computed=len(res.selected), tokens_recomputed=res.tokens_recomputed)
+
+    full = out["full prefill"]
+    full_logits = full["_logits"]
+    row = {"question": item["question"], "gold": item["answers"], "prompt_tokens": len(ids),
+           "doc_tokens": sum(e - s for s, e in spans), "prefix_tokens": p, "methods": {}}
+    for name, m in out.items():
+        logits = m.pop("_logits")
+        m["first_token_equal"] = m["first_token"] == full["first_token"]
+        m["f1_vs_full"] = token_f1(m["answer"], full["answer"])
+        m["kl_first_token"] = kl_divergence(full_logits, logits)
+        m["f1_gold"] = best_f1(m["answer"], item["answers"])
+        row["methods"][name] = m
+    return row
+
+
+def _summary(rows: list[dict]) -> dict[str, dict]:
+    names = list(rows[0]["methods"]) if rows else []
+    full_ttft = statistics.fmean(r["methods"]["full prefill"]["ttft_s"] for r in rows) if rows else math.nan
+    out = {}
+    for name in names:
+        ms = [r["methods"][name] for r in rows]
+        ttft = statistics.fmean(m["ttft_s"] for m in ms)
+        out[name] = {
+            "recompute_ratio": ms[0].get("recompute_ratio"),
+            "mean_ttft_s": ttft,
+            "ttft_speedup_vs_full": full_ttft / ttft,
+            "first_token_agreement": statistics.fmean(float(m["first_token_equal"]) for m in ms),
+            "f1_vs_full": statistics.fmean(m["f1_vs_full"] for m in ms),
+            "kl_first_token": statistics.fmean(m["kl_first_token"] for m in ms),
+            "f1_gold": statistics.fmean(m["f1_gold"] for m in ms),
+            "mean_tokens_computed": statistics.fmean(m["tokens_computed"] for m in ms),
+        }
+    return out
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _plot(summary: dict[str, dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blend = sorted((m["recompute_ratio"], m) for m in summary.values() if m["recompute_ratio"] is not None)
+    rs = [r for r, _ in blend]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    a1.plot(rs, [m["mean_ttft_s"] for _, m in blend], "o-", label="CacheBlend (r=0: full reuse)")
+    a1.axhline(summary["full prefill"]["mean_ttft_s"], color="red", ls="--", label="full prefill")
+    a1.axhline(summary["prefix cache"]["mean_ttft_s"], color="gray", ls=":", label="prefix cache only")
+    a1.set_xlabel("recompute ratio r")
+    a1.set_ylabel("mean TTFT (s)")
+    a1.set_ylim(bottom=0)
+    a1.legend()
+    a1.set_title("TTFT")
+    a2.plot(rs, [m["first_token_agreement"] for _, m in blend], "o-", label="first-token agreement")
+    a2.plot(rs, [m["f1_vs_full"] for _, m in blend], "s-", label="answer F1 vs full prefill")
+    a2.plot(rs, [m["f1_gold"] for _, m in blend], "^-", label="F1 vs gold")
+    a2.axhline(summary["full prefill"]["f1_gold"], color="red", ls="--", label="F1 vs gold, full prefill")
+    a2.set_xlabel("recompute ratio r")
+    a2.set_ylim(0, 1.05)
+    a2.legend(fontsize=8)
+    a2.set_title("fidelity")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(data: str, start: int = 0, end: int = 50, json_path: str = "bench/results/blend.json",
+         plot_path: str = "bench/results/blend.png", ratios: list[float] | None = None,
+         console: Console | None = None) -> dict:
+    """Run the benchmark on items ``[start, end)`` of ``data`` (musique_s.json).
+
+    Writes the JSON after every item (a partial run keeps what it measured) and the PNG at the
+    end; Ctrl-C stops after the current item and still reports the items done. Set
+    ``RAGCACHE_BENCH_THREADS`` to pin torch's thread count (1 on a machine shared with others).
+
+    Raises:
+        FileNotFoundError: ``data`` does not exist (the message names the expected file).
+        ValueError: an empty item range or a ratio outside (0, 1].
+    """
+    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.stores import MemoryChunkStore
+    from ragcache.models import load_embedder, load_model
+
+    console = console or Console()
+    if os.environ.get("RAGCACHE_BENCH_THREADS"):  # e.g. 1 on a machine shared with other jobs
+        torch.set_num_threads(int(os.environ["RAGCACHE_BENCH_THREADS"]))
+    ratios = [0.05, 0.10, 0.15, 0.30] if ratios is None else [float(r) for r in ratios]
+    if any(not 0.0 < r <= 1.0 for r in ratios):
+        raise ValueError(f"ratios must be in (0, 1]; got {ratios} (r = 0, full reuse, always runs)")
+    path = Path(data).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: pass --data ../shared/data/musique_s.json")
+    items = json.loads(path.read_text())[start:end]
+    if not items:
+        raise ValueError(f"no items in range [{start}, {end}) of {path}")
+    loaded = load_model()
+    ctx = {"model": loaded.model, "tokenizer": loaded.tokenizer, "fingerprint": loaded.fingerprint.digest,
+           "embedder": load_embedder(), "chunks": ChunkCache(MemoryChunkStore(max_bytes=4 << 30)),
+           "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}}
+    payload: dict[str, Any] = {
+        "benchmark": "cacheblend-musique", "data": str(path), "items": [start, start + len(items)],
+        "machine": machine(), "model": str(loaded.fingerprint), "top_k": TOP_K, "max_new_tokens": MAX_NEW_TOKENS,
+        "chunk_dtype": "float16", "ratios": ratios, "complete": False, "summary": {}, "per_item": [],
+    }
+    jpath = Path(json_path)
+    rows: list[dict] = []
+    try:
+        for i, item in enumerate(items):
+            rows.append(_run_item(ctx, item, ratios))
+            payload["per_item"], payload["summary"] = rows, _summary(rows)
+            payload["items"] = [start, start + len(rows)]
+            _write_json(jpath, payload)
+            full = rows[-1]["methods"]["full prefill"]
+            blend = rows[-1]["methods"].get("cacheblend r=0.15") or rows[-1]["methods"]["full reuse (r=0)"]
+            console.print(f"[{start + i}] {rows[-1]['prompt_tokens']} tokens, full {full['ttft_s']:.2f}s, "
+                          f"blend {blend['ttft_s']:.2f}s | full: {full['answer']!r} | blend: {blend['answer']!r}")
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted after {len(rows)} of {len(items)} items; reporting those[/yellow]")
+    payload["complete"] = len(rows) == len(items)
+    if rows:
+        _write_json(jpath, payload)
+        report(payload, plot_path=plot_path, console=console)
+    return payload
+
+
+def report(payload: dict | str, *, plot_path: str | None = None, console: Console | None = None) -> dict:
+    """Print the summary table of a (possibly partial) run and draw its PNG.
+
+    Args:
+        payload: the results dict of :func:`main` or the path of its JSON file.
+        plot_path: where to write the PNG (``None``: no plot).
+    """
+    if isinstance(payload, str | os.PathLike):
+        payload = json.loads(Path(payload).read_text())
+    console = console or Console()
+    rows, summary = payload["per_item"], payload["summary"]
+    first, last = payload["items"][0], payload["items"][0] + len(rows) - 1
+    title = (f"CacheBlend on MuSiQue items {first}-{last} ({len(rows)} questions, mean prompt "
+             f"{statistics.fmean(r['prompt_tokens'] for r in rows):.0f} tokens; {payload['machine']})")
+    table = Table(title=title)
+    for col in ("method", "TTFT (s)", "speed-up", "1st token =", "F1 vs full", "KL 1st token", "F1 gold"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for name, m in summary.items():
+        table.add_row(name, f"{m['mean_ttft_s']:.2f}", f"{m['ttft_speedup_vs_full']:.2f}x",
+                      f"{m['first_token_agreement']:.2f}", f"{m['f1_vs_full']:.2f}", f"{m['kl_first_token']:.3f}",
+                      f"{m['f1_gold']:.3f}")
+    console.print(table)
+    if plot_path:
+        _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} questions), "
+                                        f"top-{TOP_K} passages; {payload['machine']}")
+    return payload
+
+
+if __name__ == "__main__":  # python -m ragcache.bench.blend DATA [START END]
+    import sys
+
+    a = sys.argv[1:]
+    main(a[0], *(int(x) for x in a[1:3]))

@@ -1,0 +1,43 @@
+"""Scoring helpers of the CacheBlend benchmark (no model needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragcache.bench.blend import _summary, best_f1, kl_divergence, normalize_answer, token_f1
+
+
+def test_normalize_answer_follows_cacheblend():
+    assert normalize_answer("The  Exeter College.\nsecond line") == "exeter college"
+    assert normalize_answer("An apple, a pear!") == "apple pear"
+
+
+def test_token_f1_and_best_of_golds():
+    assert token_f1("Exeter College", "exeter college") == 1.0
+    assert token_f1("at Exeter", "Exeter College") == pytest.approx(0.5)
+    assert token_f1("", "") == 1.0 and token_f1("x", "") == 0.0 and token_f1("cat", "dog") == 0.0
+    assert best_f1("Oxford", ["Exeter College", "Oxford"]) == 1.0
+
+
+def test_kl_divergence():
+    a = torch.tensor([1.0, 2.0, 3.0])
+    assert kl_divergence(a, a) == pytest.approx(0.0, abs=1e-7)
+    b = torch.tensor([3.0, 2.0, 1.0])
+    p, q = torch.softmax(a, 0), torch.softmax(b, 0)
+    assert kl_divergence(a, b) == pytest.approx(float((p * (p / q).log()).sum()), rel=1e-5)
+
+
+def test_summary_ratios():
+    def m(ttft, eq, r=None):
+        return {"ttft_s": ttft, "first_token_equal": eq, "f1_vs_full": float(eq), "kl_first_token": 0.1,
+                "f1_gold": 0.5, "tokens_computed": 10, "recompute_ratio": r}
+
+    rows = [{"methods": {"full prefill": m(4.0, True), "cacheblend r=0.15": m(1.0, True, 0.15)}},
+            {"methods": {"full prefill": m(2.0, True), "cacheblend r=0.15": m(1.0, False, 0.15)}}]
+    s = _summary(rows)
+    assert s["cacheblend r=0.15"]["ttft_speedup_vs_full"] == pytest.approx(3.0)
+    assert s["cacheblend r=0.15"]["first_token_agreement"] == 0.5
+    assert math.isclose(s["full prefill"]["mean_ttft_s"], 3.0)
