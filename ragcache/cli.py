@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import sys
 from pathlib import Path
@@ -15,7 +16,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table and write JSON.")
 app.add_typer(bench_app, name="bench")
 console = Console()
+if not console.is_terminal:  # piped output: rich would fall back to 80 columns and wrap the tables word by word
+    console = Console(width=160)
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+class BackendName(str, enum.Enum):
+    local = "local"
+    anthropic_local = "anthropic-local"
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -29,8 +37,7 @@ def _run(fn, *args, **kwargs):
 
     try:
         return fn(*args, **kwargs)
-    except (ValueError, ModelNotFoundError, ImportError, FileNotFoundError, PermissionError,
-            NotADirectoryError) as e:
+    except (ValueError, ModelNotFoundError, ImportError, OSError) as e:
         _fail(str(e))
 
 
@@ -43,7 +50,7 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at IN
 def demo(
     model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M-Instruct)."),
     embedder: Optional[str] = typer.Option(None, help="sentence-transformers model (default: packaged all-MiniLM-L6-v2)."),
-    backend: str = typer.Option("local", help="'local' (transformers engine) or 'anthropic-local' (real anthropic SDK "
+    backend: BackendName = typer.Option(BackendName.local, help="'local' (transformers engine) or 'anthropic-local' (real anthropic SDK "
                                               "against ragcache's local Anthropic-compatible server)."),
     top_k: int = typer.Option(4, min=1, help="Documents retrieved per question."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
@@ -53,7 +60,7 @@ def demo(
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.demo import demo as run
 
-    _run(run, model=model, embedder=embedder, backend=backend, top_k=top_k, max_new_tokens=max_new_tokens,
+    _run(run, model=model, embedder=embedder, backend=backend.value, top_k=top_k, max_new_tokens=max_new_tokens,
          chunk_cache=chunk_cache, recompute_ratio=recompute_ratio, console=console)
 
 
@@ -78,7 +85,7 @@ def bench_prefix(
     json_path: str = typer.Option("bench/results/prefix.json", "--json", help="Where to write the JSON results."),
     prefix_tokens: int = typer.Option(2000, help="Length of the stable system prefix (tokens)."),
     question_tokens: int = typer.Option(50, help="Length of each question (tokens)."),
-    questions: int = typer.Option(5, min=1, help="Number of different questions."),
+    questions: int = typer.Option(5, min=1, max=5, help="Number of different questions."),
     model: Optional[str] = typer.Option(None),
 ) -> None:
     """TTFT with and without a warm exact prefix cache."""
@@ -128,7 +135,7 @@ def bench_provider(json_path: str = typer.Option("bench/results/provider.json", 
 def serve(
     anthropic: bool = typer.Option(False, "--anthropic", help="Serve the Anthropic Messages API (required)."),
     host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8788),
+    port: int = typer.Option(8788, min=1, max=65535),
     model: Optional[str] = typer.Option(None),
 ) -> None:
     """Local Anthropic-compatible server with prompt-caching semantics, answered by the local engine."""

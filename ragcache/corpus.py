@@ -163,6 +163,11 @@ def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Ch
         except (OSError, UnicodeDecodeError) as e:
             unreadable.append(f"{f}: {e.__class__.__name__}")
             continue
+        if "\x00" in text:
+            unreadable.append(f"{f}: binary (NUL bytes)")
+            continue
+        if not text.strip():
+            continue
         rel = str(f.relative_to(root)) if root.is_dir() else f.name
         chunks.extend(_pack([text], rel, max_chars))
     if not chunks:

@@ -47,6 +47,19 @@ DEMO_SESSION: tuple[Turn, ...] = (
 )
 
 
+DEMO_SYSTEM = """You are the documentation assistant for the Python standard library.
+Rules for every answer:
+1. Answer only from the documents given with the question; they are excerpts of the standard library's
+   own docstrings. If they do not contain the answer, say that the documents do not cover it.
+2. Name the module, class or function you rely on, with its full dotted name (for example csv.DictReader).
+3. Prefer the simplest standard-library approach; do not suggest third-party packages.
+4. Keep answers short: two to four sentences, then at most one short code example.
+5. When a function has an important keyword argument for the task, name it and say what it does.
+6. Do not invent parameters, defaults or return values that the documents do not state.
+7. If the question is a follow-up, use the earlier turns of the conversation to resolve what "it" means.
+8. Write plain text; use backticks only around code."""
+
+
 def build_engine(model: str | None, *, chunk_cache: bool = True, recompute_ratio: float = 0.15) -> Any:
     from ragcache.engine.engine import LocalEngine
 
@@ -167,11 +180,12 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
-def _make_rag(engine: Any, backend: Any, embedder_name: str | None, max_new_tokens: int) -> RagCache:
+def _make_rag(engine: Any, backend: Any, embedder_name: str | None, max_new_tokens: int,
+              semantic_path: Any = None) -> RagCache:
     from ragcache.semantic import SemanticCache
 
-    semantic = SemanticCache(None, embedder=load_embedder(embedder_name))
-    return RagCache(backend, semantic=semantic, max_new_tokens=max_new_tokens)
+    semantic = SemanticCache(semantic_path, embedder=load_embedder(embedder_name))
+    return RagCache(backend, semantic=semantic, system=DEMO_SYSTEM, max_new_tokens=max_new_tokens)
 
 
 def demo(*, model: str | None = None, embedder: str | None = None, backend: str = "local", top_k: int = 4,
@@ -181,9 +195,11 @@ def demo(*, model: str | None = None, embedder: str | None = None, backend: str 
     console = console or Console()
     t0 = time.perf_counter()
     console.rule("ragcache demo: RAG over the Python standard library's documentation")
+    if backend not in ("local", "anthropic-local"):
+        raise ValueError(f"unknown backend {backend!r}: use 'local' or 'anthropic-local'")
+    emb = load_embedder(embedder)
     with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
         engine = build_engine(model, chunk_cache=chunk_cache and backend == "local", recompute_ratio=recompute_ratio)
-    emb = load_embedder(embedder)
     chunks = stdlib_chunks()
     retriever = build_retriever(chunks, emb, f"{stdlib_corpus_id()}-{emb.fingerprint[:8]}")
     console.print(f"model {engine.fingerprint} | embedder {emb.name} | {len(chunks)} chunks "
@@ -208,6 +224,8 @@ def ask(question: str, docs: str, *, model: str | None = None, embedder: str | N
     console = console or Console()
     if not question or not question.strip():
         raise ValueError("question is empty: ask something, e.g. ragcache ask --docs notes/ \"How do I ...?\"")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
     chunks = folder_chunks(docs)
     emb = load_embedder(embedder)
     from ragcache.hashing import hash_value
@@ -215,10 +233,14 @@ def ask(question: str, docs: str, *, model: str | None = None, embedder: str | N
     corpus_id = "docs-" + hash_value([c.content_hash for c in chunks])[:16]
     retriever = build_retriever(chunks, emb, f"{corpus_id}-{emb.fingerprint[:8]}")
     engine = build_engine(model)
-    rag = _make_rag(engine, LocalBackend(engine), embedder, max_new_tokens)
+    # answers persist under $RAGCACHE_HOME/answers: asking again (in other words) is served without the model
+    rag = _make_rag(engine, LocalBackend(engine), embedder, max_new_tokens, ragcache_home() / "answers")
     hits = retriever.search(question, k=top_k)
-    a = rag.answer(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in hits])
+    try:
+        a = rag.answer(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in hits])
+    finally:
+        rag.semantic.close()
     console.print(a.text)
-    console.print(f"[dim]sources: {', '.join(r.chunk.id for r in hits)} | served by {a.layer} | "
+    console.print(f"[dim]sources: {', '.join(f'{r.chunk.id} ({r.score:.2f})' for r in hits)} | served by {a.layer} | "
                   f"TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}[/dim]")
     return a

@@ -108,7 +108,7 @@ def _convert_embedded_gguf(target: Path) -> None:
     gguf = pkg / _SMOLLM_GGUF
     if not gguf.is_file():
         raise ModelNotFoundError(f"{gguf} is missing; reinstall with: {_SMOLLM_INSTALL} --force-reinstall")
-    log.warning("first load: converting %s to safetensors under %s (once, ~40 s)", gguf.name, target)
+    log.info("first load: converting %s to safetensors under %s (once, ~40 s)", gguf.name, target)
     # transformers shows a tqdm progress bar over the GGUF tensors during de-quantisation.
     tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=_SMOLLM_GGUF)
     model = AutoModelForCausalLM.from_pretrained(str(pkg), gguf_file=_SMOLLM_GGUF, dtype="float32")
@@ -131,6 +131,20 @@ def _convert_embedded_gguf(target: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _check_safetensors(path: Path) -> None:
+    """Raise ValueError if ``path`` is not a complete safetensors file (header and data sizes)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = list(f.keys())
+            if not keys:
+                raise ValueError(f"{path} holds no tensors")
+            f.get_slice(keys[-1])
+    except Exception as e:  # safetensors raises its own SafetensorError for truncated files
+        raise ValueError(f"{path} is not a readable safetensors file: {e}") from None
+
+
 def embedded_model_dir() -> Path:
     """Directory of the converted embedded LLM (converting it on first use).
 
@@ -143,7 +157,8 @@ def embedded_model_dir() -> Path:
         try:
             json.loads((target / "ragcache_source.json").read_text())
             json.loads((target / "config.json").read_text())
-        except (OSError, ValueError):
+            _check_safetensors(target / "model.safetensors")
+        except (OSError, ValueError, RuntimeError):
             log.warning("converted model under %s is corrupt; converting again", target)
             ok = False
     if not ok:
@@ -175,6 +190,13 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     else:
         path = Path(name_or_path).expanduser()
         name = str(name_or_path)
+        looks_like_path = str(name_or_path).startswith(("/", ".", "~")) or path.exists()
+        if looks_like_path and not path.is_dir():
+            raise ModelNotFoundError(f"--model path {str(path)!r} does not exist or is not a directory: give a "
+                                     "folder with config.json, *.safetensors and tokenizer files")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"--model folder {str(path)!r} has no config.json: give a Hugging Face model "
+                                     "folder (config.json, *.safetensors, tokenizer files)")
         if path.is_dir():
             st = sorted(path.glob("*.safetensors"))
             revision = _sha256_file(st[0]) if st else hashlib.sha256(str(path.resolve()).encode()).hexdigest()
@@ -184,11 +206,13 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    except OSError as e:
-        raise ModelNotFoundError(
-            f"cannot load model {name_or_path!r}: {e}. Give a local directory with config.json, "
-            "*.safetensors and tokenizer files, or omit --model to use the embedded SmolLM2-135M-Instruct."
-        ) from None
+    except Exception as e:  # transformers raises OSError, ValueError, SafetensorError...
+        if name == DEFAULT_MODEL:
+            fix = f"delete the folder {path} and run again to convert the packaged model anew"
+        else:
+            fix = ("give a local folder with config.json, *.safetensors and tokenizer files, or omit --model "
+                   "to use the embedded SmolLM2-135M-Instruct")
+        raise ModelNotFoundError(f"cannot load model {name!r} from {path}: {str(e).rstrip('.')}. Fix: {fix}") from None
     if revision == "hub":
         revision = getattr(model.config, "_commit_hash", None) or "hub"
     model.to(device).eval()
