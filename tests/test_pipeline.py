@@ -119,3 +119,28 @@ def test_corrupt_model_cache_is_rebuilt_or_clear(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith(".gguf")
     assert "corrupt" in r.stderr
+
+
+def test_truncated_safetensors_detected(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from ragcache.models import ModelNotFoundError, _check_safetensors, load_model
+
+    f = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(64, 64)}, str(f))
+    _check_safetensors(f)
+    f.write_bytes(f.read_bytes()[:200])
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        _check_safetensors(f)
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        load_model(str(tmp_path / "missing"))
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_folder_chunks_skips_binary(tmp_path):
+    (tmp_path / "nul.txt").write_bytes(b"\x00" * 100)
+    (tmp_path / "ok.md").write_text("Backups run nightly at 02:30 UTC.")
+    chunks = folder_chunks(tmp_path)
+    assert [c.source for c in chunks] == ["ok.md"]
