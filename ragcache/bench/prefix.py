@@ -31,7 +31,10 @@ QUESTION_STEMS = (
 
 
 def machine() -> str:
-    return f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
+    import torch
+
+    return (f"{platform.machine()} CPU, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__} ({torch.get_num_threads()} threads), no GPU")
 
 
 def _fit(tokenizer, text: str, n: int) -> str:
