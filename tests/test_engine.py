@@ -170,3 +170,14 @@ def test_chunk_cache_r1_equals_full_prefill(tiny):
     assert full.stats.docs_hit == 2
     assert (full.first_logits - ref.first_logits).abs().max() < 1e-4
     assert full.token_ids == ref.token_ids
+
+
+def test_chunked_suffix_prefill_is_exact(engine):
+    engine.PREFILL_CHUNK = 7  # force several chunks after the prefix hit
+    m = msgs("Explain how heapq.merge works on several sorted inputs and what it returns.")
+    ref = engine.generate(m, max_new_tokens=8, use_prefix_cache=False)
+    engine.generate(msgs("warm the system prefix"), max_new_tokens=1)
+    hit = engine.generate(m, max_new_tokens=8)
+    assert hit.stats.prefix_tokens_reused > 0 and hit.stats.prefill_tokens_computed > 7
+    assert (hit.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert hit.token_ids == ref.token_ids
