@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
+from ragcache.atomic import atomic_write_bytes
 from ragcache.corpus import Chunk
 from ragcache.hashing import hash_value
 
@@ -30,20 +29,6 @@ log = logging.getLogger(__name__)
 class Retrieved:
     chunk: Chunk
     score: float  # cosine similarity in [-1, 1]
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Retriever:
@@ -84,11 +69,11 @@ class Retriever:
     def _save(self) -> None:
         d = self.index_dir
         d.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(d / "index.faiss", faiss.serialize_index(self.index).tobytes())
+        atomic_write_bytes(d / "index.faiss", faiss.serialize_index(self.index).tobytes())
         chunks = [{"id": c.id, "text": c.text, "source": c.source} for c in self.chunks]
-        _atomic_write_bytes(d / "chunks.json", json.dumps(chunks).encode())
+        atomic_write_bytes(d / "chunks.json", json.dumps(chunks).encode())
         meta = {"key": self._key, "count": len(self.chunks), "embedder": self.embedder.name}
-        _atomic_write_bytes(d / "meta.json", json.dumps(meta).encode())  # written last: marks completeness
+        atomic_write_bytes(d / "meta.json", json.dumps(meta).encode())  # written last: marks completeness
 
     def _load(self) -> bool:
         d = self.index_dir

@@ -27,7 +27,6 @@ import platform
 import re
 import statistics
 import string
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +35,8 @@ from typing import Any
 import torch
 from rich.console import Console
 from rich.table import Table
+
+from ragcache.atomic import atomic_write_json
 
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
@@ -194,12 +195,7 @@ def _summary(rows: list[dict]) -> dict[str, dict]:
 
 
 def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_json(path, payload, indent=1)
 
 
 def _plot(summary: dict[str, dict], path: Path, title: str) -> None:

@@ -8,16 +8,14 @@ computed once by an earlier, different question). Prints a table and writes JSON
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import tempfile
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.atomic import atomic_write_json
 from ragcache.corpus import stdlib_chunks
 
 QUESTION_STEMS = (
@@ -124,9 +122,4 @@ def _shared_prefix_len(seqs: list[list[int]]) -> int:
 
 
 def _write_json(path: str, data: dict) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, p)
+    atomic_write_json(path, data)

@@ -14,10 +14,10 @@ or corrupt snapshot is rebuilt from the vectors in SQLite. Nothing is pickled.
 
 from __future__ import annotations
 
+from ragcache.atomic import atomic_write_bytes
+
 import json
-import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,24 +62,6 @@ class EntryRow:
     accessed: float
     expires: float | None
     hits: int
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class SQLiteStore:
