@@ -89,7 +89,7 @@ def _module_items(modname: str) -> list[str]:
     return items
 
 
-def split_text(text: str, source: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
+def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
     """Split ``text`` into pieces of at most ``max_chars`` at paragraph, then line, boundaries."""
     out: list[str] = []
     buf = ""
@@ -119,7 +119,7 @@ def _pack(items: Iterable[str], source: str, max_chars: int) -> list[Chunk]:
     chunks: list[Chunk] = []
     buf = ""
     for item in items:
-        for piece in split_text(item, source, max_chars):
+        for piece in split_text(item, max_chars):
             if buf and len(buf) + len(piece) + 2 > max_chars:
                 chunks.append(Chunk(f"{source}#{len(chunks)}", buf, source))
                 buf = ""

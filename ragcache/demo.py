@@ -180,7 +180,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
-def _make_rag(engine: Any, backend: Any, embedder_name: str | None, max_new_tokens: int,
+def _make_rag(backend: Any, embedder_name: str | None, max_new_tokens: int,
               semantic_path: Any = None) -> RagCache:
     from ragcache.semantic import SemanticCache
 
@@ -206,7 +206,7 @@ def demo(*, model: str | None = None, embedder: str | None = None, backend: str 
                   f"({'index loaded from disk' if retriever.loaded_from_disk else 'index built and saved'}) | "
                   f"backend {backend} | top-k {top_k}")
     with _backend(backend, engine) as be:
-        rag = _make_rag(engine, be, embedder, max_new_tokens)
+        rag = _make_rag(be, embedder, max_new_tokens)
         answers = run_session(rag, retriever, DEMO_SESSION, top_k=top_k, console=console, backend=backend)
         summary = summarize(answers, console, rag)
     summary["wall_s"] = time.perf_counter() - t0
@@ -234,7 +234,7 @@ def ask(question: str, docs: str, *, model: str | None = None, embedder: str | N
     retriever = build_retriever(chunks, emb, f"{corpus_id}-{emb.fingerprint[:8]}")
     engine = build_engine(model)
     # answers persist under $RAGCACHE_HOME/answers: asking again (in other words) is served without the model
-    rag = _make_rag(engine, LocalBackend(engine), embedder, max_new_tokens, ragcache_home() / "answers")
+    rag = _make_rag(LocalBackend(engine), embedder, max_new_tokens, ragcache_home() / "answers")
     hits = retriever.search(question, k=top_k)
     try:
         a = rag.answer(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in hits])

@@ -222,8 +222,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
 def tiny_llama(seed: int = 0, **overrides: Any) -> LoadedModel:
     """A tiny random Llama model (float32) with a real tokenizer, for fast exactness tests.
 
-    Uses the embedded SmolLM2 tokenizer (49,152 ids) when the converted model exists or the
-    package is installed; the config defaults to 2 layers... overridable (e.g. ``num_hidden_layers=4``).
+    Uses the embedded SmolLM2 tokenizer (49,152 ids; converting the packaged model on first use).
+    The default config has 4 layers, 4 query heads and 2 KV heads of width 16; any
+    ``LlamaConfig`` field can be overridden (e.g. ``num_hidden_layers=2``).
     """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM

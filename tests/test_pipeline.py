@@ -1,6 +1,5 @@
 """Corpus, retriever, pipeline and CLI bad-input handling (real FAISS, real embedder)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -29,7 +28,7 @@ def test_stdlib_corpus_is_stable_and_chunked():
 
 def test_split_text_bounds():
     text = "\n\n".join(["x" * 500] * 5 + ["y " * 2000])
-    parts = split_text(text, "t", 1000)
+    parts = split_text(text, 1000)
     assert all(len(p) <= 1000 for p in parts)
     assert "".join(parts).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
 
