@@ -389,9 +389,9 @@ def lint_cli(path: str, against: str | None = None) -> int:
     with ``against``, show where two renders first diverge. Prints a rich report.
 
     Returns the exit code: 0 clean, 1 volatile text in a stable part or a divergence
-    before the final user block, 2 unreadable input. See :mod:`ragcache.providers.lint`.
+    before the final user block, 2 unreadable input. See :mod:`ragcache.app.lint`.
     """
-    from ragcache.providers.lint import run_lint
+    from ragcache.app.lint import run_lint
 
     return run_lint(path, against)
 

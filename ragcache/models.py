@@ -219,40 +219,6 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     return LoadedModel(model, tokenizer, ModelFingerprint(name, revision, _dtype_name(dtype)))
 
 
-def tiny_llama(seed: int = 0, **overrides: Any) -> LoadedModel:
-    """A tiny random Llama model (float32) with a real tokenizer, for fast exactness tests.
-
-    Uses the embedded SmolLM2 tokenizer (49,152 ids; converting the packaged model on first use).
-    The default config has 4 layers, 4 query heads and 2 KV heads of width 16; any
-    ``LlamaConfig`` field can be overridden (e.g. ``num_hidden_layers=2``).
-    """
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok_dir = embedded_model_dir()
-    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-    cfg = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=2048,
-        rope_theta=10000.0,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
-    cfg.update(overrides)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.float32).eval()
-    rev = hashlib.sha256(json.dumps({"seed": seed, **{k: str(v) for k, v in cfg.items()}}, sort_keys=True).encode())
-    return LoadedModel(model, tokenizer, ModelFingerprint("tiny-llama", rev.hexdigest(), "float32"))
-
-
 class Embedder:
     """Sentence embedder returning L2-normalised float32 vectors.
 

@@ -100,7 +100,7 @@ class RagCache:
     """Runs the caching layers for each question.
 
     Args:
-        backend: a :class:`LocalBackend` or :class:`ragcache.providers.anthropic.AnthropicBackend`.
+        backend: a :class:`LocalBackend` or :class:`ragcache.anthropic.backend.AnthropicBackend`.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
         system: default system text (stable: it goes first and is cached).
         namespace: tenant; answers never cross namespaces.

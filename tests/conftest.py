@@ -9,7 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny():
     """A tiny random float32 Llama model with the embedded SmolLM2 tokenizer."""
-    from ragcache.models import tiny_llama
+    from ragcache.testing import tiny_llama
 
     return tiny_llama(seed=0)
 

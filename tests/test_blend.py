@@ -13,7 +13,7 @@ from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill, select_hkvd
 from ragcache.engine.chunk_cache import ChunkCache
 from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
-from ragcache.models import tiny_llama
+from ragcache.testing import tiny_llama
 
 DOCS = [
     "The cat sat on the mat and looked at the garden for a long while.",

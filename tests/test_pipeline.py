@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from ragcache.corpus import folder_chunks, split_text, stdlib_chunks
+from ragcache.app.corpus import folder_chunks, split_text, stdlib_chunks
 from ragcache.engine.engine import LocalEngine
 from ragcache.pipeline import LocalBackend, RagCache
-from ragcache.retrieval import Retriever
+from ragcache.app.retrieval import Retriever
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_folder_chunks_errors(tmp_path):
 
 
 def test_pipeline_layers(embedder):
-    from ragcache.models import tiny_llama
+    from ragcache.testing import tiny_llama
     from ragcache.semantic import SemanticCache
 
     engine = LocalEngine(tiny_llama(seed=1, initializer_range=0.2))  # wide init: varied, non-blank answers
@@ -84,7 +84,7 @@ def test_pipeline_layers(embedder):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "ragcache.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ragcache.app.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300)
 
 

@@ -7,7 +7,7 @@ import torch
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.rope import RopeSpec, apply_rope, rerotate_keys
-from ragcache.models import tiny_llama
+from ragcache.testing import tiny_llama
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 64, "rope_theta": 10000.0}

@@ -4,7 +4,7 @@ import random
 import threading
 
 from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.testing import HashingEmbedder
+from ragcache.testing import HashingEmbedder
 
 
 def test_threads_mixed_operations(tmp_path):

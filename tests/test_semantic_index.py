@@ -5,7 +5,7 @@ import pytest
 
 from ragcache.semantic.index import PartitionIndex
 from ragcache.semantic.speller import PartitionSpeller
-from ragcache.semantic.testing import HashingEmbedder
+from ragcache.testing import HashingEmbedder
 
 
 def _unit(n, d, seed=0):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.testing import HashingEmbedder
+from ragcache.testing import HashingEmbedder
 
 PK = partition_key(namespace="p", model="m", documents=[{"text": "manual v1", "id": "manual"}])
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ WRITER = textwrap.dedent(
     """
     import sys
     from ragcache.semantic import SemanticCache, partition_key
-    from ragcache.semantic.testing import HashingEmbedder
+    from ragcache.testing import HashingEmbedder
     pk = partition_key(namespace="p", model="m")
     c = SemanticCache(sys.argv[1], embedder=HashingEmbedder(), autosave_every=7)
     i = 0

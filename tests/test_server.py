@@ -10,8 +10,8 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
-from ragcache.models import tiny_llama  # noqa: E402
-from ragcache.providers.server import running_server  # noqa: E402
+from ragcache.testing import tiny_llama  # noqa: E402
+from ragcache.server.anthropic import running_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You are a terse assistant for a bicycle repair shop. Answer from the manual excerpts. " * 4

@@ -33,7 +33,8 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)
         if eng is None:
-            from ragcache.models import load_model, tiny_llama
+            from ragcache.models import load_model
+            from ragcache.testing import tiny_llama
 
             cc = None
             if chunk_cache:

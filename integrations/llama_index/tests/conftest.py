@@ -26,7 +26,7 @@ def embed_model():
 @pytest.fixture(scope="session")
 def tiny():
     """A tiny random float32 Llama (initializer_range 0.2 so that greedy tokens vary)."""
-    from ragcache.models import tiny_llama
+    from ragcache.testing import tiny_llama
 
     return tiny_llama(seed=0, initializer_range=0.2)
 

@@ -16,7 +16,7 @@ from langchain_core.outputs import ChatGeneration
 from langchain_ragcache import ChatRagCache, RagCacheSemanticCache, RagPrompt
 
 from ragcache.engine.engine import LocalEngine
-from ragcache.models import tiny_llama
+from ragcache.testing import tiny_llama
 
 DOCS = [
     Document(id="refunds", metadata={"source": "refunds.md"},

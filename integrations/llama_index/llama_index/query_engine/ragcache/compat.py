@@ -11,7 +11,7 @@ Two breaks, each fixed only when detected (nothing changes with an SDK that work
 2. ``Anthropic`` always passes ``temperature=`` to ``messages.create``, which 2.x no
    longer declares (``TypeError: unexpected keyword argument``). ``Anthropic._get_all_kwargs``
    is wrapped so that arguments the installed SDK does not declare travel in
-   ``extra_body`` (:func:`ragcache.providers.anthropic.sdk_kwargs`): the same JSON body.
+   ``extra_body`` (:func:`ragcache.anthropic.backend.sdk_kwargs`): the same JSON body.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _fix_undeclared_kwargs(anthropic_llm_cls: Any) -> bool:
 
     if "temperature" in inspect.signature(Messages.create).parameters:
         return False
-    from ragcache.providers.anthropic import sdk_kwargs
+    from ragcache.anthropic.backend import sdk_kwargs
 
     original = anthropic_llm_cls._get_all_kwargs
 

@@ -17,7 +17,7 @@ embedding 100k texts on a shared CPU). Reported: FAISS search alone and the full
 lookup (normalise + typo correction + embed + search + guards), p50/p99 in ms.
 
 Run: ``ragcache bench semantic --pairs ../shared/data/semantic_pairs_dev.jsonl``
-or ``python -m ragcache.bench.semantic PAIRS [JSON]``.
+or ``python -m ragcache.app.bench.semantic PAIRS [JSON]``.
 """
 
 from __future__ import annotations

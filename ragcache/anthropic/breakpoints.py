@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragcache.layout import PromptLayout, render_document
-from ragcache.providers.blocks import LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, flatten_request, prefix_hashes
-from ragcache.providers.pricing import min_cacheable_tokens
+from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, flatten_request, prefix_hashes
+from ragcache.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
 TokenCounter = Callable[[str], int]
@@ -126,7 +126,7 @@ def add_breakpoints(
         token_counter: tokens of a block's text; default :func:`estimate_tokens`.
 
     Raises:
-        ValueError: malformed request (see :func:`ragcache.providers.blocks.flatten_request`)
+        ValueError: malformed request (see :func:`ragcache.anthropic.blocks.flatten_request`)
             or a TTL other than "5m" / "1h".
     """
     for t in (ttl, prefix_ttl):

@@ -317,7 +317,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
     return payload
 
 
-if __name__ == "__main__":  # python -m ragcache.bench.blend DATA [START END]
+if __name__ == "__main__":  # python -m ragcache.app.bench.blend DATA [START END]
     import sys
 
     a = sys.argv[1:]

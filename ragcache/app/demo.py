@@ -20,10 +20,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ragcache.corpus import Chunk, folder_chunks, stdlib_chunks, stdlib_corpus_id
+from ragcache.app.corpus import Chunk, folder_chunks, stdlib_chunks, stdlib_corpus_id
 from ragcache.models import load_embedder, ragcache_home
 from ragcache.pipeline import Answer, LocalBackend, RagCache
-from ragcache.retrieval import Retriever
+from ragcache.app.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ def _backend(kind: str, engine: Any) -> Iterator[Any]:
     try:
         import anthropic
 
-        from ragcache.providers.anthropic import AnthropicBackend
-        from ragcache.providers.server import running_server
+        from ragcache.anthropic.backend import AnthropicBackend
+        from ragcache.server.anthropic import running_server
     except ImportError as e:
         raise ImportError(f"the anthropic backend needs the extra: pip install 'ragcache[anthropic]' ({e})") from None
     with running_server(engine) as base_url:

@@ -3,14 +3,14 @@ usage read back, cost accounted; and the pipeline backend that calls the officia
 
 >>> import anthropic
 >>> from ragcache.layout import PromptLayout
->>> from ragcache.providers.anthropic import AnthropicBackend
+>>> from ragcache.anthropic.backend import AnthropicBackend
 >>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
 >>> layout = PromptLayout.build(question="...", system="...", documents=docs)      # doctest: +SKIP
 >>> r = backend.generate(layout, max_new_tokens=256, temperature=0.0)            # doctest: +SKIP
 >>> r.stats["cache_read_tokens"], r.stats["cost_usd"], backend.stats.read_share  # doctest: +SKIP
 
 Works with ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` against the
-real API or the local server (:mod:`ragcache.providers.server`), streaming or
+real API or the local server (:mod:`ragcache.server.anthropic`), streaming or
 not. The caller's layout, tools and messages are never mutated: every request
 is built from copies.
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcache.layout import PromptLayout
-from ragcache.providers.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
-from ragcache.providers.pricing import ModelPrice
-from ragcache.providers.usage import CacheMonitor, CacheStats, UsageRecord
+from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
+from ragcache.anthropic.pricing import ModelPrice
+from ragcache.anthropic.usage import CacheMonitor, CacheStats, UsageRecord
 
 
 @dataclass(slots=True)
@@ -61,7 +61,7 @@ class AnthropicCaching:
             exact placement); default: an estimate of 3.5 bytes per token.
         prices: USD-per-MTok overrides by model family.
         clock: seconds, for TTL diagnosis.
-        warn: emit :class:`~ragcache.providers.usage.PromptCacheWarning` on a diagnosed miss.
+        warn: emit :class:`~ragcache.anthropic.usage.PromptCacheWarning` on a diagnosed miss.
     """
 
     def __init__(self, model: str, *, ttl: TTL = "5m", prefix_ttl: TTL | None = None,
@@ -84,7 +84,7 @@ class AnthropicCaching:
 
     def build(self, layout: PromptLayout, *, max_tokens: int, temperature: float | None = None,
               extra: Mapping[str, Any] | None = None) -> CachedRequest:
-        """Cached request for a layout (see :func:`~ragcache.providers.breakpoints.layout_request`)."""
+        """Cached request for a layout (see :func:`~ragcache.anthropic.breakpoints.layout_request`)."""
         return layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
                               ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
                               token_counter=self.token_counter, extra=extra)

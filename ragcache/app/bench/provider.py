@@ -4,7 +4,7 @@ A 20-question session over a fixed corpus (the docstrings of 19 Python
 standard-library functions, read with :mod:`inspect` from the running
 interpreter; over 3,000 tokens with the system text) goes through the official
 ``anthropic`` SDK to the local Anthropic-compatible server
-(:mod:`ragcache.providers.server`), which applies Anthropic's caching rules and
+(:mod:`ragcache.server.anthropic`), which applies Anthropic's caching rules and
 reports the usage fields. Every question sends the whole corpus:
 
 * **naive** -- as many RAG tutorials write it: the current date and time in the
@@ -15,7 +15,7 @@ reports the usage fields. Every question sends the whole corpus:
   writes its prefix at 1.25x and none reads it, because the prefix changes;
 * **ragcache** -- :class:`~ragcache.layout.PromptLayout` (lint moves the date into
   the volatile segment, canonical document order) with
-  :class:`~ragcache.providers.anthropic.AnthropicBackend` breakpoints.
+  :class:`~ragcache.anthropic.backend.AnthropicBackend` breakpoints.
 
 Measured: share of input tokens read from cache, written, uncached (all
 requests, and from request 2 on), cost relative to no caching at Claude Sonnet
@@ -113,10 +113,11 @@ def main(json_path: str = "bench/results/provider.json", *, model: str | None = 
 
     from ragcache.engine.engine import LocalEngine
     from ragcache.layout import PromptLayout
-    from ragcache.models import load_model, tiny_llama
-    from ragcache.providers.anthropic import AnthropicBackend, AnthropicCaching, sdk_kwargs
-    from ragcache.providers.pricing import price_for
-    from ragcache.providers.server import running_server
+    from ragcache.models import load_model
+    from ragcache.testing import tiny_llama
+    from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
+    from ragcache.anthropic.pricing import price_for
+    from ragcache.server.anthropic import running_server
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \

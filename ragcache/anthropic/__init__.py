@@ -1,15 +1,13 @@
-"""Provider prompt caching: Anthropic request building, breakpoints, usage and cost, and a
-local Anthropic-compatible server.
+"""Anthropic prompt caching, client side: request building, breakpoints, usage and cost.
 
 Modules: :mod:`.blocks` (requests as flat cacheable blocks), :mod:`.breakpoints`
 (placement), :mod:`.usage` (usage, cost, miss diagnosis), :mod:`.pricing`
-(prices, minimum cacheable lengths), :mod:`.anthropic` (SDK backend),
-:mod:`.cache_rules` and :mod:`.server` (the local server; needs the
-``anthropic`` extra), :mod:`.lint` (``ragcache lint``).
+(prices, minimum cacheable lengths), :mod:`.backend` (SDK backend). The local
+Anthropic-compatible server is :mod:`ragcache.server`.
 """
 
-from ragcache.providers.anthropic import AnthropicBackend, AnthropicCaching, ProviderResult
-from ragcache.providers.breakpoints import (
+from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, ProviderResult
+from ragcache.anthropic.breakpoints import (
                                             Breakpoint,
                                             CachedRequest,
                                             SkippedBreakpoint,
@@ -17,8 +15,8 @@ from ragcache.providers.breakpoints import (
                                             estimate_tokens,
                                             layout_request,
 )
-from ragcache.providers.pricing import MIN_CACHEABLE_TOKENS, PRICES, ModelPrice, min_cacheable_tokens, price_for
-from ragcache.providers.usage import CacheMonitor, CacheStats, PromptCacheWarning, UsageRecord
+from ragcache.anthropic.pricing import MIN_CACHEABLE_TOKENS, PRICES, ModelPrice, min_cacheable_tokens, price_for
+from ragcache.anthropic.usage import CacheMonitor, CacheStats, PromptCacheWarning, UsageRecord
 
 __all__ = [
     "AnthropicBackend", "AnthropicCaching", "Breakpoint", "CacheMonitor", "CacheStats", "CachedRequest",

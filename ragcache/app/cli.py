@@ -58,7 +58,7 @@ def demo(
     recompute_ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="CacheBlend recompute ratio r."),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
-    from ragcache.demo import demo as run
+    from ragcache.app.demo import demo as run
 
     _run(run, model=model, embedder=embedder, backend=backend.value, top_k=top_k, max_new_tokens=max_new_tokens,
          chunk_cache=chunk_cache, recompute_ratio=recompute_ratio, console=console)
@@ -74,7 +74,7 @@ def ask(
     max_new_tokens: int = typer.Option(128, min=1),
 ) -> None:
     """Answer a question over your own folder of .txt / .md files."""
-    from ragcache.demo import ask as run
+    from ragcache.app.demo import ask as run
 
     _run(run, question, docs, model=model, embedder=embedder, top_k=top_k, max_new_tokens=max_new_tokens,
          console=console)
@@ -89,7 +89,7 @@ def bench_prefix(
     model: Optional[str] = typer.Option(None),
 ) -> None:
     """TTFT with and without a warm exact prefix cache."""
-    from ragcache.bench.prefix import main
+    from ragcache.app.bench.prefix import main
 
     _run(main, json_path=json_path, prefix_tokens=prefix_tokens, question_tokens=question_tokens,
          n_questions=questions, model=model)
@@ -105,7 +105,7 @@ def bench_blend(
     ratios: str = typer.Option("0.05,0.10,0.15,0.30", help="Comma-separated recompute ratios."),
 ) -> None:
     """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue."""
-    from ragcache.bench.blend import main
+    from ragcache.app.bench.blend import main
 
     _run(main, data=data, start=start, end=end, json_path=json_path, plot_path=plot_path,
          ratios=[float(r) for r in ratios.split(",") if r.strip()])
@@ -118,7 +118,7 @@ def bench_semantic(
     scale: str = typer.Option("10000,100000", help="Stored-entry counts for the latency runs."),
 ) -> None:
     """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
-    from ragcache.bench.semantic import main
+    from ragcache.app.bench.semantic import main
 
     _run(main, pairs=pairs, json_path=json_path, scale=[int(s) for s in scale.split(",") if s.strip()])
 
@@ -126,7 +126,7 @@ def bench_semantic(
 @bench_app.command("provider")
 def bench_provider(json_path: str = typer.Option("bench/results/provider.json", "--json")) -> None:
     """Naive vs ragcache prompt layout against the local Anthropic-compatible server: cache read share and cost."""
-    from ragcache.bench.provider import main
+    from ragcache.app.bench.provider import main
 
     _run(main, json_path=json_path)
 
@@ -142,7 +142,7 @@ def serve(
     if not anthropic:
         _fail("only the Anthropic API is served: run `ragcache serve --anthropic`")
     from ragcache.engine.engine import LocalEngine
-    from ragcache.providers.server import serve as run
+    from ragcache.server.anthropic import serve as run
 
     engine = _run(LocalEngine.from_pretrained, model)
     console.print(f"serving the Anthropic Messages API on http://{host}:{port} (model {engine.fingerprint})")

@@ -7,7 +7,7 @@ offline::
 
     client = anthropic.Anthropic(base_url="http://127.0.0.1:8788", api_key="local")
 
-Prompt caching follows :mod:`ragcache.providers.cache_rules` (prefix-keyed
+Prompt caching follows :mod:`ragcache.server.cache_rules` (prefix-keyed
 entries tools -> system -> messages, 20-block lookback, per-model minimum
 cacheable length, 5m / 1h TTL refreshed on hit, at most 4 breakpoints, 1h
 before 5m) and the ``usage`` object has the real API's fields. Token counts
@@ -37,14 +37,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from ragcache.hashing import canonical_json
-from ragcache.providers.blocks import (
+from ragcache.anthropic.blocks import (
     RequestError,
     check_breakpoints,
     check_cache_control,
     flatten_request,
     prefix_hashes,
 )
-from ragcache.providers.cache_rules import CacheOutcome, ProviderPromptCache
+from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
 
 try:
     import uvicorn

@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ragcache.atomic import atomic_write_bytes
-from ragcache.corpus import Chunk
+from ragcache.app.corpus import Chunk
 from ragcache.hashing import hash_value
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
-from ragcache.corpus import stdlib_chunks
+from ragcache.app.corpus import stdlib_chunks
 
 QUESTION_STEMS = (
     "Explain how to read a CSV file with a header row and convert each row into a dictionary keyed by column name",

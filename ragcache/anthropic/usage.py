@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ragcache.providers.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
-from ragcache.providers.breakpoints import CachedRequest
-from ragcache.providers.pricing import ModelPrice, price_for, request_cost
+from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
+from ragcache.anthropic.breakpoints import CachedRequest
+from ragcache.anthropic.pricing import ModelPrice, price_for, request_cost
 
 
 class PromptCacheWarning(UserWarning):
