@@ -8,12 +8,10 @@ import pytest
 from ragcache.layout import (
     PromptLayout,
     Segment,
-    find_volatile,
-    first_divergence,
-    lint_cli,
-    move_volatile,
     render_document,
 )
+from ragcache.app.lint import run_lint as lint_cli
+from ragcache.volatile import find_volatile, first_divergence, move_volatile
 
 DOCS = [
     {"id": "b", "text": "Bees make honey.", "metadata": {"source": "wiki", "lang": "en"}},

@@ -155,7 +155,7 @@ def lint(
     against: Optional[str] = typer.Option(None, help="A second render: report the first token where they diverge."),
 ) -> None:
     """Find volatile text (dates, ids, counters) inside stable prompt segments."""
-    from ragcache.layout import lint_cli
+    from ragcache.app.lint import run_lint as lint_cli
 
     code = _run(lint_cli, path, against)
     raise typer.Exit(code or 0)

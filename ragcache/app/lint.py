@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ragcache.layout import find_volatile, first_divergence, word_tokens
+from ragcache.volatile import find_volatile, first_divergence, word_tokens
 from ragcache.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
 
