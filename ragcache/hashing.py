@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, NewType
 
@@ -99,9 +100,18 @@ def hash_chunk(model_fingerprint: str, sink_ids: Sequence[int], token_ids: Seque
     )
 
 
+def normalize_text(text: str) -> str:
+    """NFC-normalise, turn ``\\r\\n``/``\\r`` into ``\\n`` and strip outer whitespace."""
+    return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n")).strip()
+
+
 def content_hash(text: str) -> ContentHash:
-    """sha256 of a text's UTF-8 bytes (document identity for partition keys and invalidation)."""
-    return ContentHash(hashlib.sha256(text.encode("utf-8")).hexdigest())
+    """Hex sha256 of the normalised text (:func:`normalize_text`), UTF-8: a document's identity.
+
+    The one document hash: ``Segment.content_hash``, semantic partition keys and
+    ``SemanticCache.invalidate(text)`` all use it, so the text a caller passes, with or without
+    ``\r\n`` or outer whitespace, always names the same document."""
+    return ContentHash(hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest())
 
 
 def hash_value(value: Any) -> str:

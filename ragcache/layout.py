@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ragcache.hashing import content_hash
+
 from ragcache.volatile import (
     VOLATILE_METADATA_KEYS,
     VolatileFinding,
@@ -80,7 +82,14 @@ class Segment:
 
     @property
     def content_hash(self) -> str:
-        """Hex sha256 of the rendered document bytes (``render_document``)."""
+        """The document's identity: :func:`ragcache.hashing.content_hash` of its text (hex sha256 of
+        the normalised text). Partition keys and ``SemanticCache.invalidate`` use it."""
+        return content_hash(self.text)
+
+    @property
+    def render_hash(self) -> str:
+        """Hex sha256 of the rendered bytes (:func:`render_document`: id, metadata and text), which
+        is what the model sees; orders and de-duplicates documents and enters partition keys."""
         return hashlib.sha256(render_document(self).encode("utf-8")).hexdigest()
 
 
@@ -111,23 +120,73 @@ def render_document(seg: Segment) -> str:
     return f"{head}\n{normalize_text(seg.text)}\n</document>"
 
 
-def _to_document(doc: str | Mapping[str, Any] | Segment) -> Segment:
+def as_document(doc: Any) -> Segment:
+    """The one document normaliser: anything a caller or framework passes as a document, as a
+    ``document`` :class:`Segment`.
+
+    Accepts a str; a mapping with ``text`` (or ``page_content`` / ``content``), optional ``id`` (or
+    ``doc_id``) and ``metadata`` (other keys are metadata too); a document Segment; a LangChain
+    ``Document`` (``page_content``, ``metadata``, ``id``); a LlamaIndex node or ``NodeWithScore``
+    (``get_content()``, ``node_id``, ``metadata``). Metadata is copied with keys sorted.
+
+    Raises:
+        ValueError: any other type, a mapping without a string text, or a non-document Segment.
+    """
     if isinstance(doc, Segment):
         if doc.kind != "document":
             raise ValueError(f"documents must be document segments, got kind={doc.kind!r}")
-        return Segment("document", doc.text, doc.id, dict(doc.metadata))
+        return Segment("document", doc.text, doc.id, canonicalize(dict(doc.metadata)))
     if isinstance(doc, str):
         return Segment("document", doc)
     if isinstance(doc, Mapping):
         text = next((doc[k] for k in ("text", "page_content", "content") if k in doc), None)
         if not isinstance(text, str):
-            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key")
+            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key; got keys "
+                             + str(sorted(map(str, doc))))
         meta = dict(doc.get("metadata") or {})
         reserved = ("text", "page_content", "content", "metadata", "id", "doc_id")
         meta.update({k: v for k, v in doc.items() if k not in reserved})
         doc_id = doc.get("id", doc.get("doc_id"))
         return Segment("document", text, None if doc_id is None else str(doc_id), canonicalize(meta))
-    raise ValueError(f"a document must be a str, a dict or a Segment, got {type(doc).__name__}")
+    node = getattr(doc, "node", None)  # LlamaIndex NodeWithScore
+    if node is not None and hasattr(node, "get_content"):
+        doc = node
+    if isinstance(getattr(doc, "page_content", None), str):  # LangChain Document
+        doc_id = getattr(doc, "id", None)
+        return Segment("document", doc.page_content, None if doc_id is None else str(doc_id),
+                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
+    if hasattr(doc, "get_content") and hasattr(doc, "node_id"):  # LlamaIndex BaseNode
+        return Segment("document", doc.get_content(), str(doc.node_id),
+                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
+    raise ValueError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
+                     f"LlamaIndex node; got {type(doc).__name__}")
+
+
+def _history_text(content: Any) -> str:
+    """A history message's text: its text blocks joined by a blank line (how the engine joins the
+    blocks of one message); content that is not all text is its canonical JSON."""
+    if isinstance(content, Sequence) and all(
+            isinstance(b, str) or (isinstance(b, Mapping) and b.get("type", "text") == "text"
+                                   and isinstance(b.get("text"), str)) for b in content):
+        return "\n\n".join(b if isinstance(b, str) else b["text"] for b in content)
+    return json.dumps(canonicalize(content), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One block of a laid-out prompt, as a backend renders it.
+
+    Attributes:
+        kind: the segment kind (system, tools, history, document, volatile, question).
+        role: the chat role it is sent under (``system``, ``user`` or ``assistant``).
+        text: the exact text the model sees (documents: :func:`render_document` bytes).
+        doc_id: for documents, the caller's id (else a content-hash prefix); otherwise ``None``.
+    """
+
+    kind: SegmentKind
+    role: Literal["system", "user", "assistant"]
+    text: str
+    doc_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +228,7 @@ class PromptLayout:
             raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
-        docs = [_to_document(d) for d in documents]
+        docs = [as_document(d) for d in documents]
         system_text = normalize_text(system) if system is not None else None
         moved: list[str] = []
         findings: list[VolatileFinding] = []
@@ -201,14 +260,14 @@ class PromptLayout:
                 warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
                               "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=2)
         if doc_order == "canonical":
-            unique = {d.content_hash: d for d in docs}
-            docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.content_hash))
+            unique = {d.render_hash: d for d in docs}
+            docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.render_hash))
         hist = []
         for m in history:
             if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
                 raise ValueError("history entries must be {'role': 'user'|'assistant', 'content': ...} dicts")
             content = m["content"]
-            text = content if isinstance(content, str) else json.dumps(canonicalize(content), ensure_ascii=False)
+            text = content if isinstance(content, str) else _history_text(content)
             hist.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
         if volatile is not None and volatile.strip():
             moved.append(normalize_text(volatile))
@@ -258,26 +317,47 @@ class PromptLayout:
         """The document's bytes in every request (see :func:`render_document`)."""
         return render_document(seg)
 
-    def to_messages(self) -> list[dict]:
-        """Chat messages: ``[system] + history + [user: document blocks, volatile, question]``.
+    def blocks(self) -> tuple[Block, ...]:
+        """The prompt as typed blocks in prompt order: what every backend renders.
 
-        Document blocks carry ``"ragcache_kind": "document"`` and an ``id`` (the
-        caller's id, else the first 16 hex digits of the content hash); the local
-        engine caches each one's KV separately.
+        ``system`` (role system) -> ``tools`` (role system, canonical JSON) -> ``history`` (their
+        roles) -> ``document`` (role user, :func:`render_document` bytes, ``doc_id`` = the caller's
+        id, else the first 16 hex digits of the content hash) -> ``volatile`` -> ``question``
+        (role user). The final user turn is the document, volatile and question blocks.
+        """
+        out: list[Block] = []
+        for seg in self.segments:
+            if seg.kind == "document":
+                out.append(Block("document", "user", render_document(seg),
+                                 seg.id if seg.id is not None else seg.content_hash[:16]))
+            elif seg.kind == "history":
+                out.append(Block("history", seg.role or "user", seg.text))
+            elif seg.kind in ("system", "tools"):
+                out.append(Block(seg.kind, "system", seg.text))
+            else:
+                out.append(Block(seg.kind, "user", seg.text))
+        return tuple(out)
+
+    def to_messages(self) -> list[dict]:
+        """Chat messages from :meth:`blocks`: ``[system] + history + [user: document blocks,
+        volatile, question]``. Tools are not a message (providers take them apart). History
+        messages are the caller's own (copied); final-turn blocks carry ``"ragcache_kind"``
+        and, for documents, ``"id"``, which the local engine uses to cache each one's KV.
         """
         msgs: list[dict] = []
-        if self.system_text:
-            msgs.append({"role": "system", "content": self.system_text})
-        msgs += self.history
-        blocks = [
-            {"type": "text", "text": render_document(d), "ragcache_kind": "document",
-             "id": d.id if d.id is not None else d.content_hash[:16]}
-            for d in self.documents
-        ]
-        if self.volatile:
-            blocks.append({"type": "text", "text": self.volatile, "ragcache_kind": "volatile"})
-        blocks.append({"type": "text", "text": self.question, "ragcache_kind": "question"})
-        msgs.append({"role": "user", "content": blocks})
+        history = iter(self.history)
+        final: list[dict] = []
+        for b in self.blocks():
+            if b.kind == "system":
+                msgs.append({"role": "system", "content": b.text})
+            elif b.kind == "history":
+                msgs.append(next(history))
+            elif b.kind in ("document", "volatile", "question"):
+                block = {"type": "text", "text": b.text, "ragcache_kind": b.kind}
+                if b.doc_id is not None:
+                    block["id"] = b.doc_id
+                final.append(block)
+        msgs.append({"role": "user", "content": final})
         return msgs
 
     def stable_text(self) -> str:
@@ -293,6 +373,6 @@ class PromptLayout:
 
 
 __all__ = [
-    "PromptLayout", "Segment", "VolatileFinding", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
+    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
     "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens",
 ]

@@ -1,20 +1,25 @@
-"""RagCache: the facade that runs the layers in order and returns an Answer record.
+"""RagCache: the layers run as steps, the same for every entry point.
 
-    question + documents
-      1. semantic response cache  (hit -> stored answer, no model call)
-      2. prompt layout            (stable first: system, tools, documents, history, volatile, question)
-      3. backend                  (local engine: prefix + chunk KV cache; or Anthropic with breakpoints)
-      4. store the answer in the semantic cache
+    prepare   question + documents -> Request (stable-first PromptLayout + semantic partition key)
+    lookup    semantic response cache (hit -> Answer, no model call)
+    generate  backend: local engine (prefix + chunk KV cache) or a provider (prompt caching)
+    record    store the answer in the semantic cache; build the Answer
+
+``answer()`` / ``aanswer()`` run the four steps. The CLI, the LangChain adapters and the
+LlamaIndex query engine call the same steps, so one request has one layout and one partition
+whatever the entry point.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from ragcache.layout import PromptLayout
+from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, FinishReason, Layer
+from ragcache.layout import LintMode, PromptLayout
 
 DEFAULT_SYSTEM = (
     "You are a concise technical assistant. Answer the question using only the documents provided. "
@@ -22,97 +27,99 @@ DEFAULT_SYSTEM = (
 )
 
 
-@dataclass(slots=True)
-class BackendResult:
-    """What a backend returns for one prompt.
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One prepared request (:meth:`RagCache.prepare`).
 
     Attributes:
-        text: the answer. layer: which cache layer served the prefill (``prefix``, ``chunk``,
-        ``prefix+chunk``, ``model``, ``provider-cache``, ``provider``). stats: backend-specific
-        accounting (tokens reused/computed, cache write/read tokens, cost). ttft_s: seconds.
+        question: the question as asked (the embedded part of the semantic key).
+        layout: the stable-first prompt.
+        partition: the semantic cache's exact partition key (``None`` without a semantic cache).
+        namespace: tenant; max_new_tokens / temperature: generation parameters (in the partition).
     """
 
-    text: str
-    layer: str
-    stats: dict = field(default_factory=dict)
-    ttft_s: float = 0.0
+    question: str
+    layout: PromptLayout
+    partition: Any
+    namespace: str
+    max_new_tokens: int
+    temperature: float
 
 
-class Backend(Protocol):
-    """An LLM backend that answers a laid-out prompt."""
-
-    name: str
-    model_id: str
-
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
-
-
-class LocalBackend:
-    """The local transformers engine as a backend.
-
-    Args:
-        engine: a :class:`ragcache.engine.engine.LocalEngine`.
-    """
-
-    name = "local"
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.model_id = engine.fingerprint.digest
-
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
-        g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
-        s = g.stats
-        parts = [name for name, n in (("prefix", s.prefix_tokens_reused), ("chunk", s.chunk_tokens_reused)) if n]
-        return BackendResult(g.text, "+".join(parts) or "model", s.to_dict(), s.ttft_s)
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Answer:
     """One answered question and what each layer did.
 
     Attributes:
         question / text: the question and the answer.
-        layer: ``semantic`` for a semantic-cache hit, else the backend's layer.
-        similarity: cosine similarity of the semantic hit (``None`` on a miss).
-        ttft_s: time to the first token (a semantic hit: the lookup time), seconds.
-        total_s: wall time of :meth:`RagCache.answer`, seconds.
-        prompt_tokens / tokens_reused / tokens_computed: prefill accounting (0 on a semantic hit).
-        stats: the backend's full accounting; rejected: guard rejections seen in the lookup.
+        layer: ``semantic`` for a semantic-cache hit, else the backend's layer (:data:`ragcache.backend.Layer`).
+        usage: token accounting (:class:`~ragcache.backend.CacheUsage`; all zero on a semantic hit).
+        ttft_s: seconds to the first token (a semantic hit: the lookup time).
+        total_s: wall time of the request, seconds.
+        similarity / matched_question: cosine similarity and stored question of a semantic hit.
+        finish_reason: ``stop`` or ``length`` (the answer hit ``max_new_tokens``).
+        approximate / recompute_ratio: the prefill blended cached document KV (CacheBlend) at
+            this recompute ratio, so the answer may differ from a full prefill's.
+        details: the backend's extras (engine timings, provider breakpoints); display only.
     """
 
     question: str
     text: str
-    layer: str
-    similarity: float | None = None
+    layer: Layer
+    usage: CacheUsage = field(default_factory=CacheUsage)
     ttft_s: float = 0.0
     total_s: float = 0.0
-    prompt_tokens: int = 0
-    tokens_reused: int = 0
-    tokens_computed: int = 0
-    stats: dict = field(default_factory=dict)
+    similarity: float | None = None
+    matched_question: str | None = None
+    finish_reason: FinishReason = "stop"
+    approximate: bool = False
+    recompute_ratio: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    @property
+    def prompt_tokens(self) -> int:
+        return self.usage.prompt_tokens
+
+    @property
+    def tokens_reused(self) -> int:
+        return self.usage.reused
+
+    @property
+    def tokens_computed(self) -> int:
+        return self.usage.computed
+
+    @property
+    def tokens_recomputed(self) -> int:
+        return self.usage.recomputed
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["usage"] = self.usage.to_dict()
+        out["details"] = dict(self.details)
+        return out
 
 
 class RagCache:
     """Runs the caching layers for each question.
 
     Args:
-        backend: a :class:`LocalBackend` or :class:`ragcache.anthropic.backend.AnthropicBackend`.
+        backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.anthropic.AnthropicBackend`,
+            or any :class:`~ragcache.backend.Backend`.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
         system: default system text (stable: it goes first and is cached).
         namespace: tenant; answers never cross namespaces.
-        doc_order: ``canonical`` (by content, stable bytes) or ``given``.
+        doc_order: ``canonical`` (by id, then content: stable bytes) or ``given``.
         lint: what to do with volatile text (dates, ids) found in stable segments: ``warn``,
-            ``move`` (into the volatile segment), ``raise`` or ``off``.
+            ``move`` (into the volatile segment, which stays in the partition), ``raise`` or ``off``.
         max_new_tokens / temperature: generation parameters (part of the semantic partition).
+        cache_truncated: also store answers cut at ``max_new_tokens`` (``finish_reason == "length"``);
+            off by default. A stored truncated answer is only ever served within its own
+            ``max_new_tokens`` (the budget is in the partition).
     """
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
-                 namespace: str = "default", doc_order: str = "canonical", lint: str = "move",
-                 max_new_tokens: int = 96, temperature: float = 0.0) -> None:
+                 namespace: str = "default", doc_order: str = "canonical", lint: LintMode = "move",
+                 max_new_tokens: int = 96, temperature: float = 0.0, cache_truncated: bool = False) -> None:
         self.backend = backend
         self.semantic = semantic
         self.system = system
@@ -121,55 +128,151 @@ class RagCache:
         self.lint = lint
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.cache_truncated = cache_truncated
 
-    def layout(self, question: str, documents: Sequence[Any], *, system: str | None = None,
-               history: Sequence[dict] = (), volatile: str | None = None) -> PromptLayout:
+    # -- step 1 ----------------------------------------------------------------------------------
+    def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
+               tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None) -> PromptLayout:
         """The stable-first layout of one request (see :class:`ragcache.layout.PromptLayout`)."""
         return PromptLayout.build(question=question, system=self.system if system is None else system,
-                                  documents=documents, history=history, volatile=volatile,
-                                  doc_order=self.doc_order, lint=self.lint)
+                                  tools=tools, documents=documents, history=history, volatile=volatile,
+                                  doc_order=self.doc_order, lint=self.lint)  # type: ignore[arg-type]
 
-    def partition(self, layout: PromptLayout, *, namespace: str, max_new_tokens: int, temperature: float) -> Any:
-        """The semantic cache's exact partition key for this request."""
-        from ragcache.semantic import partition_key
+    def partition(self, layout: PromptLayout, *, namespace: str | None = None, max_new_tokens: int | None = None,
+                  temperature: float | None = None) -> Any:
+        """The semantic cache's exact partition key for a layout
+        (:func:`ragcache.semantic.partition.request_partition`, the one partition function)."""
+        from ragcache.semantic.partition import request_partition
 
-        return partition_key(
-            namespace=namespace, model=f"{self.backend.name}:{self.backend.model_id}",
-            params={"temperature": temperature, "max_tokens": max_new_tokens},
-            system=layout.system_text or "", tools=layout.tools, history=layout.history,
-            documents=list(layout.documents),
-        )
+        return request_partition(
+            layout, namespace=self.namespace if namespace is None else namespace,
+            model=f"{self.backend.name}:{self.backend.model_id}",
+            params={"temperature": self.temperature if temperature is None else temperature,
+                    "max_tokens": self.max_new_tokens if max_new_tokens is None else max_new_tokens})
 
-    def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
-               history: Sequence[dict] = (), volatile: str | None = None, namespace: str | None = None,
-               max_new_tokens: int | None = None, temperature: float | None = None,
-               use_semantic: bool = True) -> Answer:
-        """Answer ``question`` over ``documents`` (strings, dicts with id/text/metadata, or Segments).
+    def prepare(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
+                tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
+                namespace: str | None = None, max_new_tokens: int | None = None,
+                temperature: float | None = None) -> Request:
+        """Lay out a request and compute its partition key.
+
+        ``documents``: strings, dicts with ``text``/``id``/``metadata``, layout Segments, LangChain
+        Documents or LlamaIndex nodes (:func:`ragcache.layout.as_document`).
 
         Raises:
-            ValueError: empty question, or a prompt longer than the model's context window
-                (the message states both token counts).
+            ValueError: empty question, malformed document or history, ``max_new_tokens < 1``.
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question is empty: ask something")
-        t0 = time.perf_counter()
         ns = self.namespace if namespace is None else namespace
-        mnt = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        temp = self.temperature if temperature is None else temperature
-        layout = self.layout(question, documents, system=system, history=history, volatile=volatile)
+        mnt = self.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
+        temp = self.temperature if temperature is None else float(temperature)
+        if mnt < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {mnt}")
+        layout = self.layout(question, documents, system=system, tools=tools, history=history, volatile=volatile)
         pk = None
-        if self.semantic is not None and use_semantic:
+        if self.semantic is not None:
             pk = self.partition(layout, namespace=ns, max_new_tokens=mnt, temperature=temp)
-            hit = self.semantic.lookup(question, partition=pk)
+        return Request(question, layout, pk, ns, mnt, temp)
+
+    # -- step 2 ----------------------------------------------------------------------------------
+    def lookup(self, request: Request, *, threshold: float | None = None) -> Answer | None:
+        """The semantic cache's answer for ``request``, or ``None`` (also without a semantic cache)."""
+        if self.semantic is None or request.partition is None:
+            return None
+        t0 = time.perf_counter()
+        hit = self.semantic.lookup(request.question, partition=request.partition, threshold=threshold)
+        if hit is None:
+            return None
+        dt = time.perf_counter() - t0
+        meta = dict(hit.metadata or {})
+        return Answer(request.question, hit.answer, "semantic", CacheUsage(), dt, dt, hit.similarity, hit.question,
+                      meta.get("finish_reason", "stop"), bool(meta.get("approximate", False)),
+                      meta.get("recompute_ratio"), {"entry_id": hit.entry_id})
+
+    # -- step 3 ----------------------------------------------------------------------------------
+    def generate(self, request: Request) -> BackendResult:
+        """Run the backend on the request's layout (blocking)."""
+        return self.backend.generate(request.layout, max_new_tokens=request.max_new_tokens,
+                                     temperature=request.temperature)
+
+    async def agenerate(self, request: Request) -> BackendResult:
+        """Async :meth:`generate`: the backend's own async path, else a worker thread."""
+        if isinstance(self.backend, AsyncBackend):
+            return await self.backend.agenerate(request.layout, max_new_tokens=request.max_new_tokens,
+                                                temperature=request.temperature)
+        return await asyncio.to_thread(self.generate, request)
+
+    # -- step 4 ----------------------------------------------------------------------------------
+    def cacheable(self, result: BackendResult) -> bool:
+        """Whether an answer may be stored: non-empty, and not cut at the token budget unless
+        ``cache_truncated``."""
+        return bool(result.text.strip()) and (result.finish_reason != "length" or self.cache_truncated)
+
+    def record(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
+        """Store the backend's answer in the semantic cache (when :meth:`cacheable`) and build the
+        :class:`Answer`. ``started``: ``time.perf_counter()`` at the start of the request."""
+        if self.semantic is not None and request.partition is not None and self.cacheable(result):
+            self.semantic.store(request.question, result.text, partition=request.partition,
+                                metadata=self._entry_metadata(result))
+        total = time.perf_counter() - started if started is not None else result.ttft_s
+        return self._answer(request, result, total)
+
+    async def arecord(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
+        """Async :meth:`record`."""
+        if self.semantic is not None and request.partition is not None and self.cacheable(result):
+            await self.semantic.astore(request.question, result.text, partition=request.partition,
+                                       metadata=self._entry_metadata(result))
+        total = time.perf_counter() - started if started is not None else result.ttft_s
+        return self._answer(request, result, total)
+
+    @staticmethod
+    def _entry_metadata(result: BackendResult) -> dict[str, Any]:
+        return {"finish_reason": result.finish_reason, "layer": result.layer, "approximate": result.approximate,
+                "recompute_ratio": result.recompute_ratio}
+
+    @staticmethod
+    def _answer(request: Request, result: BackendResult, total_s: float) -> Answer:
+        return Answer(request.question, result.text, result.layer, result.usage, result.ttft_s, total_s,
+                      finish_reason=result.finish_reason, approximate=result.approximate,
+                      recompute_ratio=result.recompute_ratio, details=result.details)
+
+    # -- all steps -------------------------------------------------------------------------------
+    def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
+               tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
+               namespace: str | None = None, max_new_tokens: int | None = None, temperature: float | None = None,
+               use_semantic: bool = True, threshold: float | None = None) -> Answer:
+        """Answer ``question`` over ``documents``: prepare -> lookup -> generate -> record.
+
+        ``use_semantic=False`` skips the lookup (the answer is still stored: a refresh).
+
+        Raises:
+            ValueError: empty question, bad documents, or a prompt longer than the model's context
+                window (the message states both token counts).
+        """
+        t0 = time.perf_counter()
+        req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
+                           namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)
+        if use_semantic:
+            hit = self.lookup(req, threshold=threshold)
             if hit is not None:
-                dt = time.perf_counter() - t0
-                return Answer(question, hit.answer, "semantic", similarity=hit.similarity, ttft_s=dt, total_s=dt,
-                              stats={"matched_question": hit.question})
-        res = self.backend.generate(layout, max_new_tokens=mnt, temperature=temp)
-        if pk is not None and res.text.strip():
-            self.semantic.store(question, res.text, partition=pk)
-        s = res.stats
-        reused = int(s.get("prefill_tokens_reused", s.get("cache_read_input_tokens", 0)) or 0)
-        computed = int(s.get("prefill_tokens_computed", s.get("input_tokens", 0)) or 0)
-        return Answer(question, res.text, res.layer, None, res.ttft_s, time.perf_counter() - t0,
-                      int(s.get("prompt_tokens", reused + computed)), reused, computed, dict(s))
+                return hit
+        return self.record(req, self.generate(req), started=t0)
+
+    async def aanswer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
+                      tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
+                      namespace: str | None = None, max_new_tokens: int | None = None,
+                      temperature: float | None = None, use_semantic: bool = True,
+                      threshold: float | None = None) -> Answer:
+        """Async :meth:`answer` (semantic lookup and store in worker threads; the backend's async path)."""
+        t0 = time.perf_counter()
+        req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
+                           namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)
+        if use_semantic:
+            hit = await asyncio.to_thread(self.lookup, req, threshold=threshold)
+            if hit is not None:
+                return hit
+        return await self.arecord(req, await self.agenerate(req), started=t0)
+
+
+__all__ = ["Answer", "DEFAULT_SYSTEM", "RagCache", "Request"]

@@ -2,22 +2,18 @@
 request ids, counters, epoch timestamps) found in the stable part of a prompt, where it
 breaks every prefix cache; moving it out; and the first divergence between two renders.
 
-Nothing here imports the rest of ragcache: the layout, the Anthropic client side and the
+It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side and the
 ``ragcache lint`` command all call down into it.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-def normalize_text(text: str) -> str:
-    """NFC-normalise, turn ``\\r\\n``/``\\r`` into ``\\n`` and strip outer whitespace."""
-    return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n")).strip()
-
+from ragcache.hashing import normalize_text
 
 _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(rx, re.IGNORECASE))

@@ -72,13 +72,13 @@ def test_second_request_reads_what_the_first_wrote(client, engine, stream):
     be = backend(client, engine, stream=stream)
     r1 = be.generate(layout("Where was the heron seen?", docs), max_new_tokens=3, temperature=0.0)
     r2 = be.generate(layout("How long did the otter feed?", list(reversed(docs))), max_new_tokens=3, temperature=0.0)
-    assert r1.stats["cache_write_tokens"] > 1024 and r1.stats["cache_read_tokens"] == 0 and r1.layer == "model"
-    assert r2.stats["cache_read_tokens"] == r1.stats["cache_write_tokens"]
-    assert r2.stats["cache_write_tokens"] == 0 and r2.layer == "provider-cache"
-    assert r2.stats["input_tokens"] < 20  # only the question is uncached
-    assert r2.stats["cost_usd"] < 0.2 * r2.stats["uncached_cost_usd"]
-    assert r1.ttft_s is not None and r2.stats["diagnosis"] == []
-    assert be.stats.requests == 2 and be.stats.cache_read_tokens == r2.stats["cache_read_tokens"]
+    assert r1.usage.cache_write > 1024 and r1.usage.cache_read == 0 and r1.layer == "provider"
+    assert r2.usage.cache_read == r1.usage.cache_write
+    assert r2.usage.cache_write == 0 and r2.layer == "provider-cache"
+    assert r2.details["input_tokens"] < 20  # only the question is uncached
+    assert r2.usage.cost_usd < 0.2 * r2.usage.uncached_cost_usd
+    assert r1.ttft_s is not None and r2.details["diagnosis"] == []
+    assert be.stats.requests == 2 and be.stats.cache_read_tokens == r2.usage.cache_read
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -88,8 +88,8 @@ async def test_async_client_reads_cache(base_url, engine, stream):
         docs = [dict(n, metadata={"site": "async", "stream": str(stream)}) for n in NOTES]
         r1 = await be.agenerate(layout("Which animal fed longest?", docs), max_new_tokens=2)
         r2 = await be.agenerate(layout("Which marker had the newt?", docs), max_new_tokens=2)
-    assert r1.stats["cache_write_tokens"] > 0
-    assert r2.stats["cache_read_tokens"] == r1.stats["cache_write_tokens"] and r2.stats["cache_write_tokens"] == 0
+    assert r1.usage.cache_write > 0
+    assert r2.usage.cache_read == r1.usage.cache_write and r2.usage.cache_write == 0
 
 
 def test_changed_tool_list_is_a_full_miss(client, engine):
@@ -97,12 +97,12 @@ def test_changed_tool_list_is_a_full_miss(client, engine):
     be = backend(client, engine, warn=False)
     r1 = be.generate(layout("q1", docs, tools=TOOLS), max_new_tokens=2)
     r2 = be.generate(layout("q2", docs, tools=TOOLS), max_new_tokens=2)
-    assert r2.stats["cache_read_tokens"] == r1.stats["cache_write_tokens"] > 0
+    assert r2.usage.cache_read == r1.usage.cache_write > 0
     tools2 = copy.deepcopy(TOOLS)
     tools2[0]["description"] = "Full-text search over the field notes, newest first."
     r3 = be.generate(layout("q3", docs, tools=tools2), max_new_tokens=2)
-    assert r3.stats["cache_read_tokens"] == 0 and r3.stats["cache_write_tokens"] > 0
-    assert any("prefix changed at block 0" in d for d in r3.stats["diagnosis"])
+    assert r3.usage.cache_read == 0 and r3.usage.cache_write > 0
+    assert any("prefix changed at block 0" in d for d in r3.details["diagnosis"])
 
 
 def test_below_minimum_gives_no_write_no_read_and_is_reported(client, engine):
@@ -110,8 +110,8 @@ def test_below_minimum_gives_no_write_no_read_and_is_reported(client, engine):
     be = backend(client, engine)
     with pytest.warns(PromptCacheWarning, match="no breakpoint placed"):
         r = be.generate(small, max_new_tokens=2)
-    assert r.stats["cache_write_tokens"] == r.stats["cache_read_tokens"] == 0
-    assert r.stats["breakpoints"] == [] and "below the minimum 1024" in r.stats["skipped_breakpoints"][-1]
+    assert r.usage.cache_write == r.usage.cache_read == 0
+    assert r.details["breakpoints"] == [] and "below the minimum 1024" in r.details["skipped_breakpoints"][-1]
     # the same small prefix with a caller-forced marker: the server caches nothing either
     msg = client.messages.create(model=MODEL, max_tokens=2, system=[
         {"type": "text", "text": "Answer from the notes.", "cache_control": {"type": "ephemeral"}}],
@@ -130,10 +130,10 @@ def test_25_documents_never_more_than_4_breakpoints(client, engine):
     be = backend(client, engine)
     lay = PromptLayout.build(question="What about the weir?", system=SYSTEM * 3, tools=TOOLS, documents=docs)
     r1 = be.generate(lay, max_new_tokens=2)
-    assert 1 <= len(r1.stats["breakpoints"]) <= 4
+    assert 1 <= len(r1.details["breakpoints"]) <= 4
     r2 = be.generate(PromptLayout.build(question="Anything else?", system=SYSTEM * 3, tools=TOOLS, documents=docs),
                      max_new_tokens=2)
-    assert r2.stats["cache_read_tokens"] == r1.stats["cache_write_tokens"] > 0
+    assert r2.usage.cache_read == r1.usage.cache_write > 0
 
 
 def test_ttl_expiry_is_diagnosed(engine):
@@ -149,13 +149,13 @@ def test_ttl_expiry_is_diagnosed(engine):
         docs = [dict(n, metadata={"site": "ttl"}) for n in NOTES]
         r1 = be.generate(layout("q1", docs), max_new_tokens=2)
         clock.t += 299
-        assert be.generate(layout("q2", docs), max_new_tokens=2).stats["cache_read_tokens"] == r1.stats["cache_write_tokens"]
+        assert be.generate(layout("q2", docs), max_new_tokens=2).usage.cache_read == r1.usage.cache_write
         clock.t += 299  # refreshed by the hit: still live
-        assert be.generate(layout("q3", docs), max_new_tokens=2).stats["cache_read_tokens"] > 0
+        assert be.generate(layout("q3", docs), max_new_tokens=2).usage.cache_read > 0
         clock.t += 301
         with pytest.warns(PromptCacheWarning, match="TTL expired"):
             r4 = be.generate(layout("q4", docs), max_new_tokens=2)
-        assert r4.stats["cache_read_tokens"] == 0 and r4.stats["cache_write_tokens"] == r1.stats["cache_write_tokens"]
+        assert r4.usage.cache_read == 0 and r4.usage.cache_write == r1.usage.cache_write
 
 
 def test_adapter_does_not_mutate_caller_objects(client, engine):
@@ -178,5 +178,5 @@ def test_live_api_reads_cache():  # pragma: no cover - needs network and a key
     docs = [note(i) for i in range(60)]  # well above every model's minimum
     r1 = be.generate(layout("Where was the heron seen?", docs), max_new_tokens=8)
     r2 = be.generate(layout("Where was the otter seen?", docs), max_new_tokens=8)
-    assert r1.stats["cache_write_tokens"] + r1.stats["cache_read_tokens"] > 0
-    assert r2.stats["cache_read_tokens"] > 0
+    assert r1.usage.cache_write + r1.usage.cache_read > 0
+    assert r2.usage.cache_read > 0

@@ -186,7 +186,7 @@ def test_reordered_and_fully_cached_prompts_hit(lm):
 
 def test_one_new_document_among_cached(lm):
     cc = ChunkCache(MemoryChunkStore())
-    cc.precompute(lm.model, DOCS[:3], tokenizer=lm.tokenizer, fingerprint=lm.fingerprint, progress=False)
+    cc.precompute(lm.model, [enc(lm, d) for d in DOCS[:3]], fingerprint=lm.fingerprint, progress=False)
     docs = [DOCS[0], DOCS[3], DOCS[1]]
     ids, plen, spans, doc_ids = build(lm, docs)
     looked = [cc.lookup(lm.model, lm.fingerprint.digest, d) for d in doc_ids]

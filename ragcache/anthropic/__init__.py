@@ -6,7 +6,7 @@ Modules: :mod:`.blocks` (requests as flat cacheable blocks), :mod:`.breakpoints`
 Anthropic-compatible server is :mod:`ragcache.server`.
 """
 
-from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, ProviderResult
+from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching
 from ragcache.anthropic.breakpoints import (
                                             Breakpoint,
                                             CachedRequest,
@@ -20,6 +20,6 @@ from ragcache.anthropic.usage import CacheMonitor, CacheStats, PromptCacheWarnin
 
 __all__ = [
     "AnthropicBackend", "AnthropicCaching", "Breakpoint", "CacheMonitor", "CacheStats", "CachedRequest",
-    "MIN_CACHEABLE_TOKENS", "ModelPrice", "PRICES", "PromptCacheWarning", "ProviderResult", "SkippedBreakpoint",
+    "MIN_CACHEABLE_TOKENS", "ModelPrice", "PRICES", "PromptCacheWarning", "SkippedBreakpoint",
     "UsageRecord", "add_breakpoints", "estimate_tokens", "layout_request", "min_cacheable_tokens", "price_for",
 ]

@@ -2,12 +2,13 @@
 usage read back, cost accounted; and the pipeline backend that calls the official SDK.
 
 >>> import anthropic
->>> from ragcache.layout import PromptLayout
+>>> from ragcache.backend import BackendResult, CacheUsage
+from ragcache.layout import PromptLayout
 >>> from ragcache.anthropic.backend import AnthropicBackend
 >>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
 >>> layout = PromptLayout.build(question="...", system="...", documents=docs)      # doctest: +SKIP
 >>> r = backend.generate(layout, max_new_tokens=256, temperature=0.0)            # doctest: +SKIP
->>> r.stats["cache_read_tokens"], r.stats["cost_usd"], backend.stats.read_share  # doctest: +SKIP
+>>> r.usage.cache_read, r.usage.cost_usd, backend.stats.read_share              # doctest: +SKIP
 
 Works with ``anthropic.Anthropic`` / ``anthropic.AsyncAnthropic`` against the
 real API or the local server (:mod:`ragcache.server.anthropic`), streaming or
@@ -20,34 +21,13 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from ragcache.backend import BackendResult, CacheUsage
 from ragcache.layout import PromptLayout
 from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.anthropic.pricing import ModelPrice
 from ragcache.anthropic.usage import CacheMonitor, CacheStats, UsageRecord
-
-
-@dataclass(slots=True)
-class ProviderResult:
-    """A backend answer, field-compatible with the pipeline's ``BackendResult``.
-
-    ``layer`` is ``"provider-cache"`` when the provider read part of the prompt
-    from its cache, else ``"model"``. ``stats`` holds the usage in tokens
-    (``input_tokens``, ``cache_write_tokens``, ``cache_read_tokens``,
-    ``cache_write_5m``, ``cache_write_1h``, ``output_tokens``, ``prompt_tokens``; also under
-    the API's names ``cache_creation_input_tokens`` / ``cache_read_input_tokens``),
-    cost in USD (``cost_usd``, ``uncached_cost_usd``), the breakpoints placed and
-    skipped, and the miss ``diagnosis``. ``ttft_s``: seconds to the first text
-    delta when streaming, else to the whole response.
-    """
-
-    text: str
-    layer: str
-    stats: dict[str, Any]
-    ttft_s: float | None
-    usage: UsageRecord | None = field(default=None, repr=False)
 
 
 class AnthropicCaching:
@@ -99,22 +79,28 @@ class AnthropicCaching:
         """Account a response's ``usage`` (SDK object or dict) for ``req``."""
         return self.monitor.record(req, usage)
 
-    def result(self, req: CachedRequest, message: Any, ttft_s: float | None) -> ProviderResult:
+    def result(self, req: CachedRequest, message: Any, ttft_s: float) -> BackendResult:
+        """The pipeline record of a response: usage read back into :class:`~ragcache.backend.CacheUsage`
+        (``input_tokens`` computed, ``cache_creation_input_tokens`` written, ``cache_read_input_tokens``
+        read), layer ``provider-cache`` when anything was read, else ``provider``. ``details`` holds
+        the usage record, the breakpoints placed and skipped, notes and the miss diagnosis."""
         rec = self.record(req, message.usage)
         text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", "") == "text")
-        stats = {
+        usage = CacheUsage.provider(input_tokens=rec.input_tokens, cache_read=rec.cache_read_tokens,
+                                    cache_write=rec.cache_write_tokens, completion_tokens=rec.output_tokens,
+                                    cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        details = {
             **{k: v for k, v in rec.to_dict().items() if k != "diagnosis"},
             "diagnosis": list(rec.diagnosis),
-            "cache_creation_input_tokens": rec.cache_write_tokens,  # the API's names, for readers of usage
-            "cache_read_input_tokens": rec.cache_read_tokens,
             "model": self.model,
             "stop_reason": getattr(message, "stop_reason", None),
             "breakpoints": [p.where for p in req.placed],
             "skipped_breakpoints": [s.detail for s in req.skipped],
             "notes": list(req.notes),
-            "ttft_s": ttft_s,
         }
-        return ProviderResult(text, "provider-cache" if rec.cache_read_tokens > 0 else "model", stats, ttft_s, rec)
+        finish = "length" if getattr(message, "stop_reason", None) == "max_tokens" else "stop"
+        return BackendResult(text, "provider-cache" if rec.cache_read_tokens > 0 else "provider", usage, ttft_s,
+                             finish, details=details)
 
 
 def sdk_kwargs(method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,7 +123,7 @@ def sdk_kwargs(method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
 class AnthropicBackend:
     """Pipeline backend over the official ``anthropic`` SDK with prompt caching.
 
-    ``generate(layout, *, max_new_tokens, temperature) -> ProviderResult`` (sync
+    ``generate(layout, *, max_new_tokens, temperature) -> BackendResult`` (sync
     client) and ``agenerate`` (async client). ``stream=True`` streams the
     response to measure TTFT; the usage is the same either way.
 
@@ -180,7 +166,7 @@ class AnthropicBackend:
                              "build one with PromptLayout.build(question=..., documents=...)")
         return self.caching.build(layout, max_tokens=max_new_tokens, temperature=temperature, extra=self.extra)
 
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0) -> ProviderResult:
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0) -> BackendResult:
         """Answer a layout through ``client.messages`` (stream or create)."""
         if self.client is None:
             raise ValueError("this backend has no sync client; pass client=anthropic.Anthropic(...) or use agenerate")
@@ -198,7 +184,7 @@ class AnthropicBackend:
         return self.caching.result(req, msg, ttft if ttft is not None else time.perf_counter() - t0)
 
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int = 256,
-                        temperature: float = 0.0) -> ProviderResult:
+                        temperature: float = 0.0) -> BackendResult:
         """Async :meth:`generate` through ``async_client``."""
         if self.async_client is None:
             raise ValueError("this backend has no async client; pass async_client=anthropic.AsyncAnthropic(...)")

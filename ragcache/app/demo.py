@@ -22,7 +22,8 @@ from rich.table import Table
 
 from ragcache.app.corpus import Chunk, folder_chunks, stdlib_chunks, stdlib_corpus_id
 from ragcache.models import load_embedder, ragcache_home
-from ragcache.pipeline import Answer, LocalBackend, RagCache
+from ragcache.engine.backend import LocalBackend
+from ragcache.pipeline import Answer, RagCache
 from ragcache.app.retrieval import Retriever
 
 log = logging.getLogger(__name__)
@@ -103,12 +104,13 @@ def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
     if a.layer == "semantic":
         tokens = f"sim {a.similarity:.3f}"
     elif backend == "local":
-        s = a.stats
-        docs = f", docs {s.get('docs_hit', 0)}/{s.get('docs_hit', 0) + s.get('docs_missed', 0)}" if s.get("recompute_ratio") is not None else ""
-        tokens = f"{a.tokens_reused}/{a.prompt_tokens}{docs}"
+        d = a.details
+        docs = f", docs {d.get('docs_hit', 0)}/{d.get('docs_hit', 0) + d.get('docs_missed', 0)}" if d.get("docs_hit", 0) + d.get("docs_missed", 0) else ""
+        approx = f", blended r={a.recompute_ratio:.2f}" if a.approximate and a.recompute_ratio is not None else ""
+        tokens = f"{a.tokens_reused}/{a.prompt_tokens}{docs}{approx}"
     else:
-        s = a.stats
-        tokens = f"w {s.get('cache_creation_input_tokens', 0)} r {s.get('cache_read_input_tokens', 0)} ${s.get('cost_usd', 0):.4f}"
+        u = a.usage
+        tokens = f"w {u.cache_write} r {u.cache_read} ${u.cost_usd or 0:.4f}"
     return [str(i), _short(a.question, 48), _short(a.text), a.layer, tokens, f"{a.ttft_s:.2f}s", note]
 
 
@@ -147,10 +149,10 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     computed = sum(a.tokens_computed for a in model)
     reused = sum(a.tokens_reused for a in model)
     prompt = sum(a.prompt_tokens for a in model)
-    prefix_hits = sum(a.stats.get("prefix_tokens_reused", 0) > 0 for a in model)
-    docs_hit = sum(a.stats.get("docs_hit", 0) for a in model)
-    docs_all = docs_hit + sum(a.stats.get("docs_missed", 0) for a in model)
-    prefill_s = sum(a.stats.get("prefill_s", 0.0) for a in model)
+    prefix_hits = sum(a.usage.prefix_reused > 0 for a in model)
+    docs_hit = sum(a.details.get("docs_hit", 0) for a in model)
+    docs_all = docs_hit + sum(a.details.get("docs_missed", 0) for a in model)
+    prefill_s = sum(a.details.get("prefill_s", 0.0) for a in model)
     rate = computed / prefill_s if prefill_s > 0 else 0.0  # measured prefill throughput, tokens/s
     saved_prefill_s = reused / rate if rate > 0 else 0.0
     avg_model_total = sum(a.total_s for a in model) / len(model) if model else 0.0

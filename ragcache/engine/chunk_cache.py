@@ -125,44 +125,44 @@ class ChunkCache:
         self.store.put(kv)
         return kv, False
 
-    def precompute(self, engine_or_model: Any, documents: Sequence[str | Sequence[int]], *,
+    def precompute(self, engine_or_model: Any, documents: Sequence[Any], *,
                    tokenizer: Any = None, fingerprint: Any = None, progress: bool = True) -> int:
-        """Warm the cache from a corpus ahead of queries.
+        """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
 
         Args:
             engine_or_model: a ``LocalEngine`` (its model, tokenizer and fingerprint are used)
-                or a bare model (then give ``tokenizer`` for text documents and ``fingerprint``).
-            documents: document texts (tokenised the way the engine tokenises a document
-                piece: ``engine.tokenize_document`` when present, else the tokenizer without
-                special tokens) or lists of token ids.
+                or a bare model (then give ``tokenizer`` for documents and ``fingerprint``).
+            documents: the documents as you will pass them to ``RagCache.answer`` (str, dicts with
+                ``text`` / ``id`` / ``metadata``, LangChain Documents, LlamaIndex nodes): each is
+                rendered and tokenised as in a prompt
+                (:func:`ragcache.engine.prompt.document_token_ids`), so id and metadata must match;
+                or lists of token ids, used as they are.
             progress: show a tqdm progress bar.
 
         Returns:
             The number of chunks computed (documents already cached are skipped).
 
         Raises:
-            ValueError: no fingerprint, or text documents without a tokenizer.
+            ValueError: no fingerprint, or documents without a tokenizer.
         """
         from tqdm.auto import tqdm
 
+        from ragcache.engine.prompt import document_token_ids
+
         is_model = isinstance(engine_or_model, torch.nn.Module)
         model = engine_or_model if is_model else engine_or_model.model
-        tokenize = None if is_model else getattr(engine_or_model, "tokenize_document", None)
         tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
         fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))
         if fingerprint is None:
             raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
         computed = 0
         for doc in tqdm(documents, desc="chunk KV precompute", unit="doc", disable=not progress):
-            if isinstance(doc, str):
-                if tokenize is not None:
-                    ids = list(tokenize(doc))
-                elif tokenizer is not None:
-                    ids = list(tokenizer(doc, add_special_tokens=False)["input_ids"])
-                else:
-                    raise ValueError("text documents need a tokenizer: pass an engine or tokenizer=...")
-            else:
+            if isinstance(doc, Sequence) and not isinstance(doc, str) and all(isinstance(t, int) for t in doc):
                 ids = [int(t) for t in doc]
+            elif tokenizer is None:
+                raise ValueError("documents need a tokenizer: pass an engine or tokenizer=...")
+            else:
+                ids = document_token_ids(tokenizer, doc)
             if self.lookup(model, fingerprint, ids) is None:
                 self.store.put(self.compute(model, fingerprint, ids))
                 computed += 1

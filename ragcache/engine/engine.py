@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +25,8 @@ import torch
 
 from ragcache.engine import kv
 from ragcache.engine.prefix_cache import PrefixCache
-from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_messages
+from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_blocks, render_messages
+from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,8 @@ class LocalEngine:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def build_prompt(self, source: Any) -> Prompt:
-        """Render a :class:`~ragcache.layout.PromptLayout`, a chat messages list or a plain string.
+        """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
+        a chat messages list, a plain string (one user turn) or a list of token ids.
 
         Raises:
             ValueError: for empty or malformed input.
@@ -147,8 +149,8 @@ class LocalEngine:
             if not source.strip():
                 raise ValueError("prompt is empty: give a question or a messages list")
             return render_messages(self.tokenizer, [{"role": "user", "content": source}])
-        if hasattr(source, "to_messages"):
-            return render_messages(self.tokenizer, source.to_messages())
+        if isinstance(source, PromptLayout):
+            return render_blocks(self.tokenizer, source.blocks())
         if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
             return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
         if isinstance(source, Sequence):
@@ -365,6 +367,14 @@ class LocalEngine:
             probs = torch.zeros_like(probs).scatter_(0, si, sp)
             probs /= probs.sum()
         return int(torch.multinomial(probs, 1, generator=rng))
+
+    def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:
+        """Async :meth:`stream` (same arguments): the blocking forward passes run in a worker thread
+        (:func:`ragcache.aio.iterate_in_thread`, the one sync-to-async bridge); leaving the loop early
+        stops generation within one decode step and releases the engine."""
+        from ragcache.aio import iterate_in_thread
+
+        return iterate_in_thread(lambda: self.stream(prompt, **kwargs), name="ragcache-engine-stream")
 
 
 def _find_stop(text: str, stops: Sequence[str]) -> int | None:

@@ -142,6 +142,43 @@ def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_
     return Prompt(pieces)
 
 
+def render_blocks(tokenizer: Any, blocks: Sequence[Any], *, add_generation_prompt: bool = True) -> Prompt:
+    """Render :meth:`ragcache.layout.PromptLayout.blocks` with the chat template: consecutive blocks
+    of one role form one message, each block keeps its kind (so documents become ``document``
+    pieces with their ``doc_id``), and ``tools`` blocks are dropped (the local engine has no tool
+    channel; tools still enter the semantic partition). Same pieces as :func:`render_messages`.
+
+    Raises:
+        ValueError: no blocks, or an unknown role.
+    """
+    messages: list[dict] = []
+    for b in blocks:
+        if b.kind == "tools":
+            continue
+        block = {"type": "text", "text": b.text, "ragcache_kind": b.kind}
+        if b.doc_id is not None:
+            block["id"] = b.doc_id
+        if messages and messages[-1]["role"] == b.role and b.kind != "history":
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": b.role, "content": [block]})
+    return render_messages(tokenizer, messages, add_generation_prompt=add_generation_prompt)
+
+
+def document_token_ids(tokenizer: Any, document: Any) -> list[int]:
+    """The token ids a document has in every prompt: its :func:`ragcache.layout.render_document`
+    bytes (``<document id=...>`` wrapper included), tokenised on their own without special tokens,
+    exactly as :func:`render_blocks` tokenises a document piece. ``document``: anything
+    :func:`ragcache.layout.as_document` takes. Chunk-cache keys hash these ids.
+
+    Raises:
+        ValueError: a document :func:`~ragcache.layout.as_document` cannot read.
+    """
+    from ragcache.layout import as_document, render_document
+
+    return list(tokenizer.encode(render_document(as_document(document)), add_special_tokens=False))
+
+
 def _add(pieces: list[PromptPiece], tokenizer: Any, kind: str, text: str, doc_id: str | None = None) -> None:
     if not text:
         return

@@ -34,7 +34,7 @@ from ragcache.semantic.guards import (
     SubstitutionGuard,
     VerifierGuard,
 )
-from ragcache.semantic.partition import PartitionKey, partition_key
+from ragcache.semantic.partition import PartitionKey, partition_key, request_partition
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
 
@@ -62,5 +62,6 @@ __all__ = [
     "VerifierGuard",
     "normalize_question",
     "partition_key",
+    "request_partition",
     "resolve_embedder",
 ]

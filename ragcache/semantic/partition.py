@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragcache.hashing import content_hash, hash_value
+from ragcache.hashing import hash_value
+from ragcache.layout import PromptLayout, as_document
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -43,29 +44,14 @@ class PartitionKey:
 
 
 def _doc_hash_and_id(doc: Any) -> tuple[str, str | None]:
-    """A document given as a content hash, a text, a mapping or a layout Segment."""
-    if isinstance(doc, str):
-        return (doc, None) if _HEX64.match(doc) else (content_hash(doc), None)
-    if isinstance(doc, Mapping):
+    """A document given as a content hash (64 hex) or anything :func:`ragcache.layout.as_document` takes."""
+    if isinstance(doc, str) and _HEX64.match(doc):
+        return doc, None
+    if isinstance(doc, Mapping) and doc.get("content_hash"):
         doc_id = doc.get("id")
-        if doc.get("content_hash"):
-            return str(doc["content_hash"]), None if doc_id is None else str(doc_id)
-        text = doc.get("text", doc.get("page_content", doc.get("content")))
-        if not isinstance(text, str):
-            raise ValueError("a document mapping needs 'text' (or 'content_hash'); got keys " + str(sorted(doc)))
-        return content_hash(text), None if doc_id is None else str(doc_id)
-    ch = getattr(doc, "content_hash", None)
-    if isinstance(ch, str):
-        doc_id = getattr(doc, "id", None)
-        return ch, None if doc_id is None else str(doc_id)
-    text = getattr(doc, "text", getattr(doc, "page_content", None))
-    if isinstance(text, str):
-        doc_id = getattr(doc, "id", None)
-        return content_hash(text), None if doc_id is None else str(doc_id)
-    raise ValueError(
-        f"cannot key a document of type {type(doc).__name__}: pass its text, its content hash "
-        "(64 hex chars), a mapping with 'text' and optional 'id', or a layout Segment"
-    )
+        return str(doc["content_hash"]), None if doc_id is None else str(doc_id)
+    seg = as_document(doc)
+    return seg.content_hash, seg.id
 
 
 def partition_key(
@@ -104,7 +90,7 @@ def partition_key(
     hashes = tuple(sorted({h for h, _ in pairs}))
     ids = tuple(sorted({i for _, i in pairs if i is not None}))
     spec = {
-        "v": 1,
+        "v": 2,
         "namespace": namespace,
         "model": model,
         "params": dict(params or {}),
@@ -119,3 +105,31 @@ def partition_key(
     except TypeError as e:
         raise ValueError(f"partition fields must be JSON-like (str, int, float, bool, None, list, dict): {e}") from None
     return PartitionKey(digest=digest, namespace=namespace, documents=hashes, document_ids=ids)
+
+
+def request_partition(layout: PromptLayout, *, namespace: str, model: str, params: Mapping[str, Any],
+                      extra: Mapping[str, Any] | None = None) -> PartitionKey:
+    """The partition key of a laid-out request: the one function every entry point calls
+    (``RagCache``, the LangChain prompt and middleware, the LlamaIndex query engine, the CLI).
+
+    Rule: every byte that reaches the model is either the embedded question or in this key.
+    The key covers the system text, tools, history, each document's content hash (for
+    ``invalidate``) and rendered bytes (id and metadata included), and the volatile text (a date
+    line, a user name moved out of the stable prefix): an answer written for one user or one day
+    is never served to another.
+
+    Args:
+        layout: the request's :class:`~ragcache.layout.PromptLayout`.
+        namespace: tenant / cache salt.
+        model: ``"<backend name>:<model id>"`` (model fingerprint or provider model name).
+        params: generation parameters that change the answer (temperature, max_tokens, stop...).
+        extra: anything else the caller's framework adds to the prompt (JSON-like).
+
+    Raises:
+        ValueError: as :func:`partition_key`.
+    """
+    extra_spec = dict(extra or {})
+    extra_spec["volatile"] = layout.volatile
+    extra_spec["rendered_documents"] = sorted(d.render_hash for d in layout.documents)
+    return partition_key(namespace=namespace, model=model, params=params, system=layout.system_text,
+                         tools=layout.tools, history=layout.history, documents=layout.documents, extra=extra_spec)

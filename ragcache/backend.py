@@ -1,0 +1,157 @@
+"""The one record every layer and entry point shares: what served an answer and what it cost.
+
+A backend (the local engine, Anthropic, an OpenAI-compatible server) answers a
+:class:`~ragcache.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
+:class:`CacheUsage`. The pipeline builds an :class:`~ragcache.pipeline.Answer` on them, and the
+LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. Nothing
+here imports the rest of ragcache.
+
+Accounting rule (the same for every backend): every prompt token is exactly one of *reused*
+(its KV, or the provider's cache, was read and kept), *recomputed* (it had cached KV but was
+computed again: CacheBlend's HKVD tokens) or *computed* (it had no cached KV), so
+``reused + recomputed + computed == prompt_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Layer = Literal["semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider"]
+"""Which layer served an answer: ``semantic`` (a stored answer, no model call); for the local
+engine ``prefix`` / ``chunk`` / ``prefix+chunk`` (which KV caches supplied reused tokens) or
+``model`` (nothing reused); for a provider ``provider-cache`` (the provider read part of the
+prompt from its cache) or ``provider``."""
+
+FinishReason = Literal["stop", "length", "error"]
+LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUsage:
+    """Token accounting of one request. Counts are tokens; costs are USD (``None`` when unpriced).
+
+    Attributes:
+        prompt_tokens: tokens in the prompt the model saw.
+        reused: tokens whose KV (or provider cache entry) was read and kept.
+        computed: tokens without cached KV, computed fresh.
+        recomputed: tokens with cached KV that were computed again (CacheBlend HKVD tokens).
+        prefix_reused / chunk_reused: the local engine's split of ``reused`` between the exact
+            prefix cache and the chunk (CacheBlend) cache; 0 for providers.
+        cache_read: tokens read from a cache (local: ``reused``; provider: ``cache_read_input_tokens``).
+        cache_write: tokens written to a provider's prompt cache (``cache_creation_input_tokens``);
+            0 for the local engine, whose KV writes cost nothing extra.
+        completion_tokens: tokens generated.
+        cost_usd / uncached_cost_usd: provider cost of the request and of the same request
+            without caching.
+
+    Raises:
+        ValueError: a negative count, or ``reused + recomputed + computed != prompt_tokens``.
+    """
+
+    prompt_tokens: int = 0
+    reused: int = 0
+    computed: int = 0
+    recomputed: int = 0
+    prefix_reused: int = 0
+    chunk_reused: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    uncached_cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        counts = (self.prompt_tokens, self.reused, self.computed, self.recomputed, self.prefix_reused,
+                  self.chunk_reused, self.cache_read, self.cache_write, self.completion_tokens)
+        if any(int(c) != c or c < 0 for c in counts):
+            raise ValueError(f"token counts must be non-negative integers, got {self}")
+        if self.reused + self.recomputed + self.computed != self.prompt_tokens:
+            raise ValueError(
+                f"usage does not add up: reused {self.reused} + recomputed {self.recomputed} + computed "
+                f"{self.computed} != prompt_tokens {self.prompt_tokens}")
+
+    @property
+    def reuse_share(self) -> float:
+        """``reused / prompt_tokens`` (0 for an empty prompt)."""
+        return self.reused / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @classmethod
+    def local(cls, *, prompt_tokens: int, prefix_reused: int = 0, chunk_reused: int = 0, recomputed: int = 0,
+              completion_tokens: int = 0) -> CacheUsage:
+        """Usage of a local-engine request: ``computed`` is what is left of the prompt."""
+        reused = prefix_reused + chunk_reused
+        return cls(prompt_tokens=prompt_tokens, reused=reused, recomputed=recomputed,
+                   computed=prompt_tokens - reused - recomputed, prefix_reused=prefix_reused,
+                   chunk_reused=chunk_reused, cache_read=reused, completion_tokens=completion_tokens)
+
+    @classmethod
+    def provider(cls, *, input_tokens: int, cache_read: int = 0, cache_write: int = 0, completion_tokens: int = 0,
+                 cost_usd: float | None = None, uncached_cost_usd: float | None = None) -> CacheUsage:
+        """Usage of a provider request. ``input_tokens`` are the uncached input tokens (Anthropic's
+        ``input_tokens``; for OpenAI pass ``prompt_tokens - cached_tokens``); cache writes count
+        as computed (the provider prefilled them)."""
+        return cls(prompt_tokens=input_tokens + cache_read + cache_write, reused=cache_read,
+                   computed=input_tokens + cache_write, cache_read=cache_read, cache_write=cache_write,
+                   completion_tokens=completion_tokens, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class BackendResult:
+    """What a backend returns for one prompt.
+
+    Attributes:
+        text: the answer.
+        layer: which cache layer served the prefill (see :data:`Layer`).
+        usage: token accounting (:class:`CacheUsage`).
+        ttft_s: seconds to the first token (for a non-streamed provider call: to the whole response).
+        finish_reason: ``stop`` (end of answer or a stop string) or ``length`` (hit ``max_new_tokens``).
+        approximate: True when the prefill reused chunk KV with selective recomputation
+            (CacheBlend), so the logits are close to, not equal to, a full prefill's.
+        recompute_ratio: CacheBlend's r for an approximate answer, else ``None``.
+        details: backend-specific extras (the engine's timings, the provider's breakpoints and
+            diagnosis); read-only, for display and debugging, never for accounting.
+    """
+
+    text: str
+    layer: Layer
+    usage: CacheUsage
+    ttft_s: float = 0.0
+    finish_reason: FinishReason = "stop"
+    approximate: bool = False
+    recompute_ratio: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise ValueError(f"unknown layer {self.layer!r}; one of {', '.join(LAYERS)}")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An LLM backend that answers a laid-out prompt.
+
+    ``name`` (``local``, ``anthropic``, ``openai``...) and ``model_id`` (the model fingerprint or
+    provider model name) are part of the semantic cache's partition key.
+    """
+
+    name: str
+
+    @property
+    def model_id(self) -> str: ...
+
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+
+
+@runtime_checkable
+class AsyncBackend(Protocol):
+    """A backend with a native async path (the pipeline runs ``generate`` in a thread otherwise)."""
+
+    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+
+
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer"]

@@ -1,0 +1,80 @@
+"""The local engine as a pipeline backend, and the one rule for which layer served a local answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ragcache.backend import BackendResult, CacheUsage, Layer
+
+
+def layer_of(prefix_reused: int, chunk_reused: int) -> Layer:
+    """Which local layer served a prefill: ``prefix`` / ``chunk`` / ``prefix+chunk`` by which caches
+    supplied reused tokens (counts in tokens), else ``model``. A chunk-cache miss reuses nothing,
+    so a cold request is ``model`` whatever caches are attached."""
+    parts = [name for name, n in (("prefix", prefix_reused), ("chunk", chunk_reused)) if n > 0]
+    return "+".join(parts) or "model"  # type: ignore[return-value]
+
+
+def usage_of(stats: Any) -> CacheUsage:
+    """:class:`CacheUsage` of a :class:`~ragcache.engine.engine.RequestStats`."""
+    return CacheUsage.local(prompt_tokens=stats.prompt_tokens, prefix_reused=stats.prefix_tokens_reused,
+                            chunk_reused=stats.chunk_tokens_reused, recomputed=stats.tokens_recomputed,
+                            completion_tokens=stats.decode_tokens)
+
+
+def result_of(generation: Any) -> BackendResult:
+    """:class:`BackendResult` of a :class:`~ragcache.engine.engine.Generation`: the one mapping from
+    the engine's stats to the shared record, used by every entry point."""
+    s = generation.stats
+    approximate = bool(getattr(s, "approximate", s.chunk_tokens_reused > 0 and (s.recompute_ratio or 0.0) < 1.0))
+    return BackendResult(
+        text=generation.text, layer=layer_of(s.prefix_tokens_reused, s.chunk_tokens_reused), usage=usage_of(s),
+        ttft_s=s.ttft_s, finish_reason=s.finish_reason, approximate=approximate,
+        recompute_ratio=s.recompute_ratio if approximate else None, details=s.to_dict())
+
+
+class LocalBackend:
+    """The local transformers engine as a backend.
+
+    Args:
+        engine: a :class:`ragcache.engine.engine.LocalEngine`.
+        **options: passed to every ``engine.generate`` call (``stop``, ``recompute_ratio``,
+            ``use_chunk_cache``...).
+    """
+
+    name = "local"
+
+    def __init__(self, engine: Any, **options: Any) -> None:
+        self.engine = engine
+        self.options = options
+
+    @property
+    def model_id(self) -> str:
+        """The engine's model fingerprint digest (part of semantic partition keys)."""
+        return self.engine.fingerprint.digest
+
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        """Answer a layout (or messages / a Prompt) on the engine; blocking."""
+        g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+        return result_of(g)
+
+    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        """:meth:`generate` off the event loop (through the engine's one async bridge)."""
+        gen = None
+        async for ev in self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                            **self.options):
+            gen = ev.generation or gen
+        assert gen is not None
+        return result_of(gen)
+
+    def stream(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
+        """The engine's stream events (``StreamEvent``; the last carries the ``Generation``)."""
+        return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+
+    def astream(self, layout: Any, *, max_new_tokens: int, temperature: float) -> AsyncIterator[Any]:
+        """Async :meth:`stream`."""
+        return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+
+
+__all__ = ["LocalBackend", "layer_of", "result_of", "usage_of"]

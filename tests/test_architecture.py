@@ -1,0 +1,265 @@
+"""One record, one pipeline, one document identity, one partition (issue 10; issue 11 items 4 and 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from ragcache import (
+    Answer,
+    BackendResult,
+    CacheUsage,
+    ChunkCache,
+    LocalBackend,
+    LocalEngine,
+    MemoryChunkStore,
+    PromptLayout,
+    RagCache,
+    SemanticCache,
+    as_document,
+)
+from ragcache.hashing import content_hash
+from ragcache.testing import HashingEmbedder, tiny_llama
+
+DOCS = [
+    {"id": "refund-policy", "text": "Refunds are issued within 30 days of purchase when the receipt is shown. " * 3},
+    {"id": "shipping", "text": "Orders ship from the Leeds warehouse on weekdays before noon, by courier. " * 3},
+    {"id": "warranty", "text": "Bikes carry a two-year warranty on the frame and six months on parts. " * 3},
+    {"id": "returns", "text": "Return a bike in its original box; the buyer pays return shipping costs. " * 3},
+]
+
+
+class EchoBackend:
+    """A deterministic backend for pipeline bookkeeping: answers with a counter, reports a budget hit
+    when told to."""
+
+    name = "echo"
+    model_id = "echo-1"
+
+    def __init__(self, finish: str = "stop") -> None:
+        self.calls = 0
+        self.finish = finish
+
+    def generate(self, layout, *, max_new_tokens, temperature):
+        self.calls += 1
+        n = len(layout.render().split())
+        return BackendResult(f"answer #{self.calls}", "model", CacheUsage.local(prompt_tokens=n),
+                             0.001, self.finish)  # type: ignore[arg-type]
+
+
+def _rag(backend=None, **kw) -> RagCache:
+    return RagCache(backend or EchoBackend(), semantic=SemanticCache(None, embedder=HashingEmbedder()), **kw)
+
+
+# -- records ---------------------------------------------------------------------------------
+def test_cache_usage_must_add_up():
+    u = CacheUsage.local(prompt_tokens=100, prefix_reused=30, chunk_reused=40, recomputed=6)
+    assert (u.reused, u.computed, u.recomputed, u.cache_read) == (70, 24, 6, 70)
+    p = CacheUsage.provider(input_tokens=12, cache_read=900, cache_write=88)
+    assert (p.prompt_tokens, p.reused, p.computed, p.cache_write) == (1000, 900, 100, 88)
+    for bad in (dict(prompt_tokens=10, reused=5, computed=4), dict(prompt_tokens=-1, computed=-1),
+                dict(prompt_tokens=3, reused=1, computed=1, recomputed=2)):
+        with pytest.raises(ValueError):
+            CacheUsage(**bad)
+    with pytest.raises(ValueError, match="unknown layer"):
+        BackendResult("x", "prefix+model", CacheUsage())  # type: ignore[arg-type]
+
+
+# -- one document identity -------------------------------------------------------------------
+@pytest.mark.parametrize("variant", [
+    lambda t: t,                      # as stored
+    lambda t: "  " + t + "\n",        # outer whitespace
+    lambda t: t.replace(". ", ".\r\n"),  # Windows newlines
+])
+def test_invalidate_by_document_text_removes_the_stale_answer(variant):
+    backend = EchoBackend()
+    rag = _rag(backend)
+    docs = [d["text"].replace(". ", ".\n") for d in DOCS[:2]]
+    q = "How long do refunds take?"
+    assert rag.answer(q, docs).layer == "model"
+    assert rag.answer(q, docs).layer == "semantic"
+    assert rag.semantic.invalidate(variant(docs[0])) == 1
+    again = rag.answer(q, docs)
+    assert again.layer == "model" and backend.calls == 2
+
+
+def test_invalidate_by_id_and_by_content_hash():
+    rag = _rag()
+    q = "When do orders ship?"
+    rag.answer(q, DOCS[:2])
+    assert rag.semantic.invalidate("shipping") == 1
+    assert rag.answer(q, DOCS[:2]).layer == "model"
+    assert rag.answer(q, DOCS[:2]).layer == "semantic"
+    assert rag.semantic.invalidate(content_hash(DOCS[0]["text"])) == 1
+    assert rag.answer(q, DOCS[:2]).layer == "model"
+
+
+def test_as_document_reads_every_shape_the_same():
+    from langchain_core.documents import Document
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    text, meta = "Bikes carry a warranty.", {"source": "faq", "lang": "en"}
+    shapes = [
+        {"id": "w", "text": text, "metadata": meta},
+        {"doc_id": "w", "page_content": text, "source": "faq", "lang": "en"},
+        Document(page_content=text, metadata=meta, id="w"),
+        TextNode(text=text, id_="w", metadata=meta),
+        NodeWithScore(node=TextNode(text=text, id_="w", metadata=meta), score=0.3),
+        as_document({"id": "w", "text": text, "metadata": meta}),
+    ]
+    segs = [as_document(s) for s in shapes]
+    assert len({(s.id, s.text, tuple(sorted(s.metadata.items())), s.content_hash, s.render_hash) for s in segs}) == 1
+    assert segs[0].content_hash == content_hash(text)
+    for bad in (42, {"id": "x"}, {"text": 3}, object()):
+        with pytest.raises(ValueError, match="document"):
+            as_document(bad)
+
+
+def test_blocks_are_the_prompt_in_order():
+    lay = PromptLayout.build(question="Q?", system="S.", documents=DOCS[:2], volatile="User: ann",
+                             history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    kinds = [(b.kind, b.role) for b in lay.blocks()]
+    assert kinds == [("system", "system"), ("history", "user"), ("history", "assistant"), ("document", "user"),
+                     ("document", "user"), ("volatile", "user"), ("question", "user")]
+    assert [b.doc_id for b in lay.blocks() if b.kind == "document"] == ["refund-policy", "shipping"]
+    final = lay.to_messages()[-1]["content"]
+    assert [b["ragcache_kind"] for b in final] == ["document", "document", "volatile", "question"]
+
+
+# -- one partition: volatile text, budgets, truncated answers --------------------------------
+@pytest.mark.parametrize("first, second", [
+    ({"volatile": "User: user-a"}, {"volatile": "User: user-b"}),
+    ({"volatile": "Today is 2026-11-29."}, {"volatile": "Today is 2026-11-30."}),
+    ({"system": "Answer briefly. Today is 2026-11-29."}, {"system": "Answer briefly. Today is 2026-11-30."}),
+    ({"system": "Answer briefly. The time is 09:14."}, {"system": "Answer briefly. The time is 17:02."}),
+])
+def test_volatile_text_is_in_the_partition(first, second):
+    backend = EchoBackend()
+    rag = _rag(backend)  # lint="move": the date leaves the stable prefix but stays in the key
+    q = "How long do refunds take?"
+    a = rag.answer(q, DOCS[:1], **first)
+    b = rag.answer(q, DOCS[:1], **second)
+    assert (a.layer, b.layer) == ("model", "model") and a.text != b.text
+    assert rag.answer(q, DOCS[:1], **first).text == a.text  # each user / day still gets its own hit
+    assert rag.prepare(q, DOCS[:1], **first).partition != rag.prepare(q, DOCS[:1], **second).partition
+
+
+def test_document_metadata_and_ids_are_in_the_partition():
+    rag = _rag()
+    q = "How long do refunds take?"
+    base = rag.prepare(q, [DOCS[0]]).partition
+    renamed = rag.prepare(q, [{**DOCS[0], "id": "refunds-v2"}]).partition
+    tagged = rag.prepare(q, [{**DOCS[0], "metadata": {"region": "uk"}}]).partition
+    reordered = rag.prepare(q, list(reversed(DOCS[:2]))).partition
+    assert len({base.digest, renamed.digest, tagged.digest}) == 3
+    assert reordered == rag.prepare(q, DOCS[:2]).partition  # canonical order: same key
+
+
+@pytest.mark.parametrize("budgets", [(8, 16), (8, 8)])
+def test_truncated_answers_are_not_stored_by_default(budgets):
+    backend = EchoBackend(finish="length")
+    rag = _rag(backend)
+    q = "How long do refunds take?"
+    for b in budgets:
+        assert rag.answer(q, DOCS[:1], max_new_tokens=b).layer == "model"
+    assert backend.calls == 2
+
+
+def test_truncated_answers_stored_on_request_never_serve_a_larger_budget():
+    backend = EchoBackend(finish="length")
+    rag = _rag(backend, cache_truncated=True)
+    q = "How long do refunds take?"
+    first = rag.answer(q, DOCS[:1], max_new_tokens=8)
+    hit = rag.answer(q, DOCS[:1], max_new_tokens=8)
+    assert hit.layer == "semantic" and hit.finish_reason == "length" and hit.text == first.text
+    for larger in (9, 16, 128):
+        assert rag.answer(q, DOCS[:1], max_new_tokens=larger).layer == "model"
+
+
+def test_refresh_skips_the_lookup_and_replaces_the_answer():
+    backend = EchoBackend()
+    rag = _rag(backend)
+    q = "When do orders ship?"
+    rag.answer(q, DOCS[:2])
+    fresh = rag.answer(q, DOCS[:2], use_semantic=False)
+    assert fresh.layer == "model" and rag.answer(q, DOCS[:2]).text == fresh.text == "answer #2"
+
+
+# -- the local engine through the pipeline ---------------------------------------------------
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_llama(seed=3, initializer_range=0.2)
+
+
+def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
+    cc = ChunkCache(MemoryChunkStore(), dtype=__import__("torch").float32)
+    engine = LocalEngine(lm, chunk_cache=cc)
+    assert cc.precompute(engine, DOCS[:2], progress=False) == 2
+    rag = RagCache(LocalBackend(engine), max_new_tokens=3)
+    a = rag.answer("How long do refunds take?", DOCS)
+    u = a.usage
+    assert a.details["docs_hit"] == 2 and a.details["docs_missed"] == 2
+    assert u.reused + u.computed + u.recomputed == u.prompt_tokens > 0
+    assert u.chunk_reused > 0 and "chunk" in a.layer and a.approximate and a.recompute_ratio is not None
+    assert u.cache_read == u.reused and u.cache_write == 0
+    assert isinstance(a, Answer) and a.tokens_reused == u.reused
+
+
+def test_async_answer_matches_sync(lm):
+    engine = LocalEngine(lm)
+    rag = RagCache(LocalBackend(engine), max_new_tokens=4)
+    sync = rag.answer("When do orders ship?", DOCS[:2])
+    engine2 = LocalEngine(lm)
+    rag2 = RagCache(LocalBackend(engine2), max_new_tokens=4)
+    got = asyncio.run(rag2.aanswer("When do orders ship?", DOCS[:2]))
+    assert got.text == sync.text and got.usage == sync.usage
+
+
+def test_astream_cancel_releases_the_engine(lm):
+    engine = LocalEngine(lm)
+
+    async def first_delta_then_leave():
+        async for ev in engine.astream("Tell me a long story about caches.", max_new_tokens=200):
+            if ev.text:
+                return ev.text
+        return ""
+
+    async def main():
+        await first_delta_then_leave()
+        # the worker closes the generator at its next step, which releases the engine's lock
+        return await asyncio.wait_for(asyncio.to_thread(engine.generate, "Hi", max_new_tokens=2), timeout=60)
+
+    gen = asyncio.run(main())
+    assert gen.stats.decode_tokens >= 1
+    assert _joined("ragcache-engine-stream")
+
+
+def _joined(name: str, timeout: float = 10.0) -> bool:
+    for t in threading.enumerate():
+        if t.name == name:
+            t.join(timeout)
+            if t.is_alive():
+                return False
+    return True
+
+
+def test_astream_errors_reach_the_consumer(lm):
+    engine = LocalEngine(lm)
+
+    async def main():
+        async for _ in engine.astream("", max_new_tokens=2):
+            pass
+
+    with pytest.raises(ValueError, match="empty"):
+        asyncio.run(main())
+
+
+def test_public_imports():
+    import ragcache
+
+    for name in ragcache.__all__:
+        assert getattr(ragcache, name) is not None
+    with pytest.raises(AttributeError):
+        ragcache.NoSuchThing  # noqa: B018
