@@ -112,6 +112,8 @@ class RagCache:
         lint: what to do with volatile text (dates, ids) found in stable segments: ``warn``,
             ``move`` (into the volatile segment, which stays in the partition), ``raise`` or ``off``.
         max_new_tokens / temperature: generation parameters (part of the semantic partition).
+        params: other generation parameters the backend applies that change the answer (``top_p``,
+            ``stop``, ``seed``...); ``None`` values are left out. Part of the partition.
         cache_truncated: also store answers cut at ``max_new_tokens`` (``finish_reason == "length"``);
             off by default. A stored truncated answer is only ever served within its own
             ``max_new_tokens`` (the budget is in the partition).
@@ -119,7 +121,8 @@ class RagCache:
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
                  namespace: str = "default", doc_order: str = "canonical", lint: LintMode = "move",
-                 max_new_tokens: int = 96, temperature: float = 0.0, cache_truncated: bool = False) -> None:
+                 max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
+                 cache_truncated: bool = False) -> None:
         self.backend = backend
         self.semantic = semantic
         self.system = system
@@ -128,6 +131,7 @@ class RagCache:
         self.lint = lint
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.params = {k: v for k, v in dict(params or {}).items() if v is not None}
         self.cache_truncated = cache_truncated
 
     # -- step 1 ----------------------------------------------------------------------------------
@@ -139,7 +143,7 @@ class RagCache:
                                   doc_order=self.doc_order, lint=self.lint)  # type: ignore[arg-type]
 
     def partition(self, layout: PromptLayout, *, namespace: str | None = None, max_new_tokens: int | None = None,
-                  temperature: float | None = None) -> Any:
+                  temperature: float | None = None, document_ids: Sequence[str] = ()) -> Any:
         """The semantic cache's exact partition key for a layout
         (:func:`ragcache.semantic.partition.request_partition`, the one partition function)."""
         from ragcache.semantic.partition import request_partition
@@ -147,17 +151,20 @@ class RagCache:
         return request_partition(
             layout, namespace=self.namespace if namespace is None else namespace,
             model=f"{self.backend.name}:{self.backend.model_id}",
-            params={"temperature": self.temperature if temperature is None else temperature,
-                    "max_tokens": self.max_new_tokens if max_new_tokens is None else max_new_tokens})
+            params={**self.params, "temperature": self.temperature if temperature is None else temperature,
+                    "max_tokens": self.max_new_tokens if max_new_tokens is None else max_new_tokens},
+            document_ids=document_ids)
 
     def prepare(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
                 tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
                 namespace: str | None = None, max_new_tokens: int | None = None,
-                temperature: float | None = None) -> Request:
+                temperature: float | None = None, document_ids: Sequence[str] = ()) -> Request:
         """Lay out a request and compute its partition key.
 
         ``documents``: strings, dicts with ``text``/``id``/``metadata``, layout Segments, LangChain
-        Documents or LlamaIndex nodes (:func:`ragcache.layout.as_document`).
+        Documents or LlamaIndex nodes (:func:`ragcache.layout.as_document`). ``document_ids``: more
+        ids that ``SemanticCache.invalidate`` should accept for this answer (source document ids
+        that are not rendered into the prompt).
 
         Raises:
             ValueError: empty question, malformed document or history, ``max_new_tokens < 1``.
@@ -172,7 +179,7 @@ class RagCache:
         layout = self.layout(question, documents, system=system, tools=tools, history=history, volatile=volatile)
         pk = None
         if self.semantic is not None:
-            pk = self.partition(layout, namespace=ns, max_new_tokens=mnt, temperature=temp)
+            pk = self.partition(layout, namespace=ns, max_new_tokens=mnt, temperature=temp, document_ids=document_ids)
         return Request(question, layout, pk, ns, mnt, temp)
 
     # -- step 2 ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ragcache.hashing import hash_value
@@ -108,7 +108,7 @@ def partition_key(
 
 
 def request_partition(layout: PromptLayout, *, namespace: str, model: str, params: Mapping[str, Any],
-                      extra: Mapping[str, Any] | None = None) -> PartitionKey:
+                      extra: Mapping[str, Any] | None = None, document_ids: Iterable[str] = ()) -> PartitionKey:
     """The partition key of a laid-out request: the one function every entry point calls
     (``RagCache``, the LangChain prompt and middleware, the LlamaIndex query engine, the CLI).
 
@@ -124,6 +124,8 @@ def request_partition(layout: PromptLayout, *, namespace: str, model: str, param
         model: ``"<backend name>:<model id>"`` (model fingerprint or provider model name).
         params: generation parameters that change the answer (temperature, max_tokens, stop...).
         extra: anything else the caller's framework adds to the prompt (JSON-like).
+        document_ids: more ids ``invalidate()`` should accept for this partition (a LlamaIndex
+            node's source document id, when it is not rendered into the prompt); not in the digest.
 
     Raises:
         ValueError: as :func:`partition_key`.
@@ -131,5 +133,7 @@ def request_partition(layout: PromptLayout, *, namespace: str, model: str, param
     extra_spec = dict(extra or {})
     extra_spec["volatile"] = layout.volatile
     extra_spec["rendered_documents"] = sorted(d.render_hash for d in layout.documents)
-    return partition_key(namespace=namespace, model=model, params=params, system=layout.system_text,
-                         tools=layout.tools, history=layout.history, documents=layout.documents, extra=extra_spec)
+    pk = partition_key(namespace=namespace, model=model, params=params, system=layout.system_text,
+                       tools=layout.tools, history=layout.history, documents=layout.documents, extra=extra_spec)
+    more = tuple(str(i) for i in document_ids)
+    return replace(pk, document_ids=tuple(sorted(set(pk.document_ids + more)))) if more else pk

@@ -17,7 +17,7 @@ def test_any_input_order_gives_the_same_order():
     b = [n.node.node_id for n in pp.postprocess_nodes(list(reversed(_nodes())))]
     c = [n.node.node_id for n in pp.postprocess_nodes(_nodes()[1:] + _nodes()[:1])]
     assert a == b == c
-    hashes = [node_segment(n.node).content_hash for n in pp.postprocess_nodes(_nodes())]
+    hashes = [node_segment(n.node).render_hash for n in pp.postprocess_nodes(_nodes())]
     assert hashes == sorted(hashes)
 
 

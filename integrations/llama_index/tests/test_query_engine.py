@@ -78,7 +78,8 @@ def test_other_node_order_gives_same_prompt_and_reuses_chunk_kv(index, tiny):
 def test_streaming_and_async(index, tiny, embed_model):
     llm = RagCacheLLM(LocalEngine(tiny, chunk_cache=ChunkCache()), max_new_tokens=6)
     sem = SemanticCache(embedder=embed_model.embedder)
-    qe = RagCacheQueryEngine.from_index(index, similarity_top_k=2, llm=llm, semantic_cache=sem, streaming=True)
+    qe = RagCacheQueryEngine.from_index(index, similarity_top_k=2, llm=llm, semantic_cache=sem, streaming=True,
+                                        cache_truncated=True)  # 6 tokens cut the random model's answers
     r = qe.query(Q)
     assert isinstance(r, StreamingResponse) and r.metadata["layer"] is None
     text = "".join(r.response_gen)
@@ -90,7 +91,8 @@ def test_streaming_and_async(index, tiny, embed_model):
         s = await qe.aquery("Which region stores EU customer data?")
         assert isinstance(s, AsyncStreamingResponse)
         streamed = "".join([t async for t in s.async_response_gen()])
-        plain = RagCacheQueryEngine.from_index(index, similarity_top_k=2, llm=llm, semantic_cache=sem)
+        plain = RagCacheQueryEngine.from_index(index, similarity_top_k=2, llm=llm, semantic_cache=sem,
+                                               cache_truncated=True)
         h = await plain.aquery("Which region stores EU customer data?")
         return streamed, s.metadata, h
 

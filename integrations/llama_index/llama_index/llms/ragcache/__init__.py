@@ -2,10 +2,9 @@
 
 from llama_index.llms.ragcache.base import (
     RagCacheLLM,
-    local_layer,
     prompt_digest,
     stats_kwargs,
     to_engine_messages,
 )
 
-__all__ = ["RagCacheLLM", "local_layer", "prompt_digest", "stats_kwargs", "to_engine_messages"]
+__all__ = ["RagCacheLLM", "prompt_digest", "stats_kwargs", "to_engine_messages"]

@@ -18,20 +18,18 @@ Block roles in the last user message:
   documents (the cacheable part), after it the last block is the question and any
   others are volatile text (computed every time, never cached as documents).
 
-Each response carries the cache accounting: ``additional_kwargs`` holds flat numbers
-(``layer``, ``prompt_tokens``, ``prefix_tokens_reused``, ``chunk_tokens_reused``,
-``tokens_reused``, ``tokens_recomputed``, ``ttft_s`` ...) and ``raw`` holds the
-generated ``token_ids``, the engine's full ``stats`` dict and ``prompt_sha256`` (the
-sha256 of the prompt token ids: equal prompts, equal digests).
+Each response carries the cache accounting: ``additional_kwargs`` holds ``layer``,
+``approximate`` / ``recompute_ratio`` (a CacheBlend prefill is labelled), ``usage`` (ragcache's
+:class:`~ragcache.CacheUsage` as a dict) and flat counts (:func:`stats_kwargs`); ``raw`` holds the
+generated ``token_ids``, the engine's ``stats`` dict, the ``generation`` record and
+``prompt_sha256`` (the sha256 of the prompt token ids: equal prompts, equal digests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import queue
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -51,6 +49,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.llm import LLM
 
+from ragcache.aio import iterate_in_thread
+
 _ROLES = {
     MessageRole.SYSTEM: "system",
     MessageRole.DEVELOPER: "system",
@@ -61,38 +61,22 @@ _ROLES = {
 }
 
 
-def local_layer(stats: Any) -> str:
-    """Which local cache layer served a prefill: ``prefix``, ``chunk``, ``prefix+chunk`` or ``model``
-    (the names of :class:`ragcache.pipeline.LocalBackend`). ``chunk`` needs at least one document
-    found in the chunk cache (``docs_hit``): the engine also counts the KV of documents it has just
-    computed on a miss as reused, which saves nothing."""
-    chunk = stats.chunk_tokens_reused if getattr(stats, "docs_hit", 0) else 0
-    parts = [name for name, n in (("prefix", stats.prefix_tokens_reused), ("chunk", chunk)) if n]
-    return "+".join(parts) or "model"
+def stats_kwargs(generation: Any) -> dict[str, Any]:
+    """Flat cache accounting of one generation for ``additional_kwargs`` (tokens, seconds), from
+    ragcache's one record (:func:`ragcache.engine.backend.result_of`): ``layer``, ``approximate``
+    and ``recompute_ratio`` (a CacheBlend prefill), ``usage`` (:class:`ragcache.CacheUsage` as a
+    dict: reused + recomputed + computed == prompt_tokens) and the same counts flat."""
+    from ragcache.engine.backend import result_of
 
-
-def stats_kwargs(stats: Any) -> dict[str, Any]:
-    """Flat cache accounting of one generation (tokens, seconds) for ``additional_kwargs``.
-
-    ``chunk_tokens_reused`` counts only when a document came from the chunk cache
-    (``docs_hit > 0``): when every document was missed, its KV was computed for this very
-    request and nothing was saved. With some documents hit and some missed it is the
-    engine's count, an upper bound. ``raw["stats"]`` keeps the engine's numbers unchanged.
-    """
-    chunk = stats.chunk_tokens_reused if stats.docs_hit else 0
+    r = result_of(generation)
+    u = r.usage
     return {
-        "layer": local_layer(stats),
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.decode_tokens,
-        "prefix_tokens_reused": stats.prefix_tokens_reused,
-        "chunk_tokens_reused": chunk,
-        "tokens_reused": stats.prefix_tokens_reused + chunk,
-        "tokens_recomputed": stats.tokens_recomputed,
-        "prefill_tokens_computed": stats.prefill_tokens_computed,
-        "docs_hit": stats.docs_hit,
-        "docs_missed": stats.docs_missed,
-        "ttft_s": stats.ttft_s,
-        "finish_reason": stats.finish_reason,
+        "layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
+        "usage": u.to_dict(), "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+        "tokens_reused": u.reused, "tokens_recomputed": u.recomputed, "tokens_computed": u.computed,
+        "prefix_tokens_reused": u.prefix_reused, "chunk_tokens_reused": u.chunk_reused,
+        "docs_hit": r.details.get("docs_hit", 0), "docs_missed": r.details.get("docs_missed", 0),
+        "ttft_s": r.ttft_s, "finish_reason": r.finish_reason,
     }
 
 
@@ -234,9 +218,9 @@ class RagCacheLLM(LLM):
         return self._engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
 
     def _final(self, gen: Any, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        raw = {"text": gen.text, "token_ids": list(gen.token_ids), "stats": gen.stats.to_dict(),
+        raw = {"text": gen.text, "token_ids": list(gen.token_ids), "stats": gen.stats.to_dict(), "generation": gen,
                "prompt_sha256": digest, "model": str(self._engine.fingerprint)}
-        return stats_kwargs(gen.stats), raw
+        return stats_kwargs(gen), raw
 
     def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
         events, digest = self._events(messages, kwargs)
@@ -311,7 +295,7 @@ class RagCacheLLM(LLM):
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         """Async :meth:`stream_chat`: the engine streams on a worker thread."""
-        return _threaded(lambda: self._stream_chat(messages, kwargs))
+        return iterate_in_thread(lambda: self._stream_chat(messages, kwargs), name="ragcache-llamaindex-stream")
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
@@ -319,52 +303,7 @@ class RagCacheLLM(LLM):
         msgs = self._completion_messages(prompt, formatted)
 
         async def gen() -> AsyncIterator[CompletionResponse]:
-            async for r in _threaded(lambda: self._stream_chat(msgs, kwargs)):
+            async for r in iterate_in_thread(lambda: self._stream_chat(msgs, kwargs)):
                 yield self._to_completion(r)
 
         return gen()
-
-
-async def _threaded(make: Callable[[], Iterator[Any]]) -> AsyncIterator[Any]:
-    """Run a blocking iterator on a worker thread and yield its items on the event loop.
-
-    The iterator is created and closed on the worker (the engine's lock is held by that
-    thread across yields); an exception in it is re-raised here; when the consumer stops
-    early the worker closes the iterator, which releases the engine.
-    """
-    q: queue.Queue = queue.Queue(maxsize=64)
-    done = object()
-    stop = threading.Event()
-
-    def work() -> None:
-        it = None
-        try:
-            it = make()
-            for item in it:
-                if stop.is_set():
-                    break
-                q.put(item)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            q.put(e)
-        finally:
-            if it is not None and hasattr(it, "close"):
-                it.close()
-            q.put(done)
-
-    threading.Thread(target=work, daemon=True, name="ragcache-llamaindex-stream").start()
-    try:
-        while True:
-            item = await asyncio.to_thread(q.get)
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        while True:  # unblock a worker waiting on a full queue
-            try:
-                if q.get_nowait() is done:
-                    break
-            except queue.Empty:
-                break

@@ -99,7 +99,7 @@ class StableOrderPostprocessor(BaseNodePostprocessor):
                            query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
         if self.order_by not in ("content_hash", "node_id", "ref_doc_id"):
             raise ValueError(f"order_by must be 'content_hash', 'node_id' or 'ref_doc_id', got {self.order_by!r}")
-        keyed = [(n, node_segment(n.node, id_source=self.id_source).content_hash) for n in nodes]
+        keyed = [(n, node_segment(n.node, id_source=self.id_source).render_hash) for n in nodes]
         if self.dedup:
             best: dict[str, int] = {}
             by_id: dict[str, int] = {}

@@ -6,14 +6,16 @@ scores do and no cache can reuse them. This engine, built from any retriever:
 
 1. retrieves, runs the caller's node postprocessors, then puts the nodes into a
    canonical order without duplicates (:class:`StableOrderPostprocessor`);
-2. looks the question up in the semantic response cache, in the partition keyed by
-   the nodes' content hashes, the model identity and the generation parameters (an
-   edited document has a new content hash, so its old answers are never served);
-3. on a miss, lays the prompt out with ragcache (system text, one block per node,
-   question last; :mod:`.messages`) and calls the LLM: :class:`RagCacheLLM` reuses
-   prefix and per-document KV, ``llama_index.llms.anthropic.Anthropic`` gets at most
-   4 ``CachePoint`` breakpoints;
-4. stores the answer in the semantic cache.
+2. runs ragcache's own pipeline steps (:class:`ragcache.RagCache`: prepare -> lookup ->
+   generate -> record) with the LLM as its backend (:class:`.backend.LlamaIndexBackend`):
+   the layout and the semantic partition are the ones ``RagCache`` computes for the same
+   request (:func:`ragcache.semantic.request_partition`: the nodes' content hashes and
+   rendered bytes, system and volatile text, model identity, generation parameters), so an
+   edited document never gets a stale answer and ``invalidate(ref_doc_id)`` works;
+3. on a miss, lays the prompt out (system text, one block per node, question last;
+   :mod:`.messages`) and calls the LLM: :class:`RagCacheLLM` reuses prefix and
+   per-document KV, ``llama_index.llms.anthropic.Anthropic`` gets at most 4 ``CachePoint``
+   breakpoints; the answer is stored unless it was cut at the token budget.
 
 The :class:`~llama_index.core.base.response.schema.Response` carries ``source_nodes``
 and ``metadata``: ``layer`` (``semantic``, ``prefix``, ``chunk``, ``prefix+chunk``,
@@ -25,6 +27,7 @@ stream ends.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,35 +45,32 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from llama_index.postprocessor.ragcache import (
-    StableOrderPostprocessor,
-    node_key,
-    node_segment,
-)
+from llama_index.postprocessor.ragcache import StableOrderPostprocessor, node_segment
 from llama_index.query_engine.ragcache.compat import ensure_anthropic_sdk_compat
-from llama_index.query_engine.ragcache.messages import (
-    LaidOutMessages,
-    layout_messages,
-    llm_kind,
-)
+from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
+from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
 from ragcache.layout import LintMode, PromptLayout
-from ragcache.pipeline import DEFAULT_SYSTEM
-from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit, partition_key
-
-_PARAM_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "stop", "seed")
-
+from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
+from ragcache.semantic import PartitionKey, SemanticCache
 
 @dataclass(slots=True)
 class PreparedQuery:
-    """Everything decided before the LLM call: the nodes in final order, the layout, the
-    semantic partition and the LLM-shaped messages."""
+    """Everything decided before the LLM call: the nodes in final order, ragcache's prepared
+    :class:`~ragcache.pipeline.Request` (layout and partition) and the LLM-shaped messages."""
 
     question: str
     nodes: list[NodeWithScore]
-    layout: PromptLayout
-    partition: PartitionKey
+    request: Request
     laid: LaidOutMessages
+
+    @property
+    def layout(self) -> PromptLayout:
+        return self.request.layout
+
+    @property
+    def partition(self) -> PartitionKey:
+        return self.request.partition
 
 
 class LiveIndexRetriever(BaseRetriever):
@@ -87,11 +87,6 @@ class LiveIndexRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await self._index.as_retriever(**self._kwargs).aretrieve(query_bundle)
-
-
-def _usage_get(usage: Any, name: str) -> int:
-    v = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-    return int(v or 0)
 
 
 class RagCacheQueryEngine(BaseQueryEngine):
@@ -113,6 +108,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         streaming: return streaming responses.
         similarity_threshold: semantic-cache cosine threshold per lookup (None: the cache's).
         lint: volatile-text lint of the layout (``off``, ``warn``, ``move``, ``raise``).
+        cache_truncated: also store answers cut at the LLM's token budget (off by default; a
+            truncated answer is only served to requests with the same budget).
         anthropic_min_tokens: minimum cacheable length overrides for breakpoint placement
             (an int for every model, or by model family), as the server applies them.
         token_counter: exact token counter for breakpoint placement (default: an estimate).
@@ -126,7 +123,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  system_prompt: str | None = DEFAULT_SYSTEM,
                  node_postprocessors: Sequence[BaseNodePostprocessor] = (), order_by: str = "content_hash",
                  id_source: str = "none", namespace: str = "default", streaming: bool = False,
-                 similarity_threshold: float | None = None, lint: LintMode = "warn",
+                 similarity_threshold: float | None = None, lint: LintMode = "warn", cache_truncated: bool = False,
                  anthropic_min_tokens: Mapping[str, int] | int | None = None,
                  token_counter: Callable[[str], int] | None = None,
                  callback_manager: CallbackManager | None = None) -> None:
@@ -149,7 +146,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
                 llm = RagCacheLLM()
         self._retriever = retriever
         self._llm = llm
-        self._kind = llm_kind(llm)
+        self._backend = LlamaIndexBackend(llm, anthropic_min_tokens=anthropic_min_tokens, token_counter=token_counter)
+        self._kind = self._backend.kind
         if self._kind == "anthropic":
             ensure_anthropic_sdk_compat()
         self._semantic = semantic_cache
@@ -161,8 +159,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         self._streaming = streaming
         self._threshold = similarity_threshold
         self._lint = lint
-        self._min_tokens = anthropic_min_tokens
-        self._token_counter = token_counter
+        self._cache_truncated = cache_truncated
         super().__init__(callback_manager=callback_manager or CallbackManager([]))
 
     @classmethod
@@ -212,91 +209,54 @@ class RagCacheQueryEngine(BaseQueryEngine):
             nodes = await pp.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return await self._stable.apostprocess_nodes(nodes, query_bundle=query_bundle)
 
-    def _llm_params(self) -> dict[str, Any]:
-        out = {}
-        for name in _PARAM_FIELDS:
-            v = getattr(self._llm, name, None)
-            if v is not None:
-                out[name] = list(v) if isinstance(v, list | tuple) else v
-        return out
-
-    def _model_key(self) -> tuple[str, dict[str, Any]]:
-        if self._kind == "ragcache":
-            return self._llm.fingerprint, {}
-        name = str(getattr(self._llm, "model", None) or self._llm.metadata.model_name)
-        extra = {"llm": type(self._llm).__name__, "base_url": str(getattr(self._llm, "base_url", None) or "")}
-        return f"{self._kind}:{name}", extra
+    def pipeline(self) -> RagCache:
+        """ragcache's pipeline for the next query: the LLM as backend (:class:`LlamaIndexBackend`)
+        and the LLM's current generation parameters; nodes keep the canonical order given here."""
+        b = self._backend
+        return RagCache(b, semantic=self._semantic, system=self._system, namespace=self._namespace,  # type: ignore[arg-type]
+                        doc_order="given", lint=self._lint, max_new_tokens=b.max_new_tokens,
+                        temperature=b.temperature, params=b.params, cache_truncated=self._cache_truncated)
 
     def prepare(self, query_bundle: QueryBundle, nodes: Sequence[NodeWithScore]) -> PreparedQuery:
-        """Order ``nodes`` canonically and build the layout, partition key and messages
-        (no cache lookup, no LLM call)."""
+        """Order ``nodes`` canonically and prepare the request with :meth:`RagCache.prepare` (layout,
+        partition key) and the LLM's messages (no cache lookup, no LLM call)."""
         question = query_bundle.query_str
         nodes = self._stable.postprocess_nodes(list(nodes), query_bundle=query_bundle)
         segments = [node_segment(n.node, id_source=self._id_source) for n in nodes]
-        layout = PromptLayout.build(question=question, system=self._system, documents=segments, doc_order="given",
-                                    lint=self._lint)
-        model, extra = self._model_key()
-        pk = partition_key(namespace=self._namespace, model=model, params=self._llm_params(),
-                           system=layout.system_text, extra={**extra, "volatile": layout.volatile},
-                           documents=[node_key(n.node, s) for n, s in zip(nodes, segments)])
-        laid = layout_messages(layout, self._kind, model=str(getattr(self._llm, "model", "")),
-                               max_tokens=int(getattr(self._llm, "max_tokens", 0) or 256),
-                               min_tokens=self._min_tokens, token_counter=self._token_counter)
-        return PreparedQuery(question, nodes, layout, pk, laid)
+        source_ids = [str(n.node.ref_doc_id or n.node.node_id) for n in nodes]
+        req = self.pipeline().prepare(question, segments, document_ids=source_ids)
+        return PreparedQuery(question, nodes, req, self._backend.messages(req.layout))
 
     def _base_meta(self, prep: PreparedQuery, retrieve_s: float) -> dict[str, Any]:
+        pk = prep.partition
         return {"layer": None, "similarity": None, "cached_question": None, "tokens_reused": 0,
-                "tokens_recomputed": 0, "prompt_tokens": 0, "ttft_s": None, "retrieve_s": retrieve_s, "total_s": None,
-                "partition": prep.partition.digest, "documents": list(prep.partition.documents),
+                "tokens_recomputed": 0, "tokens_computed": 0, "prompt_tokens": 0, "usage": None,
+                "approximate": False, "recompute_ratio": None, "finish_reason": None, "ttft_s": None,
+                "retrieve_s": retrieve_s, "total_s": None, "partition": pk.digest if pk else None,
+                "documents": list(pk.documents) if pk else [d.content_hash for d in prep.layout.documents],
                 "cache_markers": prep.laid.markers, "breakpoints": list(prep.laid.breakpoints),
                 "notes": list(prep.laid.notes)}
 
     @staticmethod
-    def _semantic_meta(meta: dict[str, Any], hit: SemanticHit, t0: float) -> dict[str, Any]:
+    def _answer_meta(meta: dict[str, Any], answer: Answer, t0: float, llm_s: float | None = None) -> dict[str, Any]:
+        """Fill ``meta`` from ragcache's :class:`~ragcache.pipeline.Answer`. ``t0``: query start;
+        ``llm_s``: seconds from the query start to the LLM call (so ``ttft_s`` counts retrieval)."""
+        u = answer.usage
+        meta.update(layer=answer.layer, similarity=answer.similarity, cached_question=answer.matched_question,
+                    usage=u.to_dict(), prompt_tokens=u.prompt_tokens, tokens_reused=u.reused,
+                    tokens_recomputed=u.recomputed, tokens_computed=u.computed, approximate=answer.approximate,
+                    recompute_ratio=answer.recompute_ratio, finish_reason=answer.finish_reason,
+                    completion_tokens=u.completion_tokens)
+        if answer.layer in ("prefix", "chunk", "prefix+chunk", "model"):
+            meta.update(prefix_tokens_reused=u.prefix_reused, chunk_tokens_reused=u.chunk_reused,
+                        docs_hit=answer.details.get("docs_hit", 0), docs_missed=answer.details.get("docs_missed", 0),
+                        llm_ttft_s=answer.ttft_s, prompt_sha256=answer.details.get("prompt_sha256"))
+        if answer.layer in ("provider", "provider-cache"):
+            meta.update(cache_read_tokens=u.cache_read, cache_write_tokens=u.cache_write)
         now = time.perf_counter()
-        meta.update(layer="semantic", similarity=float(hit.similarity), cached_question=hit.question,
-                    ttft_s=now - t0, total_s=now - t0)
-        return meta
-
-    def _llm_meta(self, meta: dict[str, Any], last: Any, t0: float, t_call: float,
-                  first_token_at: float | None) -> None:
-        """Fill ``meta`` from the last LLM response (its ``additional_kwargs`` / ``raw``).
-
-        ``t0``: query start; ``t_call``: when the LLM was called; ``first_token_at``: first
-        streamed delta (None when not streaming)."""
-        now = time.perf_counter()
-        extra = dict(getattr(last, "additional_kwargs", None) or {})
-        raw = getattr(last, "raw", None) or {}
-        if self._kind == "ragcache":
-            meta.update({k: extra.get(k, meta.get(k)) for k in (
-                "layer", "tokens_reused", "tokens_recomputed", "prompt_tokens", "prefix_tokens_reused",
-                "chunk_tokens_reused", "docs_hit", "docs_missed", "completion_tokens", "finish_reason")})
-            meta["llm_ttft_s"] = extra.get("ttft_s")
-            meta["prompt_sha256"] = raw.get("prompt_sha256") if isinstance(raw, Mapping) else None
-        elif self._kind == "anthropic":
-            usage = raw.get("usage") if isinstance(raw, Mapping) else None
-            read = _usage_get(usage, "cache_read_input_tokens")
-            write = _usage_get(usage, "cache_creation_input_tokens")
-            fresh = _usage_get(usage, "input_tokens")
-            meta.update(layer="provider-cache" if read > 0 else "provider", tokens_reused=read,
-                        cache_read_tokens=read, cache_write_tokens=write, prompt_tokens=fresh + read + write,
-                        completion_tokens=_usage_get(usage, "output_tokens"))
-        else:
-            meta["layer"] = "model"
-        if first_token_at is None and self._kind == "ragcache" and meta.get("llm_ttft_s") is not None:
-            first_token_at = t_call + float(meta["llm_ttft_s"])
-        meta["ttft_s"] = (first_token_at or now) - t0
+        meta["ttft_s"] = (llm_s or 0.0) + answer.ttft_s if answer.layer != "semantic" else now - t0
         meta["total_s"] = now - t0
-
-    def _store(self, prep: PreparedQuery, text: str, meta: dict[str, Any]) -> None:
-        if self._semantic is not None and text.strip():
-            self._semantic.store(prep.question, text, partition=prep.partition,
-                                 metadata={"layer": meta.get("layer"), "documents": len(prep.nodes)})
-
-    async def _astore(self, prep: PreparedQuery, text: str, meta: dict[str, Any]) -> None:
-        if self._semantic is not None and text.strip():
-            await self._semantic.astore(prep.question, text, partition=prep.partition,
-                                        metadata={"layer": meta.get("layer"), "documents": len(prep.nodes)})
+        return meta
 
     # ------------------------------------------------------------------ sync
     def synthesize(self, query_bundle: QueryBundle, nodes: list[NodeWithScore],
@@ -309,14 +269,16 @@ class RagCacheQueryEngine(BaseQueryEngine):
         """Retrieve and answer.
 
         ``Response.metadata``: ``layer``; ``similarity`` / ``cached_question`` (semantic hits);
-        ``tokens_reused`` (prefill tokens whose KV was reused, or provider cache-read tokens),
-        ``tokens_recomputed``, ``prompt_tokens``; ``ttft_s`` (seconds from the start of the
-        query, retrieval included, to the first answer token: the cached answer for a
-        semantic hit, the whole response for a non-streaming provider call), ``retrieve_s``,
-        ``total_s``; ``partition`` (semantic partition digest), ``documents`` (content
-        hashes); ``cache_markers`` / ``breakpoints`` / ``notes`` (prompt caching);
+        ``usage`` (ragcache's :class:`~ragcache.CacheUsage` as a dict) and its counts flat:
+        ``prompt_tokens``, ``tokens_reused``, ``tokens_recomputed``, ``tokens_computed``,
+        ``completion_tokens``; ``approximate`` / ``recompute_ratio`` (True when the answer was
+        prefilled from blended chunk KV, with the r used); ``finish_reason``; ``ttft_s`` (seconds
+        from the start of the query, retrieval included, to the first answer token: the cached
+        answer for a semantic hit, the whole response for a non-streaming provider call),
+        ``retrieve_s``, ``total_s``; ``partition`` (semantic partition digest), ``documents``
+        (content hashes); ``cache_markers`` / ``breakpoints`` / ``notes`` (prompt caching);
         RagCacheLLM adds ``prefix_tokens_reused``, ``chunk_tokens_reused``, ``docs_hit``,
-        ``llm_ttft_s``, ``prompt_sha256``; Anthropic adds ``cache_read_tokens``,
+        ``docs_missed``, ``llm_ttft_s``, ``prompt_sha256``; Anthropic adds ``cache_read_tokens``,
         ``cache_write_tokens``.
         """
         t0 = time.perf_counter()
@@ -325,35 +287,26 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     def _answer(self, query_bundle: QueryBundle, nodes: list[NodeWithScore], t0: float,
                 retrieve_s: float) -> RESPONSE_TYPE:
+        rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
-        hit = (self._semantic.lookup(prep.question, partition=prep.partition, threshold=self._threshold)
-               if self._semantic is not None else None)
+        hit = rag.lookup(prep.request, threshold=self._threshold)
         if hit is not None:
-            meta = self._semantic_meta(meta, hit, t0)
+            meta = self._answer_meta(meta, hit, t0)
             if self._streaming:
-                return StreamingResponse(iter([hit.answer]), source_nodes=prep.nodes, metadata=meta,
-                                         response_txt=None)
-            return Response(hit.answer, source_nodes=prep.nodes, metadata=meta)
+                return StreamingResponse(iter([hit.text]), source_nodes=prep.nodes, metadata=meta, response_txt=None)
+            return Response(hit.text, source_nodes=prep.nodes, metadata=meta)
         if self._streaming:
-            return StreamingResponse(self._stream(prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
+            return StreamingResponse(self._stream(rag, prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
         t_call = time.perf_counter()
-        resp = self._llm.chat(prep.laid.messages)
-        text = resp.message.content or ""
-        self._llm_meta(meta, resp, t0, t_call, None)
-        self._store(prep, text, meta)
-        return Response(text, source_nodes=prep.nodes, metadata=meta)
+        answer = rag.record(prep.request, rag.generate(prep.request), started=t_call)
+        self._answer_meta(meta, answer, t0, t_call - t0)
+        return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
-    def _stream(self, prep: PreparedQuery, meta: dict[str, Any], t0: float) -> Iterator[str]:
-        text, last, first, t_call = "", None, None, time.perf_counter()
-        for r in self._llm.stream_chat(prep.laid.messages):
-            if r.delta:
-                first = first or time.perf_counter()
-                text += r.delta
-                yield r.delta
-            last = r
-        self._llm_meta(meta, last, t0, t_call, first)
-        self._store(prep, text, meta)
+    def _stream(self, rag: RagCache, prep: PreparedQuery, meta: dict[str, Any], t0: float) -> Iterator[str]:
+        t_call, sink = time.perf_counter(), []
+        yield from self._backend.stream(prep.layout, sink)
+        self._answer_meta(meta, rag.record(prep.request, sink[0], started=t_call), t0, t_call - t0)
 
     # ------------------------------------------------------------------ async
     async def asynthesize(self, query_bundle: QueryBundle, nodes: list[NodeWithScore],
@@ -370,34 +323,28 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     async def _aanswer(self, query_bundle: QueryBundle, nodes: list[NodeWithScore], t0: float,
                        retrieve_s: float) -> RESPONSE_TYPE:
+        rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
-        hit = (await self._semantic.alookup(prep.question, partition=prep.partition, threshold=self._threshold)
-               if self._semantic is not None else None)
+        hit = await asyncio.to_thread(rag.lookup, prep.request, threshold=self._threshold)
         if hit is not None:
-            meta = self._semantic_meta(meta, hit, t0)
+            meta = self._answer_meta(meta, hit, t0)
             if self._streaming:
-                return AsyncStreamingResponse(_one(hit.answer), source_nodes=prep.nodes, metadata=meta)
-            return Response(hit.answer, source_nodes=prep.nodes, metadata=meta)
+                return AsyncStreamingResponse(_one(hit.text), source_nodes=prep.nodes, metadata=meta)
+            return Response(hit.text, source_nodes=prep.nodes, metadata=meta)
         if self._streaming:
-            return AsyncStreamingResponse(self._astream(prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
+            return AsyncStreamingResponse(self._astream(rag, prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
         t_call = time.perf_counter()
-        resp = await self._llm.achat(prep.laid.messages)
-        text = resp.message.content or ""
-        self._llm_meta(meta, resp, t0, t_call, None)
-        await self._astore(prep, text, meta)
-        return Response(text, source_nodes=prep.nodes, metadata=meta)
+        answer = await rag.arecord(prep.request, await rag.agenerate(prep.request), started=t_call)
+        self._answer_meta(meta, answer, t0, t_call - t0)
+        return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
-    async def _astream(self, prep: PreparedQuery, meta: dict[str, Any], t0: float) -> AsyncIterator[str]:
-        text, last, first, t_call = "", None, None, time.perf_counter()
-        async for r in await self._llm.astream_chat(prep.laid.messages):
-            if r.delta:
-                first = first or time.perf_counter()
-                text += r.delta
-                yield r.delta
-            last = r
-        self._llm_meta(meta, last, t0, t_call, first)
-        await self._astore(prep, text, meta)
+    async def _astream(self, rag: RagCache, prep: PreparedQuery, meta: dict[str, Any],
+                       t0: float) -> AsyncIterator[str]:
+        t_call, sink = time.perf_counter(), []
+        async for delta in self._backend.astream(prep.layout, sink):
+            yield delta
+        self._answer_meta(meta, await rag.arecord(prep.request, sink[0], started=t_call), t0, t_call - t0)
 
 
 async def _one(text: str) -> AsyncIterator[str]:

@@ -1,0 +1,165 @@
+"""Any LlamaIndex LLM as a ragcache pipeline backend, so the query engine runs ``RagCache``'s steps.
+
+The backend turns a :class:`~ragcache.layout.PromptLayout` into LlamaIndex chat messages for
+the LLM's kind (:func:`.messages.layout_messages`), calls the LLM, and maps what came back onto
+ragcache's one record (:class:`ragcache.BackendResult` with a :class:`ragcache.CacheUsage`):
+
+- :class:`~llama_index.llms.ragcache.RagCacheLLM`: the engine's own record
+  (:func:`ragcache.engine.backend.result_of`); its name and model id are the local engine's, so
+  a request has the same semantic partition through the query engine and through
+  ``RagCache(LocalBackend(engine))``;
+- ``llama_index.llms.anthropic.Anthropic``: the response's ``usage`` (input, cache write, cache
+  read tokens);
+- any other LLM: the text, with token counts from the response's ``usage`` when it reports one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
+
+from ragcache.backend import BackendResult, CacheUsage
+from ragcache.layout import PromptLayout
+
+from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
+
+
+def _get(obj: Any, name: str) -> int:
+    v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+    return int(v or 0)
+
+
+class LlamaIndexBackend:
+    """A LlamaIndex ``LLM`` as a :class:`ragcache.Backend`.
+
+    Args:
+        llm: the LLM.
+        anthropic_min_tokens / token_counter: Anthropic breakpoint placement (minimum cacheable
+            length overrides; an exact token counter, default an estimate).
+
+    Attributes:
+        kind: ``ragcache``, ``anthropic`` or ``generic`` (:func:`.messages.llm_kind`).
+        last_messages: the :class:`.messages.LaidOutMessages` of the latest request (markers,
+            breakpoints and notes, for the response metadata).
+    """
+
+    def __init__(self, llm: Any, *, anthropic_min_tokens: Mapping[str, int] | int | None = None,
+                 token_counter: Callable[[str], int] | None = None) -> None:
+        self.llm = llm
+        self.kind = llm_kind(llm)
+        self.min_tokens = anthropic_min_tokens
+        self.token_counter = token_counter
+        self.last_messages: LaidOutMessages | None = None
+
+    @property
+    def name(self) -> str:
+        return {"ragcache": "local", "anthropic": "anthropic"}.get(self.kind, f"llamaindex-{type(self.llm).__name__}")
+
+    @property
+    def model_id(self) -> str:
+        if self.kind == "ragcache":
+            return self.llm.fingerprint
+        base = str(getattr(self.llm, "base_url", None) or "")
+        name = str(getattr(self.llm, "model", None) or self.llm.metadata.model_name)
+        return f"{name}@{base}" if base else name
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The LLM's decode budget (``max_new_tokens`` / ``max_tokens`` / ``num_output``)."""
+        for name in ("max_new_tokens", "max_tokens"):
+            v = getattr(self.llm, name, None)
+            if v:
+                return int(v)
+        return int(getattr(self.llm.metadata, "num_output", 256) or 256)
+
+    @property
+    def temperature(self) -> float:
+        return float(getattr(self.llm, "temperature", 0.0) or 0.0)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Other generation parameters that change the answer (``None`` and neutral values left out)."""
+        out: dict[str, Any] = {}
+        top_p = getattr(self.llm, "top_p", None)
+        if top_p is not None and float(top_p) != 1.0:
+            out["top_p"] = float(top_p)
+        for name in ("top_k", "seed"):
+            v = getattr(self.llm, name, None)
+            if v is not None:
+                out[name] = v
+        stop = getattr(self.llm, "stop", None)
+        if stop:
+            out["stop"] = list(stop)
+        return out
+
+    def messages(self, layout: PromptLayout) -> LaidOutMessages:
+        """The chat messages for ``layout``, shaped for the LLM's kind."""
+        laid = layout_messages(layout, self.kind, model=str(getattr(self.llm, "model", "")),
+                               max_tokens=self.max_new_tokens, min_tokens=self.min_tokens,
+                               token_counter=self.token_counter)
+        self.last_messages = laid
+        return laid
+
+    def result(self, response: Any, text: str, ttft_s: float) -> BackendResult:
+        """Map the LLM's final response onto :class:`ragcache.BackendResult`."""
+        raw = getattr(response, "raw", None) or {}
+        if self.kind == "ragcache" and isinstance(raw, Mapping) and raw.get("generation") is not None:
+            from ragcache.engine.backend import result_of
+
+            r = result_of(raw["generation"])
+            return replace(r, details={**r.details, "prompt_sha256": raw.get("prompt_sha256")})
+        usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
+        stop = raw.get("stop_reason") if isinstance(raw, Mapping) else None
+        finish = "length" if stop in ("max_tokens", "length") else "stop"
+        if self.kind == "anthropic":
+            read, write = _get(usage, "cache_read_input_tokens"), _get(usage, "cache_creation_input_tokens")
+            u = CacheUsage.provider(input_tokens=_get(usage, "input_tokens"), cache_read=read, cache_write=write,
+                                    completion_tokens=_get(usage, "output_tokens"))
+            return BackendResult(text, "provider-cache" if read > 0 else "provider", u, ttft_s, finish)
+        prompt = _get(usage, "prompt_tokens") or _get(usage, "input_tokens")
+        details = None
+        if usage is not None:
+            details = (usage.get("prompt_tokens_details") if isinstance(usage, Mapping)
+                       else getattr(usage, "prompt_tokens_details", None))
+        cached = _get(details, "cached_tokens") if details is not None else 0
+        u = CacheUsage.provider(input_tokens=max(prompt - cached, 0), cache_read=min(cached, prompt),
+                                completion_tokens=_get(usage, "completion_tokens") or _get(usage, "output_tokens"))
+        return BackendResult(text, "provider-cache" if cached else "model", u, ttft_s, finish)
+
+    # -- Backend protocol ----------------------------------------------------------------------
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        t0 = time.perf_counter()
+        resp = self.llm.chat(self.messages(layout).messages)
+        return self.result(resp, resp.message.content or "", time.perf_counter() - t0)
+
+    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        t0 = time.perf_counter()
+        resp = await self.llm.achat(self.messages(layout).messages)
+        return self.result(resp, resp.message.content or "", time.perf_counter() - t0)
+
+    def stream(self, layout: PromptLayout, sink: list[BackendResult]) -> Iterator[str]:
+        """Text deltas; the final :class:`ragcache.BackendResult` is appended to ``sink`` at the end."""
+        t0, first, text, last = time.perf_counter(), None, "", None
+        for r in self.llm.stream_chat(self.messages(layout).messages):
+            if r.delta:
+                first = first or time.perf_counter()
+                text += r.delta
+                yield r.delta
+            last = r
+        sink.append(self.result(last, text, (first or time.perf_counter()) - t0))
+
+    async def astream(self, layout: PromptLayout, sink: list[BackendResult]) -> AsyncIterator[str]:
+        """Async :meth:`stream`."""
+        t0, first, text, last = time.perf_counter(), None, "", None
+        async for r in await self.llm.astream_chat(self.messages(layout).messages):
+            if r.delta:
+                first = first or time.perf_counter()
+                text += r.delta
+                yield r.delta
+            last = r
+        sink.append(self.result(last, text, (first or time.perf_counter()) - t0))
+
+
+__all__ = ["LlamaIndexBackend"]
