@@ -24,11 +24,9 @@ whose last event carries a ``Generation`` (``text``, ``token_ids``,
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
-import queue
 import socket
 import threading
 import time
@@ -186,26 +184,14 @@ class AnthropicLocalServer:
                     "x-ragcache-prefill-reused": str(getattr(gen.stats, "prefill_tokens_reused", 0))})
 
     async def _run(self, messages: list[dict], kwargs: dict) -> AsyncIterator[Any]:
-        """Run ``engine.stream`` on one worker thread (its lock is held across yields) and
-        hand its events to the event loop; an engine exception is yielded as the event."""
-        q: queue.Queue = queue.Queue()
-        done = object()
-
-        def work() -> None:
-            try:
-                for ev in self.engine.stream(messages, **kwargs):
-                    q.put(ev)
-            except Exception as e:  # handed to the request: ValueError -> 400, others -> 500
-                q.put(e)
-            finally:
-                q.put(done)
-
-        threading.Thread(target=work, daemon=True, name="ragcache-anthropic-gen").start()
-        while True:
-            ev = await asyncio.to_thread(q.get)
-            if ev is done:
-                return
-            yield ev
+        """The engine's stream through its one async bridge (:meth:`LocalEngine.astream`); an engine
+        exception is yielded as the event (ValueError -> 400, others -> 500). A client that goes away
+        ends the stream, which stops generation within one decode step."""
+        try:
+            async for ev in self.engine.astream(messages, **kwargs):
+                yield ev
+        except Exception as e:  # noqa: BLE001 - handed to the request as an error response
+            yield e
 
     def _stop(self, gen: Any, stops: list[str] | None) -> tuple[str, str | None]:
         if gen.stats.finish_reason == "length":
