@@ -154,7 +154,8 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
             in its caches.
         prompts: prompts with documents (PromptLayouts, messages lists with ``ragcache_kind``
             document blocks, or :class:`Prompt`), a few are enough (the CLI uses 4).
-        ratios: the r values to try, each in (0, 1).
+        ratios: the r values to try, each in (0, 1] (r = 1 must give agreement 1 and KL 0: a check
+            of the measurement itself).
         min_agreement: bound on the mean teacher-forced top-1 agreement.
         max_ratio: the largest r worth blending at; above it exact prefill is chosen.
         answer_tokens: length of the full-prefill greedy answer that is teacher-forced (stops at EOS).
@@ -165,7 +166,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         The :class:`Calibration` (also written to :func:`calibration_path` when ``save``).
 
     Raises:
-        ValueError: no prompts, a prompt without a document, a ratio outside (0, 1),
+        ValueError: no prompts, a prompt without a document, a ratio outside (0, 1],
             ``answer_tokens < 1``, or a bound outside (0, 1].
     """
     from ragcache.engine.blend import blend_prefill
@@ -174,8 +175,8 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
     if not prompts:
         raise ValueError("calibrate needs at least one prompt with documents")
     ratios = sorted(float(r) for r in ratios)
-    if not ratios or any(not 0.0 < r < 1.0 for r in ratios):
-        raise ValueError(f"ratios must be in (0, 1), got {ratios}")
+    if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
+        raise ValueError(f"ratios must be in (0, 1], got {ratios}")
     if answer_tokens < 1 or not 0.0 < min_agreement <= 1.0:
         raise ValueError(f"need answer_tokens >= 1 and 0 < min_agreement <= 1, got {answer_tokens}, {min_agreement}")
     model, say = engine.model, progress or (lambda _msg: None)
