@@ -145,12 +145,14 @@ def test_chunk_cache_accounting_and_reorder(tiny):
 
     from ragcache.engine.chunk_cache import ChunkCache
 
-    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15)
+    # min_reuse_tokens=0: blend on any hit (the cost rule would take exact prefill for these short documents)
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15, min_reuse_tokens=0)
     cold = engine.generate(_rag_msgs(DOCS), max_new_tokens=4)
     assert cold.stats.docs_missed == 3 and cold.stats.docs_hit == 0
     assert cold.stats.chunk_tokens_reused == 0  # computed in this request: never counted as reused
     warm = engine.generate(_rag_msgs(list(reversed(DOCS))), max_new_tokens=4)
     assert warm.stats.docs_hit == 3 and warm.stats.docs_missed == 0
+    assert warm.stats.approximate and warm.stats.recompute_ratio == 0.15
     assert warm.stats.chunk_tokens_reused > 0 and warm.stats.prefix_tokens_reused > 0
     assert warm.stats.prefill_tokens_computed < warm.stats.prompt_tokens - warm.stats.prefix_tokens_reused
     same = engine.generate(_rag_msgs(list(reversed(DOCS))), max_new_tokens=4)  # 100% cached, same prompt twice

@@ -27,7 +27,7 @@ def result_of(generation: Any) -> BackendResult:
     """:class:`BackendResult` of a :class:`~ragcache.engine.engine.Generation`: the one mapping from
     the engine's stats to the shared record, used by every entry point."""
     s = generation.stats
-    approximate = bool(getattr(s, "approximate", s.chunk_tokens_reused > 0 and (s.recompute_ratio or 0.0) < 1.0))
+    approximate = bool(s.approximate)
     return BackendResult(
         text=generation.text, layer=layer_of(s.prefix_tokens_reused, s.chunk_tokens_reused), usage=usage_of(s),
         ttft_s=s.ttft_s, finish_reason=s.finish_reason, approximate=approximate,

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ragcache.engine import kv as kvb
+from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.chunk_cache import context_window
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.stores import ChunkKV
@@ -116,27 +117,17 @@ def _attend(attn: Any, q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor
     """Attention of queries ``[1, H, m, D]`` over keys ``[1, Hkv, n_keys, D]`` (GQA by repeating KV heads).
 
     ``q_pos is None``: the queries are every position ``0..n_keys-1`` and the mask is the square
-    causal one. Otherwise ``q_pos`` (sorted int64 ``[m]``) gives each query's position and the
-    mask is exactly ``key_pos <= query_pos``; queries go in blocks of 256 and each block only
-    reads the keys up to its last position.
+    causal one (fused kernel). Otherwise ``q_pos`` (sorted int64 ``[m]``) gives each query's
+    position and the mask is exactly ``key_pos <= query_pos``, computed without a mask over all
+    keys (:func:`ragcache.engine.attention.attend_positions`: per block of ``_QUERY_BLOCK``
+    queries, the keys before the block unmasked, a small mask only over the block's own span).
     """
-    groups = q.shape[1] // k_all.shape[1]
+    scale = getattr(attn, "scaling", None)
     k = k_all[:, :, :n_keys]
     v = v_all[:, :, :n_keys]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    scale = getattr(attn, "scaling", None)
     if q_pos is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    outs = []
-    for b in range(0, q.shape[2], _QUERY_BLOCK):
-        pos = q_pos[b:b + _QUERY_BLOCK]
-        n_vis = int(pos[-1]) + 1
-        mask = torch.arange(n_vis, device=q.device)[None, :] <= pos[:, None]
-        outs.append(F.scaled_dot_product_attention(q[:, :, b:b + _QUERY_BLOCK], k[:, :, :n_vis], v[:, :, :n_vis],
-                                                   attn_mask=mask, scale=scale))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+        return causal_attention(q, k, v, scale=scale)
+    return attend_positions(q, k, v, q_pos, scale=scale, block=_QUERY_BLOCK)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

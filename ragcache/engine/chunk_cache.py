@@ -125,6 +125,18 @@ class ChunkCache:
         self.store.put(kv)
         return kv, False
 
+    def add(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> bool:
+        """Compute ``doc_ids``' chunk KV on its own (after the sink) and store it, unless already stored.
+
+        Used for documents that missed the cache in a request (they were computed in that
+        request's context; what is stored is the position-independent KV, as :meth:`precompute`
+        stores). Returns whether a chunk was computed.
+        """
+        if self.lookup(model, fingerprint, doc_ids) is not None:
+            return False
+        self.store.put(self.compute(model, fingerprint, doc_ids))
+        return True
+
     def precompute(self, engine_or_model: Any, documents: Sequence[Any], *,
                    tokenizer: Any = None, fingerprint: Any = None, progress: bool = True) -> int:
         """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.

@@ -4,12 +4,17 @@ A request's prefill takes, in order:
 
 1. the longest exact prefix from the :class:`~ragcache.engine.prefix_cache.PrefixCache`
    (whole blocks, always leaving at least the last prompt token to compute);
-2. if a chunk cache is attached, each document after that prefix from the chunk cache,
-   fused CacheBlend-style (:func:`ragcache.engine.blend.blend_prefill`);
-3. everything else computed.
+2. if a chunk cache is attached, a lookup of each document after that prefix. Documents that
+   miss are computed in the request's own context at every layer, like any uncached token,
+   never on their own. When the hits are worth it (:class:`~ragcache.engine.reuse.ReusePolicy`,
+   and a per-model calibration allows blending), the hit documents' KV is fused CacheBlend-style
+   (:func:`ragcache.engine.blend.blend_prefill`) and the answer is marked approximate;
+3. otherwise (no hit, too few reusable tokens, r = 1, blending disabled) everything after the
+   prefix is computed exactly: a request with no chunk hit is exactly a full prefill.
 
 Decode then continues from the request's own cache. Exactly computed KV (prompt and
-answer, for multi-turn reuse) is inserted back into the prefix cache.
+answer, for multi-turn reuse) is inserted back into the prefix cache, and missed documents'
+chunk KV is computed on its own and stored after the answer (see :meth:`LocalEngine.store_chunks`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 from ragcache.engine import kv
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_blocks, render_messages
+from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
 from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model
 
@@ -38,7 +44,14 @@ class ContextWindowError(ValueError):
 
 @dataclass(slots=True)
 class RequestStats:
-    """What one request cost and what the caches saved. Times in seconds, counts in tokens."""
+    """What one request cost and what the caches saved. Times in seconds, counts in tokens.
+
+    ``approximate`` is True when document KV from the chunk cache was blended (CacheBlend):
+    the answer may then differ from a full prefill; ``recompute_ratio`` is the r used then and
+    ``None`` on the exact path. ``reuse_decision`` says why the path was taken.
+    ``chunk_store_s`` is the time spent computing and storing missed documents' chunk KV
+    (after the answer, off the TTFT path).
+    """
 
     prompt_tokens: int = 0
     prefill_tokens_computed: int = 0
@@ -49,6 +62,9 @@ class RequestStats:
     docs_hit: int = 0
     docs_missed: int = 0
     recompute_ratio: float | None = None
+    approximate: bool = False
+    reuse_decision: str = ""
+    chunk_store_s: float = 0.0
     ttft_s: float = 0.0
     prefill_s: float = 0.0
     decode_tokens: int = 0
@@ -88,10 +104,14 @@ class StreamEvent:
 
 @dataclass(slots=True)
 class PrefillResult:
+    """Result of :meth:`LocalEngine.prefill`; ``missed_docs`` are the token ids of documents whose
+    chunk KV is not stored yet (see :meth:`LocalEngine.store_chunks`)."""
+
     cache: Any
     last_logits: torch.Tensor
     stats: RequestStats
     exact_upto: int
+    missed_docs: list[list[int]] = field(default_factory=list)
 
 
 class LocalEngine:
@@ -103,23 +123,64 @@ class LocalEngine:
         block_size: prefix-cache block size in tokens.
         chunk_cache: a :class:`ragcache.engine.chunk_cache.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
-        recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1).
+        recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
+            takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
         namespace: cache salt; KV never crosses namespaces.
+        reuse_policy: the cost rule that chooses blending or exact prefill
+            (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
+            at the measured prefill rate).
+        min_reuse_tokens: shortcut for ``ReusePolicy(min_reuse_tokens=...)``: a fixed threshold
+            of reusable document tokens (0: blend on any hit).
+        calibration: ``True`` loads the model's recorded calibration from the ragcache home when
+            present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
+
+    Raises:
+        ValueError: r outside [0, 1], or both ``reuse_policy`` and ``min_reuse_tokens`` given.
     """
 
+    DEFAULT_RECOMPUTE_RATIO = 0.15
+
     def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
-                 chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None) -> None:
-        if not 0.0 <= recompute_ratio <= 1.0:
+                 chunk_cache: Any = None, recompute_ratio: float | None = None, namespace: str | None = None,
+                 reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
+                 calibration: Any = True) -> None:
+        from ragcache.engine.calibration import Calibration, load_calibration
+
+        if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
+        if reuse_policy is not None and min_reuse_tokens is not None:
+            raise ValueError("give reuse_policy or min_reuse_tokens, not both")
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.fingerprint = loaded.fingerprint
+        kv.use_fast_attention(self.model)
         self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
         self.chunk_cache = chunk_cache
-        self.recompute_ratio = recompute_ratio
+        self._recompute_ratio = recompute_ratio
         self.namespace = namespace
+        self.reuse_policy = reuse_policy or ReusePolicy(min_reuse_tokens=min_reuse_tokens)
+        self.prefill_rate = PrefillRate()
+        if isinstance(calibration, Calibration) or calibration is None:
+            self.calibration = calibration
+        else:
+            self.calibration = load_calibration(self.fingerprint) if calibration else None
         self._lock = threading.RLock()
         self._eos = self._eos_ids()
+
+    @property
+    def recompute_ratio(self) -> float:
+        """The r used when a request gives none: the constructor's, else the calibrated one, else 0.15."""
+        if self._recompute_ratio is not None:
+            return self._recompute_ratio
+        if self.calibration is not None and self.calibration.recompute_ratio is not None:
+            return self.calibration.recompute_ratio
+        return self.DEFAULT_RECOMPUTE_RATIO
+
+    @recompute_ratio.setter
+    def recompute_ratio(self, r: float | None) -> None:
+        if r is not None and not 0.0 <= r <= 1.0:
+            raise ValueError(f"recompute_ratio must be in [0, 1], got {r}")
+        self._recompute_ratio = r
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
@@ -175,8 +236,14 @@ class LocalEngine:
 
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
-                recompute_ratio: float | None = None, max_new_tokens: int = 0) -> PrefillResult:
+                recompute_ratio: float | None = None, max_new_tokens: int = 0,
+                store_missed_chunks: bool = True) -> PrefillResult:
         """Compute the KV cache of ``prompt`` and the logits of its last token, reusing cached KV.
+
+        Args:
+            store_missed_chunks: compute and store the chunk KV of documents that missed the
+                chunk cache before returning (``False``: the caller does it later with
+                :meth:`store_chunks` and ``result.missed_docs``, as :meth:`stream` does after decode).
 
         Raises:
             ValueError: for an empty prompt.
@@ -200,6 +267,7 @@ class LocalEngine:
         stats = RequestStats(prompt_tokens=n)
         t0 = time.perf_counter()
         match = self.prefix_cache.match(ids, namespace=self.namespace, max_tokens=n - 1) if use_prefix_cache else None
+        missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
             tensors = self.prefix_cache.assemble(match) if match else None
@@ -207,14 +275,22 @@ class LocalEngine:
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             if use_chunks and spans:
-                try:
-                    logits, exact_upto, cache = self._blend(ids, p, cache, spans, r, stats)
-                    blended = True
-                except NotImplementedError as e:
-                    log.warning("CacheBlend unavailable for this model (%s); falling back to full prefill", e)
-                    cache = kv.cache_from_tensors(self.model, *tensors) if tensors else kv.new_cache(self.model)
+                plan = lookup_chunks(self.chunk_cache, self.model, self.fingerprint.digest, spans)
+                stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
+                missed = [d for _, _, d in plan.missed]
+                blend = self._decide(plan, r, stats)
+                if blend:
+                    try:
+                        logits, exact_upto, cache = self._blend(ids, p, cache, plan, r, stats)
+                        blended = True
+                    except NotImplementedError as e:
+                        log.warning("CacheBlend unavailable for this model (%s); falling back to full prefill", e)
+                        stats.reuse_decision = f"CacheBlend unavailable ({e}): exact prefill"
+                        cache = kv.cache_from_tensors(self.model, *tensors) if tensors else kv.new_cache(self.model)
             if not blended:
+                t1 = time.perf_counter()
                 logits = self._forward_suffix(ids, p, cache)
+                self.prefill_rate.update(n - p, time.perf_counter() - t1)
                 stats.prefill_tokens_computed = n - p
                 exact_upto = n
             stats.prefix_tokens_reused = p
@@ -226,17 +302,44 @@ class LocalEngine:
             keys, values = kv.cache_tensors(cache)
             self.prefix_cache.insert(ids, keys, values, namespace=self.namespace, upto=exact_upto)
         stats.prefill_s = time.perf_counter() - t0
-        return PrefillResult(cache, logits, stats, exact_upto)
+        if store_missed_chunks:
+            stats.chunk_store_s = self.store_chunks(missed)
+            missed = []
+        return PrefillResult(cache, logits, stats, exact_upto, missed)
+
+    def store_chunks(self, docs: Sequence[Sequence[int]]) -> float:
+        """Compute and store the chunk KV of documents (token ids) that missed the chunk cache.
+
+        A missed document is computed in its request's context at every layer (exact), but
+        what is stored for next time is its KV computed on its own after the chunk cache's sink
+        (:meth:`ChunkCache.compute`), not the KV taken from the request: taken from the request
+        it would carry the first request's preceding documents in every layer's V and K, so a
+        chunk's content would depend on which request happened to store it first, and the
+        blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
+        CacheBlend stores them, §5) would not hold for it. The price is one extra forward pass
+        over the document with short attention, paid after the answer: ``chunk_store_s``
+        in the stats (measured by ``ragcache bench prefix``).
+
+        Returns:
+            Seconds spent (0 when there is no chunk cache or nothing to store).
+        """
+        if self.chunk_cache is None or not docs:
+            return 0.0
+        t = time.perf_counter()
+        with self._lock:
+            for d in docs:
+                self.chunk_cache.add(self.model, self.fingerprint.digest, d)
+        return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
 
     def _forward_suffix(self, ids: list[int], p: int, cache: Any) -> torch.Tensor:
         """Prefill ``ids[p:]`` after ``p`` cached positions; logits of the last token, float32 ``[vocab]``.
 
-        With nothing cached, one forward uses the causal fast path. After a prefix hit the model
-        needs an explicit attention mask, which is slow and memory-hungry for a long suffix, so
-        the suffix is prefilled in chunks of :attr:`PREFILL_CHUNK` tokens (measured on the embedded
-        model, 3,652 tokens after a 48-token hit: 28.3 s in one pass, 23.7 s in 512-token chunks).
+        With nothing cached, one forward uses the causal fast path. After a prefix hit the
+        attention is :func:`ragcache.engine.attention.causal_attention` (no mask: prefix part +
+        square causal part merged by log-sum-exp), and the suffix goes in chunks of
+        :attr:`PREFILL_CHUNK` tokens to bound activation memory.
         """
         if p == 0:
             return kv.forward(self.model, ids, cache, 0)[-1]
@@ -248,30 +351,48 @@ class LocalEngine:
                 return logits
             pos = end
 
-    def _blend(self, ids: list[int], p: int, cache: Any, spans: list, r: float, stats: RequestStats):
+    def _decide(self, plan: ChunkPlan, r: float, stats: RequestStats) -> bool:
+        if plan.reusable_tokens and self.calibration is not None and not self.calibration.blend_allowed:
+            stats.reuse_decision = (f"calibration: no r <= {self.calibration.max_ratio:g} meets top-1 agreement "
+                                    f">= {self.calibration.min_agreement:g} for this model: exact prefill")
+            return False
+        rate = self.prefill_rate.value or (self.calibration.prefill_tokens_per_s if self.calibration else None)
+        d = self.reuse_policy.decide(plan.reusable_tokens, rate=rate, recompute_ratio=r,
+                                     n_layers=int(self.model.config.num_hidden_layers))
+        stats.reuse_decision = d.reason
+        return d.blend
+
+    def _blend(self, ids: list[int], p: int, cache: Any, plan: ChunkPlan, r: float, stats: RequestStats):
         from ragcache.engine.blend import blend_prefill
 
-        chunk_kvs, hits = [], []
-        for _, _, piece in spans:
-            ckv, hit = self.chunk_cache.lookup_or_compute(self.model, self.fingerprint.digest, piece.ids)
-            chunk_kvs.append(ckv)
-            hits.append(hit)
-        stats.docs_hit, stats.docs_missed = sum(hits), len(hits) - sum(hits)
+        # Only hit documents are blended; missed documents are plain uncached tokens to
+        # blend_prefill, computed in this request's context at every layer.
         res = blend_prefill(self.model, ids, prefix_len=p, prefix_cache=cache if p else None,
-                            doc_spans=[(s, e) for s, e, _ in spans], chunk_kvs=chunk_kvs, recompute_ratio=r)
-        # Accounting: a missed document's KV was computed in this request (on its own, then
-        # stored), so its tokens count as computed, never as reused. Reused = hit-document
-        # tokens kept from the chunk cache; computed = missed-document tokens + every other
-        # selected token (HKVD tokens of hit documents and the uncached tokens).
-        selected = set(int(t) for t in res.selected.tolist())
-        missed_pos = {t for (s, e, _), hit in zip(spans, hits) if not hit for t in range(s, e)}
-        hit_tokens = sum(e - s for (s, e, _), hit in zip(spans, hits) if hit)
-        recomputed_hit = sum(1 for (s, e, _), hit in zip(spans, hits) if hit for t in range(s, e) if t in selected)
+                            doc_spans=[(s, e) for s, e, _ in plan.hits], chunk_kvs=[c for _, _, c in plan.hits],
+                            recompute_ratio=r, check_layer=self.reuse_policy.check_layer)
         stats.recompute_ratio = r
-        stats.chunk_tokens_reused = hit_tokens - recomputed_hit
-        stats.tokens_recomputed = recomputed_hit
-        stats.prefill_tokens_computed = len(missed_pos) + len(selected - missed_pos)
-        return res.last_logits.float(), spans[0][0], res.cache
+        stats.approximate = True
+        stats.chunk_tokens_reused = res.chunk_tokens_reused
+        stats.tokens_recomputed = res.tokens_recomputed
+        stats.prefill_tokens_computed = len(res.selected)
+        # everything before the first hit document is exact (prefix, missed documents, separators)
+        return res.last_logits.float(), plan.hits[0][0], res.cache
+
+    def calibrate(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
+        """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
+
+        Runs :func:`ragcache.engine.calibration.calibrate` (same keyword arguments: ``ratios``,
+        ``min_agreement`` (default 0.95), ``max_ratio`` (0.5), ``answer_tokens`` (32), ``save``,
+        ``home``, ``progress``) and sets :attr:`calibration`. Returns the
+        :class:`~ragcache.engine.calibration.Calibration`.
+
+        Raises:
+            ValueError: see :func:`ragcache.engine.calibration.calibrate`.
+        """
+        from ragcache.engine.calibration import calibrate
+
+        self.calibration = calibrate(self, prompts, **kwargs)
+        return self.calibration
 
     # -- decode --------------------------------------------------------------
     def generate(self, prompt: Any, **kwargs: Any) -> Generation:
@@ -309,7 +430,8 @@ class LocalEngine:
         with self._lock:
             t0 = time.perf_counter()
             pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
-                               recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens)
+                               recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
+                               store_missed_chunks=False)
             stats, cache = pre.stats, pre.cache
             ids = prompt.input_ids
             logits = pre.last_logits
@@ -353,6 +475,7 @@ class LocalEngine:
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)
                 self.prefix_cache.insert(seq, keys, values, namespace=self.namespace, upto=len(seq))
+            stats.chunk_store_s = self.store_chunks(pre.missed_docs)
         yield StreamEvent("", None, Generation(final, out, stats, first_logits))
 
     @staticmethod

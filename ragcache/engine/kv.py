@@ -11,9 +11,67 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import AttentionInterface, DynamicCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
+
+from ragcache.engine.attention import causal_attention
 
 Cache = DynamicCache
+
+FAST_ATTENTION = "ragcache_sdpa"
+"""Name of the attention implementation registered with transformers: SDPA whose causal mask,
+when it is the plain lower-right one (a batch without padding after cached positions), is never
+built; :func:`ragcache.engine.attention.causal_attention` computes it with fused kernels.
+Anything else (padding, sliding windows, packed sequences) gets transformers' own SDPA mask and
+attention, unchanged."""
+
+
+def _fast_mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: int = 0,
+               mask_function: Any = causal_mask_function, attention_mask: torch.Tensor | None = None,
+               local_size: int | None = None, **kwargs: Any) -> torch.Tensor | None:
+    plain = (mask_function is causal_mask_function and local_size is None and kv_offset == 0
+             and not isinstance(q_offset, torch.Tensor) and q_offset + q_length == kv_length
+             and (attention_mask is None or bool(attention_mask.all())))
+    if plain:
+        return None  # None means "lower-right causal, no padding" to _fast_attention
+    kwargs.pop("allow_is_causal_skip", None)
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask,
+                     local_size, allow_is_causal_skip=False, **kwargs)
+
+
+def _fast_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    if attention_mask is not None or dropout or kwargs.get("position_bias") is not None \
+            or kwargs.get("is_causal") is False or kwargs.get("sliding_window"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    out = causal_attention(query, key, value, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(FAST_ATTENTION, _fast_attention)
+AttentionMaskInterface.register(FAST_ATTENTION, _fast_mask)
+
+
+def use_fast_attention(model: Any) -> bool:
+    """Switch a model on transformers' ``"sdpa"`` attention to :data:`FAST_ATTENTION` (idempotent).
+
+    Results are unchanged (exact up to float rounding); a prefill after cached positions no
+    longer builds a ``[new, all]`` mask. Models on other implementations (eager, flash
+    attention kernels) are left as they are. Returns whether the model now uses it.
+    """
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl == FAST_ATTENTION:
+        return True
+    if impl != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    try:
+        model.set_attn_implementation(FAST_ATTENTION)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return getattr(model.config, "_attn_implementation", None) == FAST_ATTENTION
 
 
 def new_cache(model: Any) -> DynamicCache:
@@ -63,6 +121,7 @@ def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicC
     ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.tensor([list(input_ids)], dtype=torch.long)
     if ids.dim() == 1:
         ids = ids[None]
+    use_fast_attention(model)
     device = next(model.parameters()).device
     ids = ids.to(device)
     pos = torch.arange(start, start + ids.shape[1], device=device)[None]

@@ -1,0 +1,239 @@
+"""Per-model blend fidelity check: which recompute ratio r (if any) keeps CacheBlend close to full prefill.
+
+A small model's greedy continuation flips after almost any change, so answer F1 against full
+prefill cannot see r (ragcache issue 12). Teacher-forced metrics can: the full-prefill greedy
+answer ``a_0 .. a_{T-1}`` is fed to both the full-prefill cache and the blended cache, and at each
+answer position the two next-token distributions are compared:
+
+* top-1 agreement: the share of positions where the blended argmax equals ``a_i``
+  (the full prefill's argmax, by construction);
+* mean KL: ``KL(p_full || p_blend)`` averaged over the positions (nats).
+
+:func:`calibrate` runs CacheBlend (every document taken from its independently computed chunk
+KV, CacheBlend §5; :func:`ragcache.engine.blend.blend_prefill`) at a few r values on a few
+prompts and records, keyed by the model fingerprint, the smallest r whose mean agreement meets
+the bound (default 0.95). When no r <= ``max_ratio`` (default 0.5) meets it, the record says
+blending is not allowed and :class:`~ragcache.engine.engine.LocalEngine` takes exact prefill.
+Records live in ``$RAGCACHE_HOME/calibration/<fingerprint digest>.json`` (atomic writes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ragcache.atomic import atomic_write_json
+from ragcache.engine import kv
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RATIOS = (0.05, 0.10, 0.15, 0.30, 0.50)
+
+
+@dataclass(slots=True)
+class Calibration:
+    """A recorded fidelity check for one model.
+
+    Attributes:
+        fingerprint: the model fingerprint digest (hex sha256) the record belongs to.
+        model: readable model identity.
+        recompute_ratio: the smallest r meeting the bound, or ``None`` when none does.
+        blend_allowed: whether the engine may blend at all for this model.
+        min_agreement: the bound on mean teacher-forced top-1 agreement.
+        max_ratio: the largest r considered worth blending at.
+        ratios: per r: ``{"r", "top1_agreement", "mean_kl", "min_top1_agreement", "per_prompt": [...]}``.
+        prefill_tokens_per_s: exact prefill rate measured on the calibration prompts.
+        prompts / answer_tokens: how many prompts, and the teacher-forced answer length (tokens).
+        chunk_dtype / sink_ids: how the chunk KV was stored and computed.
+        check_layer: CacheBlend's check layer used.
+        created: UTC time of the run (ISO 8601).
+    """
+
+    fingerprint: str
+    model: str
+    recompute_ratio: float | None
+    blend_allowed: bool
+    min_agreement: float
+    max_ratio: float
+    ratios: list[dict] = field(default_factory=list)
+    prefill_tokens_per_s: float | None = None
+    prompts: int = 0
+    answer_tokens: int = 0
+    chunk_dtype: str = "float16"
+    sink_ids: list[int] = field(default_factory=list)
+    check_layer: int = 1
+    created: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Calibration:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+
+def _digest(fingerprint: Any) -> str:
+    return fingerprint if isinstance(fingerprint, str) else str(fingerprint.digest)
+
+
+def calibration_path(fingerprint: Any, home: str | Path | None = None) -> Path:
+    """``<home>/calibration/<digest>.json``; home defaults to :func:`ragcache.models.ragcache_home`."""
+    from ragcache.models import ragcache_home
+
+    return Path(home or ragcache_home()) / "calibration" / f"{_digest(fingerprint)}.json"
+
+
+def load_calibration(fingerprint: Any, home: str | Path | None = None) -> Calibration | None:
+    """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's)."""
+    path = calibration_path(fingerprint, home)
+    try:
+        cal = Calibration.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as e:
+        log.warning("ignoring unreadable calibration %s (%s); run `ragcache calibrate` again", path, e)
+        return None
+    if cal.fingerprint != _digest(fingerprint):
+        log.warning("calibration %s belongs to another model; ignoring it", path)
+        return None
+    return cal
+
+
+def save_calibration(cal: Calibration, home: str | Path | None = None) -> Path:
+    """Write ``cal`` atomically; returns the path."""
+    path = calibration_path(cal.fingerprint, home)
+    atomic_write_json(path, cal.to_dict())
+    return path
+
+
+def teacher_forced_logits(model: Any, cache: Any, first_logits: torch.Tensor, answer: Sequence[int],
+                          start: int) -> torch.Tensor:
+    """Next-token logits at each answer position, float32 ``[len(answer), vocab]``.
+
+    Row 0 is ``first_logits`` (the prompt's last position); rows ``1..`` come from one forward
+    of ``answer[:-1]`` at positions ``start..`` appended to ``cache`` (which is modified).
+    """
+    rows = [first_logits.float()[None]]
+    if len(answer) > 1:
+        rows.append(kv.forward(model, list(answer[:-1]), cache, start, logits_to_keep=len(answer) - 1))
+    return torch.cat(rows)
+
+
+def fidelity(reference: torch.Tensor, other: torch.Tensor, answer: Sequence[int]) -> tuple[float, float]:
+    """(top-1 agreement, mean KL(reference || other) in nats) over the answer positions.
+
+    Args:
+        reference / other: float ``[T, vocab]`` logits at the same positions.
+        answer: the ``T`` reference tokens (the reference's argmax at each position).
+    """
+    target = torch.as_tensor(list(answer))
+    agree = (other.argmax(-1) == target).float().mean().item()
+    lp, lq = torch.log_softmax(reference.float(), -1), torch.log_softmax(other.float(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1).mean().item()
+    return agree, max(kl, 0.0)
+
+
+@torch.inference_mode()
+def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,
+              min_agreement: float = 0.95, max_ratio: float = 0.5, answer_tokens: int = 32, save: bool = True,
+              home: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure CacheBlend's teacher-forced fidelity against full prefill and record the r to use.
+
+    Args:
+        engine: a :class:`~ragcache.engine.engine.LocalEngine`; its chunk cache's storage dtype
+            and sink are used (a default :class:`ChunkCache` when it has none). Nothing is stored
+            in its caches.
+        prompts: prompts with documents (PromptLayouts, messages lists with ``ragcache_kind``
+            document blocks, or :class:`Prompt`), a few are enough (the CLI uses 4).
+        ratios: the r values to try, each in (0, 1] (r = 1 must give agreement 1 and KL 0: a check
+            of the measurement itself).
+        min_agreement: bound on the mean teacher-forced top-1 agreement.
+        max_ratio: the largest r worth blending at; above it exact prefill is chosen.
+        answer_tokens: length of the full-prefill greedy answer that is teacher-forced (stops at EOS).
+        save: write the record under the ragcache home.
+        progress: called with one line per prompt and ratio.
+
+    Returns:
+        The :class:`Calibration` (also written to :func:`calibration_path` when ``save``).
+
+    Raises:
+        ValueError: no prompts, a prompt without a document, a ratio outside (0, 1],
+            ``answer_tokens < 1``, or a bound outside (0, 1].
+    """
+    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.chunk_cache import ChunkCache
+
+    if not prompts:
+        raise ValueError("calibrate needs at least one prompt with documents")
+    ratios = sorted(float(r) for r in ratios)
+    if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
+        raise ValueError(f"ratios must be in (0, 1], got {ratios}")
+    if answer_tokens < 1 or not 0.0 < min_agreement <= 1.0:
+        raise ValueError(f"need answer_tokens >= 1 and 0 < min_agreement <= 1, got {answer_tokens}, {min_agreement}")
+    model, say = engine.model, progress or (lambda _msg: None)
+    cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
+    check_layer = engine.reuse_policy.check_layer
+    built = [engine.build_prompt(p) for p in prompts]
+    for i, p in enumerate(built):
+        if not p.document_spans():
+            raise ValueError(f"prompt {i} has no document piece: calibrate needs RAG prompts with documents")
+    per_r: dict[float, list[dict]] = {r: [] for r in ratios}
+    tokens, seconds = 0, 0.0
+    with engine._lock:
+        for i, prompt in enumerate(built):
+            ids = prompt.input_ids
+            n = len(ids)
+            ref_cache = kv.new_cache(model)
+            t = time.perf_counter()
+            first = kv.forward(model, ids, ref_cache, 0)[-1]
+            seconds += time.perf_counter() - t
+            tokens += n
+            answer, rows, logits = [], [], first
+            for step in range(answer_tokens):
+                tok = int(logits.argmax())
+                answer.append(tok)
+                rows.append(logits[None])
+                if tok in engine._eos or step == answer_tokens - 1:
+                    break
+                logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
+            reference = torch.cat(rows)
+            spans = [(s, e) for s, e, _ in prompt.document_spans()]
+            chunks = [cc.lookup(model, engine.fingerprint, piece.ids) or cc.compute(model, engine.fingerprint, piece.ids)
+                      for _, _, piece in prompt.document_spans()]
+            for r in ratios:
+                res = blend_prefill(model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=chunks,
+                                    recompute_ratio=r, check_layer=check_layer)
+                blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
+                agree, kl = fidelity(reference, blended, answer)
+                per_r[r].append({"prompt": i, "prompt_tokens": n, "answer_tokens": len(answer),
+                                 "top1_agreement": agree, "mean_kl": kl})
+                say(f"prompt {i} ({n} tokens, {len(answer)} answer tokens) r={r:g}: "
+                    f"top-1 agreement {agree:.3f}, mean KL {kl:.4f}")
+    table = []
+    for r in ratios:
+        rows_r = per_r[r]
+        table.append({"r": r,
+                      "top1_agreement": sum(x["top1_agreement"] for x in rows_r) / len(rows_r),
+                      "min_top1_agreement": min(x["top1_agreement"] for x in rows_r),
+                      "mean_kl": sum(x["mean_kl"] for x in rows_r) / len(rows_r),
+                      "per_prompt": rows_r})
+    ok = [row["r"] for row in table if row["r"] <= max_ratio and row["top1_agreement"] >= min_agreement]
+    chosen = ok[0] if ok else None
+    cal = Calibration(
+        fingerprint=_digest(engine.fingerprint), model=str(engine.fingerprint), recompute_ratio=chosen,
+        blend_allowed=chosen is not None, min_agreement=min_agreement, max_ratio=max_ratio, ratios=table,
+        prefill_tokens_per_s=tokens / seconds if seconds > 0 else None, prompts=len(built),
+        answer_tokens=answer_tokens, chunk_dtype=str(cc.dtype).replace("torch.", ""), sink_ids=cc.sink_for(model),
+        check_layer=check_layer, created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    if save:
+        save_calibration(cal, home)
+    return cal

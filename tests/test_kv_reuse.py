@@ -1,0 +1,260 @@
+"""KV reuse that stays exact where it claims to be (issue 12), float32 tiny Llama model.
+
+* the maskless attention after a prefix hit (split + log-sum-exp) equals a full prefill;
+* a cold request with the chunk cache on is exactly a full prefill and says so;
+* missed documents are computed in the request's own context;
+* the cost rule and the per-model calibration decide when blending (approximate) happens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ragcache.engine.kv as kvmod
+from ragcache.engine import kv
+from ragcache.engine.attention import attend_positions, causal_attention
+from ragcache.engine.calibration import Calibration, calibrate, calibration_path, fidelity, load_calibration
+from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.engine import LocalEngine
+from ragcache.engine.reuse import ReusePolicy
+
+SYSTEM = "You answer questions from the passages below. Cite the passage you used and keep it short."
+DOCS = [
+    "The canary deployment lasts fifteen minutes before traffic shifts to the new version entirely.",
+    "Rollbacks are triggered automatically when the error rate exceeds two percent for five minutes.",
+    "Each region keeps three replicas of the service, and a fourth one is added during peak hours.",
+    "Configuration changes are reviewed by two engineers and rolled out on weekdays before noon.",
+]
+
+
+def rag(docs, question="How long does the canary last?"):
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": [{"type": "text", "text": d, "ragcache_kind": "document"} for d in docs]
+             + [{"type": "text", "text": question, "ragcache_kind": "question"}]}]
+
+
+def dense(q, k, v, pos):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.arange(k.shape[2])[None] <= pos[:, None])
+
+
+@pytest.mark.parametrize("n,m", [(40, 40), (40, 1), (40, 39), (40, 24), (40, 2), (300, 257)])
+def test_causal_attention_equals_dense_mask(n, m):
+    g = torch.Generator().manual_seed(n + m)
+    q, k, v = (torch.randn(1, h, L, 16, generator=g) for h, L in ((4, m), (2, n), (2, n)))
+    assert (causal_attention(q, k, v) - dense(q, k, v, torch.arange(n - m, n))).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 256])
+def test_attend_positions_equals_dense_mask(block):
+    g = torch.Generator().manual_seed(block)
+    n = 200
+    pos = torch.unique(torch.cat([torch.randperm(n, generator=g)[:45], torch.arange(60, 90), torch.tensor([n - 1])]))
+    q = torch.randn(1, 4, len(pos), 16, generator=g)
+    k, v = torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
+    assert (attend_positions(q, k, v, pos, block=block) - dense(q, k, v, pos)).abs().max() < 1e-5
+
+
+@pytest.fixture()
+def calls(monkeypatch):
+    """Records (queries, keys) of every maskless causal attention call made through transformers."""
+    seen = []
+    real = kvmod.causal_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.shape[2], k.shape[2]))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(kvmod, "causal_attention", spy)
+    return seen
+
+
+@pytest.mark.parametrize("hit", [1, 15, 16, 17, -1])
+def test_prefix_hit_exact_through_maskless_attention(tiny, calls, hit):
+    engine = LocalEngine(tiny, block_size=1, calibration=False)
+    engine.PREFILL_CHUNK = 16  # the suffix spans several prefill chunks
+    ids = engine.build_prompt(rag(DOCS[:2])).input_ids
+    n = len(ids)
+    p = n - 1 if hit == -1 else hit
+    assert n - p > engine.PREFILL_CHUNK or hit == -1
+    ref = engine.generate(ids, max_new_tokens=6, use_prefix_cache=False)
+    engine.prefix_cache.clear()
+    if hit == -1:
+        engine.generate(ids, max_new_tokens=1)  # caches every block: the hit leaves only the last token
+    else:
+        engine.generate(ids[:p] + [(ids[p] + 1) % 1000], max_new_tokens=1)  # shares exactly p tokens
+    calls.clear()
+    got = engine.generate(ids, max_new_tokens=6)
+    assert got.stats.prefix_tokens_reused == p
+    assert any(m < k for m, k in calls), "the suffix must go through the maskless lower-right path"
+    assert (got.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert got.token_ids == ref.token_ids
+
+
+def test_fast_attention_is_installed_and_padding_still_masked(tiny):
+    assert kv.use_fast_attention(tiny.model) and tiny.model.config._attn_implementation == kv.FAST_ATTENTION
+    ids = tiny.tokenizer("the cat sat on the mat and looked around", add_special_tokens=False)["input_ids"]
+    x = torch.tensor([[0, 0] + ids[:-2], ids])
+    mask = torch.tensor([[0, 0] + [1] * (len(ids) - 2), [1] * len(ids)])
+    fast = tiny.model(input_ids=x, attention_mask=mask).logits
+    tiny.model.set_attn_implementation("sdpa")
+    try:
+        ref = tiny.model(input_ids=x, attention_mask=mask).logits
+    finally:
+        kv.use_fast_attention(tiny.model)
+    assert (fast[0, 2:] - ref[0, 2:]).abs().max() < 1e-5 and (fast[1] - ref[1]).abs().max() < 1e-5
+
+
+def full_reference(tiny, msgs, steps=8):
+    return LocalEngine(tiny, calibration=False).generate(msgs, max_new_tokens=steps, use_prefix_cache=False)
+
+
+def test_cold_request_with_chunk_cache_is_a_full_prefill(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False)
+    ref = full_reference(tiny, rag(DOCS))
+    cold = engine.generate(rag(DOCS), max_new_tokens=8)
+    assert (cold.first_logits - ref.first_logits).abs().max() < 1e-4
+    assert cold.token_ids == ref.token_ids
+    st = cold.stats
+    assert (st.docs_hit, st.docs_missed, st.chunk_tokens_reused, st.tokens_recomputed) == (0, 4, 0, 0)
+    assert not st.approximate and st.recompute_ratio is None and "no chunk hit" in st.reuse_decision
+    assert st.prefill_tokens_computed == st.prompt_tokens - st.prefix_tokens_reused
+    # the missed documents were stored afterwards, computed on their own after the sink
+    assert st.chunk_store_s > 0 and cc.misses == 4
+    prompt = engine.build_prompt(rag(DOCS))
+    for _, _, piece in prompt.document_spans():
+        stored = cc.lookup(tiny.model, tiny.fingerprint, piece.ids)
+        alone = cc.compute(tiny.model, tiny.fingerprint, piece.ids)
+        assert stored is not None and torch.equal(stored.keys, alone.keys) and torch.equal(stored.values, alone.values)
+
+
+def test_missed_documents_are_computed_in_context(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, recompute_ratio=0.15, calibration=False)
+    order = [DOCS[2], DOCS[3], DOCS[0], DOCS[1]]  # two misses first, then two hits
+    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS[:2]], progress=False)
+    prompt = engine.build_prompt(rag(order))
+    ids = prompt.input_ids
+    res = engine.prefill(prompt, use_prefix_cache=False)
+    st = res.stats
+    assert (st.docs_hit, st.docs_missed) == (2, 2) and st.approximate and st.recompute_ratio == 0.15
+    ref = kv.new_cache(tiny.model)
+    kv.forward(tiny.model, ids, ref, 0)
+    spans = [(s, e) for s, e, _ in prompt.document_spans()]
+    first_hit = spans[2][0]
+    assert res.exact_upto == first_hit
+    rk, rv = kv.cache_tensors(ref)
+    bk, bv = kv.cache_tensors(res.cache)
+    for layer in range(tiny.model.config.num_hidden_layers):
+        for s, e in spans[:2]:  # the missed documents, at every layer
+            assert (bk[layer][:, :, s:e] - rk[layer][:, :, s:e]).abs().max() < 1e-4
+            assert (bv[layer][:, :, s:e] - rv[layer][:, :, s:e]).abs().max() < 1e-4
+        assert (bk[layer][:, :, :first_hit] - rk[layer][:, :, :first_hit]).abs().max() < 1e-4
+    # the hit documents' KV really came from the chunk cache (it differs from full prefill)
+    assert max((bv[i][:, :, spans[2][0]:spans[3][1]] - rv[i][:, :, spans[2][0]:spans[3][1]]).abs().max()
+               for i in range(2, tiny.model.config.num_hidden_layers)) > 1e-3
+    assert res.missed_docs == []  # stored before prefill returned
+    assert all(cc.lookup(tiny.model, tiny.fingerprint, p.ids) is not None for _, _, p in prompt.document_spans())
+
+
+def test_cost_rule_picks_exact_prefill_below_threshold(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=10_000, calibration=False)
+    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    ref = full_reference(tiny, rag(DOCS))
+    got = engine.generate(rag(DOCS), max_new_tokens=8, use_prefix_cache=False)
+    st = got.stats
+    assert st.docs_hit == 4 and st.chunk_tokens_reused == 0
+    assert not st.approximate and st.recompute_ratio is None and "< threshold 10000" in st.reuse_decision
+    assert (got.first_logits - ref.first_logits).abs().max() < 1e-4 and got.token_ids == ref.token_ids
+    # above the threshold the same request is blended and labelled
+    engine.reuse_policy = ReusePolicy(min_reuse_tokens=1)
+    blended = engine.generate(rag(DOCS), max_new_tokens=8, use_prefix_cache=False)
+    assert blended.stats.approximate and blended.stats.recompute_ratio == engine.recompute_ratio
+    assert blended.stats.chunk_tokens_reused > 0
+
+
+def test_r1_is_exact_prefill_not_a_blend(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False)
+    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    ref = full_reference(tiny, rag(DOCS[::-1]))
+    got = engine.generate(rag(DOCS[::-1]), max_new_tokens=8, recompute_ratio=1.0)
+    assert got.stats.docs_hit == 4 and not got.stats.approximate and "saves nothing" in got.stats.reuse_decision
+    assert (got.first_logits - ref.first_logits).abs().max() < 1e-4 and got.token_ids == ref.token_ids
+
+
+def test_policy_threshold_from_measured_rate():
+    pol = ReusePolicy(min_saving_s=0.1, fallback_min_tokens=256)
+    share = 0.85 * 28 / 30
+    assert pol.threshold(1000.0, 0.15, 30) == math.ceil(0.1 * 1000 / share)
+    assert pol.threshold(None, 0.15, 30) == 256
+    assert pol.threshold(1000.0, 1.0, 30) is None
+    d = pol.decide(50, rate=1000.0, recompute_ratio=0.15, n_layers=30)
+    assert not d.blend and d.threshold == 127
+    assert pol.decide(127, rate=1000.0, recompute_ratio=0.15, n_layers=30).blend
+    assert ReusePolicy(min_reuse_tokens=5).threshold(1e9, 0.15, 30) == 5
+    with pytest.raises(ValueError):
+        ReusePolicy(min_reuse_tokens=-1)
+
+
+def test_default_rule_measures_the_rate_and_declines_tiny_savings(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, calibration=False)
+    engine.generate(rag(DOCS), max_new_tokens=2)  # cold: exact, measures the prefill rate, stores the chunks
+    assert engine.prefill_rate.value and engine.prefill_rate.value > 0
+    warm = engine.generate(rag(DOCS[::-1]), max_new_tokens=2)
+    # a tiny model prefills this prompt in milliseconds: reuse could not save 0.1 s
+    assert warm.stats.docs_hit == 4 and not warm.stats.approximate and "threshold" in warm.stats.reuse_decision
+
+
+def test_calibration_blocks_blending_and_sets_r(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    fp = tiny.fingerprint.digest
+    no = Calibration(fingerprint=fp, model="tiny", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
+                     max_ratio=0.5)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=no)
+    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    got = engine.generate(rag(DOCS), max_new_tokens=2)
+    assert not got.stats.approximate and "calibration" in got.stats.reuse_decision
+    yes = Calibration(fingerprint=fp, model="tiny", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+                      max_ratio=0.5)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=yes)
+    got = engine.generate(rag(DOCS), max_new_tokens=2, use_prefix_cache=False)
+    assert got.stats.approximate and got.stats.recompute_ratio == 0.3
+    assert LocalEngine(tiny, recompute_ratio=0.1, calibration=yes).recompute_ratio == 0.1  # explicit r wins
+
+
+def test_calibrate_records_and_engine_loads_it(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
+    assert engine.calibration is None
+    prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]
+    cal = engine.calibrate(prompts, ratios=[0.15, 0.5, 1.0], max_ratio=1.0, min_agreement=0.999, answer_tokens=6)
+    rows = {row["r"]: row for row in cal.ratios}
+    assert rows[1.0]["top1_agreement"] == 1.0 and rows[1.0]["mean_kl"] < 1e-6  # r = 1 is full prefill
+    for row in cal.ratios:
+        assert 0.0 <= row["top1_agreement"] <= 1.0 and row["mean_kl"] >= 0 and len(row["per_prompt"]) == 2
+    meets = [r for r in sorted(rows) if rows[r]["top1_agreement"] >= 0.999]
+    assert cal.recompute_ratio == meets[0] and cal.blend_allowed
+    path = calibration_path(tiny.fingerprint)
+    assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["fingerprint"] == cal.fingerprint
+    assert load_calibration(tiny.fingerprint) == cal
+    assert LocalEngine(tiny).calibration == cal and LocalEngine(tiny).recompute_ratio == cal.recompute_ratio
+    assert engine.chunk_cache.misses == 0 and len(engine.chunk_cache.store) == 0  # nothing stored
+    with pytest.raises(ValueError, match="no document"):
+        engine.calibrate(["just a question"], save=False)
+
+
+def test_fidelity_metric():
+    ref = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0]])
+    assert fidelity(ref, ref, [0, 1]) == (1.0, 0.0)
+    agree, kl = fidelity(ref, torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]]), [0, 1])
+    assert agree == 0.5 and kl > 0
