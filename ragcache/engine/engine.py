@@ -26,7 +26,7 @@ import torch
 from ragcache.engine import kv
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_messages
-from ragcache.models import LoadedModel, load_model
+from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,9 @@ class LocalEngine:
                  chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None) -> None:
         if not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
-        self.model = loaded.model
+        self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
+        self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
-        self.fingerprint = loaded.fingerprint
         self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
         self.chunk_cache = chunk_cache
         self.recompute_ratio = recompute_ratio
