@@ -25,7 +25,8 @@ import torch
 
 from ragcache.engine import kv
 from ragcache.engine.prefix_cache import PrefixCache
-from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_messages
+from ragcache.engine.prompt import (Prompt, PromptPiece, TemplateDate, raw_prompt, render_messages,
+                                    resolve_template_date)
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,17 @@ class LocalEngine:
         chunk_cache: a :class:`ragcache.engine.chunk_cache.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
         recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1).
-        namespace: cache salt; KV never crosses namespaces.
+        namespace: cache salt; KV never crosses namespaces. A model whose weights were changed
+            in memory after loading keeps its fingerprint and needs a new namespace.
+        template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
+            renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
+            prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
+            for the real clock.
     """
 
     def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
-                 chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None) -> None:
+                 chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None,
+                 template_date: TemplateDate | None = None) -> None:
         if not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
@@ -119,6 +126,8 @@ class LocalEngine:
         self.namespace = namespace
         self._lock = threading.RLock()
         self._eos = self._eos_ids()
+        resolve_template_date(template_date)  # bad values fail here, not on the first request
+        self.template_date = template_date
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
@@ -146,13 +155,14 @@ class LocalEngine:
         if isinstance(source, str):
             if not source.strip():
                 raise ValueError("prompt is empty: give a question or a messages list")
-            return render_messages(self.tokenizer, [{"role": "user", "content": source}])
+            return render_messages(self.tokenizer, [{"role": "user", "content": source}],
+                                   template_date=self.template_date)
         if hasattr(source, "to_messages"):
-            return render_messages(self.tokenizer, source.to_messages())
+            return render_messages(self.tokenizer, source.to_messages(), template_date=self.template_date)
         if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
             return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
         if isinstance(source, Sequence):
-            return render_messages(self.tokenizer, list(source))
+            return render_messages(self.tokenizer, list(source), template_date=self.template_date)
         raise ValueError(f"cannot build a prompt from {type(source).__name__}")
 
     def raw(self, text: str) -> Prompt:
