@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
+from ragcache.engine.attention import kv_reuse_blocker
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (Prompt, PromptPiece, TemplateDate, raw_prompt, render_messages,
                                     resolve_template_date)
@@ -128,6 +129,12 @@ class LocalEngine:
         self._eos = self._eos_ids()
         resolve_template_date(template_date)  # bad values fail here, not on the first request
         self.template_date = template_date
+        # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
+        # caches do not support), or None; when set, every request is a full prefill.
+        self.kv_reuse_blocker = kv_reuse_blocker(self.model)
+        if self.kv_reuse_blocker:
+            log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
+                        "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
@@ -190,6 +197,8 @@ class LocalEngine:
             ValueError: for an empty prompt.
             ContextWindowError: when ``len(prompt) + max_new_tokens`` exceeds the context window.
         """
+        if self.kv_reuse_blocker:  # windowed attention: no reuse (warned once, in __init__)
+            use_prefix_cache, use_chunk_cache = False, False
         ids = prompt.input_ids
         n = len(ids)
         if n == 0:
@@ -312,6 +321,7 @@ class LocalEngine:
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         prompt = self.build_prompt(prompt)
+        use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
         stops = [s for s in (stop or []) if s]
         gen_rng = torch.Generator().manual_seed(seed) if seed is not None else None
         with self._lock:
