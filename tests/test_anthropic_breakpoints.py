@@ -48,10 +48,14 @@ def test_never_more_than_four_with_caller_markers_and_25_documents():
     tools[0]["cache_control"] = {"type": "ephemeral"}
     lay = PromptLayout.build(question="Q?", system="S" * 2000, tools=tools, documents=docs(25), history=history,
                              lint="off")
-    req = layout_request(lay, model="claude-sonnet-4-5", max_tokens=16, token_counter=CHARS)
+    with pytest.warns(PromptCacheWarning, match="2 caller breakpoint"):
+        req = layout_request(lay, model="claude-sonnet-4-5", max_tokens=16, token_counter=CHARS)
     marks = markers(req.kwargs)
     assert len(marks) == 4
     assert marks[-1].where == "messages[4].content[24]"  # last document
+    # one marker per kind first: the caller's tool, system, the last history turn, the last document;
+    # the caller's two older history markers cache less than the last history turn and are dropped
+    assert [d.where for d in req.dropped] == ["messages[0].content[0]", "messages[2].content[0]"]
     assert any(s.reason == "budget" for s in req.skipped)
 
 
@@ -61,9 +65,12 @@ def test_caller_markers_beyond_four_are_trimmed_on_a_copy():
                                                        "cache_control": {"type": "ephemeral"}} for i in range(6)]
                           + [{"type": "text", "text": "question"}]}]}
     before = copy.deepcopy(body)
-    req = add_breakpoints(body, token_counter=CHARS)
+    with pytest.warns(PromptCacheWarning, match="2 caller breakpoint"):
+        req = add_breakpoints(body, token_counter=CHARS)
     assert body == before
-    assert len(markers(req.kwargs)) == 4 and "kept the last 4" in req.notes[0]
+    assert [m.where for m in markers(req.kwargs)] == [f"messages[0].content[{j}]" for j in (2, 3, 4, 5)]
+    assert [d.where for d in req.dropped] == ["messages[0].content[0]", "messages[0].content[1]"]
+    assert "dropped" in req.notes[0]
 
 
 def test_twenty_block_rule_markers_within_lookback():

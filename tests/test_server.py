@@ -153,3 +153,34 @@ def test_one_hour_ttl_split(client):
     assert u.cache_creation.ephemeral_1h_input_tokens > 0 and u.cache_creation.ephemeral_5m_input_tokens > 0
     assert u.cache_creation_input_tokens == (u.cache_creation.ephemeral_1h_input_tokens
                                              + u.cache_creation.ephemeral_5m_input_tokens)
+
+
+def test_prepared_requests_with_empty_blocks_are_accepted_and_read(client):
+    """A caller's request with an empty text block between the documents and the question, and
+    an empty assistant turn, prepared by ragcache: the server accepts it, the repeat reads."""
+    from ragcache.anthropic import AnthropicCaching
+
+    caching = AnthropicCaching(MODEL, token_counter=lambda t: len(t.split()) + 1, min_tokens=64, warn=False)
+
+    def request(question):
+        content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": ""},
+                                                                  {"type": "text", "text": question}]
+        return {"model": MODEL, "max_tokens": 2, "system": SYSTEM + " empty blocks", "messages": [
+            {"role": "user", "content": "What tools do I need?"},
+            {"role": "assistant", "content": [{"type": "text", "text": " "}]},
+            {"role": "user", "content": content}]}
+
+    first = caching.prepare(request("How do I fix the brakes?"))
+    assert not [b for b in first.blocks if b.cache_control is not None and not b.text.strip()]
+    u1 = client.messages.create(**first.kwargs).usage
+    u2 = client.messages.create(**caching.prepare(request("How do I adjust the headset?")).kwargs).usage
+    assert u1.cache_creation_input_tokens > 0
+    assert u2.cache_read_input_tokens == u1.cache_creation_input_tokens
+
+
+def test_automatic_marker_skips_a_trailing_empty_block(client):
+    auto = body("q", mark=False, system=SYSTEM + " auto-empty")
+    auto["messages"][0]["content"].append({"type": "text", "text": ""})
+    u1 = client.messages.create(**auto, cache_control={"type": "ephemeral"}).usage
+    u2 = client.messages.create(**auto, cache_control={"type": "ephemeral"}).usage
+    assert u1.cache_creation_input_tokens > 0 and u2.cache_read_input_tokens == u1.cache_creation_input_tokens

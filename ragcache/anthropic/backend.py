@@ -41,7 +41,8 @@ class AnthropicCaching:
             exact placement); default: an estimate of 3.5 bytes per token.
         prices: USD-per-MTok overrides by model family.
         clock: seconds, for TTL diagnosis.
-        warn: emit :class:`~ragcache.anthropic.usage.PromptCacheWarning` on a diagnosed miss.
+        warn: emit :class:`~ragcache.anthropic.usage.PromptCacheWarning` on a diagnosed miss and
+            when caller breakpoints had to be dropped (always recorded on the request either way).
     """
 
     def __init__(self, model: str, *, ttl: TTL = "5m", prefix_ttl: TTL | None = None,
@@ -55,6 +56,7 @@ class AnthropicCaching:
         self.prefix_ttl = prefix_ttl
         self.min_tokens = min_tokens
         self.token_counter = token_counter
+        self.warn = warn
         self.monitor = CacheMonitor(model, prices=prices, clock=clock, warn=warn)
 
     @property
@@ -67,13 +69,13 @@ class AnthropicCaching:
         """Cached request for a layout (see :func:`~ragcache.anthropic.breakpoints.layout_request`)."""
         return layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
                               ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
-                              token_counter=self.token_counter, extra=extra)
+                              token_counter=self.token_counter, extra=extra, warn=self.warn)
 
     def prepare(self, request: Mapping[str, Any], *, stable_end: int | None = None) -> CachedRequest:
         """Add breakpoints to an existing ``messages.create`` body (copied, never mutated)."""
         return add_breakpoints({"model": self.model, **dict(request)}, model=request.get("model", self.model),
                                stable_end=stable_end, ttl=self.ttl, prefix_ttl=self.prefix_ttl,
-                               min_tokens=self.min_tokens, token_counter=self.token_counter)
+                               min_tokens=self.min_tokens, token_counter=self.token_counter, warn=self.warn)
 
     def record(self, req: CachedRequest, usage: Any) -> UsageRecord:
         """Account a response's ``usage`` (SDK object or dict) for ``req``."""
@@ -96,6 +98,7 @@ class AnthropicCaching:
             "stop_reason": getattr(message, "stop_reason", None),
             "breakpoints": [p.where for p in req.placed],
             "skipped_breakpoints": [s.detail for s in req.skipped],
+            "dropped_breakpoints": [d.where for d in req.dropped],  # the caller's own markers taken off
             "notes": list(req.notes),
         }
         finish = "length" if getattr(message, "stop_reason", None) == "max_tokens" else "stop"

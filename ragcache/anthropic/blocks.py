@@ -28,8 +28,17 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 Section = Literal["tools", "system", "messages"]
 
 
+NOT_CACHEABLE_TYPES = frozenset({"thinking", "redacted_thinking"})
+"""Block types the API does not accept ``cache_control`` on (besides empty text blocks)."""
+
+
 class RequestError(ValueError):
     """A malformed request (the server answers it with a 400 invalid_request_error)."""
+
+
+class PromptCacheWarning(UserWarning):
+    """A request paid for a cache write (or nothing) where a cache read was expected, or
+    breakpoints asked for could not all be kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,28 @@ class FlatBlock:
     @property
     def ttl(self) -> str | None:
         return None if self.cache_control is None else str(self.cache_control.get("ttl", "5m"))
+
+
+def is_empty_text(block: Mapping[str, Any]) -> bool:
+    """A text block with no visible text (empty or whitespace only): never given a marker."""
+    return block.get("type") == "text" and not str(block.get("text", "")).strip()
+
+
+def cacheable(block: FlatBlock) -> bool:
+    """Whether a ``cache_control`` marker may go on this block: not an empty (or
+    whitespace-only) text block and not a thinking block."""
+    return block.type not in NOT_CACHEABLE_TYPES and not (block.type == "text" and not block.text.strip())
+
+
+def nearest_cacheable(blocks: list[FlatBlock], index: int | None) -> int | None:
+    """The nearest block at or before ``index`` that may carry a marker (a marker there caches
+    the same prefix minus the skipped blocks), or ``None`` when there is none."""
+    if index is None:
+        return None
+    i = min(index, len(blocks) - 1)
+    while i >= 0 and not cacheable(blocks[i]):
+        i -= 1
+    return i if i >= 0 else None
 
 
 def check_cache_control(cc: Any, where: str) -> Mapping[str, Any] | None:

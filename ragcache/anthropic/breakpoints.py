@@ -6,25 +6,33 @@ to its block; a later request finds an entry only within 20 blocks before its
 own breakpoint; a prefix shorter than the model's minimum is not cached at all
 (silently); ``ttl="1h"`` breakpoints must precede ``ttl="5m"`` ones.
 
-Placement, by priority until 4 markers are spent: the last stable block (the
-last document, else the last history block, else system or tools), the last
-system block, the last history block, a marker every 20 blocks inside long
-stable runs (so a changed tail still finds an earlier entry within the
-lookback), the last tool. A candidate whose prefix is below the minimum is not
-spent; the plan records it as skipped with the reason. Functions here copy
-their inputs and never mutate the caller's objects.
+Candidates: the last stable block (the last document, else the last history
+block, else system or tools), the last system block, the last history block, a
+marker every 20 blocks inside long stable runs (so a changed tail still finds an
+earlier entry within the lookback), the last tool, plus the caller's own
+markers. A candidate whose prefix is below the minimum is not spent; the plan
+records it as skipped with the reason. Empty (or whitespace-only) text blocks
+and thinking blocks never carry a marker: it goes on the nearest cacheable
+block before them. When more than 4 remain, the ones that pay are kept: the last
+marker of each class first (system, tools, stable history, the stable part of the
+final message, lookback, then anything after the stable part such as the
+question), then second markers of a class in the same order; a caller's marker
+taken off is reported (``CachedRequest.dropped``, a note and a warning). Functions here
+copy their inputs and never mutate the caller's objects.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragcache.layout import PromptLayout, render_document
-from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, flatten_request, prefix_hashes
+from ragcache.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, flatten_request,
+                                       is_empty_text, nearest_cacheable, prefix_hashes)
 from ragcache.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
@@ -53,7 +61,8 @@ class Breakpoint:
 
 @dataclass(frozen=True, slots=True)
 class SkippedBreakpoint:
-    """A candidate breakpoint that was not spent and why (``below-minimum``, ``budget``)."""
+    """A candidate breakpoint that was not spent and why (``below-minimum``, ``budget``);
+    ``origin`` "caller" for a marker the caller set and ragcache took off (over the limit)."""
 
     index: int
     where: str
@@ -61,6 +70,7 @@ class SkippedBreakpoint:
     prefix_tokens: int
     reason: str
     detail: str
+    origin: str = "ragcache"
 
 
 @dataclass(slots=True)
@@ -79,6 +89,11 @@ class CachedRequest:
     minimum: int
     model: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dropped(self) -> list[SkippedBreakpoint]:
+        """The caller's own markers taken off to stay within 4 breakpoints."""
+        return [s for s in self.skipped if s.origin == "caller"]
 
     @property
     def cacheable(self) -> bool:
@@ -104,6 +119,30 @@ def _set_marker(kwargs: dict[str, Any], path: tuple[Any, ...], cc: dict[str, str
         target["cache_control"] = cc
 
 
+_RANK = {"system": 0, "tools": 1, "history": 2, "last-stable": 3, "lookback": 4, "volatile": 5}
+"""What a marker is worth, by where it sits (lower first): system and tools repeat on every
+request, stable history on every later turn of the conversation, the last document when the
+same documents come again, lookback markers only for long stable runs, and a marker after
+the stable part (the question) only for an identical request."""
+
+
+def _move_empty_markers(kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Take caller markers off empty text blocks (the API rejects them); return (path, marker)."""
+    moved: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    system = kwargs.get("system")
+    if isinstance(system, list):
+        for i, b in enumerate(system):
+            if isinstance(b, dict) and b.get("cache_control") is not None and is_empty_text(b):
+                moved.append((("system", i), b.pop("cache_control")))
+    for m, msg in enumerate(kwargs.get("messages") or []):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            for j, b in enumerate(content):
+                if isinstance(b, dict) and b.get("cache_control") is not None and is_empty_text(b):
+                    moved.append((("messages", m, j), b.pop("cache_control")))
+    return moved
+
+
 def add_breakpoints(
     request: Mapping[str, Any],
     *,
@@ -113,8 +152,17 @@ def add_breakpoints(
     prefix_ttl: TTL | None = None,
     min_tokens: Mapping[str, int] | int | None = None,
     token_counter: TokenCounter | None = None,
+    warn: bool = True,
 ) -> CachedRequest:
     """Place breakpoints on a copy of a ``messages.create`` body.
+
+    Markers never go on empty (or whitespace-only) text blocks or thinking blocks: each
+    goes on the nearest cacheable block before it, and a caller's marker on an empty block
+    is moved the same way. When the caller's markers and ragcache's exceed 4, the ones that
+    pay are kept: the last marker of each class (system, tools, stable history, the stable
+    part of the final message, lookback, anything after it such as the question) before a
+    second marker of any class; the caller's markers taken off are listed in :attr:`CachedRequest.dropped`, in ``notes``, and (``warn=True``)
+    in a :class:`~ragcache.anthropic.blocks.PromptCacheWarning`.
 
     Args:
         request: the body (``model``, ``system``, ``tools``, ``messages``, ...). Not mutated.
@@ -135,33 +183,47 @@ def add_breakpoints(
     kwargs = copy.deepcopy(dict(request))
     model = model or kwargs.get("model") or ""
     count = token_counter or estimate_tokens
+    notes: list[str] = []
+    moved = _move_empty_markers(kwargs)
     blocks = flatten_request(kwargs)
+    if moved:
+        by_path = {b.path: b.index for b in blocks}
+        for path, cc in moved:
+            where = blocks[by_path[path]].where
+            j = nearest_cacheable(blocks, by_path[path])
+            if j is None:
+                notes.append(f"caller breakpoint on the empty text block {where} removed (no earlier block to carry it)")
+                continue
+            if blocks[j].cache_control is None:
+                _set_marker(kwargs, blocks[j].path, dict(cc))
+            notes.append(f"caller breakpoint on the empty text block {where} moved to {blocks[j].where}")
+        blocks = flatten_request(kwargs)
     toks = [int(count(b.text)) for b in blocks]
     cum, total = [], 0
     for n in toks:
         total += n
         cum.append(total)
     minimum = min_cacheable_tokens(model, min_tokens)
-    notes: list[str] = []
+    last_msg = max((b.path[1] for b in blocks if b.section == "messages"), default=None)
     if stable_end is None:
-        last_msg = max((b.path[1] for b in blocks if b.section == "messages"), default=None)
         final = [b.index for b in blocks if b.section == "messages" and b.path[1] == last_msg]
         stable_end = final[-1] - 1 if final else len(blocks) - 1
-    caller = [b.index for b in blocks if b.cache_control is not None]
-    if len(caller) > MAX_BREAKPOINTS:
-        drop = caller[: len(caller) - MAX_BREAKPOINTS]
-        for i in drop:
-            _set_marker(kwargs, blocks[i].path, None)
-        notes.append(f"caller set {len(caller)} breakpoints; kept the last {MAX_BREAKPOINTS}, "
-                     f"removed {', '.join(blocks[i].where for i in drop)}")
-        caller = caller[-MAX_BREAKPOINTS:]
-    chosen: dict[int, str] = {i: "caller" for i in caller}
-    skipped: list[SkippedBreakpoint] = []
+    final_msg = blocks[-1].path[1] if blocks and blocks[-1].section == "messages" else None
+
+    def position_class(i: int) -> str:
+        b = blocks[i]
+        if b.section != "messages":
+            return b.section
+        if b.path[1] != final_msg:
+            return "history"
+        return "last-stable" if i <= stable_end else "volatile"
 
     def last_of(pred: Callable[[FlatBlock], bool]) -> int | None:
         return max((b.index for b in blocks if b.index <= stable_end and pred(b)), default=None)
 
-    final_msg = blocks[-1].path[1] if blocks and blocks[-1].section == "messages" else None
+    caller = [b.index for b in blocks if b.cache_control is not None]
+    entries: dict[int, tuple[str, str]] = {i: ("caller", position_class(i)) for i in caller}  # idx -> (role, class)
+    skipped: list[SkippedBreakpoint] = []
     candidates: list[tuple[int | None, str]] = [
         (stable_end if stable_end >= 0 else None, "last-stable"),
         (last_of(lambda b: b.section == "system"), "system"),
@@ -177,7 +239,8 @@ def add_breakpoints(
     candidates.append((last_of(lambda b: b.section == "tools"), "tools"))
     seen: set[int] = set()
     for idx, role in candidates:
-        if idx is None or idx in chosen or idx in seen:
+        idx = nearest_cacheable(blocks, idx)  # empty / thinking blocks never carry a marker
+        if idx is None or idx in entries or idx in seen:
             continue
         seen.add(idx)
         b = blocks[idx]
@@ -185,11 +248,29 @@ def add_breakpoints(
             skipped.append(SkippedBreakpoint(idx, b.where, role, cum[idx], "below-minimum",
                                              f"prefix up to {b.where} is {cum[idx]} tokens, below the minimum "
                                              f"{minimum} for {model or 'this model'}: not cached, marker not spent"))
-        elif len(chosen) >= MAX_BREAKPOINTS:
-            skipped.append(SkippedBreakpoint(idx, b.where, role, cum[idx], "budget",
-                                             f"no breakpoint left for {b.where} (at most {MAX_BREAKPOINTS})"))
         else:
-            chosen[idx] = role
+            entries[idx] = (role, role if role != "last-stable" else position_class(idx))
+    # Keep the markers that pay: one per class first (a second marker in the same class mostly
+    # caches what the first does), by class rank, the later block first; below-minimum ones last.
+    occurrence: dict[int, int] = {}
+    for klass in {k for _, k in entries.values()}:
+        for n, i in enumerate(sorted((i for i in entries if entries[i][1] == klass), reverse=True)):
+            occurrence[i] = n
+    ranked = sorted(entries, key=lambda i: (cum[i] < minimum, occurrence[i], _RANK[entries[i][1]], -i))
+    chosen = {i: entries[i][0] for i in ranked[:MAX_BREAKPOINTS]}
+    dropped: list[SkippedBreakpoint] = []
+    for i in sorted(ranked[MAX_BREAKPOINTS:]):
+        role, klass = entries[i]
+        b = blocks[i]
+        if role == "caller":
+            _set_marker(kwargs, b.path, None)
+            dropped.append(SkippedBreakpoint(i, b.where, "caller", cum[i], "budget",
+                                             f"caller breakpoint on {b.where} ({klass}) dropped: at most "
+                                             f"{MAX_BREAKPOINTS} breakpoints, and the ones kept pay more",
+                                             origin="caller"))
+        else:
+            skipped.append(SkippedBreakpoint(i, b.where, role, cum[i], "budget",
+                                             f"no breakpoint left for {b.where} (at most {MAX_BREAKPOINTS})"))
     placed: list[Breakpoint] = []
     for idx in sorted(chosen):
         b = blocks[idx]
@@ -208,11 +289,17 @@ def add_breakpoints(
     for p in placed:
         _set_marker(kwargs, blocks[p.index].path, {"type": "ephemeral", "ttl": p.ttl} if p.ttl == "1h"
                     else {"type": "ephemeral"})
+    if dropped:
+        msg = (f"{len(dropped)} caller breakpoint(s) dropped to stay within {MAX_BREAKPOINTS}: "
+               + ", ".join(d.where for d in dropped) + "; kept " + ", ".join(f"{p.where} ({p.role})" for p in placed))
+        notes.append(msg)
+        if warn:
+            warnings.warn(msg, PromptCacheWarning, stacklevel=3)
     notes += [s.detail for s in skipped if s.reason == "below-minimum"]
     blocks = flatten_request(kwargs)
     tool_choice = kwargs.get("tool_choice")
-    return CachedRequest(kwargs, placed, skipped, notes, blocks, toks, prefix_hashes(model, blocks, tool_choice),
-                         minimum, model)
+    return CachedRequest(kwargs, placed, skipped + dropped, notes, blocks, toks,
+                         prefix_hashes(model, blocks, tool_choice), minimum, model)
 
 
 def layout_request(
@@ -226,6 +313,7 @@ def layout_request(
     min_tokens: Mapping[str, int] | int | None = None,
     token_counter: TokenCounter | None = None,
     extra: Mapping[str, Any] | None = None,
+    warn: bool = True,
 ) -> CachedRequest:
     """``messages.create`` keyword arguments for a layout, with breakpoints.
 
@@ -254,6 +342,6 @@ def layout_request(
     n_before = len(flatten_request(kwargs)) - len(content)
     stable_end = n_before + len(layout.documents) - 1
     req = add_breakpoints(kwargs, model=model, stable_end=stable_end, ttl=ttl, prefix_ttl=prefix_ttl,
-                          min_tokens=min_tokens, token_counter=token_counter)
+                          min_tokens=min_tokens, token_counter=token_counter, warn=warn)
     req.meta["documents"] = [n_before + i for i in range(len(layout.documents))]
     return req

@@ -21,12 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
+from ragcache.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.anthropic.breakpoints import CachedRequest
 from ragcache.anthropic.pricing import ModelPrice, price_for, request_cost
-
-
-class PromptCacheWarning(UserWarning):
-    """A request paid for a cache write (or nothing) where a cache read was expected."""
 
 
 def _get(obj: Any, name: str, default: Any = 0) -> Any:

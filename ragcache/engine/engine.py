@@ -29,11 +29,20 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
+from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.engine.prefix_cache import PrefixCache
-from ragcache.engine.prompt import Prompt, PromptPiece, raw_prompt, render_blocks, render_messages
+from ragcache.engine.prompt import (
+    Prompt,
+    PromptPiece,
+    TemplateDate,
+    raw_prompt,
+    render_blocks,
+    render_messages,
+    resolve_template_date,
+)
 from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
 from ragcache.layout import PromptLayout
-from ragcache.models import LoadedModel, load_model
+from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +134,8 @@ class LocalEngine:
             any position; ``None`` disables CacheBlend.
         recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
             takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
-        namespace: cache salt; KV never crosses namespaces.
+        namespace: cache salt; KV never crosses namespaces. A model whose weights were changed
+            in memory after loading keeps its fingerprint and needs a new namespace.
         reuse_policy: the cost rule that chooses blending or exact prefill
             (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
             at the measured prefill rate).
@@ -133,6 +143,10 @@ class LocalEngine:
             of reusable document tokens (0: blend on any hit).
         calibration: ``True`` loads the model's recorded calibration from the ragcache home when
             present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
+        template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
+            renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
+            prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
+            for the real clock.
 
     Raises:
         ValueError: r outside [0, 1], or both ``reuse_policy`` and ``min_reuse_tokens`` given.
@@ -143,16 +157,16 @@ class LocalEngine:
     def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
                  chunk_cache: Any = None, recompute_ratio: float | None = None, namespace: str | None = None,
                  reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
-                 calibration: Any = True) -> None:
+                 calibration: Any = True, template_date: TemplateDate | None = None) -> None:
         from ragcache.engine.calibration import Calibration, load_calibration
 
         if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
         if reuse_policy is not None and min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
-        self.model = loaded.model
+        self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
+        self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
-        self.fingerprint = loaded.fingerprint
         kv.use_fast_attention(self.model)
         self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
         self.chunk_cache = chunk_cache
@@ -166,6 +180,14 @@ class LocalEngine:
             self.calibration = load_calibration(self.fingerprint) if calibration else None
         self._lock = threading.RLock()
         self._eos = self._eos_ids()
+        resolve_template_date(template_date)  # bad values fail here, not on the first request
+        self.template_date = template_date
+        # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
+        # caches do not support), or None; when set, every request is a full prefill.
+        self.kv_reuse_blocker = kv_reuse_blocker(self.model)
+        if self.kv_reuse_blocker:
+            log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
+                        "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
 
     @property
     def recompute_ratio(self) -> float:
@@ -209,13 +231,14 @@ class LocalEngine:
         if isinstance(source, str):
             if not source.strip():
                 raise ValueError("prompt is empty: give a question or a messages list")
-            return render_messages(self.tokenizer, [{"role": "user", "content": source}])
+            return render_messages(self.tokenizer, [{"role": "user", "content": source}],
+                                   template_date=self.template_date)
         if isinstance(source, PromptLayout):
-            return render_blocks(self.tokenizer, source.blocks())
+            return render_blocks(self.tokenizer, source.blocks(), template_date=self.template_date)
         if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
             return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
         if isinstance(source, Sequence):
-            return render_messages(self.tokenizer, list(source))
+            return render_messages(self.tokenizer, list(source), template_date=self.template_date)
         raise ValueError(f"cannot build a prompt from {type(source).__name__}")
 
     def raw(self, text: str) -> Prompt:
@@ -249,6 +272,8 @@ class LocalEngine:
             ValueError: for an empty prompt.
             ContextWindowError: when ``len(prompt) + max_new_tokens`` exceeds the context window.
         """
+        if self.kv_reuse_blocker:  # windowed attention: no reuse (warned once, in __init__)
+            use_prefix_cache, use_chunk_cache = False, False
         ids = prompt.input_ids
         n = len(ids)
         if n == 0:
@@ -425,6 +450,7 @@ class LocalEngine:
         if temperature < 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         prompt = self.build_prompt(prompt)
+        use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
         stops = [s for s in (stop or []) if s]
         gen_rng = torch.Generator().manual_seed(seed) if seed is not None else None
         with self._lock:

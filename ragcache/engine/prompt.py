@@ -5,17 +5,123 @@ piece replaced by a sentinel; the rendered string is then split at the sentinels
 each piece (template text, system text, each document, the question) is tokenised once on
 its own, and the joined ids are what the forward pass sees. A document therefore has the
 same token ids wherever it lands, which is what makes position-independent chunk keys work.
+
+Chat templates that read the clock (Llama 3.2+ ``strftime_now("%d %b %Y")`` behind "Today
+Date:", Granite's "Today's Date:") would write a new date into the system header every day,
+and every cached prefix would end there. The template's date is therefore pinned
+(:data:`DEFAULT_TEMPLATE_DATE` unless the caller chooses another, see
+:func:`resolve_template_date`): ``strftime_now`` and ``date_string`` are passed to the
+template as that date. A template that reads the clock is reported once per template.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import hashlib
+import json
+import logging
 import re
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import date, datetime
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
 
 DOC_SEPARATOR = "\n\n"
+DEFAULT_TEMPLATE_DATE = datetime(2024, 7, 26)
+"""The date a clock-reading chat template sees by default: 26 Jul 2024, the date Llama 3.1's
+own template falls back to when no ``date_string`` is given (so those renders are unchanged)."""
+TemplateDate = datetime | date | str | Literal["live"]
+_CLOCK_RX = re.compile(r"\bstrftime_now\b")
+_DATE_VAR_RX = re.compile(r"\bdate_string\b")
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def resolve_template_date(value: TemplateDate | None) -> datetime | None:
+    """The pinned date as a ``datetime`` (midnight for a ``date`` or a date-only string), or
+    ``None`` for ``"live"`` (the template reads the real clock). ``None`` means the default.
+
+    Raises:
+        ValueError: a string that is neither ``"live"`` nor an ISO date / datetime.
+    """
+    if value is None:
+        return DEFAULT_TEMPLATE_DATE
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
+    if value == "live":
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ValueError(f"template_date must be a date, a datetime, an ISO date such as '2024-07-26', or 'live' "
+                         f"(let the template read the clock); got {value!r}") from None
+
+
+def template_reads_clock(template: Any) -> bool:
+    """Whether a chat template (a string, or a dict of named templates) calls ``strftime_now``."""
+    text = "\n".join(map(str, template.values())) if isinstance(template, dict) else str(template or "")
+    return bool(_CLOCK_RX.search(text))
+
+
+_LITERAL_CALL_RX = re.compile(r"""\bstrftime_now\(\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*\)""")
+
+
+@functools.lru_cache(maxsize=64)
+def pin_template_clock(template: str, pinned: datetime) -> tuple[str, bool]:
+    """``template`` with every ``strftime_now("<format>")`` call replaced by the string the call
+    would return at ``pinned``; and whether no clock read is left (a call with a computed format
+    cannot be replaced). transformers renders templates in a sandbox that accepts only plain
+    data as variables, so the clock cannot be swapped for a function; the template is rewritten."""
+
+    def literal(m: re.Match[str]) -> str:
+        fmt = ast.literal_eval(m.group(1))
+        return json.dumps(pinned.strftime(fmt))
+
+    out = _LITERAL_CALL_RX.sub(literal, template)
+    return out, not re.search(r"\bstrftime_now\s*\(", out)
+
+
+def _warn_once(tokenizer: Any, text: str, message: str) -> None:
+    key = hashlib.sha256((message[:40] + text).encode()).hexdigest()
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message, getattr(tokenizer, "name_or_path", "") or "this tokenizer")
+
+
+def _template_with_pinned_date(tokenizer: Any, pinned: datetime | None) -> tuple[str, dict[str, Any]]:
+    """The tokenizer's chat template (resolved to one string) with its date pinned, and the
+    template variables to pass (``date_string``); warns once per template that reads the clock."""
+    template = tokenizer.get_chat_template()
+    extra: dict[str, Any] = {}
+    if pinned is not None and _DATE_VAR_RX.search(template):
+        extra["date_string"] = pinned.strftime("%d %b %Y")
+    if not template_reads_clock(template):
+        return template, extra
+    if pinned is None:
+        _warn_once(tokenizer, template, "the chat template of %s reads the clock (strftime_now) and "
+                   "template_date='live': the rendered date changes every day, and cached prefixes end at the "
+                   "date line on a new day")
+        return template, extra
+    pinned_template, complete = pin_template_clock(template, pinned)
+    if complete:
+        _warn_once(tokenizer, template, "the chat template of %s reads the clock (strftime_now); ragcache pins "
+                   f"its date to {pinned.date().isoformat()} so prompts rendered on different days share their "
+                   "prefix. Choose the date with LocalEngine(template_date=...), or template_date='live' to let "
+                   "it change")
+    else:
+        _warn_once(tokenizer, template, "the chat template of %s calls strftime_now with a computed format, "
+                   "which ragcache cannot pin: its prompts change with the clock. Pass a chat template with "
+                   "literal formats (tokenizer.chat_template = ...) to keep prefixes across days")
+    return pinned_template, extra
 
 
 @dataclass(slots=True)
@@ -86,8 +192,12 @@ def _blocks(content: Any) -> list[dict]:
     raise ValueError(f"message content must be a string or a list of blocks, got {type(content).__name__}")
 
 
-def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> Prompt:
+def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                    template_date: TemplateDate | None = None) -> Prompt:
     """Render chat ``messages`` with the tokenizer's chat template into tokenised pieces.
+
+    ``template_date`` is the date a template that reads the clock sees (default
+    :data:`DEFAULT_TEMPLATE_DATE`; ``"live"`` for the real clock, see :func:`resolve_template_date`).
 
     Message content is a string or a list of text blocks. A block may carry
     ``"ragcache_kind"`` (``document``, ``volatile``, ``question``...) and ``"id"``; in a user
@@ -125,7 +235,9 @@ def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_
             pieces_meta.append((kind, str(b.get("text", "")), b.get("id")))
         templ_msgs.append({"role": role, "content": DOC_SEPARATOR.join(parts)})
     if tokenizer.chat_template:
-        rendered = tokenizer.apply_chat_template(templ_msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
+        template, extra = _template_with_pinned_date(tokenizer, resolve_template_date(template_date))
+        rendered = tokenizer.apply_chat_template(templ_msgs, chat_template=template, tokenize=False,
+                                                 add_generation_prompt=add_generation_prompt, **extra)
     else:  # plain fallback for base models without a chat template
         rendered = "".join(f"{m['role']}: {m['content']}\n" for m in templ_msgs) + ("assistant: " if add_generation_prompt else "")
     pattern = re.compile("\x00RC" + tag + r"_(\d+)\x00")
@@ -142,7 +254,8 @@ def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_
     return Prompt(pieces)
 
 
-def render_blocks(tokenizer: Any, blocks: Sequence[Any], *, add_generation_prompt: bool = True) -> Prompt:
+def render_blocks(tokenizer: Any, blocks: Sequence[Any], *, add_generation_prompt: bool = True,
+                  template_date: Any = None) -> Prompt:
     """Render :meth:`ragcache.layout.PromptLayout.blocks` with the chat template: consecutive blocks
     of one role form one message, each block keeps its kind (so documents become ``document``
     pieces with their ``doc_id``), and ``tools`` blocks are dropped (the local engine has no tool
@@ -162,7 +275,8 @@ def render_blocks(tokenizer: Any, blocks: Sequence[Any], *, add_generation_promp
             messages[-1]["content"].append(block)
         else:
             messages.append({"role": b.role, "content": [block]})
-    return render_messages(tokenizer, messages, add_generation_prompt=add_generation_prompt)
+    return render_messages(tokenizer, messages, add_generation_prompt=add_generation_prompt,
+                           template_date=template_date)
 
 
 def document_token_ids(tokenizer: Any, document: Any) -> list[int]:

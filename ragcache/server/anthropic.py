@@ -40,6 +40,7 @@ from ragcache.anthropic.blocks import (
     check_breakpoints,
     check_cache_control,
     flatten_request,
+    nearest_cacheable,
     prefix_hashes,
 )
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
@@ -131,8 +132,11 @@ class AnthropicLocalServer:
             raise RequestError("model: Field required")
         blocks = flatten_request(body)
         auto = body.get("cache_control")
-        if auto is not None and not count_only:  # top-level automatic caching: mark the last block
-            blocks[-1] = dataclasses.replace(blocks[-1], cache_control=check_cache_control(auto, "cache_control"))
+        if auto is not None and not count_only:  # top-level automatic caching: the last block that can carry it
+            last = nearest_cacheable(blocks, len(blocks) - 1)
+            cc = check_cache_control(auto, "cache_control")
+            if last is not None:
+                blocks[last] = dataclasses.replace(blocks[last], cache_control=cc)
         check_breakpoints(blocks)
         return blocks, [self.engine.count_tokens(b.text) for b in blocks]
 

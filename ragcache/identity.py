@@ -1,0 +1,244 @@
+"""What produced a KV cache: digests of every weight file, and of any adapter on the model.
+
+Every KV and answer key starts from :class:`~ragcache.models.ModelFingerprint`. Its
+``revision`` for a local model folder is :func:`folder_digest`: the sha256 of every weight
+file in the folder (all safetensors / bin / pt shards, not only the first) and of
+``config.json``; its ``adapters`` are :func:`adapter_identities`: for each PEFT / LoRA
+adapter on the model, its name, configuration and a digest of its weights as loaded.
+
+Hashing a multi-gigabyte model on every load would be slow, so :class:`DigestCache` keeps
+each file's sha256 in a small JSON file keyed by (resolved path, size, mtime in ns, inode).
+A file whose mtime is within :data:`RACY_SECONDS` of the moment it was hashed is not
+cached ("racy" entries, as in git's index): a later edit in the same clock tick could
+otherwise keep both the size and the mtime, and the old digest would be served.
+
+What no digest can see: weights changed in memory after loading (``merge_and_unload``,
+training steps, ``model.load_state_dict``). Such a model needs a new ``namespace``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ragcache.atomic import atomic_write_json
+from ragcache.hashing import canonical_json, hash_value
+
+log = logging.getLogger(__name__)
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
+"""File endings of weight files; every such file at the top of a model folder is hashed."""
+CONFIG_FILES = ("config.json", "adapter_config.json")
+"""Non-weight files that change the computed KV (architecture, RoPE, adapter targets)."""
+RACY_SECONDS = 2.0
+"""A digest is cached only for files last modified at least this long before hashing."""
+_CACHE_FORMAT = "ragcache-file-digests-v1"
+_IGNORED_ADAPTER_KEYS = {"base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "init_lora_weights"}
+"""Adapter config keys that do not change what the loaded adapter computes (where it was
+loaded from, training-only switches, how its weights were first initialised)."""
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in ``chunk``-byte blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def identity_files(folder: str | Path) -> list[Path]:
+    """The files of a model folder that decide its KV: weight files and config files, sorted.
+
+    Only the top level is read (transformers loads from there; ``original/`` copies of the
+    weights in some hub repositories are not loaded and not hashed).
+
+    Raises:
+        ValueError: ``folder`` is not a directory.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a directory: give a model folder")
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and (p.name in CONFIG_FILES or p.name.endswith(WEIGHT_SUFFIXES)))
+
+
+class DigestCache:
+    """sha256 of files, remembered in a JSON file by (path, size, mtime_ns, inode).
+
+    Args:
+        path: the JSON file (written atomically with :mod:`ragcache.atomic`); ``None`` keeps
+            the digests in memory only.
+
+    Attributes:
+        hashed: files read and hashed by this object (cache misses).
+    """
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = None if path is None else Path(path)
+        self.hashed = 0
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict[str, Any]] = self._read()
+        self._dirty = False
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if self.path is None or not self.path.is_file():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("format") != _CACHE_FORMAT or not isinstance(data.get("files"), dict):
+                raise ValueError("unknown format")
+            return dict(data["files"])
+        except (OSError, ValueError, AttributeError) as e:
+            log.warning("file digest cache %s is unreadable (%s); hashing files again", self.path, e)
+            return {}
+
+    def digest(self, file: str | Path) -> str:
+        """Hex sha256 of ``file``, from the cache when its size, mtime and inode are unchanged."""
+        file = Path(file).resolve()
+        st = file.stat()
+        sig = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        key = str(file)
+        with self._lock:
+            e = self._entries.get(key)
+            if e is not None and all(e.get(k) == v for k, v in sig.items()):
+                return str(e["sha256"])
+        hashed_at = time.time_ns()
+        digest = sha256_file(file)
+        with self._lock:
+            self.hashed += 1
+            if file.stat().st_mtime_ns == st.st_mtime_ns and hashed_at - st.st_mtime_ns >= RACY_SECONDS * 1e9:
+                self._entries[key] = {**sig, "sha256": digest}
+                self._dirty = True
+            else:  # modified while or just before hashing: do not trust (path, size, mtime) for it
+                self._entries.pop(key, None)
+        return digest
+
+    def flush(self) -> None:
+        """Write new digests to :attr:`path` (merged with entries other processes wrote meanwhile)."""
+        with self._lock:
+            if self.path is None or not self._dirty:
+                return
+            merged = {**self._read(), **self._entries}
+            merged = {k: v for k, v in merged.items() if os.path.exists(k)}
+            atomic_write_json(self.path, {"format": _CACHE_FORMAT, "files": merged}, indent=None)
+            self._entries, self._dirty = merged, False
+
+
+def files_digest(files: Iterable[str | Path], cache: DigestCache | None = None, *, root: Path | None = None) -> str:
+    """One hex digest over ``(name, size, sha256)`` of each file (names relative to ``root``)."""
+    cache = cache or DigestCache(None)
+    rows = []
+    for f in files:
+        f = Path(f)
+        name = str(f.relative_to(root)) if root is not None else f.name
+        rows.append([name, f.stat().st_size, cache.digest(f)])
+    return hash_value(["ragcache-files-v1", rows])
+
+
+def folder_digest(folder: str | Path, cache_file: str | Path | None = None) -> str:
+    """Digest of a model folder's weight and config files (:func:`identity_files`).
+
+    Args:
+        folder: a Hugging Face model folder (``config.json`` + weight shards) or an adapter
+            folder (``adapter_config.json`` + ``adapter_model.safetensors``).
+        cache_file: JSON file of remembered file digests (see :class:`DigestCache`).
+
+    Raises:
+        ValueError: the folder holds no weight file.
+    """
+    folder = Path(folder)
+    files = identity_files(folder)
+    if not any(f.name.endswith(WEIGHT_SUFFIXES) for f in files):
+        raise ValueError(f"{folder} holds no weight file ({', '.join('*' + s for s in WEIGHT_SUFFIXES)})")
+    cache = DigestCache(cache_file)
+    try:
+        return files_digest(files, cache, root=folder)
+    finally:
+        try:
+            cache.flush()
+        except OSError as e:  # a read-only home only costs speed
+            log.warning("cannot write the file digest cache %s: %s", cache_file, e)
+
+
+def _tensor_digest(state: dict[str, Any]) -> str:
+    """sha256 over (name, dtype, shape, bytes) of each tensor, in name order."""
+    import torch
+
+    h = hashlib.sha256(b"ragcache-tensors-v1")
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        head = canonical_json([name, str(t.dtype), list(t.shape)]).encode()
+        h.update(len(head).to_bytes(8, "little") + head)
+        data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
+def _adapter_state(model: Any, name: str) -> dict[str, Any]:
+    try:  # PeftModel
+        from peft import get_peft_model_state_dict
+
+        return dict(get_peft_model_state_dict(model, adapter_name=name))
+    except Exception:  # noqa: BLE001 - not a PeftModel, or peft missing: fall through
+        pass
+    getter = getattr(model, "get_adapter_state_dict", None)  # transformers' PEFT integration
+    if getter is not None:
+        return dict(getter(name))
+    return {k: v for k, v in model.state_dict().items() if f".{name}." in k or k.endswith(f".{name}")}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copy with sets sorted (a set's order follows Python's per-process string hash)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(v) for v in value), key=repr)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return getattr(value, "value", None) if hasattr(value, "value") else str(value)
+
+
+def adapter_identities(model: Any) -> tuple[str, ...]:
+    """Identity of each PEFT adapter on ``model`` (a ``PeftModel`` or a transformers model
+    with ``load_adapter``), as ``"name:config-sha256:weights-sha256"`` strings; the active
+    adapters are marked ``"active:"`` so enabling another adapter changes the identity.
+
+    The weights digest is taken from the tensors in memory, so it covers adapters loaded
+    from files or built in code alike. ``()`` for a model without adapters.
+    """
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or not configs:
+        return ()
+    active = getattr(model, "active_adapters", None)
+    if callable(active):
+        active = active()
+    if isinstance(active, str):
+        active = [active]
+    active = set(active or [])
+    out = []
+    for name in sorted(configs):
+        cfg = configs[name]
+        cfg_dict = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+        cfg_dict = {k: v for k, v in cfg_dict.items() if k not in _IGNORED_ADAPTER_KEYS}
+        cfg_digest = hashlib.sha256(json.dumps(_plain(cfg_dict), sort_keys=True).encode()).hexdigest()
+        state = _adapter_state(model, name)
+        if not state:
+            raise ValueError(f"adapter {name!r} has no weights ragcache can read; give the engine a new namespace "
+                             "instead of relying on the fingerprint")
+        flag = "active" if name in active else "inactive"
+        out.append(f"{flag}:{name}:{cfg_digest}:{_tensor_digest(state)}")
+    return tuple(out)
+
+
+__all__ = ["CONFIG_FILES", "DigestCache", "RACY_SECONDS", "WEIGHT_SUFFIXES", "adapter_identities", "files_digest",
+           "folder_digest", "identity_files", "sha256_file"]
