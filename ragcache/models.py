@@ -274,7 +274,11 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
             loaded.fingerprint = replace(loaded.fingerprint, name=name)
             return loaded
         if folder is not None:
-            path, revision = folder, folder_digest(folder, cache)
+            try:
+                path, revision = folder, folder_digest(folder, cache)
+            except ValueError as e:
+                raise ModelNotFoundError(f"--model folder {name!r}: {e}. Fix: give a Hugging Face model folder "
+                                         "(config.json, *.safetensors, tokenizer files)") from None
         else:
             path, revision = name, "hub"
     try:

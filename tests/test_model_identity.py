@@ -33,9 +33,8 @@ def home(tmp_path, monkeypatch):
     converted embedded model (its tokenizer) from the real home."""
     from ragcache.models import embedded_model_dir
 
-    embedded_model_dir()  # converted once under the real home before the home moves
-    real = str(embedded_model_dir())
-    monkeypatch.setattr("ragcache.testing.embedded_model_dir", lambda: __import__("pathlib").Path(real))
+    real = embedded_model_dir()  # converted once under the real home before the home moves
+    monkeypatch.setattr("ragcache.testing.embedded_model_dir", lambda: real)
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
 
@@ -285,3 +284,13 @@ def test_bad_adapter_names_the_fix(base_dir, tmp_path):
     empty.mkdir()
     with pytest.raises(ModelNotFoundError, match="adapter_config.json"):
         load_model(str(base_dir), adapter=str(empty))
+
+
+def test_folder_without_weights_names_the_fix(sharded, tmp_path):
+    from ragcache.models import ModelNotFoundError
+
+    empty = tmp_path / "config-only"
+    empty.mkdir()
+    (empty / "config.json").write_text((sharded / "config.json").read_text())
+    with pytest.raises(ModelNotFoundError, match="holds no weight file"):
+        load_model(str(empty))
