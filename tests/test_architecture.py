@@ -263,3 +263,17 @@ def test_public_imports():
         assert getattr(ragcache, name) is not None
     with pytest.raises(AttributeError):
         ragcache.NoSuchThing  # noqa: B018
+
+
+def test_template_date_is_in_the_partition(lm):
+    from datetime import date
+
+    def key(**kw):
+        rag = RagCache(LocalBackend(LocalEngine(lm, **kw)), semantic=SemanticCache(None, embedder=HashingEmbedder()))
+        return rag.prepare("When do orders ship?", DOCS[:1]).partition.digest
+
+    default = key()
+    assert default == key()
+    pinned = {key(template_date=date(2025, 1, d)) for d in (1, 2)}
+    assert len(pinned | {default}) == 3
+    assert key(template_date="live") == key(template_date=date.today())

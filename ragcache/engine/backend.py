@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from ragcache.backend import BackendResult, CacheUsage, Layer
@@ -51,8 +52,18 @@ class LocalBackend:
 
     @property
     def model_id(self) -> str:
-        """The engine's model fingerprint digest (part of semantic partition keys)."""
-        return self.engine.fingerprint.digest
+        """The engine's model fingerprint digest (part of semantic partition keys), plus the date its
+        chat template renders when that is not the default pin (``template_date``; for ``"live"``,
+        today's date): a date that reaches the model is in the key."""
+        from ragcache.engine.prompt import resolve_template_date
+
+        digest = self.engine.fingerprint.digest
+        setting = getattr(self.engine, "template_date", None)
+        if setting is None:
+            return digest
+        pinned = resolve_template_date(setting)
+        day = (pinned or datetime.now()).date().isoformat()
+        return f"{digest}@template-date={day}"
 
     def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
         """Answer a layout (or messages / a Prompt) on the engine; blocking."""
