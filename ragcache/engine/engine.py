@@ -104,12 +104,33 @@ class LocalEngine:
             any position; ``None`` disables CacheBlend.
         recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1).
         namespace: cache salt; KV never crosses namespaces.
+        decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
+            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over by
+            :func:`ragcache.engine.quant.quantized_decode_cache` before the first decode step;
+            for long generations in less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE``
+            (default ``"dynamic"``). A quantized decode's answer KV is not put back into the
+            exact prefix cache (the prompt's KV is, before the hand-over).
+        decode_backend / decode_nbits / residual_length: the ``QuantizedCache`` backend
+            (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, and the number of recent tokens kept
+            in full precision.
     """
 
     def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
-                 chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None) -> None:
+                 chunk_cache: Any = None, recompute_ratio: float = 0.15, namespace: str | None = None,
+                 decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
+                 residual_length: int = 128) -> None:
         if not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
+        import os
+
+        self.decode_cache = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
+        if self.decode_cache not in ("dynamic", "quantized"):
+            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {self.decode_cache!r}")
+        from ragcache.engine.quant import DECODE_BACKENDS
+
+        if decode_backend not in DECODE_BACKENDS:
+            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {decode_backend!r}")
+        self.decode_options = {"backend": decode_backend, "nbits": decode_nbits, "residual_length": residual_length}
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.fingerprint = loaded.fingerprint
@@ -309,6 +330,10 @@ class LocalEngine:
             pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens)
             stats, cache = pre.stats, pre.cache
+            if self.decode_cache == "quantized":
+                from ragcache.engine.quant import quantized_decode_cache
+
+                cache = quantized_decode_cache(self.model, cache, **self.decode_options)
             ids = prompt.input_ids
             logits = pre.last_logits
             first_logits = logits.detach().clone()
@@ -346,7 +371,7 @@ class LocalEngine:
             stats.decode_s = t_end - (t_first or t_end)
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
             stats.finish_reason = finish
-            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1:
+            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and self.decode_cache == "dynamic":
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)

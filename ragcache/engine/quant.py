@@ -249,3 +249,78 @@ def _pack4(codes: torch.Tensor) -> torch.Tensor:
 
 def _unpack4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+# -- decode cache --------------------------------------------------------------------------
+DECODE_BACKENDS = ("quanto", "hqq", "fp8")
+
+
+def quantized_decode_cache(model: object, cache: object, *, backend: str = "quanto", nbits: int = 4,
+                           residual_length: int = 128, q_group_size: int = 64) -> object:
+    """Hand a prefilled KV cache over to a transformers ``QuantizedCache`` for decoding.
+
+    How: a ``QuantizedCache`` layer quantizes whatever its *first* ``update`` receives and keeps
+    later tokens in a full-precision residual until ``residual_length`` of them have accumulated,
+    then re-quantizes (KIVI's residual, Liu et al. 2024, §3.3). So each layer's prefilled K/V
+    (from the exact prefix cache, a CacheBlend fusion, or a plain prefill, all of which produce
+    a ``DynamicCache``) is passed once to that layer's ``update``: the whole prompt is quantized
+    and the dynamic cache can be dropped. The last prompt token's logits were already computed
+    from the exact cache, so the first generated token is the same as with ``DynamicCache``.
+
+    Args:
+        model: the causal LM (its config sizes the cache).
+        cache: a ``DynamicCache`` with ``[1, kv_heads, n, head_dim]`` K/V per layer.
+        backend: ``"quanto"`` (optimum-quanto, nbits 2 or 4), ``"hqq"`` (nbits 1-4 or 8) or
+            ``"fp8"`` (per-tensor float8, ignores nbits / group size / residual length).
+        nbits / residual_length / q_group_size: transformers' ``QuantizedCache`` options.
+
+    Returns:
+        A ``transformers.QuantizedCache`` covering the same ``n`` positions.
+
+    Raises:
+        ValueError: an unknown backend or bits the backend does not support.
+        ImportError: the backend's package is missing (``pip install optimum-quanto`` / ``hqq``).
+    """
+    from transformers import QuantizedCache
+
+    from ragcache.engine import kv as kvb
+
+    if backend not in DECODE_BACKENDS:
+        raise ValueError(f"decode cache backend must be one of {DECODE_BACKENDS}; got {backend!r}")
+    opts = {} if backend == "fp8" else {"nbits": int(nbits), "residual_length": int(residual_length),
+                                        "q_group_size": int(q_group_size)}
+    qc = QuantizedCache(backend=backend, config=model.config, **opts)  # type: ignore[attr-defined]
+    keys, values = kvb.cache_tensors(cache)  # type: ignore[arg-type]
+    if len(keys) != len(qc.layers):
+        raise ValueError(f"prefilled cache has {len(keys)} layers but the model has {len(qc.layers)}")
+    for layer, k, v in zip(qc.layers, keys, values):
+        layer.update(k, v)
+    return qc
+
+
+def decode_cache_nbytes(cache: object) -> int:
+    """Bytes a decode cache holds now: dense K/V for a ``DynamicCache``; quantized data (codes,
+    scales, zero points, any packing) plus the full-precision residual for a ``QuantizedCache``."""
+    total = 0
+    for layer in cache.layers:  # type: ignore[attr-defined]
+        parts = [layer.keys, layer.values]
+        for q in (getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)):
+            if q is not None:
+                parts.extend(_tensor_leaves(q))
+        total += sum(t.numel() * t.element_size() for t in parts if isinstance(t, torch.Tensor))
+    return total
+
+
+def _tensor_leaves(x: object) -> list[torch.Tensor]:
+    """Plain tensors inside a quantized state (quanto tensor subclasses, HQQ (tensor, meta), fp8 tuples)."""
+    if isinstance(x, (tuple, list)):
+        return [t for item in x for t in _tensor_leaves(item)]
+    if isinstance(x, dict):
+        return [t for item in x.values() for t in _tensor_leaves(item)]
+    if isinstance(x, torch.Tensor):
+        flatten = getattr(x, "__tensor_flatten__", None)
+        if flatten is not None and type(x) is not torch.Tensor:
+            names, _ = flatten()
+            return [t for n in names for t in _tensor_leaves(getattr(x, n))]
+        return [x]
+    return []
