@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ragcache.engine.quant import KVFormat, quantize_kv
-from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
+from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, _digest
 from ragcache.hashing import hash_chunk
 
 FP = "f" * 64
@@ -191,7 +191,23 @@ def test_disk_quantized_tensor_of_wrong_shape_is_a_logged_miss(tmp_path, caplog,
     kv = make_kv(5, fmt="int4")
     tensors, meta = kv.to_payload()
     tensors[part] = tensors[part][..., :-1].contiguous()
+    meta["digest"] = _digest(tensors)  # a consistent file, written by a buggy or foreign writer
     save_file(tensors, str(tmp_path / f"{kv.key}.safetensors"), metadata=meta)
     with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
         assert store.get(kv.key) is None
     assert "failed its check" in caplog.text and part in caplog.text and store.stats.corrupt == 1
+
+
+@pytest.mark.parametrize("fmt_name", FORMATS)
+def test_disk_flipped_data_byte_is_a_logged_miss(tmp_path, caplog, fmt_name):
+    """A byte flipped inside the tensor data (the header still parses) is caught by the digest."""
+    store = DiskChunkStore(tmp_path)
+    kv = make_kv(6, n=16, fmt=fmt_name)
+    store.put(kv)
+    path = tmp_path / f"{kv.key}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+        assert store.get(kv.key) is None
+    assert "digest" in caplog.text and store.stats.corrupt == 1 and not path.exists()

@@ -14,17 +14,19 @@ and of its metadata, and byte budgets count the stored bytes (codes, scales and 
 
 What a store must persist (any store, e.g. a remote one): exactly the tensors and string
 metadata of :meth:`ChunkKV.to_payload`, and rebuild with :func:`chunk_from_payload`, which
-checks the container version, key, format tag, shapes and dtypes; a ``ValueError`` from it (or
+checks the container version, digest, key, format tag, shapes and dtypes; a ``ValueError`` from it (or
 a missing tensor) means the stored value must be logged, dropped and reported as a miss. The
 fields are ``format`` (container version ``ragcache-chunk-kv-v2``), ``key``, ``fingerprint``,
 ``kv_format``, ``shape`` (``[L, H, n, D]``), ``start``, ``n_tokens``, ``dtype`` (dense only),
-and the tensors ``token_ids`` plus ``keys`` / ``values`` (dense) or ``keys.codes``,
-``keys.scale``, ``keys.zero``, ``values.codes``, ``values.scale``, ``values.zero`` (quantized).
+``digest`` (sha256 of the tensors), and the tensors ``token_ids`` plus ``keys`` / ``values``
+(dense) or ``keys.codes``, ``keys.scale``, ``keys.zero``, ``values.codes``, ``values.scale``,
+``values.zero`` (quantized).
 ``safetensors.torch.save`` / ``load`` turn them into one byte string and back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -147,7 +149,8 @@ class ChunkKV:
         ``keys.codes``, ``keys.scale``, ``keys.zero``, ``values.codes``, ``values.scale``,
         ``values.zero``. Metadata: ``format`` (container version), ``key``, ``fingerprint``,
         ``kv_format`` (the format tag, e.g. ``"float16"`` or ``"int4-g64"``), ``shape``
-        (JSON ``[L, H, n, D]``), ``start``, ``n_tokens``, and ``dtype`` for dense chunks.
+        (JSON ``[L, H, n, D]``), ``start``, ``n_tokens``, ``dtype`` for dense chunks, and
+        ``digest`` (sha256 over every tensor's name, dtype, shape and bytes).
         """
         meta = {"format": _FORMAT, "key": self.key, "fingerprint": self.fingerprint, "kv_format": self.kv_format.tag,
                 "shape": json.dumps(list(self.shape)), "start": str(self.start), "n_tokens": str(self.n_tokens)}
@@ -159,7 +162,18 @@ class ChunkKV:
             else:
                 tensors[name] = t.contiguous()
                 meta["dtype"] = str(t.dtype).replace("torch.", "")
+        meta["digest"] = _digest(tensors)
         return tensors, meta
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (detects flipped bytes in a file or value)."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous().cpu()
+        h.update(f"{name}|{t.dtype}|{list(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def chunk_from_payload(tensors: dict[str, torch.Tensor], meta: dict[str, str], key: str) -> ChunkKV:
@@ -174,6 +188,8 @@ def chunk_from_payload(tensors: dict[str, torch.Tensor], meta: dict[str, str], k
     """
     if meta.get("format") != _FORMAT or meta.get("key") != key:
         raise ValueError(f"metadata format/key mismatch: {meta.get('format')!r}")
+    if meta.get("digest") != _digest(tensors):
+        raise ValueError("tensor bytes do not match the stored digest (corrupt data)")
     fmt = KVFormat.parse(meta["kv_format"])
     shape = tuple(json.loads(meta["shape"]))
     if len(shape) != 4 or int(meta["n_tokens"]) != shape[2]:
