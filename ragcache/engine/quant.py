@@ -256,7 +256,7 @@ DECODE_BACKENDS = ("quanto", "hqq", "fp8")
 
 
 def quantized_decode_cache(model: object, cache: object, *, backend: str = "quanto", nbits: int = 4,
-                           residual_length: int = 128, q_group_size: int = 64) -> object:
+                           residual_length: int = 128, q_group_size: int | None = None) -> object:
     """Hand a prefilled KV cache over to a transformers ``QuantizedCache`` for decoding.
 
     How: a ``QuantizedCache`` layer quantizes whatever its *first* ``update`` receives and keeps
@@ -272,7 +272,10 @@ def quantized_decode_cache(model: object, cache: object, *, backend: str = "quan
         cache: a ``DynamicCache`` with ``[1, kv_heads, n, head_dim]`` K/V per layer.
         backend: ``"quanto"`` (optimum-quanto, nbits 2 or 4), ``"hqq"`` (nbits 1-4 or 8) or
             ``"fp8"`` (per-tensor float8, ignores nbits / group size / residual length).
-        nbits / residual_length / q_group_size: transformers' ``QuantizedCache`` options.
+        nbits / residual_length / q_group_size: transformers' ``QuantizedCache`` options; the
+            group size defaults to ``head_dim`` (with the backends' default axis 0, one scale per
+            token and head; quanto needs the group size to divide ``kv_heads * n * head_dim``,
+            which ``head_dim`` always does).
 
     Returns:
         A ``transformers.QuantizedCache`` covering the same ``n`` positions.
@@ -287,9 +290,12 @@ def quantized_decode_cache(model: object, cache: object, *, backend: str = "quan
 
     if backend not in DECODE_BACKENDS:
         raise ValueError(f"decode cache backend must be one of {DECODE_BACKENDS}; got {backend!r}")
+    cfg = model.config  # type: ignore[attr-defined]
+    if q_group_size is None:
+        q_group_size = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
     opts = {} if backend == "fp8" else {"nbits": int(nbits), "residual_length": int(residual_length),
                                         "q_group_size": int(q_group_size)}
-    qc = QuantizedCache(backend=backend, config=model.config, **opts)  # type: ignore[attr-defined]
+    qc = QuantizedCache(backend=backend, config=cfg, **opts)
     keys, values = kvb.cache_tensors(cache)  # type: ignore[arg-type]
     if len(keys) != len(qc.layers):
         raise ValueError(f"prefilled cache has {len(keys)} layers but the model has {len(qc.layers)}")
