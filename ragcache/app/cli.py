@@ -111,6 +111,26 @@ def bench_blend(
          ratios=[float(r) for r in ratios.split(",") if r.strip()])
 
 
+@bench_app.command("kvquant")
+def bench_kvquant(
+    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
+    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
+    end: int = typer.Option(10, help="One past the last item (<= 50)."),
+    formats: str = typer.Option("fp16,int8,int4", help="Chunk formats, optional :GROUP_SIZE (e.g. int4:128)."),
+    decode_tokens: int = typer.Option(2000, min=0, help="Long-generation length (0 skips the decode part)."),
+    decode_item: int = typer.Option(0, help="Item whose prompt the decode runs start from."),
+    residual_length: int = typer.Option(128, min=1, help="QuantizedCache residual length (tokens)."),
+    json_path: str = typer.Option("bench/results/kvquant.json", "--json"),
+    plot_path: str = typer.Option("bench/results/kvquant.png", "--plot"),
+) -> None:
+    """fp16 / int8 / int4 chunk KV (size, load time, CacheBlend fidelity) and a 4-bit quantized decode cache."""
+    from ragcache.app.bench.kvquant import main
+
+    _run(main, data=data, start=start, end=end, formats=formats, decode_tokens=decode_tokens,
+         decode_item=decode_item, residual_length=residual_length, json_path=json_path, plot_path=plot_path,
+         console=console)
+
+
 @bench_app.command("semantic")
 def bench_semantic(
     pairs: str = typer.Option(str(DATA / "semantic_pairs_dev.jsonl"), help="Labelled question pairs (JSONL)."),

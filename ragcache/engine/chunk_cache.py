@@ -119,12 +119,21 @@ class ChunkCache:
         n0 = len(sink)
         k = torch.stack([layer[0, :, n0:, :] for layer in keys]).cpu()
         v = torch.stack([layer[0, :, n0:, :] for layer in values]).cpu()
+        return self.encode(model, fingerprint, doc_ids, k, v)
+
+    def encode(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], keys: torch.Tensor,
+               values: torch.Tensor) -> ChunkKV:
+        """A :class:`ChunkKV` in :attr:`kv_format` from a chunk's dense KV (computed after this
+        cache's sink): ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype.
+        :meth:`compute` ends here; one dense computation can be encoded in several formats."""
+        doc_ids = [int(t) for t in doc_ids]
+        sink = self.sink_for(model)
         if self.kv_format.quantized:
-            k, v = quantize_kv(k, v, self.kv_format)
+            k, v = quantize_kv(keys, values, self.kv_format)
         else:
-            k, v = k.to(self.dtype).contiguous(), v.to(self.dtype).contiguous()
+            k, v = keys.to(self.dtype).contiguous(), values.to(self.dtype).contiguous()
         fp = _fingerprint_str(fingerprint)
-        return ChunkKV(hash_chunk(fp, sink, doc_ids, self.kv_format.tag), fp, doc_ids, k, v, n0)
+        return ChunkKV(hash_chunk(fp, sink, doc_ids, self.kv_format.tag), fp, doc_ids, k, v, len(sink))
 
     def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkKV | None:
         """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit."""
