@@ -249,3 +249,21 @@ def test_quantized_decode_after_prefix_hit_same_first_token(tiny, monkeypatch):
         LocalEngine(tiny, decode_cache="paged")
     with pytest.raises(ValueError, match="decode_backend"):
         LocalEngine(tiny, decode_cache="quantized", decode_backend="bnb")
+
+
+def test_cli_kv_flags(monkeypatch):
+    from typer.testing import CliRunner
+
+    from ragcache.app import cli
+
+    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "fp16")  # recorded, so teardown restores what was there
+    monkeypatch.setenv("RAGCACHE_DECODE_CACHE", "dynamic")
+    bad = CliRunner().invoke(cli.app, ["ask", "q", "--docs", ".", "--kv-format", "int3"])
+    assert bad.exit_code == 2 and "--kv-format must be fp16, int8 or int4" in bad.output
+    bad = CliRunner().invoke(cli.app, ["serve", "--anthropic", "--decode-cache", "paged"])
+    assert bad.exit_code == 2 and "--decode-cache must be dynamic or quantized" in bad.output
+    cli._kv_env("int4", "quantized")
+    import os
+
+    assert os.environ["RAGCACHE_KV_FORMAT"] == "int4" and os.environ["RAGCACHE_DECODE_CACHE"] == "quantized"
+    assert ChunkCache().kv_format.name == "int4"
