@@ -15,8 +15,9 @@ Decode: one item's question (system text + question, no passages, so the generat
 dominate the KV) is prefilled, then ``decode_tokens`` tokens are generated greedily (EOS
 masked, so every run has the same length) into a ``DynamicCache`` and into a 4-bit quanto
 ``QuantizedCache`` (:func:`ragcache.engine.quant.quantized_decode_cache`), each run in its own
-process, the two side by side (while the chunk part runs), so they share the machine's load. Reported: decode tokens/s, the KV cache's bytes (sampled every 50 tokens), the rise of
-resident memory during decode over its value at the start of decode (sampled every 10 tokens),
+process, the two side by side (while the chunk part runs), so they share the machine's load.
+Reported: decode tokens/s, the KV cache's bytes (sampled every 50 tokens), the rise of resident
+memory during decode over its value at the start of decode (sampled every 10 tokens),
 the share of generated tokens equal (position by position) to the DynamicCache run and the
 first position where they differ; and, in a third run, the DynamicCache tokens forced through
 the quantized cache: the share of steps whose argmax is the DynamicCache token (teacher-forced
@@ -223,6 +224,9 @@ class _Run:
         self.proc = ctx.Process(target=_decode_worker, args=(*args, self.queue))
         self.proc.start()
 
+    def done(self) -> bool:
+        return not self.queue.empty()
+
     def result(self) -> dict:
         result = self.queue.get()
         self.proc.join()
@@ -236,15 +240,25 @@ def start_decode(data: str, item_index: int, n_tokens: int, residual_length: int
     return {kind: _Run(data, item_index, kind, n_tokens, residual_length, None) for kind in ("dynamic", "quantized")}
 
 
-def finish_decode(runs: dict[str, _Run], data: str, item_index: int, n_tokens: int, residual_length: int = 128,
-                  forced: bool = True) -> dict[str, dict]:
-    """Collect the runs; with ``forced`` a third run feeds the DynamicCache tokens through the
-    quantized cache (teacher forcing)."""
-    results = {kind: run.result() for kind, run in runs.items()}
+def start_forced(runs: dict[str, Any], data: str, item_index: int, n_tokens: int, residual_length: int = 128) -> None:
+    """Once the DynamicCache run is done, start the run that forces its tokens through the
+    quantized cache (teacher forcing); a no-op before that or when already started."""
+    forced = "quantized, teacher-forced"
+    if forced in runs or not (isinstance(runs["dynamic"], dict) or runs["dynamic"].done()):
+        return
+    if not isinstance(runs["dynamic"], dict):
+        runs["dynamic"] = runs["dynamic"].result()
+    runs[forced] = _Run(data, item_index, "quantized", n_tokens, residual_length, runs["dynamic"]["tokens"])
+
+
+def finish_decode(runs: dict[str, Any], data: str, item_index: int, n_tokens: int,
+                  residual_length: int = 128) -> dict[str, dict]:
+    """Collect every run (starting the teacher-forced one if it has not started yet)."""
+    if not isinstance(runs["dynamic"], dict):
+        runs["dynamic"] = runs["dynamic"].result()
+    start_forced(runs, data, item_index, n_tokens, residual_length)
+    results = {kind: run if isinstance(run, dict) else run.result() for kind, run in runs.items()}
     ref = results["dynamic"]["tokens"]
-    if forced:
-        results["quantized, teacher-forced"] = _Run(data, item_index, "quantized", n_tokens, residual_length,
-                                                    ref).result()
     for r in results.values():
         same = [a == b for a, b in zip(r["tokens"], ref)]
         r["share_equal_to_dynamic"] = sum(same) / len(ref)
@@ -374,7 +388,8 @@ def main(data: str, start: int = 0, end: int = 10, formats: str = "fp16,int8,int
 
     payload["machine"] = machine()
     jpath = Path(json_path)
-    runs = start_decode(str(path), decode_item, decode_tokens, residual_length) if decode_tokens > 0 else None
+    runs: dict[str, Any] | None = (start_decode(str(path), decode_item, decode_tokens, residual_length)
+                                   if decode_tokens > 0 else None)
     if runs:
         console.print(f"decode: {decode_tokens} tokens, DynamicCache and 4-bit QuantizedCache started in two processes")
     with tempfile.TemporaryDirectory(prefix="kvquant-") as tmp:
@@ -385,6 +400,8 @@ def main(data: str, start: int = 0, end: int = 10, formats: str = "fp16,int8,int
             payload["chunk_summary"] = _chunk_summary(payload["per_item"])
             payload["items"] = [start, start + len(payload["per_item"])]
             atomic_write_json(jpath, payload, indent=1)
+            if runs:
+                start_forced(runs, str(path), decode_item, decode_tokens, residual_length)
             console.print(f"[{start + i}] {row['prompt_tokens']} tokens, answer {row['answer_tokens']} tokens: " +
                           ", ".join(f"{t} top-1 {f['blend']['0.15']['top1_agreement']:.2f}"
                                     for t, f in row["formats"].items()))
