@@ -26,8 +26,9 @@ no groups), and its packed data is a kernel layout private to the tensor subclas
 for the CUDA kernels); HQQ's ``Quantizer`` groups by reshaping the flat tensor (requires the
 element count to divide by the group size, so a 37-token chunk cannot be grouped along tokens)
 and stores its metadata as a Python dict. The arithmetic here is the same min-max scheme
-quanto's ``MaxOptimizer`` computes (``tests/test_kvquant.py`` checks int4 values against
-quanto when it is installed), in ~150 lines of torch with a documented layout.
+quanto's ``MaxOptimizer`` computes (quanto aligns the grid on an integer zero point, so single
+values differ by up to a step, but ``tests/test_kvquant.py`` checks that the int4 error
+statistics match quanto's), in ~150 lines of torch with a documented layout.
 """
 
 from __future__ import annotations
