@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ragcache.engine.quant import KVFormat, quantize_kv
-from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, _digest
+from ragcache.engine.chunk_kv import _digest
+from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
 from ragcache.hashing import hash_chunk
 
 FP = "f" * 64
@@ -211,3 +212,20 @@ def test_disk_flipped_data_byte_is_a_logged_miss(tmp_path, caplog, fmt_name):
     with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
         assert store.get(kv.key) is None
     assert "digest" in caplog.text and store.stats.corrupt == 1 and not path.exists()
+
+
+@pytest.mark.parametrize("fmt_name", FORMATS)
+def test_bytes_round_trip_for_value_stores(fmt_name):
+    """What a remote store keeps: one byte string per chunk; damaged bytes raise ValueError (a miss)."""
+    from ragcache.engine.chunk_kv import chunk_from_bytes, chunk_to_bytes
+
+    kv = make_kv(7, n=12, fmt=fmt_name)
+    data = chunk_to_bytes(kv)
+    assert same_kv(chunk_from_bytes(data, kv.key), kv)
+    flipped = bytearray(data)
+    flipped[-2] ^= 0x01
+    for bad, why in ((data[:-7], "readable"), (bytes(flipped), "digest"), (b"", "readable")):
+        with pytest.raises(ValueError, match=why):
+            chunk_from_bytes(bad, kv.key)
+    with pytest.raises(ValueError, match="key"):
+        chunk_from_bytes(data, make_kv(8, fmt=fmt_name).key)
