@@ -93,10 +93,17 @@ def hash_block(parent: BlockHash, token_ids: Sequence[int], extra: Iterable[Any]
     )
 
 
-def hash_chunk(model_fingerprint: str, sink_ids: Sequence[int], token_ids: Sequence[int]) -> ChunkHash:
-    """Position-independent key of a document chunk's KV (CacheBlend, Yao et al. 2025, §5)."""
+def hash_chunk(model_fingerprint: str, sink_ids: Sequence[int], token_ids: Sequence[int],
+               kv_format: str = "float16") -> ChunkHash:
+    """Position-independent key of a document chunk's KV (CacheBlend, Yao et al. 2025, §5).
+
+    ``kv_format`` is the storage format tag (:attr:`ragcache.engine.quant.KVFormat.tag`, e.g.
+    ``"float16"``, ``"int4-g64"``): the same document stored in two formats has two keys, so a
+    chunk is never read back in a format other than the one asked for.
+    """
     return ChunkHash(
-        sha256_hex(b"chunk", encode(model_fingerprint), encode_tokens(sink_ids), encode_tokens(token_ids))
+        sha256_hex(b"chunk", encode(model_fingerprint), encode_tokens(sink_ids), encode_tokens(token_ids),
+                   encode(kv_format))
     )
 
 

@@ -41,6 +41,26 @@ def _run(fn, *args, **kwargs):
         _fail(str(e))
 
 
+KV_FORMAT_HELP = ("Chunk KV storage: fp16, int8 or int4 (KIVI groups; sets RAGCACHE_KV_FORMAT, group size from "
+                  "RAGCACHE_KV_GROUP_SIZE, default 64).")
+DECODE_CACHE_HELP = ("Decode KV cache: dynamic (exact) or quantized (transformers QuantizedCache, 4-bit quanto; "
+                     "sets RAGCACHE_DECODE_CACHE).")
+
+
+def _kv_env(kv_format: Optional[str] = None, decode_cache: Optional[str] = None) -> None:
+    """Pass the KV options to the ChunkCache / LocalEngine the command builds (they read these variables)."""
+    import os
+
+    if kv_format is not None:
+        if kv_format not in ("fp16", "int8", "int4"):
+            _fail(f"--kv-format must be fp16, int8 or int4; got {kv_format!r}")
+        os.environ["RAGCACHE_KV_FORMAT"] = kv_format
+    if decode_cache is not None:
+        if decode_cache not in ("dynamic", "quantized"):
+            _fail(f"--decode-cache must be dynamic or quantized; got {decode_cache!r}")
+        os.environ["RAGCACHE_DECODE_CACHE"] = decode_cache
+
+
 @app.callback()
 def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -56,9 +76,13 @@ def demo(
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
     recompute_ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="CacheBlend recompute ratio r."),
+    kv_format: Optional[str] = typer.Option(None, help=KV_FORMAT_HELP),
+    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run
+
+    _kv_env(kv_format, decode_cache)
 
     _run(run, model=model, embedder=embedder, backend=backend.value, top_k=top_k, max_new_tokens=max_new_tokens,
          chunk_cache=chunk_cache, recompute_ratio=recompute_ratio, console=console)
@@ -72,9 +96,13 @@ def ask(
     embedder: Optional[str] = typer.Option(None),
     top_k: int = typer.Option(4, min=1),
     max_new_tokens: int = typer.Option(128, min=1),
+    kv_format: Optional[str] = typer.Option(None, help=KV_FORMAT_HELP),
+    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
 ) -> None:
     """Answer a question over your own folder of .txt / .md files."""
     from ragcache.app.demo import ask as run
+
+    _kv_env(kv_format, decode_cache)
 
     _run(run, question, docs, model=model, embedder=embedder, top_k=top_k, max_new_tokens=max_new_tokens,
          console=console)
@@ -111,6 +139,26 @@ def bench_blend(
          ratios=[float(r) for r in ratios.split(",") if r.strip()])
 
 
+@bench_app.command("kvquant")
+def bench_kvquant(
+    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
+    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
+    end: int = typer.Option(10, help="One past the last item (<= 50)."),
+    formats: str = typer.Option("fp16,int8,int4", help="Chunk formats, optional :GROUP_SIZE (e.g. int4:128)."),
+    decode_tokens: int = typer.Option(2000, min=0, help="Long-generation length (0 skips the decode part)."),
+    decode_item: int = typer.Option(0, help="Item whose prompt the decode runs start from."),
+    residual_length: int = typer.Option(128, min=1, help="QuantizedCache residual length (tokens)."),
+    json_path: str = typer.Option("bench/results/kvquant.json", "--json"),
+    plot_path: str = typer.Option("bench/results/kvquant.png", "--plot"),
+) -> None:
+    """fp16 / int8 / int4 chunk KV (size, load time, CacheBlend fidelity) and a 4-bit quantized decode cache."""
+    from ragcache.app.bench.kvquant import main
+
+    _run(main, data=data, start=start, end=end, formats=formats, decode_tokens=decode_tokens,
+         decode_item=decode_item, residual_length=residual_length, json_path=json_path, plot_path=plot_path,
+         console=console)
+
+
 @bench_app.command("semantic")
 def bench_semantic(
     pairs: str = typer.Option(str(DATA / "semantic_pairs_dev.jsonl"), help="Labelled question pairs (JSONL)."),
@@ -137,10 +185,12 @@ def serve(
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8788, min=1, max=65535),
     model: Optional[str] = typer.Option(None),
+    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
 ) -> None:
     """Local Anthropic-compatible server with prompt-caching semantics, answered by the local engine."""
     if not anthropic:
         _fail("only the Anthropic API is served: run `ragcache serve --anthropic`")
+    _kv_env(None, decode_cache)
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.anthropic import serve as run
 

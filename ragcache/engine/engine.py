@@ -143,6 +143,15 @@ class LocalEngine:
             of reusable document tokens (0: blend on any hit).
         calibration: ``True`` loads the model's recorded calibration from the ragcache home when
             present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
+        decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
+            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over by
+            :func:`ragcache.engine.quant.quantized_decode_cache` before the first decode step;
+            for long generations in less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE``
+            (default ``"dynamic"``). A quantized decode's answer KV is not put back into the
+            exact prefix cache (the prompt's KV is, before the hand-over).
+        decode_backend / decode_nbits / residual_length: the ``QuantizedCache`` backend
+            (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, and the number of recent tokens kept
+            in full precision.
         template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
             renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
             prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
@@ -157,13 +166,24 @@ class LocalEngine:
     def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
                  chunk_cache: Any = None, recompute_ratio: float | None = None, namespace: str | None = None,
                  reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
-                 calibration: Any = True, template_date: TemplateDate | None = None) -> None:
+                 calibration: Any = True, template_date: TemplateDate | None = None,
+                 decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
+                 residual_length: int = 128) -> None:
+        import os
+
         from ragcache.engine.calibration import Calibration, load_calibration
+        from ragcache.engine.quant import DECODE_BACKENDS
 
         if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
         if reuse_policy is not None and min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
+        self.decode_cache = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
+        if self.decode_cache not in ("dynamic", "quantized"):
+            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {self.decode_cache!r}")
+        if decode_backend not in DECODE_BACKENDS:
+            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {decode_backend!r}")
+        self.decode_options = {"backend": decode_backend, "nbits": decode_nbits, "residual_length": residual_length}
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
@@ -459,6 +479,10 @@ class LocalEngine:
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
                                store_missed_chunks=False)
             stats, cache = pre.stats, pre.cache
+            if self.decode_cache == "quantized":
+                from ragcache.engine.quant import quantized_decode_cache
+
+                cache = quantized_decode_cache(self.model, cache, **self.decode_options)
             ids = prompt.input_ids
             logits = pre.last_logits
             first_logits = logits.detach().clone()
@@ -496,7 +520,7 @@ class LocalEngine:
             stats.decode_s = t_end - (t_first or t_end)
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
             stats.finish_reason = finish
-            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1:
+            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and self.decode_cache == "dynamic":
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)

@@ -4,14 +4,30 @@ A :class:`ChunkKV` is one document's KV cache computed on its own after a fixed 
 (CacheBlend, Yao et al., EuroSys 2025, arXiv 2405.16444, §5), stored without the sink and
 keyed by a position-independent :data:`~ragcache.hashing.ChunkHash`. Stores hold them under a
 byte budget and evict the least recently used first. The disk store writes one safetensors
-file per chunk (never pickles), atomically, with the model fingerprint, dtype and shapes in
-the file's metadata; a file that fails its check is logged, deleted and reported as a miss,
-so the caller recomputes and rewrites it.
+file per chunk (never pickles), atomically; a file that fails its check is logged, deleted and
+reported as a miss, so the caller recomputes and rewrites it.
+
+Formats. A chunk is stored dense (float16, or bfloat16 / float32) or quantized to int8 /
+int4 with KIVI grouping (:mod:`ragcache.engine.quant`). The format tag (``"float16"``,
+``"int8-g64"``, ``"int4-g64"``, ...) is part of the chunk key (:func:`~ragcache.hashing.hash_chunk`)
+and of its metadata, and byte budgets count the stored bytes (codes, scales and zero points).
+
+What a store must persist (any store, e.g. a remote one): exactly the tensors and string
+metadata of :meth:`ChunkKV.to_payload` (:mod:`ragcache.engine.chunk_kv`), rebuilt with
+:func:`chunk_from_payload`, which checks the container version, digest, key, format tag,
+shapes and dtypes; a ``ValueError`` from it (or a missing tensor, ``KeyError``) means the
+stored value must be logged, dropped and reported as a miss. The metadata fields are
+``format`` (container version ``ragcache-chunk-kv-v2``), ``key``, ``fingerprint``,
+``kv_format``, ``shape`` (``[L, H, n, D]``), ``start``, ``n_tokens``, ``dtype`` (dense only)
+and ``digest`` (sha256 of the tensors); the tensors are ``token_ids`` plus ``keys`` /
+``values`` (dense) or ``keys.codes``, ``keys.scale``, ``keys.zero``, ``values.codes``,
+``values.scale``, ``values.zero`` (quantized). A store of byte values can use
+:func:`~ragcache.engine.chunk_kv.chunk_to_bytes` / :func:`~ragcache.engine.chunk_kv.chunk_from_bytes`
+(one safetensors byte string, metadata included), which do all of this.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -22,60 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import torch
-
+from ragcache.engine.chunk_kv import ChunkKV, chunk_from_payload
 from ragcache.hashing import ChunkHash
 
+__all__ = ["ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore", "StoreStats", "chunk_from_payload"]
+
 log = logging.getLogger(__name__)
-
-_FORMAT = "ragcache-chunk-kv-v1"
-
-
-@dataclass(slots=True)
-class ChunkKV:
-    """One document chunk's KV cache, computed after the sink and stored without it.
-
-    Attributes:
-        key: position-independent chunk hash (model fingerprint, sink ids, token ids).
-        fingerprint: model fingerprint digest the KV was computed with.
-        token_ids: the chunk's own token ids, ``n`` of them (re-checked on a hit).
-        keys: ``[num_layers, kv_heads, n, head_dim]`` post-RoPE keys at :attr:`positions`.
-        values: ``[num_layers, kv_heads, n, head_dim]`` values.
-        start: position of the chunk's first token when it was computed (= sink length);
-            token ``i`` sits at ``start + i``.
-    """
-
-    key: ChunkHash
-    fingerprint: str
-    token_ids: list[int]
-    keys: torch.Tensor
-    values: torch.Tensor
-    start: int
-
-    def __post_init__(self) -> None:
-        if self.keys.shape != self.values.shape or self.keys.dim() != 4:
-            raise ValueError(f"keys {tuple(self.keys.shape)} and values {tuple(self.values.shape)} must both be "
-                             "[num_layers, kv_heads, n_tokens, head_dim]")
-        if self.keys.shape[2] != len(self.token_ids):
-            raise ValueError(f"KV covers {self.keys.shape[2]} tokens but token_ids has {len(self.token_ids)}")
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def positions(self) -> torch.Tensor:
-        """int64 ``[n]``: the positions the KV was computed at."""
-        return torch.arange(self.start, self.start + self.n_tokens, dtype=torch.int64)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.keys.dtype
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the K and V tensors."""
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
 
 @runtime_checkable
@@ -87,7 +55,8 @@ class ChunkStore(Protocol):
         ...
 
     def put(self, kv: ChunkKV) -> bool:
-        """Store ``kv`` (evicting LRU entries over the byte budget); ``False`` if it cannot fit at all."""
+        """Store ``kv`` in its own format (evicting LRU entries over the byte budget, counted in
+        stored bytes); ``False`` if it cannot fit at all."""
         ...
 
     def contains(self, key: ChunkHash) -> bool: ...
@@ -152,7 +121,8 @@ class MemoryChunkStore(_BatchedMixin):
     """In-process chunk store, least recently used evicted first under ``max_bytes``.
 
     Args:
-        max_bytes: byte budget over the K and V tensors (default 1 GiB); ``None`` = unbounded.
+        max_bytes: byte budget over the stored K and V (:attr:`ChunkKV.nbytes`: codes, scales and zero
+            points of quantized chunks) (default 1 GiB); ``None`` = unbounded.
     """
 
     def __init__(self, max_bytes: int | None = 1 << 30) -> None:
@@ -225,9 +195,9 @@ class DiskChunkStore(_BatchedMixin):
     """One safetensors file per chunk under ``root``, LRU (by access order) under ``max_bytes``.
 
     Files are written to a temporary name and moved into place with :func:`os.replace`, so a
-    reader never sees half a file. Metadata holds the format tag, key, model fingerprint,
-    dtype, shapes and start position; a file whose metadata or tensors fail the check is a
-    miss: it is logged, deleted, and rewritten by the next ``put``. Nothing is unpickled.
+    reader never sees half a file. Metadata is :meth:`ChunkKV.to_payload`'s (container version,
+    key, model fingerprint, KV format tag, shape, start position); a file whose metadata or
+    tensors fail :func:`chunk_from_payload`'s check (truncated, corrupt, another key) is a miss: it is logged, deleted, and rewritten by the next ``put``. Nothing is unpickled.
 
     Args:
         root: directory (created if missing).
@@ -269,16 +239,8 @@ class DiskChunkStore(_BatchedMixin):
             try:
                 with safe_open(str(path), framework="pt") as f:
                     meta = f.metadata() or {}
-                    if meta.get("format") != _FORMAT or meta.get("key") != key:
-                        raise ValueError(f"metadata format/key mismatch: {meta.get('format')!r}")
-                    keys, values = f.get_tensor("keys"), f.get_tensor("values")
-                    token_ids = f.get_tensor("token_ids").tolist()
-                shape = json.loads(meta["shape"])
-                if list(keys.shape) != shape or list(values.shape) != shape:
-                    raise ValueError(f"tensor shapes {tuple(keys.shape)}/{tuple(values.shape)} != metadata {shape}")
-                if str(keys.dtype).replace("torch.", "") != meta["dtype"]:
-                    raise ValueError(f"dtype {keys.dtype} != metadata {meta['dtype']}")
-                kv = ChunkKV(ChunkHash(key), meta["fingerprint"], token_ids, keys, values, int(meta["start"]))
+                    tensors = {name: f.get_tensor(name) for name in f.keys()}
+                kv = chunk_from_payload(tensors, meta, key)
             except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, then rewritten
                 log.warning("chunk file %s failed its check (%s); treating as a miss and deleting it", path, e)
                 self.stats.corrupt += 1
@@ -303,13 +265,7 @@ class DiskChunkStore(_BatchedMixin):
         from safetensors.torch import save_file
 
         path = self._path(kv.key)
-        meta = {
-            "format": _FORMAT, "key": kv.key, "fingerprint": kv.fingerprint,
-            "dtype": str(kv.keys.dtype).replace("torch.", ""), "shape": json.dumps(list(kv.keys.shape)),
-            "start": str(kv.start), "n_tokens": str(kv.n_tokens),
-        }
-        tensors = {"keys": kv.keys.contiguous(), "values": kv.values.contiguous(),
-                   "token_ids": torch.tensor(kv.token_ids, dtype=torch.int64)}
+        tensors, meta = kv.to_payload()
         with self._lock:
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=self.root)
             os.close(fd)
