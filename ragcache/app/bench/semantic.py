@@ -107,7 +107,9 @@ def memo_embedder(emb: QuestionEmbedder, texts: list[str]) -> QuestionEmbedder:
         return np.stack([memo[t] for t in batch])
 
     fn(texts)
-    return QuestionEmbedder(fn, name=emb.name, fingerprint=emb.fingerprint, dim=emb.dim, known_words=emb.known_words)
+    window = {"window": emb.window, "count_tokens": emb.count_tokens} if emb.exact_window else {}
+    return QuestionEmbedder(fn, name=emb.name, fingerprint=emb.fingerprint, dim=emb.dim, known_words=emb.known_words,
+                            **window)
 
 
 def accuracy(rows: list[dict], emb: QuestionEmbedder) -> dict[str, Any]:
