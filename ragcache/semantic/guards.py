@@ -10,6 +10,8 @@ Guards, in the order they run (the first failing one names the reason):
 
 - ``number``: the numbers (with ``$``/``%``, versions, years) must be equal.
 - ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
+- ``question_type``: both must ask for the same kind of answer (who / when / where / why / how /
+  how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.qtype`).
 - ``antonym``: an antonym pair (enable/disable, upload/download, before/after,
   add/remove, un-/dis-/de- prefixes ...) must not split across the two questions.
 - ``scope``: words of one exclusive group (daily/weekly/monthly, all/one,
@@ -38,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from ragcache.semantic.qtype import QuestionTypeGuard
 from ragcache.semantic.text import (
     NEGATIONS,
     STOPWORDS,
@@ -54,6 +57,7 @@ from ragcache.semantic.text import (
 GUARD_REASONS: tuple[str, ...] = (
     "number",
     "negation",
+    "question_type",
     "antonym",
     "scope",
     "entity",
@@ -390,7 +394,7 @@ class GuardSet:
     @classmethod
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
                 disable: Iterable[str] = ()) -> GuardSet:
-        gs: list[Guard] = [NumberGuard(), NegationGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
+        gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
                            DirectionGuard(), SubstitutionGuard()]
         if verifier is not None:
             gs.append(VerifierGuard(verifier))
