@@ -23,6 +23,7 @@ class          examples
 ``what``       what / which (a thing, an entity); compatible with ``how``
 ``yesno``      is / are / can / do / does / should / will ... (a yes-no question)
 ``possible``   "is it possible to ...": compatible with ``yesno`` and ``how``
+``choice``     "is X or Y ...?" (an alternative question): picks one of two
 ``None``       no interrogative found (a keyword query): compatible with every class
 =============  =====================================================================
 
@@ -180,7 +181,7 @@ def _clause_type(toks: list[str]) -> str | None:
         if rest[:3] in (["it", "possible", "to"], ["it", "possible", "for"]):
             return "possible"  # "is it possible to recover X": compatible with yes-no and with "how can I"
         if "or" in rest[1:]:
-            return "what"  # an alternative question ("is X or Y better?") picks one, like "which"
+            return "choice"  # an alternative question ("is it fact or fiction?") picks one of two
         return "yesno"
     return None
 
