@@ -108,10 +108,11 @@ def plot(result: dict[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 5))
     curve = [(r, p) for _, p, r in result["plain_curve"] if p is not None]
     ax.plot([c[0] for c in curve], [c[1] for c in curve], "-", color="grey", label="plain cosine (0.30-0.99)")
-    for t, res in result["ragcache_sweep"].items():
+    for k, (t, res) in enumerate(result["ragcache_sweep"].items()):
         if res["precision"] is not None:
             ax.plot(res["recall"], res["precision"], "o", color="tab:blue")
-            ax.annotate(f"{t}", (res["recall"], res["precision"]), textcoords="offset points", xytext=(4, 4))
+            ax.annotate(f"{t}", (res["recall"], res["precision"]), textcoords="offset points",
+                        xytext=(4, -14 if k % 2 else 6), fontsize=8)
     ax.plot([], [], "o", color="tab:blue", label="ragcache guarded (threshold)")
     for name, res in result.get("gptcache", {}).get("results", {}).items():
         if res["precision"] is not None:
