@@ -108,3 +108,14 @@ def test_unknown_embedder_uses_a_conservative_byte_bound():
     assert question_key(short, PK, c.embedder).mode == "embed"
     long = normalize_question("x" * 300 + ". How do I reset my password?")
     assert question_key(long, PK, c.embedder).mode == "split"
+
+
+def test_over_length_entries_survive_reopen(cache_embedder, tmp_path):
+    paste = paste_of(cache_embedder, 500)
+    with SemanticCache(tmp_path, embedder=cache_embedder, threshold=0.70) as c:
+        c.store(f"{paste} How can I increase the connection timeout?", "raise timeout", partition=PK)
+    with SemanticCache(tmp_path, embedder=cache_embedder, threshold=0.70) as c2:
+        hit = c2.lookup(f"{paste} How do I increase the connection timeout?", partition=PK)
+        assert hit is not None and hit.answer == "raise timeout"
+        assert c2.lookup(f"{paste} How do I find which worker crashed first?", partition=PK) is None
+        assert c2.clear("long") == 1 and len(c2) == 0
