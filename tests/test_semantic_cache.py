@@ -23,9 +23,12 @@ def embedder():
     return load_embedder()
 
 
+FAQ_THRESHOLD = 0.70  # curated FAQ-style traffic; the default (calibrated on QQP) is stricter
+
+
 @pytest.fixture()
 def cache(embedder):
-    return SemanticCache(embedder=embedder)
+    return SemanticCache(embedder=embedder, threshold=FAQ_THRESHOLD)
 
 
 def test_exact_repeat_scores_one_and_threshold_one_is_exact_only(cache):
@@ -117,7 +120,7 @@ def test_guards_block_false_hits_and_count_reason(cache, stored, query):
     st = cache.stats
     assert st.rejected_lookups == 1 and sum(st.rejections.values()) >= 1
     # with guards off, plain cosine serves the wrong answer
-    plain = SemanticCache(embedder=cache.embedder, guards=False)
+    plain = SemanticCache(embedder=cache.embedder, guards=False, threshold=FAQ_THRESHOLD)
     plain.store(stored, "A", partition=PK)
     assert plain.lookup(query, partition=PK) is not None
 

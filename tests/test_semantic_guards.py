@@ -65,9 +65,9 @@ def test_substitution_ignores_unrelated_rewrites():
 
 def test_verifier_guard_and_disable():
     gs = GuardSet.default(verifier=lambda q, c: 0.2)
-    v = gs.check("How do I track my package?", "Where is my parcel?")
+    v = gs.check("Where is my package?", "Where is my parcel?")
     assert v.reason == "verifier"
-    assert GuardSet.default(verifier=lambda q, c: True).check("How do I track my package?", "Where is my parcel?").ok
+    assert GuardSet.default(verifier=lambda q, c: True).check("Where is my package?", "Where is my parcel?").ok
     assert VerifierGuard(lambda q, c: 0.9).check("a", "b") is None
     assert "negation" not in GuardSet.default(disable=["negation"]).names
     with pytest.raises(ValueError, match="unknown guard"):
@@ -82,9 +82,12 @@ def test_normalize_question():
 
 
 def test_substitution_synonyms_are_configurable():
-    assert GS.check("How do I remove my account?", "How do I delete my account?").ok
-    strict = SubstitutionGuard(synonyms={})
-    assert strict.check("How do I remove my account?", "How do I delete my account?") is not None
+    # WordNet 3.0 synonyms (a shared frequent sense) are not replacements; wordnet=False makes them so
+    for a, b in [("How do I buy a ticket?", "How do I purchase a ticket?"),
+                 ("Which film won the award?", "Which movie won the award?"),
+                 ("Why do leaves change color in autumn?", "Why do leaves change color in fall?")]:
+        assert GS.check(a, b).ok, (a, b)
+        assert SubstitutionGuard(wordnet=False).check(a, b) is not None, (a, b)
     loose = SubstitutionGuard(synonyms={"line": "row"})
     assert loose.check("How can I read a CSV file that has a header line?", "How do I read a CSV file with a header row?") is None
 

@@ -3,8 +3,11 @@
 Embeds the question alone; everything else (namespace, model and generation
 parameters, system text, tools, history, documents' content hashes) is an exact
 :class:`PartitionKey`. FAISS finds the nearest stored questions; a hit needs
-cosine ``>= threshold`` and every guard (numbers, negation, antonyms, scope,
-entities, direction, substitution, optional verifier) to pass.
+cosine ``>= threshold`` and every guard (numbers, negation, question type,
+antonyms, scope, entities, direction, substitution, optional verifier) to pass.
+A question longer than the embedder's window is matched exactly up to its last
+sentence (:mod:`ragcache.semantic.keying`); an answer cut at its token budget is
+not stored by default and never served to another budget (:mod:`ragcache.semantic.budget`).
 
     from ragcache.semantic import SemanticCache, partition_key
 
@@ -16,6 +19,7 @@ entities, direction, substitution, optional verifier) to pass.
         cache.store("How do I reset my password?", answer, partition=pk)
 """
 
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.cache import DEFAULT_THRESHOLD, Candidate, SemanticCache, SemanticHit
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.guards import (
@@ -34,12 +38,23 @@ from ragcache.semantic.guards import (
     SubstitutionGuard,
     VerifierGuard,
 )
+from ragcache.semantic.keying import QuestionKey, question_key
+from ragcache.semantic.lexicon import Lexicon, LexiconUnavailable, lexicon
 from ragcache.semantic.partition import PartitionKey, partition_key, request_partition
+from ragcache.semantic.qtype import QuestionTypeGuard, question_type
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
 
 __all__ = [
     "ANTONYM_PAIRS",
+    "AnswerBudget",
+    "Lexicon",
+    "LexiconUnavailable",
+    "QuestionKey",
+    "QuestionTypeGuard",
+    "lexicon",
+    "question_key",
+    "question_type",
     "DEFAULT_THRESHOLD",
     "GUARD_REASONS",
     "SCOPE_GROUPS",

@@ -5,6 +5,12 @@ a sentence-transformers model name or local path, an object with
 ``encode(list[str]) -> array`` (a ragcache ``Embedder`` or a ``SentenceTransformer``),
 or any callable ``list[str] -> array [n, dim]``. Output rows are L2-normalised
 here again, so a callable need not normalise.
+
+The embedder's window (how many word pieces it reads, special tokens included) and a token
+counter come from its own tokenizer when it has one (sentence-transformers' ``max_seq_length``
+and ``tokenizer``; all-MiniLM-L6-v2: 256). An embedder without a tokenizer gets a conservative
+bound: UTF-8 bytes + 2 against a window of 256 (no subword tokenizer makes more pieces than
+bytes), so a question is never assumed to fit when it might not (see :mod:`ragcache.semantic.keying`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ import numpy as np
 
 _ALPHA = re.compile(r"^[a-z]{2,}$")
 
+DEFAULT_WINDOW = 256
+"""Window assumed for an embedder whose tokenizer is unknown (counted in UTF-8 bytes + 2)."""
+
 
 class QuestionEmbedder:
     """Wraps an embedding function: ``encode(texts) -> float32 [n, dim]`` with unit rows.
@@ -30,12 +39,28 @@ class QuestionEmbedder:
     """
 
     def __init__(self, fn: Callable[[list[str]], Any], *, name: str, fingerprint: str,
-                 dim: int | None = None, known_words: frozenset[str] | None = None) -> None:
+                 dim: int | None = None, known_words: frozenset[str] | None = None,
+                 window: int | None = None, count_tokens: Callable[[str], int] | None = None) -> None:
         self._fn = fn
         self.name = name
         self.fingerprint = fingerprint
         self._dim = dim
         self.known_words = known_words
+        if (window is None) != (count_tokens is None):
+            raise ValueError("give both window and count_tokens (the embedder's window and its token counter), "
+                             "or neither (a conservative byte count is used)")
+        if window is not None and window < 8:
+            raise ValueError(f"window must be >= 8 word pieces, got {window}")
+        self.window: int = DEFAULT_WINDOW if window is None else int(window)
+        self._count = count_tokens
+        self.exact_window = count_tokens is not None
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces the embedder sees for ``text`` (special tokens included, no truncation);
+        UTF-8 bytes + 2 (an upper bound) when the embedder's tokenizer is unknown."""
+        if self._count is None:
+            return len(text.encode("utf-8")) + 2
+        return int(self._count(text))
 
     @property
     def dim(self) -> int:
@@ -75,6 +100,29 @@ def _vocab_words(model: Any) -> frozenset[str] | None:
     return None
 
 
+def _window(model: Any) -> tuple[int, Callable[[str], int]] | tuple[None, None]:
+    """(window, token counter) from an embedder's own attributes or its sentence-transformers model."""
+    for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
+        if obj is None:
+            continue
+        win, count = getattr(obj, "window", None), getattr(obj, "count_tokens", None)
+        if isinstance(win, int) and callable(count):
+            return win, count
+        win, tok = getattr(obj, "max_seq_length", None), getattr(obj, "tokenizer", None)
+        if isinstance(win, int) and win > 0 and tok is not None and callable(tok):
+
+            def count(text: str, _tok: Any = tok) -> int:
+                return len(_tok(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+
+            return win, count
+    return None, None
+
+
+def _window_kwargs(model: Any) -> dict[str, Any]:
+    win, count = _window(model)
+    return {} if win is None else {"window": win, "count_tokens": count}
+
+
 def resolve_embedder(embedder: Any = None) -> QuestionEmbedder:
     """Turn the ``embedder`` argument of :class:`SemanticCache` into a :class:`QuestionEmbedder`.
 
@@ -101,15 +149,16 @@ def resolve_embedder(embedder: Any = None) -> QuestionEmbedder:
                 return embedder.encode(texts, convert_to_numpy=True, normalize_embeddings=True,
                                        show_progress_bar=False)
 
-            return QuestionEmbedder(fn, name=name, fingerprint=fp, known_words=_vocab_words(embedder))
+            return QuestionEmbedder(fn, name=name, fingerprint=fp, known_words=_vocab_words(embedder),
+                                    **_window_kwargs(embedder))
         return QuestionEmbedder(encode, name=name, fingerprint=fp, dim=dim if isinstance(dim, int) else None,
-                                known_words=_vocab_words(embedder))
+                                known_words=_vocab_words(embedder), **_window_kwargs(embedder))
     if callable(embedder):
         name = getattr(embedder, "__qualname__", type(embedder).__name__)
         fp = getattr(embedder, "fingerprint", None)
         if not isinstance(fp, str):
             fp = hashlib.sha256(f"callable:{getattr(embedder, '__module__', '')}.{name}".encode()).hexdigest()
-        return QuestionEmbedder(embedder, name=str(name), fingerprint=fp)
+        return QuestionEmbedder(embedder, name=str(name), fingerprint=fp, **_window_kwargs(embedder))
     raise ValueError(
         f"embedder must be None, a sentence-transformers name or path, an object with encode(), "
         f"or a callable list[str] -> array; got {type(embedder).__name__}"

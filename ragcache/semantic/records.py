@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.guards import GuardVerdict
 from ragcache.semantic.index import PartitionIndex
 from ragcache.semantic.speller import PartitionSpeller
@@ -14,7 +15,9 @@ from ragcache.semantic.speller import PartitionSpeller
 @dataclass(frozen=True, slots=True)
 class SemanticHit:
     """A served answer. ``similarity`` is the cosine similarity in [-1, 1] between the (normalised,
-    typo-corrected) query and ``question``, the stored question whose answer this is."""
+    typo-corrected) query and ``question``, the stored question whose answer this is (for an
+    over-length question: between the embedded last sentences, the rest matched exactly).
+    ``finish_reason`` and ``max_tokens`` are those the answer was stored with (``None``: unknown)."""
 
     answer: str
     similarity: float
@@ -22,6 +25,8 @@ class SemanticHit:
     entry_id: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
     partition: str = ""
+    finish_reason: str | None = None
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +50,7 @@ class Entry:
     created: float
     expires: float | None
     hits: int = 0
+    budget: AnswerBudget = AnswerBudget()
 
 
 @dataclass(slots=True)

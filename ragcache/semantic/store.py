@@ -26,7 +26,7 @@ import numpy as np
 
 DB_NAME = "semantic.sqlite3"
 INDEX_DIR = "index"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: embed_form vectors, over-length sub-partitions, answer budget in metadata
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -40,8 +40,10 @@ import numpy as np
 
 from ragcache.semantic import DEFAULT_THRESHOLD, SemanticCache, partition_key
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
+from ragcache.semantic.text import embed_form, normalize_question
 
 THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
+GUARDED_THRESHOLDS = tuple(sorted({0.70, 0.80, 0.90, DEFAULT_THRESHOLD}))
 
 
 def _machine() -> dict[str, Any]:
@@ -90,6 +92,48 @@ def _score(rows: list[dict], hits: list[bool]) -> dict[str, Any]:
     }
 
 
+def _pr(rows: list[dict], hits: list[bool]) -> tuple[float | None, float | None]:
+    sc = _score(rows, hits)
+    return sc["precision"], sc["recall"]
+
+
+def plot(result: dict[str, Any], path: str) -> None:
+    """Precision / recall of plain cosine (a curve over thresholds), ragcache guarded (a point per
+    threshold) and GPTCache (a point per setting) on one pairs file, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    curve = [(r, p) for _, p, r in result["plain_curve"] if p is not None]
+    ax.plot([c[0] for c in curve], [c[1] for c in curve], "-", color="grey", label="plain cosine (0.30-0.99)")
+    for k, (t, res) in enumerate(result["ragcache_sweep"].items()):
+        if res["precision"] is not None:
+            ax.plot(res["recall"], res["precision"], "o", color="tab:blue")
+            ax.annotate(f"{t}", (res["recall"], res["precision"]), textcoords="offset points",
+                        xytext=(4, -14 if k % 2 else 6), fontsize=8)
+    ax.plot([], [], "o", color="tab:blue", label="ragcache guarded (threshold)")
+    for name, res in result.get("gptcache", {}).get("results", {}).items():
+        if res["precision"] is not None:
+            ax.plot(res["recall"], res["precision"], "x", color="tab:red")
+    ax.plot([], [], "x", color="tab:red", label="GPTCache (same embedder)")
+    ax.set_xlabel("recall (true hits / same pairs)")
+    ax.set_ylabel("precision (true hits / hits)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"semantic cache on {Path(result['pairs']['path']).name} ({result['pairs']['n']} pairs)")
+    ax.legend(loc="lower left")
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    tmp = out.with_name(out.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, out)
+    plt.close(fig)
+
+
 def memo_embedder(emb: QuestionEmbedder, texts: list[str]) -> QuestionEmbedder:
     """``emb`` with the embeddings of ``texts`` precomputed in one batch (same vectors, less CPU).
 
@@ -107,18 +151,24 @@ def memo_embedder(emb: QuestionEmbedder, texts: list[str]) -> QuestionEmbedder:
         return np.stack([memo[t] for t in batch])
 
     fn(texts)
-    return QuestionEmbedder(fn, name=emb.name, fingerprint=emb.fingerprint, dim=emb.dim, known_words=emb.known_words)
+    window = {"window": emb.window, "count_tokens": emb.count_tokens} if emb.exact_window else {}
+    return QuestionEmbedder(fn, name=emb.name, fingerprint=emb.fingerprint, dim=emb.dim, known_words=emb.known_words,
+                            **window)
 
 
 def accuracy(rows: list[dict], emb: QuestionEmbedder) -> dict[str, Any]:
-    """ragcache (guards, default threshold) and plain cosine on the pairs."""
+    """ragcache (guards, default threshold and a sweep) and plain cosine on the pairs."""
     guarded = SemanticCache(embedder=emb)
     plain = SemanticCache(embedder=emb, guards=False, typo_correction=False, threshold=-1.0)
     g_hits, sims, details = [], [], []
+    sweep: dict[float, list[bool]] = {t: [] for t in GUARDED_THRESHOLDS}
     for i, r in enumerate(rows):
         pk = partition_key(namespace=f"pair-{i}", model=emb.fingerprint)
         guarded.store(r["a"], "A", partition=pk)
         plain.store(r["a"], "A", partition=pk)
+        best = guarded.candidates_for(r["b"], partition=pk)[0]  # one entry per partition: the only candidate
+        for t in GUARDED_THRESHOLDS:
+            sweep[t].append(best.similarity >= t and best.verdict.ok)
         hit = guarded.lookup(r["b"], partition=pk)
         g_hits.append(hit is not None)
         cand = plain.candidates_for(r["b"], partition=pk)
@@ -130,6 +180,8 @@ def accuracy(rows: list[dict], emb: QuestionEmbedder) -> dict[str, Any]:
     out = {"ragcache": {"threshold": guarded.threshold, **_score(rows, g_hits),
                         "rejections": guarded.stats.rejections},
            "plain_cosine": {f"{t:.2f}": _score(rows, [s >= t for s in sims]) for t in THRESHOLDS},
+           "ragcache_sweep": {f"{t:.2f}": _score(rows, h) for t, h in sweep.items()},
+           "plain_curve": [[round(t, 3), *(_pr(rows, [s >= t for s in sims]))] for t in np.arange(0.30, 1.0, 0.01)],
            "pairs_detail": details}
     return out
 
@@ -272,8 +324,9 @@ def _fmt(x: float | None) -> str:
 
 def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str = "bench/results/semantic.json",
          scale: list[int] = [10000, 100000], *, embedder: Any = None, gptcache: bool = True,  # noqa: B006
-         queries: int = 200) -> dict:
-    """Run the benchmark, print rich tables and write JSON to ``json_path``. Returns the result dict."""
+         queries: int = 200, plot_path: str | None = None) -> dict:
+    """Run the benchmark, print rich tables, write JSON to ``json_path`` and a precision / recall
+    PNG to ``plot_path`` (default: ``json_path`` with ``.png``). Returns the result dict."""
     rows = _load_pairs(pairs)
     import torch
 
@@ -288,7 +341,7 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
         "embedder": emb.name,
         "default_threshold": DEFAULT_THRESHOLD,
     }
-    memo = memo_embedder(emb, [t for r in rows for t in (r["a"], r["b"])])
+    memo = memo_embedder(emb, [embed_form(normalize_question(t)) for r in rows for t in (r["a"], r["b"])])
     result.update(accuracy(rows, memo))
     if gptcache:
         result["gptcache"] = gptcache_accuracy(rows, memo)
@@ -296,11 +349,12 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
     systems: list[tuple[str, dict]] = [(f"cosine >= {t}", result["plain_cosine"][t]) for t in result["plain_cosine"]]
     for name, res in result.get("gptcache", {}).get("results", {}).items():
         systems.append((f"GPTCache {name}", res))
-    systems.append((f"ragcache guarded (cos >= {DEFAULT_THRESHOLD})", result["ragcache"]))
+    for t, res in result["ragcache_sweep"].items():
+        systems.append((f"ragcache guarded (cos >= {t}){' default' if float(t) == DEFAULT_THRESHOLD else ''}", res))
     _table(f"semantic cache on {Path(pairs).name} ({len(rows)} pairs)", ["system", "precision", "recall", "false hits"],
            [[name, _fmt(res["precision"]), _fmt(res["recall"]), str(res["false_hits"])] for name, res in systems])
-    shown = [s for s in systems if s[0].startswith(("cosine >= 0.80", "cosine >= 0.90", "GPTCache s=0.900",
-                                                    "GPTCache s=0.800", "ragcache"))]
+    shown = [s for s in systems if s[0].startswith(("cosine >= 0.90", "GPTCache s=0.800", "ragcache guarded (cos >= 0.7)"))
+             or s[0].endswith("default")]
     _table("hits by kind (recall for same-answer kinds, false hits for the others)",
            ["kind", "same"] + [name for name, _ in shown],
            [[k, str(next(r["same"] for r in rows if r["kind"] == k))]
@@ -324,6 +378,7 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(result, indent=2, default=float))
     os.replace(tmp, out)
+    plot(result, plot_path or str(out.with_suffix(".png")))
     return result
 
 
