@@ -1,0 +1,123 @@
+"""RedisChunkStore against a real Valkey started by the session fixture: the ChunkStore contract suite, and more."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+
+import pytest
+import torch
+
+pytest.importorskip("redis", reason="pip install 'ragcache[shared]'")
+
+import test_stores as suite  # noqa: E402  (tests/ is on sys.path: the contract suite of every chunk store)
+
+from ragcache.engine.redis_store import RedisChunkStore, encode_chunk  # noqa: E402
+from ragcache.engine.stores import ChunkStore  # noqa: E402
+from ragcache.remote import RemoteStoreError  # noqa: E402
+
+make_kv, FP = suite.make_kv, suite.FP
+
+# Every contract test that takes the ``make_store`` fixture runs here against Redis / Valkey.
+for _name, _fn in vars(suite).copy().items():
+    if _name.startswith("test_") and "make_store" in inspect.signature(_fn).parameters:
+        globals()[_name] = _fn
+
+
+@pytest.fixture()
+def make_store(valkey_server):
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    opened: list[RedisChunkStore] = []
+
+    def factory(max_bytes: int | None = None) -> ChunkStore:
+        s = RedisChunkStore(valkey_server.url, prefix=prefix, max_bytes=max_bytes)
+        opened.append(s)
+        return s
+
+    factory.kind = "redis"
+    yield factory
+    opened[0].clear()
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture()
+def store(make_store) -> RedisChunkStore:
+    return make_store()
+
+
+def test_shared_between_clients(store, valkey_server):
+    other = RedisChunkStore(valkey_server.url, prefix=store.prefix)
+    kv = make_kv(5, n=12, dtype=torch.bfloat16)
+    store.put(kv)
+    got = other.get(kv.key, fingerprint=FP)
+    assert got is not None and torch.equal(got.keys, kv.keys) and got.keys.dtype == torch.bfloat16
+    assert other.remove(kv.key) and store.get(kv.key) is None
+
+
+def test_get_many_is_one_round_trip(store, monkeypatch):
+    kvs = [make_kv(i) for i in range(6)]
+    store.put_many(kvs)
+    calls = []
+    real = store._r.pipeline
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(store._r, "pipeline", counting)
+    got = store.get_many([kv.key for kv in kvs], fingerprint=FP)
+    assert all(g is not None for g in got) and len(calls) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "other-key", "no-format"])
+def test_corrupt_or_foreign_value_is_a_logged_miss(store, caplog, damage):
+    kv, other = make_kv(3), make_kv(4)
+    store.put(kv)
+    raw = store._r.get(store._k(kv.key))
+    bad = {"garbage": b"\x00not safetensors", "truncate": raw[:-20], "other-key": encode_chunk(other),
+           "no-format": b"x" * 64}[damage]
+    store._r.set(store._k(kv.key), bad)
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.redis_store"):
+        assert store.get(kv.key) is None
+    assert "failed its check" in caplog.text and store.stats.corrupt == 1
+    assert not store.contains(kv.key) and len(store) == 0
+    assert store.put(kv) and torch.equal(store.get(kv.key).values, kv.values)
+
+
+def test_extra_record_fields_round_trip(store):
+    """Whatever fields ChunkKV carries (storage format, scales, ...) are persisted, not only keys/values."""
+    kv = make_kv(6)
+    got = store.get_many([kv.key])[0]
+    assert got is None
+    store.put(kv)
+    got = store.get(kv.key)
+    for f in kv.__dataclass_fields__:
+        a, b = getattr(kv, f), getattr(got, f)
+        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b, f
+
+
+def test_ttl_expires_and_index_follows(valkey_server):
+    import time
+
+    s = RedisChunkStore(valkey_server.url, prefix=f"t{uuid.uuid4().hex[:8]}:", ttl_s=0.2)
+    kv = make_kv(7)
+    s.put(kv)
+    assert s.contains(kv.key) and len(s) == 1
+    time.sleep(0.4)
+    assert s.get(kv.key) is None and len(s) == 0 and s.nbytes == 0
+    s.close()
+
+
+def test_unreachable_server_is_a_clear_error():
+    s = RedisChunkStore("redis://127.0.0.1:1/0", timeout_s=0.5)
+    with pytest.raises(RemoteStoreError, match="unreachable"):
+        s.get(make_kv(0).key)
+
+
+def test_bad_arguments(valkey_server):
+    with pytest.raises(ValueError, match="max_bytes"):
+        RedisChunkStore(valkey_server.url, max_bytes=0)
+    with pytest.raises(ValueError, match="ttl_s"):
+        RedisChunkStore(valkey_server.url, ttl_s=-1)
