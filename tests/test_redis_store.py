@@ -121,3 +121,27 @@ def test_bad_arguments(valkey_server):
         RedisChunkStore(valkey_server.url, max_bytes=0)
     with pytest.raises(ValueError, match="ttl_s"):
         RedisChunkStore(valkey_server.url, ttl_s=-1)
+
+
+def test_urls_and_environment_select_the_shared_stores(valkey_server, pg_server, monkeypatch, tmp_path):
+    from ragcache.engine.redis_store import open_chunk_store
+    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.semantic import SemanticCache
+    from ragcache.semantic.pg_cache import PgSemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    monkeypatch.delenv("RAGCACHE_KV_URL", raising=False)
+    monkeypatch.delenv("RAGCACHE_SEMANTIC_URL", raising=False)
+    assert isinstance(open_chunk_store(), MemoryChunkStore)
+    assert isinstance(open_chunk_store(str(tmp_path / "kv")), DiskChunkStore)
+    assert type(SemanticCache.from_url(embedder=HashingEmbedder(16))) is SemanticCache
+    monkeypatch.setenv("RAGCACHE_KV_URL", valkey_server.url)
+    monkeypatch.setenv("RAGCACHE_SEMANTIC_URL", pg_server.url)
+    assert isinstance(open_chunk_store(), RedisChunkStore)
+    sc = SemanticCache.from_url(embedder=HashingEmbedder(16), schema="t_env")
+    assert isinstance(sc, PgSemanticCache)
+    sc.close()
+    with pytest.raises(ValueError, match="scheme"):
+        open_chunk_store("memcached://x")
+    with pytest.raises(ValueError, match="scheme"):
+        SemanticCache.from_url("mysql://x")

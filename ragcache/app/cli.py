@@ -144,7 +144,15 @@ def serve(
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.anthropic import serve as run
 
-    engine = _run(LocalEngine.from_pretrained, model)
+    from ragcache.remote import kv_url
+
+    chunk_cache = None
+    if kv_url():  # $RAGCACHE_KV_URL: document KV shared with every other process through Redis / Valkey
+        from ragcache.engine.chunk_cache import ChunkCache
+        from ragcache.engine.redis_store import open_chunk_store
+
+        chunk_cache = ChunkCache(open_chunk_store())
+    engine = _run(LocalEngine.from_pretrained, model, chunk_cache=chunk_cache)
     console.print(f"serving the Anthropic Messages API on http://{host}:{port} (model {engine.fingerprint})")
     _run(run, engine, host=host, port=port)
 

@@ -299,3 +299,27 @@ def _batches(it: Iterable, n: int) -> Iterable[list]:
             batch = []
     if batch:
         yield batch
+
+
+def open_chunk_store(url: str | None = None, **kwargs: Any) -> Any:
+    """The chunk store a URL names: ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`RedisChunkStore`;
+    ``None`` -> ``$RAGCACHE_KV_URL`` if set, else a :class:`~ragcache.engine.stores.MemoryChunkStore` (the default);
+    a path or ``file://DIR`` -> :class:`~ragcache.engine.stores.DiskChunkStore`. ``kwargs`` go to the constructor.
+
+    Raises:
+        ValueError: an unknown URL scheme.
+    """
+    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.remote import kv_url
+
+    url = kv_url(url)
+    if url is None:
+        return MemoryChunkStore(**kwargs)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
+        if scheme.startswith("valkey"):
+            url = "redis" + url[len("valkey"):]
+        return RedisChunkStore(url, **kwargs)
+    if scheme in ("", "file"):
+        return DiskChunkStore(url.removeprefix("file://"), **kwargs)
+    raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
