@@ -199,3 +199,17 @@ def test_unreachable_server_is_a_clear_error():
 def test_bad_schema_name(pg_server):
     with pytest.raises(ValueError, match="identifier"):
         PgSemanticCache(pg_server.url, schema="drop table; --", embedder=EMB)
+
+
+def test_bulk_load_builds_the_index_once(open_cache, pg_server, schema):
+    import psycopg
+
+    cache = open_cache(threshold=0.95)
+    pk = partition_key(model="m")
+    qs = [f"bulk question {w} {w * 7}" for w in ("alpha", "beta", "gamma", "delta")]
+    cache.store(qs[0], "old")
+    assert cache.bulk_load([(q, f"ans {q}") for q in qs] + [(qs[1], "dup")], vectors=EMB.encode(qs + [qs[1]])) == 4
+    assert len(cache) == 4 and cache.lookup(qs[0]).answer == f"ans {qs[0]}" and cache.lookup(qs[2], partition=pk) is None
+    with psycopg.connect(pg_server.url) as c:
+        assert c.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'entries_embedding'",
+                         (schema,)).fetchone()[0] == 1
