@@ -21,24 +21,25 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ragcache.remote import RemoteStoreError, redact
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
+from ragcache.semantic.flight import FlightResult, single_flight
 from ragcache.semantic.guards import GuardSet, GuardVerdict
-from ragcache.semantic.partition import PartitionKey, partition_key
-from ragcache.semantic.pg_schema import PgPool, check_identifier, migrations, _MIGRATE_LOCK
+from ragcache.semantic.cache import DEFAULT_PARTITION
+from ragcache.semantic.partition import PartitionKey
+from ragcache.semantic.pg_schema import _MIGRATE_LOCK, PgPool, bulk_copy, check_identifier, migrations
 from ragcache.semantic.records import Candidate, SemanticHit
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import exact_form, normalize_question
 
 logger = logging.getLogger("ragcache.semantic.pg")
 
-DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
 
 
 def _check_threshold(t: float) -> float:
@@ -50,23 +51,6 @@ def _check_threshold(t: float) -> float:
 
 def _qhash(q: str) -> str:
     return hashlib.sha256(exact_form(q).encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class FlightResult:
-    """Outcome of :meth:`PgSemanticCache.single_flight`.
-
-    Attributes:
-        answer: the answer text (served or computed).
-        hit: the cache hit that served it, or ``None`` when this caller ran ``compute``.
-        computed: ``compute`` ran in this call.
-        waited_s: seconds spent waiting for another process's call.
-    """
-
-    answer: str
-    hit: SemanticHit | None
-    computed: bool
-    waited_s: float = 0.0
 
 
 class PgSemanticCache:
@@ -330,28 +314,16 @@ class PgSemanticCache:
         vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
         meta = json.dumps(dict(metadata or {}), ensure_ascii=False)
         docs = list(pk.invalidation_keys)
-        s = self.schema
-        cols = "partition, namespace, qhash, question, answer, metadata, docs, embedding"
+        rows, seen = [], set()
+        for q, (_, a), v in zip(qs, items, vecs, strict=True):
+            h = _qhash(q)
+            if h not in seen:
+                seen.add(h)
+                rows.append((pk.digest, pk.namespace, h, q, a, meta, docs, v))
 
         def load(conn: Any) -> int:
             with conn.transaction():
-                conn.execute(f"SET LOCAL maintenance_work_mem = '{maintenance_work_mem}'")
-                conn.execute(f"CREATE TEMP TABLE bulk (LIKE {s}.entries INCLUDING DEFAULTS) ON COMMIT DROP")
-                with conn.cursor().copy(f"COPY bulk ({cols}) FROM STDIN WITH (FORMAT BINARY)") as cp:
-                    cp.set_types(["text", "text", "text", "text", "text", "jsonb", "text[]", "vector"])
-                    seen: set[str] = set()
-                    for q, (_, a), v in zip(qs, items, vecs, strict=True):
-                        h = _qhash(q)
-                        if h not in seen:
-                            seen.add(h)
-                            cp.write_row((pk.digest, pk.namespace, h, q, a, meta, docs, v))
-                conn.execute(f"DROP INDEX IF EXISTS {s}.entries_embedding")
-                n = conn.execute(f"INSERT INTO {s}.entries ({cols}) SELECT {cols} FROM bulk "
-                                 "ON CONFLICT (partition, qhash) DO UPDATE SET answer = excluded.answer, "
-                                 "embedding = excluded.embedding, metadata = excluded.metadata").rowcount
-                conn.execute(f"CREATE INDEX entries_embedding ON {s}.entries USING hnsw "
-                             f"(embedding vector_cosine_ops) WITH (m = {int(self.hnsw_m)}, "
-                             f"ef_construction = {int(self.ef_construction)})")
+                n = bulk_copy(conn, self.schema, rows, self.hnsw_m, self.ef_construction, maintenance_work_mem)
                 evicted = self._evict(conn)
             with self._stats_lock:
                 self._stats.stores += n
@@ -406,50 +378,35 @@ class PgSemanticCache:
     def single_flight(self, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
                       threshold: float | None = None, timeout_s: float = 60.0,
                       metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
-        """Serve ``question`` from the cache or run ``compute()`` once across every process.
+        """Serve ``question`` or run ``compute()`` once across every process on this database
+        (:func:`ragcache.semantic.flight.single_flight` with :meth:`flight_lock`)."""
+        return single_flight(self, question, compute, partition=partition, threshold=threshold,
+                             timeout_s=timeout_s, metadata=metadata, ttl_s=ttl_s)
 
-        A miss takes a PostgreSQL session advisory lock keyed by (partition, question words); the
-        holder looks up once more, calls ``compute()``, stores the answer and unlocks. Concurrent
-        callers with the same question block on the lock and then find the stored answer. The lock
-        belongs to the holder's connection, so a holder that crashes releases it at once; a holder
-        that hangs blocks the others for at most ``timeout_s`` seconds, after which they compute
-        themselves. If ``compute`` raises, the lock is released and the next waiter computes.
+    @contextmanager
+    def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+        """Hold the PostgreSQL session advisory lock named by hex ``key``; yields ``False`` after ``timeout_s``.
 
-        Raises:
-            RemoteStoreError: PostgreSQL unreachable; whatever ``compute`` raises.
+        The lock lives on a connection held for the duration: if this process dies, the server
+        drops the connection and the lock with it.
         """
         import psycopg
 
-        pk = partition or DEFAULT_PARTITION
-        hit = self.lookup(question, partition=pk, threshold=threshold)
-        if hit is not None:
-            return FlightResult(hit.answer, hit, False)
-        key = int.from_bytes(hashlib.sha256(f"{pk.digest}\0{_qhash(normalize_question(question))}".encode())
-                             .digest()[:8], "big", signed=True)
-        t0 = time.perf_counter()
+        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
         with self._pool.connection() as conn:
             locked = True
             try:
                 conn.execute(f"SET lock_timeout = {max(1, int(timeout_s * 1000))}")
-                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_id,))
             except psycopg.errors.LockNotAvailable:
                 locked = False
-                logger.warning("single flight: waited %.1f s for another caller of %r; computing here",
-                               timeout_s, question[:60])
             finally:
                 conn.execute("SET lock_timeout = 0")
-            waited = time.perf_counter() - t0
             try:
-                if locked:
-                    hit = self.lookup(question, partition=pk, threshold=threshold)
-                    if hit is not None:
-                        return FlightResult(hit.answer, hit, False, waited)
-                answer = compute()
-                self.store(question, answer, partition=pk, metadata=metadata, ttl_s=ttl_s)
-                return FlightResult(answer, None, True, waited)
+                yield locked
             finally:
                 if locked and not conn.broken:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
 
     # ================================================================= housekeeping
     @property

@@ -63,6 +63,30 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
     ]
 
 
+def bulk_copy(conn: Any, schema: str, rows: list[tuple], hnsw_m: int, ef_construction: int,
+              maintenance_work_mem: str = "512MB") -> int:
+    """COPY ``rows`` (partition, namespace, qhash, question, answer, metadata json, docs, vector) into
+    ``entries`` with the HNSW index dropped, then build it once. Call inside a transaction.
+    Rows whose (partition, qhash) exists replace its answer. Returns the rows written."""
+    s = schema
+    cols = "partition, namespace, qhash, question, answer, metadata, docs, embedding"
+    if not re.match(r"^[0-9]+[kMG]?B$", maintenance_work_mem):
+        raise ValueError(f"maintenance_work_mem must look like '512MB', got {maintenance_work_mem!r}")
+    conn.execute(f"SET LOCAL maintenance_work_mem = '{maintenance_work_mem}'")
+    conn.execute(f"CREATE TEMP TABLE bulk (LIKE {s}.entries INCLUDING DEFAULTS) ON COMMIT DROP")
+    with conn.cursor().copy(f"COPY bulk ({cols}) FROM STDIN WITH (FORMAT BINARY)") as cp:
+        cp.set_types(["text", "text", "text", "text", "text", "jsonb", "text[]", "vector"])
+        for r in rows:
+            cp.write_row(r)
+    conn.execute(f"DROP INDEX IF EXISTS {s}.entries_embedding")
+    n = conn.execute(f"INSERT INTO {s}.entries ({cols}) SELECT {cols} FROM bulk "
+                     "ON CONFLICT (partition, qhash) DO UPDATE SET answer = excluded.answer, "
+                     "embedding = excluded.embedding, metadata = excluded.metadata").rowcount
+    conn.execute(f"CREATE INDEX entries_embedding ON {s}.entries USING hnsw (embedding vector_cosine_ops) "
+                 f"WITH (m = {int(hnsw_m)}, ef_construction = {int(ef_construction)})")
+    return n
+
+
 def check_identifier(name: str) -> str:
     if not _IDENT.match(name):
         raise ValueError(f"schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got {name!r}")
@@ -114,6 +138,7 @@ class PgPool:
     def connection(self) -> Iterator[Any]:
         """Lend a connection; a connection that broke is closed instead of returned to the pool."""
         import psycopg
+        from psycopg import pq
 
         if self._closed:
             raise RuntimeError("this PostgreSQL semantic cache is closed")
@@ -131,7 +156,7 @@ class PgPool:
             raise RemoteStoreError(f"lost the connection to PostgreSQL at {redact(self.url)} "
                                    f"({str(e).strip()}); the next call reconnects") from e
         finally:
-            if (ok or not conn.broken) and not conn.closed and conn.info.transaction_status == 0 \
+            if (ok or not conn.broken) and not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE \
                     and not self._closed and self._idle.qsize() < self.size:
                 self._idle.put(conn)
             else:
