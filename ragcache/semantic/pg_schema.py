@@ -84,6 +84,9 @@ def bulk_copy(conn: Any, schema: str, rows: list[tuple], hnsw_m: int, ef_constru
                      "embedding = excluded.embedding, metadata = excluded.metadata").rowcount
     conn.execute(f"CREATE INDEX entries_embedding ON {s}.entries USING hnsw (embedding vector_cosine_ops) "
                  f"WITH (m = {int(hnsw_m)}, ef_construction = {int(ef_construction)})")
+    # Fresh statistics: with the pre-load ones the planner sorts the whole partition by distance
+    # (measured: 66 ms at 10k rows) instead of walking the HNSW index (1.4 ms).
+    conn.execute(f"ANALYZE {s}.entries")
     return n
 
 

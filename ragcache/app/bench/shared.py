@@ -353,9 +353,24 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
 
     torch.set_num_threads(1)  # one intra-op thread: the shared 2-core CPU (see bench semantic)
     todo = {p.strip() for p in parts.split(",") if p.strip()}
-    result: dict[str, Any] = {"machine": {"cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg()[0],
-                                          "torch_threads": 1}}
+    unknown = todo - {"semantic", "chunks", "replicas", "single_flight"}
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}: use semantic, chunks, replicas, single_flight")
+    # A run of some parts keeps the other parts' results of an earlier run (each part records its own run).
+    old = json.loads(Path(json_path).read_text()) if Path(json_path).is_file() else {}
+    result: dict[str, Any] = {k: v for k, v in old.items() if k in ("semantic", "chunks", "replicas", "single_flight",
+                                                                     "runs")}
+    result.setdefault("runs", {})
+    result["machine"] = {"cpu_count": os.cpu_count(), "torch_threads": 1}
     run_id = f"b{os.getpid()}"
+
+    def record(part: str, fn: Any) -> None:
+        t0, load0 = time.time(), os.getloadavg()[0]
+        result[part] = fn()
+        result["runs"][part] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+                                "seconds": time.time() - t0, "loadavg_1m_start": load0,
+                                "loadavg_1m_end": os.getloadavg()[0]}
+
     with ExitStack() as stack:
         pg_url, vk_url = semantic_url(), kv_url()
         if pg_url is None:
@@ -367,17 +382,16 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
         emb = resolve_embedder(None)
         result["embedder"] = emb.name
         if "semantic" in todo:
-            result["semantic"] = [semantic_latency(n, emb, pg_url, f"{run_id}_lat") for n in scale]
+            record("semantic", lambda: [semantic_latency(n, emb, pg_url, f"{run_id}_lat") for n in scale])
             _drop_schema(pg_url, f"{run_id}_lat")
         if "chunks" in todo:
-            result["chunks"] = chunk_fetch(vk_url, f"{run_id}:chunks:")
+            record("chunks", lambda: chunk_fetch(vk_url, f"{run_id}:chunks:"))
         if "replicas" in todo:
-            result["replicas"] = replica_hit_rate(pairs, emb, pg_url, f"{run_id}_rep", vk_url, f"{run_id}:rep:")
+            record("replicas", lambda: replica_hit_rate(pairs, emb, pg_url, f"{run_id}_rep", vk_url, f"{run_id}:rep:"))
             _drop_schema(pg_url, f"{run_id}_rep")
         if "single_flight" in todo:
-            result["single_flight"] = single_flight(pg_url, f"{run_id}_sf")
+            record("single_flight", lambda: single_flight(pg_url, f"{run_id}_sf"))
             _drop_schema(pg_url, f"{run_id}_sf")
-    result["machine"]["loadavg_end"] = os.getloadavg()[0]
     atomic_write_json(json_path, result)
     _table(result)
     _plot(result, plot_path)
