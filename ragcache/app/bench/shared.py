@@ -136,7 +136,8 @@ def chunk_fetch(kv_url: str, prefix: str, lengths: tuple[int, ...] = (300, 1000)
     fp = loaded.fingerprint.digest
     text = (Path(torch.__file__).parent / "functional.py").read_text()
     ids_all = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
-    out: dict[str, Any] = {"model": str(getattr(loaded.fingerprint, "name", fp)), "dtype_compute": "float32",
+    out: dict[str, Any] = {"model": str(getattr(loaded.fingerprint, "name", fp)),
+                           "dtype_compute": str(next(loaded.model.parameters()).dtype).replace("torch.", ""),
                            "dtype_stored": str(cc.dtype).replace("torch.", "")}
     for n in lengths:
         ids = ids_all[1000:1000 + n]
@@ -313,9 +314,10 @@ def _plot(result: dict[str, Any], path: str) -> None:
                                           ("postgres", "lookup_ms", "PG embed+search")]):
         ax.bar(x + (j - 1.5) * 0.2, [r[sys_][key]["p50"] for r in result["semantic"]], 0.2, label=name)
     ax.set_xticks(x, labels)
-    ax.set_ylabel("p50 ms")
+    ax.set_yscale("log")
+    ax.set_ylabel("p50 ms (log)")
     ax.set_title("semantic lookup")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     if "chunks" in result:
         ax = axes[1]
         rows = [r for r in result["chunks"].values() if isinstance(r, dict) and "tokens" in r]
@@ -323,7 +325,8 @@ def _plot(result: dict[str, Any], path: str) -> None:
         ax.bar(x - 0.2, [r["recompute_ms"]["p50"] for r in rows], 0.4, label="recompute (prefill)")
         ax.bar(x + 0.2, [r["fetch_ms"]["p50"] for r in rows], 0.4, label="Valkey fetch")
         ax.set_xticks(x, [f"{r['tokens']} tokens" for r in rows])
-        ax.set_ylabel("p50 ms")
+        ax.set_yscale("log")
+        ax.set_ylabel("p50 ms (log)")
         ax.set_title("document KV")
         ax.legend(fontsize=8)
     if "replicas" in result:
