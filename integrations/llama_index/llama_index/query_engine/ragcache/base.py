@@ -130,7 +130,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
         if semantic_cache is True:
-            semantic_cache = SemanticCache()
+            semantic_cache = SemanticCache.from_url()  # $RAGCACHE_SEMANTIC_URL if set, else in memory
         elif semantic_cache is False:
             semantic_cache = None
         elif semantic_cache is not None and not hasattr(semantic_cache, "lookup"):

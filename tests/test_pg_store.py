@@ -1,0 +1,215 @@
+"""PgSemanticCache against a real PostgreSQL 18 + pgvector started by the session fixture."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("psycopg", reason="pip install 'ragcache[shared]'")
+pytest.importorskip("pgvector", reason="pip install 'ragcache[shared]'")
+
+from ragcache.remote import RemoteStoreError  # noqa: E402
+from ragcache.semantic import SemanticCache, partition_key  # noqa: E402
+from ragcache.semantic.pg_cache import PgSemanticCache  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
+
+EMB = HashingEmbedder(64)
+
+
+@pytest.fixture()
+def schema(request) -> str:
+    return "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+
+
+@pytest.fixture()
+def open_cache(pg_server, schema):
+    opened: list[PgSemanticCache] = []
+
+    def factory(**kw) -> PgSemanticCache:
+        kw.setdefault("embedder", EMB)
+        kw.setdefault("schema", schema)
+        c = PgSemanticCache(pg_server.url, **kw)
+        opened.append(c)
+        return c
+
+    yield factory
+    if opened:
+        opened[0].clear()
+    for c in opened:
+        c.close()
+
+
+def test_from_url_store_lookup_replace(pg_server, schema):
+    cache = SemanticCache.from_url(pg_server.url, embedder=EMB, schema=schema)
+    assert isinstance(cache, PgSemanticCache)
+    pk = partition_key(model="m", documents=[{"id": "refund-policy", "text": "Refunds take 5 days."}])
+    i = cache.store("How long do refunds take?", "5 days", partition=pk, metadata={"q": 1})
+    hit = cache.lookup("how long do refunds take", partition=pk)
+    assert hit is not None and hit.answer == "5 days" and hit.entry_id == i and hit.metadata == {"q": 1}
+    assert 0.7 <= hit.similarity <= 1.0 + 1e-6
+    assert cache.lookup("How long do refunds take?", partition=partition_key(model="other")) is None
+    cache.store("How long do refunds take?", "7 days", partition=pk)
+    assert len(cache) == 1 and cache.lookup("How long do refunds take?", partition=pk).answer == "7 days"
+    assert cache.stats.hits == 2 and cache.stats.misses == 1
+    cache.clear()
+    cache.close()
+
+
+def test_threshold_and_guards_run_on_candidates(open_cache):
+    cache = open_cache(threshold=0.5)
+    cache.store("Is the API rate limited?", "yes, 100 rpm")
+    near = cache.candidates_for("Is the API not rate limited?")
+    assert near and near[0].similarity >= 0.5 and near[0].verdict.reason == "negation"
+    assert cache.lookup("Is the API not rate limited?") is None
+    assert cache.stats.rejected_lookups == 1 and cache.stats.rejections == {"negation": 1}
+    assert cache.lookup("is the api rate limited") is not None
+    assert cache.lookup("Is the API rate limited", threshold=1.0) is not None
+    assert cache.lookup("Is API rate limited?", threshold=1.0) is None  # other words: exact mode misses
+
+
+def test_per_partition_search_finds_rows_behind_other_partitions(open_cache):
+    """HNSW + iterative scan: a small partition is found even when 2,000 closer rows live elsewhere."""
+    cache = open_cache(threshold=0.9, candidates=2)
+    rng = np.random.default_rng(0)
+    base = EMB.encode(["What is the refund window?"])[0]
+    noise = base + 0.05 * rng.standard_normal((2000, 64)).astype(np.float32)
+    other = partition_key(model="m", namespace="crowd")
+    cache.store_many([(f"crowd question {i}", f"a{i}") for i in range(2000)], partition=other, vectors=noise)
+    mine = partition_key(model="m", namespace="mine")
+    cache.store("What is the refund window?", "30 days", partition=mine)
+    hit = cache.lookup("What is the refund window?", partition=mine)
+    assert hit is not None and hit.answer == "30 days"
+
+
+def test_ttl_and_max_entries_in_sql(open_cache):
+    cache = open_cache(max_entries=3)
+    for i in range(5):
+        cache.store(f"question number {'abcde'[i]}", f"answer {i}")
+    assert len(cache) == 3 and cache.stats.evictions == 2
+    assert cache.lookup("question number a", threshold=1.0) is None
+    assert cache.lookup("question number e", threshold=1.0).answer == "answer 4"
+    cache.store("short lived question", "gone soon", ttl_s=0.2)
+    time.sleep(0.4)
+    assert cache.lookup("short lived question", threshold=1.0) is None
+    assert cache.purge_expired() == 1
+
+
+def test_other_process_sees_writes_and_invalidations(pg_server, open_cache):
+    """Issue 14's scenario: B stores, A invalidates, B stops serving the stale answer at once."""
+    a, b = open_cache(), open_cache()
+    pk = partition_key(model="m", documents=[{"id": "refund-policy", "text": "Refunds take 5 days."}])
+    b.store("How long do refunds take?", "5 days", partition=pk)
+    assert a.lookup("How long do refunds take?", partition=pk).answer == "5 days"
+    assert a.invalidate("refund-policy") == 1
+    assert b.lookup("How long do refunds take?", partition=pk) is None
+    b.store("How long do refunds take?", "5 days", partition=pk)
+    assert a.invalidate("Refunds take 5 days.") == 1  # by content too
+    assert b.lookup("How long do refunds take?", partition=pk) is None
+
+
+def test_embedder_mismatch_names_the_fix(open_cache):
+    open_cache()
+    with pytest.raises(ValueError, match="same embedder"):
+        open_cache(embedder=HashingEmbedder(32))
+
+
+def test_schema_is_versioned(pg_server, open_cache, schema):
+    import psycopg
+
+    open_cache()
+    with psycopg.connect(pg_server.url) as c:
+        assert c.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 1
+        idx = {r[0] for r in c.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s", (schema,))}
+    assert any("hnsw" in d for d in idx) and any("gin" in d for d in idx)
+    open_cache()  # a second open migrates nothing and agrees on the embedder
+
+
+def test_single_flight_threads(open_cache):
+    cache = open_cache()
+    calls = []
+
+    def compute() -> str:
+        calls.append(1)
+        time.sleep(0.3)
+        return "the answer"
+
+    out = [None] * 8
+    def worker(k: int) -> None:
+        out[k] = open_cache().single_flight("What is single flight?", compute)
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(calls) == 1
+    assert all(r.answer == "the answer" for r in out) and sum(r.computed for r in out) == 1
+
+
+def _flight_worker(url: str, schema: str, barrier, q) -> None:
+    cache = PgSemanticCache(url, schema=schema, embedder=EMB)
+    barrier.wait()
+    r = cache.single_flight("same question everywhere", lambda: (time.sleep(0.3), "once")[1])
+    q.put((r.answer, r.computed))
+    cache.close()
+
+
+def _crash_holder(url: str, schema: str, started) -> None:
+    cache = PgSemanticCache(url, schema=schema, embedder=EMB)
+
+    def compute() -> str:
+        started.set()
+        time.sleep(60)
+        return "never"
+
+    cache.single_flight("crashy question", compute)
+
+
+def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schema):
+    open_cache()
+    ctx = mp.get_context("spawn")
+    barrier, q = ctx.Barrier(4), ctx.Queue()
+    ps = [ctx.Process(target=_flight_worker, args=(pg_server.url, schema, barrier, q)) for _ in range(4)]
+    for p in ps:
+        p.start()
+    res = [q.get(timeout=60) for _ in ps]
+    for p in ps:
+        p.join(30)
+    assert sorted(res) == [("once", False)] * 3 + [("once", True)]
+
+    started = ctx.Event()
+    holder = ctx.Process(target=_crash_holder, args=(pg_server.url, schema, started))
+    holder.start()
+    assert started.wait(60)
+    holder.kill()
+    holder.join()
+    t0 = time.perf_counter()
+    r = open_cache().single_flight("crashy question", lambda: "recovered", timeout_s=30)
+    assert r.computed and r.answer == "recovered" and time.perf_counter() - t0 < 10
+
+
+def test_unreachable_server_is_a_clear_error():
+    with pytest.raises(RemoteStoreError, match="unreachable"):
+        PgSemanticCache("postgresql://postgres@127.0.0.1:1/postgres", embedder=EMB)
+
+
+def test_bad_schema_name(pg_server):
+    with pytest.raises(ValueError, match="identifier"):
+        PgSemanticCache(pg_server.url, schema="drop table; --", embedder=EMB)
+
+
+def test_bulk_load_builds_the_index_once(open_cache, pg_server, schema):
+    import psycopg
+
+    cache = open_cache(threshold=0.95)
+    pk = partition_key(model="m")
+    qs = [f"bulk question {w} {w * 7}" for w in ("alpha", "beta", "gamma", "delta")]
+    cache.store(qs[0], "old")
+    assert cache.bulk_load([(q, f"ans {q}") for q in qs] + [(qs[1], "dup")], vectors=EMB.encode(qs + [qs[1]])) == 4
+    assert len(cache) == 4 and cache.lookup(qs[0]).answer == f"ans {qs[0]}" and cache.lookup(qs[2], partition=pk) is None
+    with psycopg.connect(pg_server.url) as c:
+        assert c.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'entries_embedding'",
+                         (schema,)).fetchone()[0] == 1
