@@ -57,6 +57,8 @@ class RagCacheSemanticCache(BaseCache):
         question_extractor: ``text -> question | None`` applied to the last human turn (or a
             completion prompt) when it is not a RagPrompt message; the question must occur in
             the text. ``None`` returns mean "cannot tell": the whole prompt is matched exactly.
+        cache_truncated: also store answers cut at the token budget (off by default, as
+            :class:`ragcache.RagCache`).
         **kwargs: other :class:`SemanticCache` options (``guards``, ``max_entries``...).
 
     A hit returns the stored generations (a ``list``; LangChain treats anything else
@@ -70,7 +72,7 @@ class RagCacheSemanticCache(BaseCache):
     def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = None,
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
-                 **kwargs: Any) -> None:
+                 cache_truncated: bool = False, **kwargs: Any) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("namespace must be a non-empty string (use 'default' for a single tenant)")
         if semantic_cache is None:
@@ -86,6 +88,7 @@ class RagCacheSemanticCache(BaseCache):
         self.namespace = namespace
         self.ttl_s = ttl_s
         self.question_extractor = question_extractor
+        self.cache_truncated = cache_truncated
 
     # ------------------------------------------------------------------ keys
     def keyed(self, prompt: str) -> KeyedRequest:
@@ -118,7 +121,10 @@ class RagCacheSemanticCache(BaseCache):
         return self._to_generations(self.semantic_cache.lookup(question, partition=pk, threshold=threshold))
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
-        """Store generations for this prompt's question (a same-words entry is replaced)."""
+        """Store generations for this prompt's question (a same-words entry is replaced).
+        An answer cut at the token budget is not stored unless ``cache_truncated``."""
+        if not self.cacheable(return_val):
+            return
         question, pk, _ = self._key(prompt, llm_string)
         answer, meta = self._payload(return_val)
         self.semantic_cache.store(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
@@ -136,6 +142,8 @@ class RagCacheSemanticCache(BaseCache):
         return self._to_generations(hit)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
+        if not self.cacheable(return_val):
+            return
         question, pk, _ = self._key(prompt, llm_string)
         answer, meta = self._payload(return_val)
         await self.semantic_cache.astore(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
@@ -144,6 +152,20 @@ class RagCacheSemanticCache(BaseCache):
         await asyncio.to_thread(self.clear, **kwargs)
 
     # ------------------------------------------------------------------ helpers
+    def cacheable(self, return_val: Sequence[Generation]) -> bool:
+        """Whether generations may be stored: not cut at the token budget (``finish_reason``
+        ``length`` / ``stop_reason`` ``max_tokens``), unless ``cache_truncated`` (as
+        :meth:`ragcache.RagCache.cacheable`). The budget is in the partition, so a stored
+        truncated answer is never served to a request with a larger one."""
+        if self.cache_truncated:
+            return True
+        for g in return_val:
+            info = dict(g.generation_info or {})
+            info.update(getattr(getattr(g, "message", None), "response_metadata", None) or {})
+            if info.get("finish_reason") == "length" or info.get("stop_reason") == "max_tokens":
+                return False
+        return True
+
     @staticmethod
     def _payload(return_val: Sequence[Generation]) -> tuple[str, dict[str, Any]]:
         gens = list(return_val)

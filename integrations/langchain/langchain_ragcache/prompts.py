@@ -105,7 +105,9 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
         min_tokens: override of the minimum cacheable length (one int, or per family).
         token_counter: tokens of a text, for exact breakpoint placement (default: estimate).
         doc_order: ``"canonical"`` (sorted, de-duplicated; byte-stable) or ``"given"``.
-        lint: volatile-text lint of the stable parts: off, warn, move, raise.
+        lint: volatile-text lint of the stable parts: off, warn, ``move`` (default, as
+            :class:`ragcache.RagCache`: dates and ids leave the system text for the volatile
+            block, which stays in the semantic partition), raise.
         metadata_keys: Document metadata rendered as attributes (``None``: all of them;
             retrieval scores are volatile, so the default keeps source and title only).
         question_key / context_key / history_key / volatile_key: input dict keys.
@@ -127,7 +129,7 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
     min_tokens: int | dict[str, int] | None = None
     token_counter: Callable[[str], int] | None = Field(default=None, exclude=True)
     doc_order: Literal["canonical", "given"] = "canonical"
-    lint: Literal["off", "warn", "move", "raise"] = "warn"
+    lint: Literal["off", "warn", "move", "raise"] = "move"
     metadata_keys: tuple[str, ...] | None = ("source", "title")
     question_key: str = "question"
     context_key: str = "context"
