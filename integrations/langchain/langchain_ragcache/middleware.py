@@ -281,14 +281,17 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
             um = msg.usage_metadata
             details = dict(um.get("input_token_details") or {})
             read = int(details.get("cache_read") or 0)
-            write = int(details.get("cache_creation") or 0)
+            by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+                      if k in details}
+            # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
+            write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
             usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
                                         cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
             details.update({"cache_read": read, "cache_creation": write})
             msg.usage_metadata = {**um, "input_token_details": details}
             msg.response_metadata = {**msg.response_metadata, "ragcache": {
                 "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
-                "usage": usage.to_dict()}}
+                "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}
         return response
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
