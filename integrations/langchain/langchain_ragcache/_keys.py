@@ -38,7 +38,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ragcache.layout import PromptLayout, Segment, render_document
+from ragcache.layout import PromptLayout, Segment, as_document, render_document
 from ragcache.semantic.partition import PartitionKey, request_partition
 
 METADATA_KEY = "ragcache"
@@ -166,6 +166,14 @@ def _document_segment(text: str, rec: Mapping[str, Any]) -> Segment:
     return Segment("document", text)
 
 
+def _document_artifact(message: BaseMessage) -> list[Any]:
+    art = getattr(message, "artifact", None)
+    if isinstance(art, Sequence) and not isinstance(art, str) and art and all(
+            isinstance(getattr(d, "page_content", None), str) for d in art):
+        return list(art)
+    return []
+
+
 def _block_kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
     meta = (message.additional_kwargs or {}).get(METADATA_KEY)
     blocks = meta.get("blocks") if isinstance(meta, Mapping) else None
@@ -267,6 +275,9 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
         q, template = split
         if template != _SENTINEL:
             extra["template"] = template
+    # documents a retriever tool returned as artifacts: in the partition by identity too, so
+    # invalidate(document) reaches answers built on tool results
+    documents += [as_document(d) for m in msgs if m.type == "tool" for d in _document_artifact(m)]
     layout = PromptLayout.build(question=q, system="\n\n".join(systems) or None, documents=documents,
                                 history=history, volatile="\n".join(volatile) or None, lint="off")
     return KeyedRequest(q, layout, extra)

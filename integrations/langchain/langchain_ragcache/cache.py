@@ -195,7 +195,11 @@ class RagCacheSemanticCache(BaseCache):
         for g in gens:
             if isinstance(g, ChatGeneration):
                 msg = g.message
-                meta = {**msg.response_metadata, "ragcache": mark}
+                # whether the stored answer came from a blended (approximate) prefill, and at which r
+                origin = {**dict(hit.metadata), **(msg.response_metadata.get("ragcache") or {})}
+                meta = {**msg.response_metadata, "ragcache": {
+                    **mark, "approximate": bool(origin.get("approximate", False)),
+                    "recompute_ratio": origin.get("recompute_ratio")}}
                 update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}"}
                 calls = getattr(msg, "tool_calls", None)
                 if calls:  # a served tool call gets fresh call ids too (ToolMessages answer by id)

@@ -138,3 +138,25 @@ def test_nodes_rerun_after_the_ttl_across_processes(tmp_path) -> None:
     time.sleep(1.2)  # (process start-up adds more) the entries written by the first process expire
     again = _run(script, store, log, 1, "warranty")
     assert again == first and _lines(log) == ["retrieve warranty", "answer warranty"] * 2
+
+
+def test_langgraph_rag_example(tmp_path) -> None:
+    import importlib.util
+
+    from langchain_ragcache.chat_models import TINY_RANDOM_MODEL
+
+    path = Path(__file__).resolve().parents[4] / "examples" / "langgraph_rag.py"
+    spec = importlib.util.spec_from_file_location("langgraph_rag", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    runs: list[str] = []
+    first = ex.build_graph(str(tmp_path / "g"), model=TINY_RANDOM_MODEL, max_tokens=3, runs=runs).invoke(
+        {"question": "How long do refunds take?"})
+    assert runs == ["retrieve", "answer"] and [d["id"] for d in first["documents"]][0] == "refunds"
+    runs.clear()
+    second = ex.build_graph(str(tmp_path / "g"), model=TINY_RANDOM_MODEL, max_tokens=3, runs=runs).invoke(
+        {"question": "How long do refunds take?"})
+    assert runs == [] and second == first  # a new graph on the same store: both nodes served from it
+    ex.build_graph(str(tmp_path / "g"), model=TINY_RANDOM_MODEL, max_tokens=3, runs=runs).invoke(
+        {"question": "How long does shipping to Canada take?"})
+    assert runs == ["retrieve", "answer"]

@@ -35,6 +35,14 @@ def search_policies(query: str) -> str:
     return POLICY["text"]
 
 
+@tool(response_format="content_and_artifact")
+def search_docs(query: str) -> tuple[str, list]:
+    """Search the shop's policy documents; returns the documents as the artifact."""
+    from langchain_core.documents import Document
+
+    return POLICY["text"], [Document(id="warranty", page_content=POLICY["text"])]
+
+
 @tool
 def order_status(order_id: str) -> str:
     """Look up an order's status."""
@@ -46,6 +54,7 @@ class ScriptedChat(BaseChatModel):
 
     calls: int = 0
     use_tool: bool = False
+    tool_name: str = "search_policies"
 
     @property
     def _llm_type(self) -> str:
@@ -57,7 +66,7 @@ class ScriptedChat(BaseChatModel):
     def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
         self.calls += 1
         if self.use_tool and messages[-1].type == "human":
-            msg = AIMessage("", tool_calls=[{"name": "search_policies", "args": {"query": "warranty crash"},
+            msg = AIMessage("", tool_calls=[{"name": self.tool_name, "args": {"query": "warranty crash"},
                                              "id": f"call_{self.calls}"}])
         else:
             msg = AIMessage(f"answer #{self.calls}")
@@ -166,3 +175,15 @@ async def test_async_agent(cache) -> None:
     a = (await agent.ainvoke({"messages": [HumanMessage(Q)]}))["messages"][-1]
     b = (await agent.ainvoke({"messages": [HumanMessage(REWORDED)]}))["messages"][-1]
     assert a.content == b.content and model.calls == 1 and a.id != b.id
+
+
+def test_invalidating_a_retrieved_document_drops_the_answers_built_on_it(cache) -> None:
+    POLICY["text"] = "Frames carry a two-year warranty; crash damage is not covered."
+    model = ScriptedChat(use_tool=True, tool_name="search_docs")
+    agent = create_agent(model, tools=[search_docs], system_prompt=SYSTEM, middleware=[RagCacheMiddleware(cache)])
+    ask(agent, Q)
+    assert model.calls == 2
+    ask(agent, Q)
+    assert model.calls == 2
+    assert cache.invalidate("warranty") == 1  # the answer turn read the document; the tool-call turn did not
+    assert ask(agent, Q)[-1].content == "answer #3" and model.calls == 3

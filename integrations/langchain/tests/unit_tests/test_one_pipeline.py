@@ -168,3 +168,22 @@ def test_exact_prefix_only_request_is_layer_prefix(lm) -> None:
     meta = second.response_metadata["ragcache"]
     assert meta["layer"] == "prefix" and meta["approximate"] is False and meta["recompute_ratio"] is None
     assert second.usage_metadata["input_token_details"]["cache_read"] == meta["usage"]["prefix_reused"] > 0
+
+
+def test_semantic_hits_say_whether_the_stored_answer_was_approximate(lm, embedder) -> None:
+    sem = SemanticCache(None, embedder=embedder)
+    q = "How long do refunds take?"
+    # stored by RagCache (blended prefill: two of four documents from the chunk cache), served to LangChain
+    rag = RagCache(LocalBackend(_engine_with_two_precomputed(lm)), semantic=sem, system=SYSTEM, max_new_tokens=3,
+                   cache_truncated=True)
+    assert rag.answer(q, RC_DOCS).approximate
+    llm = ChatRagCache(engine=_engine_with_two_precomputed(lm), max_tokens=3,
+                       cache=RagCacheSemanticCache(sem, cache_truncated=True))
+    chain = RagPrompt(system=SYSTEM) | llm
+    hit = chain.invoke({"question": q, "context": LC_DOCS}).response_metadata["ragcache"]
+    assert (hit["layer"], hit["approximate"], hit["recompute_ratio"]) == ("semantic", True, 0.15)
+    # stored by the chain from an exact prefill, served again
+    other = {"question": "When do orders ship?", "context": LC_DOCS[2:]}
+    miss = chain.invoke(other, use_chunk_cache=False).response_metadata["ragcache"]
+    again = chain.invoke(other, use_chunk_cache=False).response_metadata["ragcache"]
+    assert miss["approximate"] is False and (again["layer"], again["approximate"]) == ("semantic", False)
