@@ -33,7 +33,7 @@ DOCUMENTS = [
 
 class State(TypedDict, total=False):
     question: str
-    documents: list[dict[str, Any]]
+    documents: list[dict]
     answer: str
 
 

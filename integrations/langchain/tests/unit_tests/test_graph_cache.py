@@ -148,6 +148,7 @@ def test_langgraph_rag_example(tmp_path) -> None:
     path = Path(__file__).resolve().parents[4] / "examples" / "langgraph_rag.py"
     spec = importlib.util.spec_from_file_location("langgraph_rag", path)
     ex = importlib.util.module_from_spec(spec)
+    sys.modules["langgraph_rag"] = ex  # LangGraph resolves the state's annotations in the module
     spec.loader.exec_module(ex)
     runs: list[str] = []
     first = ex.build_graph(str(tmp_path / "g"), model=TINY_RANDOM_MODEL, max_tokens=3, runs=runs).invoke(
