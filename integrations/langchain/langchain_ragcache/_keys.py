@@ -166,6 +166,12 @@ def _document_segment(text: str, rec: Mapping[str, Any]) -> Segment:
     return Segment("document", text)
 
 
+def _volatile_only(message: BaseMessage) -> bool:
+    n = len(message.content) if isinstance(message.content, list) else 1
+    kinds = _block_kinds(message, n)
+    return bool(kinds) and all(k.get("kind") == "volatile" for k in kinds)
+
+
 def _document_artifact(message: BaseMessage) -> list[Any]:
     art = getattr(message, "artifact", None)
     if isinstance(art, Sequence) and not isinstance(art, str) and art and all(
@@ -225,8 +231,12 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
     system messages form the system text; later ones are history entries.
     """
     msgs = list(messages)
+    # a trailing volatile-only turn (RagPromptLayoutMiddleware moves dates there) is volatile text
+    trailing_volatile = []
+    while msgs and msgs[-1].type == "human" and _volatile_only(msgs[-1]):
+        trailing_volatile.insert(0, _text_of(msgs.pop().content) or "")
     last = max((i for i, m in enumerate(msgs) if m.type == "human"), default=None)
-    whole = json.dumps([history_entry(m) for m in msgs], sort_keys=True) + "\x00" + (system or "")
+    whole = json.dumps([history_entry(m) for m in messages], sort_keys=True) + "\x00" + (system or "")
     if last is None:
         return exact_request(whole)
     systems = [system] if system else []
@@ -250,7 +260,7 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
     if kinds is None and any(b.get("ragcache_kind") for b in texts):
         kinds = [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in texts]
     documents: list[Segment] = []
-    volatile: list[str] = []
+    volatile: list[str] = list(trailing_volatile)
     question: list[str] = []
     if kinds is not None:
         for b, k in zip(texts, kinds, strict=True):

@@ -37,7 +37,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from langchain_ragcache._keys import QuestionExtractor, key_messages, model_identity
+from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
 from ragcache.backend import CacheUsage
 from ragcache.layout import as_document, canonicalize, render_document
@@ -266,7 +266,8 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
                         break
                     i -= 1
         if volatile:
-            messages.append(HumanMessage(content=[{"type": "text", "text": volatile}]))
+            messages.append(HumanMessage(content=[{"type": "text", "text": volatile}],
+                                         additional_kwargs={METADATA_KEY: {"blocks": [{"kind": "volatile"}]}}))
         overrides: dict[str, Any] = {"messages": messages, "model_settings": settings, "tools": tools}
         if system is not request.system_message:
             overrides["system_message"] = system

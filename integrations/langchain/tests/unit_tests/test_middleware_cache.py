@@ -187,3 +187,20 @@ def test_invalidating_a_retrieved_document_drops_the_answers_built_on_it(cache) 
     assert model.calls == 2
     assert cache.invalidate("warranty") == 1  # the answer turn read the document; the tool-call turn did not
     assert ask(agent, Q)[-1].content == "answer #3" and model.calls == 3
+
+
+@pytest.mark.parametrize("layout_first", [True, False])
+def test_with_the_layout_middleware_in_either_order(cache, layout_first) -> None:
+    from langchain_ragcache.middleware import RagPromptLayoutMiddleware
+
+    model = ScriptedChat()
+
+    def agent_for(day: str):
+        mws = [RagCacheMiddleware(cache), RagPromptLayoutMiddleware()]
+        return create_agent(model, tools=[search_policies], system_prompt=f"{SYSTEM} Today is {day}.",
+                            middleware=mws[::-1] if layout_first else mws)
+
+    first = ask(agent_for("2026-11-29"), Q)[-1]
+    assert ask(agent_for("2026-11-29"), REWORDED)[-1].content == first.content and model.calls == 1
+    assert ask(agent_for("2026-11-30"), Q)[-1].content == "answer #2"  # the date is in the partition
+    assert model.calls == 2
