@@ -29,8 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from langgraph.cache.base import BaseCache, FullKey, Namespace
-from langgraph.checkpoint.serde.base import SerializerProtocol
+try:
+    from langgraph.cache.base import BaseCache, FullKey, Namespace
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("RagCacheGraphCache needs langgraph: pip install 'langchain-ragcache[agents]'") from e
 
 DB_NAME = "graph_cache.sqlite3"
 _SCHEMA = """

@@ -30,7 +30,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
+try:
+    from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("the agent middleware needs langchain>=1: pip install 'langchain-ragcache[agents]'") from e
 from langchain_core.documents import Document
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -275,25 +278,12 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
 
     @staticmethod
     def _read_back(response: Any, placed: list[str]) -> Any:
-        result = response.result if isinstance(response, ModelResponse) else [response]
-        for msg in result:
-            if not isinstance(msg, AIMessage) or not msg.usage_metadata:
-                continue
-            um = msg.usage_metadata
-            details = dict(um.get("input_token_details") or {})
-            read = int(details.get("cache_read") or 0)
-            by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
-                      if k in details}
-            # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
-            write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
-            usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
-                                        cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
-            details.update({"cache_read": read, "cache_creation": write})
-            msg.usage_metadata = {**um, "input_token_details": details}
-            msg.response_metadata = {**msg.response_metadata, "ragcache": {
-                "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
-                "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}
-        return response
+        """A copy of the response whose AI messages carry the usage as ragcache's :class:`CacheUsage`
+        (``response_metadata["ragcache"]``) and one ``cache_creation`` total."""
+        if isinstance(response, ModelResponse):
+            return ModelResponse(result=[_with_usage(m, placed) for m in response.result],
+                                 structured_response=response.structured_response)
+        return _with_usage(response, placed)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         laid, placed = self.layout(request)
@@ -303,6 +293,26 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
         laid, placed = self.layout(request)
         return self._read_back(await handler(laid), placed)
+
+
+def _with_usage(msg: Any, placed: list[str]) -> Any:
+    if not isinstance(msg, AIMessage) or not msg.usage_metadata:
+        return msg
+    um = msg.usage_metadata
+    details = dict(um.get("input_token_details") or {})
+    read = int(details.get("cache_read") or 0)
+    by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+              if k in details}
+    # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
+    write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
+    usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
+                                cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
+    details.update({"cache_read": read, "cache_creation": write})
+    return msg.model_copy(update={
+        "usage_metadata": {**um, "input_token_details": details},
+        "response_metadata": {**msg.response_metadata, "ragcache": {
+            "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
+            "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}})
 
 
 __all__ = ["MAX_BREAKPOINTS", "RagCacheMiddleware", "RagPromptLayoutMiddleware", "canonical_documents"]
