@@ -82,7 +82,9 @@ def make_retriever(embeddings: RagCacheEmbeddings, k: int = 3):
 def run_local(max_tokens: int = 48, *, quiet: bool = False, model: str | None = None) -> list[dict[str, Any]]:
     """Steps 1-4 on the embedded model (or ``model``). Returns one record per answer (layer, times, tokens, answer)."""
     embeddings = RagCacheEmbeddings()
-    set_llm_cache(RagCacheSemanticCache(embedder=embeddings))
+    # cache_truncated: the demo's short budgets cut answers; the budget is in the partition, so a cut
+    # answer is only ever served at the same budget (leave it off in production)
+    set_llm_cache(RagCacheSemanticCache(embedder=embeddings, cache_truncated=True))
     retriever = make_retriever(embeddings)
     llm = ChatRagCache(max_tokens=max_tokens, **({"model": model} if model else {}))
     llm.get_engine()  # load the model before timing anything
@@ -121,7 +123,7 @@ def run_anthropic(max_tokens: int = 32, *, quiet: bool = False, min_tokens: int 
     from ragcache.server.anthropic import running_server
 
     embeddings = RagCacheEmbeddings()
-    set_llm_cache(RagCacheSemanticCache(embedder=embeddings))
+    set_llm_cache(RagCacheSemanticCache(embedder=embeddings, cache_truncated=True))
     retriever = make_retriever(embeddings)
     engine = shared_engine(model) if model else shared_engine()
     embeddings.embed_query("warm up")

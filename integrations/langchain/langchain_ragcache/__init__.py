@@ -7,6 +7,9 @@
 - :class:`ChatRagCache`: a local chat model with prefix and CacheBlend KV reuse.
 - :class:`RagCacheEmbeddings`: the packaged embedder for retrievers and the cache.
 - :class:`RagCacheCallbackHandler`: which layer served each call, with TTFT and tokens.
+- :class:`RagCacheMiddleware` / :class:`RagPromptLayoutMiddleware` (``langchain`` 1.x agents) and
+  :class:`RagCacheGraphCache` (a LangGraph node cache in SQLite): imported on first use, so
+  ``langchain`` and ``langgraph`` are needed only for them (``pip install langchain-ragcache[agents]``).
 """
 
 from importlib import metadata
@@ -23,12 +26,27 @@ except metadata.PackageNotFoundError:  # running from a source checkout without 
     __version__ = ""
 del metadata
 
+_LAZY = {"RagCacheMiddleware": "langchain_ragcache.middleware",
+         "RagPromptLayoutMiddleware": "langchain_ragcache.middleware",
+         "RagCacheGraphCache": "langchain_ragcache.graph_cache"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'langchain_ragcache' has no attribute {name!r}")
+
 __all__ = [
     "CallRecord",
     "ChatRagCache",
     "RagCacheCallbackHandler",
     "RagCacheEmbeddings",
+    "RagCacheGraphCache",
+    "RagCacheMiddleware",
     "RagCacheSemanticCache",
     "RagPrompt",
+    "RagPromptLayoutMiddleware",
     "__version__",
 ]

@@ -1,4 +1,4 @@
-"""Process-wide engines and the cache accounting ChatRagCache reports per request."""
+"""Process-wide engines, and the one mapping from ragcache's records onto LangChain's usage and metadata."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from langchain_core.messages import UsageMetadata
 
-from ragcache.engine.engine import LocalEngine, RequestStats
-from ragcache.engine.prompt import Prompt
+from ragcache.backend import BackendResult, CacheUsage
+from ragcache.engine.engine import LocalEngine
 from ragcache.models import DEFAULT_MODEL
 
 TINY_RANDOM_MODEL = "ragcache/tiny-random-llama"
@@ -47,53 +47,36 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
         return eng
 
 
-def layer_of(stats: RequestStats) -> str:
-    """Which KV cache served the prompt: ``chunk`` (a cached document's KV reused),
-    ``prefix`` (exact prefix blocks reused), else ``model`` (everything computed)."""
-    if stats.docs_hit > 0 and stats.chunk_tokens_reused > 0:
-        return "chunk"
-    if stats.prefix_tokens_reused > 0:
-        return "prefix"
-    return "model"
+def usage_metadata(usage: CacheUsage) -> UsageMetadata:
+    """LangChain's ``UsageMetadata`` of a :class:`ragcache.backend.CacheUsage`: the one mapping.
 
-
-def document_hits(engine: LocalEngine, prompt: Prompt, opts: dict[str, Any]) -> list[tuple[int, bool]]:
-    """(tokens, cached) of each document block, checked in the chunk store before the call."""
-    cc = engine.chunk_cache
-    if cc is None or opts.get("use_chunk_cache") is False:
-        return []
-    out = []
-    for s, e, piece in prompt.document_spans():
-        out.append((e - s, bool(cc.store.contains(cc.key(engine.model, engine.fingerprint.digest, piece.ids)))))
-    return out
-
-
-def cache_tokens(stats: RequestStats, docs: list[tuple[int, bool]]) -> tuple[int, int]:
-    """(cache_read, cache_creation) prompt tokens of one request.
-
-    cache_read: tokens whose KV came from a cache filled by an earlier request: the exact
-    prefix plus the reused tokens of documents that were chunk-cache hits. When hits and
-    misses mix in one request, CacheBlend's reused tokens are shared between the looked-up
-    documents in proportion to their length. cache_creation: tokens of documents whose
-    chunk KV was computed and stored by this request.
+    ``input_tokens`` = prompt tokens, ``output_tokens`` = generated tokens,
+    ``input_token_details.cache_read`` = tokens read from a cache (local: prefix and chunk KV
+    reused; provider: cache reads), ``cache_creation`` = tokens written to a provider's prompt
+    cache (0 for the local engine, whose KV writes cost nothing extra).
     """
-    looked_up = docs[len(docs) - (stats.docs_hit + stats.docs_missed):] if docs else []
-    hit_tokens = sum(n for n, hit in looked_up if hit)
-    all_tokens = sum(n for n, _ in looked_up)
-    if stats.docs_missed == 0:
-        chunk_read = stats.chunk_tokens_reused
-    elif stats.docs_hit == 0 or all_tokens == 0:
-        chunk_read = 0
-    else:
-        chunk_read = round(stats.chunk_tokens_reused * hit_tokens / all_tokens)
-    return int(stats.prefix_tokens_reused + chunk_read), int(all_tokens - hit_tokens)
-
-
-def usage_metadata(stats: RequestStats, docs: list[tuple[int, bool]]) -> UsageMetadata:
-    read, created = cache_tokens(stats, docs)
     return UsageMetadata(
-        input_tokens=int(stats.prompt_tokens),
-        output_tokens=int(stats.decode_tokens),
-        total_tokens=int(stats.prompt_tokens + stats.decode_tokens),
-        input_token_details={"cache_read": read, "cache_creation": created},
+        input_tokens=int(usage.prompt_tokens),
+        output_tokens=int(usage.completion_tokens),
+        total_tokens=int(usage.prompt_tokens + usage.completion_tokens),
+        input_token_details={"cache_read": int(usage.cache_read), "cache_creation": int(usage.cache_write)},
     )
+
+
+def ragcache_metadata(result: BackendResult) -> dict[str, Any]:
+    """``response_metadata["ragcache"]`` of a backend answer: the layer (:data:`ragcache.backend.Layer`),
+    whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
+    :class:`~ragcache.backend.CacheUsage` and the engine's details (timings, documents hit / missed)."""
+    d = dict(result.details)
+    return {
+        "layer": result.layer,
+        "approximate": result.approximate,
+        "recompute_ratio": result.recompute_ratio,
+        "ttft_s": result.ttft_s,
+        "usage": result.usage.to_dict(),
+        "tokens_recomputed": result.usage.recomputed,
+        "docs_hit": d.get("docs_hit", 0),
+        "docs_missed": d.get("docs_missed", 0),
+        "prefill_s": d.get("prefill_s"),
+        "decode_s": d.get("decode_s"),
+    }

@@ -7,8 +7,8 @@ else":
 * :func:`to_engine_messages` turns LangChain messages into the chat messages
   :meth:`ragcache.engine.engine.LocalEngine.build_prompt` takes, with document
   blocks marked ``"ragcache_kind": "document"`` (so the chunk cache reuses their KV);
-* :func:`split_request` splits messages into (question, system, history,
-  documents, volatile, tools) for the semantic cache's partition key;
+* :mod:`langchain_ragcache._keys` splits messages into the question and the
+  partition (the semantic cache and the middleware);
 * :func:`parse_cache_prompt` reads the ``prompt`` string that LangChain hands a
   ``BaseCache`` (``langchain_core.load.dumps`` of the message list).
 
@@ -26,13 +26,11 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-METADATA_KEY = "ragcache"
-"""Key of the block-kind record in ``HumanMessage.additional_kwargs``."""
+from langchain_ragcache._keys import METADATA_KEY
 
 _PROVIDER_MARKERS = ("cache_control", "citations", "index")
 
@@ -138,94 +136,6 @@ def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": blocks or ""})
     return out
-
-
-@dataclass(slots=True)
-class RequestParts:
-    """A chat request split the way ragcache's semantic cache keys it.
-
-    ``question``: text of the last human turn's question block (what is embedded);
-    everything else is matched exactly: ``system`` text, ``history`` (earlier turns as
-    ``{"role", "content"}``, markers dropped), ``documents`` (``{"text", "id"}``),
-    ``volatile`` text, and ``other`` (any blocks after the last human turn).
-    """
-
-    question: str
-    system: str | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
-    documents: list[dict[str, Any]] = field(default_factory=list)
-    volatile: list[str] = field(default_factory=list)
-    other: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _plain(message: BaseMessage) -> dict[str, Any]:
-    """A message as canonical JSON-like data without provider markers or ids."""
-    content = message.content
-    if isinstance(content, list):
-        content = [
-            {k: v for k, v in b.items() if k not in _PROVIDER_MARKERS and k != "id"} if isinstance(b, Mapping) else b
-            for b in content
-        ]
-    d: dict[str, Any] = {"role": message.type, "content": content}
-    calls = getattr(message, "tool_calls", None)
-    if calls:
-        d["tool_calls"] = [{"name": c.get("name"), "args": c.get("args")} for c in calls]
-    tcid = getattr(message, "tool_call_id", None)
-    if tcid:
-        d["tool_call_id"] = tcid
-    return d
-
-
-def split_request(messages: Sequence[BaseMessage]) -> RequestParts:
-    """Split messages into the question (last human turn) and the exact parts.
-
-    The last human message's blocks are classified by their recorded kind (see the
-    module docstring); without kinds, all but the last text block are documents.
-    Non-text blocks in that message go to ``other`` (matched exactly).
-
-    Raises:
-        ValueError: there is no human message, or its question text is empty.
-    """
-    last = max((i for i, m in enumerate(messages) if m.type == "human"), default=None)
-    if last is None:
-        raise ValueError("the request has no human message, so there is no question to embed")
-    system_parts = [m for m in messages[:last] if m.type == "system"]
-    system = "\n\n".join(m.text for m in system_parts) or None
-    history = [_plain(m) for m in messages[:last] if m.type != "system"]
-    human = messages[last]
-    content = human.content if isinstance(human.content, list) else [{"type": "text", "text": human.content}]
-    texts: list[dict[str, Any]] = []
-    other: list[dict[str, Any]] = []
-    for b in content:
-        if isinstance(b, str):
-            texts.append({"type": "text", "text": b})
-        elif isinstance(b, Mapping) and b.get("type", "text") == "text":
-            texts.append(dict(b))
-        else:
-            other.append({k: v for k, v in dict(b).items() if k not in _PROVIDER_MARKERS})
-    kinds = _kinds(human, len(content)) if len(texts) == len(content) else None
-    parts = RequestParts(question="", system=system, history=history, other=other)
-    parts.other += [_plain(m) for m in messages[last + 1:]]
-    if kinds is None:
-        kinds = [{"kind": b.get("ragcache_kind")} for b in texts]
-        if all(k["kind"] is None for k in kinds):
-            kinds = [{"kind": "document"}] * (len(texts) - 1) + [{"kind": "question"}] if texts else []
-    question: list[str] = []
-    for b, k in zip(texts, kinds, strict=True):
-        kind = k.get("kind") or "question"
-        text = str(b.get("text", ""))
-        if kind == "document":
-            parts.documents.append({"text": text, "id": k.get("id", b.get("id"))})
-        elif kind == "volatile":
-            parts.volatile.append(text)
-        elif kind == "question":
-            question.append(text)
-        else:
-            parts.other.append({"kind": kind, "text": text})
-    parts.question = "\n\n".join(q for q in question if q.strip())
-    if not parts.question.strip():
-        raise ValueError("the last human message has no question text to embed")
-    return parts
 
 
 def parse_cache_prompt(prompt: str) -> list[BaseMessage] | None:

@@ -4,12 +4,18 @@ LangChain hands a cache the whole serialized message list as ``prompt`` and the
 model's parameters as ``llm_string``. Embedding that whole prompt is the classic
 semantic-cache bug: two different questions under the same 2,000-character
 context embed almost identically (cosine > 0.9) and one is served the other's
-answer. This cache instead parses the prompt (``langchain_core.load``), embeds only
-the last human turn's question text (no ``cache_control`` or other markers), and
-puts everything else into the exact :func:`ragcache.semantic.partition_key`:
-``llm_string`` (model name, temperature, max_tokens, stop, bound tools...), the
-system text, earlier turns, the retrieved documents' content hashes, volatile
-text and any non-text blocks. An answer is only served inside its own partition.
+answer. This cache never embeds context (:mod:`langchain_ragcache._keys`): it embeds
+the question alone (RagPrompt's question block, a labelled ``Question:``, a
+question-sized last human turn, or what a ``question_extractor`` returns), and puts
+everything else into the exact partition built by ragcache's one partition function
+(:func:`ragcache.semantic.partition.request_partition`): model and parameters,
+system text, earlier turns, the documents (content and rendered bytes), volatile
+text, and the template around the question. When it cannot tell the question from
+the context, the whole prompt is matched exactly (hash), never by embedding.
+
+A request laid out by :class:`~langchain_ragcache.RagPrompt` for
+:class:`~langchain_ragcache.ChatRagCache` gets the partition :class:`ragcache.RagCache`
+gives the same request, so the two entry points share answers (and ``invalidate``).
 
 Use it with ``set_llm_cache(RagCacheSemanticCache())`` or a model's ``cache=``.
 """
@@ -17,6 +23,7 @@ Use it with ``set_llm_cache(RagCacheSemanticCache())`` or a model's ``cache=``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,10 +31,12 @@ from typing import Any
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
+from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
-from langchain_ragcache._messages import parse_cache_prompt, split_request
-from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit, partition_key
+from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
+from langchain_ragcache._messages import parse_cache_prompt
+from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 
 _GENERATIONS_KEY = "langchain_generations"
 
@@ -45,19 +54,25 @@ class RagCacheSemanticCache(BaseCache):
             only the same words. Default: ragcache's tuned default (0.75, with guards).
         namespace: tenant / cache salt; part of every partition key.
         ttl_s: time to live of stored answers in seconds (``None``: no expiry).
+        question_extractor: ``text -> question | None`` applied to the last human turn (or a
+            completion prompt) when it is not a RagPrompt message; the question must occur in
+            the text. ``None`` returns mean "cannot tell": the whole prompt is matched exactly.
+        cache_truncated: also store answers cut at the token budget (off by default, as
+            :class:`ragcache.RagCache`).
         **kwargs: other :class:`SemanticCache` options (``guards``, ``max_entries``...).
 
     A hit returns the stored generations (a ``list``; LangChain treats anything else
     as a miss) and marks chat messages with
     ``response_metadata["ragcache"] = {"layer": "semantic", "similarity": s,
-    "matched_question": q}``. Plain completion ``Generation`` objects are returned
+    "matched_question": q}`` and a fresh message id on every hit. Plain completion ``Generation`` objects are returned
     unchanged. ``alookup`` / ``aupdate`` / ``aclear`` are native (the embedding and
     FAISS search run in a worker thread, same code and threshold as the sync path).
     """
 
     def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = None,
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
-                 ttl_s: float | None = None, **kwargs: Any) -> None:
+                 ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
+                 cache_truncated: bool = False, **kwargs: Any) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("namespace must be a non-empty string (use 'default' for a single tenant)")
         if semantic_cache is None:
@@ -74,44 +89,45 @@ class RagCacheSemanticCache(BaseCache):
         self.threshold = threshold
         self.namespace = namespace
         self.ttl_s = ttl_s
+        self.question_extractor = question_extractor
+        self.cache_truncated = cache_truncated
 
     # ------------------------------------------------------------------ keys
+    def keyed(self, prompt: str) -> KeyedRequest:
+        """The question / layout / exact rest of a LangChain ``prompt`` (see :mod:`langchain_ragcache._keys`)."""
+        messages = parse_cache_prompt(prompt)
+        if messages is None:  # a completion LLM's raw prompt
+            return key_text(prompt, extractor=self.question_extractor)
+        return key_messages(messages, extractor=self.question_extractor)
+
     def key_for(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey]:
         """The (question, partition) a LangChain ``(prompt, llm_string)`` pair is cached under.
 
-        Raises:
-            ValueError: a chat prompt without a human message or question text.
+        The question is :data:`~langchain_ragcache._keys.EXACT_QUESTION` when the whole prompt
+        is matched exactly (then lookups use threshold 1.0).
         """
-        messages = parse_cache_prompt(prompt)
-        if messages is None:  # a completion LLM's raw prompt: the text is the question
-            return prompt, partition_key(namespace=self.namespace, model="langchain-llm",
-                                         params={"llm_string": llm_string})
-        parts = split_request(messages)
-        extra = {}
-        if parts.volatile:
-            extra["volatile"] = parts.volatile
-        if parts.other:
-            extra["other"] = parts.other
-        pk = partition_key(
-            namespace=self.namespace,
-            model="langchain-chat",
-            params={"llm_string": llm_string},
-            system=parts.system,
-            history=parts.history,
-            documents=parts.documents,
-            extra=extra,
-        )
-        return parts.question, pk
+        req = self.keyed(prompt)
+        model, params, tools = model_identity(llm_string)
+        return req.question, req.partition(namespace=self.namespace, model=model, params=params, tools=tools)
+
+    def _key(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey, float | None]:
+        req = self.keyed(prompt)
+        model, params, tools = model_identity(llm_string)
+        pk = req.partition(namespace=self.namespace, model=model, params=params, tools=tools)
+        return req.question, pk, (1.0 if req.exact else self.threshold)
 
     # ------------------------------------------------------------------ BaseCache
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
         """Cached generations for a semantically equal question in the same partition, else ``None``."""
-        question, pk = self.key_for(prompt, llm_string)
-        return self._to_generations(self.semantic_cache.lookup(question, partition=pk, threshold=self.threshold))
+        question, pk, threshold = self._key(prompt, llm_string)
+        return self._to_generations(self.semantic_cache.lookup(question, partition=pk, threshold=threshold))
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
-        """Store generations for this prompt's question (a same-words entry is replaced)."""
-        question, pk = self.key_for(prompt, llm_string)
+        """Store generations for this prompt's question (a same-words entry is replaced).
+        An answer cut at the token budget is not stored unless ``cache_truncated``."""
+        if not self.cacheable(return_val):
+            return
+        question, pk, _ = self._key(prompt, llm_string)
         answer, meta = self._payload(return_val)
         self.semantic_cache.store(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
 
@@ -123,12 +139,14 @@ class RagCacheSemanticCache(BaseCache):
             self.semantic_cache.clear(kwargs.get("namespace", self.namespace))
 
     async def alookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
-        question, pk = self.key_for(prompt, llm_string)
-        hit = await self.semantic_cache.alookup(question, partition=pk, threshold=self.threshold)
+        question, pk, threshold = self._key(prompt, llm_string)
+        hit = await self.semantic_cache.alookup(question, partition=pk, threshold=threshold)
         return self._to_generations(hit)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
-        question, pk = self.key_for(prompt, llm_string)
+        if not self.cacheable(return_val):
+            return
+        question, pk, _ = self._key(prompt, llm_string)
         answer, meta = self._payload(return_val)
         await self.semantic_cache.astore(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
 
@@ -136,11 +154,27 @@ class RagCacheSemanticCache(BaseCache):
         await asyncio.to_thread(self.clear, **kwargs)
 
     # ------------------------------------------------------------------ helpers
+    def cacheable(self, return_val: Sequence[Generation]) -> bool:
+        """Whether generations may be stored: not cut at the token budget (``finish_reason``
+        ``length`` / ``stop_reason`` ``max_tokens``), unless ``cache_truncated`` (as
+        :meth:`ragcache.RagCache.cacheable`). The budget is in the partition, so a stored
+        truncated answer is never served to a request with a larger one."""
+        if self.cache_truncated:
+            return True
+        for g in return_val:
+            info = dict(g.generation_info or {})
+            info.update(getattr(getattr(g, "message", None), "response_metadata", None) or {})
+            if info.get("finish_reason") == "length" or info.get("stop_reason") == "max_tokens":
+                return False
+        return True
+
     @staticmethod
     def _payload(return_val: Sequence[Generation]) -> tuple[str, dict[str, Any]]:
         gens = list(return_val)
         if not gens:
             raise ValueError("update() needs at least one generation to store")
+        gens = [ChatGeneration(message=g.message.model_copy(update={"id": None}), generation_info=g.generation_info)
+                if isinstance(g, ChatGeneration) else g for g in gens]
         return gens[0].text, {_GENERATIONS_KEY: dumps(gens)}
 
     @staticmethod
@@ -148,8 +182,9 @@ class RagCacheSemanticCache(BaseCache):
         if hit is None:
             return None
         raw = hit.metadata.get(_GENERATIONS_KEY)
-        if raw is None:  # stored by ragcache's own pipeline: plain answer text
-            gens: list[Generation] = [Generation(text=hit.answer)]
+        if raw is None:  # stored by ragcache's own pipeline (RagCache.answer): plain answer text
+            gens: list[Generation] = [ChatGeneration(message=AIMessage(
+                content=hit.answer, response_metadata={"finish_reason": hit.metadata.get("finish_reason", "stop")}))]
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -162,8 +197,16 @@ class RagCacheSemanticCache(BaseCache):
         for g in gens:
             if isinstance(g, ChatGeneration):
                 msg = g.message
-                meta = {**msg.response_metadata, "ragcache": mark}
-                g = ChatGeneration(message=msg.model_copy(update={"response_metadata": meta}),
+                # whether the stored answer came from a blended (approximate) prefill, and at which r
+                origin = {**dict(hit.metadata), **(msg.response_metadata.get("ragcache") or {})}
+                meta = {**msg.response_metadata, "ragcache": {
+                    **mark, "approximate": bool(origin.get("approximate", False)),
+                    "recompute_ratio": origin.get("recompute_ratio")}}
+                update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}"}
+                calls = getattr(msg, "tool_calls", None)
+                if calls:  # a served tool call gets fresh call ids too (ToolMessages answer by id)
+                    update["tool_calls"] = [{**c, "id": f"call_{uuid.uuid4().hex[:24]}"} for c in calls]
+                g = ChatGeneration(message=msg.model_copy(update=update),
                                    generation_info=g.generation_info)
             out.append(g)
         return out

@@ -7,11 +7,13 @@ through the CacheBlend chunk cache (Yao et al., EuroSys 2025, arXiv 2405.16444,
 sections 3-5: per-document KV computed once, RoPE re-rotated to its new position, the
 top ``recompute_ratio`` of deviating tokens recomputed). The question is always computed.
 
-Every answer reports what the caches did: ``usage_metadata["input_token_details"]
-["cache_read"]`` is the number of prompt tokens whose KV was reused, and
-``response_metadata["ragcache"]`` holds the layer (``chunk``, ``prefix``, ``model``, or
-``semantic`` for an answer served by the LLM cache), TTFT, tokens reused and
-recomputed, and the recompute ratio.
+Every answer goes through the pipeline's :class:`ragcache.engine.backend.LocalBackend` and
+reports ragcache's one record (:class:`ragcache.backend.BackendResult`):
+``usage_metadata["input_token_details"]["cache_read"]`` is the number of prompt tokens whose
+KV was reused (``cache_creation`` is 0: local KV writes cost nothing), and
+``response_metadata["ragcache"]`` holds the layer (``prefix``, ``chunk``, ``prefix+chunk``,
+``model``, or ``semantic`` for an answer served by the LLM cache), ``approximate`` and
+``recompute_ratio`` (CacheBlend reused document KV), TTFT and the whole ``CacheUsage``.
 
 Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
 (``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``):
@@ -21,7 +23,6 @@ streamed answer is stored on completion.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -40,9 +41,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ragcache._engine import TINY_RANDOM_MODEL, document_hits, layer_of, shared_engine, usage_metadata
+from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine, usage_metadata
 from langchain_ragcache._messages import to_engine_messages
 from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
+from ragcache.backend import BackendResult
+from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
 from ragcache.models import DEFAULT_MODEL
 
@@ -136,6 +139,7 @@ class ChatRagCache(BaseChatModel):
             "max_tokens": self.max_tokens,
             "top_p": self.top_p,
             "seed": self.seed,
+            "default_stop": list(self.stop) if self.stop else None,
         }
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
@@ -219,45 +223,36 @@ class ChatRagCache(BaseChatModel):
         rest, calls, invalid = parse_tool_calls(text, names)
         return AIMessage(content=rest, tool_calls=calls, invalid_tool_calls=invalid, **fields)
 
-    def _response_metadata(self, gen: Generation, opts: dict[str, Any]) -> dict[str, Any]:
-        st = gen.stats
-        return {
-            "model_name": self.model_name,
-            "model_provider": "ragcache",
-            "finish_reason": st.finish_reason,
-            "ragcache": {
-                "layer": layer_of(st),
-                "ttft_s": st.ttft_s,
-                "prefill_s": st.prefill_s,
-                "decode_s": st.decode_s,
-                "decode_tokens_per_s": st.decode_tokens_per_s,
-                "prompt_tokens": st.prompt_tokens,
-                "prefill_tokens_computed": st.prefill_tokens_computed,
-                "prefix_tokens_reused": st.prefix_tokens_reused,
-                "chunk_tokens_reused": st.chunk_tokens_reused,
-                "tokens_recomputed": st.tokens_recomputed,
-                "recompute_ratio": st.recompute_ratio if st.recompute_ratio is not None else opts["recompute_ratio"],
-                "docs_hit": st.docs_hit,
-                "docs_missed": st.docs_missed,
-            },
-        }
+    def _backend(self, opts: dict[str, Any]) -> tuple[LocalBackend, int, float]:
+        """The pipeline's local backend with this call's options, the budget and the temperature."""
+        rest = {k: v for k, v in opts.items() if k not in ("max_new_tokens", "temperature")}
+        return LocalBackend(self.get_engine(), **rest), opts["max_new_tokens"], opts["temperature"]
+
+    def _response_metadata(self, result: BackendResult) -> dict[str, Any]:
+        return {"model_name": self.model_name, "model_provider": "ragcache", "finish_reason": result.finish_reason,
+                "ragcache": ragcache_metadata(result)}
+
+    def _message(self, result: BackendResult, names: list[str]) -> AIMessage:
+        return self._tool_message(result.text, names, usage_metadata=usage_metadata(result.usage),
+                                  response_metadata=self._response_metadata(result))
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         opts = self._options(stop, kwargs)
         messages, names = self._with_tools(messages, kwargs)
-        engine = self.get_engine()
-        prompt = engine.build_prompt(to_engine_messages(messages))
-        docs = document_hits(engine, prompt, opts)
-        gen = engine.generate(prompt, **opts)
-        msg = self._tool_message(gen.text, names, usage_metadata=usage_metadata(gen.stats, docs),
-                                 response_metadata=self._response_metadata(gen, opts))
-        return ChatResult(generations=[ChatGeneration(message=msg)])
+        backend, budget, temperature = self._backend(opts)
+        prompt = backend.engine.build_prompt(to_engine_messages(messages))
+        result = backend.generate(prompt, max_new_tokens=budget, temperature=temperature)
+        return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        # The forward passes are blocking CPU/GPU work: run them off the event loop.
-        return await asyncio.to_thread(self._generate, messages, stop, None, **kwargs)
+        opts = self._options(stop, kwargs)
+        messages, names = self._with_tools(messages, kwargs)
+        backend, budget, temperature = self._backend(opts)
+        prompt = backend.engine.build_prompt(to_engine_messages(messages))
+        result = await backend.agenerate(prompt, max_new_tokens=budget, temperature=temperature)
+        return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
     # ------------------------------------------------------------------ streaming
     def _llm_cache(self) -> BaseCache | None:
@@ -273,11 +268,6 @@ class ChatRagCache(BaseChatModel):
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        return self._stream_impl(messages, stop, run_manager, kwargs, None)
-
-    def _stream_impl(self, messages: list[BaseMessage], stop: list[str] | None,
-                     run_manager: CallbackManagerForLLMRun | None, kwargs: dict[str, Any],
-                     cancel: threading.Event | None) -> Iterator[ChatGenerationChunk]:
         opts = self._options(stop, kwargs)
         kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
         cache = self._llm_cache()
@@ -288,41 +278,43 @@ class ChatRagCache(BaseChatModel):
                 yield from self._replay(cached[0], run_manager)
                 return
         if kwargs.get("tools"):
-            # Tool calls are parsed from the whole answer: generate it, then emit one final chunk.
-            result = self._generate(messages, stop, None, **kwargs)
-            msg = result.generations[0].message
-            yield ChatGenerationChunk(message=AIMessageChunk(
-                content=msg.content, usage_metadata=msg.usage_metadata, response_metadata=msg.response_metadata,
-                tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
-                                   "type": "tool_call_chunk"} for i, c in enumerate(msg.tool_calls)],
-                chunk_position="last"))
+            msg = self._generate(messages, stop, None, **kwargs).generations[0].message
+            yield self._tool_chunk(msg)
             if cache is not None:
                 cache.update(*key, [ChatGeneration(message=msg)])
             return
+        backend, budget, temperature = self._backend(opts)
+        prompt = backend.engine.build_prompt(to_engine_messages(messages))
         final: Generation | None = None
-        engine = self.get_engine()
-        prompt = engine.build_prompt(to_engine_messages(messages))
-        docs = document_hits(engine, prompt, opts)
-        for ev in engine.stream(prompt, **opts):
-            if cancel is not None and cancel.is_set():
-                return
-            if ev.generation is not None:
-                final = ev.generation
-            elif ev.text:
+        for ev in backend.stream(prompt, max_new_tokens=budget, temperature=temperature):
+            final = ev.generation or final
+            if ev.text:
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=ev.text))
                 if run_manager:
                     run_manager.on_llm_new_token(ev.text, chunk=chunk)
                 yield chunk
         assert final is not None
-        meta = self._response_metadata(final, opts)
-        usage = usage_metadata(final.stats, docs)
-        yield ChatGenerationChunk(
-            message=AIMessageChunk(content="", usage_metadata=usage, response_metadata=meta, chunk_position="last"),
-            generation_info={"finish_reason": final.stats.finish_reason},
-        )
+        last, msg = self._final(result_of(final))
+        yield last
         if cache is not None:
-            msg = AIMessage(content=final.text, usage_metadata=usage, response_metadata=meta)
             cache.update(*key, [ChatGeneration(message=msg)])
+
+    def _final(self, result: BackendResult) -> tuple[ChatGenerationChunk, AIMessage]:
+        """The closing chunk of a stream (usage and metadata) and the whole message for the cache."""
+        meta, usage = self._response_metadata(result), usage_metadata(result.usage)
+        chunk = ChatGenerationChunk(
+            message=AIMessageChunk(content="", usage_metadata=usage, response_metadata=meta, chunk_position="last"),
+            generation_info={"finish_reason": result.finish_reason})
+        return chunk, AIMessage(content=result.text, usage_metadata=usage, response_metadata=meta)
+
+    @staticmethod
+    def _tool_chunk(msg: Any) -> ChatGenerationChunk:
+        # Tool calls are parsed from the whole answer: one final chunk carries them.
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content=msg.content, usage_metadata=msg.usage_metadata, response_metadata=msg.response_metadata,
+            tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
+                               "type": "tool_call_chunk"} for i, c in enumerate(msg.tool_calls)],
+            chunk_position="last"))
 
     def _replay(self, cached: Any, run_manager: CallbackManagerForLLMRun | None) -> Iterator[ChatGenerationChunk]:
         """Stream a cached answer back as word chunks; the last chunk carries its metadata."""
@@ -344,35 +336,42 @@ class ChatRagCache(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        """Native async streaming: the engine runs in a worker thread and hands chunks to the event loop."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        done = object()
-        cancel = threading.Event()
-
-        def worker() -> None:
-            try:
-                for chunk in self._stream_impl(messages, stop, None, kwargs, cancel):
-                    loop.call_soon_threadsafe(queue.put_nowait, chunk)
-            except BaseException as e:  # noqa: BLE001 - re-raised on the event loop
-                loop.call_soon_threadsafe(queue.put_nowait, e)
-            finally:
-                loop.call_soon_threadsafe(queue.put_nowait, done)
-
-        fut = loop.run_in_executor(None, worker)
-        try:
-            while True:
-                item = await queue.get()
-                if item is done:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                if run_manager and item.text:
-                    await run_manager.on_llm_new_token(item.text, chunk=item)
-                yield item
-        finally:
-            cancel.set()
-            await fut
+        """Native async streaming: the engine's token stream through :meth:`LocalEngine.astream`
+        (:func:`ragcache.aio.iterate_in_thread`, the one sync-to-async bridge; leaving early stops
+        generation within one decode step). The LLM cache is consulted with its async methods."""
+        opts = self._options(stop, kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        cache = self._llm_cache()
+        key = self._cache_key(messages, stop, kwargs) if cache is not None else None
+        if cache is not None:
+            cached = await cache.alookup(*key)
+            if isinstance(cached, list) and cached:
+                for chunk in self._replay(cached[0], None):
+                    if run_manager and chunk.text:
+                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
+                return
+        if kwargs.get("tools"):
+            msg = (await self._agenerate(messages, stop, None, **kwargs)).generations[0].message
+            yield self._tool_chunk(msg)
+            if cache is not None:
+                await cache.aupdate(*key, [ChatGeneration(message=msg)])
+            return
+        backend, budget, temperature = self._backend(opts)
+        prompt = backend.engine.build_prompt(to_engine_messages(messages))  # tokenising: milliseconds
+        final: Generation | None = None
+        async for ev in backend.astream(prompt, max_new_tokens=budget, temperature=temperature):
+            final = ev.generation or final
+            if ev.text:
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=ev.text))
+                if run_manager:
+                    await run_manager.on_llm_new_token(ev.text, chunk=chunk)
+                yield chunk
+        assert final is not None
+        last, msg = self._final(result_of(final))
+        yield last
+        if cache is not None:
+            await cache.aupdate(*key, [ChatGeneration(message=msg)])
 
 
 __all__ = ["ChatRagCache", "TINY_RANDOM_MODEL", "shared_engine"]

@@ -31,34 +31,29 @@ from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict, Field
 
-from langchain_ragcache._messages import METADATA_KEY
-from ragcache.layout import PromptLayout
+from langchain_ragcache._keys import METADATA_KEY
+from ragcache.layout import PromptLayout, Segment, as_document
 from ragcache.anthropic.breakpoints import CachedRequest, layout_request
 
 Provider = Literal["plain", "anthropic"]
 
 
-def _documents(context: Any, metadata_keys: Sequence[str] | None) -> list[dict[str, Any]]:
+def _documents(context: Any, metadata_keys: Sequence[str] | None) -> list[Segment]:
+    """Documents as layout Segments (:func:`ragcache.layout.as_document`, the one normaliser),
+    keeping only ``metadata_keys`` of their metadata (``None``: all)."""
     if context is None:
         return []
-    if isinstance(context, str | Document):
+    if isinstance(context, str | Document | Mapping):
         context = [context]
     docs = []
     for i, d in enumerate(context):
-        if isinstance(d, str):
-            docs.append({"text": d})
-        elif isinstance(d, Document):
-            meta = dict(d.metadata or {})
-            if metadata_keys is not None:
-                meta = {k: meta[k] for k in metadata_keys if k in meta}
-            doc: dict[str, Any] = {"text": d.page_content, "metadata": meta}
-            if d.id is not None:
-                doc["id"] = str(d.id)
-            docs.append(doc)
-        elif isinstance(d, Mapping):
-            docs.append(dict(d))
-        else:
-            raise ValueError(f"context[{i}] is a {type(d).__name__}: give LangChain Documents, strings or dicts")
+        try:
+            seg = as_document(d)
+        except ValueError as e:
+            raise ValueError(f"context[{i}]: {e}") from None
+        if metadata_keys is not None:
+            seg = Segment("document", seg.text, seg.id, {k: seg.metadata[k] for k in metadata_keys if k in seg.metadata})
+        docs.append(seg)
     return docs
 
 
@@ -70,6 +65,22 @@ def _history(history: Any) -> list[dict[str, Any]]:
         if m.type not in ("human", "ai"):
             raise ValueError(f"history holds a {m.type!r} message: RagPrompt history takes human and ai turns")
         out.append({"role": "user" if m.type == "human" else "assistant", "content": m.text})
+    return out
+
+
+def _block_kinds(layout: PromptLayout, final: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The kind of each block of the final user turn; documents also carry their own id and
+    metadata, so the semantic cache rebuilds the exact Segment (content hash for ``invalidate``)."""
+    docs = iter(layout.documents)
+    out = []
+    for b in final:
+        rec: dict[str, Any] = {"kind": b["ragcache_kind"]}
+        if b.get("id") is not None:
+            rec["id"] = b["id"]
+        if b["ragcache_kind"] == "document":
+            seg = next(docs)
+            rec["document"] = {"id": seg.id, "metadata": dict(seg.metadata)}
+        out.append(rec)
     return out
 
 
@@ -94,7 +105,9 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
         min_tokens: override of the minimum cacheable length (one int, or per family).
         token_counter: tokens of a text, for exact breakpoint placement (default: estimate).
         doc_order: ``"canonical"`` (sorted, de-duplicated; byte-stable) or ``"given"``.
-        lint: volatile-text lint of the stable parts: off, warn, move, raise.
+        lint: volatile-text lint of the stable parts: off, warn, ``move`` (default, as
+            :class:`ragcache.RagCache`: dates and ids leave the system text for the volatile
+            block, which stays in the semantic partition), raise.
         metadata_keys: Document metadata rendered as attributes (``None``: all of them;
             retrieval scores are volatile, so the default keeps source and title only).
         question_key / context_key / history_key / volatile_key: input dict keys.
@@ -116,7 +129,7 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
     min_tokens: int | dict[str, int] | None = None
     token_counter: Callable[[str], int] | None = Field(default=None, exclude=True)
     doc_order: Literal["canonical", "given"] = "canonical"
-    lint: Literal["off", "warn", "move", "raise"] = "warn"
+    lint: Literal["off", "warn", "move", "raise"] = "move"
     metadata_keys: tuple[str, ...] | None = ("source", "title")
     question_key: str = "question"
     context_key: str = "context"
@@ -168,8 +181,7 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
         """Messages for a layout (see the class docstring for the shape)."""
         msgs = layout.to_messages()
         final = msgs[-1]["content"]
-        kinds = [{"kind": b["ragcache_kind"], **({"id": b["id"]} if b.get("id") is not None else {})}
-                 for b in final]
+        kinds = _block_kinds(layout, final)
         if self.provider == "anthropic":
             req = self.anthropic_request(layout)
             out: list[BaseMessage] = []

@@ -35,7 +35,7 @@ def test_stream_yields_tokens_then_a_final_chunk(tiny_engine_plain) -> None:
 
 
 def test_streaming_serves_and_fills_the_semantic_cache(tiny_engine_plain, embedder) -> None:
-    sem = RagCacheSemanticCache(embedder=embedder)
+    sem = RagCacheSemanticCache(embedder=embedder, cache_truncated=True)
     llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=6, cache=sem)
     _, first = collect(llm.stream(Q))
     assert first.response_metadata["ragcache"]["layer"] != "semantic"
@@ -50,7 +50,7 @@ def test_streaming_serves_and_fills_the_semantic_cache(tiny_engine_plain, embedd
 
 
 def test_stream_cache_can_be_bypassed(tiny_engine_plain, embedder) -> None:
-    sem = RagCacheSemanticCache(embedder=embedder)
+    sem = RagCacheSemanticCache(embedder=embedder, cache_truncated=True)
     llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=4, cache=sem, stream_cache=False)
     collect(llm.stream(Q))
     assert len(sem.semantic_cache) == 0

@@ -1,0 +1,318 @@
+"""LangChain v1 agent middleware: ragcache's semantic cache and stable-first layout around the model call.
+
+Add to an agent built with ``langchain.agents.create_agent``::
+
+    agent = create_agent(model, tools, system_prompt=...,
+                         middleware=[RagCacheMiddleware(), RagPromptLayoutMiddleware()])
+
+:class:`RagCacheMiddleware` serves a model call from the semantic response cache: the question
+is the last human turn (its question part, see :mod:`langchain_ragcache._keys`); the partition
+is ragcache's one partition function over the model and its settings, the system prompt, the
+tools, the earlier turns and documents, and every message after the last human turn (tool calls
+by name and arguments, tool results): so a turn inside a tool loop is only served when the
+cached turn made the same tool calls and got the same results. A hit is a new ``AIMessage``
+(fresh message id, fresh tool-call ids) with ``response_metadata["ragcache"]`` giving the layer
+and similarity.
+
+:class:`RagPromptLayoutMiddleware` lays the request out stable-first for a provider prompt cache:
+volatile text (dates, times, ids) leaves the system prompt for a block after the last breakpoint,
+documents in tool results (a retriever tool's ``Document`` artifacts) are rendered canonically
+(:func:`ragcache.layout.render_document`, sorted), and for ``ChatAnthropic`` at most 4
+``cache_control`` breakpoints go on the last tool, the system prompt, the end of the stable
+history and the last message (history is append-only, so the next turn reads all of it). The
+provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage`
+(``response_metadata["ragcache"]``) and ``usage_metadata.input_token_details``
+(``cache_read`` / ``cache_creation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+try:
+    from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("the agent middleware needs langchain>=1: pip install 'langchain-ragcache[agents]'") from e
+from langchain_core.documents import Document
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
+from langchain_ragcache.cache import RagCacheSemanticCache
+from ragcache.backend import CacheUsage
+from ragcache.layout import as_document, canonicalize, render_document
+from ragcache.semantic import PartitionKey
+from ragcache.volatile import move_volatile
+
+MAX_BREAKPOINTS = 4
+
+
+# ============================================================================== semantic cache
+class RagCacheMiddleware(AgentMiddleware):
+    """The semantic response cache around an agent's model call.
+
+    Args:
+        cache: a :class:`~langchain_ragcache.RagCacheSemanticCache` to share (with an LCEL chain's
+            ``set_llm_cache``, for example); otherwise one is built from ``**kwargs``
+            (``path``, ``embedder``, ``threshold``, ``namespace``, ``ttl_s``,
+            ``question_extractor``, ``cache_truncated``, SemanticCache options).
+
+    Requests with a ``response_format`` (structured output) are passed through uncached.
+    """
+
+    def __init__(self, cache: RagCacheSemanticCache | None = None, *,
+                 question_extractor: QuestionExtractor | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        if cache is not None and kwargs:
+            raise ValueError("give either cache=RagCacheSemanticCache(...) or options for a new one, not both")
+        self.cache = cache or RagCacheSemanticCache(question_extractor=question_extractor, **kwargs)
+        self.model_calls = 0
+        self.hits = 0
+
+    # -- keys -----------------------------------------------------------------------------------
+    def key(self, request: ModelRequest) -> tuple[str, PartitionKey, float | None]:
+        """``(question, partition, threshold)`` of an agent's model request."""
+        system = request.system_message.text if request.system_message is not None else None
+        req = key_messages(request.messages, system=system, extractor=self.cache.question_extractor)
+        model, params, _ = model_identity(_llm_string(request.model, request.model_settings))
+        if request.tool_choice is not None:
+            params = {**params, "tool_choice": canonicalize(request.tool_choice)}
+        pk = req.partition(namespace=self.cache.namespace, model=model, params=params,
+                           tools=[_tool_schema(t) for t in request.tools])
+        return req.question, pk, (1.0 if req.exact else self.cache.threshold)
+
+    def _served(self, hit: Any) -> ModelResponse | None:
+        gens = self.cache._to_generations(hit)
+        if not gens or not isinstance(getattr(gens[0], "message", None), AIMessage):
+            return None
+        self.hits += 1
+        return ModelResponse(result=[gens[0].message])
+
+    def _storable(self, request: ModelRequest, response: Any) -> AIMessage | None:
+        msg = response if isinstance(response, AIMessage) else None
+        if isinstance(response, ModelResponse) and len(response.result) == 1 and isinstance(response.result[0], AIMessage):
+            msg = response.result[0]
+        if msg is None or request.response_format is not None or msg.invalid_tool_calls:
+            return None
+        from langchain_core.outputs import ChatGeneration
+
+        gens = [ChatGeneration(message=msg)]
+        return msg if self.cache.cacheable(gens) else None
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        if request.response_format is not None:
+            return handler(request)
+        question, pk, threshold = self.key(request)
+        hit = self.cache.semantic_cache.lookup(question, partition=pk, threshold=threshold)
+        served = self._served(hit) if hit is not None else None
+        if served is not None:
+            return served
+        self.model_calls += 1
+        response = handler(request)
+        msg = self._storable(request, response)
+        if msg is not None:
+            answer, meta = self.cache._payload([_generation(msg)])
+            self.cache.semantic_cache.store(question, answer, partition=pk, metadata=meta, ttl_s=self.cache.ttl_s)
+        return response
+
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
+        if request.response_format is not None:
+            return await handler(request)
+        question, pk, threshold = self.key(request)
+        hit = await self.cache.semantic_cache.alookup(question, partition=pk, threshold=threshold)
+        served = self._served(hit) if hit is not None else None
+        if served is not None:
+            return served
+        self.model_calls += 1
+        response = await handler(request)
+        msg = self._storable(request, response)
+        if msg is not None:
+            answer, meta = self.cache._payload([_generation(msg)])
+            await self.cache.semantic_cache.astore(question, answer, partition=pk, metadata=meta,
+                                                   ttl_s=self.cache.ttl_s)
+        return response
+
+
+def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
+    """LangChain's ``llm_string`` of the model an agent calls: a ``model.bind(...)`` binding's
+    arguments count as settings (they change the answer)."""
+    bound: dict[str, Any] = {}
+    while not isinstance(model, BaseChatModel) and hasattr(model, "bound"):
+        bound = {**dict(getattr(model, "kwargs", None) or {}), **bound}
+        model = model.bound
+    if not isinstance(model, BaseChatModel):
+        raise ValueError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
+    return model._get_llm_string(**{**bound, **settings})
+
+
+def _generation(msg: AIMessage) -> Any:
+    from langchain_core.outputs import ChatGeneration
+
+    return ChatGeneration(message=msg)
+
+
+def _tool_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's definition as it enters the partition (OpenAI function schema, markers dropped)."""
+    if isinstance(tool, Mapping):
+        return canonicalize({k: v for k, v in tool.items() if k != "cache_control"})
+    return canonicalize(convert_to_openai_tool(tool))
+
+
+# ============================================================================== layout + breakpoints
+def _is_anthropic(model: Any) -> bool:
+    return getattr(model, "_llm_type", "") == "anthropic-chat" or type(model).__name__ == "ChatAnthropic"
+
+
+def _strip_markers(content: Any) -> Any:
+    if isinstance(content, list):
+        return [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b
+                for b in content]
+    return content
+
+
+def _mark(content: Any, cc: Mapping[str, str]) -> Any | None:
+    """Content with ``cache_control`` on its last non-empty text or tool-result block (None if none)."""
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    for i in range(len(blocks) - 1, -1, -1):
+        b = blocks[i]
+        if isinstance(b, str):
+            b = {"type": "text", "text": b}
+        if isinstance(b, Mapping) and b.get("type", "text") in ("text", "tool_result") and (
+                b.get("type") == "tool_result" or str(b.get("text", "")).strip()):
+            blocks[i] = {**b, "cache_control": dict(cc)}
+            return blocks
+    return None
+
+
+def canonical_documents(message: BaseMessage) -> BaseMessage:
+    """A tool result whose artifact is a list of ``Document`` (a retriever tool with
+    ``response_format="content_and_artifact"``), rendered canonically: one
+    :func:`~ragcache.layout.render_document` block per document, sorted by id then content,
+    duplicates dropped. Other messages are returned unchanged."""
+    art = getattr(message, "artifact", None)
+    if not isinstance(message, ToolMessage) or not isinstance(art, Sequence) or not art or \
+            not all(isinstance(d, Document) for d in art):
+        return message
+    segs = {s.render_hash: s for s in (as_document(d) for d in art)}
+    ordered = sorted(segs.values(), key=lambda s: (s.id is None, s.id or "", s.render_hash))
+    text = "\n\n".join(render_document(s) for s in ordered)
+    return message.model_copy(update={"content": text})
+
+
+class RagPromptLayoutMiddleware(AgentMiddleware):
+    """Stable-first layout and Anthropic prompt-cache breakpoints for an agent's model requests.
+
+    Args:
+        ttl: breakpoint TTL, ``"5m"`` or ``"1h"``.
+        lint: volatile text in the system prompt: ``"move"`` (default: into a text block after the
+            last breakpoint, so the system prompt's bytes stay the same), ``"off"``.
+        canonical_documents: re-render retriever tool results (``Document`` artifacts) canonically.
+        breakpoints: ``"anthropic"`` places ``cache_control`` for ``ChatAnthropic`` (other models
+            get the layout only); ``"off"`` never places any.
+
+    Breakpoints (at most 4; caller-set ``cache_control`` markers in messages and a top-level
+    ``cache_control`` model setting are replaced): the last tool, the system prompt, the last
+    message before the final human turn (the stable history), and the last message. Each
+    response's ``response_metadata["ragcache"]`` holds ``layer`` (``provider-cache`` when part of
+    the prompt was read from the cache, else ``provider``), ``breakpoints`` and ``usage``
+    (:class:`~ragcache.backend.CacheUsage`).
+    """
+
+    def __init__(self, *, ttl: Literal["5m", "1h"] = "5m", lint: Literal["move", "off"] = "move",
+                 canonical_documents: bool = True, breakpoints: Literal["anthropic", "off"] = "anthropic") -> None:
+        super().__init__()
+        if ttl not in ("5m", "1h") or lint not in ("move", "off") or breakpoints not in ("anthropic", "off"):
+            raise ValueError("ttl must be '5m' or '1h', lint 'move' or 'off', breakpoints 'anthropic' or 'off'")
+        self.ttl, self.lint, self.canonical, self.breakpoints = ttl, lint, canonical_documents, breakpoints
+
+    def layout(self, request: ModelRequest) -> tuple[ModelRequest, list[str]]:
+        """The laid-out request and where its breakpoints are (``tools``, ``system``, ``message[i]``)."""
+        messages = [canonical_documents(m) if self.canonical else m for m in request.messages]
+        system = request.system_message
+        volatile = ""
+        if system is not None and self.lint == "move" and isinstance(system.content, str):
+            stable, volatile, _ = move_volatile(system.content)
+            if volatile:
+                system = SystemMessage(content=stable)
+        anthropic = self.breakpoints == "anthropic" and _is_anthropic(request.model)
+        placed: list[str] = []
+        tools = list(request.tools)
+        settings = dict(request.model_settings)
+        if anthropic:
+            cc = {"type": "ephemeral", "ttl": self.ttl}
+            settings.pop("cache_control", None)
+            messages = [m.model_copy(update={"content": _strip_markers(m.content)}) for m in messages]
+            if tools and isinstance(tools[-1], BaseTool):
+                tools[-1] = tools[-1].model_copy(update={"extras": {**(tools[-1].extras or {}), "cache_control": cc}})
+                placed.append("tools")
+            if system is not None:
+                marked = _mark(_strip_markers(system.content), cc)
+                if marked is not None:
+                    system = SystemMessage(content=marked)
+                    placed.append("system")
+            last_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=None)
+            targets = [len(messages) - 1]
+            if last_human is not None and last_human > 0:
+                targets.insert(0, last_human - 1)
+            for i in targets:
+                while i >= 0 and len(placed) < MAX_BREAKPOINTS:
+                    marked = _mark(messages[i].content, cc)
+                    if marked is not None:
+                        if f"message[{i}]" not in placed:
+                            messages[i] = messages[i].model_copy(update={"content": marked})
+                            placed.append(f"message[{i}]")
+                        break
+                    i -= 1
+        if volatile:
+            messages.append(HumanMessage(content=[{"type": "text", "text": volatile}],
+                                         additional_kwargs={METADATA_KEY: {"blocks": [{"kind": "volatile"}]}}))
+        overrides: dict[str, Any] = {"messages": messages, "model_settings": settings, "tools": tools}
+        if system is not request.system_message:
+            overrides["system_message"] = system
+        return request.override(**overrides), placed
+
+    @staticmethod
+    def _read_back(response: Any, placed: list[str]) -> Any:
+        """A copy of the response whose AI messages carry the usage as ragcache's :class:`CacheUsage`
+        (``response_metadata["ragcache"]``) and one ``cache_creation`` total."""
+        if isinstance(response, ModelResponse):
+            return ModelResponse(result=[_with_usage(m, placed) for m in response.result],
+                                 structured_response=response.structured_response)
+        return _with_usage(response, placed)
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        laid, placed = self.layout(request)
+        return self._read_back(handler(laid), placed)
+
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
+        laid, placed = self.layout(request)
+        return self._read_back(await handler(laid), placed)
+
+
+def _with_usage(msg: Any, placed: list[str]) -> Any:
+    if not isinstance(msg, AIMessage) or not msg.usage_metadata:
+        return msg
+    um = msg.usage_metadata
+    details = dict(um.get("input_token_details") or {})
+    read = int(details.get("cache_read") or 0)
+    by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+              if k in details}
+    # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
+    write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
+    usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
+                                cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
+    details.update({"cache_read": read, "cache_creation": write})
+    return msg.model_copy(update={
+        "usage_metadata": {**um, "input_token_details": details},
+        "response_metadata": {**msg.response_metadata, "ragcache": {
+            "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
+            "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}})
+
+
+__all__ = ["MAX_BREAKPOINTS", "RagCacheMiddleware", "RagPromptLayoutMiddleware", "canonical_documents"]
