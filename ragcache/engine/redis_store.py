@@ -27,7 +27,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import torch
 
 from ragcache.engine.chunk_kv import chunk_from_bytes, chunk_to_bytes
 from ragcache.engine.stores import ChunkKV, StoreStats

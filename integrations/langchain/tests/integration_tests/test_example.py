@@ -31,12 +31,17 @@ def test_example_chain_end_to_end() -> None:
     layers = [r["layer"] for r in rows]
     assert layers[0] in ("model", "prefix")
     assert layers[1:3] == ["semantic", "semantic"]  # reworded, and reordered documents
-    assert layers[3] in ("chunk", "prefix+chunk")  # new question: the documents' KV came from the chunk cache
+    # new question over the same documents: their KV is reused, from the exact prefix cache (same order,
+    # nothing before them changed) or blended from the chunk cache when the cost rule says it pays
+    assert layers[3] in ("prefix", "chunk", "prefix+chunk")
     assert rows[1]["answer"] == rows[0]["answer"] == rows[2]["answer"]
     assert all(r["answer"] for r in rows)
     # local KV writes cost nothing: cache_creation is a provider's prompt-cache write, 0 here
     assert rows[0]["cache_creation"] == 0 and rows[3]["cache_read"] > 0 and rows[3]["cache_creation"] == 0
-    assert 0 < rows[3]["tokens_recomputed"] < rows[3]["cache_read"]
+    if "chunk" in layers[3]:
+        assert 0 < rows[3]["tokens_recomputed"] < rows[3]["cache_read"]
+    else:
+        assert rows[3]["tokens_recomputed"] == 0
 
 
 def test_example_anthropic_variant_structure() -> None:
@@ -67,8 +72,8 @@ def test_notebook_executes() -> None:
             else:
                 os.environ[k] = v
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "layers: ['" in text and ("'semantic', 'semantic', 'chunk']" in text
-                                     or "'semantic', 'semantic', 'prefix+chunk']" in text)
+    assert "layers: ['" in text and any(f"'semantic', 'semantic', '{last}']" in text
+                                        for last in ("prefix", "chunk", "prefix+chunk"))
     assert "cache read 0 tokens" in text  # first Anthropic call writes the cache ...
     reads = [int(line.split("cache read ")[1].split()[0]) for line in text.splitlines() if "cache read " in line]
     assert reads[-1] > 0  # ... the second reads it
