@@ -41,14 +41,14 @@ SYSTEM = ("You are the support assistant of Northwind Bikes. Answer the customer
           "sentences, using only the documents.")
 
 DOCUMENTS = [
-    "Refunds: once a returned bike reaches our warehouse, we inspect it within two business days and issue the "
-    "refund to the original payment method. Refunds take up to 14 days to appear on a card statement.",
-    "Returns: bikes can be returned within 30 days of delivery if they have been ridden less than 50 km. Start a "
-    "return from the Orders page; we email a prepaid shipping label.",
-    "Warranty: every Northwind frame has a lifetime warranty for the original owner. Components such as brakes, "
-    "gears and wheels are covered for two years.",
-    "Shipping: orders ship from Portland within three business days. Delivery to the continental United States "
-    "takes five to seven days; bikes ship 90 percent assembled.",
+    ("Refunds: once a returned bike reaches our warehouse, we inspect it within two business days and issue the "
+    "refund to the original payment method. Refunds take up to 14 days to appear on a card statement."),
+    ("Returns: bikes can be returned within 30 days of delivery if they have been ridden less than 50 km. Start a "
+    "return from the Orders page; we email a prepaid shipping label."),
+    ("Warranty: every Northwind frame has a lifetime warranty for the original owner. Components such as brakes, "
+    "gears and wheels are covered for two years."),
+    ("Shipping: orders ship from Portland within three business days. Delivery to the continental United States "
+    "takes five to seven days; bikes ship 90 percent assembled."),
 ]
 
 

@@ -19,12 +19,12 @@ from ragcache.server.anthropic import running_server  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
 
 DOCS = [
-    "Chains: replace the chain every 3,000 km or when the checker gauge drops into the 0.75 slot; a worn chain "
-    "wears the cassette and the chainrings with it.",
-    "Tyres: road tyres run at 5 to 7 bar and gravel tyres at 2 to 3.5 bar; check the pressure every week because "
-    "tyres lose about one bar a week.",
-    "Lights: the front light must be white and the rear light red; both must be on from sunset to sunrise and in "
-    "poor visibility.",
+    ("Chains: replace the chain every 3,000 km or when the checker gauge drops into the 0.75 slot; a worn chain "
+    "wears the cassette and the chainrings with it."),
+    ("Tyres: road tyres run at 5 to 7 bar and gravel tyres at 2 to 3.5 bar; check the pressure every week because "
+    "tyres lose about one bar a week."),
+    ("Lights: the front light must be white and the rear light red; both must be on from sunset to sunrise and in "
+    "poor visibility."),
 ]
 
 

@@ -21,12 +21,12 @@ from ragcache.testing import tiny_llama  # noqa: E402
 
 SYSTEM = "You are the support assistant of a bicycle shop. Answer from the manual excerpts in one sentence."
 DOCS = [
-    "Brakes: adjust the brake cable tension with the barrel adjuster, then centre the caliper with a 5 mm hex key "
-    "until the pads clear the rim by one millimetre on each side.",
-    "Gears: index the rear derailleur by turning the barrel adjuster a quarter turn at a time until the chain "
-    "climbs to the next sprocket without hesitation or noise.",
-    "Headset: loosen the stem bolts, tighten the top cap with a 5 mm key until the play is gone, align the stem "
-    "with the front wheel and tighten the stem bolts to 5 Nm.",
+    ("Brakes: adjust the brake cable tension with the barrel adjuster, then centre the caliper with a 5 mm hex key "
+    "until the pads clear the rim by one millimetre on each side."),
+    ("Gears: index the rear derailleur by turning the barrel adjuster a quarter turn at a time until the chain "
+    "climbs to the next sprocket without hesitation or noise."),
+    ("Headset: loosen the stem bolts, tighten the top cap with a 5 mm key until the play is gone, align the stem "
+    "with the front wheel and tighten the stem bolts to 5 Nm."),
 ]
 
 
@@ -262,3 +262,16 @@ def test_model_aliases(engine):
             assert r.model == "gpt-4o-mini"
             with pytest.raises(openai.NotFoundError):
                 c.chat.completions.create(model="tiny-llama", messages=messages("Brakes?"), max_tokens=2)
+
+
+def test_client_leaving_a_stream_stops_generation(client, engine, model):
+    n = len(engine.generations)
+    stream = client.chat.completions.create(model=model, messages=messages("Tell me everything."), max_tokens=1500,
+                                            temperature=0, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()  # the connection goes away mid-generation
+    after = client.chat.completions.create(model=model, messages=messages("Brakes?"), max_tokens=2, temperature=0)
+    # the abandoned request never reached its final event (stopped within a decode step); the next one ran
+    assert len(engine.generations) == n + 1 and engine.generations[-1].text == after.choices[0].message.content
