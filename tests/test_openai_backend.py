@@ -90,6 +90,9 @@ def test_layout_messages_are_stable_first():
 
 
 def test_tools_and_request_arguments():
+    import ragcache
+
+    assert ragcache.OpenAIBackend is OpenAIBackend  # public import
     anthropic_tool = {"name": "lookup", "description": "Find an order", "input_schema": {"type": "object"}}
     fn = {"type": "function", "function": {"name": "ship", "parameters": {"type": "object"}}}
     assert openai_tools([anthropic_tool, fn]) == [
@@ -176,3 +179,16 @@ def test_semantic_hit_skips_the_endpoint(client, engine):
     b = rag.answer("How long do refunds take?", DOCS[::-1])
     assert a.text.strip() and b.layer == "semantic" and b.text == a.text
     assert len(engine.generations) == n and backend.stats.requests == 1
+
+
+def test_precomputed_documents_are_chunk_hits_over_the_endpoint(client, engine):
+    # The backend sends each document as its own part with the layout's exact bytes, and the endpoint
+    # tokenises parts as document pieces: the chunk keys RagCache would use locally hold over HTTP too.
+    docs = [{**d, "text": d["text"] + " (precomputed edition)"} for d in DOCS]
+    assert engine.chunk_cache.precompute(engine, docs, progress=False) == 3
+    a = RagCache(OpenAIBackend(client, "tiny-llama"), system="Precomputed desk.", max_new_tokens=2).answer(
+        "How long do refunds take?", docs)
+    g = engine.generations[-1]
+    check_usage(a, g)
+    assert g.stats.docs_hit == 3 and g.stats.docs_missed == 0 and g.stats.chunk_tokens_reused > 0
+    assert a.layer == "provider-cache" and a.usage.cache_read > g.stats.prefix_tokens_reused
