@@ -1,8 +1,8 @@
 """ragcache: the caching layer for retrieval-augmented generation.
 
 Layers, in the order a request meets them: a semantic response cache, a stable-first prompt
-layout, provider prompt caching (Anthropic) and local KV caching (exact prefix cache +
-CacheBlend chunk cache) on Hugging Face models. The public names are importable from here;
+layout, provider prompt caching (Anthropic, OpenAI-compatible servers) and local KV caching
+(exact prefix cache + CacheBlend chunk cache) on Hugging Face models. The public names are importable from here;
 heavy modules (torch, transformers, FAISS) load on first use of a name that needs them.
 
     from ragcache import RagCache, LocalBackend, LocalEngine, SemanticCache
@@ -43,6 +43,7 @@ _EXPORTS = {
     "MemoryChunkStore": "ragcache.engine.stores",
     "DiskChunkStore": "ragcache.engine.stores",
     "AnthropicBackend": "ragcache.anthropic",
+    "OpenAIBackend": "ragcache.openai",
     "load_model": "ragcache.models",
     "load_embedder": "ragcache.models",
 }
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
     from ragcache.layout import Block, PromptLayout, Segment, as_document
     from ragcache.models import load_embedder, load_model
+    from ragcache.openai import OpenAIBackend
     from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
     from ragcache.semantic import PartitionKey, SemanticCache, partition_key, request_partition
 

@@ -239,8 +239,12 @@ class AnthropicLocalServer:
 
 
 def create_app(engine: Any, **kwargs: Any) -> Starlette:
-    """The ASGI app for ``engine`` (keyword arguments of :class:`AnthropicLocalServer`)."""
-    return AnthropicLocalServer(engine, **kwargs).app
+    """The ASGI app for ``engine``: these routes and the OpenAI-compatible ones
+    (:func:`ragcache.server.app.create_local_app`; keyword arguments of :class:`AnthropicLocalServer`,
+    and ``models`` / ``default_max_tokens`` of :class:`~ragcache.server.openai.OpenAILocalServer`)."""
+    from ragcache.server.app import create_local_app
+
+    return create_local_app(engine, **kwargs)
 
 
 def serve(engine: Any, host: str = "127.0.0.1", port: int = 8788, **kwargs: Any) -> None:
@@ -252,7 +256,7 @@ def serve(engine: Any, host: str = "127.0.0.1", port: int = 8788, **kwargs: Any)
 def running_server(engine: Any, *, host: str = "127.0.0.1", **kwargs: Any) -> Iterator[str]:
     """Run the server in a background thread on a free port; yields its base URL.
 
-    Keyword arguments go to :class:`AnthropicLocalServer` (``min_tokens``, ``clock``).
+    Keyword arguments go to :func:`create_app` (``min_tokens``, ``clock``; ``models``).
 
     Raises:
         RuntimeError: the server did not start within 30 s.

@@ -1,0 +1,342 @@
+"""OpenAI-compatible chat completions answered by the local engine, with its real KV caches.
+
+``ragcache serve`` (127.0.0.1) answers ``POST /v1/chat/completions`` (JSON, and SSE streaming
+with the final usage chunk when ``stream_options.include_usage``) and ``GET /v1/models`` beside
+the Anthropic routes, so the official ``openai`` SDK, LangChain's ``ChatOpenAI`` and LlamaIndex's
+``OpenAILike`` work offline::
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:8788/v1", api_key="local")
+
+Messages -> engine: ``system`` / ``developer`` messages become the system turn; in the last user
+message, content given as a list of text parts is read as documents then question (every part
+but the last is a document, whose KV the chunk cache stores and reuses at any position; the last
+part is the question); plain-string content is one block. Earlier turns are history.
+
+``usage.prompt_tokens`` is the engine's prompt length (chat-template tokens included) and
+``usage.prompt_tokens_details.cached_tokens`` the engine's own reuse count for the request:
+prefix-cache tokens plus chunk-cache tokens kept (CacheBlend's recomputed tokens are not counted:
+they were computed). Response headers ``x-ragcache-layer`` / ``x-ragcache-prefix-reused`` /
+``x-ragcache-chunk-reused`` / ``x-ragcache-recomputed`` give the split (JSON responses).
+
+Errors use OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400
+``invalid_request_error`` for bad or unsupported parameters (``n > 1``, tools, images, logprobs,
+non-text response formats), 404 ``model_not_found`` for a model this server does not serve.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import PurePath
+from typing import Any
+
+from ragcache.engine.backend import result_of
+
+try:
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    msg = "the local OpenAI-compatible server needs starlette and uvicorn: pip install 'ragcache[openai]'"
+    raise ImportError(msg) from e
+
+CREATED = 1_735_689_600  # 2025-01-01T00:00:00Z: the listed models' fixed creation time
+_UNSUPPORTED = {  # parameter -> why; rejected when given a value that asks for the feature
+    "tools": "tools / function calling are not supported by the local engine",
+    "functions": "function calling is not supported by the local engine",
+    "logprobs": "logprobs are not supported by the local engine",
+    "top_logprobs": "logprobs are not supported by the local engine",
+    "logit_bias": "logit_bias is not supported by the local engine",
+    "audio": "audio output is not supported by the local engine",
+    "prediction": "predicted outputs are not supported by the local engine",
+}
+
+
+class OpenAIRequestError(ValueError):
+    """A request the server rejects; rendered as OpenAI's error body."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.param, self.code, self.status, self.kind = param, code, status, kind
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, str(self), param=self.param, code=self.code, kind=self.kind)
+
+
+def error_response(status: int, message: str, *, param: str | None = None, code: str | None = None,
+                   kind: str = "invalid_request_error") -> JSONResponse:
+    """OpenAI's error body ``{"error": {"message", "type", "param", "code"}}`` with ``status``."""
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
+                        status_code=status)
+
+
+def default_model_id(engine: Any) -> str:
+    """The id the engine is served under: the last path part of its model name
+    (``SmolLM2-135M-Instruct``), else ``local``."""
+    name = str(getattr(getattr(engine, "fingerprint", None), "name", "") or "")
+    return PurePath(name).name or "local"
+
+
+def _text_of(content: Any, where: str, *, parts: bool) -> str | list[dict]:
+    """A message's content as a string, or (``parts``) a list of ``{"type": "text"}`` blocks."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise OpenAIRequestError(f"{where}.content must be a string or a list of content parts",
+                                 param=f"{where}.content")
+    blocks = []
+    for i, p in enumerate(content):
+        if not isinstance(p, Mapping) or p.get("type") not in ("text", "refusal"):
+            kind = p.get("type") if isinstance(p, Mapping) else type(p).__name__
+            raise OpenAIRequestError(f"{where}.content[{i}]: content part type {kind!r} is not supported; the local "
+                                     "engine reads text parts only", param=f"{where}.content[{i}].type")
+        text = p.get("text", p.get("refusal"))
+        if not isinstance(text, str):
+            raise OpenAIRequestError(f"{where}.content[{i}].text must be a string", param=f"{where}.content[{i}].text")
+        blocks.append({"type": "text", "text": text})
+    return blocks if parts else "\n\n".join(b["text"] for b in blocks)
+
+
+def engine_messages(messages: Any) -> list[dict]:
+    """OpenAI ``messages`` -> the engine's chat messages (see the module docstring).
+
+    Raises:
+        OpenAIRequestError: not a non-empty list, an unknown or unsupported role (``tool``,
+            ``function``), tool calls, non-text content parts.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIRequestError("messages: a non-empty list of messages is required", param="messages",
+                                 code="missing_required_parameter" if not messages else None)
+    out: list[dict] = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, Mapping):
+            raise OpenAIRequestError(f"{where} must be an object with 'role' and 'content'", param=where)
+        role = m.get("role")
+        if role in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
+            raise OpenAIRequestError(f"{where}: tool and function messages are not supported by the local engine",
+                                     param=f"{where}.role", code="unsupported_value")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise OpenAIRequestError(f"{where}.role must be one of system, developer, user, assistant; got {role!r}",
+                                     param=f"{where}.role")
+        if role == "user" and "content" not in m:
+            raise OpenAIRequestError(f"{where}.content is required", param=f"{where}.content")
+        content = _text_of(m.get("content"), where, parts=role == "user")
+        out.append({"role": "system" if role == "developer" else role, "content": content})
+    return out
+
+
+def _int(body: Mapping[str, Any], key: str, *, low: int) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        raise OpenAIRequestError(f"{key} must be an integer >= {low}, got {v!r}", param=key,
+                                 code="integer_below_min_value" if isinstance(v, int) else "invalid_type")
+    return v
+
+
+def _number(body: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
+    v = body.get(key, default)
+    v = default if v is None else v
+    if not isinstance(v, int | float) or isinstance(v, bool) or not low <= v <= high:
+        raise OpenAIRequestError(f"{key} must be a number between {low:g} and {high:g}, got {v!r}", param=key)
+    return float(v)
+
+
+def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) -> dict[str, Any]:
+    """Check a ``/v1/chat/completions`` body; the engine's arguments and the response options.
+
+    Raises:
+        OpenAIRequestError: see the module docstring (400, or 404 for an unknown model).
+    """
+    if not isinstance(body, dict):
+        raise OpenAIRequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIRequestError("model: a model id is required (GET /v1/models lists them)", param="model",
+                                 code="missing_required_parameter")
+    if model not in served:
+        raise OpenAIRequestError(f"The model {model!r} does not exist on this server; it serves "
+                                 f"{', '.join(map(repr, served))} (GET /v1/models)", param="model",
+                                 code="model_not_found", status=404)
+    for key, why in _UNSUPPORTED.items():
+        if body.get(key) not in (None, False, [], {}, 0):
+            raise OpenAIRequestError(f"{key}: {why}", param=key, code="unsupported_parameter")
+    if body.get("tool_choice") not in (None, "none"):
+        raise OpenAIRequestError("tool_choice: tools are not supported by the local engine", param="tool_choice",
+                                 code="unsupported_parameter")
+    n = _int(body, "n", low=1)
+    if n is not None and n > 1:
+        raise OpenAIRequestError(f"n: only n=1 is supported by the local engine, got {n}", param="n",
+                                 code="unsupported_value")
+    for key in ("frequency_penalty", "presence_penalty"):
+        if _number(body, key, 0.0, -2.0, 2.0) != 0.0:
+            raise OpenAIRequestError(f"{key}: penalties are not supported by the local engine (use 0)", param=key,
+                                     code="unsupported_value")
+    fmt = body.get("response_format")
+    if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
+        raise OpenAIRequestError("response_format: only {'type': 'text'} is supported by the local engine",
+                                 param="response_format", code="unsupported_value")
+    mt, mct = _int(body, "max_tokens", low=1), _int(body, "max_completion_tokens", low=1)
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else stop
+    if stops is not None and (not isinstance(stops, list) or len(stops) > 4
+                              or not all(isinstance(s, str) for s in stops)):
+        raise OpenAIRequestError("stop must be a string or a list of at most 4 strings", param="stop")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool | None):
+        raise OpenAIRequestError("stream must be a boolean", param="stream")
+    opts = body.get("stream_options")
+    if opts is not None and not stream:
+        raise OpenAIRequestError("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                                 param="stream_options")
+    if opts is not None and not isinstance(opts, Mapping):
+        raise OpenAIRequestError("stream_options must be an object", param="stream_options")
+    seed = _int(body, "seed", low=-(1 << 63))
+    kwargs = {"max_new_tokens": mct or mt or default_max_tokens,
+              "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+              "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
+              "stop": [s for s in stops or [] if s] or None,
+              "seed": seed}
+    return {"model": model, "messages": engine_messages(body.get("messages")), "kwargs": kwargs,
+            "stream": bool(stream), "include_usage": bool((opts or {}).get("include_usage"))}
+
+
+def usage_body(gen: Any) -> dict[str, Any]:
+    """OpenAI's ``usage`` for an engine :class:`~ragcache.engine.engine.Generation`: ``cached_tokens``
+    is the engine's reuse count (prefix + chunk tokens reused, :func:`~ragcache.engine.backend.result_of`)."""
+    u = result_of(gen).usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": u.reused, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+
+
+class OpenAILocalServer:
+    """The OpenAI-compatible routes (:attr:`routes`) around a local engine.
+
+    Args:
+        engine: a :class:`~ragcache.engine.engine.LocalEngine` (needs ``astream``, ``fingerprint``).
+        models: the model ids requests may name (all answered by ``engine``); default: one id,
+            :func:`default_model_id`. Give aliases (``["gpt-4o-mini"]``) for clients with a fixed name.
+        default_max_tokens: the decode budget when a request gives neither ``max_tokens`` nor
+            ``max_completion_tokens``.
+
+    Raises:
+        ValueError: an empty ``models`` list or ``default_max_tokens < 1``.
+    """
+
+    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256) -> None:
+        self.engine = engine
+        self.models = tuple(models) if models is not None else (default_model_id(engine),)
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            raise ValueError("models must be a non-empty list of model id strings")
+        if default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be >= 1, got {default_max_tokens}")
+        self.default_max_tokens = default_max_tokens
+        digest = getattr(getattr(engine, "fingerprint", None), "digest", "") or ""
+        self.system_fingerprint = f"ragcache-{digest[:12]}" if digest else "ragcache"
+        self.routes = [Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                       Route("/v1/models", self.list_models, methods=["GET"])]
+
+    async def list_models(self, request: Request) -> Response:
+        """``GET /v1/models``: OpenAI's list; each entry also carries Anthropic's model fields
+        (``type``, ``display_name``, ``created_at``), so both SDKs read the same route."""
+        data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "ragcache", "type": "model",
+                 "display_name": f"{m} (local: {self.engine.fingerprint})", "created_at": "2025-01-01T00:00:00Z"}
+                for m in self.models]
+        return JSONResponse({"object": "list", "data": data, "has_more": False, "first_id": self.models[0],
+                             "last_id": self.models[-1]})
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (see the module docstring)."""
+        try:
+            body = json.loads(await request.body())
+            req = parse_request(body, self.models, default_max_tokens=self.default_max_tokens)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error_response(400, "We could not parse the JSON body of your request: send valid JSON.")
+        except OpenAIRequestError as e:
+            return e.response()
+        limit = int(getattr(self.engine, "context_window", 1 << 30))
+        if req["kwargs"]["max_new_tokens"] >= limit:
+            return error_response(400, f"max_tokens is too large: {req['kwargs']['max_new_tokens']}; the local "
+                                  f"model's context window is {limit} tokens", param="max_tokens",
+                                  code="context_length_exceeded")
+        cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+        events = self.engine.astream(req["messages"], **req["kwargs"])
+        try:  # the first event (prefill done) or the request's error, before any header goes out
+            first = await anext(events)
+        except StopAsyncIteration:  # pragma: no cover - the engine always ends with a Generation event
+            return error_response(500, "the engine produced no output", kind="server_error")
+        except ValueError as e:  # bad prompt, context window
+            code = "context_length_exceeded" if "context window" in str(e) else None
+            return error_response(400, str(e), param="messages", code=code)
+        except Exception as e:  # noqa: BLE001 - reported to the client as OpenAI's server_error
+            return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
+        if req["stream"]:
+            return StreamingResponse(self._sse(first, events, cid, req), media_type="text/event-stream")
+        gen = first.generation
+        try:
+            async for ev in events:
+                gen = ev.generation or gen
+        except Exception as e:  # noqa: BLE001
+            return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
+        finally:
+            await events.aclose()
+        r = result_of(gen)
+        return JSONResponse({
+            "id": cid, "object": "chat.completion", "created": int(time.time()), "model": req["model"],
+            "system_fingerprint": self.system_fingerprint,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text, "refusal": None},
+                         "logprobs": None, "finish_reason": r.finish_reason}],
+            "usage": usage_body(gen),
+        }, headers={"x-ragcache-layer": r.layer, "x-ragcache-prefix-reused": str(r.usage.prefix_reused),
+                    "x-ragcache-chunk-reused": str(r.usage.chunk_reused),
+                    "x-ragcache-recomputed": str(r.usage.recomputed)})
+
+    async def _sse(self, first: Any, events: AsyncIterator[Any], cid: str, req: dict) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        include_usage = req["include_usage"]
+
+        def chunk(delta: dict, finish: str | None = None) -> bytes:
+            data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
+                    "system_fingerprint": self.system_fingerprint,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            if include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        yield chunk({"role": "assistant", "content": "", "refusal": None})
+        gen, ev = None, first
+        try:
+            while True:
+                if ev.text:
+                    yield chunk({"content": ev.text})
+                gen = ev.generation or gen
+                ev = await anext(events)
+        except StopAsyncIteration:
+            pass
+        except Exception as e:  # noqa: BLE001 - the status line is gone; OpenAI sends an error event
+            err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None,
+                             "code": None}}
+            yield f"data: {json.dumps(err)}\n\n".encode()
+            return
+        finally:  # also when the client goes away: stops generation within one decode step
+            await events.aclose()
+        yield chunk({}, result_of(gen).finish_reason)
+        if include_usage:
+            data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
+                    "system_fingerprint": self.system_fingerprint, "choices": [], "usage": usage_body(gen)}
+            yield f"data: {json.dumps(data)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+__all__ = ["OpenAILocalServer", "OpenAIRequestError", "default_model_id", "engine_messages", "error_response",
+           "parse_request", "usage_body"]
