@@ -166,15 +166,17 @@ def embedded_model_dir() -> Path:
     return target
 
 
-def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu") -> LoadedModel:
+def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
+               allow_downloads: bool = False) -> LoadedModel:
     """Load a causal LM and tokenizer.
 
     Args:
         name_or_path: ``None`` for the embedded SmolLM2-135M-Instruct, a local directory, or a
-            Hugging Face model id already present in the local hub cache (no downloads happen here
-            unless ``HF_HUB_OFFLINE`` is unset and the network is reachable).
+            Hugging Face model id already present in the local hub cache.
         dtype: torch dtype; default float32.
         device: torch device string.
+        allow_downloads: let a hub id be downloaded (default: local files only, passed to
+            ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
 
     Raises:
         ModelNotFoundError: the embedded package is missing or the path/id cannot be loaded.
@@ -204,8 +206,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
             path = name_or_path  # hub id
             revision = "hub"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        local = {"local_files_only": not allow_downloads}
+        tokenizer = AutoTokenizer.from_pretrained(str(path), **local)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **local)
     except Exception as e:  # transformers raises OSError, ValueError, SafetensorError...
         if name == DEFAULT_MODEL:
             fix = f"delete the folder {path} and run again to convert the packaged model anew"
@@ -264,12 +267,16 @@ class Embedder:
 _EMBEDDERS: dict[str, Embedder] = {}
 
 
-def load_embedder(name_or_path: str | None = None) -> Embedder:
+def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False) -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
+
+    The process environment is never changed: local-only loading is asked for per call
+    (``local_files_only=True``) unless ``allow_downloads``.
 
     Args:
         name_or_path: ``None`` for the packaged all-MiniLM-L6-v2, else a local directory or a
             sentence-transformers model id present in the local cache.
+        allow_downloads: let a hub id be downloaded when it is not in the local cache.
 
     Raises:
         ModelNotFoundError: the package or path is missing (the message gives the fix).
@@ -277,7 +284,6 @@ def load_embedder(name_or_path: str | None = None) -> Embedder:
     key = name_or_path or DEFAULT_EMBEDDER
     if key in _EMBEDDERS:
         return _EMBEDDERS[key]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
     if name_or_path in (None, "", DEFAULT_EMBEDDER):
@@ -288,7 +294,7 @@ def load_embedder(name_or_path: str | None = None) -> Embedder:
         if not path.exists():
             path = name_or_path
     try:
-        model = SentenceTransformer(str(path), device="cpu")
+        model = SentenceTransformer(str(path), device="cpu", local_files_only=not allow_downloads)
     except (OSError, ValueError) as e:
         raise ModelNotFoundError(
             f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
