@@ -229,10 +229,11 @@ class Embedder:
         name: model name or path; ``dim``: embedding width; ``fingerprint``: hex sha256 of name + weights.
     """
 
-    def __init__(self, model: Any, name: str, revision: str) -> None:
+    def __init__(self, model: Any, name: str, revision: str, runtime: str = "torch") -> None:
         self._model = model
         self.name = name
         self._revision = revision
+        self.runtime = runtime
 
     @cached_property
     def dim(self) -> int:
@@ -254,6 +255,8 @@ class Embedder:
             raise TypeError("Embedder.encode takes a list of strings, not a single string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.runtime == "numpy":
+            return self._model.encode(list(texts), batch_size=batch_size)
         vecs = self._model.encode(
             list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
             show_progress_bar=False,
@@ -267,7 +270,8 @@ class Embedder:
 _EMBEDDERS: dict[str, Embedder] = {}
 
 
-def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False) -> Embedder:
+def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,
+                  runtime: str = "torch") -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
 
     The process environment is never changed: local-only loading is asked for per call
@@ -277,15 +281,18 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
         name_or_path: ``None`` for the packaged all-MiniLM-L6-v2, else a local directory or a
             sentence-transformers model id present in the local cache.
         allow_downloads: let a hub id be downloaded when it is not in the local cache.
+        runtime: ``torch`` (sentence-transformers) or ``numpy``
+            (:class:`ragcache.bert_numpy.NumpyBertEncoder`: no torch import, for a fast CLI start;
+            the same vectors to ~1e-6 and the same fingerprint; mean-pooled BERT folders only).
 
     Raises:
         ModelNotFoundError: the package or path is missing (the message gives the fix).
     """
-    key = name_or_path or DEFAULT_EMBEDDER
+    if runtime not in ("torch", "numpy"):
+        raise ValueError(f"runtime must be 'torch' or 'numpy', got {runtime!r}")
+    key = f"{name_or_path or DEFAULT_EMBEDDER}|{runtime}"
     if key in _EMBEDDERS:
         return _EMBEDDERS[key]
-    from sentence_transformers import SentenceTransformer
-
     if name_or_path in (None, "", DEFAULT_EMBEDDER):
         path = _package_dir(_MINILM_PACKAGE, _MINILM_INSTALL) / "model"
         name = DEFAULT_EMBEDDER
@@ -294,14 +301,23 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
         if not path.exists():
             path = name_or_path
     try:
-        model = SentenceTransformer(str(path), device="cpu", local_files_only=not allow_downloads)
-    except (OSError, ValueError) as e:
+        if runtime == "numpy":
+            from ragcache.bert_numpy import NumpyBertEncoder
+
+            if not Path(str(path)).is_dir():
+                raise ValueError(f"the numpy runtime needs a local model folder, got {str(path)!r}")
+            model = NumpyBertEncoder(path)
+        else:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(str(path), device="cpu", local_files_only=not allow_downloads)
+    except (OSError, ValueError, KeyError) as e:
         raise ModelNotFoundError(
             f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
             f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
         ) from None
     st = Path(str(path)) / "model.safetensors"
     revision = _sha256_file(st) if st.is_file() else "hub"
-    emb = Embedder(model, name, revision)
+    emb = Embedder(model, name, revision, runtime)
     _EMBEDDERS[key] = emb
     return emb
