@@ -166,6 +166,30 @@ def embedded_model_dir() -> Path:
     return target
 
 
+def _folder_revision(path: Path) -> str:
+    st = sorted(path.glob("*.safetensors"))
+    return _sha256_file(st[0]) if st else hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+
+
+def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32") -> ModelFingerprint | None:
+    """The fingerprint :func:`load_model` will give, computed without loading the model (no torch
+    import): lets a caller look in caches keyed by the model before paying for the load.
+
+    Returns ``None`` when it cannot be known in advance (a hub id, or the embedded model not
+    converted yet); :func:`load_model` then decides it.
+    """
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        src = ragcache_home() / "models" / DEFAULT_MODEL / "ragcache_source.json"
+        try:
+            return ModelFingerprint(DEFAULT_MODEL, json.loads(src.read_text())["sha256"], dtype)
+        except (OSError, ValueError, KeyError):
+            return None
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return ModelFingerprint(str(name_or_path), _folder_revision(path), dtype)
+    return None
+
+
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
                allow_downloads: bool = False) -> LoadedModel:
     """Load a causal LM and tokenizer.
@@ -200,8 +224,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
             raise ModelNotFoundError(f"--model folder {str(path)!r} has no config.json: give a Hugging Face model "
                                      "folder (config.json, *.safetensors, tokenizer files)")
         if path.is_dir():
-            st = sorted(path.glob("*.safetensors"))
-            revision = _sha256_file(st[0]) if st else hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+            revision = _folder_revision(path)
         else:
             path = name_or_path  # hub id
             revision = "hub"
