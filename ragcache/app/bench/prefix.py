@@ -45,7 +45,10 @@ def _fit(tokenizer, text: str, n: int) -> str:
 
 def plot(result: dict, path: str | Path) -> Path:
     """Bars of TTFT per question, no cache vs warm prefix cache (log scale). Returns the PNG path."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("drawing the PNG needs matplotlib: pip install 'ragcache[bench]'") from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -99,7 +99,10 @@ def retrieval_order(question: str, docs: list[dict[str, Any]]) -> list[dict[str,
 def plot(results: dict, path: str | Path) -> Path:
     """Stacked bars per configuration: share of prompt tokens read from cache, written, uncached;
     cost relative to no caching above each bar. Returns the PNG path."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("drawing the PNG needs matplotlib: pip install 'ragcache[bench]'") from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -47,7 +47,6 @@ from llama_index.postprocessor.ragcache import (
     node_key,
     node_segment,
 )
-from llama_index.query_engine.ragcache.compat import ensure_anthropic_sdk_compat
 from llama_index.query_engine.ragcache.messages import (
     LaidOutMessages,
     layout_messages,
@@ -150,8 +149,6 @@ class RagCacheQueryEngine(BaseQueryEngine):
         self._retriever = retriever
         self._llm = llm
         self._kind = llm_kind(llm)
-        if self._kind == "anthropic":
-            ensure_anthropic_sdk_compat()
         self._semantic = semantic_cache
         self._system = system_prompt
         self._postprocessors = list(node_postprocessors)
