@@ -165,3 +165,31 @@ def test_version_and_help_text_for_every_option():
             walk(sub, [*path, name])
 
     walk(group, ["ragcache"])
+
+
+def test_demo_session_prints_untrusted_text_literally(capsys):
+    from rich.console import Console
+
+    from ragcache.app.corpus import Chunk
+    from ragcache.app.demo import Turn, run_session
+    from ragcache.app.retrieval import Retriever
+    from ragcache.pipeline import RagCache
+    from ragcache.semantic import SemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    class Fixed:
+        name, model_id = "local", "fixed"
+
+        def generate(self, layout, *, max_new_tokens, temperature):
+            return BackendResult(BRACKETS, "model", CacheUsage.local(prompt_tokens=3))
+
+    emb = HashingEmbedder()
+    retriever = Retriever([Chunk("a#0", "regex [/a-z]+ notes", "a"), Chunk("b#0", "typing list[str]", "b")], emb,
+                          progress=False)
+    rag = RagCache(Fixed(), semantic=SemanticCache(None, embedder=emb))
+    console = Console(width=400, force_terminal=False)
+    answers = run_session(rag, retriever, [Turn("What does [/a-z] match in list[str]?", "[bold]note[/bold]")],
+                          top_k=2, console=console)
+    out = capsys.readouterr().out
+    assert answers[0].text == BRACKETS
+    assert "[/a-z]+ and annotate list[str]" in out and "[bold]note[/bold]" in out

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from tqdm.auto import tqdm
 
 from ragcache.atomic import atomic_write_bytes
 from ragcache.app.corpus import Chunk
@@ -78,6 +77,8 @@ class Retriever:
         for i, c in enumerate(self.chunks):
             if c.content_hash in known:
                 mat[i] = known[c.content_hash]
+        from tqdm.auto import tqdm  # imported only to embed: a cache hit path stays lean
+
         enc = bulk_embedder() if bulk_embedder is not None and len(todo) > bulk_min else embedder
         bar = tqdm(total=len(todo), desc="Embedding chunks", unit="chunk", disable=not progress or not todo)
         for s in range(0, len(todo), batch_size):
