@@ -209,6 +209,9 @@ def decode_bytes(data: bytes) -> tuple[str | None, str]:
     text = str(best)
     if "\x00" in text:
         return None, "binary file (NUL characters after decoding)"
+    printable = sum(c.isprintable() or c in "\n\r\t" for c in text)
+    if len(data) < 16 or printable < 0.95 * len(text):  # too little to detect reliably, or control bytes
+        return None, f"not UTF-8, and no encoding could be detected reliably (best guess {best.encoding})"
     return text, best.encoding
 
 
