@@ -45,7 +45,7 @@ def populated(tmp_path, monkeypatch):
 
 
 def test_cache_commands(populated):
-    home, notes = populated["home"], populated["notes"]
+    notes = populated["notes"]
     s = json.loads(cli("cache", "stats", "--json").stdout)
     assert s["answers"]["entries"] == 2 and s["chunks"]["files"] >= 1 and s["index"]["folders"] == 1
     assert s["chunks"]["bytes"] > 0 and s["prefix"]["persisted"] is False

@@ -158,3 +158,21 @@ def test_local_mode_routes_and_metrics(engine):
         m = httpx.get(f"{url}/metrics").text
     assert 'ragcache_requests_total{layer="provider"} 1.0' in m
     assert 'ragcache_requests_total{layer="provider-cache"} 1.0' in m
+
+
+def test_metrics_modes():
+    from ragcache.backend import CacheUsage
+
+    off = CacheMetrics()
+    off.request("model", CacheUsage.local(prompt_tokens=5, prefix_reused=3), 0.1)
+    assert off.render() == b"" and not off.enabled
+    otel = CacheMetrics("otel")  # the API's no-op provider unless an SDK is configured: records without error
+    otel.request("chunk", CacheUsage.local(prompt_tokens=5, chunk_reused=4), 0.2)
+    otel.lookup(0.01, hit=False)
+    prom = CacheMetrics("prometheus")
+    prom.request("prefix+chunk", CacheUsage.local(prompt_tokens=10, prefix_reused=4, chunk_reused=3, recomputed=1), 0.3)
+    text = prom.render().decode()
+    assert 'ragcache_tokens_total{kind="reused"} 7.0' in text and 'ragcache_tokens_total{kind="recomputed"} 1.0' in text
+    assert 'ragcache_tokens_total{kind="computed"} 2.0' in text
+    with pytest.raises(ValueError, match="metrics mode"):
+        CacheMetrics("statsd")
