@@ -66,7 +66,7 @@ def plot(result: dict, path: str | Path) -> Path:
     ax.set_ylabel("TTFT (s, log scale)")
     ax.set_title(f"Exact prefix cache: {result['system_prefix_tokens']}-token system prefix, "
                  f"{result['ttft_ratio']:.1f}x faster first token", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
     fig.text(0.01, 0.01, result["machine"], fontsize=6, color="#555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     out = Path(path)

@@ -122,7 +122,7 @@ def plot(results: dict, path: str | Path) -> Path:
     ax.set_ylabel("share of prompt tokens")
     ax.set_title(f"Anthropic prompt caching, {results['questions']} questions ({results['claude_model']} prices)",
                  fontsize=10)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
