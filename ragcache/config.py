@@ -60,7 +60,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_PORT", "port", "8788", "serve: port"),
     EnvVar("RAGCACHE_UPSTREAM", "upstream", "none", "serve: proxy to this Anthropic API base URL (e.g. https://api.anthropic.com)"),
     EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s", "600", "serve --upstream: seconds before an upstream call fails"),
-    EnvVar("RAGCACHE_METRICS", "metrics", "off", "off | prometheus | otel: export cache metrics (serve: GET /metrics)"),
+    EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
     EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
     EnvVar("RAGCACHE_DATA_DIR", "data_dir", "shared/data beside the checkout", "benchmark data folder (bench blend / semantic)"),
 )
