@@ -105,6 +105,10 @@ def test_refresh_replaces_and_no_cache_skips(home, notes, tiny_dir, monkeypatch)
     assert json.loads(r.stdout)["layer"] == "model"
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When do deploys go out?")
     assert json.loads(r.stdout)["answer"] == "third answer"  # --refresh replaced the stored answer
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--system", "Answer in French.",
+            "When do deploys go out?")
+    data = json.loads(r.stdout)  # another system text: another partition, so the model answers
+    assert data["layer"] == "model" and "no stored answer for this request's partition" in data["semantic_miss_reasons"][0]
     r = ask("--docs", str(notes), "--no-cache", "--refresh", "x?")
     assert r.exit_code == 2 and "exclude each other" in r.output
 
