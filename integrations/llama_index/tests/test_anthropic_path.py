@@ -91,10 +91,15 @@ def test_below_minimum_places_no_marker(index, base_url, engine):
     assert prep.laid.markers == 0 and any("below the minimum" in n for n in prep.laid.notes)
 
 
-def test_compat_fix_is_idempotent(base_url):
-    from llama_index.llms.anthropic import utils
-    from llama_index.query_engine.ragcache import ensure_anthropic_sdk_compat
+def test_user_llm_works_unpatched(base_url):
+    """The user's own llama_index Anthropic LLM works with the declared anthropic version: ragcache
+    patches nothing in third-party modules (issue 15, item 8)."""
+    import typing
 
-    ensure_anthropic_sdk_compat()
-    assert ensure_anthropic_sdk_compat() is False  # already applied (or never needed)
-    assert utils.MessageParam(role="user", content="x") == {"role": "user", "content": "x"}
+    from llama_index.core.llms import ChatMessage
+    from llama_index.llms.anthropic import utils
+
+    assert typing.get_origin(utils.MessageParam) is not typing.Union  # a TypedDict, callable
+    llm = Anthropic(model=MODEL, base_url=base_url, api_key="local", max_tokens=2, temperature=0.0, max_retries=0)
+    r = llm.chat([ChatMessage(role="user", content="Where is EU data stored?")])
+    assert isinstance(r.message.content, str)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -42,8 +43,42 @@ def _fit(tokenizer, text: str, n: int) -> str:
     return tokenizer.decode(ids[:n])
 
 
+def plot(result: dict, path: str | Path) -> Path:
+    """Bars of TTFT per question, no cache vs warm prefix cache (log scale). Returns the PNG path."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("drawing the PNG needs matplotlib: pip install 'ragcache[bench]'") from e
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["per_question"]
+    xs = range(1, len(rows) + 1)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], [r["ttft_cold_s"] for r in rows], w, color="#e76f51", label="no prefix cache")
+    ax.bar([x + w / 2 for x in xs], [r["ttft_warm_s"] for r in rows], w, color="#2a9d8f",
+           label=f"warm prefix cache ({result['expected_reused_tokens']} tokens reused)")
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs))
+    ax.set_xlabel("question")
+    ax.set_ylabel("TTFT (s, log scale)")
+    ax.set_title(f"Exact prefix cache: {result['system_prefix_tokens']}-token system prefix, "
+                 f"{result['ttft_ratio']:.1f}x faster first token", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    fig.text(0.01, 0.01, result["machine"], fontsize=6, color="#555")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def main(json_path: str = "bench/results/prefix.json", prefix_tokens: int = 2000, question_tokens: int = 50,
-         n_questions: int = 5, model: str | None = None, console: Console | None = None) -> dict:
+         n_questions: int = 5, model: str | None = None, console: Console | None = None,
+         plot_path: str | None = "bench/results/prefix.png") -> dict:
     """Run the benchmark; returns the results dict written to ``json_path``."""
     from ragcache.engine.engine import LocalEngine
 
@@ -110,6 +145,8 @@ def main(json_path: str = "bench/results/prefix.json", prefix_tokens: int = 2000
     console.print(t)
     _write_json(json_path, result)
     console.print(f"wrote {json_path}")
+    if plot_path:
+        console.print(f"drew {plot(result, plot_path)}")
     return result
 
 

@@ -96,7 +96,43 @@ def retrieval_order(question: str, docs: list[dict[str, Any]]) -> list[dict[str,
     return sorted(docs, key=lambda d: (-len(q & _words(d["text"])), d["id"]))
 
 
-def main(json_path: str = "bench/results/provider.json", *, model: str | None = None,
+def plot(results: dict, path: str | Path) -> Path:
+    """Stacked bars per configuration: share of prompt tokens read from cache, written, uncached;
+    cost relative to no caching above each bar. Returns the PNG path."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError("drawing the PNG needs matplotlib: pip install 'ragcache[bench]'") from e
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results["configs"])
+    cfgs = [results["configs"][n] for n in names]
+    read = [c["read_share"] for c in cfgs]
+    write = [c["write_share"] for c in cfgs]
+    unc = [c["uncached_share"] for c in cfgs]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.bar(names, read, color="#2a9d8f", label="read from cache (0.1x price)")
+    ax.bar(names, write, bottom=read, color="#e9c46a", label="written to cache (1.25x)")
+    ax.bar(names, unc, bottom=[r + w for r, w in zip(read, write)], color="#e76f51", label="uncached (1x)")
+    for i, c in enumerate(cfgs):
+        ax.text(i, 1.02, f"cost {c['cost_ratio']:.2f}x", ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel("share of prompt tokens")
+    ax.set_title(f"Anthropic prompt caching, {results['questions']} questions ({results['claude_model']} prices)",
+                 fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def main(json_path: str = "bench/results/provider.json", *, plot_path: str | None = "bench/results/provider.png",
+         model: str | None = None,
          claude_model: str = "claude-sonnet-4-6", max_tokens: int = 8) -> dict:
     """Run the three configurations, print a rich table, write JSON; returns the results dict.
 
@@ -119,7 +155,6 @@ def main(json_path: str = "bench/results/provider.json", *, model: str | None = 
     from ragcache.anthropic.pricing import price_for
     from ragcache.server.anthropic import running_server
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \
         load_model(None if model == "embedded" else model)
     engine = LocalEngine(loaded)
@@ -187,6 +222,8 @@ def main(json_path: str = "bench/results/provider.json", *, model: str | None = 
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(results, indent=2))
     os.replace(tmp, out)
+    if plot_path:
+        print(f"wrote {json_path} and {plot(results, plot_path)}")
     return results
 
 

@@ -6,7 +6,6 @@ from llama_index.query_engine.ragcache.base import (
     PreparedQuery,
     RagCacheQueryEngine,
 )
-from llama_index.query_engine.ragcache.compat import ensure_anthropic_sdk_compat
 from llama_index.query_engine.ragcache.messages import (
     LaidOutMessages,
     layout_messages,
@@ -18,7 +17,6 @@ __all__ = [
     "LiveIndexRetriever",
     "PreparedQuery",
     "RagCacheQueryEngine",
-    "ensure_anthropic_sdk_compat",
     "layout_messages",
     "llm_kind",
 ]

@@ -46,7 +46,6 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.postprocessor.ragcache import StableOrderPostprocessor, node_segment
-from llama_index.query_engine.ragcache.compat import ensure_anthropic_sdk_compat
 from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
 from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
@@ -148,8 +147,6 @@ class RagCacheQueryEngine(BaseQueryEngine):
         self._llm = llm
         self._backend = LlamaIndexBackend(llm, anthropic_min_tokens=anthropic_min_tokens, token_counter=token_counter)
         self._kind = self._backend.kind
-        if self._kind == "anthropic":
-            ensure_anthropic_sdk_compat()
         self._semantic = semantic_cache
         self._system = system_prompt
         self._postprocessors = list(node_postprocessors)

@@ -1,0 +1,186 @@
+"""``ragcache ask``: one question over a folder of your own notes, cheapest layer first.
+
+Order of work, so a repeated question costs an embedder load and a lookup, not a model load:
+
+1. read the folder (non-UTF-8 text decoded with detection; each skipped file named with the reason);
+2. update the retrieval index: only chunks whose text is new are embedded; unused index folders
+   are deleted (:func:`ragcache.app.retrieval.prune_indexes`);
+3. retrieve the top-k chunks, lay out the request and look in the semantic answer cache;
+4. on a miss, load the model (the engine's chunk KV persists under ``$RAGCACHE_HOME/kv``, so a
+   later run over the same folder reuses each document's KV), answer, and store the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ragcache.app.corpus import scan_folder
+from ragcache.app.output import say, warn
+from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
+from ragcache.app.runtime import LazyLocalBackend, answer_cache, build_engine, bulk_embedder, query_embedder
+from ragcache.config import Config
+from ragcache.hashing import hash_value
+from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
+
+log = logging.getLogger("ragcache.ask")
+
+
+@dataclass(slots=True)
+class AskResult:
+    """An answer with what ``ask`` did to get it (``--json`` prints :meth:`to_dict`)."""
+
+    answer: Answer
+    sources: list[Retrieved]
+    skipped: list[tuple[str, str]]
+    chunks_embedded: int
+    chunks_reused: int
+    model_loaded: bool
+    miss_reasons: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.answer
+        return {
+            "question": a.question, "answer": a.text, "layer": a.layer, "similarity": a.similarity,
+            "matched_question": a.matched_question, "finish_reason": a.finish_reason,
+            "approximate": a.approximate, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
+            "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
+            "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped],
+            "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
+            "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
+        }
+
+
+def index_dir_for(cfg: Config, root: Path, embedder: Any) -> Path:
+    """The index folder of a docs folder: one per (resolved folder, embedder), updated in place."""
+    return cfg.index_dir / f"docs-{hash_value(str(root.resolve()))[:16]}-{embedder.fingerprint[:8]}"
+
+
+def explain_miss(semantic: Any, question: str, partition: Any, threshold: float | None) -> list[str]:
+    """Why a lookup missed, one line per nearest stored question: its similarity against the
+    threshold and the guards' verdict (:meth:`ragcache.semantic.SemanticCache.candidates_for`)."""
+    t = semantic.threshold if threshold is None else threshold
+    cands = semantic.candidates_for(question, partition=partition, threshold=threshold)
+    if not cands:
+        return ["no stored answer for this request's partition (documents, system text, model and "
+                "generation parameters must all match exactly)"]
+    out = []
+    for c in cands:
+        v = c.verdict
+        if c.similarity < t:
+            why = f"similarity {c.similarity:.3f} < threshold {t:.2f}"
+        elif not v.ok:
+            why = f"similarity {c.similarity:.3f} >= {t:.2f} but the {v.reason} guard rejected it" + \
+                  (f" ({v.detail})" if v.detail else "")
+        else:
+            why = f"similarity {c.similarity:.3f} >= {t:.2f}, guards passed"
+        out.append(f"{c.question!r}: {why}")
+    return out
+
+
+def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
+        top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
+        threshold: float | None = None, lookup: bool = True, store: bool = True,
+        console: Console | None = None, quiet: bool = False) -> AskResult:
+    """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
+
+    Args:
+        lookup: look in the semantic answer cache first (``--no-cache`` / ``--refresh`` turn it off).
+        store: store a fresh answer (``--no-cache`` turns it off; ``--refresh`` replaces the old one).
+        threshold: cosine threshold for this lookup (default ``cfg.threshold``).
+        quiet: print nothing (``--json``).
+
+    Raises:
+        ValueError: empty question, missing folder, a folder without readable text.
+    """
+    t0 = time.perf_counter()
+    console = console or Console()
+    if not question or not question.strip():
+        raise ValueError('question is empty: ask something, e.g. ragcache ask --docs notes/ "How do I ...?"')
+    top_k = cfg.top_k if top_k is None else top_k
+    if top_k < 1:
+        raise ValueError(f"--top-k must be >= 1, got {top_k}")
+    folder = scan_folder(docs)
+    skipped = [(s.rel, s.reason) for s in folder.skipped]
+    if not quiet:
+        for rel, reason in skipped:
+            warn(console, f"skipped {rel}: {reason}")
+        for f in folder.files:
+            if f.encoding != "utf-8":
+                say(console, ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
+    if not folder.files:
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files")
+    timings: dict[str, float] = {"read_s": time.perf_counter() - t0}
+    emb = query_embedder(cfg, embedder)
+    timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
+    idx = index_dir_for(cfg, folder.root, emb)
+    retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                          bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
+    removed = prune_indexes(cfg.index_dir, idx)
+    if retriever.embedded:
+        log.info("embedded %d new chunks, reused %d", retriever.embedded, retriever.reused)
+    for d in removed:
+        log.info("removed unused index folder %s", d)
+    hits = retriever.search(question, k=top_k)
+    documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
+    model_name = model if model is not None else cfg.model
+    backend = LazyLocalBackend(lambda: build_engine(cfg, model_name), model_name)
+    semantic = answer_cache(cfg, emb)
+    rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
+                   max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens)
+    reasons: list[str] = []
+    try:
+        req = rag.prepare(question, documents)
+        a = rag.lookup(req, threshold=threshold) if lookup else None
+        if a is None and lookup:
+            reasons = explain_miss(semantic, question, req.partition, threshold)
+            for r in reasons:
+                log.info("semantic miss: %s", r)
+        if a is None:
+            if not quiet:
+                with console.status("loading the model and answering"):
+                    result = rag.generate(req)
+            else:
+                result = rag.generate(req)
+            if store:
+                if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
+                    from ragcache.app.answers import AnswerStore
+
+                    semantic.flush()
+                    AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, question)
+                    semantic.close()
+                    semantic = answer_cache(cfg, emb)
+                    rag.semantic = semantic
+                a = rag.record(req, result, started=t0)
+            else:
+                a = RagCache._answer(req, result, time.perf_counter() - t0)
+    finally:
+        semantic.close()
+    timings["total_s"] = time.perf_counter() - t0
+    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
+    if not quiet:
+        print_answer(console, out)
+    return out
+
+
+def print_answer(console: Console, r: AskResult) -> None:
+    """The answer as literal text, then one dim line of where it came from."""
+    a = r.answer
+    console.print(a.text, markup=False, highlight=False, soft_wrap=True)
+    if a.layer == "semantic":
+        how = f"served by semantic cache (similarity {a.similarity:.3f} to {a.matched_question!r})"
+    else:
+        how = f"served by {a.layer} | TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}"
+        if a.finish_reason == "length":
+            how += " | cut at the token budget (not cached; raise --max-new-tokens)"
+    srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
+    say(console, (f"sources: {srcs} | {how} | {r.timings.get('total_s', 0.0):.2f} s", "dim"))
+
+
+__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "print_answer"]

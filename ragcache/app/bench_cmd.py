@@ -1,0 +1,135 @@
+"""``ragcache bench ...``: each benchmark prints a table, writes JSON under bench/results/ and draws a PNG.
+
+To add a benchmark ``NAME``: write ``ragcache/app/bench/NAME.py`` with a ``main(**options) -> dict``
+that prints, writes ``json_path`` and draws ``plot_path``; then register it here::
+
+    @bench_app.command("NAME")
+    def bench_NAME(json_path: str = json_option("NAME"), plot_path: str = plot_option("NAME"), ...) -> None:
+        \"\"\"One line for --help.\"\"\"
+        run_bench("NAME", json_path=json_path, plot_path=plot_path, ...)
+
+``run_bench`` imports ``ragcache.app.bench.NAME`` lazily (so ``ragcache --help`` stays fast) and turns
+user errors into one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ragcache.app.output import make_console, run_or_exit
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table, write JSON and draw a PNG.")
+console = make_console()
+
+
+def data_dir() -> Path:
+    """Benchmark data: ``$RAGCACHE_DATA_DIR``, else ``shared/data`` beside the checkout."""
+    from ragcache.config import Config
+
+    cfg = run_or_exit(console, Config.from_env)
+    return cfg.data_dir or Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def json_option(name: str) -> Any:
+    return typer.Option(f"bench/results/{name}.json", "--json", help="Where to write the JSON results.")
+
+
+def plot_option(name: str) -> Any:
+    return typer.Option(f"bench/results/{name}.png", "--plot", help="Where to draw the PNG.")
+
+
+def run_bench(name: str, **options: Any) -> Any:
+    """Run ``ragcache.app.bench.<name>.main(**options)``."""
+    module = importlib.import_module(f"ragcache.app.bench.{name}")
+    return run_or_exit(console, module.main, **options)
+
+
+@bench_app.command("prefix")
+def bench_prefix(
+    json_path: str = json_option("prefix"),
+    plot_path: str = plot_option("prefix"),
+    prefix_tokens: int = typer.Option(2000, help="Length of the stable system prefix (tokens)."),
+    question_tokens: int = typer.Option(50, help="Length of each question (tokens)."),
+    questions: int = typer.Option(5, min=1, max=5, help="Number of different questions."),
+    model: Optional[str] = typer.Option(None, help="LLM folder or cached HF id (default: embedded SmolLM2)."),
+) -> None:
+    """TTFT with and without a warm exact prefix cache."""
+    run_bench("prefix", json_path=json_path, plot_path=plot_path, prefix_tokens=prefix_tokens,
+              question_tokens=question_tokens, n_questions=questions, model=model)
+
+
+@bench_app.command("blend")
+def bench_blend(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(0, help="First item (0-49 is the development split)."),
+    end: int = typer.Option(50, help="One past the last item."),
+    json_path: str = json_option("blend"),
+    plot_path: str = plot_option("blend"),
+    ratios: str = typer.Option("0.05,0.10,0.15,0.30", help="Comma-separated recompute ratios."),
+) -> None:
+    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue."""
+    run_bench("blend", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, json_path=json_path,
+              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()])
+
+
+@bench_app.command("semantic")
+def bench_semantic(
+    pairs: Optional[str] = typer.Option(None, help="Labelled question pairs (JSONL); default "
+                                        "$RAGCACHE_DATA_DIR/semantic_pairs_dev.jsonl."),
+    json_path: str = json_option("semantic"),
+    scale: str = typer.Option("10000,100000", help="Stored-entry counts for the latency runs."),
+) -> None:
+    """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
+    run_bench("semantic", pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"), json_path=json_path,
+              scale=[int(s) for s in scale.split(",") if s.strip()])
+
+
+@bench_app.command("provider")
+def bench_provider(json_path: str = json_option("provider"), plot_path: str = plot_option("provider")) -> None:
+    """Naive vs ragcache prompt layout against the local Anthropic-compatible server: cache read share and cost."""
+    run_bench("provider", json_path=json_path, plot_path=plot_path)
+
+
+
+
+@bench_app.command("kvquant")
+def bench_kvquant(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
+    end: int = typer.Option(10, help="One past the last item (<= 50)."),
+    formats: str = typer.Option("fp16,int8,int4", help="Chunk formats, optional :GROUP_SIZE (e.g. int4:128)."),
+    decode_tokens: int = typer.Option(2000, min=0, help="Long-generation length (0 skips the decode part)."),
+    decode_item: int = typer.Option(0, help="Item whose prompt the decode runs start from."),
+    residual_length: int = typer.Option(128, min=1, help="QuantizedCache residual length (tokens)."),
+    json_path: str = json_option("kvquant"),
+    plot_path: str = plot_option("kvquant"),
+) -> None:
+    """fp16 / int8 / int4 chunk KV (size, load time, CacheBlend fidelity) and a 4-bit quantized decode cache."""
+    run_bench("kvquant", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, formats=formats,
+              decode_tokens=decode_tokens, decode_item=decode_item, residual_length=residual_length,
+              json_path=json_path, plot_path=plot_path, console=console)
+
+
+@bench_app.command("shared")
+def bench_shared(
+    json_path: str = json_option("shared"),
+    plot_path: str = plot_option("shared"),
+    scale: str = typer.Option("10000,100000", help="Entries per semantic latency run, comma-separated."),
+    pairs: Optional[str] = typer.Option(None, help="Paraphrase pairs for the replica stream (JSONL); default "
+                                                   "$RAGCACHE_DATA_DIR/semantic_pairs_dev.jsonl."),
+    parts: str = typer.Option("semantic,chunks,replicas,single_flight", help="Which measurements to run."),
+) -> None:
+    """Shared caches: PostgreSQL vs FAISS lookup, Valkey chunk fetch vs recompute, replicas, single flight.
+
+    Starts PostgreSQL + pgvector and Valkey on loopback unless RAGCACHE_SEMANTIC_URL / RAGCACHE_KV_URL are set.
+    """
+    run_bench("shared", json_path=json_path, plot_path=plot_path,
+              scale=[int(s) for s in scale.split(",") if s.strip()],
+              pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"), parts=parts)
+
+
+__all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]

@@ -1,0 +1,292 @@
+"""``ragcache cache stats|ls|show|invalidate|evict|clear``: see and manage what is on disk.
+
+Layers under ``$RAGCACHE_HOME`` (each path configurable, see :mod:`ragcache.config`):
+
+- ``answers``: the semantic answer cache (SQLite + FAISS), ``$RAGCACHE_ANSWERS_DIR``;
+- ``chunks``: per-document KV (one safetensors file per document chunk), ``$RAGCACHE_KV_DIR``;
+- ``index``: retrieval indexes of ``ask`` folders and the demo corpus, ``$RAGCACHE_INDEX_DIR``.
+
+The exact prefix KV cache lives in the serving process's memory only (nothing to manage on disk).
+Chunk KV is keyed by the document's tokens, so an edited document never reuses stale KV;
+``evict`` frees space. Every command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ragcache.app.answers import AnswerStore
+from ragcache.app.output import error, make_console, print_json, run_or_exit, say
+from ragcache.config import Config
+
+cache_app = typer.Typer(no_args_is_help=True, help="See and manage the on-disk caches (answers, chunk KV, indexes).")
+console = make_console()
+
+
+class LayerName(str, enum.Enum):
+    answers = "answers"
+    chunks = "chunks"
+    index = "index"
+
+
+class ClearLayer(str, enum.Enum):
+    all = "all"
+    answers = "answers"
+    chunks = "chunks"
+    index = "index"
+
+
+def _cfg() -> Config:
+    return run_or_exit(console, Config.from_env)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+# ------------------------------------------------------------------ chunk KV files (no torch import)
+def chunk_header(path: Path) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, read from its JSON header (no tensor is loaded).
+
+    Raises:
+        ValueError: not a safetensors file.
+    """
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path} is not a safetensors file")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 100 << 20:
+            raise ValueError(f"{path} has an implausible header of {n} bytes")
+        return dict(json.loads(f.read(n)).get("__metadata__") or {})
+
+
+def chunk_files(cfg: Config) -> list[dict[str, Any]]:
+    """Chunk KV files, least recently used first (the disk store evicts in this order)."""
+    root = cfg.kv_dir
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.glob("*.safetensors"), key=lambda p: p.stat().st_mtime):
+        st = p.stat()
+        row: dict[str, Any] = {"key": p.stem, "bytes": st.st_size, "used": st.st_mtime, "path": str(p)}
+        try:
+            meta = chunk_header(p)
+            row.update(n_tokens=int(meta.get("n_tokens", 0)), dtype=meta.get("dtype"),
+                       model=(meta.get("fingerprint") or "")[:12])
+        except (OSError, ValueError) as e:
+            row["error"] = str(e)
+        out.append(row)
+    return out
+
+
+def index_folders(cfg: Config) -> list[dict[str, Any]]:
+    root = cfg.index_dir
+    if not root.is_dir():
+        return []
+    out = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        out.append({"name": d.name, "source": meta.get("source"), "chunks": meta.get("count"),
+                    "embedder": meta.get("embedder"), "bytes": sum(f.stat().st_size for f in d.rglob("*") if f.is_file()),
+                    "path": str(d)})
+    return out
+
+
+def collect_stats(cfg: Config) -> dict[str, Any]:
+    chunks = chunk_files(cfg)
+    idx = index_folders(cfg)
+    return {
+        "home": str(cfg.home),
+        "answers": AnswerStore(cfg.answers_dir).stats(),
+        "chunks": {"path": str(cfg.kv_dir), "files": len(chunks), "bytes": sum(c["bytes"] for c in chunks),
+                   "max_bytes": cfg.kv_max_bytes, "tokens": sum(c.get("n_tokens", 0) for c in chunks)},
+        "index": {"path": str(cfg.index_dir), "folders": len(idx), "bytes": sum(i["bytes"] for i in idx)},
+        "prefix": {"persisted": False, "note": "the exact prefix KV cache is in the serving process's memory only"},
+    }
+
+
+# ------------------------------------------------------------------ commands
+@cache_app.command()
+def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Entries and bytes of each cache layer."""
+    s = collect_stats(_cfg())
+    if as_json:
+        print_json(s)
+        return
+    a, c, i = s["answers"], s["chunks"], s["index"]
+    t = Table(title=Text(f"ragcache caches under {s['home']}"))
+    for col in ("layer", "entries", "on disk", "details"):
+        t.add_column(col)
+    t.add_row("answers", str(a["entries"]), _bytes(a["bytes"]),
+              Text(f"{a['partitions']} partitions, {a['hits']} hits served, namespaces {a['namespaces'] or '-'}"))
+    t.add_row("chunks", str(c["files"]), _bytes(c["bytes"]),
+              Text(f"{c['tokens']} tokens of KV, budget {_bytes(c['max_bytes'])}"))
+    t.add_row("index", str(i["folders"]), _bytes(i["bytes"]), Text("retrieval indexes"))
+    t.add_row("prefix", "-", "-", Text("in process memory only"))
+    console.print(t)
+
+
+@cache_app.command("ls")
+def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to list."),
+       limit: int = typer.Option(50, min=1, help="At most this many rows (answers: most recently used first)."),
+       namespace: Optional[str] = typer.Option(None, help="Answers of one namespace only."),
+       as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List stored answers, chunk KV files or index folders."""
+    cfg = _cfg()
+    if layer is LayerName.answers:
+        rows = [r.to_dict(full=False) for r in AnswerStore(cfg.answers_dir).list(namespace=namespace, limit=limit)]
+        cols = ("id", "namespace", "question", "answer", "hits", "accessed")
+    elif layer is LayerName.chunks:
+        rows = chunk_files(cfg)[::-1][:limit]
+        cols = ("key", "n_tokens", "bytes", "model", "used")
+    else:
+        rows = index_folders(cfg)[:limit]
+        cols = ("name", "source", "chunks", "bytes")
+    if as_json:
+        print_json(rows)
+        return
+    t = Table(title=Text(f"{layer.value} ({len(rows)} shown)"))
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*[Text(_when(r.get(c)) if c in ("accessed", "used") else
+                         _bytes(r[c]) if c == "bytes" else ("-" if r.get(c) is None else str(r.get(c))))
+                    for c in cols])
+    console.print(t)
+
+
+@cache_app.command()
+def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) or a chunk key."),
+         as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Everything stored for one answer or one chunk KV file."""
+    cfg = _cfg()
+    if entry.isdigit():
+        row = AnswerStore(cfg.answers_dir).get(int(entry))
+        if row is None:
+            error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
+            raise typer.Exit(1)
+        d = row.to_dict()
+    else:
+        p = cfg.kv_dir / f"{entry}.safetensors"
+        if not p.is_file():
+            error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
+            raise typer.Exit(1)
+        d = {"key": entry, "path": str(p), "bytes": p.stat().st_size, "used": p.stat().st_mtime,
+             "metadata": run_or_exit(console, chunk_header, p)}
+    if as_json:
+        print_json(d)
+        return
+    for k, v in d.items():
+        value = _when(v) if k in ("created", "accessed", "used") else json.dumps(v, ensure_ascii=False) \
+            if isinstance(v, dict) else str(v)
+        say(console, (f"{k:10} ", "bold"), value)
+
+
+@cache_app.command()
+def invalidate(document: str = typer.Argument(..., help="A document file (its chunks), a chunk id such as "
+                                               "notes.md#0, a content hash, or the document text."),
+               as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Drop every stored answer built from a document (the next question about it goes to the model)."""
+    from ragcache.app.corpus import _pack, decode_bytes
+    from ragcache.app.runtime import answer_cache, query_embedder
+
+    cfg = _cfg()
+    keys = [document]
+    p = Path(document).expanduser()
+    if p.is_file():
+        text, how = decode_bytes(p.read_bytes())
+        if text is None:
+            error(console, f"cannot read {document}: {how}")
+            raise typer.Exit(2)
+        keys = [c.text for c in _pack([text], p.name, 1400)] + [text]
+    removed = 0
+    if AnswerStore(cfg.answers_dir).exists:
+        sem = run_or_exit(console, answer_cache, cfg, query_embedder(cfg))
+        try:
+            removed = sum(sem.invalidate(k) for k in keys)
+        finally:
+            sem.close()
+    if as_json:
+        print_json({"document": document, "answers_removed": removed})
+    else:
+        say(console, f"removed {removed} stored answer(s) built from ", (document, "bold"))
+
+
+@cache_app.command()
+def evict(layer: LayerName = typer.Option(LayerName.answers, help="answers or chunks."),
+          older_than: Optional[float] = typer.Option(None, help="Answers: drop those unused for this many seconds."),
+          keep: Optional[int] = typer.Option(None, help="Answers: keep only the N most recently used."),
+          max_bytes: Optional[int] = typer.Option(None, help="Chunks: drop least recently used files down to this many bytes."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Free space: least recently used answers or chunk KV files first."""
+    cfg = _cfg()
+    if layer is LayerName.answers:
+        n = run_or_exit(console, AnswerStore(cfg.answers_dir).evict, older_than_s=older_than, keep=keep)
+        freed = None
+    elif layer is LayerName.chunks:
+        if max_bytes is None or max_bytes < 0:
+            error(console, "give --max-bytes N (>= 0) for the chunk layer")
+            raise typer.Exit(2)
+        files = chunk_files(cfg)
+        total, n, freed = sum(f["bytes"] for f in files), 0, 0
+        for f in files:  # least recently used first
+            if total - freed <= max_bytes:
+                break
+            Path(f["path"]).unlink(missing_ok=True)
+            freed += f["bytes"]
+            n += 1
+    else:
+        error(console, "index folders are replaced in place and pruned by `ask`; use `ragcache cache clear --layer index`")
+        raise typer.Exit(2)
+    if as_json:
+        print_json({"layer": layer.value, "removed": n, "bytes_freed": freed})
+    else:
+        say(console, f"evicted {n} {layer.value} entr{'y' if n == 1 else 'ies'}" + (f" ({_bytes(freed)})" if freed else ""))
+
+
+@cache_app.command()
+def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, chunks, index) or one layer."),
+          yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Delete a cache layer from disk (converted models under $RAGCACHE_HOME/models are kept)."""
+    cfg = _cfg()
+    dirs = {"answers": cfg.answers_dir, "chunks": cfg.kv_dir, "index": cfg.index_dir}
+    chosen = list(dirs) if layer is ClearLayer.all else [layer.value]
+    if not yes and not as_json:
+        typer.confirm(f"delete {', '.join(str(dirs[c]) for c in chosen)}?", abort=True)
+    out = {}
+    for c in chosen:
+        d = dirs[c]
+        n = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
+        shutil.rmtree(d, ignore_errors=True)
+        out[c] = {"path": str(d), "bytes_freed": n}
+    if as_json:
+        print_json(out)
+    else:
+        for c, v in out.items():
+            say(console, f"cleared {c}: ", (v["path"], "bold"), f" ({_bytes(v['bytes_freed'])})")
+
+
+__all__ = ["cache_app", "chunk_files", "chunk_header", "collect_stats", "index_folders"]

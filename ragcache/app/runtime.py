@@ -1,0 +1,142 @@
+"""What the app builds from a :class:`~ragcache.config.Config`: embedders, the engine with its
+persisted chunk KV, a backend that loads the model only when it must, the answer cache.
+
+The expensive parts load lazily and in order of need: a semantic hit needs the embedder (NumPy
+runtime, no torch) and the answer cache only; the LLM is loaded by the first ``generate``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ragcache.backend import BackendResult
+from ragcache.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def query_embedder(cfg: Config, name: str | None = None) -> Any:
+    """The embedder for questions: the NumPy runtime when the model allows it (fast start), else torch."""
+    from ragcache.models import ModelNotFoundError, load_embedder
+
+    name = name if name is not None else cfg.embedder
+    try:
+        return load_embedder(name, allow_downloads=cfg.allow_downloads, runtime="numpy")
+    except ModelNotFoundError as e:
+        log.info("embedder %s: NumPy runtime unavailable (%s); using sentence-transformers", name, e)
+        return load_embedder(name, allow_downloads=cfg.allow_downloads)
+
+
+def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
+    """Zero-argument factory of the embedder for many chunks (sentence-transformers on torch)."""
+    from ragcache.models import load_embedder
+
+    name = name if name is not None else cfg.embedder
+    return lambda: load_embedder(name, allow_downloads=cfg.allow_downloads)
+
+
+def chunk_store(cfg: Config) -> Any:
+    """The chunk KV store: Redis / Valkey when ``cfg.kv_url`` is set (shared by every process), else
+    on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0."""
+    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+
+    if cfg.kv_url:
+        from ragcache.engine.redis_store import open_chunk_store
+
+        return open_chunk_store(cfg.kv_url)
+    if cfg.kv_max_bytes == 0:
+        return MemoryChunkStore()
+    return DiskChunkStore(cfg.kv_dir, max_bytes=cfg.kv_max_bytes)
+
+
+def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = True,
+                 recompute_ratio: float | None = None) -> Any:
+    """A :class:`~ragcache.engine.engine.LocalEngine` with the prefix cache budget of ``cfg`` and,
+    when ``chunk_cache``, a CacheBlend chunk cache over :func:`chunk_store`."""
+    from ragcache.engine.engine import LocalEngine
+    from ragcache.models import load_model
+
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    cc = None
+    if chunk_cache:
+        from ragcache.engine.chunk_cache import ChunkCache
+
+        cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
+    loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads)
+    return LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=cfg.prefix_max_bytes,
+                       recompute_ratio=cfg.recompute_ratio if recompute_ratio is None else recompute_ratio,
+                       decode_cache=cfg.decode_cache)
+
+
+class LazyLocalBackend:
+    """:class:`~ragcache.engine.backend.LocalBackend` that loads the engine on the first ``generate``.
+
+    ``model_id`` (part of the semantic partition) comes from :func:`ragcache.models.model_fingerprint`
+    without loading the model where that is possible, so a lookup in the answer cache needs no model.
+
+    Args:
+        factory: zero-argument callable returning a LocalEngine.
+        model: the model name or path the factory loads (for the fingerprint).
+
+    Raises:
+        RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
+    """
+
+    name = "local"
+
+    def __init__(self, factory: Callable[[], Any], model: str | None = None) -> None:
+        from ragcache.models import model_fingerprint
+
+        self._factory = factory
+        self._backend: Any = None
+        fp = model_fingerprint(model)
+        self._model_id = fp.digest if fp is not None else None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._backend is not None
+
+    def _load(self) -> Any:
+        if self._backend is None:
+            from ragcache.engine.backend import LocalBackend
+
+            backend = LocalBackend(self._factory())
+            if self._model_id is not None and backend.model_id != self._model_id:
+                raise RuntimeError(f"loaded model {backend.model_id[:12]} is not the predicted {self._model_id[:12]}")
+            self._backend = backend
+        return self._backend
+
+    @property
+    def engine(self) -> Any:
+        return self._load().engine
+
+    @property
+    def model_id(self) -> str:
+        if self._model_id is None:  # a hub id: its revision is known only once loaded
+            self._model_id = self._load().model_id
+        return self._model_id
+
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+
+def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
+    """The answer cache: PostgreSQL + pgvector when ``cfg.semantic_url`` is set (shared by every process),
+    else the persistent :class:`~ragcache.semantic.SemanticCache` under ``cfg.answers_dir`` (``path=None``:
+    in memory)."""
+    from ragcache.semantic import SemanticCache
+
+    if cfg.semantic_url and path == "default":
+        return SemanticCache.from_url(cfg.semantic_url, embedder=embedder, threshold=cfg.threshold,
+                                      max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s)
+    return SemanticCache(cfg.answers_dir if path == "default" else path, embedder=embedder,
+                         threshold=cfg.threshold, max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s)
+
+
+__all__ = ["LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store", "query_embedder"]

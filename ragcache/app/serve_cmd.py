@@ -1,0 +1,129 @@
+"""``ragcache serve --anthropic``: the local Anthropic-compatible server, or the caching proxy.
+
+Local mode (default) answers with the local engine (:mod:`ragcache.server.anthropic`) and adds
+``GET /health``, ``GET /v1/models`` and, with ``--metrics prometheus``, ``GET /metrics``; its
+chunk KV is kept on disk under ``$RAGCACHE_KV_DIR``. Proxy mode (``--upstream URL``) runs
+:class:`ragcache.server.proxy.AnthropicProxy` with the semantic answer cache under
+``$RAGCACHE_ANSWERS_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+
+from ragcache.app.output import say
+from ragcache.config import Config
+from ragcache.metrics import CONTENT_TYPE, CacheMetrics
+
+
+class UsageMetrics:
+    """ASGI middleware: reads the ``usage`` of each ``/v1/messages`` response (JSON or event
+    stream) on its way out and records it in a :class:`CacheMetrics`. The response is unchanged."""
+
+    def __init__(self, app: Any, metrics: CacheMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") != "/v1/messages" or not self.metrics.enabled:
+            await self.app(scope, receive, send)
+            return
+        import time
+
+        from ragcache.server.proxy import SSEParser
+
+        t0 = time.perf_counter()
+        parser, body, state = SSEParser(), bytearray(), {"status": 0, "sse": False}
+
+        async def wrapped(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                ctype = dict(message.get("headers") or []).get(b"content-type", b"")
+                state["sse"] = ctype.startswith(b"text/event-stream")
+            elif message["type"] == "http.response.body" and state["status"] == 200:
+                chunk = message.get("body", b"")
+                parser.feed(chunk) if state["sse"] else body.extend(chunk)
+                if not message.get("more_body", False):
+                    usage = parser.usage if state["sse"] else _json_usage(bytes(body))
+                    if usage:
+                        self._record(usage, (parser.first_token_at or time.perf_counter()) - t0)
+            await send(message)
+
+        await self.app(scope, receive, wrapped)
+
+    def _record(self, usage: dict, ttft_s: float) -> None:
+        from ragcache.backend import CacheUsage
+
+        u = CacheUsage.provider(input_tokens=int(usage.get("input_tokens") or 0),
+                                cache_read=int(usage.get("cache_read_input_tokens") or 0),
+                                cache_write=int(usage.get("cache_creation_input_tokens") or 0),
+                                completion_tokens=int(usage.get("output_tokens") or 0))
+        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+
+
+def _json_usage(body: bytes) -> dict:
+    try:
+        return dict(json.loads(body).get("usage") or {})
+    except (ValueError, AttributeError):
+        return {}
+
+
+def local_app(engine: Any, metrics: CacheMetrics, **server_kwargs: Any) -> Any:
+    """The local server's app with ``/health``, ``/v1/models`` and ``/metrics`` beside it."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Mount, Route
+
+    from ragcache.anthropic.pricing import PRICES
+    from ragcache.server.anthropic import create_app
+
+    async def health(request: Any) -> Response:
+        return JSONResponse({"status": "ok", "mode": "local", "model": str(engine.fingerprint),
+                             "metrics": metrics.mode})
+
+    async def models(request: Any) -> Response:
+        ids = list(PRICES)  # any model id is accepted and answered by the local engine
+        return JSONResponse({"data": [{"type": "model", "id": m, "display_name": f"{m} (local: {engine.fingerprint})"}
+                                      for m in ids], "has_more": False, "first_id": ids[0], "last_id": ids[-1]})
+
+    async def render(request: Any) -> Response:
+        if metrics.mode != "prometheus":
+            return JSONResponse({"error": "metrics are off: start with --metrics prometheus"}, status_code=404)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    inner = UsageMetrics(create_app(engine, **server_kwargs), metrics)
+    return Starlette(routes=[Route("/health", health), Route("/v1/models", models), Route("/metrics", render),
+                             Mount("/", app=inner)])
+
+
+def run_serve(cfg: Config, *, semantic: bool = True, console: Console) -> None:
+    """Serve until interrupted (blocking)."""
+    import uvicorn
+
+    metrics = CacheMetrics(cfg.metrics)
+    if cfg.upstream:
+        from ragcache.app.runtime import answer_cache, query_embedder
+        from ragcache.server.proxy import AnthropicProxy
+
+        sem = answer_cache(cfg, query_embedder(cfg)) if semantic else None
+        proxy = AnthropicProxy(cfg.upstream, semantic=sem, metrics=metrics, timeout_s=cfg.upstream_timeout_s)
+        say(console, f"caching proxy for {cfg.upstream} on http://{cfg.host}:{cfg.port} "
+                     f"(semantic cache {'on' if sem else 'off'}, metrics {metrics.mode})")
+        try:
+            uvicorn.run(proxy.app, host=cfg.host, port=cfg.port, log_level="info")
+        finally:
+            if sem is not None:
+                sem.close()
+        return
+    from ragcache.app.runtime import build_engine
+
+    engine = build_engine(cfg)
+    say(console, f"serving the Anthropic Messages API on http://{cfg.host}:{cfg.port} (model {engine.fingerprint}, "
+                 f"chunk KV in {cfg.kv_dir}, metrics {metrics.mode})")
+    uvicorn.run(local_app(engine, metrics), host=cfg.host, port=cfg.port, log_level="info")
+
+
+__all__ = ["UsageMetrics", "local_app", "run_serve"]

@@ -1,0 +1,196 @@
+"""ragcache's settings: one dataclass, every field read from a ``RAGCACHE_*`` environment variable.
+
+    cfg = Config.from_env()          # reads os.environ (never writes it)
+    cfg.home, cfg.kv_max_bytes, cfg.threshold ...
+
+:data:`ENV_VARS` lists each variable with its field, default and meaning (the README's table
+is generated from it: ``python -c "from ragcache.config import env_table; print(env_table())"``).
+Nothing here imports the rest of ragcache. Library code below the app takes explicit keyword
+arguments; only the app layer (CLI, server, demo) reads the environment, through this module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _home_default() -> Path:
+    return Path.home() / ".cache" / "ragcache"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, the
+    default as written in the docs, and what it sets."""
+
+    name: str
+    field: str
+    default: str
+    doc: str
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("RAGCACHE_HOME", "home", "~/.cache/ragcache", "root of every on-disk cache (models, answers, index, KV)"),
+    EnvVar("RAGCACHE_MODEL", "model", "embedded SmolLM2-135M-Instruct",
+           "LLM for ask / demo / serve: a local model folder or a Hugging Face id in the local cache"),
+    EnvVar("RAGCACHE_EMBEDDER", "embedder", "packaged all-MiniLM-L6-v2", "sentence-transformers embedder (folder or id)"),
+    EnvVar("RAGCACHE_ALLOW_DOWNLOADS", "allow_downloads", "0",
+           "1: models given by hub id may be downloaded; 0: load from local files only"),
+    EnvVar("RAGCACHE_ANSWERS_DIR", "answers_dir", "$RAGCACHE_HOME/answers", "semantic answer cache (SQLite + FAISS)"),
+    EnvVar("RAGCACHE_INDEX_DIR", "index_dir", "$RAGCACHE_HOME/index", "document retrieval indexes (one folder per corpus)"),
+    EnvVar("RAGCACHE_KV_DIR", "kv_dir", "$RAGCACHE_HOME/kv/chunks", "persisted per-document (chunk) KV, safetensors"),
+    EnvVar("RAGCACHE_KV_MAX_BYTES", "kv_max_bytes", "2147483648 (2 GiB)",
+           "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
+    EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "536870912 (512 MiB)",
+           "byte budget of the in-memory exact prefix KV cache"),
+    EnvVar("RAGCACHE_THRESHOLD", "threshold", "0.94",
+           "semantic cache cosine threshold (the cache's calibrated default; 1.0 = exact repeats only)"),
+    EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "none",
+           "shared answer cache: postgresql://... (PostgreSQL + pgvector) instead of the local SQLite + FAISS"),
+    EnvVar("RAGCACHE_KV_URL", "kv_url", "none", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
+    EnvVar("RAGCACHE_KV_FORMAT", "kv_format", "fp16", "stored chunk KV format: fp16, int8 or int4 (KIVI groups)"),
+    EnvVar("RAGCACHE_KV_GROUP_SIZE", "kv_group_size", "64", "quantization group size of int8 / int4 chunk KV"),
+    EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "dynamic", "decode KV cache: dynamic or quantized (4-bit quanto)"),
+    EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "100000", "answers kept (LRU)"),
+    EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "none", "seconds an answer lives (none: no expiry)"),
+    EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio", "none",
+           "CacheBlend recompute ratio r (none: the model's `ragcache calibrate` record, else 0.15)"),
+    EnvVar("RAGCACHE_TOP_K", "top_k", "4", "documents retrieved per question (ask, demo)"),
+    EnvVar("RAGCACHE_MAX_NEW_TOKENS", "max_new_tokens", "128", "decode budget per answer (ask)"),
+    EnvVar("RAGCACHE_HOST", "host", "127.0.0.1", "serve: address to bind"),
+    EnvVar("RAGCACHE_PORT", "port", "8788", "serve: port"),
+    EnvVar("RAGCACHE_UPSTREAM", "upstream", "none", "serve: proxy to this Anthropic API base URL (e.g. https://api.anthropic.com)"),
+    EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s", "600", "serve --upstream: seconds before an upstream call fails"),
+    EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
+    EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
+    EnvVar("RAGCACHE_DATA_DIR", "data_dir", "shared/data beside the checkout", "benchmark data folder (bench blend / semantic)"),
+)
+"""Every variable :meth:`Config.from_env` reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Settings of the app layer. Sizes are bytes, times seconds, thresholds cosine similarities.
+
+    Build one with :meth:`from_env` (environment) or directly with keyword arguments (tests).
+    """
+
+    home: Path
+    model: str | None = None
+    embedder: str | None = None
+    allow_downloads: bool = False
+    answers_dir: Path | None = None
+    index_dir: Path | None = None
+    kv_dir: Path | None = None
+    kv_max_bytes: int = 2 << 30
+    prefix_max_bytes: int = 512 << 20
+    threshold: float = 0.94
+    semantic_url: str | None = None
+    kv_url: str | None = None
+    kv_format: str = "fp16"
+    kv_group_size: int = 64
+    decode_cache: str = "dynamic"
+    semantic_max_entries: int = 100_000
+    semantic_ttl_s: float | None = None
+    recompute_ratio: float | None = None
+    top_k: int = 4
+    max_new_tokens: int = 128
+    host: str = "127.0.0.1"
+    port: int = 8788
+    upstream: str | None = None
+    upstream_timeout_s: float = 600.0
+    metrics: str = "off"
+    threads: int | None = None
+    data_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        home = Path(self.home).expanduser()
+        object.__setattr__(self, "home", home)
+        for name, sub in (("answers_dir", "answers"), ("index_dir", "index"), ("kv_dir", "kv/chunks")):
+            v = getattr(self, name)
+            object.__setattr__(self, name, Path(v).expanduser() if v else home / sub)
+        if self.kv_max_bytes < 0 or self.prefix_max_bytes < 1:
+            raise ValueError("RAGCACHE_KV_MAX_BYTES must be >= 0 and RAGCACHE_PREFIX_MAX_BYTES >= 1 (bytes)")
+        if not -1.0 <= self.threshold <= 1.0:
+            raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}")
+        if self.semantic_max_entries < 1 or self.top_k < 1 or self.max_new_tokens < 1:
+            raise ValueError("RAGCACHE_SEMANTIC_MAX_ENTRIES, RAGCACHE_TOP_K and RAGCACHE_MAX_NEW_TOKENS must be >= 1")
+        if self.semantic_ttl_s is not None and self.semantic_ttl_s <= 0:
+            raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
+        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
+            raise ValueError(f"RAGCACHE_RECOMPUTE_RATIO must be in [0, 1], got {self.recompute_ratio}")
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"RAGCACHE_PORT must be in 1..65535, got {self.port}")
+        if self.metrics not in ("off", "prometheus", "otel"):
+            raise ValueError(f"RAGCACHE_METRICS must be off, prometheus or otel, got {self.metrics!r}")
+        if self.kv_format not in ("fp16", "int8", "int4"):
+            raise ValueError(f"RAGCACHE_KV_FORMAT must be fp16, int8 or int4, got {self.kv_format!r}")
+        if self.kv_group_size < 1:
+            raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be >= 1, got {self.kv_group_size}")
+        if self.decode_cache not in ("dynamic", "quantized"):
+            raise ValueError(f"RAGCACHE_DECODE_CACHE must be dynamic or quantized, got {self.decode_cache!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"RAGCACHE_THREADS must be >= 1, got {self.threads}")
+
+    @property
+    def models_dir(self) -> Path:
+        """Where converted models live (``$RAGCACHE_HOME/models``)."""
+        return self.home / "models"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
+        """Read every :data:`ENV_VARS` variable (unset or empty: the default); ``overrides`` (not
+        ``None``) win, so CLI options override the environment.
+
+        Raises:
+            ValueError: a variable that does not parse (the message names it and the expected form).
+        """
+        env = os.environ if environ is None else environ
+        kw: dict[str, Any] = {"home": env.get("RAGCACHE_HOME") or _home_default()}
+        types = {f.name: f.type for f in fields(cls)}
+        for var in ENV_VARS:
+            raw = env.get(var.name)
+            if var.field == "home" or raw is None or raw.strip() == "":
+                continue
+            kw[var.field] = _parse(var.name, raw.strip(), str(types[var.field]))
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+
+def _parse(name: str, raw: str, typ: str) -> Any:
+    try:
+        if raw.lower() == "none" and "None" in typ:
+            return None
+        if typ.startswith("bool"):
+            if raw.lower() in _TRUE:
+                return True
+            if raw.lower() in _FALSE:
+                return False
+            raise ValueError(raw)
+        if typ.startswith("int"):
+            return int(raw.replace("_", ""))
+        if typ.startswith("float"):
+            return float(raw)
+        if typ.startswith("Path"):
+            return Path(raw)
+        return raw
+    except ValueError:
+        want = {"b": "1/0", "i": "an integer", "f": "a number", "P": "a path"}.get(typ[:1], "a string")
+        raise ValueError(f"environment variable {name}={raw!r} is not {want}: fix or unset it") from None
+
+
+def env_table() -> str:
+    """The README's Markdown table of :data:`ENV_VARS`."""
+    rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {v.default} | {v.doc} |" for v in ENV_VARS]
+    return "\n".join(rows)
+
+
+__all__ = ["Config", "ENV_VARS", "EnvVar", "env_table"]

@@ -1,0 +1,380 @@
+"""A caching proxy in front of the Anthropic Messages API (``ragcache serve --anthropic --upstream URL``).
+
+Clients keep the official SDK and point ``base_url`` at the proxy. On the way through, for
+``POST /v1/messages`` (JSON or SSE streaming):
+
+1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
+   replayed): the question is the last text block of the last user turn; everything else
+   (model, system, tools, earlier turns, the other blocks of that turn such as retrieved
+   documents, generation parameters, and a hash of the API key as the namespace) is the exact
+   partition (:func:`ragcache.semantic.partition_key`). A hit is answered without calling
+   upstream, as a normal message (or event stream) with zero usage and the header
+   ``x-ragcache-layer: semantic``;
+2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
+   (:meth:`ragcache.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
+3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the caller's ``x-api-key``
+   (else ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
+   as it arrives, and parsed on the side for text and usage;
+4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
+   caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals, and a
+   complete text-only answer (``end_turn`` or ``stop_sequence``; never one cut at ``max_tokens``)
+   is stored in the semantic cache.
+
+Also ``GET /health``, ``GET /v1/models`` (upstream's list, or the known Claude model ids when
+upstream has none) and ``POST /v1/messages/count_tokens`` (forwarded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+try:
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
+
+from ragcache.anthropic.backend import AnthropicCaching
+from ragcache.anthropic.pricing import PRICES
+from ragcache.backend import CacheUsage
+from ragcache.metrics import CacheMetrics
+
+_FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
+_COMPLETE = ("end_turn", "stop_sequence")  # complete answers; "max_tokens" cut ones are never stored
+_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "tool_choice", "thinking")
+
+
+def _text(block: Any) -> str | None:
+    if isinstance(block, str):
+        return block
+    if isinstance(block, Mapping) and block.get("type") == "text":
+        return str(block.get("text", ""))
+    return None
+
+
+def split_question(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
+
+    The question is the last text block of the final user message; the spec holds every other
+    input that shapes the answer (keyword arguments of :func:`ragcache.semantic.partition_key`).
+    """
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
+        return None
+    if body.get("temperature") != 0 or body.get("stream") not in (None, True, False):
+        return None
+    content = msgs[-1].get("content")
+    blocks = [content] if isinstance(content, str) else list(content or [])
+    if not blocks or _text(blocks[-1]) is None or not _text(blocks[-1]).strip():
+        return None
+    strip = lambda b: {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b  # noqa: E731
+    system = body.get("system")
+    system_text = system if isinstance(system, str) else json.dumps([strip(b) for b in system or []], sort_keys=True)
+    spec = {
+        "model": f"anthropic:{body.get('model')}",
+        "params": {k: body.get(k) for k in _PARAMS if k in body},
+        "system": system_text,
+        "tools": [strip(t) for t in body.get("tools") or []],
+        "history": [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
+                     else [strip(b) for b in m.get("content") or []]} for m in msgs[:-1]],
+        "extra": {"turn": [strip(b) for b in blocks[:-1]], "metadata": body.get("metadata")},
+    }
+    return _text(blocks[-1]), spec
+
+
+class _Accounts:
+    """Per-model :class:`AnthropicCaching` (breakpoint placement + usage/cost accounting)."""
+
+    def __init__(self, min_tokens: Mapping[str, int] | int | None) -> None:
+        self._by_model: dict[str, AnthropicCaching] = {}
+        self._lock = threading.Lock()
+        self.min_tokens = min_tokens
+        self.semantic_hits = 0
+        self.requests = 0
+
+    def get(self, model: str) -> AnthropicCaching:
+        with self._lock:
+            if model not in self._by_model:
+                self._by_model[model] = AnthropicCaching(model, min_tokens=self.min_tokens, warn=False)
+            return self._by_model[model]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "semantic_hits": self.semantic_hits,
+                "models": {m: c.stats.to_dict() for m, c in self._by_model.items()}}
+
+
+class SSEParser:
+    """Incremental parser of an Anthropic event stream: collects the text, stop reason and usage."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.text = ""
+        self.usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.only_text = True
+        self.error = False
+        self.first_token_at: float | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+        while b"\n\n" in self._buf:
+            raw, self._buf = self._buf.split(b"\n\n", 1)
+            data = b"".join(line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:"))
+            if data:
+                try:
+                    self._event(json.loads(data))
+                except ValueError:
+                    self.error = True
+
+    def _event(self, ev: Mapping[str, Any]) -> None:
+        kind = ev.get("type")
+        if kind == "message_start":
+            self.usage.update(ev.get("message", {}).get("usage") or {})
+        elif kind == "content_block_start" and ev.get("content_block", {}).get("type") != "text":
+            self.only_text = False
+        elif kind == "content_block_delta":
+            d = ev.get("delta", {})
+            if d.get("type") == "text_delta":
+                self.first_token_at = self.first_token_at or time.perf_counter()
+                self.text += d.get("text", "")
+            else:
+                self.only_text = False
+        elif kind == "message_delta":
+            self.stop_reason = ev.get("delta", {}).get("stop_reason") or self.stop_reason
+            self.stop_sequence = ev.get("delta", {}).get("stop_sequence") or self.stop_sequence
+            self.usage.update({k: v for k, v in (ev.get("usage") or {}).items() if v is not None})
+        elif kind == "error":
+            self.error = True
+
+
+class AnthropicProxy:
+    """The proxy's Starlette app (:attr:`app`).
+
+    Args:
+        upstream: base URL of the Anthropic API (``https://api.anthropic.com``) or a compatible server.
+        semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
+        api_key: key used when the caller sends none (default ``$ANTHROPIC_API_KEY``, read, never set).
+        min_tokens: overrides of the minimum cacheable length used for breakpoint placement.
+        metrics: a :class:`ragcache.metrics.CacheMetrics` (default: off).
+        timeout_s: seconds before an upstream call fails.
+        transport: an ``httpx`` transport (tests: ``httpx.ASGITransport``).
+    """
+
+    def __init__(self, upstream: str, *, semantic: Any = None, api_key: str | None = None,
+                 min_tokens: Mapping[str, int] | int | None = None, metrics: CacheMetrics | None = None,
+                 timeout_s: float = 600.0, transport: Any = None) -> None:
+        if not upstream.startswith(("http://", "https://")):
+            raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
+        self.upstream = upstream.rstrip("/")
+        self.semantic = semantic
+        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self.metrics = metrics or CacheMetrics("off")
+        self.accounts = _Accounts(min_tokens)
+        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout_s, transport=transport)
+        self.app = Starlette(routes=[
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/ragcache/stats", self.stats, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.render_metrics, methods=["GET"]),
+        ])
+
+    # ------------------------------------------------------------------ helpers
+    def _headers(self, request: Request) -> tuple[dict[str, str], str]:
+        h = {k: request.headers[k] for k in _FORWARD if k in request.headers}
+        h.setdefault("anthropic-version", "2023-06-01")
+        key = request.headers.get("x-api-key") or self.api_key or ""
+        auth = request.headers.get("authorization")
+        if key:
+            h["x-api-key"] = key
+        elif auth:
+            h["authorization"] = auth
+        return h, hashlib.sha256((key or auth or "").encode()).hexdigest()[:16]
+
+    def _partition(self, spec: dict[str, Any], tenant: str) -> Any:
+        from ragcache.semantic import partition_key
+
+        return partition_key(namespace=f"proxy-{tenant}", **spec)
+
+    # ------------------------------------------------------------------ routes
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "mode": "proxy", "upstream": self.upstream,
+                             "semantic_cache": self.semantic is not None, "metrics": self.metrics.mode})
+
+    async def render_metrics(self, request: Request) -> Response:
+        from ragcache.metrics import CONTENT_TYPE
+
+        if self.metrics.mode != "prometheus":
+            return JSONResponse({"error": "metrics are off: start with --metrics prometheus"}, status_code=404)
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def stats(self, request: Request) -> Response:
+        out = self.accounts.to_dict()
+        if self.semantic is not None:
+            out["semantic"] = self.semantic.stats.to_dict()
+        return JSONResponse(out)
+
+    async def models(self, request: Request) -> Response:
+        headers, _ = self._headers(request)
+        try:
+            r = await self.client.get("/v1/models", headers=headers, params=dict(request.query_params))
+            if r.status_code == 200:
+                return Response(r.content, media_type="application/json")
+        except httpx.HTTPError:
+            pass
+        return JSONResponse({"data": [{"type": "model", "id": m, "display_name": m} for m in PRICES],
+                             "has_more": False, "first_id": next(iter(PRICES)), "last_id": list(PRICES)[-1]})
+
+    async def count_tokens(self, request: Request) -> Response:
+        headers, _ = self._headers(request)
+        r = await self.client.post("/v1/messages/count_tokens", content=await request.body(), headers=headers)
+        return Response(r.content, status_code=r.status_code, media_type="application/json")
+
+    async def messages(self, request: Request) -> Response:
+        t0 = time.perf_counter()
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+                raise ValueError
+        except ValueError:
+            return JSONResponse({"type": "error", "error": {"type": "invalid_request_error",
+                                                             "message": "request body is not a JSON object with a model"}},
+                                status_code=400)
+        headers, tenant = self._headers(request)
+        self.accounts.requests += 1
+        split = split_question(body) if self.semantic is not None else None
+        pk = None
+        if split is not None:
+            question, spec = split
+            pk = self._partition(spec, tenant)
+            l0 = time.perf_counter()
+            hit = await self.semantic.alookup(question, partition=pk)
+            self.metrics.lookup(time.perf_counter() - l0, hit is not None)
+            if hit is not None:
+                self.accounts.semantic_hits += 1
+                self.metrics.request("semantic", None, time.perf_counter() - t0)
+                return self._replay(body, hit)
+        caching = self.accounts.get(body["model"])
+        try:
+            req = caching.prepare(body)
+        except ValueError as e:
+            return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": str(e)}},
+                                status_code=400)
+        out = json.dumps(req.kwargs).encode()
+        if body.get("stream"):
+            return await self._stream(out, headers, caching, req, split, pk, t0)
+        r = await self.client.post("/v1/messages", content=out, headers=headers)
+        extra = {"x-ragcache-layer": "upstream"}
+        if r.status_code == 200:
+            msg = r.json()
+            usage = self._account(caching, req, msg.get("usage") or {}, time.perf_counter() - t0)
+            extra.update({"x-ragcache-cache-read": str(usage.cache_read), "x-ragcache-cache-write": str(usage.cache_write),
+                          "x-ragcache-cost-usd": f"{usage.cost_usd or 0:.6f}",
+                          "x-ragcache-breakpoints": str(len(req.placed))})
+            blocks = msg.get("content") or []
+            if split is not None and msg.get("stop_reason") in _COMPLETE and blocks and \
+                    all(b.get("type") == "text" for b in blocks):
+                await self._store(split[0], "".join(b.get("text", "") for b in blocks), pk, body["model"],
+                                  msg.get("stop_reason"), msg.get("stop_sequence"))
+        rid = r.headers.get("request-id")
+        if rid:
+            extra["request-id"] = rid
+        return Response(r.content, status_code=r.status_code, media_type="application/json", headers=extra)
+
+    async def _stream(self, out: bytes, headers: dict[str, str], caching: AnthropicCaching, req: Any,
+                      split: Any, pk: Any, t0: float) -> Response:
+        up = self.client.build_request("POST", "/v1/messages", content=out, headers=headers)
+        r = await self.client.send(up, stream=True)
+        if r.status_code != 200:
+            content = await r.aread()
+            await r.aclose()
+            return Response(content, status_code=r.status_code, media_type="application/json")
+        parser = SSEParser()
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in r.aiter_raw():
+                    parser.feed(chunk)
+                    yield chunk
+            finally:
+                await r.aclose()
+            if parser.usage and not parser.error:
+                ttft = (parser.first_token_at or time.perf_counter()) - t0
+                self._account(caching, req, parser.usage, ttft)
+                if split is not None and parser.stop_reason in _COMPLETE and parser.only_text and parser.text:
+                    await self._store(split[0], parser.text, pk, req.kwargs.get("model", ""), parser.stop_reason,
+                                      parser.stop_sequence)
+
+        return StreamingResponse(relay(), media_type="text/event-stream",
+                                 headers={"x-ragcache-layer": "upstream",
+                                          "x-ragcache-breakpoints": str(len(req.placed))})
+
+    def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
+        rec = caching.record(req, dict(usage))
+        u = CacheUsage.provider(input_tokens=rec.input_tokens, cache_read=rec.cache_read_tokens,
+                                cache_write=rec.cache_write_tokens, completion_tokens=rec.output_tokens,
+                                cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+        return u
+
+    async def _store(self, question: str, answer: str, pk: Any, model: str, stop_reason: str | None,
+                     stop_sequence: str | None) -> None:
+        if not answer.strip():
+            return
+        await self.semantic.astore(question, answer, partition=pk, metadata={
+            "finish_reason": "stop", "model": model, "stop_reason": stop_reason, "stop_sequence": stop_sequence})
+
+    def _replay(self, body: Mapping[str, Any], hit: Any) -> Response:
+        msg_id = "msg_" + uuid.uuid4().hex[:24]
+        usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        headers = {"x-ragcache-layer": "semantic", "x-ragcache-similarity": f"{hit.similarity:.4f}",
+                   "request-id": "req_" + msg_id[4:]}
+        meta = dict(hit.metadata or {})
+        stop_reason, stop_seq = meta.get("stop_reason") or "end_turn", meta.get("stop_sequence")
+        message = {"id": msg_id, "type": "message", "role": "assistant", "model": body["model"],
+                   "content": [{"type": "text", "text": hit.answer}], "stop_reason": stop_reason,
+                   "stop_sequence": stop_seq, "usage": usage}
+        if not body.get("stream"):
+            return JSONResponse(message, headers=headers)
+
+        def sse(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> AsyncIterator[bytes]:
+            yield sse("message_start", {"type": "message_start", "message": {**message, "content": [],
+                                                                             "stop_reason": None}})
+            yield sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                              "content_block": {"type": "text", "text": ""}})
+            yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "text_delta", "text": hit.answer}})
+            yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
+                                                                           "stop_sequence": stop_seq},
+                                        "usage": {"output_tokens": 0}})
+            yield sse("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def create_proxy_app(upstream: str, **kwargs: Any) -> Starlette:
+    """The proxy's ASGI app (keyword arguments of :class:`AnthropicProxy`)."""
+    return AnthropicProxy(upstream, **kwargs).app
+
+
+__all__ = ["AnthropicProxy", "SSEParser", "create_proxy_app", "split_question"]

@@ -1,0 +1,199 @@
+"""`ragcache ask` through the CLI: literal output, decoded or named files, hits without a model load,
+chunk KV reused from disk across runs, incremental re-embedding, --json / --no-cache / --refresh / -v."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragcache.app.cli import app
+from ragcache.backend import BackendResult, CacheUsage
+
+BRACKETS = "Match it with [/a-z]+ and annotate list[str]; [bold]not bold[/bold] stays literal."
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama saved as a model folder (config.json, safetensors, tokenizer)."""
+    from ragcache.testing import tiny_llama
+
+    lm = tiny_llama(seed=1, initializer_range=0.2)
+    d = tmp_path_factory.mktemp("tiny-model")
+    lm.model.save_pretrained(d)
+    lm.tokenizer.save_pretrained(d)
+    return d
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("RAGCACHE_HOME", str(h))
+    monkeypatch.setenv("RAGCACHE_THREADS", "1")
+    return h
+
+
+@pytest.fixture()
+def notes(tmp_path):
+    d = tmp_path / "notes"
+    d.mkdir()
+    (d / "backups.md").write_text("# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n")
+    (d / "deploy.txt").write_text("Deploys go out on Tuesdays after the change review meeting.\n")
+    (d / "cafe.md").write_bytes("Le café du bureau ferme à 18 heures. Très pratique, même le samedi.".encode("latin-1"))
+    (d / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    return d
+
+
+def _fixed_answer(monkeypatch, text=BRACKETS):
+    calls = []
+
+    def generate(self, layout, *, max_new_tokens, temperature):
+        calls.append(layout)
+        return BackendResult(text, "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01)
+
+    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
+    return calls
+
+
+def _no_model_load(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded on a semantic hit")
+
+    monkeypatch.setattr("ragcache.models.load_model", boom)
+
+
+def ask(*args):
+    r = runner.invoke(app, ["ask", *args], catch_exceptions=False)
+    return r
+
+
+def test_bracketed_answer_printed_and_reserved_intact_without_model_load(home, notes, tiny_dir, monkeypatch):
+    calls = _fixed_answer(monkeypatch)
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "When do backups run?")
+    assert r.exit_code == 0, r.output
+    assert BRACKETS in r.output and len(calls) == 1
+    _no_model_load(monkeypatch)
+    r2 = ask("--docs", str(notes), "--model", str(tiny_dir), "When do backups run?")
+    assert r2.exit_code == 0, r2.output
+    assert BRACKETS in r2.output and "semantic cache (similarity 1.000" in r2.output and len(calls) == 1
+    r3 = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "At what time do the backups run?")
+    data = json.loads(r3.stdout)
+    assert data["layer"] == "semantic" and data["answer"] == BRACKETS and data["model_loaded"] is False
+    assert data["matched_question"] == "When do backups run?" and 0.7 <= data["similarity"] < 1.0
+
+
+def test_unreadable_files_are_decoded_or_named(home, notes, tiny_dir, monkeypatch):
+    _fixed_answer(monkeypatch)
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When does the cafe close?")
+    data = json.loads(r.stdout)
+    assert data["skipped_files"] == [{"file": "image.md", "reason": "binary file (NUL bytes)"}]
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--no-cache", "When does the cafe close?")
+    assert "skipped image.md: binary file (NUL bytes)" in r.output
+    assert "cafe.md decoded as cp1252" in r.output
+
+
+def test_refresh_replaces_and_no_cache_skips(home, notes, tiny_dir, monkeypatch):
+    _fixed_answer(monkeypatch, "first answer")
+    assert ask("--docs", str(notes), "--model", str(tiny_dir), "When do deploys go out?").exit_code == 0
+    _fixed_answer(monkeypatch, "second answer")
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--no-cache", "When do deploys go out?")
+    assert json.loads(r.stdout)["answer"] == "second answer"
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When do deploys go out?")
+    assert json.loads(r.stdout)["answer"] == "first answer"  # --no-cache stored nothing
+    _fixed_answer(monkeypatch, "third answer")
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--refresh", "When do deploys go out?")
+    assert json.loads(r.stdout)["layer"] == "model"
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When do deploys go out?")
+    assert json.loads(r.stdout)["answer"] == "third answer"  # --refresh replaced the stored answer
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--system", "Answer in French.",
+            "When do deploys go out?")
+    data = json.loads(r.stdout)  # another system text: another partition, so the model answers
+    assert data["layer"] == "model" and "no stored answer for this request's partition" in data["semantic_miss_reasons"][0]
+    r = ask("--docs", str(notes), "--no-cache", "--refresh", "x?")
+    assert r.exit_code == 2 and "exclude each other" in r.output
+
+
+def test_verbose_logs_why_the_lookup_missed(home, notes, tiny_dir, monkeypatch, caplog):
+    _fixed_answer(monkeypatch)
+    ask("--docs", str(notes), "--model", str(tiny_dir), "How long are backups kept?")
+    r = runner.invoke(app, ["-v", "ask", "--docs", str(notes), "--model", str(tiny_dir), "--json",
+                            "--threshold", "0.99", "How many days are the backups retained?"])
+    reasons = json.loads(r.stdout)["semantic_miss_reasons"]
+    assert any("How long are backups kept?" in x and "< threshold 0.99" in x for x in reasons), reasons
+    assert any("semantic miss" in rec.getMessage() for rec in caplog.records)
+
+
+def test_second_ask_reuses_chunk_kv_from_disk(home, notes, tiny_dir):
+    args = ["--docs", str(notes), "--model", str(tiny_dir), "--json", "--no-cache", "--max-new-tokens", "2",
+            "--top-k", "2"]
+    first = json.loads(ask(*args, "When do backups run?").stdout)
+    assert first["usage"]["chunk_reused"] == 0 and first["model_loaded"]
+    kv = list((home / "kv" / "chunks").glob("*.safetensors"))
+    assert len(kv) >= 2  # each retrieved document's KV is on disk
+    second = json.loads(ask(*args, "When do the backups run each night?").stdout)  # a new engine, same documents
+    assert second["usage"]["chunk_reused"] > 0, second["usage"]
+    r = runner.invoke(app, ["cache", "stats", "--json"])
+    assert json.loads(r.stdout)["chunks"]["files"] == len(kv)
+
+
+def test_an_edit_reembeds_only_that_file_and_prunes_old_indexes(home, notes, tiny_dir, monkeypatch):
+    _fixed_answer(monkeypatch)
+    for i in range(6):
+        (notes / f"extra{i}.md").write_text(f"Extra note {i}: the printer on floor {i} needs toner every month.")
+    first = json.loads(ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "Toner?").stdout)
+    assert first["chunks_embedded"] == 9 and first["chunks_reused"] == 0
+    stale = home / "index" / "docs-0123456789abcdef-00000000"  # an index of the old naming scheme
+    stale.mkdir(parents=True)
+    (stale / "meta.json").write_text("{}")
+    (notes / "extra3.md").write_text("Extra note 3: the printer on floor 3 was replaced.")
+    second = json.loads(ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "Toner?").stdout)
+    assert second["chunks_embedded"] == 1 and second["chunks_reused"] == 8
+    assert [p.name for p in (home / "index").iterdir()] == [next((home / "index").iterdir()).name]
+    assert not stale.exists()
+
+
+def test_version_and_help_text_for_every_option():
+    from ragcache import __version__
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"ragcache {__version__}"
+    import typer.main
+
+    group = typer.main.get_command(app)
+
+    def walk(cmd, path):
+        for p in cmd.params:
+            if p.param_type_name == "option":
+                assert p.help, f"{' '.join(path)} {p.opts} has no help text"
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(group, ["ragcache"])
+
+
+def test_demo_session_prints_untrusted_text_literally(capsys):
+    from rich.console import Console
+
+    from ragcache.app.corpus import Chunk
+    from ragcache.app.demo import Turn, run_session
+    from ragcache.app.retrieval import Retriever
+    from ragcache.pipeline import RagCache
+    from ragcache.semantic import SemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    class Fixed:
+        name, model_id = "local", "fixed"
+
+        def generate(self, layout, *, max_new_tokens, temperature):
+            return BackendResult(BRACKETS, "model", CacheUsage.local(prompt_tokens=3))
+
+    emb = HashingEmbedder()
+    retriever = Retriever([Chunk("a#0", "regex [/a-z]+ notes", "a"), Chunk("b#0", "typing list[str]", "b")], emb,
+                          progress=False)
+    rag = RagCache(Fixed(), semantic=SemanticCache(None, embedder=emb))
+    console = Console(width=400, force_terminal=False)
+    answers = run_session(rag, retriever, [Turn("What does [/a-z] match in list[str]?", "[bold]note[/bold]")],
+                          top_k=2, console=console)
+    out = capsys.readouterr().out
+    assert answers[0].text == BRACKETS
+    assert "[/a-z]+ and annotate list[str]" in out and "[bold]note[/bold]" in out

@@ -1,0 +1,90 @@
+"""`ragcache cache stats|ls|show|invalidate|evict|clear` on a populated RAGCACHE_HOME, each with --json."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragcache.app.cli import app
+from ragcache.backend import BackendResult, CacheUsage
+
+runner = CliRunner()
+
+
+def cli(*args):
+    r = runner.invoke(app, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+@pytest.fixture()
+def populated(tmp_path, monkeypatch):
+    from ragcache.testing import tiny_llama
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAGCACHE_HOME", str(home))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC and are kept for 30 days.")
+    (notes / "deploy.md").write_text("Deploys go out on Tuesdays after the change review.")
+    model = tmp_path / "tiny"
+    lm = tiny_llama(seed=1)
+    lm.model.save_pretrained(model)
+    lm.tokenizer.save_pretrained(model)
+    base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
+    cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV on disk
+
+    def generate(self, layout, *, max_new_tokens, temperature):
+        q = layout.question
+        return BackendResult(f"answer to [{q}]", "model", CacheUsage.local(prompt_tokens=5))
+
+    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
+    cli(*base, "When do backups run?")
+    cli(*base, "When do deploys go out?")
+    return {"home": home, "notes": notes, "base": base}
+
+
+def test_cache_commands(populated):
+    notes = populated["notes"]
+    s = json.loads(cli("cache", "stats", "--json").stdout)
+    assert s["answers"]["entries"] == 2 and s["chunks"]["files"] >= 1 and s["index"]["folders"] == 1
+    assert s["chunks"]["bytes"] > 0 and s["prefix"]["persisted"] is False
+    assert "answers" in cli("cache", "stats").stdout
+
+    rows = json.loads(cli("cache", "ls", "--json").stdout)
+    assert {r["question"] for r in rows} == {"When do backups run?", "When do deploys go out?"}
+    text = cli("cache", "ls").stdout
+    assert "answer to [When do" in text  # brackets printed literally
+    chunks = json.loads(cli("cache", "ls", "--layer", "chunks", "--json").stdout)
+    assert chunks and chunks[0]["n_tokens"] > 0
+    assert json.loads(cli("cache", "ls", "--layer", "index", "--json").stdout)[0]["source"] == str(notes.resolve())
+
+    one = json.loads(cli("cache", "show", str(rows[0]["id"]), "--json").stdout)
+    assert one["answer"].startswith("answer to [") and one["metadata"]["finish_reason"] == "stop"
+    kv = json.loads(cli("cache", "show", chunks[0]["key"], "--json").stdout)
+    assert kv["metadata"]["format"] == "ragcache-chunk-kv-v1"
+    r = runner.invoke(app, ["cache", "show", "99999"])
+    assert r.exit_code == 1 and "no stored answer" in r.output
+
+    inv = json.loads(cli("cache", "invalidate", str(notes / "deploy.md"), "--json").stdout)
+    assert inv["answers_removed"] == 1
+    left = json.loads(cli("cache", "ls", "--json").stdout)
+    assert [r["question"] for r in left] == ["When do backups run?"]
+
+    assert json.loads(cli("cache", "evict", "--keep", "0", "--json").stdout)["removed"] == 1
+    assert json.loads(cli("cache", "stats", "--json").stdout)["answers"]["entries"] == 0
+    ev = json.loads(cli("cache", "evict", "--layer", "chunks", "--max-bytes", "0", "--json").stdout)
+    assert ev["removed"] == len(chunks) and ev["bytes_freed"] > 0
+
+    out = json.loads(cli("cache", "clear", "--json").stdout)
+    assert set(out) == {"answers", "chunks", "index"}
+    s = json.loads(cli("cache", "stats", "--json").stdout)
+    assert s["answers"]["entries"] == 0 and s["chunks"]["files"] == 0 and s["index"]["folders"] == 0
+
+
+def test_evicted_answers_stay_gone_after_reopen(populated, monkeypatch):
+    cli("cache", "evict", "--keep", "1")
+    r = runner.invoke(app, [*populated["base"], "--json", "When do backups run?"], catch_exceptions=False)
+    data = json.loads(r.stdout)
+    remaining = json.loads(cli("cache", "ls", "--json").stdout)
+    assert len(remaining) == 2 and data["layer"] == "model"  # the evicted answer was not served, it was asked anew

@@ -1,0 +1,60 @@
+"""Configuration from RAGCACHE_* variables, and a library that never changes the process environment."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ragcache.config import ENV_VARS, Config, env_table
+
+
+def test_defaults_follow_home(tmp_path):
+    cfg = Config.from_env({"RAGCACHE_HOME": str(tmp_path)})
+    assert cfg.home == tmp_path
+    assert cfg.answers_dir == tmp_path / "answers" and cfg.index_dir == tmp_path / "index"
+    assert cfg.kv_dir == tmp_path / "kv" / "chunks" and cfg.kv_max_bytes == 2 << 30
+    assert cfg.threshold == 0.70 and cfg.metrics == "off" and cfg.upstream is None and cfg.allow_downloads is False
+
+
+def test_every_variable_is_read(tmp_path):
+    env = {"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_MODEL": "/m", "RAGCACHE_EMBEDDER": "/e",
+           "RAGCACHE_ALLOW_DOWNLOADS": "1", "RAGCACHE_ANSWERS_DIR": str(tmp_path / "a"),
+           "RAGCACHE_INDEX_DIR": str(tmp_path / "i"), "RAGCACHE_KV_DIR": str(tmp_path / "k"),
+           "RAGCACHE_KV_MAX_BYTES": "1_000", "RAGCACHE_PREFIX_MAX_BYTES": "2000", "RAGCACHE_THRESHOLD": "0.9",
+           "RAGCACHE_SEMANTIC_MAX_ENTRIES": "7", "RAGCACHE_SEMANTIC_TTL_S": "60", "RAGCACHE_RECOMPUTE_RATIO": "0.3",
+           "RAGCACHE_TOP_K": "2", "RAGCACHE_MAX_NEW_TOKENS": "9", "RAGCACHE_HOST": "0.0.0.0", "RAGCACHE_PORT": "9000",
+           "RAGCACHE_UPSTREAM": "http://up", "RAGCACHE_UPSTREAM_TIMEOUT_S": "5", "RAGCACHE_METRICS": "prometheus",
+           "RAGCACHE_THREADS": "1", "RAGCACHE_DATA_DIR": str(tmp_path / "d")}
+    assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
+    cfg = Config.from_env(env)
+    got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
+    assert got["RAGCACHE_KV_MAX_BYTES"] == 1000 and got["RAGCACHE_ALLOW_DOWNLOADS"] is True
+    assert got["RAGCACHE_ANSWERS_DIR"] == tmp_path / "a" and got["RAGCACHE_PORT"] == 9000
+    assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1
+    assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
+    assert Config.from_env(env, top_k=5, model=None).top_k == 5  # explicit options win; None keeps the env value
+    assert "RAGCACHE_KV_MAX_BYTES" in env_table()
+
+
+@pytest.mark.parametrize("var,value", [("RAGCACHE_PORT", "http"), ("RAGCACHE_THRESHOLD", "2"),
+                                       ("RAGCACHE_METRICS", "statsd"), ("RAGCACHE_ALLOW_DOWNLOADS", "maybe")])
+def test_bad_value_names_the_variable(var, value):
+    with pytest.raises(ValueError, match=var):
+        Config.from_env({var: value})
+
+
+@pytest.mark.slow
+def test_loading_models_leaves_the_environment_alone(monkeypatch):
+    import sentence_transformers  # noqa: F401 - third-party imports set KMP_* / TORCHINDUCTOR_* themselves
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+    from ragcache import models
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(models, "_EMBEDDERS", {})  # force a real load
+    before = dict(os.environ)
+    emb = models.load_embedder()
+    assert emb.encode(["hello"]).shape == (1, emb.dim)
+    lm = models.load_model()
+    assert lm.fingerprint.name == models.DEFAULT_MODEL
+    assert dict(os.environ) == before and "HF_HUB_OFFLINE" not in os.environ

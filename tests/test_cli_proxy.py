@@ -1,0 +1,178 @@
+"""The caching proxy (serve --upstream) in front of ragcache's own local Anthropic server: real SDK, real
+HTTP on loopback, semantic hits without an upstream call, breakpoints placed, usage and cost accounted,
+streaming relayed; /health, /v1/models, /metrics; the local mode's extra routes."""
+
+import contextlib
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+anthropic = pytest.importorskip("anthropic")
+pytest.importorskip("prometheus_client")
+
+import uvicorn  # noqa: E402
+
+from ragcache.anthropic.backend import sdk_kwargs  # noqa: E402
+from ragcache.engine.engine import LocalEngine  # noqa: E402
+from ragcache.metrics import CacheMetrics  # noqa: E402
+from ragcache.semantic import SemanticCache  # noqa: E402
+from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
+from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
+
+MODEL = "claude-sonnet-4-6"
+SYSTEM = "You answer questions about the bicycle shop manual. Be brief. " * 6
+DOCS = [f"Manual section {i}: adjust the {p} with a {t} until it turns freely. " * 3 for i, (p, t) in
+        enumerate([("brake cable", "5 mm hex key"), ("derailleur", "screwdriver"), ("headset", "32 mm spanner")])]
+
+
+@contextlib.contextmanager
+def serving(app):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert t.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        t.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return LocalEngine(tiny_llama(seed=1, initializer_range=0.2))  # wide init: varied text, so a stop string occurs
+
+
+@pytest.fixture()
+def proxy(engine):
+    with running_server(engine, min_tokens=64) as upstream:
+        p = AnthropicProxy(upstream, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k",
+                           min_tokens=64, metrics=CacheMetrics("prometheus"))
+        with serving(p.app) as url:
+            yield p, url
+
+
+def kw(method, b):
+    return sdk_kwargs(method, b)  # temperature travels in extra_body with anthropic 2.x
+
+
+def body(question, mark=False, **extra):
+    content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": question}]
+    if mark:  # the caller's own breakpoint on the last document (local mode places none)
+        content[len(DOCS) - 1]["cache_control"] = {"type": "ephemeral"}
+    return {"model": MODEL, "max_tokens": 16, "temperature": 0, "stop_sequences": ["e"], "system": SYSTEM,
+            "messages": [{"role": "user", "content": content}], **extra}
+
+
+def test_split_question_only_for_deterministic_requests():
+    q, spec = split_question(body("How do I fix the brakes?"))
+    assert q == "How do I fix the brakes?" and spec["model"] == f"anthropic:{MODEL}"
+    assert len(spec["extra"]["turn"]) == 3  # the documents are in the partition, not in the question
+    assert split_question(body("x?", temperature=1.0)) is None
+    assert split_question({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}], "temperature": 0}) is None
+
+
+def test_proxy_round_trip(proxy):
+    p, url = proxy
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+    raw = client.messages.with_raw_response.create(**kw(client.messages.create, body("How do I fix the brakes?")))
+    msg = raw.parse()
+    assert raw.headers["x-ragcache-layer"] == "upstream" and int(raw.headers["x-ragcache-breakpoints"]) >= 1
+    u = msg.usage
+    assert u.cache_creation_input_tokens > 0 and u.cache_read_input_tokens == 0  # breakpoints placed by the proxy
+    assert float(raw.headers["x-ragcache-cost-usd"]) > 0
+    text = msg.content[0].text
+    assert msg.stop_reason in ("stop_sequence", "end_turn", "max_tokens")
+
+    raw2 = client.messages.with_raw_response.create(**kw(client.messages.create, body("Which tool adjusts the headset?")))
+    assert raw2.parse().usage.cache_read_input_tokens > 0  # the stable prefix was read back
+    stats = httpx.get(f"{url}/v1/ragcache/stats").json()
+    assert stats["models"][MODEL]["cache_read_tokens"] > 0 and stats["models"][MODEL]["cost_usd"] > 0
+
+    if msg.stop_reason != "max_tokens" and text.strip():  # complete answers are stored
+        before = stats["models"][MODEL]["requests"]
+        raw3 = client.messages.with_raw_response.create(**kw(client.messages.create, body("How do I fix the brakes?")))
+        hit = raw3.parse()
+        assert raw3.headers["x-ragcache-layer"] == "semantic" and hit.content[0].text == text
+        assert hit.usage.input_tokens == 0 and hit.stop_reason == msg.stop_reason
+        after = httpx.get(f"{url}/v1/ragcache/stats").json()
+        assert after["models"][MODEL]["requests"] == before and after["semantic_hits"] == 1  # upstream not called
+    else:
+        pytest.fail(f"the tiny model's answer was not complete ({msg.stop_reason!r}, {text!r}): pick another stop string")
+    m = httpx.get(f"{url}/metrics").text
+    assert 'ragcache_requests_total{layer="semantic"} 1.0' in m and 'ragcache_tokens_total{kind="cache_read"}' in m
+    assert 'ragcache_semantic_lookups_total{outcome="hit"} 1.0' in m
+
+
+def test_proxy_streaming_relayed_and_replayed(proxy):
+    p, url = proxy
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+    with client.messages.stream(**kw(client.messages.stream, body("Which tool adjusts the derailleur?"))) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert final.usage.cache_creation_input_tokens + final.usage.cache_read_input_tokens > 0
+    assert final.content[0].text == text
+    stats = httpx.get(f"{url}/v1/ragcache/stats").json()
+    assert stats["models"][MODEL]["requests"] == 1  # the streamed usage was accounted
+    with client.messages.stream(**kw(client.messages.stream, body("Which tool adjusts the derailleur?"))) as s:
+        again = "".join(s.text_stream)
+        assert s.get_final_message().usage.input_tokens == 0
+    assert again == text and httpx.get(f"{url}/v1/ragcache/stats").json()["semantic_hits"] == 1
+
+
+def test_proxy_health_models_and_errors(proxy):
+    p, url = proxy
+    h = httpx.get(f"{url}/health").json()
+    assert h["status"] == "ok" and h["mode"] == "proxy" and h["upstream"] == p.upstream
+    models = httpx.get(f"{url}/v1/models").json()["data"]
+    assert MODEL in {m["id"] for m in models}
+    r = httpx.post(f"{url}/v1/messages", content=b"{not json")
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(f"{url}/v1/messages", json={"model": MODEL, "max_tokens": 0, "messages": []})
+    assert r.status_code == 400  # upstream's validation error is passed through
+    with pytest.raises(ValueError, match="http"):
+        AnthropicProxy("api.anthropic.com")
+
+
+def test_local_mode_routes_and_metrics(engine):
+    from ragcache.app.serve_cmd import local_app
+
+    metrics = CacheMetrics("prometheus")
+    with serving(local_app(engine, metrics, min_tokens=64)) as url:
+        assert httpx.get(f"{url}/health").json()["mode"] == "local"
+        assert MODEL in {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]}
+        client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+        client.messages.create(**kw(client.messages.create, body("How do I fix the brakes?", mark=True)))
+        with client.messages.stream(**kw(client.messages.stream, body("Which tool adjusts the headset?", mark=True))) as s:
+            "".join(s.text_stream)
+        m = httpx.get(f"{url}/metrics").text
+    assert 'ragcache_requests_total{layer="provider"} 1.0' in m
+    assert 'ragcache_requests_total{layer="provider-cache"} 1.0' in m
+
+
+def test_metrics_modes():
+    from ragcache.backend import CacheUsage
+
+    off = CacheMetrics()
+    off.request("model", CacheUsage.local(prompt_tokens=5, prefix_reused=3), 0.1)
+    assert off.render() == b"" and not off.enabled
+    otel = CacheMetrics("otel")  # the API's no-op provider unless an SDK is configured: records without error
+    otel.request("chunk", CacheUsage.local(prompt_tokens=5, chunk_reused=4), 0.2)
+    otel.lookup(0.01, hit=False)
+    prom = CacheMetrics("prometheus")
+    prom.request("prefix+chunk", CacheUsage.local(prompt_tokens=10, prefix_reused=4, chunk_reused=3, recomputed=1), 0.3)
+    text = prom.render().decode()
+    assert 'ragcache_tokens_total{kind="reused"} 7.0' in text and 'ragcache_tokens_total{kind="recomputed"} 1.0' in text
+    assert 'ragcache_tokens_total{kind="computed"} 2.0' in text
+    with pytest.raises(ValueError, match="metrics mode"):
+        CacheMetrics("statsd")
