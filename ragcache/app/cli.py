@@ -109,7 +109,8 @@ def ask(
 
 @app.command()
 def serve(
-    anthropic: bool = typer.Option(False, "--anthropic", help="Serve the Anthropic Messages API (the only API served)."),
+    anthropic: bool = typer.Option(False, "--anthropic", help="Accepted for compatibility: the server always answers "
+                                   "both the Anthropic Messages API and the OpenAI Chat Completions API."),
     upstream: Optional[str] = typer.Option(None, help="Run as a caching proxy in front of this Anthropic API base URL "
                                            "(e.g. https://api.anthropic.com; key from ANTHROPIC_API_KEY or the client's "
                                            "x-api-key). Default $RAGCACHE_UPSTREAM; unset: answer with the local model."),
@@ -120,12 +121,10 @@ def serve(
     metrics: Optional[str] = typer.Option(None, help="off | prometheus | otel (default $RAGCACHE_METRICS, off); "
                                           "prometheus also serves GET /metrics."),
 ) -> None:
-    """Anthropic-compatible server: the local model with prompt-caching semantics, or a caching proxy (--upstream)."""
+    """Anthropic- and OpenAI-compatible server on the local model (prefix + chunk KV caches, Anthropic
+    prompt-caching semantics), or a caching proxy in front of the Anthropic API (--upstream)."""
     from ragcache.app.serve_cmd import run_serve
 
-    if not anthropic:
-        error(console, "only the Anthropic API is served: run `ragcache serve --anthropic`")
-        raise typer.Exit(2)
     cfg = config(upstream=upstream, host=host, port=port, model=model, metrics=metrics)
     run_or_exit(console, run_serve, cfg, semantic=semantic, console=console)
 

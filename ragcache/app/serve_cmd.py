@@ -72,22 +72,17 @@ def _json_usage(body: bytes) -> dict:
 
 
 def local_app(engine: Any, metrics: CacheMetrics, **server_kwargs: Any) -> Any:
-    """The local server's app with ``/health``, ``/v1/models`` and ``/metrics`` beside it."""
+    """The local server's app (Anthropic ``/v1/messages``, OpenAI ``/v1/chat/completions``, ``/v1/models``)
+    with ``/health`` and ``/metrics`` beside it."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Mount, Route
 
-    from ragcache.anthropic.pricing import PRICES
     from ragcache.server.anthropic import create_app
 
     async def health(request: Any) -> Response:
         return JSONResponse({"status": "ok", "mode": "local", "model": str(engine.fingerprint),
                              "metrics": metrics.mode})
-
-    async def models(request: Any) -> Response:
-        ids = list(PRICES)  # any model id is accepted and answered by the local engine
-        return JSONResponse({"data": [{"type": "model", "id": m, "display_name": f"{m} (local: {engine.fingerprint})"}
-                                      for m in ids], "has_more": False, "first_id": ids[0], "last_id": ids[-1]})
 
     async def render(request: Any) -> Response:
         if metrics.mode != "prometheus":
@@ -95,8 +90,8 @@ def local_app(engine: Any, metrics: CacheMetrics, **server_kwargs: Any) -> Any:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     inner = UsageMetrics(create_app(engine, **server_kwargs), metrics)
-    return Starlette(routes=[Route("/health", health), Route("/v1/models", models), Route("/metrics", render),
-                             Mount("/", app=inner)])
+    # /v1/models (OpenAI and Anthropic shapes), /v1/messages and /v1/chat/completions come from the mounted app
+    return Starlette(routes=[Route("/health", health), Route("/metrics", render), Mount("/", app=inner)])
 
 
 def run_serve(cfg: Config, *, semantic: bool = True, console: Console) -> None:
