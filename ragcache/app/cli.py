@@ -1,4 +1,4 @@
-"""The ``ragcache`` command: demo, ask, bench, serve, lint."""
+"""The ``ragcache`` command: demo, ask, bench, calibrate, serve, lint."""
 
 from __future__ import annotations
 
@@ -95,6 +95,22 @@ def bench_prefix(
          n_questions=questions, model=model)
 
 
+@bench_app.command("prefix-hits")
+def bench_prefix_hits(
+    json_path: str = typer.Option("bench/results/prefix_hits.json", "--json", help="Where to write the JSON results."),
+    plot_path: str = typer.Option("bench/results/prefix_hits.png", "--plot", help="Where to draw the PNG."),
+    sizes: str = typer.Option("1000,3500", help="Comma-separated prompt lengths (tokens)."),
+    repeats: int = typer.Option(2, min=1, help="Runs per point; the best is kept."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+) -> None:
+    """TTFT after prefix hits of several sizes vs the cold prefill, masked vs maskless attention."""
+    from ragcache.app.bench.prefix_hits import main
+
+    _run(main, json_path=json_path, plot_path=plot_path, sizes=tuple(int(s) for s in sizes.split(",") if s.strip()),
+         repeats=repeats, threads=threads, model=model, console=console)
+
+
 @bench_app.command("blend")
 def bench_blend(
     data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
@@ -129,6 +145,28 @@ def bench_provider(json_path: str = typer.Option("bench/results/provider.json", 
     from ragcache.app.bench.provider import main
 
     _run(main, json_path=json_path)
+
+
+@app.command()
+def calibrate(
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list) the prompts come from."),
+    start: int = typer.Option(0, min=0, help="First item (keep to the development split, 0-49)."),
+    end: int = typer.Option(4, min=1, help="One past the last item."),
+    docs: int = typer.Option(6, min=1, help="Passages per prompt (each one a document)."),
+    ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50", help="Comma-separated recompute ratios r to try."),
+    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on mean teacher-forced top-1 agreement."),
+    max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
+    answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
+    save: bool = typer.Option(True, help="Record the result under the ragcache home for this model."),
+) -> None:
+    """Measure CacheBlend fidelity against full prefill for a model and record the r to use."""
+    from ragcache.app.calibrate import main as run
+
+    _run(run, model=model, data=data, start=start, end=end, docs=docs,
+         ratios=[float(r) for r in ratios.split(",") if r.strip()], min_agreement=min_agreement, max_ratio=max_ratio,
+         answer_tokens=answer_tokens, threads=threads, save=save, console=console)
 
 
 @app.command()

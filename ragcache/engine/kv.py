@@ -65,7 +65,8 @@ def use_fast_attention(model: Any) -> bool:
     impl = getattr(model.config, "_attn_implementation", None)
     if impl == FAST_ATTENTION:
         return True
-    if impl != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    if impl != "sdpa" or getattr(model, "_ragcache_keep_attention", False) \
+            or not hasattr(model, "set_attn_implementation"):
         return False
     try:
         model.set_attn_implementation(FAST_ATTENTION)
@@ -109,6 +110,17 @@ def cache_tensors(cache: DynamicCache) -> tuple[list[torch.Tensor], list[torch.T
 def cache_len(cache: DynamicCache | None) -> int:
     """Number of cached positions (0 for ``None`` or an empty cache)."""
     return 0 if cache is None else int(cache.get_seq_length())
+
+
+def keep_transformers_attention(model: Any, keep: bool = True) -> None:
+    """Opt a model out of :data:`FAST_ATTENTION` (``keep=True``: back to transformers' ``"sdpa"``,
+    masked after a prefix hit, and :func:`use_fast_attention` leaves it there; for comparisons),
+    or back in (``keep=False``)."""
+    model._ragcache_keep_attention = keep
+    if keep and getattr(model.config, "_attn_implementation", None) == FAST_ATTENTION:
+        model.set_attn_implementation("sdpa")
+    if not keep:
+        use_fast_attention(model)
 
 
 @torch.inference_mode()
