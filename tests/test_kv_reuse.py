@@ -258,3 +258,27 @@ def test_fidelity_metric():
     assert fidelity(ref, ref, [0, 1]) == (1.0, 0.0)
     agree, kl = fidelity(ref, torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]]), [0, 1])
     assert agree == 0.5 and kl > 0
+
+
+def test_calibrate_cli_on_a_local_model(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+
+    model_dir = tmp_path / "tiny"
+    tiny.model.save_pretrained(model_dir)
+    tiny.tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "items.json"
+    data.write_text(json.dumps([{"question": "How long does the canary last?", "answers": ["15 minutes"],
+                                 "ctxs": [{"title": "", "text": d} for d in DOCS]}]))
+    home = tmp_path / "home"
+    args = ["calibrate", "--model", str(model_dir), "--data", str(data), "--end", "1", "--docs", "2",
+            "--ratios", "0.5,1.0", "--max-ratio", "1.0", "--answer-tokens", "4", "--home", str(home)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (record,) = (home / "calibration").glob("*.json")
+    rec = json.loads(record.read_text())
+    assert [row["r"] for row in rec["ratios"]] == [0.5, 1.0] and rec["ratios"][1]["top1_agreement"] == 1.0
+    assert rec["prompts"] == 1 and rec["recompute_ratio"] in (0.5, 1.0) and "recorded in" in res.output
+    missing = CliRunner().invoke(app, ["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "no.json")])
+    assert missing.exit_code == 2 and "not found" in missing.output

@@ -159,14 +159,16 @@ def calibrate(
     max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
     answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
     threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
-    save: bool = typer.Option(True, help="Record the result under the ragcache home for this model."),
+    save: bool = typer.Option(True, help="Record the result for this model (see --home)."),
+    home: Optional[str] = typer.Option(None, help="Folder the record goes under, as <home>/calibration/<fingerprint>.json "
+                                                  "(default: the ragcache home, where engines read it)."),
 ) -> None:
     """Measure CacheBlend fidelity against full prefill for a model and record the r to use."""
     from ragcache.app.calibrate import main as run
 
     _run(run, model=model, data=data, start=start, end=end, docs=docs,
          ratios=[float(r) for r in ratios.split(",") if r.strip()], min_agreement=min_agreement, max_ratio=max_ratio,
-         answer_tokens=answer_tokens, threads=threads, save=save, console=console)
+         answer_tokens=answer_tokens, threads=threads, save=save, home=home, console=console)
 
 
 @app.command()
