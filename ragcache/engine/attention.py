@@ -34,6 +34,11 @@ import torch.nn.functional as F
 
 _cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
+SMALL_KEYS = 512
+"""Up to this many keys a ``[m, n]`` boolean mask costs less than two kernel calls and the merge
+(measured one layer of SmolLM2-135M, n = 300 after p = 48: 2.8 ms masked, 3.5 ms split; n = 1000
+after p = 48: 52 ms masked, 31 ms split), so :func:`causal_attention` uses it there."""
+
 
 def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
@@ -88,6 +93,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
         return F.scaled_dot_product_attention(q, k, v, is_causal=m > 1, scale=scale)
     if m == 1:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    if n <= SMALL_KEYS:
+        mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - m, n, device=q.device)[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.device.type != "cpu":
         from torch.nn.attention.bias import causal_lower_right
 

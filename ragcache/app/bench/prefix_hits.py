@@ -68,6 +68,44 @@ def _measure(engine: Any, ids: list[int], p: int, repeats: int) -> dict:
             "first_logits": g.first_logits}
 
 
+def kernel_times(sizes: tuple[int, ...], hits: dict[int, list[int]], heads: int, kv_heads: int, head_dim: int,
+                 repeats: int = 5) -> list[dict]:
+    """One layer's attention of the ``n - p`` new queries, CPU ms (best of ``repeats``).
+
+    ``masked``: what transformers' SDPA path does after cached positions (``[n - p, n]``
+    boolean mask from ``sdpa_mask``, KV heads repeated); ``maskless``:
+    :func:`ragcache.engine.attention.causal_attention`. Random inputs of the model's shape.
+    """
+    import torch.nn.functional as F
+    from transformers.masking_utils import sdpa_mask
+
+    from ragcache.engine.attention import causal_attention
+
+    def best(fn) -> float:
+        fn()
+        ts = []
+        for _ in range(repeats):
+            c = time.process_time()
+            fn()
+            ts.append(time.process_time() - c)
+        return 1000 * min(ts)
+
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for n in sizes:
+        for p in [0, *hits[n]]:
+            m = n - p
+            q = torch.randn(1, heads, m, head_dim, generator=g)
+            k, v = (torch.randn(1, kv_heads, n, head_dim, generator=g) for _ in range(2))
+            kr, vr = k.repeat_interleave(heads // kv_heads, 1), v.repeat_interleave(heads // kv_heads, 1)
+            mask = sdpa_mask(batch_size=1, q_length=m, kv_length=n, q_offset=p, allow_is_causal_skip=False)
+            masked = (lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)) if p == 0 else \
+                (lambda: F.scaled_dot_product_attention(q, kr, vr, attn_mask=mask))
+            out.append({"prompt_tokens": n, "hit_tokens": p, "masked_ms": best(masked),
+                        "maskless_ms": best(lambda: causal_attention(q, k, v))})
+    return out
+
+
 def _chunk_store_cost(engine: Any, tokenizer: Any, text_ids: list[int], repeats: int) -> dict:
     from ragcache.engine.chunk_cache import ChunkCache
 
@@ -134,10 +172,14 @@ def main(json_path: str = "bench/results/prefix_hits.json", plot_path: str = "be
             m["meets_target"] = p == 0 or m["ratio_to_target_cpu"] <= 1.0
             m["no_slower_than_cold"] = m["ttft_cpu_s"] <= cold[name]["ttft_cpu_s"]
     store = _chunk_store_cost(engine, tok, text_ids, 1)
+    cfg = engine.model.config
+    kernels = kernel_times(tuple(sizes), {n: _hits(n, block) for n in sizes}, cfg.num_attention_heads,
+                           cfg.num_key_value_heads, cfg.head_dim if getattr(cfg, "head_dim", None)
+                           else cfg.hidden_size // cfg.num_attention_heads)
     result = {"benchmark": "prefix_hits", "machine": mach, "model": str(engine.fingerprint),
               "load_average_end": os.getloadavg()[0], "repeats": repeats, "block_size": block,
               "target": "TTFT after a hit of p tokens <= 1.1 x cold TTFT x (n - p) / n (CPU time)",
-              "rows": rows, "chunk_store": store}
+              "rows": rows, "chunk_store": store, "attention_kernel": kernels}
     result["summary"] = summary(result)
     _table(console, result)
     atomic_write_json(json_path, result)
@@ -159,6 +201,13 @@ def _table(console: Console, result: dict) -> None:
                   f"{target:.2f}" if p else "-", f"{r['ragcache']['ratio_to_target_cpu']:.2f}" if p else "-",
                   f"{r['max_abs_logit_diff']:.1e}")
     console.print(t)
+    k = Table(title="one layer's attention of the new queries, CPU ms (best of 5, random inputs of the model's shape)")
+    for c in ("prompt", "hit", "transformers mask", "ragcache maskless", "speed-up"):
+        k.add_column(c, justify="right")
+    for r in result.get("attention_kernel", []):
+        k.add_row(str(r["prompt_tokens"]), str(r["hit_tokens"]), f"{r['masked_ms']:.1f}", f"{r['maskless_ms']:.1f}",
+                  f"{r['masked_ms'] / r['maskless_ms']:.2f}x")
+    console.print(k)
     s = result["chunk_store"]
     console.print(f"missed-document chunk store: {s['docs_missed']} documents, {s['doc_tokens']} tokens, prompt "
                   f"{s['prompt_tokens']} tokens: TTFT {s['ttft_wall_s']:.2f} s, then storing the chunk KV "
