@@ -354,8 +354,8 @@ class LocalEngine:
             stats.reuse_decision = (f"calibration: no r <= {self.calibration.max_ratio:g} meets top-1 agreement "
                                     f">= {self.calibration.min_agreement:g} for this model: exact prefill")
             return False
-        rate = self.prefill_rate.value or (self.calibration.prefill_tokens_per_s if self.calibration else None)
-        d = self.reuse_policy.decide(plan.reusable_tokens, rate=rate, recompute_ratio=r,
+        # the rate measured live by this engine (the calibration's rate was measured under another load)
+        d = self.reuse_policy.decide(plan.reusable_tokens, rate=self.prefill_rate.value, recompute_ratio=r,
                                      n_layers=int(self.model.config.num_hidden_layers))
         stats.reuse_decision = d.reason
         return d.blend
