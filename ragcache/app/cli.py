@@ -55,7 +55,8 @@ def demo(
     top_k: int = typer.Option(4, min=1, help="Documents retrieved per question."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
-    recompute_ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="CacheBlend recompute ratio r."),
+    recompute_ratio: Optional[float] = typer.Option(None, min=0.0, max=1.0, help="CacheBlend recompute ratio r "
+                                                    "(default: the model's `ragcache calibrate` record, else 0.15)."),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run

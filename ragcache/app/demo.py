@@ -60,7 +60,7 @@ Rules for every answer:
 8. Write plain text; use backticks only around code."""
 
 
-def build_engine(model: str | None, *, chunk_cache: bool = True, recompute_ratio: float = 0.15) -> Any:
+def build_engine(model: str | None, *, chunk_cache: bool = True, recompute_ratio: float | None = None) -> Any:
     from ragcache.engine.engine import LocalEngine
 
     cc = None
@@ -104,7 +104,10 @@ def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
         tokens = f"sim {a.similarity:.3f}"
     elif backend == "local":
         s = a.stats
-        docs = f", docs {s.get('docs_hit', 0)}/{s.get('docs_hit', 0) + s.get('docs_missed', 0)}" if s.get("recompute_ratio") is not None else ""
+        n_docs = s.get("docs_hit", 0) + s.get("docs_missed", 0)
+        docs = f", docs {s.get('docs_hit', 0)}/{n_docs}" if n_docs else ""
+        if s.get("approximate"):
+            docs += f", approximate r={s.get('recompute_ratio')}"
         tokens = f"{a.tokens_reused}/{a.prompt_tokens}{docs}"
     else:
         s = a.stats
@@ -189,7 +192,7 @@ def _make_rag(backend: Any, embedder_name: str | None, max_new_tokens: int,
 
 
 def demo(*, model: str | None = None, embedder: str | None = None, backend: str = "local", top_k: int = 4,
-         max_new_tokens: int = 64, chunk_cache: bool = True, recompute_ratio: float = 0.15,
+         max_new_tokens: int = 64, chunk_cache: bool = True, recompute_ratio: float | None = None,
          console: Console | None = None) -> dict:
     """The scripted session over the standard library's documentation. Returns the summary dict."""
     console = console or Console()
