@@ -21,10 +21,12 @@ mask, when the block's positions are contiguous).
 On CPU the partial results and their log-sum-exp come from PyTorch's fused CPU flash kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``). On other devices the lower-right case
 is :func:`torch.nn.attention.bias.causal_lower_right`, which the CUDA flash / memory-efficient
-kernels take natively. Measured on SmolLM2-135M's attention shape (9 query heads, 3 KV heads,
-head dim 64, one thread): for ``n = 3500`` after ``p = 1750`` the split takes 217 ms per layer
-against 425 ms with transformers' boolean mask; ``causal_lower_right`` on CPU materialises the
-mask and is the slowest option (1.1 s at ``p = 48``). See ``ragcache bench prefix``.
+kernels take natively. Options measured on this CPU (SmolLM2-135M's attention shape: 9 query
+heads, 3 KV heads, head dim 64, one thread; ``ragcache bench prefix-hits`` has the kernel table):
+``causal_lower_right`` on CPU materialises the mask and was the slowest (1.1 s against 0.72 s
+with a boolean mask for 3,452 queries over 3,500 keys); a float mask was no better than a boolean
+one; a GEMM-based exact softmax was 2-3x slower than the fused kernel; the split was the fastest
+above ~512 keys (:data:`SMALL_KEYS`).
 """
 
 from __future__ import annotations

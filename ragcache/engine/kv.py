@@ -24,7 +24,15 @@ FAST_ATTENTION = "ragcache_sdpa"
 when it is the plain lower-right one (a batch without padding after cached positions), is never
 built; :func:`ragcache.engine.attention.causal_attention` computes it with fused kernels.
 Anything else (padding, sliding windows, packed sequences) gets transformers' own SDPA mask and
-attention, unchanged."""
+attention, unchanged.
+
+Why a registered implementation: in transformers 5.24, ``create_causal_mask`` skips the mask only
+when the queries start at position 0 or there is a single query (``_ignore_causal_mask_sdpa``);
+after cached positions ``"sdpa"`` gets a ``[q, kv]`` boolean mask, repeats the KV heads (no
+``enable_gqa`` with a mask) and leaves the fused ``is_causal`` kernel; ``"eager"`` adds a float
+mask; the flash-attention implementations align causal masks lower right but need a GPU kernel.
+No built-in CPU implementation avoids the mask, so ragcache registers this one with
+``AttentionInterface`` / ``AttentionMaskInterface``."""
 
 
 def _fast_mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: int = 0,
