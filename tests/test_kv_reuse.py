@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import ragcache.engine.kv as kvmod
+from ragcache.engine import attention
 from ragcache.engine import kv
 from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.calibration import Calibration, calibrate, calibration_path, fidelity, load_calibration
@@ -44,8 +45,10 @@ def dense(q, k, v, pos):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.arange(k.shape[2])[None] <= pos[:, None])
 
 
-@pytest.mark.parametrize("n,m", [(40, 40), (40, 1), (40, 39), (40, 24), (40, 2), (300, 257)])
-def test_causal_attention_equals_dense_mask(n, m):
+@pytest.mark.parametrize("n,m", [(40, 40), (40, 1), (40, 39), (40, 24), (40, 2), (300, 257), (700, 650), (700, 3)])
+@pytest.mark.parametrize("small_keys", [0, 512])
+def test_causal_attention_equals_dense_mask(n, m, small_keys, monkeypatch):
+    monkeypatch.setattr(attention, "SMALL_KEYS", small_keys)  # 0: always the split + log-sum-exp path
     g = torch.Generator().manual_seed(n + m)
     q, k, v = (torch.randn(1, h, L, 16, generator=g) for h, L in ((4, m), (2, n), (2, n)))
     assert (causal_attention(q, k, v) - dense(q, k, v, torch.arange(n - m, n))).abs().max() < 1e-5
@@ -63,7 +66,9 @@ def test_attend_positions_equals_dense_mask(block):
 
 @pytest.fixture()
 def calls(monkeypatch):
-    """Records (queries, keys) of every maskless causal attention call made through transformers."""
+    """Records (queries, keys) of every maskless causal attention call made through transformers;
+    the split + log-sum-exp path is forced even for the tiny prompts here."""
+    monkeypatch.setattr(attention, "SMALL_KEYS", 0)
     seen = []
     real = kvmod.causal_attention
 
@@ -261,3 +266,27 @@ def test_fidelity_metric():
     assert fidelity(ref, ref, [0, 1]) == (1.0, 0.0)
     agree, kl = fidelity(ref, torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0]]), [0, 1])
     assert agree == 0.5 and kl > 0
+
+
+def test_calibrate_cli_on_a_local_model(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+
+    model_dir = tmp_path / "tiny"
+    tiny.model.save_pretrained(model_dir)
+    tiny.tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "items.json"
+    data.write_text(json.dumps([{"question": "How long does the canary last?", "answers": ["15 minutes"],
+                                 "ctxs": [{"title": "", "text": d} for d in DOCS]}]))
+    home = tmp_path / "home"
+    args = ["calibrate", "--model", str(model_dir), "--data", str(data), "--end", "1", "--docs", "2",
+            "--ratios", "0.5,1.0", "--max-ratio", "1.0", "--answer-tokens", "4", "--home", str(home)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (record,) = (home / "calibration").glob("*.json")
+    rec = json.loads(record.read_text())
+    assert [row["r"] for row in rec["ratios"]] == [0.5, 1.0] and rec["ratios"][1]["top1_agreement"] == 1.0
+    assert rec["prompts"] == 1 and rec["recompute_ratio"] in (0.5, 1.0) and "recorded in" in res.output
+    missing = CliRunner().invoke(app, ["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "no.json")])
+    assert missing.exit_code == 2 and "not found" in missing.output

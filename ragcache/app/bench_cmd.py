@@ -132,4 +132,19 @@ def bench_shared(
               pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"), parts=parts)
 
 
+@bench_app.command("prefix-hits")
+def bench_prefix_hits(
+    json_path: str = json_option("prefix_hits"),
+    plot_path: str = plot_option("prefix_hits"),
+    sizes: str = typer.Option("1000,3500", help="Comma-separated prompt lengths (tokens)."),
+    repeats: int = typer.Option(2, min=1, help="Runs per point; the best is kept."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+) -> None:
+    """TTFT after prefix hits of several sizes vs the cold prefill, masked vs maskless attention."""
+    run_bench("prefix_hits", json_path=json_path, plot_path=plot_path,
+              sizes=tuple(int(s) for s in sizes.split(",") if s.strip()), repeats=repeats, threads=threads,
+              model=model, console=console)
+
+
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]

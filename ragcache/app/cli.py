@@ -130,6 +130,33 @@ def serve(
 
 
 @app.command()
+def calibrate(
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list) the prompts come from; default "
+                                                  "$RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(0, min=0, help="First item (keep to the development split, 0-49)."),
+    end: int = typer.Option(4, min=1, help="One past the last item."),
+    docs: int = typer.Option(6, min=1, help="Passages per prompt (each one a document)."),
+    ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50", help="Comma-separated recompute ratios r to try."),
+    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on mean teacher-forced top-1 agreement."),
+    max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
+    answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
+    threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
+    save: bool = typer.Option(True, help="Record the result for this model (see --home)."),
+    home: Optional[str] = typer.Option(None, help="Folder the record goes under, as <home>/calibration/<fingerprint>.json "
+                                                  "(default: the ragcache home, where engines read it)."),
+) -> None:
+    """Measure CacheBlend fidelity against full prefill for a model and record the r to use."""
+    from ragcache.app.bench_cmd import data_dir
+    from ragcache.app.calibrate import main as run
+
+    run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+                docs=docs, ratios=[float(r) for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
+                max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
+                console=console)
+
+
+@app.command()
 def lint(
     path: str = typer.Argument(..., help="JSON request (messages.create kwargs) or a messages list."),
     against: Optional[str] = typer.Option(None, help="A second render: report the first token where they diverge."),

@@ -21,10 +21,12 @@ mask, when the block's positions are contiguous).
 On CPU the partial results and their log-sum-exp come from PyTorch's fused CPU flash kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``). On other devices the lower-right case
 is :func:`torch.nn.attention.bias.causal_lower_right`, which the CUDA flash / memory-efficient
-kernels take natively. Measured on SmolLM2-135M's attention shape (9 query heads, 3 KV heads,
-head dim 64, one thread): for ``n = 3500`` after ``p = 1750`` the split takes 217 ms per layer
-against 425 ms with transformers' boolean mask; ``causal_lower_right`` on CPU materialises the
-mask and is the slowest option (1.1 s at ``p = 48``). See ``ragcache bench prefix``.
+kernels take natively. Options measured on this CPU (SmolLM2-135M's attention shape: 9 query
+heads, 3 KV heads, head dim 64, one thread; ``ragcache bench prefix-hits`` has the kernel table):
+``causal_lower_right`` on CPU materialises the mask and was the slowest (1.1 s against 0.72 s
+with a boolean mask for 3,452 queries over 3,500 keys); a float mask was no better than a boolean
+one; a GEMM-based exact softmax was 2-3x slower than the fused kernel; the split was the fastest
+above ~512 keys (:data:`SMALL_KEYS`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ import torch
 import torch.nn.functional as F
 
 _cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+SMALL_KEYS = 512
+"""Up to this many keys a ``[m, n]`` boolean mask costs less than two kernel calls and the merge
+(measured one layer of SmolLM2-135M, n = 300 after p = 48: 2.8 ms masked, 3.5 ms split; n = 1000
+after p = 48: 52 ms masked, 31 ms split), so :func:`causal_attention` uses it there."""
 
 
 def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -88,6 +95,9 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
         return F.scaled_dot_product_attention(q, k, v, is_causal=m > 1, scale=scale)
     if m == 1:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    if n <= SMALL_KEYS:
+        mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - m, n, device=q.device)[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.device.type != "cpu":
         from torch.nn.attention.bias import causal_lower_right
 

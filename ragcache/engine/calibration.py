@@ -50,7 +50,8 @@ class Calibration:
         min_agreement: the bound on mean teacher-forced top-1 agreement.
         max_ratio: the largest r considered worth blending at.
         ratios: per r: ``{"r", "top1_agreement", "mean_kl", "min_top1_agreement", "per_prompt": [...]}``.
-        prefill_tokens_per_s: exact prefill rate measured on the calibration prompts.
+        prefill_tokens_per_s: exact prefill rate measured on the calibration prompts (wall time;
+            for information: the engine's cost rule uses the rate it measures itself).
         prompts / answer_tokens: how many prompts, and the teacher-forced answer length (tokens).
         chunk_dtype / sink_ids: how the chunk KV was stored and computed.
         check_layer: CacheBlend's check layer used.

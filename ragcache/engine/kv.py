@@ -24,7 +24,15 @@ FAST_ATTENTION = "ragcache_sdpa"
 when it is the plain lower-right one (a batch without padding after cached positions), is never
 built; :func:`ragcache.engine.attention.causal_attention` computes it with fused kernels.
 Anything else (padding, sliding windows, packed sequences) gets transformers' own SDPA mask and
-attention, unchanged."""
+attention, unchanged.
+
+Why a registered implementation: in transformers 5.24, ``create_causal_mask`` skips the mask only
+when the queries start at position 0 or there is a single query (``_ignore_causal_mask_sdpa``);
+after cached positions ``"sdpa"`` gets a ``[q, kv]`` boolean mask, repeats the KV heads (no
+``enable_gqa`` with a mask) and leaves the fused ``is_causal`` kernel; ``"eager"`` adds a float
+mask; the flash-attention implementations align causal masks lower right but need a GPU kernel.
+No built-in CPU implementation avoids the mask, so ragcache registers this one with
+``AttentionInterface`` / ``AttentionMaskInterface``."""
 
 
 def _fast_mask(batch_size: int, q_length: int, kv_length: int, q_offset: Any = 0, kv_offset: int = 0,
@@ -65,7 +73,8 @@ def use_fast_attention(model: Any) -> bool:
     impl = getattr(model.config, "_attn_implementation", None)
     if impl == FAST_ATTENTION:
         return True
-    if impl != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    if impl != "sdpa" or getattr(model, "_ragcache_keep_attention", False) \
+            or not hasattr(model, "set_attn_implementation"):
         return False
     try:
         model.set_attn_implementation(FAST_ATTENTION)
@@ -109,6 +118,17 @@ def cache_tensors(cache: DynamicCache) -> tuple[list[torch.Tensor], list[torch.T
 def cache_len(cache: DynamicCache | None) -> int:
     """Number of cached positions (0 for ``None`` or an empty cache)."""
     return 0 if cache is None else int(cache.get_seq_length())
+
+
+def keep_transformers_attention(model: Any, keep: bool = True) -> None:
+    """Opt a model out of :data:`FAST_ATTENTION` (``keep=True``: back to transformers' ``"sdpa"``,
+    masked after a prefix hit, and :func:`use_fast_attention` leaves it there; for comparisons),
+    or back in (``keep=False``)."""
+    model._ragcache_keep_attention = keep
+    if keep and getattr(model.config, "_attn_implementation", None) == FAST_ATTENTION:
+        model.set_attn_implementation("sdpa")
+    if not keep:
+        use_fast_attention(model)
 
 
 @torch.inference_mode()

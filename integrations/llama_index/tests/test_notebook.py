@@ -32,5 +32,8 @@ def test_notebook_runs_and_shows_each_layer(monkeypatch):
     assert served["ask"] != "semantic"
     assert served["ask again"] == "semantic" and served["ask reworded"] == "semantic"
     assert served["after editing returns.md"] != "semantic"
-    assert "chunk" in served["another top-k (3)"]
+    # the documents seen before are chunk-cache hits; whether they are blended (layer "chunk") or
+    # prefilled exactly ("prefix") is the engine's cost rule, which depends on the measured prefill rate
+    assert re.search(r"docs from the chunk cache: [1-9] of 3", out)
+    assert served["another top-k (3)"] in ("chunk", "prefix+chunk", "prefix")
     assert re.search(r"provider-cache\s+cache write\s+0\s+cache read\s+[1-9]", out)

@@ -1,0 +1,78 @@
+"""``ragcache calibrate``: the per-model CacheBlend fidelity check on MuSiQue development items.
+
+Prompts are built as in ``ragcache bench blend`` (a system text, passages as documents, the
+question through the chat template), with the item's first ``docs`` passages; the check itself
+is :func:`ragcache.engine.calibration.calibrate` (teacher-forced top-1 agreement and KL against
+full prefill at each r). The record goes to ``$RAGCACHE_HOME/calibration/<fingerprint>.json``
+and every later :class:`~ragcache.engine.engine.LocalEngine` on that model uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
+          "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
+QUESTION = ("Answer the question directly based on the given passages. Do NOT repeat the question. "
+            "The answer should be within 5 words.\nQuestion: {question}")
+
+
+def musique_prompts(data: str | Path, start: int, end: int, docs: int) -> list[list[dict]]:
+    """Messages lists for items ``[start, end)`` of a MuSiQue sample, ``docs`` passages each.
+
+    Raises:
+        ValueError: missing file, or an empty item range.
+    """
+    path = Path(data)
+    if not path.exists():
+        raise ValueError(f"{path} not found: pass --data with the MuSiQue sample (shared/data/musique_s.json)")
+    items = json.loads(path.read_text())[start:end]
+    if not items:
+        raise ValueError(f"no items in [{start}, {end}) of {path}")
+    out = []
+    for item in items:
+        blocks = [{"type": "text", "text": c["text"], "ragcache_kind": "document"} for c in item["ctxs"][:docs]]
+        blocks.append({"type": "text", "text": QUESTION.format(question=item["question"]), "ragcache_kind": "question"})
+        out.append([{"role": "system", "content": SYSTEM}, {"role": "user", "content": blocks}])
+    return out
+
+
+def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 4, docs: int = 6,
+         ratios: list[float] | None = None, min_agreement: float = 0.95, max_ratio: float = 0.5,
+         answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
+         console: Console | None = None) -> Any:
+    """Run the check and print the table; returns the :class:`Calibration`."""
+    import torch
+
+    from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path
+    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.engine import LocalEngine
+
+    console = console or Console()
+    if threads:
+        torch.set_num_threads(threads)
+    prompts = musique_prompts(data, start, end, docs)
+    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
+    cal = engine.calibrate(prompts, ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,
+                           max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
+                           progress=lambda line: console.print(line))
+    t = Table(title=f"CacheBlend fidelity vs full prefill, {cal.model}: items {start}-{end - 1}, "
+                    f"{answer_tokens} teacher-forced tokens, chunk KV {cal.chunk_dtype}")
+    for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "mean KL (nats)"):
+        t.add_column(c, justify="right")
+    for row in cal.ratios:
+        t.add_row(f"{row['r']:g}", f"{row['top1_agreement']:.3f}", f"{row['min_top1_agreement']:.3f}",
+                  f"{row['mean_kl']:.4f}")
+    console.print(t)
+    if cal.blend_allowed:
+        console.print(f"r = {cal.recompute_ratio:g} is the smallest ratio with agreement >= {min_agreement:g}")
+    else:
+        console.print(f"no r <= {max_ratio:g} reaches agreement {min_agreement:g}: this model gets exact prefill")
+    if save:
+        console.print(f"recorded in {calibration_path(cal.fingerprint, home)}")
+    return cal
