@@ -328,7 +328,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
     if decode:
         d = Table(title=f"Decode, {payload['decode_tokens']} tokens (EOS masked) after a "
                         f"{decode['dynamic']['prompt_tokens']}-token prompt (item {payload['decode_item']}'s question); "
-                        "4-bit quanto, residual {payload.get('residual_length')}")
+                        f"4-bit quanto, residual {payload.get('residual_length')}; load {payload.get('load_avg_end')}")
         for col in ("cache", "tok/s", "KV MiB end", "RSS rise MiB", "tokens = dynamic", "first divergence",
                     "forced top-1"):
             d.add_column(col, justify="left" if col == "cache" else "right")
