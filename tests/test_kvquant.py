@@ -267,3 +267,32 @@ def test_cli_kv_flags(monkeypatch):
 
     assert os.environ["RAGCACHE_KV_FORMAT"] == "int4" and os.environ["RAGCACHE_DECODE_CACHE"] == "quantized"
     assert ChunkCache().kv_format.name == "int4"
+
+
+def test_bench_chunk_part_on_the_tiny_model(tiny, tmp_path):
+    """``bench kvquant``'s chunk part end to end on a synthetic item: sizes, loads, fidelity, table, PNG."""
+    from rich.console import Console
+
+    from ragcache.app.bench import kvquant as bench
+    from ragcache.testing import HashingEmbedder
+
+    item = {"question": "Where does the Seine flow?", "answers": ["the sea"],
+            "ctxs": [{"text": d} for d in DOCS * 3]}
+    ctx = {"loaded": tiny, "embedder": HashingEmbedder(), "root": tmp_path, "eos": set()}
+    fmts = bench._parse_formats("fp16,int8,int4:16")
+    row = bench._chunk_item(ctx, item, fmts, [0.15, 0.0])
+    assert list(row["formats"]) == ["float16", "int8-g64", "int4-g16"]
+    summary = bench._chunk_summary([row])
+    f16, i8, i4 = (summary[t] for t in row["formats"])
+    assert f16["bytes_per_chunk"] > i8["bytes_per_chunk"] > i4["bytes_per_chunk"]
+    assert f16["size_vs_first"] == 1.0 and i4["size_vs_first"] > 1.0
+    for s in summary.values():
+        for r in ("0.15", "0.00"):
+            assert 0.0 <= s["blend"][r]["top1_agreement"] <= 1.0 and s["blend"][r]["mean_kl"] >= 0.0
+    payload = {"items": [0, 1], "machine": "test", "load_avg": [0.0], "per_item": [row], "chunk_summary": summary,
+               "decode": None}
+    console = Console(record=True, width=200)
+    bench.report(payload, plot_path=str(tmp_path / "kvquant.png"), console=console)
+    assert "int4-g16" in console.export_text() and (tmp_path / "kvquant.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="int4:128"):
+        bench._parse_formats("int3")

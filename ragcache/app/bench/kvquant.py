@@ -293,7 +293,10 @@ def _plot(payload: dict, path: Path) -> None:
         a2.plot(xs, [y / 2**20 for y in ys], label=f"{kind}: {r['tokens_per_s']:.1f} tok/s")
     a2.set_xlabel("generated tokens")
     a2.set_ylabel("decode KV cache (MiB)")
-    a2.legend(fontsize=8)
+    if decode:
+        a2.legend(fontsize=8)
+    else:
+        a2.text(0.5, 0.5, "decode part not run", ha="center", transform=a2.transAxes)
     a2.set_title("decode cache: DynamicCache vs 4-bit QuantizedCache")
     fig.suptitle(f"SmolLM2-135M-Instruct, MuSiQue {payload['items'][0]}-{payload['items'][1] - 1}; "
                  f"{payload['machine']}", fontsize=9)
@@ -325,7 +328,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
     if decode:
         d = Table(title=f"Decode, {payload['decode_tokens']} tokens (EOS masked) after a "
                         f"{decode['dynamic']['prompt_tokens']}-token prompt (item {payload['decode_item']}'s question); "
-                        "4-bit quanto, residual {payload.get('residual_length')}")
+                        f"4-bit quanto, residual {payload.get('residual_length')}; load {payload.get('load_avg_end')}")
         for col in ("cache", "tok/s", "KV MiB end", "RSS rise MiB", "tokens = dynamic", "first divergence",
                     "forced top-1"):
             d.add_column(col, justify="left" if col == "cache" else "right")
