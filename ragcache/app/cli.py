@@ -102,13 +102,30 @@ def bench_blend(
     end: int = typer.Option(50, help="One past the last item."),
     json_path: str = typer.Option("bench/results/blend.json", "--json"),
     plot_path: str = typer.Option("bench/results/blend.png", "--plot"),
-    ratios: str = typer.Option("0.05,0.10,0.15,0.30", help="Comma-separated recompute ratios."),
+    ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50,1.0", help="Comma-separated recompute ratios (r=0 always runs)."),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
-    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue."""
+    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
     from ragcache.app.bench.blend import main
 
     _run(main, data=data, start=start, end=end, json_path=json_path, plot_path=plot_path,
-         ratios=[float(r) for r in ratios.split(",") if r.strip()])
+         ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads)
+
+
+@bench_app.command("blend-variants")
+def bench_blend_variants(
+    data: str = typer.Option(str(DATA / "musique_s.json"), help="MuSiQue sample (JSON list)."),
+    start: int = typer.Option(0, help="First development item (0-49 only)."),
+    end: int = typer.Option(8, help="One past the last item (<= 50)."),
+    json_path: str = typer.Option("bench/results/blend_variants_dev.json", "--json"),
+    variants: str = typer.Option("", help="Comma-separated variant names (default: all)."),
+    threads: int = typer.Option(1, help="torch threads."),
+) -> None:
+    """CacheBlend selection variants (check layer, K/V deviation, gradual filtering, chunk heads, sink) on dev items."""
+    from ragcache.app.bench.blend_variants import main
+
+    _run(main, data=data, start=start, end=end, json_path=json_path, threads=threads,
+         names=[v.strip() for v in variants.split(",") if v.strip()] or None)
 
 
 @bench_app.command("semantic")
