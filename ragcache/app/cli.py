@@ -118,14 +118,15 @@ def bench_blend_variants(
     start: int = typer.Option(0, help="First development item (0-49 only)."),
     end: int = typer.Option(8, help="One past the last item (<= 50)."),
     json_path: str = typer.Option("bench/results/blend_variants_dev.json", "--json"),
-    variants: str = typer.Option("", help="Comma-separated variant names (default: all)."),
+    variants: str = typer.Option("", help="Semicolon-separated variant names (default: all)."),
     threads: int = typer.Option(1, help="torch threads."),
+    resume: bool = typer.Option(False, help="Keep the items already in --json when they end at --start."),
 ) -> None:
     """CacheBlend selection variants (check layer, K/V deviation, gradual filtering, chunk heads, sink) on dev items."""
     from ragcache.app.bench.blend_variants import main
 
-    _run(main, data=data, start=start, end=end, json_path=json_path, threads=threads,
-         names=[v.strip() for v in variants.split(",") if v.strip()] or None)
+    _run(main, data=data, start=start, end=end, json_path=json_path, threads=threads, resume=resume,
+         names=[v.strip() for v in variants.split(";") if v.strip()] or None)
 
 
 @bench_app.command("semantic")

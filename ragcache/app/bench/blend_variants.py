@@ -56,6 +56,10 @@ VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
 }
 
 
+def _load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def _load(machine_threads: int | None) -> dict:
     from ragcache.app.bench.blend import machine
     from ragcache.engine.chunk_cache import ChunkCache
@@ -171,10 +175,13 @@ def report(payload: dict | str, console: Console | None = None) -> None:
 
 
 def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/results/blend_variants_dev.json",
-         names: list[str] | None = None, threads: int = 1, console: Console | None = None) -> dict:
+         names: list[str] | None = None, threads: int = 1, resume: bool = False,
+         console: Console | None = None) -> dict:
     """Run the variant study on development items ``[start, end)`` of ``data`` (musique_s.json).
 
     Writes the JSON after every item. ``names`` picks a subset of :data:`VARIANTS` (default all).
+    ``resume=True`` keeps the items already in ``json_path`` when they end at ``start`` (a
+    later run may score fewer variants; each variant's row says over how many items).
 
     Raises:
         FileNotFoundError: ``data`` missing (the message names the expected file).
@@ -196,18 +203,29 @@ def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/result
     payload: dict[str, Any] = {"benchmark": "cacheblend-selection-variants", "data": str(path), "items": [start, start],
                                "split": "development", "machine": ctx["machine"], "torch_threads": threads,
                                "model": ctx["model_name"], "chunk_dtype": "float16",
-                               "load_start": [round(x, 2) for x in os.getloadavg()],
+                               "load_start": _load_avg(),
                                "variants": {k: {"sink": v[0], "recompute_ratio": v[1], "options": v[2]}
                                             for k, v in variants.items()},
                                "summary": {}, "per_item": []}
     rows: list[dict] = []
+    jpath = Path(json_path)
+    if resume and jpath.is_file():
+        old = json.loads(jpath.read_text())
+        if old.get("data") != str(path) or old["items"][1] != start:
+            raise ValueError(f"cannot resume {jpath}: it covers items {old['items']} of {old.get('data')}, "
+                             f"not ending at {start}")
+        rows = old["per_item"]
+        variants = {**{k: VARIANTS[k] for k in old["variants"] if k in VARIANTS}, **variants}
+        start = old["items"][0]
+        payload.update(load_start=old["load_start"], variants={**old["variants"], **payload["variants"]})
+        payload["resumed_with"] = {"variants": list(names or VARIANTS), "load_start": _load_avg()}
     for i, item in enumerate(items):
         t0 = time.perf_counter()
         rows.append(run_item(ctx, item, variants))
         payload.update(per_item=rows, items=[start, start + len(rows)], summary=summarize(rows, variants),
-                       load_end=[round(x, 2) for x in os.getloadavg()])
-        atomic_write_json(Path(json_path), payload, indent=1)
-        console.print(f"[{start + i}] {rows[-1]['prompt_tokens']} tokens, answer {rows[-1]['answer']!r} "
+                       load_end=_load_avg())
+        atomic_write_json(jpath, payload, indent=1)
+        console.print(f"[{start + len(rows) - 1}] {rows[-1]['prompt_tokens']} tokens, answer {rows[-1]['answer']!r} "
                       f"({rows[-1]['answer_tokens']} tokens), {time.perf_counter() - t0:.0f}s")
     report(payload, console)
     return payload
