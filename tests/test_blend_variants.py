@@ -20,6 +20,7 @@ VARIANTS = {
     "check0": {"check_layer": 0},
     "check2": {"check_layer": 2},
     "dev_k": {"deviation": "k"},
+    "dev_v": {"deviation": "v"},
     "dev_kv": {"deviation": "kv"},
     "gradual": {"gradual_layers": 2},
     "gradual_start": {"gradual_layers": 1, "gradual_start": 0.6},
@@ -79,7 +80,7 @@ def test_selected_set_holds_uncached_and_last_for_every_variant(lm, name, r):
 
 def test_variants_change_the_result(lm):
     base = run(lm, 0.15)[3]
-    for name in ("check0", "dev_k", "gradual", "heads"):
+    for name in ("check0", "dev_v", "gradual", "heads"):
         other = run(lm, 0.15, **VARIANTS[name])[3]
         assert not torch.equal(other.selected, base.selected) or not torch.equal(other.last_logits,
                                                                                  base.last_logits), name
