@@ -36,23 +36,27 @@ from ragcache.atomic import atomic_write_json
 DEV_END = 50  # items [0, 50) are the development split
 
 # name -> (sink, recompute ratio, blend_prefill options); sink "bos" or "system"
+V = {"deviation": "v"}  # the selection before the default became KV
 VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "full reuse r=0 (bos sink)": ("bos", 0.0, {}),
     "full reuse r=0 (system sink)": ("system", 0.0, {}),
-    "r=0.15 base (check 1, V)": ("bos", 0.15, {}),
-    "r=0.15 check 0": ("bos", 0.15, {"check_layer": 0}),
-    "r=0.15 check 2": ("bos", 0.15, {"check_layer": 2}),
-    "r=0.15 check 4": ("bos", 0.15, {"check_layer": 4}),
+    "r=0.15 base (check 1, V)": ("bos", 0.15, V),
+    "r=0.15 check 0": ("bos", 0.15, {**V, "check_layer": 0}),
+    "r=0.15 check 2": ("bos", 0.15, {**V, "check_layer": 2}),
+    "r=0.15 check 4": ("bos", 0.15, {**V, "check_layer": 4}),
     "r=0.15 dev K": ("bos", 0.15, {"deviation": "k"}),
     "r=0.15 dev KV": ("bos", 0.15, {"deviation": "kv"}),
-    "r=0.15 gradual 2 (0.30->0.15)": ("bos", 0.15, {"gradual_layers": 2}),
-    "r=0.15 gradual 4 (0.30->0.15)": ("bos", 0.15, {"gradual_layers": 4}),
-    "r=0.15 heads 4 (EPIC)": ("bos", 0.15, {"doc_head_tokens": 4}),
-    "r=0.15 heads 16 (EPIC)": ("bos", 0.15, {"doc_head_tokens": 16}),
-    "r=0.15 tails 4": ("bos", 0.15, {"doc_tail_tokens": 4}),
-    "r=0.15 heads 4 + tails 4": ("bos", 0.15, {"doc_head_tokens": 4, "doc_tail_tokens": 4}),
-    "r=0.15 system sink": ("system", 0.15, {}),
-    "r=0.30 base": ("bos", 0.30, {}),
+    "r=0.15 gradual 2 (0.30->0.15)": ("bos", 0.15, {**V, "gradual_layers": 2}),
+    "r=0.15 gradual 4 (0.30->0.15)": ("bos", 0.15, {**V, "gradual_layers": 4}),
+    "r=0.15 heads 4 (EPIC)": ("bos", 0.15, {**V, "doc_head_tokens": 4}),
+    "r=0.15 heads 16 (EPIC)": ("bos", 0.15, {**V, "doc_head_tokens": 16}),
+    "r=0.15 tails 4": ("bos", 0.15, {**V, "doc_tail_tokens": 4}),
+    "r=0.15 heads 4 + tails 4": ("bos", 0.15, {**V, "doc_head_tokens": 4, "doc_tail_tokens": 4}),
+    "r=0.15 system sink": ("system", 0.15, V),
+    "r=0.30 base": ("bos", 0.30, V),
+    "r=0.15 system sink + dev KV": ("system", 0.15, {"deviation": "kv"}),
+    "r=0.15 dev KV + gradual 4": ("bos", 0.15, {"deviation": "kv", "gradual_layers": 4}),
+    "r=0.30 dev KV": ("bos", 0.30, {"deviation": "kv"}),
 }
 
 
