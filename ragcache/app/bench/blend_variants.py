@@ -148,9 +148,12 @@ def summarize(rows: list[dict], variants: dict[str, tuple[str, float, dict]]) ->
                      "answer_len": statistics.fmean(m["answer_len"] for m in ms),
                      "blend_s": statistics.fmean(m["blend_s"] for m in ms),
                      "tokens_recomputed": statistics.fmean(m["tokens_recomputed"] for m in ms)}
-    for name, s in out.items():
-        base = next((b for b in out.values() if b["recompute_ratio"] == 0.0 and b["sink"] == s["sink"]), None)
-        s["kl_share_of_r0"] = s["mean_kl"] / base["mean_kl"] if base and base["mean_kl"] > 0 else None
+    for name, s in out.items():  # KL share of full reuse with the same sink, over the items both ran on
+        base = next((b for b, (sk, r, _) in variants.items() if r == 0.0 and sk == s["sink"] and b in out), None)
+        pairs = [(row["variants"][name]["mean_kl"], row["variants"][base]["mean_kl"]) for row in rows
+                 if base and name in row["variants"] and base in row["variants"]]
+        den = sum(b for _, b in pairs)
+        s["kl_share_of_r0"] = sum(a for a, _ in pairs) / den if den > 0 else None
         s["meets_target"] = bool(s["top1_agreement"] >= 0.95 and s["kl_share_of_r0"] is not None
                                  and s["kl_share_of_r0"] <= 0.5)
     return out
