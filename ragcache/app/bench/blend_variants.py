@@ -167,12 +167,12 @@ def report(payload: dict | str, console: Console | None = None) -> None:
     a, b = payload["items"]
     table = Table(title=f"CacheBlend selection variants, MuSiQue dev items {a}-{b - 1} "
                         f"({len(payload['per_item'])} items); teacher-forced vs full prefill")
-    for col in ("variant", "mean KL", "KL / r=0", "top-1 agr", "pooled agr", "1st KL", "1st =", "greedy match",
+    for col in ("variant", "items", "mean KL", "KL / r=0", "top-1 agr", "pooled agr", "1st KL", "1st =", "greedy match",
                 "recomputed", "blend s", "target"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, s in payload["summary"].items():
         share = "-" if s["kl_share_of_r0"] is None else f"{s['kl_share_of_r0']:.2f}"
-        table.add_row(name, f"{s['mean_kl']:.4f}", share, f"{s['top1_agreement']:.3f}",
+        table.add_row(name, str(s["items"]), f"{s['mean_kl']:.4f}", share, f"{s['top1_agreement']:.3f}",
                       f"{s['top1_agreement_pooled']:.3f}", f"{s['first_token_kl']:.4f}",
                       f"{s['first_token_agreement']:.2f}", f"{s['greedy_match_len']:.1f}/{s['answer_len']:.1f}",
                       f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", "met" if s["meets_target"] else "")
