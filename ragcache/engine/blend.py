@@ -202,8 +202,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             computed for every token after the prefix (paper: layer 1). Ignored when r = 0.
         deviation: ``"kv"`` (default), ``"k"`` or ``"v"``: which fresh-vs-cached deviation
             ranks the tokens (squared L2 over heads and head dims; "kv" sums both). Default
-            chosen on MuSiQue dev items 0-1 (``bench blend-variants``): KV ranked best of the
-            selection variants at r = 0.15 (mean teacher-forced KL 0.55 x that of r = 0, V: 0.58).
+            chosen on MuSiQue dev items 0-2 (``bench blend-variants``): at r = 0.15 KV had a
+            lower teacher-forced KL than V on each item (0.71 x that of r = 0 against 0.75).
         gradual_layers: CacheBlend §4.3 gradual filtering: 0 (default) selects once at
             ``check_layer``; g > 0 keeps ``ceil(gradual_start * n_doc)`` document tokens at the
             check layer and narrows them linearly to ``ceil(r * n_doc)`` over the next g layers,
