@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -67,3 +68,28 @@ def test_variant_study_refuses_evaluation_items(tmp_path):
 
     with pytest.raises(ValueError, match="development items only"):
         main(str(tmp_path / "nope.json"), 45, 55)
+
+
+def test_merge_runs(tmp_path):
+    from ragcache.app.bench.blend_merge import merge
+
+    def m(ttft, agree, r=None):
+        return {"ttft_s": ttft, "first_token_equal": True, "f1_vs_full": 1.0, "kl_first_token": 0.1,
+                "f1_gold": 0.5, "tokens_computed": 10, "recompute_ratio": r, "tf_mean_kl": 1 - agree,
+                "tf_top1_agreement": agree, "greedy_match_len": 1, "answer_tokens": 4}
+
+    def run(path, start, agrees):
+        rows = [{"prompt_tokens": 100, "methods": {"full prefill": m(2.0, 1.0), "prefix cache": m(2.0, 1.0),
+                                                    "cacheblend r=0.15": m(1.0, a, 0.15)}} for a in agrees]
+        payload = {"items": [start, start + len(rows)], "per_item": rows, "ratios": [0.15], "machine": "m",
+                   "load_avg_start": [1.0, 1.0, 1.0], "load_avg_end": [2.0, 2.0, 2.0], "model": "x"}
+        path.write_text(json.dumps(payload))
+        return str(path)
+
+    a, b = run(tmp_path / "a.json", 50, [1.0, 0.5]), run(tmp_path / "b.json", 53, [0.75])
+    out = merge([b, a], str(tmp_path / "m.json"))
+    assert out["item_ids"] == [50, 51, 53] and out["items"] == [50, 54]
+    assert out["summary"]["cacheblend r=0.15"]["tf_top1_agreement"] == pytest.approx(0.75)
+    assert json.loads((tmp_path / "m.json").read_text())["item_ids"] == [50, 51, 53]
+    with pytest.raises(ValueError, match="more than one run"):
+        merge([a, a], str(tmp_path / "n.json"))

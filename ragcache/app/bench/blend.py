@@ -367,7 +367,8 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
         payload = json.loads(Path(payload).read_text())
     console = console or Console()
     rows, summary = payload["per_item"], payload["summary"]
-    first, last = payload["items"][0], payload["items"][0] + len(rows) - 1
+    ids = payload.get("item_ids") or [payload["items"][0] + i for i in range(len(rows))]  # merged runs list them
+    first, last = ids[0], ids[-1]
     title = (f"CacheBlend on MuSiQue items {first}-{last} ({len(rows)} questions, mean prompt "
              f"{statistics.fmean(r['prompt_tokens'] for r in rows):.0f} tokens; {payload['machine']}; "
              f"load {payload.get('load_avg_start')} -> {payload.get('load_avg_end')})")
