@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -31,13 +32,64 @@ def test_kl_divergence():
 
 
 def test_summary_ratios():
-    def m(ttft, eq, r=None):
+    def m(ttft, eq, r=None, agree=1.0, n=4):
         return {"ttft_s": ttft, "first_token_equal": eq, "f1_vs_full": float(eq), "kl_first_token": 0.1,
-                "f1_gold": 0.5, "tokens_computed": 10, "recompute_ratio": r}
+                "f1_gold": 0.5, "tokens_computed": 10, "recompute_ratio": r, "tf_mean_kl": 0.2 * (1 - agree),
+                "tf_top1_agreement": agree, "greedy_match_len": 1, "answer_tokens": n}
 
-    rows = [{"methods": {"full prefill": m(4.0, True), "cacheblend r=0.15": m(1.0, True, 0.15)}},
-            {"methods": {"full prefill": m(2.0, True), "cacheblend r=0.15": m(1.0, False, 0.15)}}]
+    rows = [{"methods": {"full prefill": m(4.0, True), "cacheblend r=0.15": m(1.0, True, 0.15, 1.0, 2)}},
+            {"methods": {"full prefill": m(2.0, True), "cacheblend r=0.15": m(1.0, False, 0.15, 0.5, 6)}}]
     s = _summary(rows)
+    assert s["cacheblend r=0.15"]["tf_top1_agreement"] == pytest.approx(0.75)
+    assert s["cacheblend r=0.15"]["tf_top1_agreement_pooled"] == pytest.approx((2 + 3) / 8)
+    assert s["cacheblend r=0.15"]["tf_mean_kl"] == pytest.approx(0.05)
     assert s["cacheblend r=0.15"]["ttft_speedup_vs_full"] == pytest.approx(3.0)
     assert s["cacheblend r=0.15"]["first_token_agreement"] == 0.5
     assert math.isclose(s["full prefill"]["mean_ttft_s"], 3.0)
+
+
+def test_missing_data_names_the_expected_file(tmp_path):
+    from ragcache.app.bench.blend import main
+
+    with pytest.raises(FileNotFoundError, match="/work/shared/data/musique_s.json"):
+        main(str(tmp_path / "nope.json"), 0, 1, json_path=str(tmp_path / "x.json"))
+
+
+def test_unknown_blend_option_raises():
+    from ragcache.app.bench.blend import _blend_options
+
+    assert _blend_options({"check_layer": 2})["check_layer"] == 2
+    with pytest.raises(ValueError, match="unknown blend option"):
+        _blend_options({"chek_layer": 2})
+
+
+def test_variant_study_refuses_evaluation_items(tmp_path):
+    from ragcache.app.bench.blend_variants import main
+
+    with pytest.raises(ValueError, match="development items only"):
+        main(str(tmp_path / "nope.json"), 45, 55)
+
+
+def test_merge_runs(tmp_path):
+    from ragcache.app.bench.blend_merge import merge
+
+    def m(ttft, agree, r=None):
+        return {"ttft_s": ttft, "first_token_equal": True, "f1_vs_full": 1.0, "kl_first_token": 0.1,
+                "f1_gold": 0.5, "tokens_computed": 10, "recompute_ratio": r, "tf_mean_kl": 1 - agree,
+                "tf_top1_agreement": agree, "greedy_match_len": 1, "answer_tokens": 4}
+
+    def run(path, start, agrees):
+        rows = [{"prompt_tokens": 100, "methods": {"full prefill": m(2.0, 1.0), "prefix cache": m(2.0, 1.0),
+                                                    "cacheblend r=0.15": m(1.0, a, 0.15)}} for a in agrees]
+        payload = {"items": [start, start + len(rows)], "per_item": rows, "ratios": [0.15], "machine": "m",
+                   "load_avg_start": [1.0, 1.0, 1.0], "load_avg_end": [2.0, 2.0, 2.0], "model": "x"}
+        path.write_text(json.dumps(payload))
+        return str(path)
+
+    a, b = run(tmp_path / "a.json", 50, [1.0, 0.5]), run(tmp_path / "b.json", 53, [0.75])
+    out = merge([b, a], str(tmp_path / "m.json"))
+    assert out["item_ids"] == [50, 51, 53] and out["items"] == [50, 54]
+    assert out["summary"]["cacheblend r=0.15"]["tf_top1_agreement"] == pytest.approx(0.75)
+    assert json.loads((tmp_path / "m.json").read_text())["item_ids"] == [50, 51, 53]
+    with pytest.raises(ValueError, match="more than one run"):
+        merge([a, a], str(tmp_path / "n.json"))

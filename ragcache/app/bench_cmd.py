@@ -65,15 +65,32 @@ def bench_prefix(
 @bench_app.command("blend")
 def bench_blend(
     data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
-    start: int = typer.Option(0, help="First item (0-49 is the development split)."),
+    start: int = typer.Option(0, help="First item (0-49 is the development split, 50-149 evaluation)."),
     end: int = typer.Option(50, help="One past the last item."),
     json_path: str = json_option("blend"),
     plot_path: str = plot_option("blend"),
-    ratios: str = typer.Option("0.05,0.10,0.15,0.30", help="Comma-separated recompute ratios."),
+    ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50,1.0", help="Comma-separated recompute ratios (r=0 always runs)."),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
-    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue."""
+    """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
     run_bench("blend", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, json_path=json_path,
-              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()])
+              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads)
+
+
+@bench_app.command("blend-variants")
+def bench_blend_variants(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(0, help="First development item (0-49 only)."),
+    end: int = typer.Option(8, help="One past the last item (<= 50)."),
+    json_path: str = typer.Option("bench/results/blend_variants_dev.json", "--json", help="Where to write the JSON."),
+    variants: str = typer.Option("", help="Semicolon-separated variant names (default: all)."),
+    threads: int = typer.Option(1, help="torch threads."),
+    resume: bool = typer.Option(False, help="Keep the items already in --json when they end at --start."),
+) -> None:
+    """CacheBlend selection variants (check layer, K/V deviation, gradual filtering, chunk heads, sink) on dev items."""
+    run_bench("blend_variants", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+              json_path=json_path, threads=threads, resume=resume,
+              names=[v.strip() for v in variants.split(";") if v.strip()] or None)
 
 
 @bench_app.command("semantic")

@@ -8,8 +8,8 @@ Knowledge Fusion", EuroSys 2025, arXiv 2405.16444, §4):
 2. Each document's cached K is re-rotated from the positions it was computed at to its new
    ones (:mod:`ragcache.engine.rope`, float32). V is used as is.
 3. Layers ``0 .. check_layer`` (default 0 and 1) run over every token after the prefix; at
-   ``check_layer`` the per-token deviation between the fresh and the cached V (or K, or
-   both) picks the HKVD ("high KV deviation") tokens: the top ``ceil(r * n_doc_tokens)``
+   ``check_layer`` the per-token deviation between the fresh and the cached K and V (or
+   either alone) picks the HKVD ("high KV deviation") tokens: the top ``ceil(r * n_doc_tokens)``
    document tokens. Every token without cached KV and the last token are always selected.
 4. Later layers compute Q/K/V and the MLP only for the selected tokens, scatter their fresh
    K/V into the fused per-layer cache, and attend with the exact causal mask
@@ -28,10 +28,9 @@ extra per-head norms or sliding windows raise :class:`NotImplementedError`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +38,11 @@ import torch.nn.functional as F
 from ragcache.engine import kv as kvb
 from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.chunk_cache import context_window
+from ragcache.engine.hkvd import Deviation, boundary_mask, budget, gradual_counts, kv_deviation, select_hkvd
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.stores import ChunkKV
 
-Deviation = Literal["v", "k", "kv"]
+__all__ = ["BlendResult", "Deviation", "blend_prefill", "select_hkvd"]
 
 
 @dataclass(slots=True)
@@ -172,35 +172,12 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def select_hkvd(deviation: torch.Tensor, doc_mask: torch.Tensor, recompute_ratio: float) -> torch.Tensor:
-    """Pick the positions to recompute.
-
-    Args:
-        deviation: float ``[n]`` per-position KV deviation (only document positions matter).
-        doc_mask: bool ``[n]``, True where the KV came from the chunk cache (candidates).
-        recompute_ratio: fraction r of the document tokens to recompute.
-
-    Returns:
-        Sorted int64 positions: the top ``ceil(r * n_doc)`` document positions by deviation, every
-        non-document position, and the last position (the caller passes only the positions
-        after the prefix, offset to 0).
-    """
-    n = doc_mask.shape[0]
-    doc_pos = doc_mask.nonzero().flatten()
-    k = min(len(doc_pos), math.ceil(recompute_ratio * len(doc_pos) - 1e-9))
-    keep = torch.zeros(n, dtype=torch.bool, device=doc_mask.device)
-    keep[~doc_mask] = True
-    keep[n - 1] = True
-    if k > 0:
-        top = torch.topk(deviation[doc_pos].float(), k).indices
-        keep[doc_pos[top]] = True
-    return keep.nonzero().flatten()
-
-
 @torch.inference_mode()
 def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, prefix_cache: Any,
                   doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
-                  check_layer: int = 1, deviation: Deviation = "v") -> BlendResult:
+                  check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
+                  gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0
+                  ) -> BlendResult:
     """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
 
     Args:
@@ -214,8 +191,24 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         recompute_ratio: r in [0, 1], the fraction of document tokens recomputed (HKVD tokens).
         check_layer: layer at which deviations are measured; layers ``<= check_layer`` are
             computed for every token after the prefix (paper: layer 1). Ignored when r = 0.
-        deviation: ``"v"`` (default), ``"k"`` or ``"kv"``: which fresh-vs-cached deviation
-            ranks the tokens (L2 over heads and head dims).
+        deviation: ``"kv"`` (default), ``"k"`` or ``"v"``: which fresh-vs-cached deviation
+            ranks the tokens (squared L2 over heads and head dims; "kv" sums both). Default
+            chosen on MuSiQue dev items 0-2 (``bench blend-variants``): at r = 0.15 KV had a
+            lower teacher-forced KL than V on each item (0.71 x that of r = 0 against 0.75).
+        gradual_layers: CacheBlend §4.3 gradual filtering: 0 (default) selects once at
+            ``check_layer``; g > 0 keeps ``ceil(gradual_start * n_doc)`` document tokens at the
+            check layer and narrows them linearly to ``ceil(r * n_doc)`` over the next g layers,
+            each time by that layer's deviation of the tokens still computed.
+        gradual_start: first fraction r0 of the gradual schedule (default ``min(1, 2r)``).
+        doc_head_tokens: always recompute the first this-many tokens of each document (EPIC,
+            arXiv 2410.15332: a chunk's first tokens are its own attention sink); they count
+            inside the ``ceil(r * n_doc)`` budget. Applies when r > 0.
+        doc_tail_tokens: likewise for the last tokens of each document (before the boundary).
+
+    Selection variants are in :mod:`ragcache.engine.hkvd`; the chunk's sink (BOS or the
+    system prefix) is a :class:`~ragcache.engine.chunk_cache.ChunkCache` setting. With
+    gradual filtering, ``selected`` / ``tokens_recomputed`` count the tokens recomputed at
+    every layer (the final set); tokens dropped part-way kept their cached KV at later layers.
 
     Returns:
         :class:`BlendResult` with a cache covering all ``n`` positions.
@@ -280,17 +273,28 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         cached_v = v_all[check_layer][0, :, prefix_len:].clone() if deviation in ("v", "kv") else None
         for i in range(check_layer + 1):
             h, k_new, v_new = _layer(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
-        dev = torch.zeros(n - prefix_len, dtype=torch.float32, device=device)
-        if cached_v is not None:
-            dev += (v_new[0, :, prefix_len:].float() - cached_v.float()).pow(2).sum(dim=(0, 2))
-        if cached_k is not None:
-            dev += (k_new[0, :, prefix_len:].float() - cached_k.float()).pow(2).sum(dim=(0, 2))
-        sel_local = select_hkvd(dev, suffix_doc, recompute_ratio)
-        selected = suffix[sel_local]
-        h = h[:, selected]
-        cos, sin = cos[selected], sin[selected]
+        dev = kv_deviation(deviation, k_new[0, :, prefix_len:], cached_k, v_new[0, :, prefix_len:], cached_v)
+        forced = boundary_mask(n - prefix_len, [(s - prefix_len, e - prefix_len) for s, e in doc_spans],
+                               doc_head_tokens, doc_tail_tokens, device=device)
+        n_doc_suffix = int(suffix_doc.sum())
+        counts = gradual_counts(budget(recompute_ratio, n_doc_suffix), n_doc_suffix, recompute_ratio,
+                                min(gradual_layers, n_layers - 1 - check_layer), gradual_start)
+        sel_local = select_hkvd(dev, suffix_doc, recompute_ratio, forced=forced, n_select=counts[0])
+        h = h[:, suffix[sel_local]]
+        cos, sin = cos[suffix[sel_local]], sin[suffix[sel_local]]
         for i in range(check_layer + 1, n_layers):
-            h, _, _ = _layer(layers[i], h, selected, cos, sin, k_all[i], v_all[i], n)
+            step = i - check_layer  # gradual filtering after this layer while step < len(counts)
+            selected = suffix[sel_local]
+            if step < len(counts):
+                ck = k_all[i][0, :, selected].clone() if deviation in ("k", "kv") else None
+                cv = v_all[i][0, :, selected].clone() if deviation in ("v", "kv") else None
+            h, k_new, v_new = _layer(layers[i], h, selected, cos, sin, k_all[i], v_all[i], n)
+            if step < len(counts):
+                d = kv_deviation(deviation, k_new[0], ck, v_new[0], cv)
+                keep = select_hkvd(d, suffix_doc[sel_local], recompute_ratio, forced=forced[sel_local],
+                                   n_select=counts[step])
+                sel_local, h, cos, sin = sel_local[keep], h[:, keep], cos[keep], sin[keep]
+        selected = suffix[sel_local]
 
     h_last = model.model.norm(h[:, -1:])
     logits = model.lm_head(h_last)[0, -1].float()

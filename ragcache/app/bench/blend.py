@@ -15,11 +15,18 @@ Metrics per method: mean TTFT and speed-up over full prefill; first-token agreem
 full prefill; token F1 between the method's answer and the full-prefill answer; KL divergence
 KL(full || method) of the first-token distribution; F1 against the gold answers
 (normalisation: lower-case, no punctuation, no a/an/the, single spaces; first line kept;
-best gold answer).
+best gold answer); and teacher-forced fidelity (:mod:`ragcache.app.bench.fidelity`): the
+full-prefill answer tokens forced through each method's cache, mean KL(full || method) over
+those positions, top-1 agreement at them, and greedy match length (leading answer tokens the
+method reproduces). Answer F1 hardly moves with r on a small model (one flipped token changes
+the whole continuation); the teacher-forced metrics do.
+
+Items 0-49 are the development split, 50-149 the evaluation split (report on those only).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -44,6 +51,8 @@ QUESTION = ("Answer the question directly based on the given passages. Do NOT re
             "The answer should be within 5 words.\nQuestion: {question}")
 TOP_K = 6
 MAX_NEW_TOKENS = 32
+RATIOS = [0.05, 0.10, 0.15, 0.30, 0.50, 1.0]  # r = 0 (full reuse) always runs too
+DEFAULT_DATA = "/work/shared/data/musique_s.json"
 
 
 # -- scoring (CacheBlend / SQuAD-style) ------------------------------------------------------
@@ -101,18 +110,37 @@ def _messages(question: str, docs: list[str]) -> list[dict]:
 
 def _decode(model: Any, cache: Any, first_logits: torch.Tensor, n_prompt: int, eos: set[int], tokenizer: Any
             ) -> list[int]:
+    """Greedy answer ids, EOS kept when produced (stop at EOS, the first newline or MAX_NEW_TOKENS).
+
+    Decodes on a fork of ``cache`` (``copy=False``: appends allocate), so ``cache`` keeps its length.
+    """
     from ragcache.engine import kv as kvb
 
+    work = kvb.cache_from_tensors(model, *kvb.cache_tensors(cache), copy=False)
     out = [int(first_logits.argmax())]
     while len(out) < MAX_NEW_TOKENS and out[-1] not in eos:
         if "\n" in tokenizer.decode(out).strip():
             break  # only the first answer line is scored
-        logits = kvb.forward(model, [out[-1]], cache, start=n_prompt + len(out) - 1)[-1]
+        logits = kvb.forward(model, [out[-1]], work, start=n_prompt + len(out) - 1)[-1]
         out.append(int(logits.argmax()))
-    return [t for t in out if t not in eos]
+    return out
+
+
+def _blend_options(options: dict | None) -> dict:
+    """The selection options in effect: blend_prefill's defaults updated with ``options``."""
+    from ragcache.engine.blend import blend_prefill
+
+    sig = inspect.signature(blend_prefill)
+    names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens")
+    out = {n: sig.parameters[n].default for n in names if n in sig.parameters}
+    unknown = set(options or {}) - set(out)
+    if unknown:
+        raise ValueError(f"unknown blend option(s) {sorted(unknown)}; known: {sorted(out)}")
+    return {**out, **(options or {})}
 
 
 def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
+    from ragcache.app.bench.fidelity import forced_logits, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
     from ragcache.engine.prompt import render_messages
@@ -133,11 +161,19 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
         chunks.lookup_or_compute(model, fp, piece.ids)
     eos = ctx["eos"]
     out: dict[str, dict] = {}
+    forced: dict[str, Any] = {}  # the full-prefill cache, answer ids and forced logits
 
     def record(name: str, ttft: float, logits: torch.Tensor, cache: Any, **extra: Any) -> None:
         toks = _decode(model, cache, logits, len(ids), eos, tok)
-        out[name] = {"ttft_s": ttft, "first_token": int(logits.argmax()), "answer": tok.decode(toks),
-                     "_logits": logits, **extra}
+        if not forced:  # full prefill runs first: its answer is the one forced through every method
+            forced.update(cache=cache, logits=logits, answer=toks,
+                          rows=forced_logits(model, cache, logits, len(ids), toks))
+        fid = teacher_forced_fidelity(model, forced["cache"], forced["logits"], cache, logits, len(ids),
+                                      forced["answer"], full_forced=forced["rows"])
+        out[name] = {"ttft_s": ttft, "first_token": int(logits.argmax()),
+                     "answer": tok.decode([t for t in toks if t not in eos]), "_logits": logits,
+                     "tf_mean_kl": fid.mean_kl, "tf_top1_agreement": fid.top1_agreement,
+                     "greedy_match_len": fid.greedy_match_len, "answer_tokens": fid.answer_len, **extra}
 
     t0 = time.perf_counter()
     cache = kvb.new_cache(model)
@@ -155,7 +191,7 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
         kvs = [chunks.lookup_or_compute(model, fp, ids[s:e]) for s, e in spans]
         assert all(hit for _, hit in kvs), "chunk KVs must be precomputed before timing"
         res = blend_prefill(model, ids, prefix_len=p, prefix_cache=pc, doc_spans=spans,
-                            chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r)
+                            chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r, **ctx["blend_options"])
         name = "full reuse (r=0)" if r == 0 else f"cacheblend r={r:.2f}"
         record(name, time.perf_counter() - t0, res.last_logits, res.cache, recompute_ratio=r,
                tokens_computed=len(res.selected), tokens_recomputed=res.tokens_recomputed)
@@ -163,7 +199,8 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
     full = out["full prefill"]
     full_logits = full["_logits"]
     row = {"question": item["question"], "gold": item["answers"], "prompt_tokens": len(ids),
-           "doc_tokens": sum(e - s for s, e in spans), "prefix_tokens": p, "methods": {}}
+           "doc_tokens": sum(e - s for s, e in spans), "prefix_tokens": p,
+           "load_avg": [round(x, 2) for x in os.getloadavg()], "methods": {}}
     for name, m in out.items():
         logits = m.pop("_logits")
         m["first_token_equal"] = m["first_token"] == full["first_token"]
@@ -189,6 +226,12 @@ def _summary(rows: list[dict]) -> dict[str, dict]:
             "f1_vs_full": statistics.fmean(m["f1_vs_full"] for m in ms),
             "kl_first_token": statistics.fmean(m["kl_first_token"] for m in ms),
             "f1_gold": statistics.fmean(m["f1_gold"] for m in ms),
+            "tf_mean_kl": statistics.fmean(m["tf_mean_kl"] for m in ms),
+            "tf_top1_agreement": statistics.fmean(m["tf_top1_agreement"] for m in ms),
+            "tf_top1_agreement_pooled": (sum(m["tf_top1_agreement"] * m["answer_tokens"] for m in ms)
+                                         / sum(m["answer_tokens"] for m in ms)),
+            "greedy_match_len": statistics.fmean(m["greedy_match_len"] for m in ms),
+            "answer_tokens": statistics.fmean(m["answer_tokens"] for m in ms),
             "mean_tokens_computed": statistics.fmean(m["tokens_computed"] for m in ms),
         }
     return out
@@ -206,23 +249,32 @@ def _plot(summary: dict[str, dict], path: Path, title: str) -> None:
 
     blend = sorted((m["recompute_ratio"], m) for m in summary.values() if m["recompute_ratio"] is not None)
     rs = [r for r, _ in blend]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4.2))
     a1.plot(rs, [m["mean_ttft_s"] for _, m in blend], "o-", label="CacheBlend (r=0: full reuse)")
     a1.axhline(summary["full prefill"]["mean_ttft_s"], color="red", ls="--", label="full prefill")
     a1.axhline(summary["prefix cache"]["mean_ttft_s"], color="gray", ls=":", label="prefix cache only")
     a1.set_xlabel("recompute ratio r")
     a1.set_ylabel("mean TTFT (s)")
     a1.set_ylim(bottom=0)
-    a1.legend()
+    a1.legend(fontsize=8)
     a1.set_title("TTFT")
-    a2.plot(rs, [m["first_token_agreement"] for _, m in blend], "o-", label="first-token agreement")
-    a2.plot(rs, [m["f1_vs_full"] for _, m in blend], "s-", label="answer F1 vs full prefill")
-    a2.plot(rs, [m["f1_gold"] for _, m in blend], "^-", label="F1 vs gold")
-    a2.axhline(summary["full prefill"]["f1_gold"], color="red", ls="--", label="F1 vs gold, full prefill")
+    a2.plot(rs, [m["tf_top1_agreement"] for _, m in blend], "o-", label="teacher-forced top-1 agreement")
+    a2.plot(rs, [m["first_token_agreement"] for _, m in blend], "s--", label="first-token agreement")
+    a2.plot(rs, [m["f1_vs_full"] for _, m in blend], "^:", label="answer F1 vs full prefill")
+    a2.axhline(0.95, color="green", ls=":", lw=1, label="target 0.95")
     a2.set_xlabel("recompute ratio r")
     a2.set_ylim(0, 1.05)
     a2.legend(fontsize=8)
-    a2.set_title("fidelity")
+    a2.set_title("agreement with full prefill")
+    a3.plot(rs, [m["tf_mean_kl"] for _, m in blend], "o-", label="teacher-forced mean KL")
+    a3.plot(rs, [m["kl_first_token"] for _, m in blend], "s--", label="first-token KL")
+    if blend and blend[0][0] == 0.0:
+        a3.axhline(0.5 * blend[0][1]["tf_mean_kl"], color="green", ls=":", lw=1, label="target: 0.5 x KL at r=0")
+    a3.set_xlabel("recompute ratio r")
+    a3.set_ylabel("KL(full || method), nats")
+    a3.set_ylim(bottom=0)
+    a3.legend(fontsize=8)
+    a3.set_title("divergence from full prefill")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,43 +282,57 @@ def _plot(summary: dict[str, dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def main(data: str, start: int = 0, end: int = 50, json_path: str = "bench/results/blend.json",
-         plot_path: str = "bench/results/blend.png", ratios: list[float] | None = None,
-         console: Console | None = None) -> dict:
+def _load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str = "bench/results/blend.json",
+         plot_path: str = "bench/results/blend.png", ratios: list[float] | None = None, threads: int | None = None,
+         blend_options: dict | None = None, console: Console | None = None) -> dict:
     """Run the benchmark on items ``[start, end)`` of ``data`` (musique_s.json).
 
     Writes the JSON after every item (a partial run keeps what it measured) and the PNG at the
-    end; Ctrl-C stops after the current item and still reports the items done. Set
-    ``RAGCACHE_BENCH_THREADS`` to pin torch's thread count (1 on a machine shared with others).
+    end; Ctrl-C stops after the current item and still reports the items done. ``threads``
+    pins torch's thread count (else ``RAGCACHE_BENCH_THREADS``, else torch's default); the
+    JSON records it, the machine and its load average at start, per item and at the end.
+    ``blend_options`` override :func:`~ragcache.engine.blend.blend_prefill`'s selection
+    defaults (the options in effect are recorded).
 
     Raises:
         FileNotFoundError: ``data`` does not exist (the message names the expected file).
-        ValueError: an empty item range or a ratio outside (0, 1].
+        ValueError: an empty item range, a ratio outside (0, 1] or an unknown blend option.
     """
     from ragcache.engine.chunk_cache import ChunkCache
     from ragcache.engine.stores import MemoryChunkStore
     from ragcache.models import load_embedder, load_model
 
     console = console or Console()
-    if os.environ.get("RAGCACHE_BENCH_THREADS"):  # e.g. 1 on a machine shared with other jobs
-        torch.set_num_threads(int(os.environ["RAGCACHE_BENCH_THREADS"]))
-    ratios = [0.05, 0.10, 0.15, 0.30] if ratios is None else [float(r) for r in ratios]
+    if threads is None and os.environ.get("RAGCACHE_BENCH_THREADS"):  # e.g. 1 on a shared machine
+        threads = int(os.environ["RAGCACHE_BENCH_THREADS"])
+    if threads:
+        torch.set_num_threads(int(threads))
+    ratios = list(RATIOS) if ratios is None else [float(r) for r in ratios]
     if any(not 0.0 < r <= 1.0 for r in ratios):
         raise ValueError(f"ratios must be in (0, 1]; got {ratios} (r = 0, full reuse, always runs)")
+    options = _blend_options(blend_options)
     path = Path(data).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: pass --data ../shared/data/musique_s.json")
+        raise FileNotFoundError(f"{path} not found: the MuSiQue sample is expected at {DEFAULT_DATA} "
+                                "(see the README next to it); pass --data PATH")
     items = json.loads(path.read_text())[start:end]
     if not items:
         raise ValueError(f"no items in range [{start}, {end}) of {path}")
     loaded = load_model()
     ctx = {"model": loaded.model, "tokenizer": loaded.tokenizer, "fingerprint": loaded.fingerprint.digest,
            "embedder": load_embedder(), "chunks": ChunkCache(MemoryChunkStore(max_bytes=4 << 30)),
-           "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}}
+           "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}, "blend_options": options}
+    split = "development" if start + len(items) <= 50 else "evaluation" if start >= 50 else "mixed"
     payload: dict[str, Any] = {
-        "benchmark": "cacheblend-musique", "data": str(path), "items": [start, start + len(items)],
-        "machine": machine(), "model": str(loaded.fingerprint), "top_k": TOP_K, "max_new_tokens": MAX_NEW_TOKENS,
-        "chunk_dtype": "float16", "ratios": ratios, "complete": False, "summary": {}, "per_item": [],
+        "benchmark": "cacheblend-musique", "data": str(path), "items": [start, start + len(items)], "split": split,
+        "machine": machine(), "torch_threads": torch.get_num_threads(), "load_avg_start": _load_avg(),
+        "model": str(loaded.fingerprint), "top_k": TOP_K, "max_new_tokens": MAX_NEW_TOKENS,
+        "chunk_dtype": "float16", "ratios": ratios, "blend_options": options, "complete": False,
+        "summary": {}, "per_item": [],
     }
     jpath = Path(json_path)
     rows: list[dict] = []
@@ -274,12 +340,13 @@ def main(data: str, start: int = 0, end: int = 50, json_path: str = "bench/resul
         for i, item in enumerate(items):
             rows.append(_run_item(ctx, item, ratios))
             payload["per_item"], payload["summary"] = rows, _summary(rows)
-            payload["items"] = [start, start + len(rows)]
+            payload["items"], payload["load_avg_end"] = [start, start + len(rows)], _load_avg()
             _write_json(jpath, payload)
             full = rows[-1]["methods"]["full prefill"]
             blend = rows[-1]["methods"].get("cacheblend r=0.15") or rows[-1]["methods"]["full reuse (r=0)"]
             console.print(f"[{start + i}] {rows[-1]['prompt_tokens']} tokens, full {full['ttft_s']:.2f}s, "
-                          f"blend {blend['ttft_s']:.2f}s | full: {full['answer']!r} | blend: {blend['answer']!r}")
+                          f"blend {blend['ttft_s']:.2f}s (TF agreement {blend['tf_top1_agreement']:.2f}) | "
+                          f"full: {full['answer']!r} | blend: {blend['answer']!r} | load {_load_avg()}")
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted after {len(rows)} of {len(items)} items; reporting those[/yellow]")
     payload["complete"] = len(rows) == len(items)
@@ -300,20 +367,26 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
         payload = json.loads(Path(payload).read_text())
     console = console or Console()
     rows, summary = payload["per_item"], payload["summary"]
-    first, last = payload["items"][0], payload["items"][0] + len(rows) - 1
+    ids = payload.get("item_ids") or [payload["items"][0] + i for i in range(len(rows))]  # merged runs list them
+    first, last = ids[0], ids[-1]
     title = (f"CacheBlend on MuSiQue items {first}-{last} ({len(rows)} questions, mean prompt "
-             f"{statistics.fmean(r['prompt_tokens'] for r in rows):.0f} tokens; {payload['machine']})")
+             f"{statistics.fmean(r['prompt_tokens'] for r in rows):.0f} tokens; {payload['machine']}; "
+             f"load {payload.get('load_avg_start')} -> {payload.get('load_avg_end')})")
     table = Table(title=title)
-    for col in ("method", "TTFT (s)", "speed-up", "1st token =", "F1 vs full", "KL 1st token", "F1 gold"):
+    for col in ("method", "TTFT (s)", "speed-up", "1st token =", "KL 1st token", "TF agree", "TF KL",
+                "match len", "F1 vs full", "F1 gold"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for name, m in summary.items():
         table.add_row(name, f"{m['mean_ttft_s']:.2f}", f"{m['ttft_speedup_vs_full']:.2f}x",
-                      f"{m['first_token_agreement']:.2f}", f"{m['f1_vs_full']:.2f}", f"{m['kl_first_token']:.3f}",
+                      f"{m['first_token_agreement']:.2f}", f"{m['kl_first_token']:.3f}",
+                      f"{m['tf_top1_agreement']:.3f}", f"{m['tf_mean_kl']:.4f}",
+                      f"{m['greedy_match_len']:.1f}/{m['answer_tokens']:.1f}", f"{m['f1_vs_full']:.2f}",
                       f"{m['f1_gold']:.3f}")
     console.print(table)
     if plot_path:
-        _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} questions), "
-                                        f"top-{TOP_K} passages; {payload['machine']}")
+        _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} questions, "
+                                        f"{payload.get('split', '')} split), top-{TOP_K} passages; "
+                                        f"{payload['machine']}")
     return payload
 
 
