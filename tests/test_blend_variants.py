@@ -13,7 +13,7 @@ from ragcache.engine.chunk_cache import ChunkCache
 from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd
 from ragcache.engine.stores import MemoryChunkStore
 from ragcache.testing import tiny_llama
-from tests.test_blend import DOCS, build, full_prefill, prefix_cache
+from test_blend import DOCS, build, full_prefill, prefix_cache
 
 VARIANTS = {
     "default": {},
