@@ -19,7 +19,7 @@ import ragcache.engine.kv as kvmod
 from ragcache.engine import attention
 from ragcache.engine import kv
 from ragcache.engine.attention import attend_positions, causal_attention
-from ragcache.engine.calibration import Calibration, calibrate, calibration_path, fidelity, load_calibration
+from ragcache.engine.calibration import Calibration, calibration_path, fidelity, load_calibration
 from ragcache.engine.chunk_cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.reuse import ReusePolicy

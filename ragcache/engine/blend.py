@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.attention import attend_positions, causal_attention

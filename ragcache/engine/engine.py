@@ -23,13 +23,11 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
@@ -40,87 +38,13 @@ from ragcache.engine.prompt import (
     render_messages,
     resolve_template_date,
 )
+from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
 from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
+from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
-
-
-class ContextWindowError(ValueError):
-    """The prompt (plus the tokens to generate) does not fit the model's context window."""
-
-
-@dataclass(slots=True)
-class RequestStats:
-    """What one request cost and what the caches saved. Times in seconds, counts in tokens.
-
-    ``approximate`` is True when document KV from the chunk cache was blended (CacheBlend):
-    the answer may then differ from a full prefill; ``recompute_ratio`` is the r used then and
-    ``None`` on the exact path. ``reuse_decision`` says why the path was taken.
-    ``chunk_store_s`` is the time spent computing and storing missed documents' chunk KV
-    (after the answer, off the TTFT path).
-    """
-
-    prompt_tokens: int = 0
-    prefill_tokens_computed: int = 0
-    prefill_tokens_reused: int = 0
-    prefix_tokens_reused: int = 0
-    chunk_tokens_reused: int = 0
-    tokens_recomputed: int = 0
-    docs_hit: int = 0
-    docs_missed: int = 0
-    recompute_ratio: float | None = None
-    approximate: bool = False
-    reuse_decision: str = ""
-    chunk_store_s: float = 0.0
-    ttft_s: float = 0.0
-    prefill_s: float = 0.0
-    decode_tokens: int = 0
-    decode_s: float = 0.0
-    decode_tokens_per_s: float = 0.0
-    finish_reason: str = "length"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(slots=True)
-class Generation:
-    """Result of :meth:`LocalEngine.generate`.
-
-    Attributes:
-        text: decoded answer (stop string removed).
-        token_ids: generated ids.
-        stats: timings and cache accounting.
-        first_logits: float32 ``[vocab]`` logits that produced the first token.
-    """
-
-    text: str
-    token_ids: list[int]
-    stats: RequestStats
-    first_logits: torch.Tensor | None = field(default=None, repr=False)
-
-
-@dataclass(slots=True)
-class StreamEvent:
-    """One streamed delta; ``generation`` is set on the final event only."""
-
-    text: str
-    token_id: int | None = None
-    generation: Generation | None = None
-
-
-@dataclass(slots=True)
-class PrefillResult:
-    """Result of :meth:`LocalEngine.prefill`; ``missed_docs`` are the token ids of documents whose
-    chunk KV is not stored yet (see :meth:`LocalEngine.store_chunks`)."""
-
-    cache: Any
-    last_logits: torch.Tensor
-    stats: RequestStats
-    exact_upto: int
-    missed_docs: list[list[int]] = field(default_factory=list)
 
 
 class LocalEngine:
