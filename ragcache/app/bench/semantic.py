@@ -127,7 +127,7 @@ def plot(result: dict[str, Any], path: str) -> None:
             ax.annotate(f"{t}", (res["recall"], res["precision"]), textcoords="offset points",
                         xytext=(4, -14 if k % 2 else 6), fontsize=8)
     ax.plot([], [], "o", color="tab:blue", label="ragcache guarded (threshold)")
-    for name, res in result.get("gptcache", {}).get("results", {}).items():
+    for res in result.get("gptcache", {}).get("results", {}).values():
         if res["precision"] is not None:
             ax.plot(res["recall"], res["precision"], "x", color="tab:red")
     ax.plot([], [], "x", color="tab:red", label="GPTCache (same embedder)")
