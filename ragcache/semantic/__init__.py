@@ -20,7 +20,12 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
 """
 
 from ragcache.semantic.budget import AnswerBudget
-from ragcache.semantic.cache import DEFAULT_THRESHOLD, Candidate, SemanticCache, SemanticHit
+from ragcache.semantic.cache import (
+    DEFAULT_THRESHOLD,
+    Candidate,
+    SemanticCache,
+    SemanticHit,
+)
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.guards import (
     ANTONYM_PAIRS,
@@ -47,17 +52,10 @@ from ragcache.semantic.text import normalize_question
 
 __all__ = [
     "ANTONYM_PAIRS",
-    "AnswerBudget",
-    "Lexicon",
-    "LexiconUnavailable",
-    "QuestionKey",
-    "QuestionTypeGuard",
-    "lexicon",
-    "question_key",
-    "question_type",
     "DEFAULT_THRESHOLD",
     "GUARD_REASONS",
     "SCOPE_GROUPS",
+    "AnswerBudget",
     "AntonymGuard",
     "Candidate",
     "DirectionGuard",
@@ -65,18 +63,25 @@ __all__ = [
     "Guard",
     "GuardSet",
     "GuardVerdict",
+    "Lexicon",
+    "LexiconUnavailable",
     "NegationGuard",
     "NumberGuard",
     "PartitionKey",
     "QuestionEmbedder",
+    "QuestionKey",
+    "QuestionTypeGuard",
     "ScopeGuard",
     "SemanticCache",
     "SemanticHit",
     "SemanticStats",
     "SubstitutionGuard",
     "VerifierGuard",
+    "lexicon",
     "normalize_question",
     "partition_key",
+    "question_key",
+    "question_type",
     "request_partition",
     "resolve_embedder",
 ]

@@ -31,7 +31,12 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable, split_metadata
+from ragcache.semantic.budget import (
+    AnswerBudget,
+    merge_metadata,
+    servable,
+    split_metadata,
+)
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.guards import GuardSet, GuardVerdict
 from ragcache.semantic.index import PartitionIndex

@@ -44,7 +44,7 @@ _AUX = frozenset({"is", "are", "am", "was", "were", "do", "does", "did", "can", 
 _FILLERS = frozenset({"but", "and", "so", "ok", "okay", "please", "then", "well", "also", "now", "hey", "hi", "quick",
                       "question", "just", "or", "sorry", "thanks", "basically", "actually", "honestly", "seriously",
                       "anyway", "like", "um", "uh", "yes", "no", "in", "short", "i", "wonder", "wondering", "was",
-                      "am", "curious", "tell", "me", "explain", "know", "to", "want", "would", "like", "need"})
+                      "am", "curious", "tell", "me", "explain", "know", "to", "want", "would", "need"})
 _ASKERS = frozenset({"you", "anyone", "anybody", "someone", "somebody", "u", "one", "we", "quora", "people"})
 _ASK_VERBS = frozenset({"tell", "know", "explain", "show", "help", "say", "advise", "recommend", "suggest", "let",
                         "describe", "guide", "clarify", "share", "please", "kindly", "pls"})
@@ -175,9 +175,8 @@ def _clause_type(toks: list[str]) -> str | None:
                     return _wh_class(rest, k)
             if rest[1] in ("recommend", "suggest"):
                 return "what"
-        if rest[:2] == ["there", "a"] or rest[:2] == ["there", "any"]:
-            if any(r in _WAY for r in rest[2:4]):
-                return "how"
+        if rest[:2] in (["there", "a"], ["there", "any"]) and any(r in _WAY for r in rest[2:4]):
+            return "how"
         if rest[:3] in (["it", "possible", "to"], ["it", "possible", "for"]):
             return "possible"  # "is it possible to recover X": compatible with yes-no and with "how can I"
         if "or" in rest[1:]:

@@ -50,7 +50,7 @@ class Entry:
     created: float
     expires: float | None
     hits: int = 0
-    budget: AnswerBudget = AnswerBudget()
+    budget: AnswerBudget = field(default_factory=AnswerBudget)
 
 
 @dataclass(slots=True)

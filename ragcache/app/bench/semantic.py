@@ -69,12 +69,25 @@ def _load_pairs(path: str) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+def _mixed_kinds(rows: list[dict]) -> frozenset[str]:
+    labels: dict[str, set[bool]] = defaultdict(set)
+    for r in rows:
+        labels[r["kind"]].add(bool(r["same"]))
+    return frozenset(k for k, v in labels.items() if len(v) > 1)
+
+
+def _kind(r: dict, mixed: frozenset[str]) -> str:
+    """The row's kind, split by label when a kind holds both (QQP: "qqp/same", "qqp/different")."""
+    return f"{r['kind']}/{'same' if r['same'] else 'different'}" if r["kind"] in mixed else r["kind"]
+
+
 def _score(rows: list[dict], hits: list[bool]) -> dict[str, Any]:
     """Precision / recall overall and hit rate per kind (recall for same kinds, false-hit rate otherwise)."""
     by_kind: dict[str, dict[str, Any]] = defaultdict(lambda: {"n": 0, "hits": 0})
     tp = fp = pos = 0
+    mixed = _mixed_kinds(rows)
     for r, h in zip(rows, hits, strict=True):
-        k = by_kind[r["kind"]]
+        k = by_kind[_kind(r, mixed)]
         k["n"] += 1
         k["hits"] += int(h)
         k["same"] = bool(r["same"])
@@ -114,7 +127,7 @@ def plot(result: dict[str, Any], path: str) -> None:
             ax.annotate(f"{t}", (res["recall"], res["precision"]), textcoords="offset points",
                         xytext=(4, -14 if k % 2 else 6), fontsize=8)
     ax.plot([], [], "o", color="tab:blue", label="ragcache guarded (threshold)")
-    for name, res in result.get("gptcache", {}).get("results", {}).items():
+    for res in result.get("gptcache", {}).get("results", {}).values():
         if res["precision"] is not None:
             ax.plot(res["recall"], res["precision"], "x", color="tab:red")
     ax.plot([], [], "x", color="tab:red", label="GPTCache (same embedder)")
@@ -345,7 +358,9 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
     result.update(accuracy(rows, memo))
     if gptcache:
         result["gptcache"] = gptcache_accuracy(rows, memo)
-    kinds = sorted({r["kind"] for r in rows}, key=lambda k: (not next(r["same"] for r in rows if r["kind"] == k), k))
+    mixed = _mixed_kinds(rows)
+    label = {_kind(r, mixed): bool(r["same"]) for r in rows}
+    kinds = sorted(label, key=lambda k: (not label[k], k))
     systems: list[tuple[str, dict]] = [(f"cosine >= {t}", result["plain_cosine"][t]) for t in result["plain_cosine"]]
     for name, res in result.get("gptcache", {}).get("results", {}).items():
         systems.append((f"GPTCache {name}", res))
@@ -357,7 +372,7 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
              or s[0].endswith("default")]
     _table("hits by kind (recall for same-answer kinds, false hits for the others)",
            ["kind", "same"] + [name for name, _ in shown],
-           [[k, str(next(r["same"] for r in rows if r["kind"] == k))]
+           [[k, str(label[k])]
             + [f"{res['by_kind'][k]['hits']}/{res['by_kind'][k]['n']}" for _, res in shown] for k in kinds])
     result["latency"] = {}
     store_memo = memo_embedder(emb, [])
