@@ -62,6 +62,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "none", "seconds an answer lives (none: no expiry)"),
     EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio", "none",
            "CacheBlend recompute ratio r (none: the model's `ragcache calibrate` record, else 0.15)"),
+    EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens", "none",
+           "reusable document tokens needed to blend chunk KV (none: what saves 0.1 s at the measured prefill rate)"),
     EnvVar("RAGCACHE_TOP_K", "top_k", "4", "documents retrieved per question (ask, demo)"),
     EnvVar("RAGCACHE_MAX_NEW_TOKENS", "max_new_tokens", "128", "decode budget per answer (ask)"),
     EnvVar("RAGCACHE_HOST", "host", "127.0.0.1", "serve: address to bind"),
@@ -100,6 +102,7 @@ class Config:
     semantic_max_entries: int = 100_000
     semantic_ttl_s: float | None = None
     recompute_ratio: float | None = None
+    min_reuse_tokens: int | None = None
     top_k: int = 4
     max_new_tokens: int = 128
     host: str = "127.0.0.1"
@@ -130,6 +133,8 @@ class Config:
             raise ValueError(f"RAGCACHE_PORT must be in 1..65535, got {self.port}")
         if self.metrics not in ("off", "prometheus", "otel"):
             raise ValueError(f"RAGCACHE_METRICS must be off, prometheus or otel, got {self.metrics!r}")
+        if self.min_reuse_tokens is not None and self.min_reuse_tokens < 0:
+            raise ValueError(f"RAGCACHE_MIN_REUSE_TOKENS must be >= 0 tokens or 'none', got {self.min_reuse_tokens}")
         if self.kv_format not in ("fp16", "int8", "int4"):
             raise ValueError(f"RAGCACHE_KV_FORMAT must be fp16, int8 or int4, got {self.kv_format!r}")
         if self.kv_group_size < 1:

@@ -62,7 +62,7 @@ def test_cache_commands(populated):
     one = json.loads(cli("cache", "show", str(rows[0]["id"]), "--json").stdout)
     assert one["answer"].startswith("answer to [") and one["metadata"]["finish_reason"] == "stop"
     kv = json.loads(cli("cache", "show", chunks[0]["key"], "--json").stdout)
-    assert kv["metadata"]["format"] == "ragcache-chunk-kv-v1"
+    assert kv["metadata"]["format"] == "ragcache-chunk-kv-v2"
     r = runner.invoke(app, ["cache", "show", "99999"])
     assert r.exit_code == 1 and "no stored answer" in r.output
 

@@ -13,7 +13,7 @@ def test_defaults_follow_home(tmp_path):
     assert cfg.home == tmp_path
     assert cfg.answers_dir == tmp_path / "answers" and cfg.index_dir == tmp_path / "index"
     assert cfg.kv_dir == tmp_path / "kv" / "chunks" and cfg.kv_max_bytes == 2 << 30
-    assert cfg.threshold == 0.70 and cfg.metrics == "off" and cfg.upstream is None and cfg.allow_downloads is False
+    assert cfg.threshold == 0.94 and cfg.metrics == "off" and cfg.upstream is None and cfg.allow_downloads is False
 
 
 def test_every_variable_is_read(tmp_path):
@@ -24,12 +24,20 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_SEMANTIC_MAX_ENTRIES": "7", "RAGCACHE_SEMANTIC_TTL_S": "60", "RAGCACHE_RECOMPUTE_RATIO": "0.3",
            "RAGCACHE_TOP_K": "2", "RAGCACHE_MAX_NEW_TOKENS": "9", "RAGCACHE_HOST": "0.0.0.0", "RAGCACHE_PORT": "9000",
            "RAGCACHE_UPSTREAM": "http://up", "RAGCACHE_UPSTREAM_TIMEOUT_S": "5", "RAGCACHE_METRICS": "prometheus",
-           "RAGCACHE_THREADS": "1", "RAGCACHE_DATA_DIR": str(tmp_path / "d")}
+           "RAGCACHE_THREADS": "1", "RAGCACHE_DATA_DIR": str(tmp_path / "d"),
+           "RAGCACHE_SEMANTIC_URL": "postgresql://u@h/db", "RAGCACHE_KV_URL": "redis://h:6379/0",
+           "RAGCACHE_KV_FORMAT": "int4", "RAGCACHE_KV_GROUP_SIZE": "32", "RAGCACHE_DECODE_CACHE": "quantized",
+           "RAGCACHE_MIN_REUSE_TOKENS": "0"}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
     assert got["RAGCACHE_KV_MAX_BYTES"] == 1000 and got["RAGCACHE_ALLOW_DOWNLOADS"] is True
     assert got["RAGCACHE_ANSWERS_DIR"] == tmp_path / "a" and got["RAGCACHE_PORT"] == 9000
+    assert (got["RAGCACHE_KV_FORMAT"], got["RAGCACHE_KV_GROUP_SIZE"], got["RAGCACHE_DECODE_CACHE"]) == ("int4", 32, "quantized")
+    assert got["RAGCACHE_SEMANTIC_URL"] == "postgresql://u@h/db" and got["RAGCACHE_KV_URL"] == "redis://h:6379/0"
+    for bad in ({"RAGCACHE_KV_FORMAT": "int3"}, {"RAGCACHE_DECODE_CACHE": "fast"}, {"RAGCACHE_KV_GROUP_SIZE": "0"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})
     assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1
     assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
     assert Config.from_env(env, top_k=5, model=None).top_k == 5  # explicit options win; None keeps the env value

@@ -251,22 +251,26 @@ def test_quantized_decode_after_prefix_hit_same_first_token(tiny, monkeypatch):
         LocalEngine(tiny, decode_cache="quantized", decode_backend="bnb")
 
 
-def test_cli_kv_flags(monkeypatch):
+def test_cli_kv_settings(monkeypatch, tmp_path, tiny):
+    """The CLI takes the chunk format and the decode cache from RAGCACHE_* settings (no env writes)."""
     from typer.testing import CliRunner
 
     from ragcache.app import cli
+    from ragcache.app.runtime import chunk_store
+    from ragcache.config import Config
 
-    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "fp16")  # recorded, so teardown restores what was there
-    monkeypatch.setenv("RAGCACHE_DECODE_CACHE", "dynamic")
-    bad = CliRunner().invoke(cli.app, ["ask", "q", "--docs", ".", "--kv-format", "int3"])
-    assert bad.exit_code == 2 and "--kv-format must be fp16, int8 or int4" in bad.output
-    bad = CliRunner().invoke(cli.app, ["serve", "--anthropic", "--decode-cache", "paged"])
-    assert bad.exit_code == 2 and "--decode-cache must be dynamic or quantized" in bad.output
-    cli._kv_env("int4", "quantized")
-    import os
-
-    assert os.environ["RAGCACHE_KV_FORMAT"] == "int4" and os.environ["RAGCACHE_DECODE_CACHE"] == "quantized"
-    assert ChunkCache().kv_format.name == "int4"
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "int3")
+    bad = CliRunner().invoke(cli.app, ["config"])
+    assert bad.exit_code == 2 and "RAGCACHE_KV_FORMAT must be fp16, int8 or int4" in bad.output
+    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "int4")
+    monkeypatch.setenv("RAGCACHE_DECODE_CACHE", "paged")
+    bad = CliRunner().invoke(cli.app, ["config"])
+    assert bad.exit_code == 2 and "RAGCACHE_DECODE_CACHE must be dynamic or quantized" in bad.output
+    cfg = Config.from_env({"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_KV_FORMAT": "int4",
+                           "RAGCACHE_KV_GROUP_SIZE": "32"})
+    cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
+    assert cc.kv_format.name == "int4"
 
 
 def test_bench_chunk_part_on_the_tiny_model(tiny, tmp_path):

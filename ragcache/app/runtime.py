@@ -70,7 +70,7 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
     loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads)
     return LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=cfg.prefix_max_bytes,
                        recompute_ratio=cfg.recompute_ratio if recompute_ratio is None else recompute_ratio,
-                       decode_cache=cfg.decode_cache)
+                       decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens)
 
 
 class LazyLocalBackend:
