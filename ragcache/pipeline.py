@@ -117,12 +117,16 @@ class RagCache:
         cache_truncated: also store answers cut at ``max_new_tokens`` (``finish_reason == "length"``);
             off by default. A stored truncated answer is only ever served within its own
             ``max_new_tokens`` (the budget is in the partition).
+        single_flight: concurrent identical misses (same partition, same question words) make one
+            backend call; the others wait (at most ``flight_timeout_s`` seconds) and get the stored
+            answer. Across processes with a PostgreSQL semantic cache (advisory lock), within this
+            process otherwise (:func:`ragcache.semantic.flight.flight_hold`).
     """
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
                  namespace: str = "default", doc_order: str = "canonical", lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
-                 cache_truncated: bool = False) -> None:
+                 cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0) -> None:
         self.backend = backend
         self.semantic = semantic
         self.system = system
@@ -133,6 +137,8 @@ class RagCache:
         self.temperature = temperature
         self.params = {k: v for k, v in dict(params or {}).items() if v is not None}
         self.cache_truncated = cache_truncated
+        self.single_flight = single_flight
+        self.flight_timeout_s = flight_timeout_s
 
     # -- step 1 ----------------------------------------------------------------------------------
     def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
@@ -264,7 +270,16 @@ class RagCache:
             hit = self.lookup(req, threshold=threshold)
             if hit is not None:
                 return hit
-        return self.record(req, self.generate(req), started=t0)
+        if not (self.single_flight and use_semantic and req.partition is not None):
+            return self.record(req, self.generate(req), started=t0)
+        from ragcache.semantic.flight import flight_hold
+
+        with flight_hold(self.semantic, req.partition, req.question, self.flight_timeout_s) as locked:
+            if locked:  # another caller may have answered the same question while this one waited
+                hit = self.lookup(req, threshold=threshold)
+                if hit is not None:
+                    return hit
+            return self.record(req, self.generate(req), started=t0)
 
     async def aanswer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
                       tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,

@@ -277,3 +277,24 @@ def test_template_date_is_in_the_partition(lm):
     pinned = {key(template_date=date(2025, 1, d)) for d in (1, 2)}
     assert len(pinned | {default}) == 3
     assert key(template_date="live") == key(template_date=date.today())
+
+
+@pytest.mark.parametrize("flight", [True, False])
+def test_concurrent_identical_misses_make_one_backend_call(flight):
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    class SlowBackend(EchoBackend):
+        def generate(self, layout, *, max_new_tokens, temperature):
+            time.sleep(0.3)
+            return super().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+    backend = SlowBackend()
+    rag = _rag(backend, single_flight=flight)
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: rag.answer("When do orders ship?", DOCS[:2]), range(8)))
+    if flight:
+        assert backend.calls == 1 and len({a.text for a in answers}) == 1
+        assert sum(a.layer == "semantic" for a in answers) == 7
+    else:
+        assert backend.calls > 1

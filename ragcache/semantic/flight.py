@@ -86,6 +86,18 @@ class _ProcessLocks:
 _LOCAL = _ProcessLocks()
 
 
+@contextmanager
+def flight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0) -> Iterator[bool]:
+    """Hold the single-flight lock of (partition, question words) for ``cache``: a PostgreSQL advisory
+    lock when the cache has ``flight_lock`` (every process on that database), else a lock in this
+    process. Yields whether the lock was taken (``False`` after waiting ``timeout_s`` seconds for a
+    holder that did not finish: the caller then computes anyway). Used by :func:`single_flight` and by
+    ``RagCache.answer``."""
+    hold = getattr(cache, "flight_lock", None) or _LOCAL.hold
+    with hold(flight_key(partition, question), timeout_s) as locked:
+        yield locked
+
+
 def single_flight(cache: Any, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
                   threshold: float | None = None, timeout_s: float = 60.0,
                   metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
@@ -104,9 +116,8 @@ def single_flight(cache: Any, question: str, compute: Callable[[], str], *, part
     hit = cache.lookup(question, partition=pk, threshold=threshold)
     if hit is not None:
         return FlightResult(hit.answer, hit, False)
-    hold = getattr(cache, "flight_lock", None) or _LOCAL.hold
     t0 = time.perf_counter()
-    with hold(flight_key(pk, question), timeout_s) as locked:
+    with flight_hold(cache, pk, question, timeout_s) as locked:
         waited = time.perf_counter() - t0
         if locked:
             hit = cache.lookup(question, partition=pk, threshold=threshold)
