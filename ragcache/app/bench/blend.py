@@ -85,7 +85,7 @@ def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     """KL(P || Q) in nats between the softmax distributions of two float logit vectors."""
     lp = torch.log_softmax(p_logits.float(), -1)
     lq = torch.log_softmax(q_logits.float(), -1)
-    return float((lp.exp() * (lp - lq)).sum())
+    return max(0.0, float((lp.exp() * (lp - lq)).sum()))  # float noise below 0 on equal inputs
 
 
 def machine() -> str:
