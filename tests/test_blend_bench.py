@@ -8,7 +8,13 @@ import math
 import pytest
 import torch
 
-from ragcache.app.bench.blend import _summary, best_f1, kl_divergence, normalize_answer, token_f1
+from ragcache.app.bench.blend import (
+    _summary,
+    best_f1,
+    kl_divergence,
+    normalize_answer,
+    token_f1,
+)
 
 
 def test_normalize_answer_follows_cacheblend():

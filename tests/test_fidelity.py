@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragcache.app.bench.fidelity import forced_logits, greedy_answer, kl_rows, teacher_forced_fidelity
+from ragcache.app.bench.fidelity import (
+    forced_logits,
+    greedy_answer,
+    kl_rows,
+    teacher_forced_fidelity,
+)
 from ragcache.engine import kv as kvb
 from ragcache.testing import tiny_llama
 
@@ -52,7 +57,7 @@ def test_forced_logits_match_step_by_step_decode(lm):
 def test_perturbed_cache_has_positive_kl(lm):
     full, logits = prefill(lm, IDS)
     noisy = clone(lm, full)
-    k, v = kvb.cache_tensors(noisy)
+    _, v = kvb.cache_tensors(noisy)
     g = torch.Generator().manual_seed(0)
     for t in v:
         t.add_(torch.randn(t.shape, generator=g) * 2.0)

@@ -37,7 +37,14 @@ import torch
 from ragcache.engine import kv as kvb
 from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.chunk_cache import context_window
-from ragcache.engine.hkvd import Deviation, boundary_mask, budget, gradual_counts, kv_deviation, select_hkvd
+from ragcache.engine.hkvd import (
+    Deviation,
+    boundary_mask,
+    budget,
+    gradual_counts,
+    kv_deviation,
+    select_hkvd,
+)
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.stores import ChunkKV
 

@@ -35,8 +35,8 @@ def merge(paths: list[str], json_path: str, plot_path: str | None = None) -> dic
     rows, ids = [rows[i] for i in order], [ids[i] for i in order]
     payload = {**{k: v for k, v in runs[0].items() if k not in ("per_item", "summary", "items")},
                "items": [ids[0], ids[-1] + 1], "item_ids": ids, "complete": False,
-               "load_avg_start": min((r["load_avg_start"] for r in runs), key=lambda x: x[0]),
-               "load_avg_end": max((r.get("load_avg_end", r["load_avg_start"]) for r in runs), key=lambda x: x[0]),
+               "load_avg_start": runs[0]["load_avg_start"],  # first and last run in the order given
+               "load_avg_end": runs[-1].get("load_avg_end", runs[-1]["load_avg_start"]),
                "runs": [{"path": p, "items": [r["items"][0], r["items"][0] + len(r["per_item"])],
                          "torch_threads": r.get("torch_threads"), "machine": r.get("machine"),
                          "load_avg_start": r.get("load_avg_start"), "load_avg_end": r.get("load_avg_end")}

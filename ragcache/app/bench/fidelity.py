@@ -75,7 +75,7 @@ def greedy_answer(model: Any, cache: Any, first_logits: torch.Tensor, n_prompt: 
     ``max_new_tokens``. ``cache`` covers ``n_prompt`` positions; it is not modified."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}")
-    stop = set(int(t) for t in eos)
+    stop = {int(t) for t in eos}
     work = kvb.cache_from_tensors(model, *kvb.cache_tensors(cache), copy=False)
     out = [int(first_logits.argmax())]
     while len(out) < max_new_tokens and out[-1] not in stop:
