@@ -34,6 +34,9 @@ def test_notebook_runs_and_shows_each_layer(monkeypatch):
     assert served["after editing returns.md"] != "semantic"
     # the documents seen before are chunk-cache hits; whether they are blended (layer "chunk") or
     # prefilled exactly ("prefix") is the engine's cost rule, which depends on the measured prefill rate
-    assert re.search(r"docs from the chunk cache: [1-9] of 3", out)
-    assert served["another top-k (3)"] in ("chunk", "prefix+chunk", "prefix")
+    hits = re.search(r"docs from the chunk cache: (\d) of 3", out)
+    assert hits and served["another top-k (3)"] in ("chunk", "prefix+chunk", "prefix")
+    # documents seen before are reused: from the chunk cache, or all from the exact prefix cache when the
+    # new document sorts after them (then nothing is left to look up in the chunk cache)
+    assert int(hits.group(1)) >= 1 or served["another top-k (3)"] == "prefix"
     assert re.search(r"provider-cache\s+cache write\s+0\s+cache read\s+[1-9]", out)
