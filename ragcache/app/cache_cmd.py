@@ -131,7 +131,7 @@ def collect_stats(cfg: Config) -> dict[str, Any]:
 @cache_app.command()
 def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Entries and bytes of each cache layer."""
-    s = collect_stats(_cfg())
+    s = run_or_exit(console, collect_stats, _cfg())
     if as_json:
         print_json(s)
         return
@@ -156,7 +156,8 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
     """List stored answers, chunk KV files or index folders."""
     cfg = _cfg()
     if layer is LayerName.answers:
-        rows = [r.to_dict(full=False) for r in AnswerStore(cfg.answers_dir).list(namespace=namespace, limit=limit)]
+        rows = [r.to_dict(full=False) for r in run_or_exit(console, AnswerStore(cfg.answers_dir).list,
+                                                         namespace=namespace, limit=limit)]
         cols = ("id", "namespace", "question", "answer", "hits", "accessed")
     elif layer is LayerName.chunks:
         rows = chunk_files(cfg)[::-1][:limit]
@@ -183,7 +184,7 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
     """Everything stored for one answer or one chunk KV file."""
     cfg = _cfg()
     if entry.isdigit():
-        row = AnswerStore(cfg.answers_dir).get(int(entry))
+        row = run_or_exit(console, AnswerStore(cfg.answers_dir).get, int(entry))
         if row is None:
             error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
             raise typer.Exit(1)
