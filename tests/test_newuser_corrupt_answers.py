@@ -49,3 +49,21 @@ def test_ask_help_states_the_real_default_threshold():
     assert r.exit_code == 0
     text = " ".join(r.output.split())
     assert f"$RAGCACHE_THRESHOLD, {DEFAULT_THRESHOLD:.2f}" in text, text
+
+
+@pytest.mark.parametrize("content", [b"\x01\x02", b"\xff" * 8 + b"{}", (1000).to_bytes(8, "little") + b'{"__metadata__": {"n_tok',
+                                     (3).to_bytes(8, "little") + b"[1]"])
+def test_cache_show_names_a_bad_chunk_file(tmp_path, monkeypatch, content):
+    home = tmp_path / "home"
+    kv = home / "kv" / "chunks"
+    kv.mkdir(parents=True)
+    key = "ab" * 32
+    f = kv / f"{key}.safetensors"
+    f.write_bytes(content)
+    monkeypatch.setenv("RAGCACHE_HOME", str(home))
+    r = runner.invoke(app, ["cache", "show", key])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert out.startswith("error: ") and str(f) in r.output.replace("\n", ""), out
+    assert "cache clear --layer chunks" in out, out
+    assert f.read_bytes() == content

@@ -69,14 +69,23 @@ def chunk_header(path: Path) -> dict[str, str]:
     Raises:
         ValueError: not a safetensors file.
     """
+    fix = ("delete it or run `ragcache cache clear --layer chunks` (a bad chunk file is only a cache miss: "
+           "`ragcache ask` deletes it and recomputes the document's KV)")
     with open(path, "rb") as f:
         raw = f.read(8)
         if len(raw) != 8:
-            raise ValueError(f"{path} is not a safetensors file")
+            raise ValueError(f"{path} is not a safetensors file: {fix}")
         (n,) = struct.unpack("<Q", raw)
         if n > 100 << 20:
-            raise ValueError(f"{path} has an implausible header of {n} bytes")
-        return dict(json.loads(f.read(n)).get("__metadata__") or {})
+            raise ValueError(f"{path} has an implausible header of {n} bytes: {fix}")
+        header = f.read(n)
+        if len(header) != n:
+            raise ValueError(f"{path} is truncated (header of {n} bytes, {len(header)} present): {fix}")
+        try:
+            meta = json.loads(header).get("__metadata__") or {}
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{path} has an unreadable safetensors header ({e}): {fix}") from None
+        return dict(meta)
 
 
 def chunk_files(cfg: Config) -> list[dict[str, Any]]:
