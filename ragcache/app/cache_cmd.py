@@ -235,7 +235,7 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
     if AnswerStore(cfg.answers_dir).exists:
         sem = run_or_exit(console, answer_cache, cfg, query_embedder(cfg))
         try:
-            removed = sum(sem.invalidate(k) for k in keys)
+            removed = sum(sem.invalidate(k) for k in keys if k.strip())
         finally:
             sem.close()
     if as_json:

@@ -394,7 +394,7 @@ class LocalEngine:
         """Stream text deltas; the last event carries the full :class:`Generation`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0 or not 0 < top_p <= 1:
+        if not temperature >= 0 or not 0 < top_p <= 1:  # `not >=`: NaN is refused too
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         prompt = self.build_prompt(prompt)
         use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
