@@ -55,3 +55,10 @@ def test_partition_must_be_a_partition_key():
             c.lookup("How do I read a CSV file?", partition="p")
         c.store("How do I read a CSV file?", "Use csv.reader.")  # None: the default partition
         assert c.lookup("How do I read a CSV file?") is not None
+
+
+def test_too_long_question_names_the_question(engine):
+    from ragcache.engine.engine import ContextWindowError
+
+    with pytest.raises(ContextWindowError, match="a shorter question"):
+        engine.generate("why is the sky blue? " * 3000, max_new_tokens=2)

@@ -225,7 +225,8 @@ class LocalEngine:
         if n + max_new_tokens > self.context_window:
             raise ContextWindowError(
                 f"prompt is {n} tokens and max_new_tokens is {max_new_tokens}, but the model's context window is "
-                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k) or a smaller max_new_tokens"
+                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k), a shorter question or "
+                f"history, or a smaller max_new_tokens"
             )
         r = self.recompute_ratio if recompute_ratio is None else recompute_ratio
         if not 0.0 <= r <= 1.0:
