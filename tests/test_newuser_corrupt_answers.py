@@ -67,3 +67,11 @@ def test_cache_show_names_a_bad_chunk_file(tmp_path, monkeypatch, content):
     assert out.startswith("error: ") and str(f) in r.output.replace("\n", ""), out
     assert "cache clear --layer chunks" in out, out
     assert f.read_bytes() == content
+
+
+def test_invalidate_a_missing_file_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    r = runner.invoke(app, ["cache", "invalidate", str(tmp_path / "gone.md")])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "removed 0 stored answer(s)" in out and "note: no file" in out and "gone.md#0" in out, out

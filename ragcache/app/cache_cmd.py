@@ -242,6 +242,9 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
         print_json({"document": document, "answers_removed": removed})
     else:
         say(console, f"removed {removed} stored answer(s) built from ", (document, "bold"))
+        if removed == 0 and not p.is_file() and p.suffix.lower() in (".md", ".txt"):
+            say(console, ("note: ", "bold"), f"no file {document}: it was matched as a chunk id, content hash or text; "
+                "give the path of the document as it is now, or a chunk id such as ", (f"{p.name}#0", "bold"))
 
 
 @cache_app.command()
