@@ -25,6 +25,19 @@ def _home_default() -> Path:
     return Path.home() / ".cache" / "ragcache"
 
 
+def _check_folder(var: str, path: Path | str | None) -> None:
+    """Raise ValueError when ``path`` (or the nearest part of it that exists) is a file, not a folder."""
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                what = "is a file" if q == p else f"lies under {q}, which is a file"
+                raise ValueError(f"{var}={str(p)!r} {what}, not a folder: point {var} at a folder (or unset it)")
+            return
+
+
 @dataclass(frozen=True, slots=True)
 class EnvVar:
     """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, the
@@ -119,13 +132,17 @@ class Config:
         for name, sub in (("answers_dir", "answers"), ("index_dir", "index"), ("kv_dir", "kv/chunks")):
             v = getattr(self, name)
             object.__setattr__(self, name, Path(v).expanduser() if v else home / sub)
+        for var, path in (("RAGCACHE_HOME", home), ("RAGCACHE_ANSWERS_DIR", self.answers_dir),
+                          ("RAGCACHE_INDEX_DIR", self.index_dir), ("RAGCACHE_KV_DIR", self.kv_dir),
+                          ("RAGCACHE_DATA_DIR", self.data_dir)):
+            _check_folder(var, path)
         if self.kv_max_bytes < 0 or self.prefix_max_bytes < 1:
             raise ValueError("RAGCACHE_KV_MAX_BYTES must be >= 0 and RAGCACHE_PREFIX_MAX_BYTES >= 1 (bytes)")
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}")
         if self.semantic_max_entries < 1 or self.top_k < 1 or self.max_new_tokens < 1:
             raise ValueError("RAGCACHE_SEMANTIC_MAX_ENTRIES, RAGCACHE_TOP_K and RAGCACHE_MAX_NEW_TOKENS must be >= 1")
-        if self.semantic_ttl_s is not None and self.semantic_ttl_s <= 0:
+        if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"RAGCACHE_RECOMPUTE_RATIO must be in [0, 1], got {self.recompute_ratio}")

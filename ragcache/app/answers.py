@@ -61,7 +61,14 @@ class AnswerStore:
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.db_path), isolation_level=None, timeout=30)
-        db.execute("PRAGMA busy_timeout=30000")
+        try:
+            db.execute("PRAGMA busy_timeout=30000")
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # reads the header: fails if corrupt
+        except sqlite3.DatabaseError as e:
+            db.close()
+            raise ValueError(f"answer cache {self.db_path} cannot be read ({e}): move it aside to keep it for "
+                             "recovery (or delete it; its answers are lost), or point RAGCACHE_ANSWERS_DIR at "
+                             "another folder") from None
         return db
 
     def _rows(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[AnswerRow]:

@@ -69,14 +69,23 @@ def chunk_header(path: Path) -> dict[str, str]:
     Raises:
         ValueError: not a safetensors file.
     """
+    fix = ("delete it or run `ragcache cache clear --layer chunks` (a bad chunk file is only a cache miss: "
+           "`ragcache ask` deletes it and recomputes the document's KV)")
     with open(path, "rb") as f:
         raw = f.read(8)
         if len(raw) != 8:
-            raise ValueError(f"{path} is not a safetensors file")
+            raise ValueError(f"{path} is not a safetensors file: {fix}")
         (n,) = struct.unpack("<Q", raw)
         if n > 100 << 20:
-            raise ValueError(f"{path} has an implausible header of {n} bytes")
-        return dict(json.loads(f.read(n)).get("__metadata__") or {})
+            raise ValueError(f"{path} has an implausible header of {n} bytes: {fix}")
+        header = f.read(n)
+        if len(header) != n:
+            raise ValueError(f"{path} is truncated (header of {n} bytes, {len(header)} present): {fix}")
+        try:
+            meta = json.loads(header).get("__metadata__") or {}
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{path} has an unreadable safetensors header ({e}): {fix}") from None
+        return dict(meta)
 
 
 def chunk_files(cfg: Config) -> list[dict[str, Any]]:
@@ -131,7 +140,7 @@ def collect_stats(cfg: Config) -> dict[str, Any]:
 @cache_app.command()
 def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Entries and bytes of each cache layer."""
-    s = collect_stats(_cfg())
+    s = run_or_exit(console, collect_stats, _cfg())
     if as_json:
         print_json(s)
         return
@@ -156,7 +165,8 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
     """List stored answers, chunk KV files or index folders."""
     cfg = _cfg()
     if layer is LayerName.answers:
-        rows = [r.to_dict(full=False) for r in AnswerStore(cfg.answers_dir).list(namespace=namespace, limit=limit)]
+        rows = [r.to_dict(full=False) for r in run_or_exit(console, AnswerStore(cfg.answers_dir).list,
+                                                         namespace=namespace, limit=limit)]
         cols = ("id", "namespace", "question", "answer", "hits", "accessed")
     elif layer is LayerName.chunks:
         rows = chunk_files(cfg)[::-1][:limit]
@@ -183,7 +193,7 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
     """Everything stored for one answer or one chunk KV file."""
     cfg = _cfg()
     if entry.isdigit():
-        row = AnswerStore(cfg.answers_dir).get(int(entry))
+        row = run_or_exit(console, AnswerStore(cfg.answers_dir).get, int(entry))
         if row is None:
             error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
             raise typer.Exit(1)
@@ -225,13 +235,16 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
     if AnswerStore(cfg.answers_dir).exists:
         sem = run_or_exit(console, answer_cache, cfg, query_embedder(cfg))
         try:
-            removed = sum(sem.invalidate(k) for k in keys)
+            removed = sum(sem.invalidate(k) for k in keys if k.strip())
         finally:
             sem.close()
     if as_json:
         print_json({"document": document, "answers_removed": removed})
     else:
         say(console, f"removed {removed} stored answer(s) built from ", (document, "bold"))
+        if removed == 0 and not p.is_file() and p.suffix.lower() in (".md", ".txt"):
+            say(console, ("note: ", "bold"), f"no file {document}: it was matched as a chunk id, content hash or text; "
+                "give the path of the document as it is now, or a chunk id such as ", (f"{p.name}#0", "bold"))
 
 
 @cache_app.command()

@@ -225,7 +225,8 @@ class LocalEngine:
         if n + max_new_tokens > self.context_window:
             raise ContextWindowError(
                 f"prompt is {n} tokens and max_new_tokens is {max_new_tokens}, but the model's context window is "
-                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k) or a smaller max_new_tokens"
+                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k), a shorter question or "
+                f"history, or a smaller max_new_tokens"
             )
         r = self.recompute_ratio if recompute_ratio is None else recompute_ratio
         if not 0.0 <= r <= 1.0:
@@ -394,7 +395,7 @@ class LocalEngine:
         """Stream text deltas; the last event carries the full :class:`Generation`."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0 or not 0 < top_p <= 1:
+        if not temperature >= 0 or not 0 < top_p <= 1:  # `not >=`: NaN is refused too
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
         prompt = self.build_prompt(prompt)
         use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker

@@ -110,7 +110,7 @@ class RedisChunkStore:
             raise ImportError("RedisChunkStore needs the redis client: pip install 'ragcache[shared]'") from e
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive or None (server-side eviction only); got {max_bytes}")
-        if ttl_s is not None and ttl_s <= 0:
+        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
             raise ValueError(f"ttl_s must be > 0 seconds or None; got {ttl_s}")
         if isinstance(url, str):
             self.url = url

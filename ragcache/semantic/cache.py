@@ -58,6 +58,20 @@ development pairs. Lower it (e.g. 0.70) for curated FAQ-style traffic, where the
 held precision 1.00 on the development pairs; see the README's semantic benchmark table."""
 
 DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
+
+
+def checked_partition(partition: PartitionKey | None) -> PartitionKey:
+    """``partition`` itself, or the default partition for ``None``.
+
+    Raises:
+        ValueError: not a :class:`PartitionKey` (build one with ``partition_key(...)``).
+    """
+    if partition is None:
+        return DEFAULT_PARTITION
+    if not isinstance(partition, PartitionKey):
+        raise ValueError(f"partition must be a PartitionKey from ragcache.semantic.partition_key(...), "
+                         f"got {type(partition).__name__} {partition!r:.60}")
+    return partition
 """Partition used when a call gives none. Real callers pass ``partition_key(...)``."""
 
 
@@ -104,7 +118,7 @@ class SemanticCache:
         self.threshold = _check_threshold(threshold)
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and ttl_s <= 0:
+        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
             raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates}")
@@ -173,7 +187,7 @@ class SemanticCache:
         """
         t0 = time.perf_counter()
         t = self.threshold if threshold is None else _check_threshold(threshold)
-        pk = partition or DEFAULT_PARTITION
+        pk = checked_partition(partition)
         hit, cands, embed_s = self._lookup(question, pk, t, max_tokens=max_tokens)
         rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
         dt = time.perf_counter() - t0
@@ -203,12 +217,12 @@ class SemanticCache:
                        threshold: float | None = None, max_tokens: int | None = None) -> list[Candidate]:
         """The nearest stored questions with similarity and guard verdict (no stats, no LRU touch)."""
         t = self.threshold if threshold is None else _check_threshold(threshold)
-        return self._lookup(question, partition or DEFAULT_PARTITION, t, touch=False, judge_all=True,
+        return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True,
                             max_tokens=max_tokens)[1]
 
     def key(self, question: str, *, partition: PartitionKey | None = None) -> QuestionKey:
         """How ``question`` is keyed for this cache's embedder (embedded whole, split, or exact only)."""
-        return question_key(normalize_question(question), partition or DEFAULT_PARTITION, self.embedder)
+        return question_key(normalize_question(question), checked_partition(partition), self.embedder)
 
     def store(self, question: str, answer: str, *, partition: PartitionKey | None = None,
               metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
@@ -250,9 +264,9 @@ class SemanticCache:
         sentence is embedded). The budget arguments apply to every item (see :meth:`store`);
         returns ``[]`` when truncated answers are not stored.
         """
-        pk = partition or DEFAULT_PARTITION
+        pk = checked_partition(partition)
         ttl = self.ttl_s if ttl_s is None else ttl_s
-        if ttl is not None and ttl <= 0:
+        if ttl is not None and not ttl > 0:  # NaN refused too
             raise ValueError(f"ttl_s must be > 0 seconds, got {ttl}")
         budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
         keys = [question_key(normalize_question(q), pk, self.embedder) for q, _ in items]
@@ -309,6 +323,8 @@ class SemanticCache:
         """
         from ragcache.hashing import content_hash
 
+        if not isinstance(document, str) or not document.strip():
+            raise ValueError(f"invalidate needs a document id, content hash or text (a non-empty str); got {document!r:.80}")
         keys = {document, content_hash(document)}
         with self._lock.write():
             parts = set().union(*(self._doc_parts.get(k, set()) for k in keys))

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ragcache.semantic.cache import DEFAULT_PARTITION
+from ragcache.semantic.cache import checked_partition
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.records import SemanticHit
 from ragcache.semantic.text import exact_form, normalize_question
@@ -112,7 +112,7 @@ def single_flight(cache: Any, question: str, compute: Callable[[], str], *, part
     Raises:
         whatever ``cache.lookup`` / ``cache.store`` / ``compute`` raise (e.g. RemoteStoreError).
     """
-    pk = partition or DEFAULT_PARTITION
+    pk = checked_partition(partition)
     hit = cache.lookup(question, partition=pk, threshold=threshold)
     if hit is not None:
         return FlightResult(hit.answer, hit, False)

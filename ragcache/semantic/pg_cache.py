@@ -31,7 +31,7 @@ from ragcache.remote import RemoteStoreError, redact
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.flight import FlightResult, single_flight
 from ragcache.semantic.guards import GuardSet, GuardVerdict
-from ragcache.semantic.cache import DEFAULT_PARTITION
+from ragcache.semantic.cache import checked_partition
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.pg_schema import _MIGRATE_LOCK, PgPool, bulk_copy, check_identifier, migrations
 from ragcache.semantic.records import Candidate, SemanticHit
@@ -78,7 +78,7 @@ class PgSemanticCache:
         self.threshold = _check_threshold(threshold)
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and ttl_s <= 0:
+        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
             raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates}")
@@ -146,7 +146,7 @@ class PgSemanticCache:
         """
         t0 = time.perf_counter()
         t = self.threshold if threshold is None else _check_threshold(threshold)
-        hit, cands, embed_s = self._lookup(question, partition or DEFAULT_PARTITION, t)
+        hit, cands, embed_s = self._lookup(question, checked_partition(partition), t)
         rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
         dt = time.perf_counter() - t0
         with self._stats_lock:
@@ -171,14 +171,14 @@ class PgSemanticCache:
                        threshold: float | None = None) -> list[Candidate]:
         """The nearest stored questions with similarity and guard verdict (no stats, no LRU touch)."""
         t = self.threshold if threshold is None else _check_threshold(threshold)
-        return self._lookup(question, partition or DEFAULT_PARTITION, t, touch=False, judge_all=True)[1]
+        return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True)[1]
 
     def search(self, vec: np.ndarray, partition: PartitionKey | None = None, k: int | None = None) -> list[tuple]:
         """Raw nearest-neighbour query: ``[(id, question, answer, metadata, similarity)]`` best first.
 
         ``vec`` is a unit float32 ``[dim]`` embedding; expired rows are skipped. (Benchmarks time this.)
         """
-        pk = partition or DEFAULT_PARTITION
+        pk = checked_partition(partition)
         s = self.schema
         sql = (f"SELECT id, question, answer, metadata, 1 - (embedding <=> %(v)s) AS sim FROM {s}.entries "
                "WHERE partition = %(p)s AND (expires IS NULL OR expires > now()) "
@@ -253,9 +253,9 @@ class PgSemanticCache:
             ValueError: empty question, non-str answer, ``ttl_s <= 0``, metadata not JSON-like.
             RemoteStoreError: PostgreSQL unreachable (nothing of this call was committed).
         """
-        pk = partition or DEFAULT_PARTITION
+        pk = checked_partition(partition)
         ttl = self.ttl_s if ttl_s is None else ttl_s
-        if ttl is not None and ttl <= 0:
+        if ttl is not None and not ttl > 0:  # NaN refused too
             raise ValueError(f"ttl_s must be > 0 seconds, got {ttl}")
         qs = [normalize_question(q) for q, _ in items]
         for _, a in items:
@@ -306,7 +306,7 @@ class PgSemanticCache:
         serving, not beside live traffic. Questions already stored are replaced. ``vectors``:
         float32 ``[n, dim]`` embeddings of the normalised questions. Returns the rows loaded.
         """
-        pk = partition or DEFAULT_PARTITION
+        pk = checked_partition(partition)
         qs = [normalize_question(q) for q, _ in items]
         vecs = np.asarray(vectors, dtype=np.float32)
         if vecs.shape != (len(qs), self.embedder.dim):
@@ -348,6 +348,8 @@ class PgSemanticCache:
         """Drop every answer built from ``document`` (id, content hash or text), in every process. Returns the count."""
         from ragcache.hashing import content_hash
 
+        if not isinstance(document, str) or not document.strip():
+            raise ValueError(f"invalidate needs a document id, content hash or text (a non-empty str); got {document!r:.80}")
         keys = sorted({document, content_hash(document)})
         n = self._pool.run(lambda c: c.execute(f"DELETE FROM {self.schema}.entries WHERE docs && %s::text[]",
                                                (keys,)).rowcount)

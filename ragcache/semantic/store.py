@@ -64,6 +64,16 @@ class EntryRow:
     hits: int
 
 
+class CorruptAnswerDBError(ValueError):
+    """The answer cache's SQLite file cannot be read (not a database, truncated, locked schema)."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(f"answer cache {path} cannot be read ({cause}): move it aside to keep it for "
+                         "recovery (or delete it; its answers are lost), or point RAGCACHE_ANSWERS_DIR at "
+                         "another folder")
+        self.path = path
+
+
 class SQLiteStore:
     """SQLite side of a semantic cache (``path=None``: an in-memory database).
 
@@ -78,10 +88,14 @@ class SQLiteStore:
         else:
             target = ":memory:"
         self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
-        if directory is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            if directory is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise CorruptAnswerDBError(target, e) from None
 
     # ----------------------------------------------------------------- meta
     def get_meta(self, key: str) -> str | None:

@@ -1,0 +1,64 @@
+"""Bad inputs to the public API found by a newcomer's pass: NaN temperature, NaN TTLs and a non-str
+``invalidate`` argument must be refused with a clear ValueError (not a torch RuntimeError, an
+AttributeError, or silently accepted)."""
+
+import math
+
+import pytest
+
+from ragcache import LocalEngine, SemanticCache
+from ragcache.semantic import partition_key
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from ragcache.testing import tiny_llama
+
+    return LocalEngine(tiny_llama(seed=1), calibration=False)
+
+
+@pytest.mark.parametrize("temperature", [math.nan, -1.0])
+def test_generate_refuses_bad_temperature(engine, temperature):
+    with pytest.raises(ValueError, match="temperature >= 0"):
+        engine.generate("How do I read a CSV file?", max_new_tokens=2, temperature=temperature)
+
+
+def test_generate_still_accepts_a_good_temperature(engine):
+    g = engine.generate("How do I read a CSV file?", max_new_tokens=2, temperature=0.7)
+    assert g.stats is not None
+
+
+def test_semantic_cache_refuses_nan_ttl():
+    with pytest.raises(ValueError, match="ttl_s must be > 0"):
+        SemanticCache(None, ttl_s=math.nan)
+    with SemanticCache(None) as c:
+        with pytest.raises(ValueError, match="ttl_s must be > 0"):
+            c.store("How do I read a CSV file?", "Use csv.reader.", ttl_s=math.nan)
+        assert c.lookup("How do I read a CSV file?") is None
+
+
+@pytest.mark.parametrize("bad", [None, 5, "", "   "])
+def test_invalidate_refuses_non_text(bad):
+    with SemanticCache(None) as c:
+        pk = partition_key(namespace="t", model="m", documents=[{"id": "csv", "text": "csv.reader reads rows."}])
+        c.store("How do I read a CSV file?", "Use csv.reader.", partition=pk)
+        with pytest.raises(ValueError, match="invalidate needs a document id"):
+            c.invalidate(bad)
+        assert c.lookup("How do I read a CSV file?", partition=pk) is not None  # nothing lost
+
+
+def test_partition_must_be_a_partition_key():
+    with SemanticCache(None) as c:
+        with pytest.raises(ValueError, match="partition must be a PartitionKey"):
+            c.store("How do I read a CSV file?", "Use csv.reader.", partition="p")
+        with pytest.raises(ValueError, match="partition must be a PartitionKey"):
+            c.lookup("How do I read a CSV file?", partition="p")
+        c.store("How do I read a CSV file?", "Use csv.reader.")  # None: the default partition
+        assert c.lookup("How do I read a CSV file?") is not None
+
+
+def test_too_long_question_names_the_question(engine):
+    from ragcache.engine.engine import ContextWindowError
+
+    with pytest.raises(ContextWindowError, match="a shorter question"):
+        engine.generate("why is the sky blue? " * 3000, max_new_tokens=2)

@@ -1,0 +1,41 @@
+"""RAGCACHE_* folders that are files, and a NaN TTL: a clear error naming the variable and the fix
+(before: a bare `[Errno 17] File exists` from deep inside `ask`)."""
+
+import pytest
+from typer.testing import CliRunner
+
+from ragcache.app.cli import app
+from ragcache.config import Config
+
+
+@pytest.mark.parametrize("var", ["RAGCACHE_HOME", "RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR",
+                                 "RAGCACHE_DATA_DIR"])
+def test_folder_setting_that_is_a_file(tmp_path, var):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    env = {"RAGCACHE_HOME": str(tmp_path / "home"), var: str(f)}
+    with pytest.raises(ValueError, match=f"{var}=.*is a file, not a folder: point {var} at a folder"):
+        Config.from_env(env)
+    env[var] = str(f / "sub")
+    with pytest.raises(ValueError, match=f"{var}=.*lies under .*a-file, which is a file"):
+        Config.from_env(env)
+    assert f.read_text() == "x"
+
+
+def test_folders_that_do_not_exist_yet_are_fine(tmp_path):
+    cfg = Config.from_env({"RAGCACHE_HOME": str(tmp_path / "new" / "home")})
+    assert cfg.answers_dir == tmp_path / "new" / "home" / "answers"
+
+
+def test_nan_ttl_is_refused():
+    with pytest.raises(ValueError, match="RAGCACHE_SEMANTIC_TTL_S must be > 0"):
+        Config.from_env({"RAGCACHE_SEMANTIC_TTL_S": "nan"})
+
+
+def test_cli_names_the_variable(tmp_path, monkeypatch):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAGCACHE_ANSWERS_DIR", str(f))
+    r = CliRunner().invoke(app, ["cache", "stats"])
+    assert r.exit_code == 2 and r.output.startswith("error: RAGCACHE_ANSWERS_DIR="), r.output
