@@ -222,8 +222,13 @@ class PromptLayout:
             ValueError: empty question, unknown option, malformed document or
                 history message, or volatile text found with ``lint="raise"``.
         """
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str):
+            raise ValueError(f"question must be a str, got {type(question).__name__}")
+        if not question.strip():
             raise ValueError("question must be a non-empty string")
+        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+            raise ValueError(f"documents must be a list of documents, got {type(documents).__name__}: "
+                             "wrap a single document as [text] (or pass () for none)")
         if doc_order not in ("canonical", "given"):
             raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
         if lint not in ("off", "warn", "move", "raise"):

@@ -175,8 +175,12 @@ class RagCache:
         Raises:
             ValueError: empty question, malformed document or history, ``max_new_tokens < 1``.
         """
-        if not isinstance(question, str) or not question.strip():
+        if not isinstance(question, str):
+            raise ValueError(f"question must be a str, got {type(question).__name__}")
+        if not question.strip():
             raise ValueError("question is empty: ask something")
+        if documents is None:
+            documents = ()
         ns = self.namespace if namespace is None else namespace
         mnt = self.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
         temp = self.temperature if temperature is None else float(temperature)

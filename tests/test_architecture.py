@@ -298,3 +298,22 @@ def test_concurrent_identical_misses_make_one_backend_call(flight):
         assert sum(a.layer == "semantic" for a in answers) == 7
     else:
         assert backend.calls > 1
+
+
+@pytest.mark.parametrize("question, match", [(None, "must be a str, got NoneType"), (42, "must be a str, got int"),
+                                             (b"bytes?", "must be a str, got bytes"), ("   ", "question is empty")])
+def test_questions_that_are_not_text_are_named(question, match):
+    with pytest.raises(ValueError, match=match):
+        _rag().answer(question, DOCS[:1])
+
+
+@pytest.mark.parametrize("documents", ["Keys rotate every 90 days.", b"raw bytes", 42])
+def test_documents_must_be_a_list(documents):
+    with pytest.raises(ValueError, match="documents must be a list"):
+        _rag().answer("How often do keys rotate?", documents)
+
+
+def test_no_documents_is_none_or_empty():
+    rag = _rag()
+    assert rag.answer("Hello?", None).layer == "model"
+    assert rag.answer("Hello?", ()).layer == "semantic"
