@@ -398,7 +398,6 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = sys.argv[1:]
     main(args[0] if args else "../shared/data/semantic_pairs_dev.jsonl",
          args[1] if len(args) > 1 else "bench/results/semantic.json",
