@@ -150,17 +150,7 @@ class PgSemanticCache:
         rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
         dt = time.perf_counter() - t0
         with self._stats_lock:
-            s = self._stats
-            s.lookups += 1
-            s.lookup_time_s += dt
-            s.embed_time_s += embed_s
-            s.search_time_s += dt - embed_s
-            s.recent_lookup_s.append(dt)
-            for r in rejected:
-                s.rejections[r] = s.rejections.get(r, 0) + 1
-            s.hits += hit is not None
-            s.misses += hit is None
-            s.rejected_lookups += hit is None and bool(rejected)
+            self._stats.record_lookup(dt, embed_s, rejected, hit is not None)
         return hit
 
     async def alookup(self, question: str, *, partition: PartitionKey | None = None,

@@ -48,6 +48,22 @@ class SemanticStats:
             return float("nan")
         return float(np.percentile(np.fromiter(self.recent_lookup_s, float), q) * 1e3)
 
+    def record_lookup(self, seconds: float, embed_s: float, rejected: list[str], hit: bool) -> None:
+        """Account one lookup: its time (seconds, of which ``embed_s`` embedding), the guard reasons
+        that rejected candidates at or above the threshold, and whether it hit. Callers hold their lock."""
+        self.lookups += 1
+        self.lookup_time_s += seconds
+        self.embed_time_s += embed_s
+        self.search_time_s += seconds - embed_s
+        self.recent_lookup_s.append(seconds)
+        for r in rejected:
+            self.rejections[r] = self.rejections.get(r, 0) + 1
+        if hit:
+            self.hits += 1
+        else:
+            self.misses += 1
+            self.rejected_lookups += bool(rejected)
+
     def copy(self) -> SemanticStats:
         out = SemanticStats(**{f: getattr(self, f) for f in self.__slots__ if f not in ("rejections", "recent_lookup_s")})
         out.rejections = dict(self.rejections)
