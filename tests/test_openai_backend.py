@@ -11,7 +11,7 @@ openai = pytest.importorskip("openai")
 
 from ragcache import PromptLayout, RagCache, SemanticCache  # noqa: E402
 from ragcache.engine.chunk_cache import ChunkCache  # noqa: E402
-from ragcache.engine.engine import LocalEngine  # noqa: E402
+from engine_doubles import RecordingEngine  # noqa: E402
 from ragcache.engine.stores import MemoryChunkStore  # noqa: E402
 from ragcache.openai import OpenAIBackend, layout_messages, openai_tools  # noqa: E402
 from ragcache.server.anthropic import running_server  # noqa: E402
@@ -25,18 +25,6 @@ DOCS = [
     {"id": "warranty", "text": "Frames carry a lifetime warranty for the first owner; brakes, gears and wheels are "
                                "covered for two years, crash damage and wear parts are not."},
 ]
-
-
-class RecordingEngine(LocalEngine):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.generations = []
-
-    def stream(self, *a, **kw):
-        for ev in super().stream(*a, **kw):
-            if ev.generation is not None:
-                self.generations.append(ev.generation)
-            yield ev
 
 
 @pytest.fixture(scope="module")

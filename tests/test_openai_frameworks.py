@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("openai")
 
 from ragcache.engine.chunk_cache import ChunkCache  # noqa: E402
-from ragcache.engine.engine import LocalEngine  # noqa: E402
+from engine_doubles import RecordingEngine  # noqa: E402
 from ragcache.engine.stores import MemoryChunkStore  # noqa: E402
 from ragcache.server.anthropic import running_server  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
@@ -26,18 +26,6 @@ DOCS = [
     ("Lights: the front light must be white and the rear light red; both must be on from sunset to sunrise and in "
     "poor visibility."),
 ]
-
-
-class RecordingEngine(LocalEngine):
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.generations = []
-
-    def stream(self, *a, **kw):
-        for ev in super().stream(*a, **kw):
-            if ev.generation is not None:
-                self.generations.append(ev.generation)
-            yield ev
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 openai = pytest.importorskip("openai")
 
 from ragcache.engine.chunk_cache import ChunkCache  # noqa: E402
-from ragcache.engine.engine import LocalEngine  # noqa: E402
+from engine_doubles import RecordingEngine  # noqa: E402
 from ragcache.engine.stores import MemoryChunkStore  # noqa: E402
 from ragcache.server.anthropic import running_server  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
@@ -28,20 +28,6 @@ DOCS = [
     ("Headset: loosen the stem bolts, tighten the top cap with a 5 mm key until the play is gone, align the stem "
     "with the front wheel and tighten the stem bolts to 5 Nm."),
 ]
-
-
-class RecordingEngine(LocalEngine):
-    """A LocalEngine that keeps each request's Generation: the engine's own accounting."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.generations = []
-
-    def stream(self, *a, **kw):
-        for ev in super().stream(*a, **kw):
-            if ev.generation is not None:
-                self.generations.append(ev.generation)
-            yield ev
 
 
 @pytest.fixture(scope="module")
