@@ -25,8 +25,17 @@ def _home_default() -> Path:
     return Path.home() / ".cache" / "ragcache"
 
 
-def _check_folder(var: str, path: Path | str | None) -> None:
-    """Raise ValueError when ``path`` (or the nearest part of it that exists) is a file, not a folder."""
+def _can_create_in(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix: str | None = None) -> None:
+    """Raise ValueError when ``path`` (or the nearest part of it that exists) is a file, not a
+    folder, or when ``path`` does not exist yet and ``create`` is set but the nearest existing
+    folder above it cannot be written (ragcache could never create it). An existing folder is
+    accepted as is: reading a cache needs no write permission. ``fix`` names the variable the
+    user should change when ``path`` was derived from another one (``RAGCACHE_HOME``)."""
+    fix = fix or var
     if path is None:
         return
     p = Path(path).expanduser()
@@ -34,7 +43,10 @@ def _check_folder(var: str, path: Path | str | None) -> None:
         if q.exists():
             if not q.is_dir():
                 what = "is a file" if q == p else f"lies under {q}, which is a file"
-                raise ValueError(f"{var}={str(p)!r} {what}, not a folder: point {var} at a folder (or unset it)")
+                raise ValueError(f"{var}={str(p)!r} {what}, not a folder: point {fix} at a folder (or unset it)")
+            if q != p and create and not _can_create_in(q):
+                raise ValueError(f"{var}={str(p)!r} cannot be created: {q} is not writable by this user; "
+                                 f"point {fix} at a folder you can write (or unset it)")
             return
 
 
@@ -129,13 +141,16 @@ class Config:
     def __post_init__(self) -> None:
         home = Path(self.home).expanduser()
         object.__setattr__(self, "home", home)
+        derived = set()
         for name, sub in (("answers_dir", "answers"), ("index_dir", "index"), ("kv_dir", "kv/chunks")):
             v = getattr(self, name)
             object.__setattr__(self, name, Path(v).expanduser() if v else home / sub)
-        for var, path in (("RAGCACHE_HOME", home), ("RAGCACHE_ANSWERS_DIR", self.answers_dir),
-                          ("RAGCACHE_INDEX_DIR", self.index_dir), ("RAGCACHE_KV_DIR", self.kv_dir),
-                          ("RAGCACHE_DATA_DIR", self.data_dir)):
-            _check_folder(var, path)
+            derived |= set() if v else {name}
+        for var, name in (("RAGCACHE_HOME", "home"), ("RAGCACHE_ANSWERS_DIR", "answers_dir"),
+                          ("RAGCACHE_INDEX_DIR", "index_dir"), ("RAGCACHE_KV_DIR", "kv_dir"),
+                          ("RAGCACHE_DATA_DIR", "data_dir")):
+            _check_folder(var, getattr(self, name), create=var != "RAGCACHE_DATA_DIR",  # data is only read
+                          fix="RAGCACHE_HOME" if name in derived else var)
         if self.kv_max_bytes < 0 or self.prefix_max_bytes < 1:
             raise ValueError("RAGCACHE_KV_MAX_BYTES must be >= 0 and RAGCACHE_PREFIX_MAX_BYTES >= 1 (bytes)")
         if not -1.0 <= self.threshold <= 1.0:

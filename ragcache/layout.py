@@ -120,6 +120,23 @@ def render_document(seg: Segment) -> str:
     return f"{head}\n{normalize_text(seg.text)}\n</document>"
 
 
+def _check_unique_ids(docs: Sequence[Segment]) -> None:
+    """Raise ValueError when two documents share an id but not their (normalised) text.
+
+    An id names one document: invalidation by id and the answer's ``document_ids`` would
+    otherwise point at two texts, and the one dropped later would not be the one served. The
+    same document passed twice (same id, same text) is accepted.
+    """
+    seen: dict[str, tuple[int, str]] = {}
+    for i, d in enumerate(docs):
+        if d.id is None:
+            continue
+        first = seen.setdefault(d.id, (i, d.content_hash))
+        if first[1] != d.content_hash:
+            raise ValueError(f"documents[{first[0]}] and documents[{i}] both have id {d.id!r} but different text: "
+                             "give each document its own id (e.g. source#chunk) or drop the stale copy")
+
+
 def as_document(doc: Any) -> Segment:
     """The one document normaliser: anything a caller or framework passes as a document, as a
     ``document`` :class:`Segment`.
@@ -234,6 +251,7 @@ class PromptLayout:
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
         docs = [as_document(d) for d in documents]
+        _check_unique_ids(docs)
         system_text = normalize_text(system) if system is not None else None
         moved: list[str] = []
         findings: list[VolatileFinding] = []

@@ -64,7 +64,12 @@ def test_cache_commands(populated):
     kv = json.loads(cli("cache", "show", chunks[0]["key"], "--json").stdout)
     assert kv["metadata"]["format"] == "ragcache-chunk-kv-v2"
     r = runner.invoke(app, ["cache", "show", "99999"])
-    assert r.exit_code == 1 and "no stored answer" in r.output
+    assert r.exit_code == 2 and "no stored answer" in r.output
+    for bad in ("../../etc/passwd", "ABCDEF", "notes.md#0", "0a/../0b"):  # never read as a path
+        r = runner.invoke(app, ["cache", "show", bad])
+        assert r.exit_code == 2 and "neither an answer id" in r.output, (bad, r.output)
+    r = runner.invoke(app, ["cache", "show", "ab" * 32])
+    assert r.exit_code == 2 and "no answer id or chunk key" in r.output
 
     inv = json.loads(cli("cache", "invalidate", str(notes / "deploy.md"), "--json").stdout)
     assert inv["answers_removed"] == 1

@@ -62,3 +62,32 @@ def test_too_long_question_names_the_question(engine):
 
     with pytest.raises(ContextWindowError, match="a shorter question"):
         engine.generate("why is the sky blue? " * 3000, max_new_tokens=2)
+
+
+def _lc_doc(text, id):
+    from langchain_core.documents import Document
+
+    return Document(page_content=text, id=id)
+
+
+@pytest.mark.parametrize("make", [
+    lambda t, i: {"id": i, "text": t},
+    lambda t, i: {"doc_id": i, "page_content": t},
+    _lc_doc,
+])
+def test_two_documents_with_one_id_and_different_text_are_refused(make):
+    from ragcache import RagCache
+    from ragcache.layout import PromptLayout
+    from ragcache.testing import HashingEmbedder
+
+    docs = [make("Backups run at 02:00 UTC.", "ops#1"), make("Deploys go out on Tuesdays.", "ops#2"),
+            make("Backups run at 03:00 UTC.", "ops#1")]
+    with pytest.raises(ValueError, match=r"documents\[0\] and documents\[2\] both have id 'ops#1' but different "
+                                         r"text: give each document its own id"):
+        PromptLayout.build(question="When do backups run?", documents=docs)
+    same = [make("Backups run at 02:00 UTC.", "ops#1"), make("Backups run at 02:00 UTC.\r\n", "ops#1")]
+    assert PromptLayout.build(question="When do backups run?", documents=same).documents  # same text: accepted
+    with SemanticCache(None, embedder=HashingEmbedder()) as answers:
+        rag = RagCache(None, semantic=answers)
+        with pytest.raises(ValueError, match="both have id 'ops#1'"):
+            rag.prepare("When do backups run?", docs)

@@ -39,3 +39,34 @@ def test_cli_names_the_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGCACHE_ANSWERS_DIR", str(f))
     r = CliRunner().invoke(app, ["cache", "stats"])
     assert r.exit_code == 2 and r.output.startswith("error: RAGCACHE_ANSWERS_DIR="), r.output
+
+
+@pytest.mark.parametrize("var", ["RAGCACHE_HOME", "RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR"])
+def test_folder_that_can_never_be_created_names_the_variable(tmp_path, monkeypatch, var):
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    ro.chmod(0o555)
+    # this suite runs as root in CI, where every folder is writable: deny writes to `ro` alone
+    monkeypatch.setattr("ragcache.config._can_create_in", lambda q: q != ro)
+    env = {"RAGCACHE_HOME": str(tmp_path / "home"), var: str(ro / "cache" / "sub")}
+    with pytest.raises(ValueError, match=f"{var}=.*cannot be created: .*read-only is not writable by this user; "
+                                         f"point {var} at a folder you can write"):
+        Config.from_env(env)
+    if var == "RAGCACHE_HOME":  # an existing read-only home: the folders under it are named, the fix is HOME
+        env[var] = str(ro)
+        with pytest.raises(ValueError, match="RAGCACHE_ANSWERS_DIR=.*cannot be created.*point RAGCACHE_HOME at"):
+            Config.from_env(env)
+    env.update({v: str(ro) for v in ("RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR")})
+    env[var] = str(ro)  # an existing folder is read as is (stats / ls need no write permission)
+    assert Config.from_env(env)
+    env = {"RAGCACHE_HOME": str(tmp_path / "home"), "RAGCACHE_DATA_DIR": str(ro / "missing")}
+    assert Config.from_env(env).data_dir == ro / "missing"  # only read: never created
+
+
+def test_unwritable_home_through_the_cli(tmp_path, monkeypatch):
+    ro = tmp_path / "read-only"
+    ro.mkdir()
+    monkeypatch.setattr("ragcache.config._can_create_in", lambda q: q != ro)
+    monkeypatch.setenv("RAGCACHE_HOME", str(ro / "home"))
+    r = CliRunner().invoke(app, ["cache", "stats"])
+    assert r.exit_code == 2 and "RAGCACHE_HOME" in r.output and "Traceback" not in r.output

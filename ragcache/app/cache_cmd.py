@@ -196,13 +196,17 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
         row = run_or_exit(console, AnswerStore(cfg.answers_dir).get, int(entry))
         if row is None:
             error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
-            raise typer.Exit(1)
+            raise typer.Exit(2)
         d = row.to_dict()
     else:
+        if not all(c in "0123456789abcdef" for c in entry):  # never a path: keys are hex digests
+            error(console, f"{entry!r} is neither an answer id (a number) nor a chunk key (a lower-case hex "
+                           "digest): list them with `ragcache cache ls` / `ragcache cache ls --layer chunks`")
+            raise typer.Exit(2)
         p = cfg.kv_dir / f"{entry}.safetensors"
         if not p.is_file():
             error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
-            raise typer.Exit(1)
+            raise typer.Exit(2)
         d = {"key": entry, "path": str(p), "bytes": p.stat().st_size, "used": p.stat().st_mtime,
              "metadata": run_or_exit(console, chunk_header, p)}
     if as_json:

@@ -38,12 +38,15 @@ from ragcache.engine import kv as kvb
 from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.chunk_cache import context_window
 from ragcache.engine.hkvd import (
+    RANKINGS,
     Deviation,
+    RankBy,
     boundary_mask,
     budget,
     gradual_counts,
     kv_deviation,
     select_hkvd,
+    tail_attention,
 )
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.stores import ChunkKV
@@ -90,7 +93,7 @@ def _check_architecture(model: Any) -> None:
 
 
 def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_spans: Sequence[tuple[int, int]],
-              chunk_kvs: Sequence[ChunkKV], recompute_ratio: float, window: int) -> None:
+              chunk_kvs: Sequence[ChunkKV], recompute_ratio: float, window: int, rank_by: str = "deviation") -> None:
     n = len(input_ids)
     if n == 0:
         raise ValueError("blend_prefill needs at least one input token")
@@ -99,6 +102,8 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
                          "retrieve fewer or shorter documents")
     if not 0.0 <= recompute_ratio <= 1.0:
         raise ValueError(f"recompute_ratio must be in [0, 1]; got {recompute_ratio}")
+    if rank_by not in RANKINGS:
+        raise ValueError(f"rank_by must be one of {RANKINGS}; got {rank_by!r}")
     if not 0 <= prefix_len < n:
         raise ValueError(f"prefix_len={prefix_len} must leave at least the last of {n} tokens to compute")
     if (prefix_len > 0) != (prefix_cache is not None) or kvb.cache_len(prefix_cache) != prefix_len:
@@ -173,6 +178,22 @@ def _layer(layer: Any, h: torch.Tensor, pos: torch.Tensor | None, cos: torch.Ten
     return h, k, v
 
 
+def _tail_mass(layer: Any, h_in: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_all: torch.Tensor,
+               tail_from: int, n: int) -> torch.Tensor:
+    """Attention mass ``[n]`` the positions ``tail_from .. n-1`` put on each key at ``layer``.
+
+    ``h_in`` is the layer's input hidden state for every position ``[1, n, hidden]``; ``k_all``
+    its (fresh) keys. Used by ``rank_by`` in :func:`blend_prefill`.
+    """
+    attn = layer.self_attn
+    d = cos.shape[-1]
+    x = layer.input_layernorm(h_in[:, tail_from:])
+    m = x.shape[1]
+    q = _rope(attn.q_proj(x).view(1, m, -1, d).transpose(1, 2), cos[tail_from:], sin[tail_from:])
+    pos = torch.arange(tail_from, n, device=q.device)
+    return tail_attention(q, k_all[:, :, :n], pos, scale=getattr(attn, "scaling", None))
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -182,8 +203,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, prefix_cache: Any,
                   doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
                   check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
-                  gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0
-                  ) -> BlendResult:
+                  gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0,
+                  rank_by: RankBy = "deviation") -> BlendResult:
     """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
 
     Args:
@@ -210,6 +231,12 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             arXiv 2410.15332: a chunk's first tokens are its own attention sink); they count
             inside the ``ceil(r * n_doc)`` budget. Applies when r > 0.
         doc_tail_tokens: likewise for the last tokens of each document (before the boundary).
+        rank_by: ``"deviation"`` (default, CacheBlend §4.2) ranks document tokens by their KV
+            deviation at ``check_layer``; ``"deviation*attention"`` multiplies it by the
+            attention mass the uncached tail after the last document (the question) puts on
+            each token at that layer (:func:`~ragcache.engine.hkvd.tail_attention`);
+            ``"attention"`` ranks by that mass alone. Gradual filtering always narrows by
+            deviation.
 
     Selection variants are in :mod:`ragcache.engine.hkvd`; the chunk's sink (BOS or the
     system prefix) is a :class:`~ragcache.engine.chunk_cache.ChunkCache` setting. With
@@ -228,7 +255,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
     spec = RopeSpec.from_config(cfg)
     _check_architecture(model)
     n = len(input_ids)
-    _validate(input_ids, prefix_len, prefix_cache, doc_spans, chunk_kvs, recompute_ratio, context_window(model))
+    _validate(input_ids, prefix_len, prefix_cache, doc_spans, chunk_kvs, recompute_ratio, context_window(model),
+              rank_by)
     device = model.lm_head.weight.device
     dtype = model.lm_head.weight.dtype
     layers = model.model.layers
@@ -278,8 +306,13 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         cached_k = k_all[check_layer][0, :, prefix_len:].clone() if deviation in ("k", "kv") else None
         cached_v = v_all[check_layer][0, :, prefix_len:].clone() if deviation in ("v", "kv") else None
         for i in range(check_layer + 1):
+            h_in = h
             h, k_new, v_new = _layer(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
         dev = kv_deviation(deviation, k_new[0, :, prefix_len:], cached_k, v_new[0, :, prefix_len:], cached_v)
+        if rank_by != "deviation":
+            mass = _tail_mass(layers[check_layer], h_in, cos, sin, k_all[check_layer], max(e for _, e in doc_spans)
+                              if doc_spans else prefix_len, n)[prefix_len:]
+            dev = mass if rank_by == "attention" else dev * mass
         forced = boundary_mask(n - prefix_len, [(s - prefix_len, e - prefix_len) for s, e in doc_spans],
                                doc_head_tokens, doc_tail_tokens, device=device)
         n_doc_suffix = int(suffix_doc.sum())

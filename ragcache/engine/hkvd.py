@@ -24,6 +24,8 @@ import torch
 
 Deviation = Literal["v", "k", "kv"]
 DEVIATIONS: tuple[str, ...] = ("v", "k", "kv")
+RankBy = Literal["deviation", "deviation*attention", "attention"]
+RANKINGS: tuple[str, ...] = ("deviation", "deviation*attention", "attention")
 
 
 def budget(recompute_ratio: float, n_doc: int) -> int:
@@ -96,6 +98,29 @@ def kv_deviation(kind: str, k_new: torch.Tensor | None, k_cached: torch.Tensor |
     if kind in ("k", "kv"):
         parts.append((k_new.float() - k_cached.float()).pow(2).sum(dim=(0, 2)))
     return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+def tail_attention(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Attention mass each key receives from the given queries, float32 ``[n_keys]``.
+
+    The queries are the request's uncached tail (question and template tail) at the check
+    layer, with their exact causal mask (``key_pos <= query_pos``); the softmax weights are
+    averaged over query heads and queries, so the result sums to 1. Ranking document tokens
+    by their deviation times this mass recomputes the tokens whose stale KV the question
+    actually reads (the "which cached tokens matter to the query" signal of Cache-Craft,
+    Agarwal et al., SIGMOD 2025, arXiv 2502.15734, §4, in a simpler per-request form).
+
+    Args:
+        q: ``[1, H, m, D]`` queries (RoPE applied) at positions ``q_pos`` (int64 ``[m]``).
+        k: ``[1, Hkv, n_keys, D]`` keys by position; ``H`` a multiple of ``Hkv``.
+        scale: softmax scale (default ``D ** -0.5``).
+    """
+    h, hkv, n_keys = q.shape[1], k.shape[1], k.shape[2]
+    kk = k.float().repeat_interleave(h // hkv, dim=1)
+    scores = torch.matmul(q.float(), kk.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    mask = torch.arange(n_keys, device=q.device)[None, :] > q_pos.to(q.device)[:, None]  # [m, n_keys]
+    probs = scores.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    return probs.mean(dim=(0, 1, 2))
 
 
 def gradual_counts(k_final: int, n_doc: int, recompute_ratio: float, gradual_layers: int,

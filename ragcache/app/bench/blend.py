@@ -131,7 +131,7 @@ def _blend_options(options: dict | None) -> dict:
     from ragcache.engine.blend import blend_prefill
 
     sig = inspect.signature(blend_prefill)
-    names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens")
+    names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens", "rank_by")
     out = {n: sig.parameters[n].default for n in names if n in sig.parameters}
     unknown = set(options or {}) - set(out)
     if unknown:
@@ -163,37 +163,38 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
     out: dict[str, dict] = {}
     forced: dict[str, Any] = {}  # the full-prefill cache, answer ids and forced logits
 
-    def record(name: str, ttft: float, logits: torch.Tensor, cache: Any, **extra: Any) -> None:
+    def record(name: str, clock: tuple[float, float], logits: torch.Tensor, cache: Any, **extra: Any) -> None:
+        ttft, cpu = time.perf_counter() - clock[0], time.process_time() - clock[1]  # wall and CPU seconds
         toks = _decode(model, cache, logits, len(ids), eos, tok)
         if not forced:  # full prefill runs first: its answer is the one forced through every method
             forced.update(cache=cache, logits=logits, answer=toks,
                           rows=forced_logits(model, cache, logits, len(ids), toks))
         fid = teacher_forced_fidelity(model, forced["cache"], forced["logits"], cache, logits, len(ids),
                                       forced["answer"], full_forced=forced["rows"])
-        out[name] = {"ttft_s": ttft, "first_token": int(logits.argmax()),
+        out[name] = {"ttft_s": ttft, "cpu_s": cpu, "first_token": int(logits.argmax()),
                      "answer": tok.decode([t for t in toks if t not in eos]), "_logits": logits,
                      "tf_mean_kl": fid.mean_kl, "tf_top1_agreement": fid.top1_agreement,
                      "greedy_match_len": fid.greedy_match_len, "answer_tokens": fid.answer_len, **extra}
 
-    t0 = time.perf_counter()
+    t0 = (time.perf_counter(), time.process_time())
     cache = kvb.new_cache(model)
     logits = kvb.forward(model, ids, cache, start=0)[-1]
-    record("full prefill", time.perf_counter() - t0, logits, cache, tokens_computed=len(ids))
+    record("full prefill", t0, logits, cache, tokens_computed=len(ids))
 
-    t0 = time.perf_counter()
+    t0 = (time.perf_counter(), time.process_time())
     cache = kvb.cache_from_tensors(model, *ctx["prefix_tensors"])
     logits = kvb.forward(model, ids[p:], cache, start=p)[-1]
-    record("prefix cache", time.perf_counter() - t0, logits, cache, tokens_computed=len(ids) - p)
+    record("prefix cache", t0, logits, cache, tokens_computed=len(ids) - p)
 
     for r in [0.0] + list(ratios):
-        t0 = time.perf_counter()
+        t0 = (time.perf_counter(), time.process_time())
         pc = kvb.cache_from_tensors(model, *ctx["prefix_tensors"])
         kvs = [chunks.lookup_or_compute(model, fp, ids[s:e]) for s, e in spans]
         assert all(hit for _, hit in kvs), "chunk KVs must be precomputed before timing"
         res = blend_prefill(model, ids, prefix_len=p, prefix_cache=pc, doc_spans=spans,
                             chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r, **ctx["blend_options"])
         name = "full reuse (r=0)" if r == 0 else f"cacheblend r={r:.2f}"
-        record(name, time.perf_counter() - t0, res.last_logits, res.cache, recompute_ratio=r,
+        record(name, t0, res.last_logits, res.cache, recompute_ratio=r,
                tokens_computed=len(res.selected), tokens_recomputed=res.tokens_recomputed)
 
     full = out["full prefill"]
@@ -222,6 +223,7 @@ def _summary(rows: list[dict]) -> dict[str, dict]:
             "recompute_ratio": ms[0].get("recompute_ratio"),
             "mean_ttft_s": ttft,
             "ttft_speedup_vs_full": full_ttft / ttft,
+            **_cpu_summary(rows, ms),
             "first_token_agreement": statistics.fmean(float(m["first_token_equal"]) for m in ms),
             "f1_vs_full": statistics.fmean(m["f1_vs_full"] for m in ms),
             "kl_first_token": statistics.fmean(m["kl_first_token"] for m in ms),
@@ -235,6 +237,15 @@ def _summary(rows: list[dict]) -> dict[str, dict]:
             "mean_tokens_computed": statistics.fmean(m["tokens_computed"] for m in ms),
         }
     return out
+
+
+def _cpu_summary(rows: list[dict], ms: list[dict]) -> dict:
+    """Mean CPU seconds of a method and its speed-up over full prefill (runs without ``cpu_s``: empty)."""
+    if not all("cpu_s" in m for m in ms):
+        return {}
+    cpu = statistics.fmean(m["cpu_s"] for m in ms)
+    full = statistics.fmean(r["methods"]["full prefill"]["cpu_s"] for r in rows)
+    return {"mean_cpu_s": cpu, "cpu_speedup_vs_full": full / cpu}
 
 
 def _write_json(path: Path, payload: dict) -> None:
@@ -373,11 +384,13 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
              f"{statistics.fmean(r['prompt_tokens'] for r in rows):.0f} tokens; {payload['machine']}; "
              f"load {payload.get('load_avg_start')} -> {payload.get('load_avg_end')})")
     table = Table(title=title)
-    for col in ("method", "TTFT (s)", "speed-up", "1st token =", "KL 1st token", "TF agree", "TF KL",
+    cpu = all("mean_cpu_s" in m for m in summary.values())
+    for col in ("method", "TTFT (s)", "speed-up", *(("CPU (s)", "CPU speed-up") if cpu else ()), "1st token =", "KL 1st token", "TF agree", "TF KL",
                 "match len", "F1 vs full", "F1 gold"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for name, m in summary.items():
         table.add_row(name, f"{m['mean_ttft_s']:.2f}", f"{m['ttft_speedup_vs_full']:.2f}x",
+                      *((f"{m['mean_cpu_s']:.2f}", f"{m['cpu_speedup_vs_full']:.2f}x") if cpu else ()),
                       f"{m['first_token_agreement']:.2f}", f"{m['kl_first_token']:.3f}",
                       f"{m['tf_top1_agreement']:.3f}", f"{m['tf_mean_kl']:.4f}",
                       f"{m['greedy_match_len']:.1f}/{m['answer_tokens']:.1f}", f"{m['f1_vs_full']:.2f}",
