@@ -1,4 +1,4 @@
-"""LocalEngine: prefill, decode loop, streaming and timings on a Hugging Face causal LM.
+"""LocalEngine: prefill, decoding (:mod:`ragcache.engine.decode`), streaming and timings on a Hugging Face causal LM.
 
 A request's prefill takes, in order:
 
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
+from ragcache.engine.decode import DecodeResult, decode
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
@@ -412,62 +413,26 @@ class LocalEngine:
 
                 cache = quantized_decode_cache(self.model, cache, **self.decode_options)
             ids = prompt.input_ids
-            logits = pre.last_logits
-            first_logits = logits.detach().clone()
-            out: list[int] = []
-            emitted = ""
-            finish = "length"
-            t_first = None
-            for step in range(max_new_tokens):
-                tok = self._sample(logits, temperature, top_p, gen_rng)
-                if t_first is None:
-                    t_first = time.perf_counter()
-                    stats.ttft_s = t_first - t0
-                if tok in self._eos:
-                    finish = "stop"
-                    break
-                out.append(tok)
-                text = self.tokenizer.decode(out, skip_special_tokens=True)
-                cut = _find_stop(text, stops)
-                if cut is not None:
-                    text, finish = text[:cut], "stop"
-                if not text.endswith("\ufffd") and len(text) > len(emitted):
-                    delta, emitted = text[len(emitted):], text
-                    yield StreamEvent(delta, tok)
-                if finish == "stop" or step == max_new_tokens - 1:
-                    break
-                logits = kv.forward(self.model, [tok], cache, len(ids) + len(out) - 1)[-1]
-            t_end = time.perf_counter()
-            final = self.tokenizer.decode(out, skip_special_tokens=True)
-            cut = _find_stop(final, stops)
-            if cut is not None:
-                final, finish = final[:cut], "stop"
-            if len(final) > len(emitted) and final.startswith(emitted):
-                yield StreamEvent(final[len(emitted):], None)
+            first_logits = pre.last_logits.detach().clone()
+            res = DecodeResult()
+            for ev in decode(self.model, self.tokenizer, cache, pre.last_logits, len(ids),
+                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
+                             eos=self._eos, rng=gen_rng, result=res):
+                yield ev
+            out = res.tokens
+            t_first = res.t_first if res.t_first is not None else res.t_end
+            stats.ttft_s = t_first - t0  # prefill + choosing the first token
             stats.decode_tokens = len(out)
-            stats.decode_s = t_end - (t_first or t_end)
+            stats.decode_s = res.t_end - t_first
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
-            stats.finish_reason = finish
+            stats.finish_reason = res.finish_reason
             if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and self.decode_cache == "dynamic":
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)
                 self.prefix_cache.insert(seq, keys, values, namespace=self.namespace, upto=len(seq))
             stats.chunk_store_s = self.store_chunks(pre.missed_docs)
-        yield StreamEvent("", None, Generation(final, out, stats, first_logits))
-
-    @staticmethod
-    def _sample(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> int:
-        if temperature == 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.float() / temperature, dim=-1)
-        if top_p < 1.0:
-            sp, si = torch.sort(probs, descending=True)
-            keep = torch.cumsum(sp, 0) - sp < top_p
-            sp = sp * keep
-            probs = torch.zeros_like(probs).scatter_(0, si, sp)
-            probs /= probs.sum()
-        return int(torch.multinomial(probs, 1, generator=rng))
+        yield StreamEvent("", None, Generation(res.text, out, stats, first_logits))
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Async :meth:`stream` (same arguments): the blocking forward passes run in a worker thread
@@ -477,7 +442,3 @@ class LocalEngine:
 
         return iterate_in_thread(lambda: self.stream(prompt, **kwargs), name="ragcache-engine-stream")
 
-
-def _find_stop(text: str, stops: Sequence[str]) -> int | None:
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None

@@ -35,17 +35,16 @@ from ragcache.semantic.budget import (
     AnswerBudget,
     merge_metadata,
     servable,
-    split_metadata,
 )
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.guards import GuardSet, GuardVerdict
-from ragcache.semantic.index import PartitionIndex
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.locks import RWLock
 from ragcache.semantic.partition import PartitionKey, partition_key
+from ragcache.semantic.persistence import CachePersistence
 from ragcache.semantic.records import Candidate, Entry, Partition, SemanticHit
 from ragcache.semantic.stats import SemanticStats
-from ragcache.semantic.store import SCHEMA_VERSION, SQLiteStore
+from ragcache.semantic.store import SQLiteStore
 from ragcache.semantic.text import embed_form, exact_form, normalize_question
 
 logger = logging.getLogger("ragcache.semantic")
@@ -82,7 +81,7 @@ def _check_threshold(t: float) -> float:
     return t
 
 
-class SemanticCache:
+class SemanticCache(CachePersistence):
     """Semantic response cache keyed by (exact partition, question embedding).
 
     Args:
@@ -437,180 +436,3 @@ class SemanticCache:
                 while len(self._vec_memo) > 256:
                     self._vec_memo.popitem(last=False)
         return out
-
-    # ================================================================= write internals (write lock held)
-    def _partition(self, pk: PartitionKey) -> Partition:
-        part = self._parts.get(pk.digest)
-        if part is None:
-            part = Partition(pk.digest, pk.namespace, pk.invalidation_keys, self._new_index())
-            self._parts[pk.digest] = part
-            for d in part.docs:
-                self._doc_parts.setdefault(d, set()).add(pk.digest)
-        return part
-
-    def _new_index(self) -> PartitionIndex:
-        return PartitionIndex(self.embedder.dim, hnsw_threshold=self.hnsw_threshold)
-
-    def _remember(self, e: Entry, part: Partition) -> None:
-        self._entries[e.id] = e
-        with self._touch_lock:
-            self._lru[e.id] = None
-        part.exact.setdefault(e.exact, set()).add(e.id)
-        part.speller.add(e.question)
-
-    def _forget(self, ids: list[int]) -> dict[str, list[int]]:
-        """Drop ids from memory (not from FAISS); returns them grouped by partition."""
-        by_part: dict[str, list[int]] = {}
-        for i in ids:
-            e = self._entries.pop(i, None)
-            if e is None:
-                continue
-            with self._touch_lock:
-                self._lru.pop(i, None)
-                self._touched.pop(i, None)
-            part = self._parts[e.partition]
-            s = part.exact.get(e.exact)
-            if s is not None:
-                s.discard(i)
-                if not s:
-                    del part.exact[e.exact]
-            part.speller.remove(e.question)
-            by_part.setdefault(e.partition, []).append(i)
-        for key, pids in by_part.items():
-            self._parts[key].index.remove(pids)
-            self._dirty.add(key)
-        return by_part
-
-    def _remove_ids(self, ids: list[int]) -> None:
-        if not ids:
-            return
-        with self._db.transaction():
-            self._db.delete(ids)
-        by_part = self._forget(ids)
-        empty = [k for k in by_part if not len(self._parts[k].index)]
-        if empty:
-            self._drop_partitions(set(empty), count=False)
-        self._after_write(len(ids))
-
-    def _drop_partitions(self, keys: set[str], count: bool = True) -> int:
-        n = 0
-        with self._db.transaction():
-            self._db.delete_partitions(keys)
-        for k in keys:
-            part = self._parts.pop(k, None)
-            if part is None:
-                continue
-            ids = [i for s in part.exact.values() for i in s]
-            n += len(ids)
-            for i in ids:
-                self._entries.pop(i, None)
-                with self._touch_lock:
-                    self._lru.pop(i, None)
-                    self._touched.pop(i, None)
-            for d in part.docs:
-                s = self._doc_parts.get(d)
-                if s is not None:
-                    s.discard(k)
-                    if not s:
-                        del self._doc_parts[d]
-            self._dirty.discard(k)
-            self._db.drop_index(k)
-        if count:
-            self._stats.invalidations += n
-        return n
-
-    def _evict_over_capacity(self) -> None:
-        over = len(self._entries) - self.max_entries
-        if over > 0:
-            with self._touch_lock:
-                victims = [i for i, _ in zip(self._lru, range(over))]
-            self._remove_ids(victims)
-            self._stats.evictions += len(victims)
-
-    def _after_write(self, n: int) -> None:
-        self._writes += n
-        if self.path is not None and self._writes >= self.autosave_every:
-            self._flush()
-
-    def _flush(self) -> None:
-        with self._touch_lock:
-            touched = [(i, t, self._entries[i].hits) for i, t in self._touched.items() if i in self._entries]
-            self._touched.clear()
-        if touched:
-            with self._db.transaction():
-                self._db.touch(touched)
-        if self.path is not None:
-            for k in sorted(self._dirty):
-                if k in self._parts:
-                    self._db.write_index(k, self._parts[k].index.to_bytes())
-        self._dirty.clear()
-        self._writes = 0
-
-    # ================================================================= open / recover
-    def _open(self) -> None:
-        want = {"schema": SCHEMA_VERSION, "embedder": self.embedder.fingerprint, "dim": str(self.embedder.dim)}
-        have = {k: self._db.get_meta(k) for k in want}
-        if all(v is None for v in have.values()):
-            self._db.set_meta(want)
-        elif have != want:
-            raise ValueError(
-                f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
-                "or use another path (or delete the directory) for this embedder"
-            )
-        for key, ns, docs in self._db.partitions():
-            self._partition(PartitionKey(key, ns, (), tuple(docs)))
-        vecs: dict[str, tuple[list[int], list[np.ndarray]]] = {}
-        now, dead = time.time(), []
-        for row in self._db.entries(self.embedder.dim):
-            if row.expires is not None and row.expires <= now:
-                dead.append(row.id)
-                continue
-            part = self._parts.get(row.partition)
-            if part is None:
-                continue
-            meta, budget = split_metadata(row.metadata)
-            self._remember(Entry(row.id, row.partition, row.question, exact_form(row.question), row.answer,
-                                  meta, row.created, row.expires, row.hits, budget), part)
-            ids, vs = vecs.setdefault(row.partition, ([], []))
-            ids.append(row.id)
-            vs.append(row.vector)
-        for key, part in list(self._parts.items()):
-            ids, vs = vecs.get(key, ([], []))
-            part.index = self._load_index(key, np.asarray(ids, np.int64), vs)
-        if dead:
-            with self._lock.write(), self._db.transaction():
-                self._db.delete(dead)
-        empty = {k for k, p in self._parts.items() if not len(p.index)}
-        if empty:
-            self._drop_partitions(empty, count=False)
-
-    def _load_index(self, key: str, ids: np.ndarray, vecs: list[np.ndarray]) -> PartitionIndex:
-        data = self._db.read_index(key)
-        idx: PartitionIndex | None = None
-        if data is not None:
-            try:
-                idx = PartitionIndex.from_bytes(data, self.embedder.dim, hnsw_threshold=self.hnsw_threshold)
-            except ValueError as e:
-                logger.warning("semantic cache %s: index of partition %s is corrupt (%s); rebuilding from SQLite",
-                               self.path, key[:12], e)
-        elif len(ids):
-            logger.warning("semantic cache %s: index of partition %s is missing; rebuilding from SQLite",
-                           self.path, key[:12])
-        if idx is None:
-            idx = self._new_index()
-            if len(ids):
-                idx.add(ids, np.stack(vecs))
-            self._dirty.add(key)
-            return idx
-        have = idx.ids()
-        extra = np.setdiff1d(have, ids)
-        missing = np.isin(ids, have, invert=True)
-        if len(extra):
-            idx.remove(extra)
-        if missing.any():
-            idx.add(ids[missing], np.stack([v for v, m in zip(vecs, missing) if m]))
-        if len(extra) or missing.any():
-            logger.info("semantic cache %s: partition %s index synced (+%d, -%d)", self.path, key[:12],
-                        int(missing.sum()), len(extra))
-            self._dirty.add(key)
-        return idx

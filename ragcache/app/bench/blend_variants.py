@@ -59,6 +59,7 @@ VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "r=0.30 dev KV": ("bos", 0.30, {"deviation": "kv"}),
     "r=0.15 dev KV x question attention": ("bos", 0.15, {"deviation": "kv", "rank_by": "deviation*attention"}),
     "r=0.15 question attention": ("bos", 0.15, {"rank_by": "attention"}),
+    "r=0.15 dev KV, check 4": ("bos", 0.15, {"deviation": "kv", "check_layer": 4}),
     "r=0.15 dev KV x question attention, check 4": ("bos", 0.15, {"deviation": "kv", "rank_by": "deviation*attention",
                                                                   "check_layer": 4}),
 }

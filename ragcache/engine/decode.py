@@ -1,0 +1,103 @@
+"""The decode loop of :class:`~ragcache.engine.engine.LocalEngine`: sampling, stop strings, streaming.
+
+One token per step from the request's own KV cache (``kv.forward`` of the last token at its
+position); greedy when ``temperature == 0``, else temperature + nucleus (top-p) sampling
+(Holtzman et al., "The Curious Case of Neural Text Degeneration", ICLR 2020, §3.1). Text is
+streamed as UTF-8-complete deltas; a stop string ends generation before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ragcache.engine import kv
+from ragcache.engine.records import StreamEvent
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    """What :func:`decode` produced, filled in as it runs.
+
+    Attributes:
+        tokens: generated token ids (EOS excluded; stop strings are cut from ``text`` only).
+        text: the final text (stop string and what follows removed).
+        finish_reason: ``"stop"`` (EOS or a stop string) or ``"length"`` (the budget).
+        t_first: ``time.perf_counter()`` when the first token was chosen (None before).
+        t_end: ``time.perf_counter()`` after the last step.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = "length"
+    t_first: float | None = None
+    t_end: float = 0.0
+
+
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float, rng: torch.Generator | None) -> int:
+    """Next token from logits ``[vocab]``: argmax when ``temperature == 0``, else a sample from
+    ``softmax(logits / temperature)`` restricted to the smallest set of mass >= ``top_p``."""
+    if temperature == 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sp, si = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sp, 0) - sp < top_p
+        sp = sp * keep
+        probs = torch.zeros_like(probs).scatter_(0, si, sp)
+        probs /= probs.sum()
+    return int(torch.multinomial(probs, 1, generator=rng))
+
+
+def find_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Index of the earliest stop string in ``text`` (None when there is none)."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def decode(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, n_prompt: int, *, max_new_tokens: int,
+           temperature: float, top_p: float, stops: Sequence[str], eos: set[int], rng: torch.Generator | None,
+           result: DecodeResult) -> Iterator[StreamEvent]:
+    """Decode up to ``max_new_tokens`` tokens after a prefill, yielding text deltas.
+
+    Args:
+        cache: the request's KV cache over ``n_prompt`` prompt tokens (appended to in place).
+        logits: float ``[vocab]`` logits of the last prompt token.
+        stops: non-empty stop strings; eos: token ids that end generation.
+        result: filled with tokens, final text, finish reason and timings.
+
+    Yields:
+        :class:`StreamEvent` deltas (never a partial UTF-8 character); a last delta when the
+        final text extends what was streamed.
+    """
+    out, emitted = result.tokens, ""
+    for step in range(max_new_tokens):
+        tok = sample_token(logits, temperature, top_p, rng)
+        if result.t_first is None:
+            result.t_first = time.perf_counter()
+        if tok in eos:
+            result.finish_reason = "stop"
+            break
+        out.append(tok)
+        text = tokenizer.decode(out, skip_special_tokens=True)
+        cut = find_stop(text, stops)
+        if cut is not None:
+            text, result.finish_reason = text[:cut], "stop"
+        if not text.endswith("\ufffd") and len(text) > len(emitted):
+            delta, emitted = text[len(emitted):], text
+            yield StreamEvent(delta, tok)
+        if result.finish_reason == "stop" or step == max_new_tokens - 1:
+            break
+        logits = kv.forward(model, [tok], cache, n_prompt + len(out) - 1)[-1]
+    result.t_end = time.perf_counter()
+    final = tokenizer.decode(out, skip_special_tokens=True)
+    cut = find_stop(final, stops)
+    if cut is not None:
+        final, result.finish_reason = final[:cut], "stop"
+    result.text = final
+    if len(final) > len(emitted) and final.startswith(emitted):
+        yield StreamEvent(final[len(emitted):], None)

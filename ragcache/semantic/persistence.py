@@ -1,0 +1,130 @@
+"""Persistence of :class:`~ragcache.semantic.cache.SemanticCache`: periodic flush of touched rows
+and dirty FAISS indexes to SQLite, and open / recovery (schema and embedder check, expired rows
+dropped, each partition's index loaded, rebuilt when corrupt or missing, synced with SQLite).
+
+A mixin over the cache's private state; split from ``cache.py``. Files are never unpickled:
+indexes are FAISS bytes stored in SQLite and checked on load.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ragcache.semantic.budget import split_metadata
+from ragcache.semantic.index import PartitionIndex
+from ragcache.semantic.partition import PartitionKey
+from ragcache.semantic.records import Entry, Partition
+from ragcache.semantic.registry import CacheRegistry
+from ragcache.semantic.store import SCHEMA_VERSION
+from ragcache.semantic.text import exact_form
+
+logger = logging.getLogger("ragcache.semantic")
+
+
+class CachePersistence(CacheRegistry):
+    """Flush and open / recover, mixed into ``SemanticCache`` (over :class:`CacheRegistry`)."""
+
+    _entries: dict[int, Entry]
+    _parts: dict[str, Partition]
+    _dirty: set[str]
+    _db: Any
+    _lock: Any
+    _touch_lock: Any
+    _touched: dict[int, float]
+    _writes: int
+    path: Any
+    embedder: Any
+    hnsw_threshold: int
+    autosave_every: int
+
+    def _after_write(self, n: int) -> None:
+        self._writes += n
+        if self.path is not None and self._writes >= self.autosave_every:
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._touch_lock:
+            touched = [(i, t, self._entries[i].hits) for i, t in self._touched.items() if i in self._entries]
+            self._touched.clear()
+        if touched:
+            with self._db.transaction():
+                self._db.touch(touched)
+        if self.path is not None:
+            for k in sorted(self._dirty):
+                if k in self._parts:
+                    self._db.write_index(k, self._parts[k].index.to_bytes())
+        self._dirty.clear()
+        self._writes = 0
+
+    # ================================================================= open / recover
+    def _open(self) -> None:
+        want = {"schema": SCHEMA_VERSION, "embedder": self.embedder.fingerprint, "dim": str(self.embedder.dim)}
+        have = {k: self._db.get_meta(k) for k in want}
+        if all(v is None for v in have.values()):
+            self._db.set_meta(want)
+        elif have != want:
+            raise ValueError(
+                f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
+                "or use another path (or delete the directory) for this embedder"
+            )
+        for key, ns, docs in self._db.partitions():
+            self._partition(PartitionKey(key, ns, (), tuple(docs)))
+        vecs: dict[str, tuple[list[int], list[np.ndarray]]] = {}
+        now, dead = time.time(), []
+        for row in self._db.entries(self.embedder.dim):
+            if row.expires is not None and row.expires <= now:
+                dead.append(row.id)
+                continue
+            part = self._parts.get(row.partition)
+            if part is None:
+                continue
+            meta, budget = split_metadata(row.metadata)
+            self._remember(Entry(row.id, row.partition, row.question, exact_form(row.question), row.answer,
+                                  meta, row.created, row.expires, row.hits, budget), part)
+            ids, vs = vecs.setdefault(row.partition, ([], []))
+            ids.append(row.id)
+            vs.append(row.vector)
+        for key, part in list(self._parts.items()):
+            ids, vs = vecs.get(key, ([], []))
+            part.index = self._load_index(key, np.asarray(ids, np.int64), vs)
+        if dead:
+            with self._lock.write(), self._db.transaction():
+                self._db.delete(dead)
+        empty = {k for k, p in self._parts.items() if not len(p.index)}
+        if empty:
+            self._drop_partitions(empty, count=False)
+
+    def _load_index(self, key: str, ids: np.ndarray, vecs: list[np.ndarray]) -> PartitionIndex:
+        data = self._db.read_index(key)
+        idx: PartitionIndex | None = None
+        if data is not None:
+            try:
+                idx = PartitionIndex.from_bytes(data, self.embedder.dim, hnsw_threshold=self.hnsw_threshold)
+            except ValueError as e:
+                logger.warning("semantic cache %s: index of partition %s is corrupt (%s); rebuilding from SQLite",
+                               self.path, key[:12], e)
+        elif len(ids):
+            logger.warning("semantic cache %s: index of partition %s is missing; rebuilding from SQLite",
+                           self.path, key[:12])
+        if idx is None:
+            idx = self._new_index()
+            if len(ids):
+                idx.add(ids, np.stack(vecs))
+            self._dirty.add(key)
+            return idx
+        have = idx.ids()
+        extra = np.setdiff1d(have, ids)
+        missing = np.isin(ids, have, invert=True)
+        if len(extra):
+            idx.remove(extra)
+        if missing.any():
+            idx.add(ids[missing], np.stack([v for v, m in zip(vecs, missing) if m]))
+        if len(extra) or missing.any():
+            logger.info("semantic cache %s: partition %s index synced (+%d, -%d)", self.path, key[:12],
+                        int(missing.sum()), len(extra))
+            self._dirty.add(key)
+        return idx
