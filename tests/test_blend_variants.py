@@ -10,7 +10,7 @@ import torch
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill
 from ragcache.engine.chunk_cache import ChunkCache
-from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd
+from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd, tail_attention
 from ragcache.engine.stores import MemoryChunkStore
 from ragcache.testing import tiny_llama
 from test_blend import DOCS, build, full_prefill, prefix_cache
@@ -27,6 +27,8 @@ VARIANTS = {
     "heads": {"doc_head_tokens": 3},
     "tails": {"doc_tail_tokens": 2},
     "heads_tails_gradual_kv": {"doc_head_tokens": 2, "doc_tail_tokens": 1, "gradual_layers": 1, "deviation": "kv"},
+    "dev_x_attention": {"rank_by": "deviation*attention"},
+    "attention": {"rank_by": "attention", "check_layer": 2},
 }
 
 
@@ -114,3 +116,36 @@ def test_boundary_mask_and_gradual_counts():
 def test_bad_deviation_kind_raises(lm):
     with pytest.raises(ValueError, match="deviation must be one of"):
         run(lm, 0.15, deviation="q")
+
+
+def test_bad_rank_by_raises(lm):
+    with pytest.raises(ValueError, match="rank_by must be one of"):
+        run(lm, 0.15, rank_by="random")
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_tail_attention_is_the_causal_softmax_mass(heads, kv_heads):
+    g = torch.Generator().manual_seed(heads * 10 + kv_heads)
+    n, d = 11, 8
+    q_pos = torch.tensor([7, 8, 10])
+    q = torch.randn(1, heads, len(q_pos), d, generator=g)
+    k = torch.randn(1, kv_heads, n, d, generator=g)
+    mass = tail_attention(q, k, q_pos)
+    assert mass.shape == (n,) and abs(mass.sum().item() - 1.0) < 1e-5
+    assert mass[10].item() > 0 and (mass >= 0).all()
+    ref = torch.zeros(n)
+    kk = k.repeat_interleave(heads // kv_heads, dim=1)[0]
+    for h in range(heads):
+        for j, p in enumerate(q_pos.tolist()):
+            w = torch.softmax(q[0, h, j] @ kk[h, : p + 1].T / math.sqrt(d), dim=-1)
+            ref[: p + 1] += w / (heads * len(q_pos))
+    assert torch.allclose(mass, ref, atol=1e-6)
+    only_last = tail_attention(q[:, :, :1], k, q_pos[:1])  # a query never reads keys after its position
+    assert only_last[8:].abs().max().item() == 0.0
+
+
+def test_rank_by_changes_the_selection(lm):
+    _, _, _, base = run(lm, 0.3)
+    _, _, _, attn = run(lm, 0.3, rank_by="attention")
+    assert len(base.selected) == len(attn.selected)
+    assert base.selected.tolist() != attn.selected.tolist()
