@@ -120,7 +120,7 @@ class RagCache:
         single_flight: concurrent identical misses (same partition, same question words) make one
             backend call; the others wait (at most ``flight_timeout_s`` seconds) and get the stored
             answer. Across processes with a PostgreSQL semantic cache (advisory lock), within this
-            process otherwise (:func:`ragcache.semantic.flight.flight_hold`).
+            process otherwise (:func:`ragcache.semantic.flight.flight_hold`); ``aanswer`` too.
     """
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
@@ -290,7 +290,9 @@ class RagCache:
                       namespace: str | None = None, max_new_tokens: int | None = None,
                       temperature: float | None = None, use_semantic: bool = True,
                       threshold: float | None = None) -> Answer:
-        """Async :meth:`answer` (semantic lookup and store in worker threads; the backend's async path)."""
+        """Async :meth:`answer` (semantic lookup and store in worker threads; the backend's async path).
+        Single flight as in :meth:`answer`, waited for on the event loop
+        (:func:`ragcache.semantic.flight.aflight_hold`), shared with sync callers of the same question."""
         t0 = time.perf_counter()
         req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
                            namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -298,7 +300,16 @@ class RagCache:
             hit = await asyncio.to_thread(self.lookup, req, threshold=threshold)
             if hit is not None:
                 return hit
-        return await self.arecord(req, await self.agenerate(req), started=t0)
+        if not (self.single_flight and use_semantic and req.partition is not None):
+            return await self.arecord(req, await self.agenerate(req), started=t0)
+        from ragcache.semantic.flight import aflight_hold
+
+        async with aflight_hold(self.semantic, req.partition, req.question, self.flight_timeout_s) as locked:
+            if locked:  # another caller (sync or async) may have answered while this one waited
+                hit = await asyncio.to_thread(self.lookup, req, threshold=threshold)
+                if hit is not None:
+                    return hit
+            return await self.arecord(req, await self.agenerate(req), started=t0)
 
 
 __all__ = ["Answer", "DEFAULT_SYSTEM", "RagCache", "Request"]

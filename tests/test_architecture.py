@@ -317,3 +317,100 @@ def test_no_documents_is_none_or_empty():
     rag = _rag()
     assert rag.answer("Hello?", None).layer == "model"
     assert rag.answer("Hello?", ()).layer == "semantic"
+
+
+class _AsyncSlowBackend(EchoBackend):
+    """An async backend whose model call takes 0.3 s on the event loop."""
+
+    async def agenerate(self, layout, *, max_new_tokens, temperature):
+        import asyncio
+
+        await asyncio.sleep(0.3)
+        return super().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+
+@pytest.mark.parametrize("flight", [True, False])
+def test_concurrent_identical_async_misses_make_one_backend_call(flight):
+    import asyncio
+
+    backend = _AsyncSlowBackend()
+    rag = _rag(backend, single_flight=flight)
+
+    async def main():
+        return await asyncio.gather(*(rag.aanswer("When do orders ship?", DOCS[:2]) for _ in range(8)))
+
+    answers = asyncio.run(main())
+    if flight:
+        assert backend.calls == 1 and len({a.text for a in answers}) == 1
+        assert sum(a.layer == "semantic" for a in answers) == 7
+    else:
+        assert backend.calls == 8
+
+
+def test_sync_and_async_callers_share_one_flight():
+    import asyncio
+    import threading
+    import time
+
+    class Both(_AsyncSlowBackend):
+        def generate(self, layout, *, max_new_tokens, temperature):
+            time.sleep(0.3)
+            return super().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+    backend = Both()
+    rag = _rag(backend)
+    sync_out = []
+    t = threading.Thread(target=lambda: sync_out.append(rag.answer("When do orders ship?", DOCS[:2])))
+    t.start()
+    time.sleep(0.05)  # the sync caller holds the flight
+
+    async def main():
+        return await asyncio.gather(*(rag.aanswer("when do orders ship", DOCS[:2]) for _ in range(4)))
+
+    answers = asyncio.run(main())
+    t.join()
+    assert backend.calls == 1 and {a.layer for a in answers} == {"semantic"}
+    assert {a.text for a in answers} == {sync_out[0].text}
+
+
+def test_cancelled_async_waiter_holds_nothing():
+    import asyncio
+
+    backend = _AsyncSlowBackend()
+    rag = _rag(backend)
+
+    async def main():
+        first = asyncio.create_task(rag.aanswer("When do orders ship?", DOCS[:2]))
+        await asyncio.sleep(0.05)
+        waiter = asyncio.create_task(rag.aanswer("When do orders ship?", DOCS[:2]))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await first
+        # the lock is free again: a new question is answered at once, the old one from the cache
+        t0 = asyncio.get_running_loop().time()
+        again = await rag.aanswer("When do orders ship?", DOCS[:2])
+        other = await rag.aanswer("Who packs the boxes?", DOCS[:2])
+        return again, other, asyncio.get_running_loop().time() - t0
+
+    again, other, took = asyncio.run(main())
+    assert again.layer == "semantic" and other.layer == "model" and backend.calls == 2 and took < 5
+
+
+def test_async_waiter_times_out_and_computes():
+    import asyncio
+
+    from ragcache.semantic.flight import _LOCAL, flight_key
+
+    rag = _rag(_AsyncSlowBackend(), flight_timeout_s=0.2)
+    req = rag.prepare("When do orders ship?", DOCS[:2])
+
+    async def main():
+        with _LOCAL.hold(flight_key(req.partition, req.question), 1.0):  # a holder that never answers
+            t0 = asyncio.get_running_loop().time()
+            a = await rag.aanswer("When do orders ship?", DOCS[:2])
+            return a, asyncio.get_running_loop().time() - t0
+
+    a, took = asyncio.run(main())
+    assert a.layer == "model" and 0.15 < took < 5

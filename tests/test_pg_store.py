@@ -213,3 +213,47 @@ def test_bulk_load_builds_the_index_once(open_cache, pg_server, schema):
     with psycopg.connect(pg_server.url) as c:
         assert c.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'entries_embedding'",
                          (schema,)).fetchone()[0] == 1
+
+
+def test_async_flight_shares_the_advisory_lock_and_cancelled_waiters_leave_none(pg_server, open_cache):
+    import asyncio
+
+    import psycopg
+
+    from ragcache.semantic import partition_key
+    from ragcache.semantic.flight import aflight_hold
+
+    cache = open_cache()
+    pk = partition_key(model="m")
+    calls = []
+
+    async def caller() -> str:
+        async with aflight_hold(cache, pk, "What is an async flight?", 10) as locked:
+            assert locked
+            hit = await asyncio.to_thread(cache.lookup, "What is an async flight?", partition=pk)
+            if hit is not None:
+                return hit.answer
+            calls.append(1)
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(cache.store, "What is an async flight?", "once", partition=pk)
+            return "once"
+
+    async def main():
+        out = await asyncio.gather(*(caller() for _ in range(6)))
+        async with aflight_hold(cache, pk, "held question?", 10):  # held: a waiter is cancelled mid-wait
+            waiter = asyncio.create_task(caller_for("held question?"))
+            await asyncio.sleep(0.2)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        return out
+
+    async def caller_for(q: str) -> None:
+        async with aflight_hold(cache, pk, q, 10):
+            pass
+
+    assert asyncio.run(main()) == ["once"] * 6 and len(calls) == 1
+    with psycopg.connect(pg_server.url) as c:  # nothing left behind on pooled connections
+        assert c.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0] == 0
+    with cache.flight_lock("ab" * 32, 1) as locked:  # the sync flight still works on the same pool
+        assert locked

@@ -12,16 +12,22 @@ and find the stored answer. The lock comes from the cache:
 
 A holder that hangs blocks the others for at most ``timeout_s`` seconds; then they compute
 themselves (logged). If ``compute`` raises, the lock is released and the next waiter computes.
+
+Async callers (:func:`aflight_hold`, used by ``RagCache.aanswer``) take the *same* locks without
+blocking a thread while they wait: they try the lock (``pg_try_advisory_lock``, or a non-blocking
+acquire of the process lock) and sleep on the event loop between tries, so sync and async callers
+of one question share one flight, and a cancelled waiter holds nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +88,47 @@ class _ProcessLocks:
                 else:
                     self._locks[key] = (lock, users - 1)
 
+    @asynccontextmanager
+    async def ahold(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        locked = False
+        try:
+            async def try_lock() -> bool:
+                return lock.acquire(blocking=False)
+
+            locked = await poll_lock(try_lock, timeout_s)
+            yield locked
+        finally:
+            if locked:
+                lock.release()
+            with self._guard:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
 
 _LOCAL = _ProcessLocks()
+POLL_S = (0.005, 0.1)
+"""First and longest sleep (seconds) between an async waiter's tries; the sleep doubles each try."""
+
+
+async def poll_lock(try_lock: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
+    """Await ``try_lock()`` until it returns True or ``timeout_s`` seconds pass, sleeping on the event
+    loop between tries (5 ms doubling to 100 ms). Returns whether the lock was taken."""
+    deadline = time.monotonic() + timeout_s
+    pause = POLL_S[0]
+    while True:
+        if await try_lock():
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, POLL_S[1])
 
 
 @contextmanager
@@ -96,6 +141,43 @@ def flight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: f
     hold = getattr(cache, "flight_lock", None) or _LOCAL.hold
     with hold(flight_key(partition, question), timeout_s) as locked:
         yield locked
+
+
+@asynccontextmanager
+async def aflight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0
+                       ) -> AsyncIterator[bool]:
+    """Async :func:`flight_hold`: the same lock (a PostgreSQL advisory lock when the cache has
+    ``aflight_lock``, else this process's lock, shared with sync callers), waited for on the event
+    loop. A cache with only a sync ``flight_lock`` is held from a worker thread. Yields whether the
+    lock was taken (``False`` after ``timeout_s`` seconds)."""
+    key = flight_key(partition, question)
+    ahold = getattr(cache, "aflight_lock", None)
+    if ahold is None and getattr(cache, "flight_lock", None) is not None:
+        ahold = _threaded(cache.flight_lock)
+    async with (ahold or _LOCAL.ahold)(key, timeout_s) as locked:
+        yield locked
+
+
+def _threaded(hold: Callable[[str, float], Any]) -> Callable[[str, float], Any]:
+    """An async hold over a sync context manager, entered and left in worker threads (a cancelled
+    waiter still leaves the context once the enter finishes)."""
+
+    @asynccontextmanager
+    async def ahold(key: str, timeout_s: float) -> AsyncIterator[bool]:
+        cm = hold(key, timeout_s)
+        enter = asyncio.ensure_future(asyncio.to_thread(cm.__enter__))
+        try:
+            locked = await asyncio.shield(enter)
+        except asyncio.CancelledError:
+            enter.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                    or threading.Thread(target=cm.__exit__, args=(None, None, None)).start())
+            raise
+        try:
+            yield locked
+        finally:
+            await asyncio.to_thread(cm.__exit__, None, None, None)
+
+    return ahold
 
 
 def single_flight(cache: Any, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,

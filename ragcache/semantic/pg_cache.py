@@ -21,8 +21,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import numpy as np
@@ -399,6 +399,50 @@ class PgSemanticCache:
             finally:
                 if locked and not conn.broken:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
+
+    @asynccontextmanager
+    async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        """Async :meth:`flight_lock`: ``pg_try_advisory_lock`` tried from worker threads with event-loop
+        sleeps between tries (:func:`ragcache.semantic.flight.poll_lock`), so no thread blocks while
+        waiting. The connection goes back to the pool only after every try has finished and
+        ``pg_advisory_unlock_all()`` ran: a waiter cancelled mid-try leaves no lock behind."""
+        from ragcache.semantic.flight import poll_lock
+
+        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+        lend = self._pool.connection()
+        getting = asyncio.ensure_future(asyncio.to_thread(lend.__enter__))
+        try:
+            conn = await asyncio.shield(getting)
+        except asyncio.CancelledError:
+            getting.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                      or lend.__exit__(None, None, None))
+            raise
+        tries: list[asyncio.Future] = []
+
+        def query() -> bool:
+            return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,)).fetchone()[0])
+
+        async def try_lock() -> bool:
+            tries.append(asyncio.ensure_future(asyncio.to_thread(query)))
+            return await asyncio.shield(tries[-1])
+
+        try:
+            yield await poll_lock(try_lock, timeout_s)
+        finally:
+            await asyncio.shield(self._arelease(conn, lend, tries))
+
+    @staticmethod
+    async def _arelease(conn: Any, lend: Any, tries: list[asyncio.Future]) -> None:
+        await asyncio.gather(*tries, return_exceptions=True)
+
+        def release() -> None:
+            try:
+                if not conn.broken:
+                    conn.execute("SELECT pg_advisory_unlock_all()")
+            finally:
+                lend.__exit__(None, None, None)
+
+        await asyncio.to_thread(release)
 
     # ================================================================= housekeeping
     @property
