@@ -64,23 +64,22 @@ def flight_key(partition: PartitionKey, question: str) -> str:
 
 
 class _ProcessLocks:
-    """Named locks in this process, dropped when nobody holds or waits for them."""
+    """Named locks in this process, dropped when nobody holds or waits for them. Sync callers wait
+    in ``lock.acquire``; async callers poll it on the event loop (:func:`poll_lock`)."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._locks: dict[str, tuple[threading.Lock, int]] = {}
 
     @contextmanager
-    def hold(self, key: str, timeout_s: float) -> Iterator[bool]:
+    def _user(self, key: str) -> Iterator[threading.Lock]:
+        """The lock named ``key``, counted as used (created / dropped with its first / last user)."""
         with self._guard:
             lock, users = self._locks.get(key, (threading.Lock(), 0))
             self._locks[key] = (lock, users + 1)
-        locked = lock.acquire(timeout=timeout_s)
         try:
-            yield locked
+            yield lock
         finally:
-            if locked:
-                lock.release()
             with self._guard:
                 lock, users = self._locks[key]
                 if users == 1:
@@ -88,27 +87,28 @@ class _ProcessLocks:
                 else:
                     self._locks[key] = (lock, users - 1)
 
+    @contextmanager
+    def hold(self, key: str, timeout_s: float) -> Iterator[bool]:
+        with self._user(key) as lock:
+            locked = lock.acquire(timeout=timeout_s)
+            try:
+                yield locked
+            finally:
+                if locked:
+                    lock.release()
+
     @asynccontextmanager
     async def ahold(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
-        with self._guard:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        locked = False
-        try:
+        with self._user(key) as lock:
             async def try_lock() -> bool:
                 return lock.acquire(blocking=False)
 
             locked = await poll_lock(try_lock, timeout_s)
-            yield locked
-        finally:
-            if locked:
-                lock.release()
-            with self._guard:
-                lock, users = self._locks[key]
-                if users == 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
+            try:
+                yield locked
+            finally:
+                if locked:
+                    lock.release()
 
 
 _LOCAL = _ProcessLocks()
