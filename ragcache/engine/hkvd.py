@@ -107,8 +107,8 @@ def tail_attention(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale:
     layer, with their exact causal mask (``key_pos <= query_pos``); the softmax weights are
     averaged over query heads and queries, so the result sums to 1. Ranking document tokens
     by their deviation times this mass recomputes the tokens whose stale KV the question
-    actually reads (the "which cached tokens matter to the query" signal of Cache-Craft,
-    Agarwal et al., SIGMOD 2025, arXiv 2502.15734, §4, in a simpler per-request form).
+    actually reads (after the attention-based reuse metrics of Cache-Craft, Agarwal et al.,
+    Proc. ACM Manag. Data 2025 / SIGMOD, arXiv 2502.15734, in a simpler per-request form).
 
     Args:
         q: ``[1, H, m, D]`` queries (RoPE applied) at positions ``q_pos`` (int64 ``[m]``).
