@@ -245,12 +245,13 @@ def test_calibrate_records_and_engine_loads_it(tiny, tmp_path, monkeypatch):
     engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
     assert engine.calibration is None
     prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]
-    cal = engine.calibrate(prompts, ratios=[0.15, 0.5, 1.0], max_ratio=1.0, min_agreement=0.999, answer_tokens=6)
+    cal = engine.calibrate(prompts, ratios=[0.15, 0.5, 1.0], max_ratio=1.0, min_agreement=0.999, answer_tokens=6,
+                           confidence=0.0)
     rows = {row["r"]: row for row in cal.ratios}
     assert rows[1.0]["top1_agreement"] == 1.0 and rows[1.0]["mean_kl"] < 1e-6  # r = 1 is full prefill
     for row in cal.ratios:
         assert 0.0 <= row["top1_agreement"] <= 1.0 and row["mean_kl"] >= 0 and len(row["per_prompt"]) == 2
-    meets = [r for r in sorted(rows) if rows[r]["top1_agreement"] >= 0.999]
+    meets = [r for r in sorted(rows) if rows[r]["pooled_top1_agreement"] >= 0.999]
     assert cal.recompute_ratio == meets[0] and cal.blend_allowed
     path = calibration_path(tiny.fingerprint)
     assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["fingerprint"] == cal.fingerprint
@@ -259,6 +260,37 @@ def test_calibrate_records_and_engine_loads_it(tiny, tmp_path, monkeypatch):
     assert engine.chunk_cache.misses == 0 and len(engine.chunk_cache.store) == 0  # nothing stored
     with pytest.raises(ValueError, match="no document"):
         engine.calibrate(["just a question"], save=False)
+
+
+def test_calibration_needs_confidence_not_luck(tiny, tmp_path):
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
+    prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]
+    # r = 1 agrees on every token, but 2 prompts x <= 6 tokens cannot show 0.95 with confidence 0.95
+    cal = engine.calibrate(prompts, ratios=[0.5, 1.0], max_ratio=1.0, answer_tokens=6, save=False)
+    full = {row["r"]: row for row in cal.ratios}[1.0]
+    assert full["pooled_top1_agreement"] == 1.0 and full["agreement_lower_bound"] < 0.95
+    assert not cal.blend_allowed and cal.recompute_ratio is None and cal.confidence == 0.95
+    loose = engine.calibrate(prompts, ratios=[1.0], max_ratio=1.0, answer_tokens=6, save=False, confidence=0.0)
+    assert loose.blend_allowed and loose.recompute_ratio == 1.0
+    with pytest.raises(ValueError, match="confidence must be in"):
+        engine.calibrate(prompts, confidence=1.0, save=False)
+
+
+@pytest.mark.parametrize("p, n, conf, low, high", [
+    (1.0, 12, 0.95, 0.80, 0.82),      # 1 / (1 + z^2 / n), z = 1.645
+    (0.95, 100, 0.95, 0.895, 0.905),
+    (0.95, 10_000, 0.95, 0.946, 0.947),
+    (0.5, 40, 0.0, 0.5, 0.5),          # confidence 0: the observed share
+    (0.0, 30, 0.95, 0.0, 0.0),
+    (0.9, 0, 0.95, 0.0, 0.0),          # no tokens: no evidence
+])
+def test_wilson_lower_bound(p, n, conf, low, high):
+    from ragcache.engine.calibration import agreement_lower_bound
+
+    assert low <= agreement_lower_bound(p, n, conf) <= high
+    if 0 < n and 0 < conf:
+        assert agreement_lower_bound(p, n, conf) <= p
+        assert agreement_lower_bound(p, 4 * n, conf) >= agreement_lower_bound(p, n, conf)  # more tokens: tighter
 
 
 def test_fidelity_metric():
@@ -287,6 +319,12 @@ def test_calibrate_cli_on_a_local_model(tiny, tmp_path):
     (record,) = (home / "calibration").glob("*.json")
     rec = json.loads(record.read_text())
     assert [row["r"] for row in rec["ratios"]] == [0.5, 1.0] and rec["ratios"][1]["top1_agreement"] == 1.0
-    assert rec["prompts"] == 1 and rec["recompute_ratio"] in (0.5, 1.0) and "recorded in" in res.output
+    assert rec["prompts"] == 1 and "recorded in" in res.output
+    # one prompt of 4 answer tokens cannot show agreement 0.95 with confidence: exact prefill
+    assert rec["recompute_ratio"] is None and not rec["blend_allowed"] and "gets exact prefill" in res.output
+    assert rec["ratios"][1]["agreement_lower_bound"] < 0.95 and rec["confidence"] == 0.95
+    res = CliRunner().invoke(app, [*args, "--confidence", "0"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(record.read_text())["recompute_ratio"] in (0.5, 1.0)
     missing = CliRunner().invoke(app, ["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "no.json")])
     assert missing.exit_code == 2 and "not found" in missing.output

@@ -43,7 +43,8 @@ def musique_prompts(data: str | Path, start: int, end: int, docs: int) -> list[l
 
 
 def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 4, docs: int = 6,
-         ratios: list[float] | None = None, min_agreement: float = 0.95, max_ratio: float = 0.5,
+         ratios: list[float] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
+         max_ratio: float = 0.5,
          answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
          console: Console | None = None) -> Any:
     """Run the check and print the table; returns the :class:`Calibration`."""
@@ -59,20 +60,24 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
     prompts = musique_prompts(data, start, end, docs)
     engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
     cal = engine.calibrate(prompts, ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,
-                           max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
+                           confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
                            progress=lambda line: console.print(line))
     t = Table(title=f"CacheBlend fidelity vs full prefill, {cal.model}: items {start}-{end - 1}, "
                     f"{answer_tokens} teacher-forced tokens, chunk KV {cal.chunk_dtype}")
-    for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "mean KL (nats)"):
+    for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "pooled (tokens)",
+              f"lower bound ({confidence:g})", "mean KL (nats)"):
         t.add_column(c, justify="right")
     for row in cal.ratios:
         t.add_row(f"{row['r']:g}", f"{row['top1_agreement']:.3f}", f"{row['min_top1_agreement']:.3f}",
-                  f"{row['mean_kl']:.4f}")
+                  f"{row['pooled_top1_agreement']:.3f} ({row['answer_tokens']})",
+                  f"{row['agreement_lower_bound']:.3f}", f"{row['mean_kl']:.4f}")
     console.print(t)
     if cal.blend_allowed:
-        console.print(f"r = {cal.recompute_ratio:g} is the smallest ratio with agreement >= {min_agreement:g}")
+        console.print(f"r = {cal.recompute_ratio:g} is the smallest ratio whose agreement is >= {min_agreement:g} "
+                      f"with confidence {confidence:g}")
     else:
-        console.print(f"no r <= {max_ratio:g} reaches agreement {min_agreement:g}: this model gets exact prefill")
+        console.print(f"no r <= {max_ratio:g} reaches agreement {min_agreement:g} with confidence {confidence:g}: "
+                      "this model gets exact prefill (more prompts, --end, tighten the bound)")
     if save:
         console.print(f"recorded in {calibration_path(cal.fingerprint, home)}")
     return cal

@@ -138,7 +138,9 @@ def calibrate(
     end: int = typer.Option(4, min=1, help="One past the last item."),
     docs: int = typer.Option(6, min=1, help="Passages per prompt (each one a document)."),
     ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50", help="Comma-separated recompute ratios r to try."),
-    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on mean teacher-forced top-1 agreement."),
+    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on teacher-forced top-1 agreement."),
+    confidence: float = typer.Option(0.95, min=0.0, max=0.999, help="One-sided confidence of the Wilson lower bound "
+                                     "(over all answer tokens) that must reach the bound; 0: the pooled agreement."),
     max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
     answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
     threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
@@ -152,7 +154,7 @@ def calibrate(
 
     run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
                 docs=docs, ratios=[float(r) for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
-                max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
+                confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
                 console=console)
 
 

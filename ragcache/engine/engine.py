@@ -356,7 +356,7 @@ class LocalEngine:
         """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
 
         Runs :func:`ragcache.engine.calibration.calibrate` (same keyword arguments: ``ratios``,
-        ``min_agreement`` (default 0.95), ``max_ratio`` (0.5), ``answer_tokens`` (32), ``save``,
+        ``min_agreement`` (default 0.95), ``confidence`` (0.95), ``max_ratio`` (0.5), ``answer_tokens`` (32), ``save``,
         ``home``, ``progress``) and sets :attr:`calibration`. Returns the
         :class:`~ragcache.engine.calibration.Calibration`.
 
