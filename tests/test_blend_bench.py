@@ -52,6 +52,17 @@ def test_summary_ratios():
     assert s["cacheblend r=0.15"]["ttft_speedup_vs_full"] == pytest.approx(3.0)
     assert s["cacheblend r=0.15"]["first_token_agreement"] == 0.5
     assert math.isclose(s["full prefill"]["mean_ttft_s"], 3.0)
+    assert s["cacheblend r=0.15"]["median_item_speedup"] == pytest.approx(3.0)  # per item: 4x and 2x
+    assert s["cacheblend r=0.15"]["items_slower_than_full"] == 0 and "mean_cpu_s" not in s["full prefill"]
+    rows.append({"methods": {"full prefill": m(3.0, True), "cacheblend r=0.15": m(30.0, True, 0.15)}})  # an outlier
+    for row, (f, b) in zip(rows, [(8.0, 2.0), (4.0, 2.0), (6.0, 60.0)]):
+        row["methods"]["full prefill"]["cpu_s"], row["methods"]["cacheblend r=0.15"]["cpu_s"] = f, b
+    s = _summary(rows)
+    assert s["cacheblend r=0.15"]["median_item_speedup"] == pytest.approx(2.0)  # not dragged to the mean's 0.28x
+    assert s["cacheblend r=0.15"]["ttft_speedup_vs_full"] == pytest.approx(3.0 / 32 * 3)
+    assert s["cacheblend r=0.15"]["items_slower_than_full"] == 1
+    assert s["cacheblend r=0.15"]["median_item_cpu_speedup"] == pytest.approx(2.0)
+    assert s["cacheblend r=0.15"]["mean_cpu_s"] == pytest.approx(64 / 3)
 
 
 def test_missing_data_names_the_expected_file(tmp_path):
