@@ -121,6 +121,10 @@ class RagCache:
             backend call; the others wait (at most ``flight_timeout_s`` seconds) and get the stored
             answer. Across processes with a PostgreSQL semantic cache (advisory lock), within this
             process otherwise (:func:`ragcache.semantic.flight.flight_hold`); ``aanswer`` too.
+            ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
+
+    Raises:
+        ValueError: ``flight_timeout_s`` negative, NaN, infinite or not a number (with a semantic cache).
     """
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
@@ -139,6 +143,10 @@ class RagCache:
         self.cache_truncated = cache_truncated
         self.single_flight = single_flight
         self.flight_timeout_s = flight_timeout_s
+        if semantic is not None:  # checked here so a bad value fails at construction, not on the first miss
+            from ragcache.semantic.flight import check_timeout
+
+            self.flight_timeout_s = check_timeout(flight_timeout_s)
 
     # -- step 1 ----------------------------------------------------------------------------------
     def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
