@@ -82,3 +82,23 @@ def test_replacing_and_batch_twins_still_work(cache):
     hit = cache.lookup("Who reviews changes?", partition=PK, threshold=0.5)
     assert hit is not None and hit.answer == "r"
     assert reopened(cache)[1] == 3
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(max_entries=math.nan), "max_entries must be an integer"), (dict(max_entries=2.5), "max_entries must be an integer"),
+    (dict(max_entries="10"), "max_entries must be an integer"), (dict(max_entries=0), "max_entries must be >= 1"),
+    (dict(candidates=1.5), "candidates must be an integer"), (dict(candidates=None), "candidates must be an integer"),
+    (dict(ttl_s="60"), "ttl_s must be > 0 seconds or None"), (dict(ttl_s=math.nan), "ttl_s must be > 0 seconds"),
+])
+def test_bad_cache_settings_are_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        SemanticCache(None, embedder=HashingEmbedder(), **kw)
+
+
+def test_the_entry_cap_holds():
+    import numpy as np
+
+    c = SemanticCache(None, embedder=HashingEmbedder(), max_entries=np.int64(2))
+    for q in ("What is a canary?", "How long are backups kept?", "Who reviews changes?"):
+        c.store(q, "a", partition=PK)
+    assert len(c) == 2 and c.stats.evictions == 1

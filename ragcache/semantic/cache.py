@@ -117,13 +117,17 @@ class SemanticCache(CachePersistence):
                  typo_correction: bool = True, store_truncated: bool = False,
                  search_threads: int | None = 1) -> None:
         self.threshold = _check_threshold(threshold)
+        for name, v in (("max_entries", max_entries), ("candidates", candidates)):
+            if isinstance(v, bool) or not hasattr(type(v), "__index__"):  # NaN kept no cap, 1.5 broke FAISS
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s}")
+        if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real)
+                                  or not ttl_s > 0):  # NaN refused too
+            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s!r}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates}")
-        self.max_entries, self.ttl_s, self.candidates = max_entries, ttl_s, candidates
+        self.max_entries, self.ttl_s, self.candidates = int(max_entries), ttl_s, int(candidates)
         self.hnsw_threshold, self.autosave_every, self.typo_correction = hnsw_threshold, autosave_every, typo_correction
         self.store_truncated = bool(store_truncated)
         if isinstance(guards, GuardSet):
