@@ -62,8 +62,14 @@ def find_stop(text: str, stops: Sequence[str]) -> int | None:
 def stop_overhang(text: str, stops: Sequence[str]) -> int:
     """Length of the longest end of ``text`` that begins a stop string (0 when none does): text a
     stream must hold back, since the next token may complete the stop string."""
-    return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
-               default=0)
+    best = 0
+    for s in stops:
+        tail = text[len(text) - min(len(s) - 1, len(text)):]
+        for j in range(len(tail) - best):  # the earliest start is the longest overhang
+            if s.startswith(tail[j:]):
+                best = len(tail) - j
+                break
+    return best
 
 
 def check_stops(stop: str | Sequence[str] | None) -> list[str]:
