@@ -55,6 +55,10 @@ def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix
         return
     p = _expand(var, path)
     for q in (p, *p.parents):
+        if create and q.is_symlink() and not q.exists():  # mkdir would fail later: a bare "File exists"
+            where = "is" if q == p else f"lies under {q}, which is"
+            raise ValueError(f"{var}={str(p)!r} {where} a symbolic link to {os.readlink(q)!r}, which does not exist: "
+                             f"create its target or point {fix} at a folder (or unset it)")
         if q.exists():
             if not q.is_dir():
                 what = "is a file" if q == p else f"lies under {q}, which is a file"

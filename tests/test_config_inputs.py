@@ -46,3 +46,21 @@ def test_upstream_timeout_must_be_positive_and_finite(tmp_path, value):
 def test_readme_variable_table_is_the_generated_one():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert env_table() in readme, "README's RAGCACHE_* table differs from ragcache.config.env_table(): paste it"
+
+
+@pytest.mark.parametrize("var", ["RAGCACHE_HOME", "RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR"])
+def test_dangling_symlink_names_the_variable(tmp_path, var):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    for path in (link, link / "sub"):
+        env = {"RAGCACHE_HOME": str(tmp_path / "home"), var: str(path)}
+        with pytest.raises(ValueError, match=f"{var}=.*symbolic link to .*gone.*does not exist"):
+            Config.from_env(env)
+    (tmp_path / "gone").mkdir()  # once the target exists the link is an ordinary folder
+    assert Config.from_env({"RAGCACHE_HOME": str(tmp_path / "home"), var: str(link)})
+
+
+def test_data_dir_is_only_read_so_a_dangling_link_is_like_a_missing_folder(tmp_path):
+    link = tmp_path / "data"
+    link.symlink_to(tmp_path / "gone")
+    assert Config.from_env({"RAGCACHE_HOME": str(tmp_path / "home"), "RAGCACHE_DATA_DIR": str(link)}).data_dir == link
