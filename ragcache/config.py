@@ -11,6 +11,7 @@ arguments; only the app layer (CLI, server, demo) reads the environment, through
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -23,6 +24,20 @@ _FALSE = ("0", "false", "no", "off", "")
 
 def _home_default() -> Path:
     return Path.home() / ".cache" / "ragcache"
+
+
+def _expand(var: str, path: Path | str) -> Path:
+    """``path`` with ``~`` / ``~user`` expanded; ``var`` names the setting when that cannot be done.
+
+    Raises:
+        ValueError: ``~user`` of an unknown user, or ``~`` with no home directory (pathlib raises
+            RuntimeError, which would reach the CLI as a stack trace).
+    """
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as e:
+        raise ValueError(f"{var}={str(path)!r}: {e} (~ or ~user cannot be expanded here): give {var} as a full "
+                         "path (or unset it)") from None
 
 
 def _can_create_in(folder: Path) -> bool:
@@ -38,8 +53,12 @@ def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix
     fix = fix or var
     if path is None:
         return
-    p = Path(path).expanduser()
+    p = _expand(var, path)
     for q in (p, *p.parents):
+        if create and q.is_symlink() and not q.exists():  # mkdir would fail later: a bare "File exists"
+            where = "is" if q == p else f"lies under {q}, which is"
+            raise ValueError(f"{var}={str(p)!r} {where} a symbolic link to {os.readlink(q)!r}, which does not exist: "
+                             f"create its target or point {fix} at a folder (or unset it)")
         if q.exists():
             if not q.is_dir():
                 what = "is a file" if q == p else f"lies under {q}, which is a file"
@@ -139,12 +158,13 @@ class Config:
     data_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        home = Path(self.home).expanduser()
+        home = _expand("RAGCACHE_HOME", self.home)
         object.__setattr__(self, "home", home)
         derived = set()
-        for name, sub in (("answers_dir", "answers"), ("index_dir", "index"), ("kv_dir", "kv/chunks")):
+        for var, name, sub in (("RAGCACHE_ANSWERS_DIR", "answers_dir", "answers"),
+                               ("RAGCACHE_INDEX_DIR", "index_dir", "index"), ("RAGCACHE_KV_DIR", "kv_dir", "kv/chunks")):
             v = getattr(self, name)
-            object.__setattr__(self, name, Path(v).expanduser() if v else home / sub)
+            object.__setattr__(self, name, _expand(var, v) if v else home / sub)
             derived |= set() if v else {name}
         for var, name in (("RAGCACHE_HOME", "home"), ("RAGCACHE_ANSWERS_DIR", "answers_dir"),
                           ("RAGCACHE_INDEX_DIR", "index_dir"), ("RAGCACHE_KV_DIR", "kv_dir"),
@@ -161,6 +181,9 @@ class Config:
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"RAGCACHE_RECOMPUTE_RATIO must be in [0, 1], got {self.recompute_ratio}")
+        if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
+            raise ValueError(f"RAGCACHE_UPSTREAM_TIMEOUT_S must be a finite number of seconds > 0, "
+                             f"got {self.upstream_timeout_s}")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"RAGCACHE_PORT must be in 1..65535, got {self.port}")
         if self.metrics not in ("off", "prometheus", "otel"):

@@ -237,7 +237,8 @@ class PromptLayout:
 
         Raises:
             ValueError: empty question, unknown option, malformed document or
-                history message, or volatile text found with ``lint="raise"``.
+                history message, a system / volatile text that is not a str, tools that
+                are not a list of dicts, or volatile text found with ``lint="raise"``.
         """
         if not isinstance(question, str):
             raise ValueError(f"question must be a str, got {type(question).__name__}")
@@ -250,6 +251,15 @@ class PromptLayout:
             raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
+        for name, value in (("system", system), ("volatile", volatile)):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name} must be a str (or None), got {type(value).__name__}")
+        if isinstance(tools, str | bytes | Mapping) or not hasattr(tools, "__iter__"):
+            raise ValueError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
+        tools = list(tools)
+        for i, t in enumerate(tools):
+            if not isinstance(t, Mapping):
+                raise ValueError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
         docs = [as_document(d) for d in documents]
         _check_unique_ids(docs)
         system_text = normalize_text(system) if system is not None else None

@@ -13,6 +13,7 @@ whatever the entry point.
 from __future__ import annotations
 
 import asyncio
+import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class RagCache:
             backend call; the others wait (at most ``flight_timeout_s`` seconds) and get the stored
             answer. Across processes with a PostgreSQL semantic cache (advisory lock), within this
             process otherwise (:func:`ragcache.semantic.flight.flight_hold`); ``aanswer`` too.
+            ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
+
+    Raises:
+        ValueError: ``flight_timeout_s`` negative, NaN, infinite or not a number (with a semantic cache).
     """
 
     def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
@@ -139,6 +144,10 @@ class RagCache:
         self.cache_truncated = cache_truncated
         self.single_flight = single_flight
         self.flight_timeout_s = flight_timeout_s
+        if semantic is not None:  # checked here so a bad value fails at construction, not on the first miss
+            from ragcache.semantic.flight import check_timeout
+
+            self.flight_timeout_s = check_timeout(flight_timeout_s)
 
     # -- step 1 ----------------------------------------------------------------------------------
     def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
@@ -173,7 +182,8 @@ class RagCache:
         that are not rendered into the prompt).
 
         Raises:
-            ValueError: empty question, malformed document or history, ``max_new_tokens < 1``.
+            ValueError: empty question, malformed document, history, system text or tools,
+                ``max_new_tokens`` not an integer >= 1, ``temperature`` not a number >= 0.
         """
         if not isinstance(question, str):
             raise ValueError(f"question must be a str, got {type(question).__name__}")
@@ -182,10 +192,16 @@ class RagCache:
         if documents is None:
             documents = ()
         ns = self.namespace if namespace is None else namespace
-        mnt = self.max_new_tokens if max_new_tokens is None else int(max_new_tokens)
-        temp = self.temperature if temperature is None else float(temperature)
+        mnt = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        temp = self.temperature if temperature is None else temperature
+        if isinstance(mnt, bool) or not (hasattr(type(mnt), "__index__") or isinstance(mnt, float) and mnt.is_integer()):
+            raise ValueError(f"max_new_tokens must be an integer >= 1 (a token budget), got {mnt!r}")
+        mnt = int(mnt)
         if mnt < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {mnt}")
+        if isinstance(temp, bool) or not isinstance(temp, numbers.Real) or not temp >= 0:  # NaN refused too
+            raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temp!r}")
+        temp = float(temp)
         layout = self.layout(question, documents, system=system, tools=tools, history=history, volatile=volatile)
         pk = None
         if self.semantic is not None:

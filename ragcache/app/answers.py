@@ -89,7 +89,11 @@ class AnswerStore:
         return self._rows("WHERE p.namespace = ?", (namespace,), limit)
 
     def get(self, entry_id: int) -> AnswerRow | None:
-        rows = self._rows("WHERE e.id = ?", (int(entry_id),))
+        """The stored answer with this id, or ``None`` (also for an id no SQLite row can have)."""
+        entry_id = int(entry_id)
+        if not -(1 << 63) <= entry_id < 1 << 63:  # SQLite INTEGER range: sqlite3 would raise OverflowError
+            return None
+        rows = self._rows("WHERE e.id = ?", (entry_id,))
         return rows[0] if rows else None
 
     def stats(self) -> dict[str, Any]:
@@ -135,11 +139,11 @@ class AnswerStore:
         recently used. Returns the number removed.
 
         Raises:
-            ValueError: neither criterion given, or a negative one.
+            ValueError: neither criterion given, or a negative (or NaN) one.
         """
         if older_than_s is None and keep is None:
             raise ValueError("give --older-than SECONDS and/or --keep N")
-        if (older_than_s is not None and older_than_s < 0) or (keep is not None and keep < 0):
+        if (older_than_s is not None and not older_than_s >= 0) or (keep is not None and keep < 0):  # NaN too
             raise ValueError("--older-than and --keep must be >= 0")
         rows = self._rows()
         victims = set()

@@ -192,14 +192,14 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Everything stored for one answer or one chunk KV file."""
     cfg = _cfg()
-    if entry.isdigit():
+    if entry.isascii() and entry.isdigit():  # str.isdigit alone also accepts '²' and other scripts' digits
         row = run_or_exit(console, AnswerStore(cfg.answers_dir).get, int(entry))
         if row is None:
             error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
             raise typer.Exit(2)
         d = row.to_dict()
     else:
-        if not all(c in "0123456789abcdef" for c in entry):  # never a path: keys are hex digests
+        if not entry or not all(c in "0123456789abcdef" for c in entry):  # never a path: keys are hex digests
             error(console, f"{entry!r} is neither an answer id (a number) nor a chunk key (a lower-case hex "
                            "digest): list them with `ragcache cache ls` / `ragcache cache ls --layer chunks`")
             raise typer.Exit(2)

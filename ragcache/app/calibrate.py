@@ -43,23 +43,26 @@ def musique_prompts(data: str | Path, start: int, end: int, docs: int) -> list[l
 
 
 def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 4, docs: int = 6,
-         ratios: list[float] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
+         ratios: list[float] | list[str] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
          max_ratio: float = 0.5,
          answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
          console: Console | None = None) -> Any:
     """Run the check and print the table; returns the :class:`Calibration`."""
     import torch
 
-    from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path
+    from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path, check_options
     from ragcache.engine.chunk_cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 
+    ratios = check_options(ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,
+                           max_ratio=max_ratio, answer_tokens=answer_tokens,
+                           confidence=confidence)  # before the data and the model load
     console = console or Console()
     if threads:
         torch.set_num_threads(threads)
     prompts = musique_prompts(data, start, end, docs)
     engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
-    cal = engine.calibrate(prompts, ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,
+    cal = engine.calibrate(prompts, ratios=ratios, min_agreement=min_agreement,
                            confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
                            progress=lambda line: console.print(line))
     t = Table(title=f"CacheBlend fidelity vs full prefill, {cal.model}: items {start}-{end - 1}, "

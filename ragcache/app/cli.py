@@ -153,7 +153,7 @@ def calibrate(
     from ragcache.app.calibrate import main as run
 
     run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
-                docs=docs, ratios=[float(r) for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
+                docs=docs, ratios=[r.strip() for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
                 confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
                 console=console)
 

@@ -118,6 +118,10 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
         if ckv.n_tokens != e - s or list(input_ids[s:e]) != ckv.token_ids:
             raise ValueError(f"chunk KV of {ckv.n_tokens} tokens does not match the ids of span ({s}, {e})")
         prev_end = e
+    if rank_by != "deviation" and doc_spans and prev_end == n:
+        raise ValueError(f"rank_by={rank_by!r} ranks document tokens by the attention of the tokens after the last "
+                         f"document (the question), but the last document ends the prompt ({n} tokens): put the "
+                         "question after the documents or use rank_by='deviation'")
 
 
 _QUERY_BLOCK = 256
@@ -235,8 +239,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             deviation at ``check_layer``; ``"deviation*attention"`` multiplies it by the
             attention mass the uncached tail after the last document (the question) puts on
             each token at that layer (:func:`~ragcache.engine.hkvd.tail_attention`);
-            ``"attention"`` ranks by that mass alone. Gradual filtering always narrows by
-            deviation.
+            ``"attention"`` ranks by that mass alone (both need tokens after the last document).
+            Gradual filtering always narrows by deviation.
 
     Selection variants are in :mod:`ragcache.engine.hkvd`; the chunk's sink (BOS or the
     system prefix) is a :class:`~ragcache.engine.chunk_cache.ChunkCache` setting. With
@@ -248,7 +252,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
 
     Raises:
         ValueError: prompt longer than the context window (token counts in the message),
-            spans that overlap / mismatch their chunk KVs, r outside [0, 1].
+            spans that overlap / mismatch their chunk KVs, r outside [0, 1], an unknown
+            ``rank_by``, or an attention ranking with no token after the last document.
         NotImplementedError: unsupported RoPE variant or attention architecture.
     """
     cfg = model.config

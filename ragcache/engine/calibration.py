@@ -154,6 +154,43 @@ def fidelity(reference: torch.Tensor, other: torch.Tensor, answer: Sequence[int]
     return agree, max(kl, 0.0)
 
 
+def check_confidence(confidence: Any) -> float:
+    """``confidence`` as a float after checking it is 0 or in [0.5, 1) (see :func:`agreement_lower_bound`).
+
+    Raises:
+        ValueError: anything else, naming the accepted values.
+    """
+    ok = not isinstance(confidence, bool) and isinstance(confidence, int | float) and (
+        confidence == 0.0 or 0.5 <= confidence < 1.0)
+    if not ok:
+        raise ValueError(f"confidence must be in [0.5, 1) (e.g. 0.95) or 0 (the pooled agreement itself), got "
+                         f"{confidence!r}: below 0.5 the Wilson bound lies above the observed agreement")
+    return float(confidence)
+
+
+def check_options(*, ratios: Sequence[float], min_agreement: float, max_ratio: float, answer_tokens: int,
+                  confidence: float) -> list[float]:
+    """Check :func:`calibrate`'s options before any work; returns the sorted ratios.
+
+    Raises:
+        ValueError: a ratio outside (0, 1] (or none), ``min_agreement`` outside (0, 1], ``max_ratio``
+            outside [0, 1], ``answer_tokens`` not an integer >= 1, or a bad ``confidence``.
+    """
+    try:
+        rs = sorted(float(r) for r in ratios)
+    except (TypeError, ValueError):
+        raise ValueError(f"ratios must be numbers in (0, 1], got {ratios!r}") from None
+    if not rs or any(not 0.0 < r <= 1.0 for r in rs):
+        raise ValueError(f"ratios must be in (0, 1], got {rs}")
+    if isinstance(answer_tokens, bool) or not hasattr(type(answer_tokens), "__index__") or answer_tokens < 1:
+        raise ValueError(f"answer_tokens must be an integer >= 1, got {answer_tokens!r}")
+    for name, v, lo_open in (("min_agreement", min_agreement, True), ("max_ratio", max_ratio, False)):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (0.0 < v <= 1.0 if lo_open else 0.0 <= v <= 1.0):
+            raise ValueError(f"{name} must be in {'(0, 1]' if lo_open else '[0, 1]'}, got {v!r}")
+    check_confidence(confidence)
+    return rs
+
+
 @torch.inference_mode()
 def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) -> float:
     """One-sided Wilson score lower bound of a proportion (Wilson, "Probable inference, the law of
@@ -161,15 +198,24 @@ def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) ->
 
     Args:
         agreement: observed share in [0, 1] (here: teacher-forced top-1 agreement).
-        n: number of trials (answer tokens); 0 gives 0.
-        confidence: in [0, 1); 0 returns ``agreement`` itself.
+        n: number of trials (answer tokens), an integer >= 0; 0 gives 0.
+        confidence: 0 (returns ``agreement`` itself) or in [0.5, 1). Below 0.5 the Wilson
+            quantile lies *above* the observed share, so it would loosen the gate it is meant to
+            tighten; such values are refused.
 
     Tokens of one answer are not independent, so the bound is if anything optimistic; it still
     keeps a few short answers from licensing blending.
+
+    Raises:
+        ValueError: ``agreement`` outside [0, 1] or NaN, ``n`` not an integer >= 0, or ``confidence``
+            not 0 or in [0.5, 1) (NaN, a str, 1.0, 0.3).
     """
-    if not 0.0 <= confidence < 1.0:
-        raise ValueError(f"confidence must be in [0, 1), got {confidence}")
-    if n <= 0:
+    check_confidence(confidence)
+    if isinstance(agreement, bool) or not isinstance(agreement, int | float) or not 0.0 <= agreement <= 1.0:
+        raise ValueError(f"agreement must be a share in [0, 1], got {agreement!r}")
+    if isinstance(n, bool) or not hasattr(type(n), "__index__") or n < 0:
+        raise ValueError(f"n must be a count of trials (an integer >= 0), got {n!r}")
+    if n == 0:
         return 0.0
     if confidence == 0.0:
         return agreement
@@ -207,20 +253,17 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         The :class:`Calibration` (also written to :func:`calibration_path` when ``save``).
 
     Raises:
-        ValueError: no prompts, a prompt without a document, a ratio outside (0, 1],
-            ``answer_tokens < 1``, or a bound outside (0, 1].
+        ValueError: no prompts, a prompt without a document, or a bad option (:func:`check_options`:
+            a ratio outside (0, 1], ``answer_tokens < 1``, a bound outside (0, 1], ``max_ratio``
+            outside [0, 1], ``confidence`` not 0 or in [0.5, 1)).
     """
     from ragcache.engine.blend import blend_prefill
     from ragcache.engine.chunk_cache import ChunkCache
 
     if not prompts:
         raise ValueError("calibrate needs at least one prompt with documents")
-    ratios = sorted(float(r) for r in ratios)
-    if not ratios or any(not 0.0 < r <= 1.0 for r in ratios):
-        raise ValueError(f"ratios must be in (0, 1], got {ratios}")
-    if answer_tokens < 1 or not 0.0 < min_agreement <= 1.0:
-        raise ValueError(f"need answer_tokens >= 1 and 0 < min_agreement <= 1, got {answer_tokens}, {min_agreement}")
-    agreement_lower_bound(1.0, 1, confidence)  # validates confidence before any work
+    ratios = check_options(ratios=ratios, min_agreement=min_agreement, max_ratio=max_ratio,
+                           answer_tokens=answer_tokens, confidence=confidence)  # before any work
     model, say = engine.model, progress or (lambda _msg: None)
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
     check_layer = engine.reuse_policy.check_layer

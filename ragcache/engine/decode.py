@@ -59,6 +59,35 @@ def find_stop(text: str, stops: Sequence[str]) -> int | None:
     return min(hits) if hits else None
 
 
+def stop_overhang(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of ``text`` that begins a stop string (0 when none does): text a
+    stream must hold back, since the next token may complete the stop string."""
+    best = 0
+    for s in stops:
+        tail = text[len(text) - min(len(s) - 1, len(text)):]
+        for j in range(len(tail) - best):  # the earliest start is the longest overhang
+            if s.startswith(tail[j:]):
+                best = len(tail) - j
+                break
+    return best
+
+
+def check_stops(stop: str | Sequence[str] | None) -> list[str]:
+    """The stop strings of a request: ``None`` -> none, a str -> that one string (as in the OpenAI
+    API), else a sequence of str; empty strings are dropped.
+
+    Raises:
+        ValueError: an entry that is not a str, or a value that is not a str or a sequence.
+    """
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if not isinstance(stop, Sequence | set | frozenset) or any(not isinstance(s, str) for s in stop):
+        raise ValueError(f"stop must be a str or a list of str, got {stop!r:.80}")
+    return [s for s in stop if s]
+
+
 def decode(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, n_prompt: int, *, max_new_tokens: int,
            temperature: float, top_p: float, stops: Sequence[str], eos: set[int], rng: torch.Generator | None,
            result: DecodeResult) -> Iterator[StreamEvent]:
@@ -67,12 +96,13 @@ def decode(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, n_promp
     Args:
         cache: the request's KV cache over ``n_prompt`` prompt tokens (appended to in place).
         logits: float ``[vocab]`` logits of the last prompt token.
-        stops: non-empty stop strings; eos: token ids that end generation.
+        stops: non-empty stop strings (:func:`check_stops`); eos: token ids that end generation.
         result: filled with tokens, final text, finish reason and timings.
 
     Yields:
-        :class:`StreamEvent` deltas (never a partial UTF-8 character); a last delta when the
-        final text extends what was streamed.
+        :class:`StreamEvent` deltas (never a partial UTF-8 character, never the start of a stop
+        string the next token might complete); a last delta when the final text extends what was
+        streamed. The deltas always join to ``result.text``.
     """
     out, emitted = result.tokens, ""
     for step in range(max_new_tokens):
@@ -87,8 +117,9 @@ def decode(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, n_promp
         cut = find_stop(text, stops)
         if cut is not None:
             text, result.finish_reason = text[:cut], "stop"
-        if not text.endswith("\ufffd") and len(text) > len(emitted):
-            delta, emitted = text[len(emitted):], text
+        safe = text if cut is not None else text[:len(text) - stop_overhang(text, stops)]
+        if not safe.endswith("\ufffd") and len(safe) > len(emitted):
+            delta, emitted = safe[len(emitted):], safe
             yield StreamEvent(delta, tok)
         if result.finish_reason == "stop" or step == max_new_tokens - 1:
             break

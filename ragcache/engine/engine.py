@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.decode import DecodeResult, decode
+from ragcache.engine.decode import DecodeResult, check_stops, decode
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
@@ -393,14 +393,24 @@ class LocalEngine:
     def stream(self, prompt: Any, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                stop: Sequence[str] | None = None, seed: int | None = None, use_prefix_cache: bool = True,
                use_chunk_cache: bool | None = None, recompute_ratio: float | None = None) -> Iterator[StreamEvent]:
-        """Stream text deltas; the last event carries the full :class:`Generation`."""
+        """Stream text deltas; the last event carries the full :class:`Generation`. The deltas join
+        to the generation's text (text that may begin a stop string is held back until the next
+        token decides). ``stop``: a str or a list of str.
+
+        Raises:
+            ValueError: ``max_new_tokens`` not an integer >= 1, bad temperature / top_p / stop, or
+                bad input (see :meth:`prefill`).
+        """
+        if not hasattr(type(max_new_tokens), "__index__"):  # int or NumPy int; not 1.5, "3", None, NaN
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        max_new_tokens = int(max_new_tokens)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if not temperature >= 0 or not 0 < top_p <= 1:  # `not >=`: NaN is refused too
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        stops = check_stops(stop)
         prompt = self.build_prompt(prompt)
         use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
-        stops = [s for s in (stop or []) if s]
         gen_rng = torch.Generator().manual_seed(seed) if seed is not None else None
         with self._lock:
             t0 = time.perf_counter()

@@ -20,7 +20,9 @@ removals and snapshots are serialised. Embedding runs outside the lock.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -115,13 +117,17 @@ class SemanticCache(CachePersistence):
                  typo_correction: bool = True, store_truncated: bool = False,
                  search_threads: int | None = 1) -> None:
         self.threshold = _check_threshold(threshold)
+        for name, v in (("max_entries", max_entries), ("candidates", candidates)):
+            if isinstance(v, bool) or not hasattr(type(v), "__index__"):  # NaN kept no cap, 1.5 broke FAISS
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s}")
+        if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real)
+                                  or not ttl_s > 0):  # NaN refused too
+            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s!r}")
         if candidates < 1:
             raise ValueError(f"candidates must be >= 1, got {candidates}")
-        self.max_entries, self.ttl_s, self.candidates = max_entries, ttl_s, candidates
+        self.max_entries, self.ttl_s, self.candidates = int(max_entries), ttl_s, int(candidates)
         self.hnsw_threshold, self.autosave_every, self.typo_correction = hnsw_threshold, autosave_every, typo_correction
         self.store_truncated = bool(store_truncated)
         if isinstance(guards, GuardSet):
@@ -224,7 +230,7 @@ class SemanticCache(CachePersistence):
 
         Raises:
             ValueError: empty question, non-str answer, ``ttl_s <= 0``, metadata not JSON-like,
-                negative token counts.
+                negative token counts; nothing is stored or removed then.
         """
         ids = self.store_many([(question, answer)], partition=partition, metadata=metadata, ttl_s=ttl_s,
                               finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens)
@@ -253,15 +259,22 @@ class SemanticCache(CachePersistence):
         """
         pk = checked_partition(partition)
         ttl = self.ttl_s if ttl_s is None else ttl_s
-        if ttl is not None and not ttl > 0:  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds, got {ttl}")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, numbers.Real) or not ttl > 0):  # NaN too
+            raise ValueError(f"ttl_s must be > 0 seconds, got {ttl!r}")
         budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
         keys = [question_key(normalize_question(q), pk, self.embedder) for q, _ in items]
         for _, a in items:
             if not isinstance(a, str):
                 raise ValueError(f"answer must be a str, got {type(a).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValueError(f"metadata must be a dict (JSON-like values) or None, got {type(metadata).__name__}")
         meta = dict(metadata or {})
         stored_meta = merge_metadata(meta, budget)
+        try:  # checked before anything is written: the store below must not fail half-way
+            json.dumps(stored_meta, ensure_ascii=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"metadata must be JSON-like (str, numbers, bools, None, lists, dicts with str "
+                             f"keys): {e}") from None
         if budget.truncated and not self.store_truncated:
             logger.debug("semantic cache: not storing %d truncated answer(s) (finish_reason=%r)", len(items),
                          finish_reason)
@@ -281,19 +294,29 @@ class SemanticCache(CachePersistence):
         with self._lock.write():
             ids: list[int] = []
             added: dict[str, list[int]] = {}
+            replaced: list[list[int]] = []
+            twins: dict[tuple[str, str], int] = {}
+            # SQLite first, memory only after the commit: a failed write leaves both as they were
             with self._db.transaction():
-                for key, (_, a), v in zip(keys, items, vecs, strict=True):
-                    kp, q = key.partition, key.text
-                    part = self._partition(kp)
+                for key, (_, a) in zip(keys, items, strict=True):
+                    kp, ex = key.partition, exact_form(key.text)
                     self._db.put_partition(kp.digest, kp.namespace, kp.invalidation_keys)
-                    old = part.exact.get(exact_form(q), set())
+                    part = self._parts.get(kp.digest)
+                    old = set(part.exact.get(ex, ())) if part is not None else set()
+                    if (kp.digest, ex) in twins:  # a repeat within the batch replaces its twin
+                        old.add(ids[twins[(kp.digest, ex)]])
                     if old:
                         self._db.delete(old)
-                        self._forget(list(old))
-                    i = self._db.insert(kp.digest, q, a, stored_meta, v, now, expires)
-                    ids.append(i)
-                    added.setdefault(kp.digest, []).append(len(ids) - 1)
-                    self._remember(Entry(i, kp.digest, q, exact_form(q), a, meta, now, expires, 0, budget), part)
+                    twins[(kp.digest, ex)] = len(ids)
+                    ids.append(self._db.insert(kp.digest, key.text, a, stored_meta, vecs[len(ids)], now, expires))
+                    replaced.append(sorted(old))
+            for k, (key, (_, a), i, old) in enumerate(zip(keys, items, ids, replaced, strict=True)):
+                kp, q = key.partition, key.text
+                part = self._partition(kp)
+                if old:
+                    self._forget(old)
+                added.setdefault(kp.digest, []).append(k)
+                self._remember(Entry(i, kp.digest, q, exact_form(q), a, meta, now, expires, 0, budget), part)
             for digest, rows in added.items():
                 live = [k for k in rows if ids[k] in self._entries]  # a repeat within the batch replaced its twin
                 self._parts[digest].index.add(np.asarray([ids[k] for k in live], np.int64), vecs[live])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -55,6 +56,21 @@ class FlightResult:
     hit: SemanticHit | None
     computed: bool
     waited_s: float = 0.0
+
+
+def check_timeout(timeout_s: Any) -> float:
+    """``timeout_s`` as float seconds after checking it: a finite number >= 0 (0: never wait for
+    another caller's model call, compute at once).
+
+    Raises:
+        ValueError: a negative, NaN or infinite number, or not a number (``None``, a str). The
+            locks read these differently (-1 is "forever" to ``threading.Lock``, NaN never times out
+            on the event loop, PostgreSQL rounds both to 1 ms), so none of them is accepted.
+    """
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 <= timeout_s < math.inf:
+        raise ValueError(f"flight timeout must be a finite number of seconds >= 0 (0: never wait for another "
+                         f"caller), got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def flight_key(partition: PartitionKey, question: str) -> str:
@@ -137,7 +153,11 @@ def flight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: f
     lock when the cache has ``flight_lock`` (every process on that database), else a lock in this
     process. Yields whether the lock was taken (``False`` after waiting ``timeout_s`` seconds for a
     holder that did not finish: the caller then computes anyway). Used by :func:`single_flight` and by
-    ``RagCache.answer``."""
+    ``RagCache.answer``.
+
+    Raises:
+        ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
+    timeout_s = check_timeout(timeout_s)
     hold = getattr(cache, "flight_lock", None) or _LOCAL.hold
     with hold(flight_key(partition, question), timeout_s) as locked:
         yield locked
@@ -149,7 +169,11 @@ async def aflight_hold(cache: Any, partition: PartitionKey, question: str, timeo
     """Async :func:`flight_hold`: the same lock (a PostgreSQL advisory lock when the cache has
     ``aflight_lock``, else this process's lock, shared with sync callers), waited for on the event
     loop. A cache with only a sync ``flight_lock`` is held from a worker thread. Yields whether the
-    lock was taken (``False`` after ``timeout_s`` seconds)."""
+    lock was taken (``False`` after ``timeout_s`` seconds).
+
+    Raises:
+        ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
+    timeout_s = check_timeout(timeout_s)
     key = flight_key(partition, question)
     ahold = getattr(cache, "aflight_lock", None)
     if ahold is None and getattr(cache, "flight_lock", None) is not None:
@@ -192,9 +216,11 @@ def single_flight(cache: Any, question: str, compute: Callable[[], str], *, part
         timeout_s: longest wait for another caller's ``compute`` before computing here.
 
     Raises:
+        ValueError: ``timeout_s`` not a finite number >= 0, before any lookup.
         whatever ``cache.lookup`` / ``cache.store`` / ``compute`` raise (e.g. RemoteStoreError).
     """
     pk = checked_partition(partition)
+    check_timeout(timeout_s)
     hit = cache.lookup(question, partition=pk, threshold=threshold)
     if hit is not None:
         return FlightResult(hit.answer, hit, False)

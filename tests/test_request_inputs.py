@@ -1,0 +1,72 @@
+"""Request options a caller may get wrong (RagCache.prepare, PromptLayout.build): each is a ValueError
+naming the option, before any lookup or backend call, and nothing stored is touched."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+from test_architecture import DOCS, EchoBackend, _rag
+
+from ragcache import PromptLayout
+
+Q = "When do orders ship?"
+
+
+@pytest.mark.parametrize("bad", [1.5, "abc", "64", math.nan, math.inf, True, [64]])
+def test_max_new_tokens_that_is_not_an_integer_is_named(bad):
+    backend = EchoBackend()
+    rag = _rag(backend)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+        rag.answer(Q, DOCS[:1], max_new_tokens=bad)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+        asyncio.run(rag.aanswer(Q, DOCS[:1], max_new_tokens=bad))
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+        _rag(max_new_tokens=bad).answer(Q, DOCS[:1])
+    assert backend.calls == 0 and len(rag.semantic) == 0
+
+
+@pytest.mark.parametrize("bad", [math.nan, -0.1, -1, "hot", None, True])
+def test_temperature_that_is_not_a_number_at_least_zero_is_named(bad):
+    backend = EchoBackend()
+    rag = _rag(backend)
+    if bad is not None:  # None means "the RagCache default" per call
+        with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+            rag.answer(Q, DOCS[:1], temperature=bad)
+    with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+        _rag(backend, temperature=bad).answer(Q, DOCS[:1])
+    assert backend.calls == 0
+
+
+@pytest.mark.parametrize("ok", [dict(max_new_tokens=np.int64(8)), dict(max_new_tokens=8.0),
+                                dict(temperature=np.float32(0.5)), dict(temperature=1)])
+def test_numpy_and_integral_values_still_work(ok):
+    rag = _rag()
+    assert rag.answer(Q, DOCS[:1], **ok).layer == "model"
+    assert rag.answer(Q, DOCS[:1], **ok).layer == "semantic"
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(system=5), "system must be a str"), (dict(system=b"sys"), "system must be a str"),
+    (dict(volatile=5), "volatile must be a str"), (dict(volatile=["today"]), "volatile must be a str"),
+    (dict(tools=[5]), r"tools\[0\] must be a tool definition"),
+    (dict(tools=[{"name": "a"}, "b"]), r"tools\[1\] must be a tool definition"),
+    (dict(tools="search"), "tools must be a list"), (dict(tools={"name": "a"}), "tools must be a list"),
+    (dict(tools=5), "tools must be a list"),
+])
+def test_layout_parts_of_the_wrong_type_are_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        PromptLayout.build(question=Q, **kw)
+    backend = EchoBackend()
+    with pytest.raises(ValueError, match=match):
+        _rag(backend).answer(Q, DOCS[:1], **kw)
+    assert backend.calls == 0
+
+
+def test_tools_from_any_iterable_of_dicts_still_work():
+    tools = ({"name": "search", "input_schema": {}},)
+    a = PromptLayout.build(question=Q, tools=tools)
+    b = PromptLayout.build(question=Q, tools=iter(list(tools)))
+    assert a.render() == b.render() and "search" in a.render()
