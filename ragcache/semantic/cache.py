@@ -20,9 +20,7 @@ removals and snapshots are serialised. Embedding runs outside the lock.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import numbers
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +36,7 @@ from ragcache.semantic.budget import (
     merge_metadata,
     servable,
 )
+from ragcache.semantic.checks import check_count, check_metadata, check_threshold, check_ttl
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.guards import GuardSet, GuardVerdict
 from ragcache.semantic.keying import QuestionKey, question_key
@@ -76,13 +75,6 @@ def checked_partition(partition: PartitionKey | None) -> PartitionKey:
 """Partition used when a call gives none. Real callers pass ``partition_key(...)``."""
 
 
-def _check_threshold(t: float) -> float:
-    t = float(t)
-    if not -1.0 <= t <= 1.0:
-        raise ValueError(f"threshold must be a cosine similarity in [-1, 1] (1.0 = exact only); got {t}")
-    return t
-
-
 class SemanticCache(CachePersistence):
     """Semantic response cache keyed by (exact partition, question embedding).
 
@@ -116,18 +108,9 @@ class SemanticCache(CachePersistence):
                  candidates: int = 4, hnsw_threshold: int = 20_000, autosave_every: int = 1000,
                  typo_correction: bool = True, store_truncated: bool = False,
                  search_threads: int | None = 1) -> None:
-        self.threshold = _check_threshold(threshold)
-        for name, v in (("max_entries", max_entries), ("candidates", candidates)):
-            if isinstance(v, bool) or not hasattr(type(v), "__index__"):  # NaN kept no cap, 1.5 broke FAISS
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real)
-                                  or not ttl_s > 0):  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s!r}")
-        if candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {candidates}")
-        self.max_entries, self.ttl_s, self.candidates = int(max_entries), ttl_s, int(candidates)
+        self.threshold = check_threshold(threshold)
+        self.max_entries, self.candidates = check_count("max_entries", max_entries), check_count("candidates", candidates)
+        self.ttl_s = check_ttl(ttl_s)
         self.hnsw_threshold, self.autosave_every, self.typo_correction = hnsw_threshold, autosave_every, typo_correction
         self.store_truncated = bool(store_truncated)
         if isinstance(guards, GuardSet):
@@ -191,7 +174,7 @@ class SemanticCache(CachePersistence):
             ValueError: empty question, threshold outside [-1, 1], or a negative ``max_tokens``.
         """
         t0 = time.perf_counter()
-        t = self.threshold if threshold is None else _check_threshold(threshold)
+        t = self.threshold if threshold is None else check_threshold(threshold)
         pk = checked_partition(partition)
         hit, cands, embed_s = self._lookup(question, pk, t, max_tokens=max_tokens)
         rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
@@ -209,7 +192,7 @@ class SemanticCache(CachePersistence):
     def candidates_for(self, question: str, *, partition: PartitionKey | None = None,
                        threshold: float | None = None, max_tokens: int | None = None) -> list[Candidate]:
         """The nearest stored questions with similarity and guard verdict (no stats, no LRU touch)."""
-        t = self.threshold if threshold is None else _check_threshold(threshold)
+        t = self.threshold if threshold is None else check_threshold(threshold)
         return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True,
                             max_tokens=max_tokens)[1]
 
@@ -258,23 +241,14 @@ class SemanticCache(CachePersistence):
         returns ``[]`` when truncated answers are not stored.
         """
         pk = checked_partition(partition)
-        ttl = self.ttl_s if ttl_s is None else ttl_s
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, numbers.Real) or not ttl > 0):  # NaN too
-            raise ValueError(f"ttl_s must be > 0 seconds, got {ttl!r}")
+        ttl = self.ttl_s if ttl_s is None else check_ttl(ttl_s)
         budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
         keys = [question_key(normalize_question(q), pk, self.embedder) for q, _ in items]
         for _, a in items:
             if not isinstance(a, str):
                 raise ValueError(f"answer must be a str, got {type(a).__name__}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise ValueError(f"metadata must be a dict (JSON-like values) or None, got {type(metadata).__name__}")
-        meta = dict(metadata or {})
+        meta = check_metadata(metadata)  # before anything is written: the store below must not fail half-way
         stored_meta = merge_metadata(meta, budget)
-        try:  # checked before anything is written: the store below must not fail half-way
-            json.dumps(stored_meta, ensure_ascii=False)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"metadata must be JSON-like (str, numbers, bools, None, lists, dicts with str "
-                             f"keys): {e}") from None
         if budget.truncated and not self.store_truncated:
             logger.debug("semantic cache: not storing %d truncated answer(s) (finish_reason=%r)", len(items),
                          finish_reason)

@@ -21,39 +21,33 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ragcache.remote import RemoteStoreError, redact
+from ragcache.semantic.checks import check_count, check_metadata, check_threshold, check_ttl
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.flight import FlightResult, single_flight
 from ragcache.semantic.guards import GuardSet, GuardVerdict
-from ragcache.semantic.cache import checked_partition
+from ragcache.semantic.cache import DEFAULT_THRESHOLD, checked_partition
 from ragcache.semantic.partition import PartitionKey
+from ragcache.semantic.pg_flight import PgFlightLocks
 from ragcache.semantic.pg_schema import _MIGRATE_LOCK, PgPool, bulk_copy, check_identifier, migrations
 from ragcache.semantic.records import Candidate, SemanticHit
 from ragcache.semantic.stats import SemanticStats
-from ragcache.semantic.text import exact_form, normalize_question
+from ragcache.semantic.text import embed_form, exact_form, normalize_question
 
 logger = logging.getLogger("ragcache.semantic.pg")
 
-
-
-def _check_threshold(t: float) -> float:
-    t = float(t)
-    if not -1.0 <= t <= 1.0:
-        raise ValueError(f"threshold must be a cosine similarity in [-1, 1] (1.0 = exact only); got {t}")
-    return t
 
 
 def _qhash(q: str) -> str:
     return hashlib.sha256(exact_form(q).encode()).hexdigest()
 
 
-class PgSemanticCache:
+class PgSemanticCache(PgFlightLocks):
     """Semantic response cache in PostgreSQL + pgvector.
 
     Args:
@@ -71,19 +65,14 @@ class PgSemanticCache:
         ImportError: ``psycopg`` / ``pgvector`` missing (``pip install 'ragcache[shared]'``).
     """
 
-    def __init__(self, url: str, *, schema: str = "ragcache", embedder: Any = None, threshold: float = 0.70,
+    def __init__(self, url: str, *, schema: str = "ragcache", embedder: Any = None, threshold: float = DEFAULT_THRESHOLD,
                  max_entries: int = 1_000_000, ttl_s: float | None = None, guards: bool | GuardSet = True,
                  verifier: Callable[[str, str], bool | float] | None = None, candidates: int = 4,
                  ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64, pool_size: int = 4) -> None:
-        self.threshold = _check_threshold(threshold)
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        if ttl_s is not None and not ttl_s > 0:  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds or None, got {ttl_s}")
-        if candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {candidates}")
+        self.threshold = check_threshold(threshold)
+        self.max_entries, self.candidates = check_count("max_entries", max_entries), check_count("candidates", candidates)
+        self.ttl_s, self.ef_search = check_ttl(ttl_s), check_count("ef_search", ef_search)
         self.url, self.schema = url, check_identifier(schema)
-        self.max_entries, self.ttl_s, self.candidates, self.ef_search = max_entries, ttl_s, candidates, ef_search
         if isinstance(guards, GuardSet):
             self.guards = guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
         else:
@@ -145,7 +134,7 @@ class PgSemanticCache:
             RemoteStoreError: PostgreSQL unreachable (after one reconnect attempt).
         """
         t0 = time.perf_counter()
-        t = self.threshold if threshold is None else _check_threshold(threshold)
+        t = self.threshold if threshold is None else check_threshold(threshold)
         hit, cands, embed_s = self._lookup(question, checked_partition(partition), t)
         rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
         dt = time.perf_counter() - t0
@@ -160,7 +149,7 @@ class PgSemanticCache:
     def candidates_for(self, question: str, *, partition: PartitionKey | None = None,
                        threshold: float | None = None) -> list[Candidate]:
         """The nearest stored questions with similarity and guard verdict (no stats, no LRU touch)."""
-        t = self.threshold if threshold is None else _check_threshold(threshold)
+        t = self.threshold if threshold is None else check_threshold(threshold)
         return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True)[1]
 
     def search(self, vec: np.ndarray, partition: PartitionKey | None = None, k: int | None = None) -> list[tuple]:
@@ -182,7 +171,7 @@ class PgSemanticCache:
                 judge_all: bool = False) -> tuple[SemanticHit | None, list[Candidate], float]:
         q = normalize_question(question)
         e0 = time.perf_counter()
-        vec = self.embedder.encode([q])[0]
+        vec = self.embedder.encode([embed_form(q)])[0]  # the embedded form, as SemanticCache embeds it
         embed_s = time.perf_counter() - e0
         if t >= 1.0:
             sql = (f"SELECT id, question, answer, metadata, 1 - (embedding <=> %s) FROM {self.schema}.entries "
@@ -244,19 +233,15 @@ class PgSemanticCache:
             RemoteStoreError: PostgreSQL unreachable (nothing of this call was committed).
         """
         pk = checked_partition(partition)
-        ttl = self.ttl_s if ttl_s is None else ttl_s
-        if ttl is not None and not ttl > 0:  # NaN refused too
-            raise ValueError(f"ttl_s must be > 0 seconds, got {ttl}")
+        ttl = self.ttl_s if ttl_s is None else check_ttl(ttl_s)
         qs = [normalize_question(q) for q, _ in items]
         for _, a in items:
             if not isinstance(a, str):
                 raise ValueError(f"answer must be a str, got {type(a).__name__}")
-        try:
-            meta = json.dumps(dict(metadata or {}), ensure_ascii=False)
-        except TypeError as e:
-            raise ValueError(f"metadata must be JSON-like: {e}") from None
+        meta = json.dumps(check_metadata(metadata), ensure_ascii=False)
         if vectors is None:
-            vecs = self.embedder.encode(qs) if qs else np.zeros((0, self.embedder.dim), np.float32)
+            vecs = (self.embedder.encode([embed_form(q) for q in qs]) if qs
+                    else np.zeros((0, self.embedder.dim), np.float32))
         else:
             vecs = np.asarray(vectors, dtype=np.float32)
             if vecs.shape != (len(qs), self.embedder.dim):
@@ -374,75 +359,6 @@ class PgSemanticCache:
         (:func:`ragcache.semantic.flight.single_flight` with :meth:`flight_lock`)."""
         return single_flight(self, question, compute, partition=partition, threshold=threshold,
                              timeout_s=timeout_s, metadata=metadata, ttl_s=ttl_s)
-
-    @contextmanager
-    def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
-        """Hold the PostgreSQL session advisory lock named by hex ``key``; yields ``False`` after ``timeout_s``.
-
-        The lock lives on a connection held for the duration: if this process dies, the server
-        drops the connection and the lock with it.
-        """
-        import psycopg
-
-        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
-        with self._pool.connection() as conn:
-            locked = True
-            try:
-                conn.execute(f"SET lock_timeout = {max(1, int(timeout_s * 1000))}")
-                conn.execute("SELECT pg_advisory_lock(%s)", (lock_id,))
-            except psycopg.errors.LockNotAvailable:
-                locked = False
-            finally:
-                conn.execute("SET lock_timeout = 0")
-            try:
-                yield locked
-            finally:
-                if locked and not conn.broken:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
-
-    @asynccontextmanager
-    async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
-        """Async :meth:`flight_lock`: ``pg_try_advisory_lock`` tried from worker threads with event-loop
-        sleeps between tries (:func:`ragcache.semantic.flight.poll_lock`), so no thread blocks while
-        waiting. The connection goes back to the pool only after every try has finished and
-        ``pg_advisory_unlock_all()`` ran: a waiter cancelled mid-try leaves no lock behind."""
-        from ragcache.semantic.flight import poll_lock
-
-        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
-        lend = self._pool.connection()
-        getting = asyncio.ensure_future(asyncio.to_thread(lend.__enter__))
-        try:
-            conn = await asyncio.shield(getting)
-        except asyncio.CancelledError:
-            getting.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
-                                      or lend.__exit__(None, None, None))
-            raise
-        tries: list[asyncio.Future] = []
-
-        def query() -> bool:
-            return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,)).fetchone()[0])
-
-        async def try_lock() -> bool:
-            tries.append(asyncio.ensure_future(asyncio.to_thread(query)))
-            return await asyncio.shield(tries[-1])
-
-        try:
-            yield await poll_lock(try_lock, timeout_s)
-        finally:
-            await asyncio.shield(self._arelease(conn, lend, tries))
-
-    @staticmethod
-    async def _arelease(conn: Any, lend: Any, tries: list[asyncio.Future]) -> None:
-        await asyncio.gather(*tries, return_exceptions=True)
-
-        def release() -> None:
-            try:
-                if not conn.broken:
-                    conn.execute("SELECT pg_advisory_unlock_all()")
-            finally:
-                lend.__exit__(None, None, None)
-
-        await asyncio.to_thread(release)
 
     # ================================================================= housekeeping
     @property

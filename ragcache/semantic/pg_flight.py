@@ -1,0 +1,86 @@
+"""PostgreSQL advisory locks for single flight (:mod:`ragcache.semantic.flight`), mixed into
+:class:`~ragcache.semantic.pg_cache.PgSemanticCache`: a session lock per (partition, question
+words) key, held on a pooled connection, so the flight spans every process and machine on the
+database and a crashed holder releases it with its connection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+
+class PgFlightLocks:
+    """``flight_lock`` / ``aflight_lock`` over the cache's connection pool (``self._pool``)."""
+
+    _pool: Any
+
+    @contextmanager
+    def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+        """Hold the PostgreSQL session advisory lock named by hex ``key``; yields ``False`` after ``timeout_s``.
+
+        The lock lives on a connection held for the duration: if this process dies, the server
+        drops the connection and the lock with it.
+        """
+        import psycopg
+
+        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+        with self._pool.connection() as conn:
+            locked = True
+            try:
+                conn.execute(f"SET lock_timeout = {max(1, int(timeout_s * 1000))}")
+                conn.execute("SELECT pg_advisory_lock(%s)", (lock_id,))
+            except psycopg.errors.LockNotAvailable:
+                locked = False
+            finally:
+                conn.execute("SET lock_timeout = 0")
+            try:
+                yield locked
+            finally:
+                if locked and not conn.broken:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
+
+    @asynccontextmanager
+    async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        """Async :meth:`flight_lock`: ``pg_try_advisory_lock`` tried from worker threads with event-loop
+        sleeps between tries (:func:`ragcache.semantic.flight.poll_lock`), so no thread blocks while
+        waiting. The connection goes back to the pool only after every try has finished and
+        ``pg_advisory_unlock_all()`` ran: a waiter cancelled mid-try leaves no lock behind."""
+        from ragcache.semantic.flight import poll_lock
+
+        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+        lend = self._pool.connection()
+        getting = asyncio.ensure_future(asyncio.to_thread(lend.__enter__))
+        try:
+            conn = await asyncio.shield(getting)
+        except asyncio.CancelledError:
+            getting.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                      or lend.__exit__(None, None, None))
+            raise
+        tries: list[asyncio.Future] = []
+
+        def query() -> bool:
+            return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,)).fetchone()[0])
+
+        async def try_lock() -> bool:
+            tries.append(asyncio.ensure_future(asyncio.to_thread(query)))
+            return await asyncio.shield(tries[-1])
+
+        try:
+            yield await poll_lock(try_lock, timeout_s)
+        finally:
+            await asyncio.shield(self._arelease(conn, lend, tries))
+
+    @staticmethod
+    async def _arelease(conn: Any, lend: Any, tries: list[asyncio.Future]) -> None:
+        await asyncio.gather(*tries, return_exceptions=True)
+
+        def release() -> None:
+            try:
+                if not conn.broken:
+                    conn.execute("SELECT pg_advisory_unlock_all()")
+            finally:
+                lend.__exit__(None, None, None)
+
+        await asyncio.to_thread(release)
