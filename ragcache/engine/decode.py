@@ -72,6 +72,22 @@ def stop_overhang(text: str, stops: Sequence[str]) -> int:
     return best
 
 
+def check_sampling(max_new_tokens: Any, temperature: Any, top_p: Any) -> int:
+    """Check a request's decode settings; returns ``max_new_tokens`` as int.
+
+    Raises:
+        ValueError: ``max_new_tokens`` not an integer >= 1 (int or NumPy int; not 1.5, "3", None,
+            NaN), ``temperature`` not >= 0 or ``top_p`` not in (0, 1] (NaN refused).
+    """
+    if isinstance(max_new_tokens, bool) or not hasattr(type(max_new_tokens), "__index__"):
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not temperature >= 0 or not 0 < top_p <= 1:  # `not >=`: NaN is refused too
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    return int(max_new_tokens)
+
+
 def check_stops(stop: str | Sequence[str] | None) -> list[str]:
     """The stop strings of a request: ``None`` -> none, a str -> that one string (as in the OpenAI
     API), else a sequence of str; empty strings are dropped.

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.decode import DecodeResult, check_stops, decode
+from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
@@ -401,13 +401,7 @@ class LocalEngine:
             ValueError: ``max_new_tokens`` not an integer >= 1, bad temperature / top_p / stop, or
                 bad input (see :meth:`prefill`).
         """
-        if not hasattr(type(max_new_tokens), "__index__"):  # int or NumPy int; not 1.5, "3", None, NaN
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        max_new_tokens = int(max_new_tokens)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if not temperature >= 0 or not 0 < top_p <= 1:  # `not >=`: NaN is refused too
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        max_new_tokens = check_sampling(max_new_tokens, temperature, top_p)
         stops = check_stops(stop)
         prompt = self.build_prompt(prompt)
         use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
