@@ -20,8 +20,10 @@ def check_threshold(t: Any) -> float:
 
 def check_count(name: str, v: Any) -> int:
     """An integer >= 1 (int or NumPy int; not a bool, 1.5 or NaN), as int."""
-    if isinstance(v, bool) or not hasattr(type(v), "__index__") or int(v) < 1:
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
         raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if int(v) < 1:
+        raise ValueError(f"{name} must be >= 1, got {v!r}")
     return int(v)
 
 
@@ -30,7 +32,7 @@ def check_ttl(ttl_s: Any, *, name: str = "ttl_s") -> float | None:
     if ttl_s is None:
         return None
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real) or not 0 < ttl_s < math.inf:
-        raise ValueError(f"{name} must be > 0 seconds (finite) or None, got {ttl_s!r}")
+        raise ValueError(f"{name} must be > 0 seconds or None (finite), got {ttl_s!r}")
     return float(ttl_s)
 
 
