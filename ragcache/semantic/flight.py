@@ -182,20 +182,27 @@ async def aflight_hold(cache: Any, partition: PartitionKey, question: str, timeo
         yield locked
 
 
+async def enter_in_thread(cm: Any) -> Any:
+    """``cm.__enter__()`` run in a worker thread; returns its value. If the awaiting task is
+    cancelled meanwhile, the context is left (``__exit__`` in a thread) as soon as the enter
+    finishes, so a lock or connection taken after the cancellation is never kept."""
+    enter = asyncio.ensure_future(asyncio.to_thread(cm.__enter__))
+    try:
+        return await asyncio.shield(enter)
+    except asyncio.CancelledError:
+        enter.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
+                                or threading.Thread(target=cm.__exit__, args=(None, None, None)).start())
+        raise
+
+
 def _threaded(hold: Callable[[str, float], Any]) -> Callable[[str, float], Any]:
-    """An async hold over a sync context manager, entered and left in worker threads (a cancelled
-    waiter still leaves the context once the enter finishes)."""
+    """An async hold over a sync context manager, entered and left in worker threads
+    (:func:`enter_in_thread`)."""
 
     @asynccontextmanager
     async def ahold(key: str, timeout_s: float) -> AsyncIterator[bool]:
         cm = hold(key, timeout_s)
-        enter = asyncio.ensure_future(asyncio.to_thread(cm.__enter__))
-        try:
-            locked = await asyncio.shield(enter)
-        except asyncio.CancelledError:
-            enter.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
-                                    or threading.Thread(target=cm.__exit__, args=(None, None, None)).start())
-            raise
+        locked = await enter_in_thread(cm)
         try:
             yield locked
         finally:

@@ -11,6 +11,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 
+def _lock_id(key: str) -> int:
+    """The signed 64-bit advisory-lock id of a hex flight key (its first 8 bytes)."""
+    return int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+
+
 class PgFlightLocks:
     """``flight_lock`` / ``aflight_lock`` over the cache's connection pool (``self._pool``)."""
 
@@ -25,7 +30,7 @@ class PgFlightLocks:
         """
         import psycopg
 
-        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+        lock_id = _lock_id(key)
         with self._pool.connection() as conn:
             locked = True
             try:
@@ -47,17 +52,11 @@ class PgFlightLocks:
         sleeps between tries (:func:`ragcache.semantic.flight.poll_lock`), so no thread blocks while
         waiting. The connection goes back to the pool only after every try has finished and
         ``pg_advisory_unlock_all()`` ran: a waiter cancelled mid-try leaves no lock behind."""
-        from ragcache.semantic.flight import poll_lock
+        from ragcache.semantic.flight import enter_in_thread, poll_lock
 
-        lock_id = int.from_bytes(bytes.fromhex(key)[:8], "big", signed=True)
+        lock_id = _lock_id(key)
         lend = self._pool.connection()
-        getting = asyncio.ensure_future(asyncio.to_thread(lend.__enter__))
-        try:
-            conn = await asyncio.shield(getting)
-        except asyncio.CancelledError:
-            getting.add_done_callback(lambda f: f.cancelled() or f.exception() is not None
-                                      or lend.__exit__(None, None, None))
-            raise
+        conn = await enter_in_thread(lend)
         tries: list[asyncio.Future] = []
 
         def query() -> bool:
