@@ -8,6 +8,16 @@ Order of work, so a repeated question costs an embedder load and a lookup, not a
 3. retrieve the top-k chunks, lay out the request and look in the semantic answer cache;
 4. on a miss, load the model (the engine's chunk KV persists under ``$RAGCACHE_HOME/kv``, so a
    later run over the same folder reuses each document's KV), answer, and store the answer.
+
+An answer cut at the token budget is stored too (``cache_truncated``, on by default): the budget
+is part of the semantic partition, so it is served only to a request with the same budget, and
+the second ask of a question is a semantic hit at the defaults.
+
+Concurrent runs on one ``$RAGCACHE_HOME`` (several shells, a script in parallel) share the work:
+the index update holds a file lock on the index folder, and a miss holds the single-flight lock
+of (partition, question words) across processes (:func:`ragcache.semantic.flight.file_flight_lock`),
+re-reads the answer cache once it has the lock, and only then calls the model: N identical
+concurrent asks make one model call and store one answer.
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
+
+from filelock import FileLock
 
 from ragcache.app.corpus import scan_folder
-from ragcache.app.output import say, warn
+from ragcache.app.output import clean, say, warn
 from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
 from ragcache.app.runtime import LazyLocalBackend, answer_cache, build_engine, bulk_embedder, query_embedder
 from ragcache.config import Config
@@ -80,19 +93,22 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
                   (f" ({v.detail})" if v.detail else "")
         else:
             why = f"similarity {c.similarity:.3f} >= {t:.2f}, guards passed"
-        out.append(f"{c.question!r}: {why}")
+        out.append(f"{clean(c.question, newlines=False)!r}: {why}")
     return out
 
 
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
-        threshold: float | None = None, lookup: bool = True, store: bool = True,
-        console: Console | None = None, quiet: bool = False) -> AskResult:
+        threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = True,
+        console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0) -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
         lookup: look in the semantic answer cache first (``--no-cache`` / ``--refresh`` turn it off).
         store: store a fresh answer (``--no-cache`` turns it off; ``--refresh`` replaces the old one).
+        cache_truncated: store an answer cut at the token budget (served only to the same budget).
+        flight_timeout_s: longest wait (seconds) for another process answering the same question;
+            then this one answers too.
         threshold: cosine threshold for this lookup (default ``cfg.threshold``).
         quiet: print nothing (``--json``).
 
@@ -120,9 +136,11 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
     idx = index_dir_for(cfg, folder.root, emb)
-    retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
-                          bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
-    removed = prune_indexes(cfg.index_dir, idx)
+    cfg.index_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
+        retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
+        removed = prune_indexes(cfg.index_dir, idx)
     if retriever.embedded:
         log.info("embedded %d new chunks, reused %d", retriever.embedded, retriever.reused)
     for d in removed:
@@ -133,7 +151,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     backend = LazyLocalBackend(lambda: build_engine(cfg, model_name), model_name)
     semantic = answer_cache(cfg, emb)
     rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
-                   max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens)
+                   max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                   cache_truncated=cache_truncated)
     reasons: list[str] = []
     try:
         req = rag.prepare(question, documents)
@@ -143,25 +162,10 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:
-            if not quiet:
-                with console.status("loading the model and answering"):
-                    result = rag.generate(req)
-            else:
-                result = rag.generate(req)
-            if store:
-                if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
-                    from ragcache.app.answers import AnswerStore
-
-                    semantic.flush()
-                    AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, question)
-                    semantic.close()
-                    semantic = answer_cache(cfg, emb)
-                    rag.semantic = semantic
-                a = rag.record(req, result, started=t0)
-            else:
-                a = RagCache._answer(req, result, time.perf_counter() - t0)
+            a = _answer_miss(rag, req, cfg, emb, lookup=lookup, store=store, threshold=threshold, t0=t0,
+                             console=None if quiet else console, timeout_s=flight_timeout_s)
     finally:
-        semantic.close()
+        rag.semantic.close()
     timings["total_s"] = time.perf_counter() - t0
     out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
     if not quiet:
@@ -169,16 +173,55 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     return out
 
 
+def _answer_miss(rag: RagCache, req: Any, cfg: Config, emb: Any, *, lookup: bool, store: bool,
+                 threshold: float | None, t0: float, console: Console | None, timeout_s: float) -> Answer:
+    """A miss: under the cross-process single-flight lock of (partition, question words), re-read the
+    answer cache (another ``ask`` may have just stored the answer), else call the model and store
+    its answer before the lock is released. ``--refresh`` (``lookup=False``) replaces the stored
+    answer; ``--no-cache`` (``store=False``) takes no lock and stores nothing."""
+    from ragcache.semantic.flight import file_flight_lock, flight_key
+
+    if not store:
+        return RagCache._answer(req, _generate(rag, req, console), time.perf_counter() - t0)
+    hold = file_flight_lock(cfg.answers_dir / ".flight")
+    with hold(flight_key(req.partition, req.question), timeout_s) as locked:
+        if not locked:
+            log.warning("waited %.0f s for another process answering the same question; answering here", timeout_s)
+        rag.semantic.close()  # reopen: this process's view predates what another one stored meanwhile
+        if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
+            from ragcache.app.answers import AnswerStore
+
+            AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, req.question)
+        rag.semantic = answer_cache(cfg, emb)
+        if lookup and locked:
+            hit = rag.lookup(req, threshold=threshold)
+            if hit is not None:
+                return hit
+        a = rag.record(req, _generate(rag, req, console), started=t0)
+        rag.semantic.flush()
+        return a
+
+
+def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
+    if console is None:
+        return rag.generate(req)
+    with console.status("loading the model and answering"):
+        return rag.generate(req)
+
+
 def print_answer(console: Console, r: AskResult) -> None:
     """The answer as literal text, then one dim line of where it came from."""
     a = r.answer
-    console.print(a.text, markup=False, highlight=False, soft_wrap=True)
+    console.print(Text(clean(a.text)), highlight=False, soft_wrap=True)
+    cut = a.finish_reason == "length"
     if a.layer == "semantic":
         how = f"served by semantic cache (similarity {a.similarity:.3f} to {a.matched_question!r})"
+        if cut:
+            how += " | cut at the token budget (--max-new-tokens for a longer answer)"
     else:
         how = f"served by {a.layer} | TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}"
-        if a.finish_reason == "length":
-            how += " | cut at the token budget (not cached; raise --max-new-tokens)"
+        if cut:
+            how += " | cut at the token budget (raise --max-new-tokens for a longer answer)"
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('total_s', 0.0):.2f} s", "dim"))
 

@@ -14,12 +14,13 @@ from typing import Optional
 
 import typer
 
+from ragcache.app.argv import RagcacheGroup
 from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
 from ragcache.app.output import error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True,
                   help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
                        "environment variables (see the README); options override them.")
 app.add_typer(bench_app, name="bench")
@@ -48,7 +49,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     verbose: bool = typer.Option(False, "--verbose", "-v",
-                                 help="Log at INFO level: why a semantic lookup missed, what was re-embedded."),
+                                 help="Log at INFO level: why a semantic lookup missed, what was re-embedded "
+                                      "(before or after the sub-command)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
@@ -80,7 +82,7 @@ def demo(
 
 @app.command()
 def ask(
-    question: str = typer.Argument(..., help="The question (quote it)."),
+    question: str = typer.Argument(..., help="The question (quote it), or - to read it from stdin."),
     docs: str = typer.Option(..., "--docs", help="Folder (or one file) of .txt / .md notes to answer from."),
     model: Optional[str] = typer.Option(None, help="LLM folder or cached HF id (default $RAGCACHE_MODEL, else embedded SmolLM2)."),
     embedder: Optional[str] = typer.Option(None, help="Embedder folder or id (default $RAGCACHE_EMBEDDER, else all-MiniLM-L6-v2)."),
@@ -91,6 +93,8 @@ def ask(
                                               "question (default $RAGCACHE_THRESHOLD, 0.94; 1.0 = exact repeats only)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
+    cache_truncated: bool = typer.Option(True, help="Store an answer cut at the token budget too; it is served "
+                                         "only to the same budget (a larger --max-new-tokens asks the model)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, layer, similarity, usage, timings)."),
 ) -> None:
     """Answer a question over your own folder of .txt / .md files (semantic cache first, model on a miss)."""
@@ -99,12 +103,30 @@ def ask(
     if no_cache and refresh:
         error(console, "--no-cache and --refresh exclude each other: --refresh stores the new answer, --no-cache stores nothing")
         raise typer.Exit(2)
+    if question == "-":
+        question = run_or_exit(console, read_stdin_question)
     cfg = config()
     r = run_or_exit(console, run, question, docs, cfg=cfg, model=model, embedder=embedder, top_k=top_k,
                     max_new_tokens=max_new_tokens, system=system, threshold=threshold,
-                    lookup=not (no_cache or refresh), store=not no_cache, console=console, quiet=as_json)
+                    lookup=not (no_cache or refresh), store=not no_cache, cache_truncated=cache_truncated,
+                    console=console, quiet=as_json)
     if as_json:
         print_json(r.to_dict())
+
+
+def read_stdin_question() -> str:
+    """The question from stdin (``ragcache ask -``): UTF-8, trailing newlines dropped.
+
+    Raises:
+        ValueError: stdin is not UTF-8 text.
+    """
+    if sys.stdin.isatty():
+        sys.stderr.write("reading the question from stdin; end it with Ctrl-D\n")
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        return data.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the question on stdin is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 @app.command()
@@ -185,4 +207,6 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    from ragcache.app.entry import main
+
+    main()

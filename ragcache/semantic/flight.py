@@ -8,7 +8,8 @@ and find the stored answer. The lock comes from the cache:
 - :class:`~ragcache.semantic.pg_cache.PgSemanticCache`: a PostgreSQL session advisory lock, so the
   flight spans every process and machine on that database. It belongs to the holder's connection:
   a holder that crashes releases it at once.
-- any other cache (the embedded :class:`~ragcache.semantic.SemanticCache`): a lock in this process.
+- any other cache (the embedded :class:`~ragcache.semantic.SemanticCache`): a lock in this process;
+  processes sharing one cache directory (``ragcache ask`` runs) use :func:`file_flight_lock`.
 
 A holder that hangs blocks the others for at most ``timeout_s`` seconds; then they compute
 themselves (logged). If ``compute`` raises, the lock is released and the next waiter computes.
@@ -30,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ragcache.semantic.cache import checked_partition
@@ -145,6 +147,36 @@ async def poll_lock(try_lock: Callable[[], Awaitable[bool]], timeout_s: float) -
             return False
         await asyncio.sleep(min(pause, left))
         pause = min(pause * 2, POLL_S[1])
+
+
+def file_flight_lock(directory: str | Path) -> Callable[[str, float], Any]:
+    """A flight lock that spans every process on this machine: one lock file per key under
+    ``directory`` (``filelock``: ``fcntl.flock`` / ``msvcrt.locking``, released by the OS when the
+    holder exits or crashes). ``hold(key, timeout_s)`` is a context manager yielding whether the
+    lock was taken within ``timeout_s`` seconds, the same shape as a cache's ``flight_lock``.
+
+    The embedded cache keeps its entries in memory, so a process that waited must re-open the
+    cache (or re-read its database) before it looks up again; see ``ragcache ask``.
+    """
+    root = Path(directory)
+
+    @contextmanager
+    def hold(key: str, timeout_s: float) -> Iterator[bool]:
+        from filelock import FileLock, Timeout
+
+        root.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(root / f"{key[:40]}.lock"))
+        try:
+            lock.acquire(timeout=check_timeout(timeout_s))
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    return hold
 
 
 @contextmanager
