@@ -15,8 +15,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import click
 from typer.core import TyperGroup
+
+try:  # typer >= 0.25 carries its own copy of click; older ones use click itself
+    from typer._click.core import Abort, Context
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import Abort, ClickException, Context, UsageError
 
 from ragcache.app.output import error, json_errors, set_json_errors
 
@@ -24,12 +29,12 @@ _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 VERBOSE = ("-v", "--verbose")
 
 
-def _options(cmd: click.Command) -> tuple[dict[str, click.Option], set[str]]:
+def _options(cmd: Any) -> tuple[dict[str, Any], set[str]]:
     """(flag name -> option, names of options that take a value) of one command."""
-    flags: dict[str, click.Option] = {}
+    flags: dict[str, Any] = {}
     valued: set[str] = set()
     for p in cmd.params:
-        if not isinstance(p, click.Option):
+        if getattr(p, "param_type_name", None) != "option":
             continue
         names = [*p.opts, *p.secondary_opts]
         if p.is_flag or p.count:
@@ -39,11 +44,11 @@ def _options(cmd: click.Command) -> tuple[dict[str, click.Option], set[str]]:
     return flags, valued
 
 
-def _flag(opt: click.Option, name: str, value: str) -> list[str]:
+def _flag(opt: Any, name: str, value: str) -> list[str]:
     """``--name=value`` of a flag as the tokens click parses (raises UsageError on a bad value)."""
     v = value.strip().lower()
     if v not in _TRUE | _FALSE:
-        raise click.UsageError(f"{name} is a flag: give it alone, or {name}=true / {name}=false (got {value!r})")
+        raise UsageError(f"{name} is a flag: give it alone, or {name}=true / {name}=false (got {value!r})")
     on = v in _TRUE
     if name in opt.secondary_opts:  # --no-x=true means --no-x
         return [name] if on else [opt.opts[0]]
@@ -52,11 +57,11 @@ def _flag(opt: click.Option, name: str, value: str) -> list[str]:
     return [opt.secondary_opts[0]] if opt.secondary_opts else []
 
 
-def normalize(group: click.Group, ctx: click.Context, args: list[str]) -> list[str]:
+def normalize(group: Any, ctx: Context, args: list[str]) -> list[str]:
     """``args`` with ``-v`` moved to the front and flag values resolved (see the module doc).
     Also turns on JSON errors when the command reached is given ``--json`` as a flag."""
     out: list[str] = []
-    cmd: click.Command = group
+    cmd: Any = group
     verbose, i = False, 0
     while i < len(args):
         a = args[i]
@@ -77,7 +82,7 @@ def normalize(group: click.Group, ctx: click.Context, args: list[str]) -> list[s
         else:
             if a == "--json" and a in flags:
                 set_json_errors(True)
-            if isinstance(cmd, click.Group) and not a.startswith("-"):
+            if hasattr(cmd, "get_command") and not a.startswith("-"):
                 sub = cmd.get_command(ctx, a)
                 cmd = sub if sub is not None else cmd
             out.append(a)
@@ -89,7 +94,7 @@ class RagcacheGroup(TyperGroup):
     """The top-level group: :func:`normalize` before parsing; usage errors as JSON under ``--json``;
     one line and exit 130 on Ctrl-C."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, normalize(self, ctx, list(args)))
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
@@ -98,7 +103,7 @@ class RagcacheGroup(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as e:
+        except ClickException as e:
             if not standalone_mode:
                 raise
             if json_errors():
@@ -108,7 +113,7 @@ class RagcacheGroup(TyperGroup):
 
                 rich_utils.rich_format_error(e)
             rc = e.exit_code
-        except click.Abort:
+        except Abort:
             if not standalone_mode:
                 raise
             sys.stderr.write("aborted\n")

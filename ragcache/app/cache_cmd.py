@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragcache.app.answers import AnswerStore
-from ragcache.app.output import error, make_console, print_json, run_or_exit, say
+from ragcache.app.output import clean, error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
 cache_app = typer.Typer(no_args_is_help=True, help="See and manage the on-disk caches (answers, chunk KV, indexes).")
@@ -145,11 +145,12 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
         print_json(s)
         return
     a, c, i = s["answers"], s["chunks"], s["index"]
-    t = Table(title=Text(f"ragcache caches under {s['home']}"))
+    t = Table(title=Text(clean(f"ragcache caches under {s['home']}")))
     for col in ("layer", "entries", "on disk", "details"):
         t.add_column(col)
     t.add_row("answers", str(a["entries"]), _bytes(a["bytes"]),
-              Text(f"{a['partitions']} partitions, {a['hits']} hits served, namespaces {a['namespaces'] or '-'}"))
+              Text(clean(f"{a['partitions']} partitions, {a['hits']} hits served, namespaces {a['namespaces'] or '-'}",
+                         newlines=False)))
     t.add_row("chunks", str(c["files"]), _bytes(c["bytes"]),
               Text(f"{c['tokens']} tokens of KV, budget {_bytes(c['max_bytes'])}"))
     t.add_row("index", str(i["folders"]), _bytes(i["bytes"]), Text("retrieval indexes"))
@@ -182,7 +183,7 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*[Text(_when(r.get(c)) if c in ("accessed", "used") else
-                         _bytes(r[c]) if c == "bytes" else ("-" if r.get(c) is None else str(r.get(c))))
+                         _bytes(r[c]) if c == "bytes" else ("-" if r.get(c) is None else clean(r.get(c), newlines=False)))
                     for c in cols])
     console.print(t)
 
@@ -215,7 +216,7 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
     for k, v in d.items():
         value = _when(v) if k in ("created", "accessed", "used") else json.dumps(v, ensure_ascii=False) \
             if isinstance(v, dict) else str(v)
-        say(console, (f"{k:10} ", "bold"), value)
+        say(console, (f"{k:10} ", "bold"), clean(value, newlines=k == "answer"))
 
 
 @cache_app.command()
@@ -229,12 +230,19 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
     cfg = _cfg()
     keys = [document]
     p = Path(document).expanduser()
+    if p.is_dir():
+        error(console, f"{document} is a folder: give one document file (or a chunk id such as {p.name}/notes.md#0)")
+        raise typer.Exit(2)
     if p.is_file():
         text, how = decode_bytes(p.read_bytes())
         if text is None:
             error(console, f"cannot read {document}: {how}")
             raise typer.Exit(2)
         keys = [c.text for c in _pack([text], p.name, 1400)] + [text]
+    elif looks_like_path(document):
+        error(console, f"no file {document}: give the document's path as it is now, or a chunk id such as "
+                       f"{p.name}#0 (see `ragcache cache ls`), a content hash, or the document text")
+        raise typer.Exit(2)
     removed = 0
     if AnswerStore(cfg.answers_dir).exists:
         sem = run_or_exit(console, answer_cache, cfg, query_embedder(cfg))
@@ -245,10 +253,20 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
     if as_json:
         print_json({"document": document, "answers_removed": removed})
     else:
-        say(console, f"removed {removed} stored answer(s) built from ", (document, "bold"))
-        if removed == 0 and not p.is_file() and p.suffix.lower() in (".md", ".txt"):
-            say(console, ("note: ", "bold"), f"no file {document}: it was matched as a chunk id, content hash or text; "
-                "give the path of the document as it is now, or a chunk id such as ", (f"{p.name}#0", "bold"))
+        say(console, f"removed {removed} stored answer(s) built from ", (clean(document, newlines=False), "bold"))
+
+
+DOC_SUFFIXES = (".md", ".txt", ".markdown", ".rst", ".text")
+
+
+def looks_like_path(arg: str) -> bool:
+    """Whether a ``cache invalidate`` argument names a file rather than a chunk id (``notes.md#0``), a
+    content hash or document text: one line without spaces or ``#`` that has a folder separator,
+    starts with ``~`` or ``.``, or ends with a document suffix."""
+    a = arg.strip()
+    if not a or any(c.isspace() for c in a) or "#" in a:
+        return False
+    return "/" in a or "\\" in a or a.startswith(("~", ".")) or a.lower().endswith(DOC_SUFFIXES)
 
 
 @cache_app.command()
@@ -283,16 +301,25 @@ def evict(layer: LayerName = typer.Option(LayerName.answers, help="answers or ch
         say(console, f"evicted {n} {layer.value} entr{'y' if n == 1 else 'ies'}" + (f" ({_bytes(freed)})" if freed else ""))
 
 
+def interactive() -> bool:
+    """Whether stdin is a terminal (a person who can answer a confirmation)."""
+    import sys
+
+    return sys.stdin.isatty()
+
+
 @cache_app.command()
 def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, chunks, index) or one layer."),
           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Delete a cache layer from disk (converted models under $RAGCACHE_HOME/models are kept)."""
+    """Delete a cache layer from disk (converted models under $RAGCACHE_HOME/models are kept).
+    Asks first unless --yes (with --json too, when stdin is a terminal)."""
     cfg = _cfg()
     dirs = {"answers": cfg.answers_dir, "chunks": cfg.kv_dir, "index": cfg.index_dir}
     chosen = list(dirs) if layer is ClearLayer.all else [layer.value]
-    if not yes and not as_json:
-        typer.confirm(f"delete {', '.join(str(dirs[c]) for c in chosen)}?", abort=True)
+    if not yes and (not as_json or interactive()):  # --json on a terminal asks too (on stderr)
+        typer.confirm(clean(f"delete {', '.join(str(dirs[c]) for c in chosen)}?", newlines=False), abort=True,
+                      err=True)
     out = {}
     for c in chosen:
         d = dirs[c]
@@ -303,7 +330,7 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
         print_json(out)
     else:
         for c, v in out.items():
-            say(console, f"cleared {c}: ", (v["path"], "bold"), f" ({_bytes(v['bytes_freed'])})")
+            say(console, f"cleared {c}: ", (clean(v["path"], newlines=False), "bold"), f" ({_bytes(v['bytes_freed'])})")
 
 
 __all__ = ["cache_app", "chunk_files", "chunk_header", "collect_stats", "index_folders"]

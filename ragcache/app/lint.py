@@ -22,7 +22,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ragcache.app.output import clean, error, say
 from ragcache.volatile import find_volatile, first_divergence, word_tokens
 from ragcache.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
@@ -87,10 +89,10 @@ def run_lint(path: str, against: str | None = None, *, console: Console | None =
         blocks = _blocks(path)
         other = _blocks(against) if against else None
     except ValueError as e:
-        console.print(f"[red]error:[/red] {e}")
+        error(console, str(e))
         return 2
     last_msg = blocks[-1].path[1] if blocks[-1].section == "messages" else None
-    table = Table(title=f"volatile text in {path}")
+    table = Table(title=Text(clean(f"volatile text in {path}", newlines=False)))
     for col in ("block", "severity", "kind", "text", "char"):
         table.add_column(col)
     errors = 0
@@ -100,13 +102,13 @@ def run_lint(path: str, against: str | None = None, *, console: Console | None =
         severity = "error" if b.section in ("system", "tools") else "review"
         for f in find_volatile(b.text):
             errors += severity == "error"
-            table.add_row(b.where, severity, f.kind, repr(f.text), str(f.start))
+            table.add_row(Text(clean(b.where, newlines=False)), severity, f.kind, Text(clean(repr(f.text))), str(f.start))
     if table.row_count:
         console.print(table)
         console.print("errors: volatile text in system/tools changes the cached prefix on every request; "
                       "move it after the documents (PromptLayout volatile=..., or lint='move').")
     else:
-        console.print(f"[green]no volatile text found in the stable parts of {path}[/green]")
+        say(console, (f"no volatile text found in the stable parts of {path}", "green"))
     diverged_in_prefix = False
     if other is not None:
         diverged_in_prefix = _compare(console, path, blocks, against, other)
@@ -117,7 +119,7 @@ def _compare(console: Console, path: str, a: list[FlatBlock], against: str, b: l
     """Print the first divergence; True when it lies before the final user block."""
     first_block = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x.key != y.key), None)
     if first_block is None and len(a) == len(b):
-        console.print(f"[green]{path} and {against} render identically[/green]")
+        say(console, (f"{path} and {against} render identically", "green"))
         return False
     if first_block is None:
         first_block = min(len(a), len(b))
@@ -130,12 +132,12 @@ def _compare(console: Console, path: str, a: list[FlatBlock], against: str, b: l
     i = offset + (first_divergence(ta, tb) or 0)
     blk = a[min(first_block, len(a) - 1)]
     in_prefix = first_block < len(a) - 1
-    console.print(f"first divergence at token {i} of {sum(len(t) for t in toks_a)} ({tok_name} tokens; "
-                  f"block {first_block}: {blk.where}, {blk.section})")
+    say(console, f"first divergence at token {i} of {sum(len(t) for t in toks_a)} ({tok_name} tokens; "
+                 f"block {first_block}: {blk.where}, {blk.section})")
     toks_a = [tok for blk_toks in toks_a for tok in blk_toks]
     toks_b = [tok for blk_toks in toks_b for tok in blk_toks]
-    console.print(f"  {path}: ...{detok(toks_a[max(0, i - 8):i + 8])!r}")
-    console.print(f"  {against}: ...{detok(toks_b[max(0, i - 8):i + 8])!r}")
+    say(console, f"  {path}: ...{detok(toks_a[max(0, i - 8):i + 8])!r}")
+    say(console, f"  {against}: ...{detok(toks_b[max(0, i - 8):i + 8])!r}")
     if in_prefix:
         console.print(f"[red]the prefix differs before the final block: a cache breakpoint after block "
                       f"{first_block} cannot be read by the other request[/red]")
