@@ -256,8 +256,10 @@ CHILD = textwrap.dedent("""
     from ragcache.backend import BackendResult, CacheUsage
     import ragcache.engine.backend as b
 
+    CALLS = sys.argv[1]
+
     def generate(self, layout, *, max_new_tokens, temperature):
-        with open(sys.argv[1], "a") as f:
+        with open(CALLS, "a") as f:
             f.write("call\\n")
         time.sleep(3)
         return BackendResult("Backups run nightly.", "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01)
@@ -279,6 +281,7 @@ def test_concurrent_asks_make_one_model_call_and_store_one_answer(home, notes, t
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(json.loads(out))
+    assert calls.exists(), results
     assert calls.read_text().count("call") == 1
     assert sorted(r["layer"] for r in results).count("semantic") == 2
     assert sum(r["chunks_embedded"] for r in results) == 2  # the index was built once (two chunks)
