@@ -1,7 +1,10 @@
-"""``ragcache bench ...``: each benchmark prints a table, writes JSON under bench/results/ and draws a PNG.
+"""``ragcache bench ...``: each benchmark prints a table, writes JSON under bench/results/ and draws a PNG
+(the PNG only with matplotlib, from ``pip install 'ragcache[bench]'``; without it the plot is skipped with
+one line naming the extra, after the JSON and table: :mod:`ragcache.app.bench.plotting`).
 
 To add a benchmark ``NAME``: write ``ragcache/app/bench/NAME.py`` with a ``main(**options) -> dict``
-that prints, writes ``json_path`` and draws ``plot_path``; then register it here::
+that prints, writes ``json_path`` and then draws ``plot_path`` through
+:func:`ragcache.app.bench.plotting.draw`; then register it here::
 
     @bench_app.command("NAME")
     def bench_NAME(json_path: str = json_option("NAME"), plot_path: str = plot_option("NAME"), ...) -> None:
@@ -22,7 +25,8 @@ import typer
 
 from ragcache.app.output import make_console, run_or_exit
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table, write JSON and draw a PNG.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table, write JSON and draw a PNG "
+                                                   "(the PNG needs matplotlib: pip install 'ragcache[bench]').")
 console = make_console()
 
 

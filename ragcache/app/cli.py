@@ -207,6 +207,4 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from ragcache.app.entry import main
-
-    main()
+    sys.exit(app())

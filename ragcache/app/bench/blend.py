@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
+from ragcache.app.bench.plotting import draw
 
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
@@ -405,10 +406,9 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
                       f"{m['greedy_match_len']:.1f}/{m['answer_tokens']:.1f}", f"{m['f1_vs_full']:.2f}",
                       f"{m['f1_gold']:.3f}")
     console.print(table)
-    if plot_path:
-        _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} questions, "
-                                        f"{payload.get('split', '')} split), top-{TOP_K} passages; "
-                                        f"{payload['machine']}")
+    draw(lambda: _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} "
+                                                 f"questions, {payload.get('split', '')} split), top-{TOP_K} "
+                                                 f"passages; {payload['machine']}"), plot_path)
     return payload
 
 

@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
+from ragcache.app.bench.plotting import draw
 
 GIB = 1 << 30
 
@@ -340,8 +341,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
                       "-" if forced is not None else str(r["first_divergence"]),
                       "-" if forced is None else f"{forced:.3f}")
         console.print(d)
-    if plot_path:
-        _plot(payload, Path(plot_path))
+    draw(lambda: _plot(payload, Path(plot_path)), plot_path)
     return payload
 
 

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
 from ragcache.app.corpus import stdlib_chunks
+from ragcache.app.bench.plotting import draw
 
 QUESTION_STEMS = (
     "Explain how to read a CSV file with a header row and convert each row into a dictionary keyed by column name",
@@ -145,8 +146,8 @@ def main(json_path: str = "bench/results/prefix.json", prefix_tokens: int = 2000
     console.print(t)
     _write_json(json_path, result)
     console.print(f"wrote {json_path}")
-    if plot_path:
-        console.print(f"drew {plot(result, plot_path)}")
+    if draw(lambda: plot(result, plot_path), plot_path):
+        console.print(f"drew {plot_path}")
     return result
 
 

@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
+from ragcache.app.bench.plotting import draw
 
 SIZES = (1000, 3500)
 HIT_FRACTIONS = (0.0, 0.25, 0.5, 0.75)
@@ -187,8 +188,9 @@ def main(json_path: str = "bench/results/prefix_hits.json", plot_path: str = "be
     result["summary"] = summary(result)
     _table(console, result)
     atomic_write_json(json_path, result)
-    _plot(plot_path, result)
-    console.print(f"wrote {json_path} and {plot_path}")
+    console.print(f"wrote {json_path}")
+    if draw(lambda: _plot(plot_path, result), plot_path):
+        console.print(f"drew {plot_path}")
     return result
 
 

@@ -35,6 +35,7 @@ import os
 import platform
 import re
 import sys
+from ragcache.app.bench.plotting import draw
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +223,9 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(results, indent=2))
     os.replace(tmp, out)
-    if plot_path:
-        print(f"wrote {json_path} and {plot(results, plot_path)}")
+    print(f"wrote {json_path}")
+    if draw(lambda: plot(results, plot_path), plot_path):
+        print(f"drew {plot_path}")
     return results
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from ragcache.semantic import DEFAULT_THRESHOLD, SemanticCache, partition_key
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.text import embed_form, normalize_question
+from ragcache.app.bench.plotting import draw
 
 THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
 GUARDED_THRESHOLDS = tuple(sorted({0.70, 0.80, 0.90, DEFAULT_THRESHOLD}))
@@ -393,7 +394,10 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(result, indent=2, default=float))
     os.replace(tmp, out)
-    plot(result, plot_path or str(out.with_suffix(".png")))
+    png = plot_path or str(out.with_suffix(".png"))
+    print(f"wrote {out}")
+    if draw(lambda: plot(result, png), png):
+        print(f"drew {png}")
     return result
 
 

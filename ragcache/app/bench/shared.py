@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ragcache.atomic import atomic_write_json
+from ragcache.app.bench.plotting import draw
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -397,7 +398,7 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
             _drop_schema(pg_url, f"{run_id}_sf")
     atomic_write_json(json_path, result)
     _table(result)
-    _plot(result, plot_path)
+    draw(lambda: _plot(result, plot_path), plot_path)
     return result
 
 
