@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -133,9 +134,47 @@ def resolve_embedder(embedder: Any = None) -> QuestionEmbedder:
     if isinstance(embedder, QuestionEmbedder):
         return embedder
     if embedder is None or isinstance(embedder, str):
-        from ragcache.models import load_embedder
+        return shared_embedder(embedder)
+    return _wrap(embedder)
 
-        embedder = load_embedder(embedder)
+
+_SHARED: dict[str, QuestionEmbedder] = {}
+_SHARED_LOCK = threading.RLock()
+
+
+def shared_embedder(name: str | None = None) -> QuestionEmbedder:
+    """The process-wide :class:`QuestionEmbedder` of a sentence-transformers model (``None``: the
+    packaged all-MiniLM-L6-v2), loaded once and then shared by every cache in the process
+    (``SemanticCache()``, LangChain's ``RagCacheSemanticCache`` / ``RagCacheMiddleware``, the
+    LlamaIndex query engine): the model is read and its vocabulary indexed once.
+
+    Raises:
+        ragcache.models.ModelNotFoundError: the model cannot be loaded offline.
+    """
+    from ragcache.models import DEFAULT_EMBEDDER, load_embedder
+
+    key = name or DEFAULT_EMBEDDER
+    with _SHARED_LOCK:
+        emb = _SHARED.get(key)
+        if emb is None:
+            emb = _SHARED[key] = _wrap(load_embedder(name))  # the same object as for the loaded model
+        return emb
+
+
+def _wrap(embedder: Any) -> QuestionEmbedder:
+    """A :class:`QuestionEmbedder` over a loaded model or a callable (see :func:`resolve_embedder`)."""
+    from ragcache.models import Embedder
+
+    if isinstance(embedder, Embedder):  # loaded once per process: wrap it once too
+        key = f"{embedder.fingerprint}|{embedder.runtime}"
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = _wrap_any(embedder)
+            return _SHARED[key]
+    return _wrap_any(embedder)
+
+
+def _wrap_any(embedder: Any) -> QuestionEmbedder:
     encode = getattr(embedder, "encode", None)
     if callable(encode):
         fp = getattr(embedder, "fingerprint", None)

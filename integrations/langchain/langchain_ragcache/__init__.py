@@ -7,6 +7,8 @@
 - :class:`ChatRagCache`: a local chat model with prefix and CacheBlend KV reuse.
 - :class:`RagCacheEmbeddings`: the packaged embedder for retrievers and the cache.
 - :class:`RagCacheCallbackHandler`: which layer served each call, with TTFT and tokens.
+- :func:`with_cache_info`: the step after a chat model that keeps which layer answered past the
+  output parser (``{"answer": ..., "cache": {...}}``).
 - :class:`RagCacheMiddleware` / :class:`RagPromptLayoutMiddleware` (``langchain`` 1.x agents) and
   :class:`RagCacheGraphCache` (a LangGraph node cache in SQLite): imported on first use, so
   ``langchain`` and ``langgraph`` are needed only for them (``pip install langchain-ragcache[agents]``).
@@ -15,6 +17,7 @@
 from importlib import metadata
 
 from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.cache_info import cache_info, with_cache_info
 from langchain_ragcache.callbacks import CallRecord, RagCacheCallbackHandler
 from langchain_ragcache.chat_models import ChatRagCache
 from langchain_ragcache.embeddings import RagCacheEmbeddings
@@ -49,4 +52,6 @@ __all__ = [
     "RagPrompt",
     "RagPromptLayoutMiddleware",
     "__version__",
+    "cache_info",
+    "with_cache_info",
 ]

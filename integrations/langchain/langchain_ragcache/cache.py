@@ -17,7 +17,8 @@ A request laid out by :class:`~langchain_ragcache.RagPrompt` for
 :class:`~langchain_ragcache.ChatRagCache` gets the partition :class:`ragcache.RagCache`
 gives the same request, so the two entry points share answers (and ``invalidate``).
 
-Use it with ``set_llm_cache(RagCacheSemanticCache())`` or a model's ``cache=``.
+Use it with ``set_llm_cache(RagCacheSemanticCache())`` or a model's ``cache=``. By default answers
+persist under ``$RAGCACHE_HOME`` (the store ``ragcache ask`` uses); ``path=None`` keeps them in memory.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from langchain_core.outputs import ChatGeneration, Generation
 from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
 from langchain_ragcache._messages import parse_cache_prompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
+from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
 
@@ -47,8 +49,14 @@ class RagCacheSemanticCache(BaseCache):
     Args:
         semantic_cache: an existing :class:`SemanticCache` to share (for example with
             ragcache's pipeline); when given, ``path``/``embedder``/``threshold`` are not used.
-        path: directory of a persistent cache (SQLite + FAISS); ``None`` keeps it in memory.
-        embedder: ``None`` for the packaged all-MiniLM-L6-v2, a sentence-transformers path,
+        path: where answers are kept. ``"default"`` (the default): the persistent store that
+            ``ragcache ask`` uses, ``$RAGCACHE_SEMANTIC_URL`` if set, else SQLite + FAISS under
+            ``$RAGCACHE_HOME/answers`` (one cache object per process, shared with
+            ``RagCacheMiddleware()`` and the LlamaIndex query engine:
+            :func:`ragcache.semantic.defaults.default_cache`); a directory or ``postgresql://`` URL:
+            that store; ``None``: in memory (lost at exit).
+        embedder: ``None`` for the packaged all-MiniLM-L6-v2 (one per process, shared by every
+            cache: :func:`ragcache.semantic.embedding.shared_embedder`), a sentence-transformers path,
             an object with ``encode(list[str])``, or a :class:`~langchain_ragcache.RagCacheEmbeddings`.
         threshold: cosine similarity needed for a hit (``sim >= threshold``); 1.0 serves
             only the same words. Default: ragcache's tuned default (0.75, with guards).
@@ -69,7 +77,7 @@ class RagCacheSemanticCache(BaseCache):
     FAISS search run in a worker thread, same code and threshold as the sync path).
     """
 
-    def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = None,
+    def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = DEFAULT_LOCATION,
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
                  cache_truncated: bool = False, **kwargs: Any) -> None:
@@ -78,12 +86,14 @@ class RagCacheSemanticCache(BaseCache):
         if semantic_cache is None:
             if hasattr(embedder, "embedder") and hasattr(embedder, "embed_query"):
                 embedder = embedder.embedder  # a RagCacheEmbeddings: share its loaded model
-            if threshold is not None:
-                kwargs["threshold"] = threshold
-            # path=None: $RAGCACHE_SEMANTIC_URL (e.g. postgresql://...) if set, else in memory
-            semantic_cache = SemanticCache.from_url(None if path is None else str(path), embedder=embedder,
-                                                    ttl_s=ttl_s, **kwargs)
-        elif path is not None or embedder is not None or kwargs:
+            if path == DEFAULT_LOCATION:  # threshold and ttl_s are applied per lookup / store
+                semantic_cache = default_cache(embedder, **kwargs)
+            else:
+                if threshold is not None:
+                    kwargs["threshold"] = threshold
+                semantic_cache = SemanticCache(None, embedder=embedder, ttl_s=ttl_s, **kwargs) if path is None \
+                    else SemanticCache.from_url(str(path), embedder=embedder, ttl_s=ttl_s, **kwargs)
+        elif path != DEFAULT_LOCATION or embedder is not None or kwargs:
             raise ValueError("give either semantic_cache=... or path/embedder/options for a new cache, not both")
         self.semantic_cache = semantic_cache
         self.threshold = threshold

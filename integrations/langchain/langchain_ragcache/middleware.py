@@ -58,7 +58,9 @@ class RagCacheMiddleware(AgentMiddleware):
         cache: a :class:`~langchain_ragcache.RagCacheSemanticCache` to share (with an LCEL chain's
             ``set_llm_cache``, for example); otherwise one is built from ``**kwargs``
             (``path``, ``embedder``, ``threshold``, ``namespace``, ``ttl_s``,
-            ``question_extractor``, ``cache_truncated``, SemanticCache options).
+            ``question_extractor``, ``cache_truncated``, SemanticCache options). By default the
+            answers persist under ``$RAGCACHE_HOME`` (``path="default"``, shared with
+            ``RagCacheSemanticCache()`` and ``ragcache ask``); ``path=None`` keeps them in memory.
 
     Requests with a ``response_format`` (structured output) are passed through uncached.
     """
@@ -220,7 +222,8 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
     message before the final human turn (the stable history), and the last message. Each
     response's ``response_metadata["ragcache"]`` holds ``layer`` (``provider-cache`` when part of
     the prompt was read from the cache, else ``provider``), ``breakpoints`` and ``usage``
-    (:class:`~ragcache.backend.CacheUsage`).
+    (:class:`~ragcache.backend.CacheUsage`). An answer that already carries ragcache's record (a
+    local ``ChatRagCache``: ``prefix``, ``chunk``...; a semantic hit) keeps its layer and usage.
     """
 
     def __init__(self, *, ttl: Literal["5m", "1h"] = "5m", lint: Literal["move", "off"] = "move",
@@ -296,7 +299,17 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
 
 
 def _with_usage(msg: Any, placed: list[str]) -> Any:
-    if not isinstance(msg, AIMessage) or not msg.usage_metadata:
+    """``msg`` with the provider's usage read back as ragcache's record. An answer that already
+    carries ragcache's record (a local :class:`~langchain_ragcache.ChatRagCache`, a semantic hit) keeps
+    its layer and usage: only the breakpoints are added, so a local prefix hit is never called
+    ``provider-cache``."""
+    if not isinstance(msg, AIMessage):
+        return msg
+    own = msg.response_metadata.get("ragcache")
+    if isinstance(own, Mapping) and own.get("layer"):
+        return msg.model_copy(update={"response_metadata": {
+            **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed)}}})
+    if not msg.usage_metadata:
         return msg
     um = msg.usage_metadata
     details = dict(um.get("input_token_details") or {})

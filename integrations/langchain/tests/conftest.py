@@ -43,3 +43,11 @@ def _no_global_llm_cache():
     set_llm_cache(None)
     yield
     set_llm_cache(None)
+
+
+@pytest.fixture(autouse=True)
+def _answers_in_tmp(tmp_path, monkeypatch):
+    """The default answer cache is persistent (under $RAGCACHE_HOME): each test gets its own folder,
+    so no test reads another's answers and nothing is written to the user's home."""
+    monkeypatch.setenv("RAGCACHE_ANSWERS_DIR", str(tmp_path / "answers"))
+    monkeypatch.delenv("RAGCACHE_SEMANTIC_URL", raising=False)

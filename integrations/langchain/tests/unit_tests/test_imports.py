@@ -4,7 +4,7 @@ EXPECTED_ALL = [
     "CallRecord",
     "ChatRagCache",
     "RagCacheCallbackHandler", "RagCacheEmbeddings", "RagCacheSemanticCache", "RagPrompt", "__version__",
-    "RagCacheMiddleware", "RagPromptLayoutMiddleware", "RagCacheGraphCache"]
+    "RagCacheMiddleware", "RagPromptLayoutMiddleware", "RagCacheGraphCache", "cache_info", "with_cache_info"]
 
 
 def test_all_imports() -> None:

@@ -26,6 +26,11 @@ from ragcache.layout import PromptLayout
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
 
 
+DEFAULT_MAX_NEW_TOKENS = 256
+"""Decode budget (tokens) of an LLM that states none (``num_output`` of -1 or unset): LlamaIndex's
+``DEFAULT_NUM_OUTPUTS``. Part of the semantic partition, as every budget."""
+
+
 def _get(obj: Any, name: str) -> int:
     v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
     return int(v or 0)
@@ -67,12 +72,14 @@ class LlamaIndexBackend:
 
     @property
     def max_new_tokens(self) -> int:
-        """The LLM's decode budget (``max_new_tokens`` / ``max_tokens`` / ``num_output``)."""
-        for name in ("max_new_tokens", "max_tokens"):
-            v = getattr(self.llm, name, None)
-            if v:
-                return int(v)
-        return int(getattr(self.llm.metadata, "num_output", 256) or 256)
+        """The LLM's decode budget: its ``max_new_tokens`` / ``max_tokens`` / ``metadata.num_output``,
+        the first that is a positive number; else :data:`DEFAULT_MAX_NEW_TOKENS`. LlamaIndex uses
+        ``num_output=-1`` (``MockLLM``, ``DEFAULT_NUM_OUTPUTS`` unset) and ``None`` for "not stated"."""
+        for v in (getattr(self.llm, "max_new_tokens", None), getattr(self.llm, "max_tokens", None),
+                  getattr(getattr(self.llm, "metadata", None), "num_output", None)):
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return DEFAULT_MAX_NEW_TOKENS
 
     @property
     def temperature(self) -> float:
@@ -162,4 +169,4 @@ class LlamaIndexBackend:
         sink.append(self.result(last, text, (first or time.perf_counter()) - t0))
 
 
-__all__ = ["LlamaIndexBackend"]
+__all__ = ["DEFAULT_MAX_NEW_TOKENS", "LlamaIndexBackend"]

@@ -52,6 +52,7 @@ from llama_index.query_engine.ragcache.messages import LaidOutMessages
 from ragcache.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
 from ragcache.semantic import PartitionKey, SemanticCache
+from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 @dataclass(slots=True)
 class PreparedQuery:
@@ -97,8 +98,11 @@ class RagCacheQueryEngine(BaseQueryEngine):
             was set, else a RagCacheLLM over the embedded SmolLM2-135M-Instruct with a chunk cache),
             ``llama_index.llms.anthropic.Anthropic``
             (e.g. pointed at ``ragcache serve --anthropic``), or any other LlamaIndex LLM.
-        semantic_cache: a :class:`ragcache.semantic.SemanticCache`, ``True`` for an in-memory
-            one with the packaged embedder, or ``False`` / ``None`` to skip that layer.
+        semantic_cache: ``"default"`` (the default) or ``True``: the persistent store that
+            ``ragcache ask`` uses (``$RAGCACHE_SEMANTIC_URL`` if set, else SQLite + FAISS under
+            ``$RAGCACHE_HOME/answers``; one per process, shared with LangChain's adapters:
+            :func:`ragcache.semantic.defaults.default_cache`); ``None``: an in-memory cache; a
+            :class:`ragcache.semantic.SemanticCache` to share; ``False``: skip that layer.
         system_prompt: system text (stable; volatile text in it is linted per ``lint``).
         node_postprocessors: run after retrieval, before the stable order.
         order_by: canonical node order (see :class:`StableOrderPostprocessor`).
@@ -118,7 +122,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         ValueError: a bad option (``order_by``, ``lint``, ``semantic_cache`` type).
     """
 
-    def __init__(self, retriever: BaseRetriever, llm: Any = None, *, semantic_cache: SemanticCache | bool | None = True,
+    def __init__(self, retriever: BaseRetriever, llm: Any = None, *,
+                 semantic_cache: SemanticCache | bool | str | None = DEFAULT_LOCATION,
                  system_prompt: str | None = DEFAULT_SYSTEM,
                  node_postprocessors: Sequence[BaseNodePostprocessor] = (), order_by: str = "content_hash",
                  id_source: str = "none", namespace: str = "default", streaming: bool = False,
@@ -128,12 +133,15 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  callback_manager: CallbackManager | None = None) -> None:
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
-        if semantic_cache is True:
-            semantic_cache = SemanticCache.from_url()  # $RAGCACHE_SEMANTIC_URL if set, else in memory
+        if semantic_cache is True or semantic_cache == DEFAULT_LOCATION:
+            semantic_cache = default_cache()
+        elif semantic_cache is None:
+            semantic_cache = SemanticCache(None)
         elif semantic_cache is False:
             semantic_cache = None
-        elif semantic_cache is not None and not hasattr(semantic_cache, "lookup"):
-            raise ValueError("semantic_cache must be a ragcache.semantic.SemanticCache, True or False")
+        elif not hasattr(semantic_cache, "lookup"):
+            raise ValueError("semantic_cache must be 'default' (persistent, the default), None (in memory), "
+                             "a ragcache.semantic.SemanticCache, or False (no semantic layer)")
         if llm is None:
             from llama_index.core import Settings
 
