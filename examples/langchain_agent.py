@@ -194,7 +194,8 @@ def read_share(rows: list[dict[str, Any]]) -> float:
 
 def run_cached_agent(*, model: str | None = None, max_tokens: int = 24, quiet: bool = False) -> list[dict[str, Any]]:
     """An agent over the retriever tool with :class:`RagCacheMiddleware` on the local ChatRagCache."""
-    mw = RagCacheMiddleware(RagCacheSemanticCache(cache_truncated=True))  # short demo budgets cut answers
+    # short demo budgets cut answers; path=None: in memory, so every run starts empty
+    mw = RagCacheMiddleware(RagCacheSemanticCache(path=None, cache_truncated=True))
     llm = ChatRagCache(max_tokens=max_tokens, **({"model": model} if model else {}))
     agent = create_agent(llm, tools=[search_policies], system_prompt=SYSTEM[:400], middleware=[mw])
     rows = []

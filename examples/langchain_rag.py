@@ -83,8 +83,9 @@ def run_local(max_tokens: int = 48, *, quiet: bool = False, model: str | None = 
     """Steps 1-4 on the embedded model (or ``model``). Returns one record per answer (layer, times, tokens, answer)."""
     embeddings = RagCacheEmbeddings()
     # cache_truncated: the demo's short budgets cut answers; the budget is in the partition, so a cut
-    # answer is only ever served at the same budget (leave it off in production)
-    set_llm_cache(RagCacheSemanticCache(embedder=embeddings, cache_truncated=True))
+    # answer is only ever served at the same budget (leave it off in production). path=None: in memory, so
+    # the walk-through starts empty on every run (the default persists answers under $RAGCACHE_HOME)
+    set_llm_cache(RagCacheSemanticCache(path=None, embedder=embeddings, cache_truncated=True))
     retriever = make_retriever(embeddings)
     llm = ChatRagCache(max_tokens=max_tokens, **({"model": model} if model else {}))
     llm.get_engine()  # load the model before timing anything
@@ -123,7 +124,7 @@ def run_anthropic(max_tokens: int = 32, *, quiet: bool = False, min_tokens: int 
     from ragcache.server.anthropic import running_server
 
     embeddings = RagCacheEmbeddings()
-    set_llm_cache(RagCacheSemanticCache(embedder=embeddings, cache_truncated=True))
+    set_llm_cache(RagCacheSemanticCache(path=None, embedder=embeddings, cache_truncated=True))  # starts empty
     retriever = make_retriever(embeddings)
     engine = shared_engine(model) if model else shared_engine()
     embeddings.embed_query("warm up")
