@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragcache.app.corpus import Chunk, stdlib_chunks, stdlib_corpus_id
-from ragcache.app.output import say
+from ragcache.app.output import clean, say
 from ragcache.app.retrieval import Retriever, prune_indexes
 from ragcache.app.runtime import answer_cache, build_engine, bulk_embedder, query_embedder
 from ragcache.config import Config
@@ -132,7 +132,7 @@ def run_session(rag: RagCache, retriever: Retriever, turns: Sequence[Turn], *, t
             a = rag.answer(turn.question, docs, history=history)
         answers.append(a)
         row = _row(i, a, turn.note, backend)
-        table.add_row(*[Text(c) for c in row])
+        table.add_row(*[Text(clean(c)) for c in row])
         say(console, f"[{i}/{len(turns)}] served by ", (row[3], "bold"), f" ({row[4]}), TTFT {row[5]}: {_short(a.text, 70)}")
     console.print(table)
     return answers
