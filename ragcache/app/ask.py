@@ -175,24 +175,27 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
 
 def _answer_miss(rag: RagCache, req: Any, cfg: Config, emb: Any, *, lookup: bool, store: bool,
                  threshold: float | None, t0: float, console: Console | None, timeout_s: float) -> Answer:
-    """A miss: under the cross-process single-flight lock of (partition, question words), re-read the
-    answer cache (another ``ask`` may have just stored the answer), else call the model and store
-    its answer before the lock is released. ``--refresh`` (``lookup=False``) replaces the stored
+    """A miss: under the cross-process single-flight lock of (partition, question words) (a lock file,
+    or PostgreSQL's advisory lock with ``RAGCACHE_SEMANTIC_URL``), re-read the answer cache (another
+    ``ask`` may have just stored the answer), else call the model and store its answer before the
+    lock is released. ``--refresh`` (``lookup=False``) replaces the stored
     answer; ``--no-cache`` (``store=False``) takes no lock and stores nothing."""
     from ragcache.semantic.flight import file_flight_lock, flight_key
 
     if not store:
         return RagCache._answer(req, _generate(rag, req, console), time.perf_counter() - t0)
-    hold = file_flight_lock(cfg.answers_dir / ".flight")
+    shared = getattr(rag.semantic, "flight_lock", None)  # PostgreSQL: an advisory lock on every machine
+    hold = shared or file_flight_lock(cfg.answers_dir / ".flight")
     with hold(flight_key(req.partition, req.question), timeout_s) as locked:
         if not locked:
             log.warning("waited %.0f s for another process answering the same question; answering here", timeout_s)
-        rag.semantic.close()  # reopen: this process's view predates what another one stored meanwhile
-        if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
-            from ragcache.app.answers import AnswerStore
+        if shared is None:  # the embedded cache: reopen, this view predates what another process stored
+            rag.semantic.close()
+            if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
+                from ragcache.app.answers import AnswerStore
 
-            AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, req.question)
-        rag.semantic = answer_cache(cfg, emb)
+                AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, req.question)
+            rag.semantic = answer_cache(cfg, emb)
         if lookup and locked:
             hit = rag.lookup(req, threshold=threshold)
             if hit is not None:
