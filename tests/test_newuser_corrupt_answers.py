@@ -2,6 +2,7 @@
 exit code 2, and the file left untouched for recovery. Also the `ask --threshold` help states the real
 default."""
 
+import json
 import re
 
 import pytest
@@ -30,9 +31,12 @@ def test_cli_names_corrupt_answer_db(corrupt_home, args):
     r = runner.invoke(app, args)
     assert r.exit_code == 2, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    out = r.output
-    assert "Traceback" not in out
-    assert out.startswith("error: "), out
+    out = r.stderr
+    assert "Traceback" not in out and r.stdout == ""  # errors go to stderr
+    if "--json" in args:  # one JSON object under --json
+        assert json.loads(out)["exit_code"] == 2
+        out = json.loads(out)["error"]
+    assert out.startswith("error: ") or "--json" in args, out
     assert str(corrupt_home) in out.replace("\n", "")
     assert "move it aside" in out and "RAGCACHE_ANSWERS_DIR" in out.replace("\n", "")
     assert corrupt_home.read_bytes() == GARBAGE  # nothing deleted or overwritten
@@ -72,6 +76,6 @@ def test_cache_show_names_a_bad_chunk_file(tmp_path, monkeypatch, content):
 def test_invalidate_a_missing_file_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
     r = runner.invoke(app, ["cache", "invalidate", str(tmp_path / "gone.md")])
-    assert r.exit_code == 0, r.output
-    out = " ".join(r.output.split())
-    assert "removed 0 stored answer(s)" in out and "note: no file" in out and "gone.md#0" in out, out
+    assert r.exit_code == 2, r.output  # issue 22: a path that does not exist is an error naming it
+    out = " ".join(r.stderr.split())
+    assert "no file" in out and str(tmp_path / "gone.md") in out and "gone.md#0" in out, out

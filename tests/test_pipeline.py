@@ -92,13 +92,13 @@ def _cli(*args, env=None):
 def test_cli_bad_docs_path_is_a_clear_error(tmp_path):
     r = _cli("ask", "--docs", str(tmp_path / "missing"), "What is this?")
     assert r.returncode == 2
-    assert "does not exist" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert "does not exist" in r.stderr and r.stdout == "" and "Traceback" not in r.stderr  # errors on stderr
 
 
 def test_cli_empty_question_is_a_clear_error(tmp_path):
     (tmp_path / "n.txt").write_text("hello")
     r = _cli("ask", "--docs", str(tmp_path), "  ")
-    assert r.returncode == 2 and "question is empty" in r.stdout and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "question is empty" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_corrupt_model_cache_is_rebuilt_or_clear(tmp_path):
