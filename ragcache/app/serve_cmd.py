@@ -55,13 +55,10 @@ class UsageMetrics:
         await self.app(scope, receive, wrapped)
 
     def _record(self, usage: dict, ttft_s: float) -> None:
-        from ragcache.backend import CacheUsage
+        from ragcache.backend import CacheUsage, provider_layer
 
-        u = CacheUsage.provider(input_tokens=int(usage.get("input_tokens") or 0),
-                                cache_read=int(usage.get("cache_read_input_tokens") or 0),
-                                cache_write=int(usage.get("cache_creation_input_tokens") or 0),
-                                completion_tokens=int(usage.get("output_tokens") or 0))
-        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+        u = CacheUsage.from_anthropic(usage)
+        self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
 
 
 def _json_usage(body: bytes) -> dict:

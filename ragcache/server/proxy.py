@@ -46,7 +46,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ragcache.anthropic.backend import AnthropicCaching
 from ragcache.anthropic.pricing import PRICES
-from ragcache.backend import CacheUsage
+from ragcache.backend import CacheUsage, provider_layer
 from ragcache.metrics import CacheMetrics
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
@@ -324,10 +324,8 @@ class AnthropicProxy:
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
-        u = CacheUsage.provider(input_tokens=rec.input_tokens, cache_read=rec.cache_read_tokens,
-                                cache_write=rec.cache_write_tokens, completion_tokens=rec.output_tokens,
-                                cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
-        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+        u = CacheUsage.from_anthropic(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
 
     async def _store(self, question: str, answer: str, pk: Any, model: str, stop_reason: str | None,

@@ -20,15 +20,10 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import PromptLayout
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
-
-
-def _get(obj: Any, name: str) -> int:
-    v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-    return int(v or 0)
 
 
 class LlamaIndexBackend:
@@ -113,20 +108,8 @@ class LlamaIndexBackend:
         usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
         stop = raw.get("stop_reason") if isinstance(raw, Mapping) else None
         finish = "length" if stop in ("max_tokens", "length") else "stop"
-        if self.kind == "anthropic":
-            read, write = _get(usage, "cache_read_input_tokens"), _get(usage, "cache_creation_input_tokens")
-            u = CacheUsage.provider(input_tokens=_get(usage, "input_tokens"), cache_read=read, cache_write=write,
-                                    completion_tokens=_get(usage, "output_tokens"))
-            return BackendResult(text, "provider-cache" if read > 0 else "provider", u, ttft_s, finish)
-        prompt = _get(usage, "prompt_tokens") or _get(usage, "input_tokens")
-        details = None
-        if usage is not None:
-            details = (usage.get("prompt_tokens_details") if isinstance(usage, Mapping)
-                       else getattr(usage, "prompt_tokens_details", None))
-        cached = _get(details, "cached_tokens") if details is not None else 0
-        u = CacheUsage.provider(input_tokens=max(prompt - cached, 0), cache_read=min(cached, prompt),
-                                completion_tokens=_get(usage, "completion_tokens") or _get(usage, "output_tokens"))
-        return BackendResult(text, "provider-cache" if cached else "model", u, ttft_s, finish)
+        u = CacheUsage.from_anthropic(usage) if self.kind == "anthropic" else CacheUsage.from_openai(usage)
+        return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish)
 
     # -- Backend protocol ----------------------------------------------------------------------
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
