@@ -11,7 +11,7 @@ anthropic = pytest.importorskip("anthropic")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
-from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.server.app import running_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You are a terse assistant for a bicycle repair shop. Answer from the manual excerpts. " * 4
