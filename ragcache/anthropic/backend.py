@@ -2,7 +2,7 @@
 usage read back, cost accounted; and the pipeline backend that calls the official SDK.
 
 >>> import anthropic
->>> from ragcache.backend import BackendResult, CacheUsage, provider_layer
+>>> from ragcache.backend import BackendResult, CacheUsage
 from ragcache.layout import PromptLayout
 >>> from ragcache.anthropic.backend import AnthropicBackend
 >>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import PromptLayout
 from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.anthropic.pricing import ModelPrice

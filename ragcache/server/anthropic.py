@@ -115,15 +115,17 @@ def _check_params(body: Any) -> None:
         raise RequestError("stream: Input should be a valid boolean")
     msgs = body.get("messages")
     for i, m in enumerate(msgs if isinstance(msgs, list) else []):
-        if not isinstance(m, Mapping) or (m.get("role") == "assistant" and i == len(msgs) - 1):
-            continue
-        c = m.get("content")
-        empty = (isinstance(c, str) and not c.strip()) or (isinstance(c, list) and not any(
-            not (isinstance(b, Mapping) and b.get("type") == "text" and not str(b.get("text") or "").strip())
-            for b in c))
-        if "content" in m and empty:
+        final_assistant = isinstance(m, Mapping) and m.get("role") == "assistant" and i == len(msgs) - 1
+        c = m.get("content") if isinstance(m, Mapping) else None
+        if not final_assistant and (c == "" or c == []):
             raise RequestError(f"messages.{i}: all messages must have non-empty content except for the optional "
                                "final assistant message")
+        for b in [{"type": "text", "text": c}] if isinstance(c, str) else c if isinstance(c, list) else []:
+            text = b.get("text") if isinstance(b, Mapping) and b.get("type") == "text" else None
+            if isinstance(text, str) and not text and not final_assistant:
+                raise RequestError("messages: text content blocks must be non-empty")
+            if isinstance(text, str) and text and not text.strip():
+                raise RequestError("messages: text content blocks must contain non-whitespace text")
 
 
 class AnthropicLocalServer:
