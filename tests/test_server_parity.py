@@ -188,3 +188,19 @@ def test_an_uncached_openai_compatible_call_is_provider_everywhere(url):
     labels["llamaindex"] = be.result(Obj(raw={"usage": usage}), "a", 0.1).layer
     assert set(labels.values()) == {"provider"}, labels
     assert PromptLayout  # the layout type the backends answer
+
+
+@pytest.mark.parametrize("name", ["Tiny-Llama", "tiny-llama"])
+def test_readme_chatopenai_snippet_runs_at_its_settings(url, name):
+    """The README's ChatOpenAI snippet (temperature 0, a token budget, the id in any case) works."""
+    ChatOpenAI = pytest.importorskip("langchain_openai").ChatOpenAI
+    llm = ChatOpenAI(base_url=url + "/v1", api_key="local", model=name, temperature=0, max_tokens=8,
+                     stream_usage=True)
+    docs, question = ["The brake cable is adjusted with a 5 mm hex key."], "How do I adjust the brake cable?"
+    msg = llm.invoke([("system", "Answer briefly."),
+                      ("user", [{"type": "text", "text": d} for d in docs] + [{"type": "text", "text": question}])])
+    assert msg.usage_metadata["output_tokens"] <= 8 and msg.response_metadata["model_name"] == "tiny-llama"
+    again = llm.invoke([("system", "Answer briefly."),
+                        ("user", [{"type": "text", "text": d} for d in docs] + [{"type": "text", "text": question}])])
+    assert again.content == msg.content  # temperature 0: the same answer
+    assert again.usage_metadata["input_token_details"]["cache_read"] > 0
