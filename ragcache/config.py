@@ -118,8 +118,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "required off loopback unless --insecure"),
     EnvVar("RAGCACHE_TENANT_HEADER", "tenant_header", "none",
            "serve: header naming the caller's tenant (set by your gateway); none: a digest of the caller's key"),
-    EnvVar("RAGCACHE_UPSTREAM_AUTH", "upstream_auth", "caller",
-           "serve --upstream: credential sent upstream: caller (the caller's own key) or operator (ANTHROPIC_API_KEY)"),
+    EnvVar("RAGCACHE_UPSTREAM_AUTH", "upstream_auth", "auto",
+           "serve --upstream: credential sent upstream: caller (the caller's own key), operator (ANTHROPIC_API_KEY) "
+           "or auto (operator with serve keys, else caller)"),
     EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s", "600", "serve --upstream: seconds before an upstream call fails"),
     EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
     EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
@@ -162,7 +163,7 @@ class Config:
     upstream_timeout_s: float = 600.0
     serve_key: str | None = field(default=None, repr=False)
     tenant_header: str | None = None
-    upstream_auth: str = "caller"
+    upstream_auth: str = "auto"
     metrics: str = "off"
     threads: int | None = None
     data_dir: Path | None = None
@@ -194,8 +195,8 @@ class Config:
         if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
             raise ValueError(f"RAGCACHE_UPSTREAM_TIMEOUT_S must be a finite number of seconds > 0, "
                              f"got {self.upstream_timeout_s}")
-        if self.upstream_auth not in ("caller", "operator"):
-            raise ValueError(f"RAGCACHE_UPSTREAM_AUTH must be caller or operator, got {self.upstream_auth!r}")
+        if self.upstream_auth not in ("caller", "operator", "auto"):
+            raise ValueError(f"RAGCACHE_UPSTREAM_AUTH must be caller, operator or auto, got {self.upstream_auth!r}")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"RAGCACHE_PORT must be in 1..65535, got {self.port}")
         if self.metrics not in ("off", "prometheus", "otel"):

@@ -125,8 +125,9 @@ def serve(
     insecure: bool = typer.Option(False, "--insecure", help="Serve on a non-loopback address without a key."),
     tenant_header: Optional[str] = typer.Option(None, help="Header naming the caller's tenant (default "
                                                 "$RAGCACHE_TENANT_HEADER; unset: a digest of the caller's key)."),
-    upstream_auth: Optional[str] = typer.Option(None, help="Proxy: caller (forward the caller's key) or operator "
-                                                "(send ANTHROPIC_API_KEY); default $RAGCACHE_UPSTREAM_AUTH, caller."),
+    upstream_auth: Optional[str] = typer.Option(None, help="Proxy: caller (forward the caller's key), operator "
+                                                "(send ANTHROPIC_API_KEY) or auto (operator when serve keys are "
+                                                "set); default $RAGCACHE_UPSTREAM_AUTH, auto."),
 ) -> None:
     """Anthropic- and OpenAI-compatible server on the local model (prefix + chunk KV caches, Anthropic
     prompt-caching semantics), or a caching proxy in front of the Anthropic API (--upstream)."""
