@@ -42,6 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
+from ragcache.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.backend import CacheUsage
 from ragcache.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey
@@ -175,18 +176,48 @@ def _strip_markers(content: Any) -> Any:
     return content
 
 
-def _mark(content: Any, cc: Mapping[str, str]) -> Any | None:
-    """Content with ``cache_control`` on its last non-empty text or tool-result block (None if none)."""
+def _mark(content: Any, cc: Mapping[str, str], code_ids: frozenset[str] = frozenset()) -> Any | None:
+    """Content with ``cache_control`` on its last non-empty text or tool-result block that can carry
+    it (:func:`ragcache.anthropic.blocks.carries_marker`: never a code-execution tool result), or
+    None if there is none."""
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     for i in range(len(blocks) - 1, -1, -1):
         b = blocks[i]
         if isinstance(b, str):
             b = {"type": "text", "text": b}
         if isinstance(b, Mapping) and b.get("type", "text") in ("text", "tool_result") and (
-                b.get("type") == "tool_result" or str(b.get("text", "")).strip()):
+                b.get("type") == "tool_result" or str(b.get("text", "")).strip()) and carries_marker(b, code_ids):
             blocks[i] = {**b, "cache_control": dict(cc)}
             return blocks
     return None
+
+
+def _markable(message: BaseMessage, code_ids: frozenset[str]) -> bool:
+    """A tool message answering a tool called by code execution becomes such a tool_result: no marker."""
+    return not (isinstance(message, ToolMessage) and message.tool_call_id in code_ids)
+
+
+def _caller_hour(request: ModelRequest) -> float:
+    """Prefix position (tools 0, system 1, message i at 2 + i) up to which the caller asked for
+    ``ttl="1h"`` markers (-1: none; a top-level 1h ``cache_control`` setting covers everything)."""
+    def hour(cc: Any) -> bool:
+        return isinstance(cc, Mapping) and cc.get("ttl") == "1h"
+
+    def in_content(content: Any) -> bool:
+        return isinstance(content, list) and any(isinstance(b, Mapping) and hour(b.get("cache_control"))
+                                                 for b in content)
+
+    if hour(request.model_settings.get("cache_control")):
+        return float("inf")
+    pos = -1.0
+    if any(isinstance(t, BaseTool) and hour((t.extras or {}).get("cache_control")) for t in request.tools):
+        pos = 0.0
+    if request.system_message is not None and in_content(request.system_message.content):
+        pos = 1.0
+    for i, m in enumerate(request.messages):
+        if in_content(m.content):
+            pos = 2.0 + i
+    return pos
 
 
 def canonical_documents(message: BaseMessage) -> BaseMessage:
@@ -217,7 +248,11 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
 
     Breakpoints (at most 4; caller-set ``cache_control`` markers in messages and a top-level
     ``cache_control`` model setting are replaced): the last tool, the system prompt, the last
-    message before the final human turn (the stable history), and the last message. Each
+    message before the final human turn (the stable history), and the last message. Markers never go
+    on blocks the API refuses them on (empty text, thinking, tool calls made by code execution and
+    their results: the next earlier block carries it). A caller's ``ttl="1h"`` marker is kept: every
+    breakpoint up to the last position the caller marked 1h is placed with ``ttl="1h"`` (1h markers
+    must precede 5m ones), the rest with ``ttl``. Each
     response's ``response_metadata["ragcache"]`` holds ``layer`` (``provider-cache`` when part of
     the prompt was read from the cache, else ``provider``), ``breakpoints`` and ``usage``
     (:class:`~ragcache.backend.CacheUsage`).
@@ -244,14 +279,19 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
         tools = list(request.tools)
         settings = dict(request.model_settings)
         if anthropic:
-            cc = {"type": "ephemeral", "ttl": self.ttl}
+            hour_until = _caller_hour(request)  # a caller's 1h marker is kept, never silently made 5m
+            code_ids = code_execution_tool_ids(request.messages)
+
+            def cc(pos: float) -> dict[str, str]:
+                return {"type": "ephemeral", "ttl": "1h" if pos <= hour_until else self.ttl}
+
             settings.pop("cache_control", None)
             messages = [m.model_copy(update={"content": _strip_markers(m.content)}) for m in messages]
             if tools and isinstance(tools[-1], BaseTool):
-                tools[-1] = tools[-1].model_copy(update={"extras": {**(tools[-1].extras or {}), "cache_control": cc}})
+                tools[-1] = tools[-1].model_copy(update={"extras": {**(tools[-1].extras or {}), "cache_control": cc(0)}})
                 placed.append("tools")
             if system is not None:
-                marked = _mark(_strip_markers(system.content), cc)
+                marked = _mark(_strip_markers(system.content), cc(1))
                 if marked is not None:
                     system = SystemMessage(content=marked)
                     placed.append("system")
@@ -261,7 +301,8 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
                 targets.insert(0, last_human - 1)
             for i in targets:
                 while i >= 0 and len(placed) < MAX_BREAKPOINTS:
-                    marked = _mark(messages[i].content, cc)
+                    marked = _mark(messages[i].content, cc(2 + i), code_ids) if _markable(messages[i], code_ids) \
+                        else None
                     if marked is not None:
                         if f"message[{i}]" not in placed:
                             messages[i] = messages[i].model_copy(update={"content": marked})
