@@ -27,6 +27,7 @@ provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ from ragcache.semantic import PartitionKey
 from ragcache.volatile import move_volatile
 
 MAX_BREAKPOINTS = 4
+log = logging.getLogger(__name__)
 
 
 # ============================================================================== semantic cache
@@ -61,7 +63,11 @@ class RagCacheMiddleware(AgentMiddleware):
             (``path``, ``embedder``, ``threshold``, ``namespace``, ``ttl_s``,
             ``question_extractor``, ``cache_truncated``, SemanticCache options).
 
-    Requests with a ``response_format`` (structured output) are passed through uncached.
+    Requests with a ``response_format`` (structured output) are passed through uncached. An answer
+    whose ``response_metadata`` names another model than the requested one (a
+    ``ModelFallbackMiddleware`` fallback answered while the primary was down) is not stored under
+    the requested model's partition (:attr:`fallback_answers` counts them); a model that reports no
+    name cannot be checked.
     """
 
     def __init__(self, cache: RagCacheSemanticCache | None = None, *,
@@ -72,6 +78,7 @@ class RagCacheMiddleware(AgentMiddleware):
         self.cache = cache or RagCacheSemanticCache(question_extractor=question_extractor, **kwargs)
         self.model_calls = 0
         self.hits = 0
+        self.fallback_answers = 0  # answers by another model than the requested one: not stored
 
     # -- keys -----------------------------------------------------------------------------------
     def key(self, request: ModelRequest) -> tuple[str, PartitionKey, float | None]:
@@ -97,6 +104,14 @@ class RagCacheMiddleware(AgentMiddleware):
         if isinstance(response, ModelResponse) and len(response.result) == 1 and isinstance(response.result[0], AIMessage):
             msg = response.result[0]
         if msg is None or request.response_format is not None or msg.invalid_tool_calls:
+            return None
+        answered = answering_model(msg)
+        if answered is not None and not same_model(_declared_model(request.model), answered):
+            # a fallback (ModelFallbackMiddleware, a router) answered: the partition names the requested
+            # model, so this answer is not stored under it
+            self.fallback_answers += 1
+            log.info("answer not stored: model %r answered a request for %r (a fallback); the partition names "
+                     "the requested model", answered, _declared_model(request.model))
             return None
         from langchain_core.outputs import ChatGeneration
 
@@ -137,6 +152,43 @@ class RagCacheMiddleware(AgentMiddleware):
             await self.cache.semantic_cache.astore(question, answer, partition=pk, metadata=meta,
                                                    ttl_s=self.cache.ttl_s)
         return response
+
+
+def _unbound(model: Any) -> Any:
+    while not isinstance(model, BaseChatModel) and hasattr(model, "bound"):
+        model = model.bound
+    return model
+
+
+def _declared_model(model: Any) -> str | None:
+    """The model name a chat model (or a binding of one) declares (``model_name`` / ``model`` / ``model_id``)."""
+    m = _unbound(model)
+    for attr in ("model_name", "model", "model_id"):
+        v = getattr(m, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def answering_model(msg: AIMessage) -> str | None:
+    """The model that produced ``msg``, as its provider reported it (``response_metadata``
+    ``model_name`` / ``model`` / ``model_id``), or ``None`` when not reported."""
+    meta = msg.response_metadata or {}
+    for key in ("model_name", "model", "model_id"):
+        v = meta.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def same_model(declared: str | None, answered: str) -> bool:
+    """Whether a response from ``answered`` comes from the ``declared`` model: equal ignoring case,
+    or a dated snapshot of it (``claude-sonnet-4-6`` -> ``claude-sonnet-4-6-20260101``, ``gpt-4o-mini``
+    -> ``gpt-4o-mini-2024-07-18``). A model that declares no name cannot be compared (True)."""
+    if declared is None:
+        return True
+    d, a = declared.lower().rsplit("/", 1)[-1], answered.lower().rsplit("/", 1)[-1]
+    return a == d or (a.startswith(d + "-") and a[len(d) + 1:].replace("-", "").isdigit())
 
 
 def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
