@@ -140,6 +140,25 @@ def _count(obj: Any, name: str) -> int:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else 0
 
 
+def model_with_fields(model: str, fields: Mapping[str, Any] | None) -> str:
+    """A provider backend's model id with the request fields it adds to every call (``extra``):
+    ``model`` alone when there are none, else ``model#<sha256 of the fields' canonical JSON, 12 hex>``.
+
+    Raises:
+        ValueError: a field that is not JSON-like (it could not be compared).
+    """
+    if not fields:
+        return model
+    import hashlib
+    import json
+
+    try:
+        blob = json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except TypeError as e:
+        raise ValueError(f"backend extra request fields must be JSON-like: {e}") from None
+    return f"{model}#{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
 def provider_layer(cache_read: int) -> Layer:
     """Which layer served a provider answer: ``provider-cache`` when the provider read any prompt
     tokens from its cache (``cache_read`` tokens, :attr:`CacheUsage.cache_read`), else ``provider``.
@@ -204,4 +223,5 @@ class AsyncBackend(Protocol):
     async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer", "provider_layer"]
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer", "model_with_fields",
+           "provider_layer"]

@@ -204,3 +204,39 @@ def test_readme_chatopenai_snippet_runs_at_its_settings(url, name):
                         ("user", [{"type": "text", "text": d} for d in docs] + [{"type": "text", "text": question}])])
     assert again.content == msg.content  # temperature 0: the same answer
     assert again.usage_metadata["input_token_details"]["cache_read"] > 0
+
+
+# ---------------------------------------------------------------- answer-shaping fields in every entry point (24.3)
+def test_backend_request_fields_partition_the_pipeline(url):
+    """Two RagCache pipelines on one semantic cache whose backends differ only in the request fields
+    they add (``extra``) never serve each other's answers."""
+    from ragcache import RagCache
+    from ragcache.openai.backend import OpenAIBackend
+    from ragcache.semantic import SemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    sem = SemanticCache(None, embedder=HashingEmbedder())
+    client = openai.OpenAI(base_url=url + "/v1", api_key="local", max_retries=0)
+    extras = [None, {"stop": ["e"]}, {"response_format": {"type": "text"}}, {"seed": 7}]
+    rags = [RagCache(OpenAIBackend(client, "tiny-llama", extra=e, stream=False), semantic=sem, max_new_tokens=4,
+                     cache_truncated=True) for e in extras]
+    assert len({r.backend.model_id for r in rags}) == len(extras)
+    for r in rags:
+        assert r.answer("How do I adjust the brake cable?", ["Use a 5 mm hex key."]).layer != "semantic"
+    for r in rags:  # each one's repeat is its own hit
+        assert r.answer("How do I adjust the brake cable?", ["Use a 5 mm hex key."]).layer == "semantic"
+
+
+def test_llamaindex_llm_request_fields_are_in_the_partition():
+    li = pytest.importorskip("llama_index.query_engine.ragcache.backend")
+    OpenAILike = pytest.importorskip("llama_index.llms.openai_like").OpenAILike
+
+    def llm(**kw):
+        return OpenAILike(model="tiny-llama", api_base="http://127.0.0.1:9/v1", api_key="x", max_tokens=4, **kw)
+
+    plain = li.LlamaIndexBackend(llm())
+    shaped = [li.LlamaIndexBackend(llm(additional_kwargs=kw)) for kw in
+              ({"response_format": {"type": "json_object"}}, {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+               {"tool_choice": "none"})]
+    keys = [repr(b.params) for b in (plain, *shaped)]
+    assert len(set(keys)) == 4 and "additional_kwargs" not in plain.params

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage, provider_layer
+from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
 from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.anthropic.pricing import ModelPrice
@@ -152,8 +152,10 @@ class AnthropicBackend:
 
     @property
     def model_id(self) -> str:
-        """The model id (part of semantic-cache partition keys)."""
-        return self.model
+        """The model id, part of semantic-cache partition keys: with ``extra`` request fields (a
+        response format, thinking, tool policy... they shape every answer) a digest of them is
+        appended (``model#<12 hex>``), so backends that differ only there never share answers."""
+        return model_with_fields(self.model, self.extra)
 
     @property
     def stats(self) -> CacheStats:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage, provider_layer
+from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
 
 
@@ -156,8 +156,10 @@ class OpenAIBackend:
 
     @property
     def model_id(self) -> str:
-        """The model id (part of semantic-cache partition keys)."""
-        return self.model
+        """The model id, part of semantic-cache partition keys: with ``extra`` request fields (a
+        response format, thinking, tool policy... they shape every answer) a digest of them is
+        appended (``model#<12 hex>``), so backends that differ only there never share answers."""
+        return model_with_fields(self.model, self.extra)
 
     def request(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> dict[str, Any]:
         """The ``chat.completions.create`` keyword arguments for a layout (without streaming options).

@@ -15,6 +15,7 @@ ragcache's one record (:class:`ragcache.BackendResult` with a :class:`ragcache.C
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -24,6 +25,12 @@ from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import PromptLayout
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
+
+
+SHAPING_ATTRS = ("additional_kwargs", "thinking_dict", "reasoning_effort", "response_format", "tool_choice",
+                 "output_config", "presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty")
+"""LlamaIndex LLM attributes that reach the API request and change the answer (``additional_kwargs``
+carries any raw request field, e.g. a ``response_format`` or ``thinking``): part of the partition."""
 
 
 class LlamaIndexBackend:
@@ -87,6 +94,10 @@ class LlamaIndexBackend:
         stop = getattr(self.llm, "stop", None)
         if stop:
             out["stop"] = list(stop)
+        for name in SHAPING_ATTRS:  # request fields the LLM adds to every call (issue 24, kind 3)
+            v = getattr(self.llm, name, None)
+            if v:
+                out[name] = json.loads(json.dumps(v, sort_keys=True, default=repr))
         return out
 
     def messages(self, layout: PromptLayout) -> LaidOutMessages:
