@@ -224,3 +224,51 @@ def test_proxy_unknown_field_bypasses_the_semantic_cache_with_a_log_line(upstrea
         for _ in range(2):  # never stored, never served: the field might change the answer
             assert _ask(c, "How do I fix the brakes?", **extra)[0] == "upstream"
     assert any(field in r.getMessage() and "bypassed" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------ `ragcache serve` wiring (12, 22.5)
+def _run_serve(monkeypatch, tmp_path, engine, **cfg_kw):
+    """run_serve with the tiny engine and uvicorn.run captured: (banner text, the app it would serve)."""
+    import io
+
+    import uvicorn
+    from rich.console import Console
+
+    from ragcache.app import runtime
+    from ragcache.app.serve_cmd import run_serve
+    from ragcache.config import Config
+
+    served = {}
+    monkeypatch.setattr(runtime, "build_engine", lambda cfg: engine)
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.update(app=app, **kw))
+    out = io.StringIO()
+    insecure = cfg_kw.pop("insecure", False)
+    run_serve(Config(home=tmp_path, **cfg_kw), insecure=insecure, console=Console(file=out, width=400))
+    return out.getvalue(), served
+
+
+def test_serve_banner_names_both_apis_and_the_exact_model_id(monkeypatch, tmp_path, engine):
+    text, served = _run_serve(monkeypatch, tmp_path, engine)
+    for words in ("Anthropic Messages API", "OpenAI Chat Completions API", "/v1/chat/completions",
+                  "'tiny-llama'", "case-insensitive", "base_url='http://127.0.0.1:8788/v1'"):
+        assert words in text, words
+    assert served["host"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("upstream", [None, "http://127.0.0.1:9"])
+def test_serve_on_a_public_address_requires_the_key(monkeypatch, tmp_path, engine, upstream):
+    from starlette.testclient import TestClient
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "operator-key")  # with serve keys the proxy pays upstream
+    with pytest.raises(ValueError, match="--insecure"):
+        _run_serve(monkeypatch, tmp_path, engine, host="0.0.0.0", upstream=upstream)
+    text, served = _run_serve(monkeypatch, tmp_path, engine, host="0.0.0.0", upstream=upstream,
+                              serve_key=KEY_A, semantic_ttl_s=None)
+    assert "key required" in text and KEY_A not in text
+    client = TestClient(served["app"])
+    assert client.get("/health").status_code == 200  # liveness probes carry no key
+    assert client.get("/v1/ragcache/stats" if upstream else "/v1/models").status_code == 401
+    assert client.get("/v1/ragcache/stats" if upstream else "/v1/models",
+                      headers={"x-api-key": KEY_A}).status_code == 200
+    text, _ = _run_serve(monkeypatch, tmp_path, engine, host="0.0.0.0", upstream=upstream, insecure=True)
+    assert "OPEN TO THE NETWORK" in text
