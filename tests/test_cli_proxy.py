@@ -2,7 +2,6 @@
 HTTP on loopback, semantic hits without an upstream call, breakpoints placed, usage and cost accounted,
 streaming relayed; /health, /v1/models, /metrics; the local mode's extra routes."""
 
-import time
 
 import httpx
 import pytest
