@@ -240,3 +240,21 @@ def test_llamaindex_llm_request_fields_are_in_the_partition():
                {"tool_choice": "none"})]
     keys = [repr(b.params) for b in (plain, *shaped)]
     assert len(set(keys)) == 4 and "additional_kwargs" not in plain.params
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_context_overflow_in_the_apis_words(url, ac, stream):
+    """A prompt that fits by its blocks' count but not with the chat template's tokens: the engine's
+    error comes back in the API's words (no engine knobs such as top-k or max_new_tokens)."""
+    text = "brake cable adjust " * 300
+    n = ac.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": text}]).input_tokens
+    body = {"model": MODEL, "max_tokens": 2048 - n, "messages": [{"role": "user", "content": text}]}
+    if not stream:
+        r = httpx.post(f"{url}/v1/messages", json=body)
+        msg = r.json()["error"]["message"]
+        assert r.status_code == 400
+    else:
+        raw = httpx.post(f"{url}/v1/messages", json={**body, "stream": True}).text
+        assert "event: error" in raw
+        msg = raw
+    assert "prompt is too long" in msg and "top-k" not in msg and "max_new_tokens" not in msg

@@ -42,7 +42,9 @@ from ragcache.anthropic.blocks import (
 )
 from ragcache.anthropic.pricing import PRICES, model_family
 from ragcache.server.auth import tenant_of
+from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
+from ragcache.server.openai import prompt_tokens_in
 from ragcache.server.sse import anthropic_event, event_stream
 
 try:
@@ -213,7 +215,7 @@ class AnthropicLocalServer:
         text, gen = "", None
         async for ev in events:
             if isinstance(ev, ValueError):
-                return _error(400, "invalid_request_error", str(ev))
+                return _error(400, "invalid_request_error", self._words(ev, body["max_tokens"]))
             if isinstance(ev, Exception):
                 return _error(500, "api_error", f"{type(ev).__name__}: {ev}")
             text += ev.text
@@ -235,6 +237,14 @@ class AnthropicLocalServer:
                 yield ev
         except Exception as e:  # noqa: BLE001 - handed to the request as an error response
             yield e
+
+    def _words(self, e: Exception, max_tokens: int | None) -> str:
+        """The API's words for an engine error (a prompt that does not fit names no engine knob)."""
+        if not isinstance(e, ContextWindowError):
+            return str(e)
+        n, limit = prompt_tokens_in(str(e)), int(getattr(self.engine, "context_window", 0))
+        return (f"prompt is too long: {n} tokens + max_tokens {max_tokens} > {limit} maximum" if n is not None
+                and max_tokens is not None else f"prompt is too long for the context window of {limit} tokens")
 
     def _stop(self, gen: Any, stops: list[str] | None) -> tuple[str, str | None]:
         if gen.stats.finish_reason == "length":
@@ -260,7 +270,7 @@ class AnthropicLocalServer:
         async for ev in events:
             if isinstance(ev, Exception):
                 kind = "invalid_request_error" if isinstance(ev, ValueError) else "api_error"
-                yield sse("error", {"type": "error", "error": {"type": kind, "message": str(ev)}})
+                yield sse("error", {"type": "error", "error": {"type": kind, "message": self._words(ev, None)}})
                 return
             if ev.text:
                 yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,

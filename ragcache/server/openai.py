@@ -233,13 +233,18 @@ def usage_body(gen: Any) -> dict[str, Any]:
                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 
 
+def prompt_tokens_in(engine_message: str) -> int | None:
+    """The prompt length a :class:`~ragcache.engine.records.ContextWindowError` message states, if any."""
+    m = re.search(r"prompt is (\d+) tokens", engine_message)
+    return int(m.group(1)) if m else None
+
+
 def _context_message(engine_message: str, budget: int, limit: int) -> str:
     """OpenAI's words for a prompt that does not fit (the engine's message names its own knobs)."""
-    m = re.search(r"prompt is (\d+) tokens", engine_message)
-    if m is None:
+    n = prompt_tokens_in(engine_message)
+    if n is None:
         return (f"This model's maximum context length is {limit} tokens. Please reduce the length of the messages "
                 "or completion.")
-    n = int(m.group(1))
     return (f"This model's maximum context length is {limit} tokens. However, you requested {n + budget} tokens "
             f"({n} in the messages, {budget} in the completion). Please reduce the length of the messages or "
             "completion.")
@@ -367,5 +372,5 @@ class OpenAILocalServer:
         yield openai_event("[DONE]")
 
 
-__all__ = ["OpenAILocalServer", "OpenAIRequestError", "default_model_id", "engine_messages", "error_response",
+__all__ = ["OpenAILocalServer", "OpenAIRequestError", "default_model_id", "prompt_tokens_in", "engine_messages", "error_response",
            "parse_request", "usage_body"]
