@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ragcache import identity
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
-from ragcache.engine.stores import DiskChunkStore
+from ragcache.engine.chunk.stores import DiskChunkStore
 from ragcache.identity import DigestCache, adapter_identities, folder_digest, identity_files
 from ragcache.models import LoadedModel, load_model
 

@@ -40,10 +40,10 @@ def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
 def chunk_store(cfg: Config) -> Any:
     """The chunk KV store: Redis / Valkey when ``cfg.kv_url`` is set (shared by every process), else
     on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0."""
-    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
 
     if cfg.kv_url:
-        from ragcache.engine.redis_store import open_chunk_store
+        from ragcache.engine.chunk.stores import open_chunk_store
 
         return open_chunk_store(cfg.kv_url)
     if cfg.kv_max_bytes == 0:
@@ -64,7 +64,7 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
         torch.set_num_threads(cfg.threads)
     cc = None
     if chunk_cache:
-        from ragcache.engine.chunk_cache import ChunkCache
+        from ragcache.engine.chunk.cache import ChunkCache
 
         cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
     loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads)

@@ -2,9 +2,10 @@
 
 A request's prefill takes, in order:
 
-1. the longest exact prefix from the :class:`~ragcache.engine.prefix_cache.PrefixCache`
+1. the longest exact prefix from the :class:`~ragcache.engine.prefix.PrefixCache`
    (whole blocks, always leaving at least the last prompt token to compute);
-2. if a chunk cache is attached, a lookup of each document after that prefix. Documents that
+2. if a chunk cache is attached, one batched lookup of the documents after that prefix
+   (:meth:`~ragcache.engine.chunk.BoundChunkCache.lookup_many`). Documents that
    miss are computed in the request's own context at every layer, like any uncached token,
    never on their own. When the hits are worth it (:class:`~ragcache.engine.reuse.ReusePolicy`,
    and a per-model calibration allows blending), the hit documents' KV is fused CacheBlend-style
@@ -28,8 +29,9 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
+from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode
-from ragcache.engine.prefix_cache import PrefixCache
+from ragcache.engine.prefix import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
     PromptPiece,
@@ -40,7 +42,7 @@ from ragcache.engine.prompt import (
     resolve_template_date,
 )
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
-from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
+from ragcache.engine.reuse import PrefillRate, ReusePolicy
 from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
@@ -55,12 +57,14 @@ class LocalEngine:
         loaded: model, tokenizer and fingerprint (:func:`ragcache.models.load_model`).
         prefix_cache_bytes: byte budget of the prefix cache (default 512 MiB).
         block_size: prefix-cache block size in tokens.
-        chunk_cache: a :class:`ragcache.engine.chunk_cache.ChunkCache` to reuse document KV at
+        chunk_cache: a :class:`ragcache.engine.chunk.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
         recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
             takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
-        namespace: cache salt; KV never crosses namespaces. A model whose weights were changed
-            in memory after loading keeps its fingerprint and needs a new namespace.
+        namespace: cache salt, in every prefix and chunk KV key (memory, disk and Redis stores)
+            and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
+            namespaces. A model whose weights were changed in memory after loading keeps its
+            fingerprint and needs a new namespace.
         reuse_policy: the cost rule that chooses blending or exact prefill
             (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
             at the measured prefill rate).
@@ -114,7 +118,7 @@ class LocalEngine:
         self.tokenizer = loaded.tokenizer
         kv.use_fast_attention(self.model)
         self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
-        self.chunk_cache = chunk_cache
+        self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = recompute_ratio
         self.namespace = namespace
         self.reuse_policy = reuse_policy or ReusePolicy(min_reuse_tokens=min_reuse_tokens)
@@ -133,6 +137,12 @@ class LocalEngine:
         if self.kv_reuse_blocker:
             log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
                         "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
+
+    @property
+    def chunks(self) -> BoundChunkCache | None:
+        """The chunk cache bound to this engine's model, fingerprint and namespace (``None`` without one)."""
+        cc = self.chunk_cache
+        return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.namespace)
 
     @property
     def recompute_ratio(self) -> float:
@@ -246,9 +256,9 @@ class LocalEngine:
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             if use_chunks and spans:
-                plan = lookup_chunks(self.chunk_cache, self.model, self.fingerprint.digest, spans)
+                plan = self.chunks.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
                 stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
-                missed = [d for _, _, d in plan.missed]
+                missed = [m.token_ids for m in plan.missed]
                 blend = self._decide(plan, r, stats)
                 if blend:
                     try:
@@ -283,7 +293,7 @@ class LocalEngine:
 
         A missed document is computed in its request's context at every layer (exact), but
         what is stored for next time is its KV computed on its own after the chunk cache's sink
-        (:meth:`ChunkCache.compute`), not the KV taken from the request: taken from the request
+        (:meth:`BoundChunkCache.compute <ragcache.engine.chunk.BoundChunkCache.compute>`), not the KV taken from the request: taken from the request
         it would carry the first request's preceding documents in every layer's V and K, so a
         chunk's content would depend on which request happened to store it first, and the
         blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
@@ -298,8 +308,7 @@ class LocalEngine:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            for d in docs:
-                self.chunk_cache.add(self.model, self.fingerprint.digest, d)
+            self.chunks.add_many(docs)
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512

@@ -4,8 +4,13 @@ CacheBlend (Yao et al., EuroSys 2025, arXiv 2405.16444, §5) precomputes every r
 chunk's KV independently and fuses them at query time. Here each document's token ids are
 run after a short fixed *sink* (default: the model's BOS token), the sink's KV is dropped,
 and the rest is stored with the positions it was computed at. The key is
-``hash_chunk(model fingerprint, sink ids, document ids)``: position independent, so the
-same document is a hit after any system text and in any order.
+``hash_chunk(model fingerprint, sink ids, document ids, format tag, namespace)``: position
+independent, so the same document is a hit after any system text and in any order, and never
+shared across engines with different namespaces (:mod:`ragcache.engine.chunk.bound`).
+
+A :class:`ChunkCache` holds the settings and the store; :meth:`ChunkCache.bind` ties it to one
+model, fingerprint and namespace (:class:`~ragcache.engine.chunk.bound.BoundChunkCache`, what
+:class:`~ragcache.engine.engine.LocalEngine` uses: one batched lookup per request).
 
 Storage format (``kv_format``): ``"fp16"`` (dense, in ``dtype``), ``"int8"`` or ``"int4"``
 (KIVI groups, :mod:`ragcache.engine.quant`). The format tag is part of the key, so a cache in
@@ -15,26 +20,19 @@ one format never reads a chunk stored in another; the CLI and apps that build a 
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from ragcache.engine import kv as kvb
-from ragcache.engine.quant import KVFormat, quantize_kv
-from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
-from ragcache.hashing import ChunkHash, hash_chunk
+from ragcache.engine.chunk.bound import BoundChunkCache, context_window
+from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
+from ragcache.engine.quant import KVFormat
+from ragcache.hashing import ChunkHash
 
-log = logging.getLogger(__name__)
-
-__all__ = ["ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore", "context_window"]
-
-
-def context_window(model: Any) -> int:
-    """The model's context window in tokens (``config.max_position_embeddings``)."""
-    return int(getattr(model.config, "max_position_embeddings", 0) or 0) or (1 << 62)
+__all__ = ["BoundChunkCache", "ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore",
+           "context_window"]
 
 
 def _fingerprint_str(fingerprint: Any) -> str:
@@ -42,7 +40,7 @@ def _fingerprint_str(fingerprint: Any) -> str:
 
 
 class ChunkCache:
-    """Chunk KV cache over a :class:`~ragcache.engine.stores.ChunkStore`.
+    """Chunk KV cache over a :class:`~ragcache.engine.chunk.stores.ChunkStore`.
 
     Args:
         store: where chunk KVs live (default: a 1 GiB :class:`MemoryChunkStore`).
@@ -88,100 +86,56 @@ class ChunkCache:
             self._sink_ids = [] if bos is None else [int(bos)]
         return list(self._sink_ids)
 
-    def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkHash:
-        """Position-independent chunk key of ``doc_ids`` for this model, sink and storage format."""
-        return hash_chunk(_fingerprint_str(fingerprint), self.sink_for(model), doc_ids, self.kv_format.tag)
+    def bind(self, model: Any, fingerprint: Any, namespace: str | None = None) -> BoundChunkCache:
+        """This cache for one model: every key carries ``fingerprint`` (a digest ``str`` or a
+        ``ModelFingerprint``) and ``namespace`` (the engine's cache salt)."""
+        return BoundChunkCache(self, model, _fingerprint_str(fingerprint), namespace)
 
-    @torch.inference_mode()
-    def compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkKV:
-        """Prefill ``sink + doc_ids`` from position 0 and keep the document's KV.
+    def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> ChunkHash:
+        """Position-independent chunk key of ``doc_ids`` for this model, sink, storage format and namespace."""
+        return self.bind(model, fingerprint, namespace).key(doc_ids)
 
-        Returns a :class:`ChunkKV` with keys/values ``[num_layers, kv_heads, n, head_dim]`` in
-        :attr:`kv_format` (dense in :attr:`dtype`, or quantized from the model's own KV),
-        computed at positions ``len(sink) .. len(sink) + n - 1``.
-
-        Raises:
-            ValueError: empty document, or sink + document longer than the context window.
-        """
-        doc_ids = [int(t) for t in doc_ids]
-        sink = self.sink_for(model)
-        if not doc_ids:
-            raise ValueError("cannot cache an empty document (0 tokens); drop it from the prompt")
-        window = context_window(model)
-        if len(sink) + len(doc_ids) > window:
-            raise ValueError(
-                f"document of {len(doc_ids)} tokens (+{len(sink)} sink tokens) exceeds the model's context "
-                f"window of {window} tokens; split it into smaller chunks"
-            )
-        cache = kvb.new_cache(model)
-        kvb.forward(model, sink + doc_ids, cache, start=0)
-        keys, values = kvb.cache_tensors(cache)
-        n0 = len(sink)
-        k = torch.stack([layer[0, :, n0:, :] for layer in keys]).cpu()
-        v = torch.stack([layer[0, :, n0:, :] for layer in values]).cpu()
-        return self.encode(model, fingerprint, doc_ids, k, v)
+    def compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+                namespace: str | None = None) -> ChunkKV:
+        """:meth:`BoundChunkCache.compute <ragcache.engine.chunk.bound.BoundChunkCache.compute>`
+        (``sink + doc_ids`` prefilled from position 0, the document's KV kept)."""
+        return self.bind(model, fingerprint, namespace).compute(doc_ids)
 
     def encode(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], keys: torch.Tensor,
-               values: torch.Tensor) -> ChunkKV:
+               values: torch.Tensor, *, namespace: str | None = None) -> ChunkKV:
         """A :class:`ChunkKV` in :attr:`kv_format` from a chunk's dense KV (computed after this
         cache's sink): ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype.
         :meth:`compute` ends here; one dense computation can be encoded in several formats."""
-        doc_ids = [int(t) for t in doc_ids]
-        sink = self.sink_for(model)
-        if self.kv_format.quantized:
-            k, v = quantize_kv(keys, values, self.kv_format)
-        else:
-            k, v = keys.to(self.dtype).contiguous(), values.to(self.dtype).contiguous()
-        fp = _fingerprint_str(fingerprint)
-        return ChunkKV(hash_chunk(fp, sink, doc_ids, self.kv_format.tag), fp, doc_ids, k, v, len(sink))
+        return self.bind(model, fingerprint, namespace).encode(doc_ids, keys, values)
 
-    def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> ChunkKV | None:
+    def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+               namespace: str | None = None) -> ChunkKV | None:
         """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit."""
-        fp = _fingerprint_str(fingerprint)
-        key = self.key(model, fp, doc_ids)
-        kv = self.store.get(key, fingerprint=fp)
-        if kv is not None and kv.kv_format != self.kv_format:
-            log.warning("chunk %s... is stored as %s but this cache reads %s; miss (recomputing)",
-                        key[:12], kv.kv_format.tag, self.kv_format.tag)
-            self.store.remove(key)
-            kv = None
-        if kv is not None and (kv.token_ids != [int(t) for t in doc_ids] or kv.start != len(self.sink_for(model))):
-            log.warning("chunk %s... matched the key but not the token ids/sink; recomputing", key[:12])
-            self.store.remove(key)
-            kv = None
-        return kv
+        return self.bind(model, fingerprint, namespace).lookup(doc_ids)
 
-    def lookup_or_compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> tuple[ChunkKV, bool]:
+    def lookup_or_compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+                          namespace: str | None = None) -> tuple[ChunkKV, bool]:
         """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss).
 
         Args:
             model: a causal LM (Llama family) the KV belongs to.
             fingerprint: the model fingerprint digest (``str``) or a ``ModelFingerprint``.
             doc_ids: the document's own token ids, as they appear in the prompt.
+            namespace: the engine's cache salt (``None``: the default namespace).
         """
-        kv = self.lookup(model, fingerprint, doc_ids)
-        if kv is not None:
-            self.hits += 1
-            return kv, True
-        self.misses += 1
-        kv = self.compute(model, fingerprint, doc_ids)
-        self.store.put(kv)
-        return kv, False
+        return self.bind(model, fingerprint, namespace).lookup_or_compute(doc_ids)
 
-    def add(self, model: Any, fingerprint: Any, doc_ids: Sequence[int]) -> bool:
+    def add(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> bool:
         """Compute ``doc_ids``' chunk KV on its own (after the sink) and store it, unless already stored.
 
         Used for documents that missed the cache in a request (they were computed in that
         request's context; what is stored is the position-independent KV, as :meth:`precompute`
         stores). Returns whether a chunk was computed.
         """
-        if self.lookup(model, fingerprint, doc_ids) is not None:
-            return False
-        self.store.put(self.compute(model, fingerprint, doc_ids))
-        return True
+        return self.bind(model, fingerprint, namespace).add_many([doc_ids]) == 1
 
-    def precompute(self, engine_or_model: Any, documents: Sequence[Any], *,
-                   tokenizer: Any = None, fingerprint: Any = None, progress: bool = True) -> int:
+    def precompute(self, engine_or_model: Any, documents: Sequence[Any], *, tokenizer: Any = None,
+                   fingerprint: Any = None, namespace: str | None = None, progress: bool = True) -> int:
         """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
 
         Args:
@@ -192,6 +146,8 @@ class ChunkCache:
                 rendered and tokenised as in a prompt
                 (:func:`ragcache.engine.prompt.document_token_ids`), so id and metadata must match;
                 or lists of token ids, used as they are.
+            namespace: the cache salt the chunks are keyed under (default: the engine's
+                ``namespace``; with a bare model, ``None``).
             progress: show a tqdm progress bar.
 
         Returns:
@@ -208,8 +164,11 @@ class ChunkCache:
         model = engine_or_model if is_model else engine_or_model.model
         tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
         fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))
+        if namespace is None and not is_model:
+            namespace = getattr(engine_or_model, "namespace", None)
         if fingerprint is None:
             raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
+        bound = self.bind(model, fingerprint, namespace)
         computed = 0
         for doc in tqdm(documents, desc="chunk KV precompute", unit="doc", disable=not progress):
             if isinstance(doc, Sequence) and not isinstance(doc, str) and all(isinstance(t, int) for t in doc):
@@ -218,9 +177,7 @@ class ChunkCache:
                 raise ValueError("documents need a tokenizer: pass an engine or tokenizer=...")
             else:
                 ids = document_token_ids(tokenizer, doc)
-            if self.lookup(model, fingerprint, ids) is None:
-                self.store.put(self.compute(model, fingerprint, ids))
-                computed += 1
+            computed += bound.add_many([ids])
         return computed
 
     def memory_stats(self, model: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """ChunkKV: one document chunk's KV (dense or quantized) and its storage payload.
 
-The record every chunk store holds (:mod:`ragcache.engine.stores`), and the one serialised
+The record every chunk store holds (:mod:`ragcache.engine.chunk.stores`), and the one serialised
 form every store persists: :meth:`ChunkKV.to_payload` gives named tensors plus string
 metadata, :func:`chunk_from_payload` rebuilds and checks them (container version, digest,
 key, format tag, shapes, dtypes). Formats: :mod:`ragcache.engine.quant`.

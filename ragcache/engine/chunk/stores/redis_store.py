@@ -1,7 +1,7 @@
 """RedisChunkStore: chunk KV in Redis (>= 7) or Valkey, shared by every process and machine that points at it.
 
 Each chunk is one string value: safetensors bytes (never pickle) holding the tensors of a
-:class:`~ragcache.engine.stores.ChunkKV` and, in the safetensors metadata, a format tag, the chunk
+:class:`~ragcache.engine.chunk.chunk_kv.ChunkKV` and, in the safetensors metadata, a format tag, the chunk
 key, the model fingerprint and every other field of the record (storage format, start position,
 ...), so whatever the record carries round-trips. The key is ``<prefix>kv:<chunk hash>``; the
 chunk hash already covers the model fingerprint and sink (``ragcache.hashing.hash_chunk``), and
@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-
-from ragcache.engine.chunk_kv import chunk_from_bytes, chunk_to_bytes
-from ragcache.engine.stores import ChunkKV, StoreStats
+from ragcache.engine.chunk.chunk_kv import ChunkKV, chunk_from_bytes, chunk_to_bytes
+from ragcache.engine.chunk.stores.base import StoreStats
 from ragcache.hashing import ChunkHash
 from ragcache.remote import RemoteStoreError, redact
+
+__all__ = ["RedisChunkStore", "decode_chunk", "encode_chunk"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ return existed
 
 
 def encode_chunk(kv: ChunkKV) -> bytes:
-    """A chunk as one safetensors byte string (:func:`ragcache.engine.chunk_kv.chunk_to_bytes`: the
+    """A chunk as one safetensors byte string (:func:`ragcache.engine.chunk.chunk_kv.chunk_to_bytes`: the
     tensors, quantized codes / scales / zero points included, and every field in the metadata)."""
     return chunk_to_bytes(kv)
 
@@ -260,27 +261,3 @@ def _batches(it: Iterable, n: int) -> Iterable[list]:
             batch = []
     if batch:
         yield batch
-
-
-def open_chunk_store(url: str | None = None, **kwargs: Any) -> Any:
-    """The chunk store a URL names: ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`RedisChunkStore`;
-    ``None`` -> ``$RAGCACHE_KV_URL`` if set, else a :class:`~ragcache.engine.stores.MemoryChunkStore` (the default);
-    a path or ``file://DIR`` -> :class:`~ragcache.engine.stores.DiskChunkStore`. ``kwargs`` go to the constructor.
-
-    Raises:
-        ValueError: an unknown URL scheme.
-    """
-    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
-    from ragcache.remote import kv_url
-
-    url = kv_url(url)
-    if url is None:
-        return MemoryChunkStore(**kwargs)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
-        if scheme.startswith("valkey"):
-            url = "redis" + url[len("valkey"):]
-        return RedisChunkStore(url, **kwargs)
-    if scheme in ("", "file"):
-        return DiskChunkStore(url.removeprefix("file://"), **kwargs)
-    raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
