@@ -82,6 +82,8 @@ class LazyLocalBackend:
     Args:
         factory: zero-argument callable returning a LocalEngine.
         model: the model name or path the factory loads (for the fingerprint).
+        predict: whether the engine's answer identity is its bare fingerprint (no namespace, exact
+            decoding) and so can be predicted; otherwise it is read from the engine once loaded.
 
     Raises:
         RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
@@ -89,12 +91,12 @@ class LazyLocalBackend:
 
     name = "local"
 
-    def __init__(self, factory: Callable[[], Any], model: str | None = None) -> None:
+    def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True) -> None:
         from ragcache.models import model_fingerprint
 
         self._factory = factory
         self._backend: Any = None
-        fp = model_fingerprint(model)
+        fp = model_fingerprint(model) if predict else None
         self._model_id = fp.digest if fp is not None else None
 
     @property

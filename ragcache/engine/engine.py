@@ -30,21 +30,14 @@ import torch
 
 from ragcache.engine import kv
 from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
-from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode
+from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
+from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
 from ragcache.engine.prefix import PrefixCache
-from ragcache.engine.prompt import (
-    Prompt,
-    PromptPiece,
-    TemplateDate,
-    raw_prompt,
-    render_blocks,
-    render_messages,
-    resolve_template_date,
-)
+from ragcache.engine.prompt import Prompt, TemplateDate, build_prompt, raw_prompt, resolve_template_date
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
 from ragcache.engine.reuse import PrefillRate, ReusePolicy
 from ragcache.engine.windowed import kv_reuse_blocker
-from ragcache.layout import PromptLayout
+from ragcache.hashing import canonical_json
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
@@ -73,14 +66,16 @@ class LocalEngine:
         calibration: ``True`` loads the model's recorded calibration from the ragcache home when
             present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
         decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
-            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over by
-            :func:`ragcache.engine.quant.quantized_decode_cache` before the first decode step;
-            for long generations in less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE``
-            (default ``"dynamic"``). A quantized decode's answer KV is not put back into the
-            exact prefix cache (the prompt's KV is, before the hand-over).
-        decode_backend / decode_nbits / residual_length: the ``QuantizedCache`` backend
-            (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, and the number of recent tokens kept
-            in full precision.
+            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over before
+            the first decode step, :mod:`ragcache.engine.decode_cache`; for long generations in
+            less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE`` (default ``"dynamic"``).
+            Quantized answers are labelled approximate and their format is part of
+            :attr:`answer_identity`; a model whose recorded :meth:`check_decode` fails the bound
+            decodes exactly. A quantized decode's answer KV is not put back into the exact
+            prefix cache (the prompt's KV is, before the hand-over).
+        decode_backend / decode_nbits / residual_length / decode_sink_tokens: the
+            ``QuantizedCache`` backend (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, the number of
+            recent tokens and of first (attention sink) tokens kept in full precision.
         template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
             renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
             prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
@@ -97,22 +92,17 @@ class LocalEngine:
                  reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
                  calibration: Any = True, template_date: TemplateDate | None = None,
                  decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
-                 residual_length: int = 128) -> None:
+                 residual_length: int = 128, decode_sink_tokens: int = 0) -> None:
         import os
 
         from ragcache.engine.calibration import Calibration, load_calibration
-        from ragcache.engine.quant import DECODE_BACKENDS
 
         if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
         if reuse_policy is not None and min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
-        self.decode_cache = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
-        if self.decode_cache not in ("dynamic", "quantized"):
-            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {self.decode_cache!r}")
-        if decode_backend not in DECODE_BACKENDS:
-            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {decode_backend!r}")
-        self.decode_options = {"backend": decode_backend, "nbits": decode_nbits, "residual_length": residual_length}
+        kind = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
+        self.decode = DecodeCacheSpec(kind, decode_backend, decode_nbits, residual_length, decode_sink_tokens)
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
@@ -127,8 +117,10 @@ class LocalEngine:
             self.calibration = calibration
         else:
             self.calibration = load_calibration(self.fingerprint) if calibration else None
+        self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag) \
+            if calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
-        self._eos = self._eos_ids()
+        self._eos = eos_ids(self.model, self.tokenizer)
         resolve_template_date(template_date)  # bad values fail here, not on the first request
         self.template_date = template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
@@ -137,6 +129,30 @@ class LocalEngine:
         if self.kv_reuse_blocker:
             log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
                         "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
+
+    @property
+    def decode_cache(self) -> str:
+        """``"quantized"`` or ``"dynamic"`` (so configured, or the quantized format failed :meth:`check_decode`)."""
+        return self._decode_spec().kind
+
+    @property
+    def answer_identity(self) -> str:
+        """What decides this engine's answers besides the request: the model fingerprint digest, plus
+        the namespace and the decode format when set (canonical JSON). The semantic partition's
+        model part (:attr:`ragcache.engine.backend.LocalBackend.model_id`)."""
+        extra = {k: v for k, v in (("namespace", self.namespace), ("decode", self._decode_spec().tag))
+                 if v not in (None, "dynamic")}
+        return self.fingerprint.digest + (f"@{canonical_json(extra)}" if extra else "")
+
+    def _decode_spec(self) -> DecodeCacheSpec:
+        return self.decode if self.decode_check is None or self.decode_check.allowed else DecodeCacheSpec()
+
+    def check_decode(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
+        """Check quantized decoding against exact decoding for this model
+        (:func:`ragcache.engine.decode_cache.check_decode`, same keyword arguments), record it
+        and use it from now on. Returns the :class:`~ragcache.engine.decode_cache.DecodeCheck`."""
+        self.decode_check = check_decode(self, prompts, **kwargs)
+        return self.decode_check
 
     @property
     def chunks(self) -> BoundChunkCache | None:
@@ -175,42 +191,16 @@ class LocalEngine:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def build_prompt(self, source: Any) -> Prompt:
-        """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
-        a chat messages list, a plain string (one user turn) or a list of token ids.
+        """:func:`ragcache.engine.prompt.build_prompt` with this engine's tokenizer and template date.
 
         Raises:
             ValueError: for empty or malformed input.
         """
-        if isinstance(source, Prompt):
-            return source
-        if isinstance(source, str):
-            if not source.strip():
-                raise ValueError("prompt is empty: give a question or a messages list")
-            return render_messages(self.tokenizer, [{"role": "user", "content": source}],
-                                   template_date=self.template_date)
-        if isinstance(source, PromptLayout):
-            return render_blocks(self.tokenizer, source.blocks(), template_date=self.template_date)
-        if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
-            return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
-        if isinstance(source, Sequence):
-            return render_messages(self.tokenizer, list(source), template_date=self.template_date)
-        raise ValueError(f"cannot build a prompt from {type(source).__name__}")
+        return build_prompt(self.tokenizer, source, template_date=self.template_date)
 
     def raw(self, text: str) -> Prompt:
         """A prompt of plain text without the chat template."""
         return raw_prompt(self.tokenizer, text)
-
-    def _eos_ids(self) -> set[int]:
-        ids = set()
-        for src in (getattr(self.model, "generation_config", None), self.model.config):
-            e = getattr(src, "eos_token_id", None) if src is not None else None
-            if isinstance(e, int):
-                ids.add(e)
-            elif isinstance(e, list | tuple):
-                ids.update(int(x) for x in e)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return ids
 
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
@@ -421,10 +411,10 @@ class LocalEngine:
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
                                store_missed_chunks=False)
             stats, cache = pre.stats, pre.cache
-            if self.decode_cache == "quantized":
-                from ragcache.engine.quant import quantized_decode_cache
-
-                cache = quantized_decode_cache(self.model, cache, **self.decode_options)
+            spec = self._decode_spec()
+            cache = spec.hand_over(self.model, cache)
+            stats.decode_cache = spec.tag
+            stats.approximate = stats.approximate or spec.approximate
             ids = prompt.input_ids
             first_logits = pre.last_logits.detach().clone()
             res = DecodeResult()
@@ -439,7 +429,7 @@ class LocalEngine:
             stats.decode_s = res.t_end - t_first
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
             stats.finish_reason = res.finish_reason
-            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and self.decode_cache == "dynamic":
+            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and not spec.quantized:
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)
