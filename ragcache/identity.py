@@ -47,7 +47,7 @@ RACY_SECONDS = 2.0
 """A digest is cached only for files last modified and changed (mtime, ctime) at least this long before hashing."""
 STAT_TRUSTED = os.name == "posix"
 """Whether file stats carry a kernel-set change time (ctime) that :class:`DigestCache` can trust."""
-_CACHE_FORMAT = "ragcache-file-digests-v2"
+_CACHE_FORMAT = "ragcache-file-digests-v1"  # entries gained ctime_ns and dev: older entries lack them and are hashed again
 _IGNORED_ADAPTER_KEYS = {"base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "init_lora_weights"}
 """Adapter config keys that do not change what the loaded adapter computes (where it was
 loaded from, training-only switches, how its weights were first initialised)."""

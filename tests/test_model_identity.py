@@ -116,7 +116,7 @@ def test_digest_cache_hashes_each_file_once(sharded, tmp_path, monkeypatch):
     n_files = len(identity_files(sharded))
     first = folder_digest(sharded, cache_file)
     assert len(calls) == n_files
-    assert json.loads(cache_file.read_text())["format"] == "ragcache-file-digests-v2"
+    assert json.loads(cache_file.read_text())["format"] == "ragcache-file-digests-v1"
     calls.clear()
     assert folder_digest(sharded, cache_file) == first  # a new process: read back from the file
     assert calls == []
