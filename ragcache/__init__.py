@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, Layer
     from ragcache.engine.backend import LocalBackend
     from ragcache.engine.chunk.cache import ChunkCache
-    from ragcache.engine.engine import LocalEngine
     from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.engine.engine import LocalEngine
     from ragcache.layout import Block, PromptLayout, Segment, as_document
     from ragcache.models import load_embedder, load_model
     from ragcache.openai import OpenAIBackend
