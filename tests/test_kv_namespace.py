@@ -169,3 +169,16 @@ def test_one_valkey_round_trip_for_a_requests_chunk_lookups(tiny, valkey_server,
     assert stats["cmdstat_mget"]["calls"] == 1
     assert not {"cmdstat_get", "cmdstat_exists", "cmdstat_evalsha", "cmdstat_eval"} & set(stats)
     store.clear()
+
+
+def test_precompute_keys_chunks_under_the_engines_namespace(tiny):
+    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
+    a = LocalEngine(tiny, chunk_cache=cc, namespace="a", min_reuse_tokens=0, calibration=False)
+    b = LocalEngine(tiny, chunk_cache=cc, namespace="b", min_reuse_tokens=0, calibration=False)
+    docs = [list(piece.ids) for _, _, piece in b.build_prompt(rag()).document_spans()]
+    assert cc.precompute(b, docs, progress=False) == 3
+    assert cc.precompute(b, docs, progress=False) == 0  # already there, under b
+    assert ask(a).stats.docs_hit == 0
+    assert ask(b).stats.docs_hit == 3
+    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, progress=False) == 3  # no namespace
+    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, namespace="a", progress=False) == 0
