@@ -51,8 +51,8 @@ def test_decode_format_and_namespace_are_in_the_answer_identity(wide):
         {}, {"decode_cache": "quantized"}, {"decode_cache": "quantized", "decode_nbits": 2},
         {"decode_cache": "quantized", "residual_length": 16}, {"decode_cache": "quantized", "decode_sink_tokens": 4},
         {"decode_cache": "quantized", "decode_backend": "fp8"}, {"namespace": "weights-v2"},
-        {"namespace": "weights-v2", "decode_cache": "quantized"})}
-    assert len(ids) == 8
+        {"namespace": "weights-v2", "decode_cache": "quantized"}, {"namespace": "dynamic"}, {"namespace": ""})}
+    assert len(ids) == 10
     assert LocalBackend(LocalEngine(wide)).model_id == wide.fingerprint.digest  # exact engines: unchanged
 
 
@@ -106,6 +106,8 @@ def test_check_decode_records_agreement_and_the_engine_obeys_it(wide, home):
     assert other.decode_cache == "quantized" and other.generate(PROMPTS[0], max_new_tokens=2).stats.approximate
     ignored = LocalEngine(wide, decode_cache="quantized", decode_nbits=2, residual_length=0, calibration=False)
     assert ignored.decode_cache == "quantized"
+    other.check_decode(PROMPTS, spec=strict.decode, answer_tokens=4, save=False)  # a record of another format
+    assert other.decode_cache == "quantized"
 
 
 def test_check_decode_measures_what_quantization_changes(wide):

@@ -140,17 +140,19 @@ class LocalEngine:
         """What decides this engine's answers besides the request: the model fingerprint digest, plus
         the namespace and the decode format when set (canonical JSON). The semantic partition's
         model part (:attr:`ragcache.engine.backend.LocalBackend.model_id`)."""
-        extra = {k: v for k, v in (("namespace", self.namespace), ("decode", self._decode_spec().tag))
-                 if v not in (None, "dynamic")}
+        spec = self._decode_spec()
+        extra = {k: v for k, v, on in (("namespace", self.namespace, self.namespace is not None),
+                                       ("decode", spec.tag, spec.quantized)) if on}
         return self.fingerprint.digest + (f"@{canonical_json(extra)}" if extra else "")
 
     def _decode_spec(self) -> DecodeCacheSpec:
-        return self.decode if self.decode_check is None or self.decode_check.allowed else DecodeCacheSpec()
+        check = self.decode_check
+        failed = check is not None and check.decode == self.decode.tag and not check.allowed
+        return DecodeCacheSpec() if failed else self.decode
 
     def check_decode(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
-        """Check quantized decoding against exact decoding for this model
-        (:func:`ragcache.engine.decode_cache.check_decode`, same keyword arguments), record it
-        and use it from now on. Returns the :class:`~ragcache.engine.decode_cache.DecodeCheck`."""
+        """:func:`ragcache.engine.decode_cache.check_decode` (same keyword arguments) for this model; the
+        :class:`~ragcache.engine.decode_cache.DecodeCheck` is recorded, returned and obeyed from now on."""
         self.decode_check = check_decode(self, prompts, **kwargs)
         return self.decode_check
 
