@@ -12,10 +12,10 @@ and bytes are stable:
   the same retrieved set gives the same bytes whatever order the retriever
   returned it in;
 * tool definitions are copied with their keys sorted at every level;
-* the lint finds text that changes per request (dates, times, weekdays, "today",
-  UUIDs, request ids, counters, epoch timestamps, retrieval scores in document
-  metadata) inside the stable segments, and warns, moves it into the volatile
-  segment, or raises.
+* the lint finds text that changes per request (dates, times, weekdays, UUIDs,
+  request ids, counters, epoch timestamps, retrieval scores in document metadata)
+  inside the stable segments, and warns, raises, or moves into the volatile segment
+  only what is certainly volatile, saying what it moved (:mod:`ragcache.volatile`).
 
 History sits before the documents: a chat history is append-only, so turn n's
 history is a prefix of turn n+1's, while retrieved documents change per turn.

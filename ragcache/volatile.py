@@ -1,5 +1,5 @@
-"""Volatile-text lint: text that changes per request (dates, times, weekdays, "today", UUIDs,
-request ids, counters, epoch and compact timestamps) found in the stable part of a prompt,
+"""Volatile-text lint: text that changes per request (dates, times, weekdays, UUIDs, request ids,
+counters, epoch and compact timestamps) found in the stable part of a prompt,
 where it breaks every prefix cache; moving it out; and the first divergence between two renders.
 
 Dates and times are found by explicit patterns (ISO ``2024-07-26``, ``2024/07/26``,
@@ -134,13 +134,16 @@ _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None, bool], 
     (kind, re.compile(rx, flags), check, certain)
     for kind, rx, flags, check, certain in (
         ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE, None, True),
-        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]\d{1,2}:\d{2}:\d{2}(?:\.\d+)?"
                      r"(?:Z|[+-]\d{2}:?\d{2})?\b", re.IGNORECASE, _ymd_date, True),
+        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]\d{1,2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})?\b",
+         re.IGNORECASE, _ymd_date, False),  # minutes only: may be a scheduled event
         ("date", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})\b", 0, _ymd_date, False),
         ("date", r"(?<![\w.])(?P<y>\d{4})(?P<sep>[/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?![\w]|\.\d)", 0, _ymd_date,
          False),
-        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}T?\d{4}(?:\d{2}(?:\d{1,6})?)?Z?(?!\w|\.\d)", re.IGNORECASE,
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}T?\d{6}(?:\d{1,6})?Z?(?!\w|\.\d)", re.IGNORECASE,
          _compact_timestamp, True),
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}T?\d{4}Z?(?!\w|\.\d)", re.IGNORECASE, _compact_timestamp, False),
         ("timestamp", r"(?<![\w.])(?:19|20)\d{6}(?!\w|\.\d)", 0, _compact_timestamp, False),
         ("date", r"(?<![\w.])(?P<a>\d{1,2})(?P<sep>[./-])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4}|\d{2})(?![\w]|[./-]\d)", 0,
          _numeric_date, False),
@@ -154,8 +157,8 @@ _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None, bool], 
                  r"(?![\w]|[.,]\d)", re.IGNORECASE, _dot_time, False),
         ("time", r"(?<![\w.])(?:1[0-2]|0?[1-9])\s?[ap](?:\.m\.|m)(?!\w)", re.IGNORECASE, None, False),
         ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.IGNORECASE, None, False),
-        ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b",
-         re.IGNORECASE, None, False),
+        ("weekday", r"\b(?:Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun)\.?,?(?=\s+(?:\d{1,2}\s+)?" + _MONTH + r"\b)", 0,
+         None, False),  # strftime's %a ("Tue Dec 1, 2026", "Mon, 07 Jul 2025"): only before a month
         ("request-id", r"\b(?:request|req|trace|span|session|correlation|run|message|conversation|thread)[-_ ]?id\b"
                        r"\s*[:=#]?\s*(?=[\w-]*\d)[\w-]{4,}", re.IGNORECASE, None, True),
         ("request-id", r"\b(?:req|msg|run|sess|trace|span|chatcmpl|toolu)_[A-Za-z0-9]{8,}\b", 0, None, True),
@@ -173,6 +176,10 @@ _NOW_CUE = re.compile(
     r"|\b(?:generated|updated|sent|received|created)(?:\s+(?:at|on))?|\b(?:timestamp|ts|epoch|unix\s+time)"
     r"|^[ \t>*-]*(?:date|time|datetime|day))\s*[:=]?\s*$",
     re.IGNORECASE | re.MULTILINE)
+# An example or a format description before a match makes it not certain, whatever its form
+# ("for example 2024-07-26T10:00:00Z", "e.g. 123e4567-...", "in the format 20240726100000").
+_EXAMPLE_CUE = re.compile(r"(?:\be\.g\.?|\bi\.e\.?|\bfor (?:example|instance)\b|\bsuch as\b|\blike\b|\bexamples?\b"
+                          r"|\bformat(?:s|ted)?\b|\bsample\b|\bpattern\b|\bsyntax\b)", re.IGNORECASE)
 # Between two volatile spans that belong together ("Friday, 2024-07-26 at 10:00").
 _JOINED = re.compile(r"^[\s,]*(?:at|on|the)?[\s,]*$", re.IGNORECASE)
 VOLATILE_METADATA_KEYS = frozenset(
@@ -196,8 +203,9 @@ class VolatileFinding:
     ``certain``: True when the text is certainly per-request (a UUID, a request / trace id, a
     timestamp with a time of day, or a date / time / weekday right after a "now" cue such as
     "Current date:", "Today is", "as of"); only certain findings are moved or raised on. False for
-    text that may be fixed (a date in a rule or an example, "at 10:00", "Friday", "today", "turn #3").
-    ``moved``: the sentence moved out of the stable text because of this finding, else None."""
+    text that may be fixed (a date in a rule or an example, "at 10:00", "Friday", "turn #3").
+    ``moved``: the sentence holding this finding when :func:`move_volatile` moved it out of the
+    stable text (because of a certain finding in it), else None."""
 
     segment: str
     index: int
@@ -214,7 +222,7 @@ class VolatileFinding:
 
 
 def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list[VolatileFinding]:
-    """Find text that changes per request (dates, times, weekdays, "today", UUIDs,
+    """Find text that changes per request (dates, times, weekdays, UUIDs,
     request ids, counters, epoch timestamps), each marked ``certain`` or not (see
     :class:`VolatileFinding`). Overlapping matches keep the first pattern's; sorted by offset."""
     found: list[tuple[int, int, str, bool]] = []
@@ -228,7 +236,10 @@ def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list
     found.sort()
     out: list[VolatileFinding] = []
     for start, end, kind, certain in found:
-        if not certain and kind not in ("relative-day", "counter"):
+        line_start = text.rfind("\n", 0, start) + 1
+        if _EXAMPLE_CUE.search(text[max(line_start, start - 80):start]):
+            certain = False
+        elif not certain and kind != "counter":
             prev = out[-1] if out else None
             certain = bool(_NOW_CUE.search(text[max(0, start - 60):start])) or (
                 prev is not None and prev.certain and _JOINED.match(text[prev.end:start]) is not None)
@@ -242,8 +253,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[VolatileFinding]]:
     """Split ``text`` into (stable, moved, findings). Only a sentence holding a *certain* finding
     is cut out of its line and returned in ``moved`` (sentences joined by spaces); possible ones
-    stay where they are. ``findings`` lists every finding, certain or not; each certain one
-    carries the sentence it moved in ``moved``. With ``warn`` each moved sentence is reported as
+    stay where they are. ``findings`` lists every finding, certain or not; each one inside a
+    moved sentence carries that sentence in ``moved``. With ``warn`` each moved sentence is reported as
     a :class:`VolatileTextMoved` warning, naming what made it volatile."""
     findings = find_volatile(text)
     if not any(f.certain for f in findings):
@@ -265,7 +276,7 @@ def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[Volat
         line_start += len(line) + 1
     marked = []
     for f in findings:
-        span = next(((s, e) for s, e in moved if f.certain and s <= f.start < e), None)
+        span = next(((s, e) for s, e in moved if s <= f.start < e), None)
         marked.append(f if span is None else _replace(f, text[span[0]:span[1]].strip()))
     if warn:
         for sentence, group in _by_sentence(marked):
@@ -282,7 +293,7 @@ def _replace(f: VolatileFinding, moved: str) -> VolatileFinding:
 def _by_sentence(findings: list[VolatileFinding]) -> list[tuple[str, list[VolatileFinding]]]:
     groups: dict[str, list[VolatileFinding]] = {}
     for f in findings:
-        if f.moved is not None:
+        if f.moved is not None and f.certain:
             groups.setdefault(f.moved, []).append(f)
     return list(groups.items())
 
