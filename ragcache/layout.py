@@ -419,6 +419,7 @@ class PromptLayout:
 
 
 __all__ = [
-    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VolatileTextMoved", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
+    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VolatileTextMoved",
+    "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
     "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens",
 ]

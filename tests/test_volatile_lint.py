@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcache.app.bench.lint import evaluate, load_prompts
+from ragcache.app.bench.lint import evaluate, load_prompts, markdown_table
 from ragcache.layout import PromptLayout
 from ragcache.volatile import VolatileTextMoved, find_volatile, move_volatile
 
@@ -177,6 +177,7 @@ def test_real_agent_prompts_no_false_move_and_recorded_detection():
     assert result["total"]["missed"] == 0 and result["total"]["moved"] == result["total"]["certain"] >= 10
     recorded = json.loads((ROOT / "bench" / "results" / "lint.json").read_text())
     assert result["total"] == recorded["total"] and result["by_repo"] == recorded["by_repo"]
+    assert markdown_table(result) in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("day1,day2", [("Current time 10.00 UTC.", "Current time 11.00 UTC."),
@@ -187,3 +188,24 @@ def test_layout_moves_each_format(day1, day2):
     a = PromptLayout.build(question="Q?", system="You are terse. " + day1, lint="move")
     b = PromptLayout.build(question="Q?", system="You are terse. " + day2, lint="move")
     assert a.system_text == b.system_text == "You are terse."
+
+
+@pytest.mark.parametrize("system,code,severity", [
+    ("You are the ops assistant. Follow step 12 of the runbook.", 0, None),
+    ("Office hours 09:00-17:00. Prices valid from 26.07.2024.", 0, "review"),
+    ("You are the ops assistant. Current date: 2026-12-01.", 1, "error"),
+    ("You are the ops assistant. request_id: 8f3a2b1c", 1, "error"),
+])
+def test_lint_command_grades_certain_as_error_and_possible_as_review(tmp_path, system, code, severity):
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"system": system, "messages": [{"role": "user", "content": "q?"}]}))
+    result = CliRunner().invoke(app, ["lint", str(req)], env={"COLUMNS": "200"})
+    assert result.exit_code == code, result.output
+    if severity is None:
+        assert "no volatile text found" in result.output
+    else:
+        assert severity in result.output and ("possible" in result.output) == (severity == "review")

@@ -110,6 +110,22 @@ def evaluate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"total": total, "by_repo": dict(sorted(by_repo.items())), "prompts": per_prompt}
 
 
+FRAMEWORKS = {"Aider-AI/aider": "aider", "SWE-agent/SWE-agent": "SWE-agent", "camel-ai/camel": "CAMEL",
+              "crewAIInc/crewAI": "crewAI", "huggingface/smolagents": "smolagents",
+              "langchain-ai/open_deep_research": "open_deep_research (LangChain)"}
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The README's table of :func:`evaluate`'s result (one row per repository and a total)."""
+    lines = ["| framework | prompts | false moves | dates moved | dates missed | step counters (reported) "
+             "| possible flags |", "|---|---|---|---|---|---|---|"]
+    for repo, a in [*result["by_repo"].items(), ("total", result["total"])]:
+        name = "**total**" if repo == "total" else FRAMEWORKS.get(repo, repo)
+        lines.append(f"| {name} | {a['prompts']} | {a['false_moves']} | {a['moved']} / {a['certain']} | "
+                     f"{a['missed']} | {a['counters']} ({a['counters_reported']}) | {a['possible_flags']} |")
+    return "\n".join(lines)
+
+
 def main(json_path: str = "bench/results/lint.json", data: str | None = None) -> dict[str, Any]:
     """Lint the prompt set, print a table, write ``json_path`` (atomically); returns the results."""
     from rich.console import Console
@@ -125,6 +141,9 @@ def main(json_path: str = "bench/results/lint.json", data: str | None = None) ->
     for repo, a in [*result["by_repo"].items(), ("total", result["total"])]:
         table.add_row(repo, str(a["prompts"]), str(a["false_moves"]), f"{a['moved']}/{a['certain']}",
                       str(a["missed"]), f"{a['counters']} ({a['counters_reported']})", str(a["possible_flags"]))
-    Console(width=max(120, Console().width)).print(table)
+    console = Console(width=max(120, Console().width))
+    console.print(table)
     atomic_write_json(json_path, result)
+    console.print(f"wrote {json_path}; README table:")
+    console.print(markdown_table(result), markup=False, highlight=False, soft_wrap=True)
     return result
