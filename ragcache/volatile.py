@@ -185,7 +185,7 @@ _NOW_CUE = re.compile(
     r"(?:\b(?:current|today'?s|the|local|server|system)\s+(?:local\s+)?(?:date|time|datetime|date\s+and\s+time"
     r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow|\bas\s+of|\bstand"
     r"|\b(?:generated|updated|sent|received|created)(?:\s+(?:at|on))?|\b(?:timestamp|ts|epoch|unix\s+time)"
-    r"|^[ \t>*-]*(?:date|time|datetime|day))\s*[:=]?\s*$",
+    r"|^[ \t>*-]*(?:date|time|datetime|day))\s*(?:\([\w ]{1,12}\))?\s*[:=]?\s*$",
     re.IGNORECASE | re.MULTILINE)
 # An example or a format description before a match makes it not certain, whatever its form
 # ("for example 2024-07-26T10:00:00Z", "e.g. 123e4567-...", "in the format 20240726100000").

@@ -134,6 +134,13 @@ CERTAIN = [
     ("You help users. timestamp: 1764400000.", "timestamp: 1764400000."),
     ("You help users. Snapshot 20240726100000 loaded.", "Snapshot 20240726100000 loaded."),
     ("You help users. Log line at 10:00:59 copied.", "Log line at 10:00:59 copied."),
+    # date formats seen in agent code that injects today's date (written here, not copied)
+    ("You help users.\n* The current date is Tuesday, December 1, 2026.", "* The current date is Tuesday, December 1, 2026."),
+    ("You help users. The current date is 2026-12-01 09:14:07.123456.", "The current date is 2026-12-01 09:14:07.123456."),
+    ("You help users. The current time is 09:14 and the current date is 12/01/2026.",
+     "The current time is 09:14 and the current date is 12/01/2026."),
+    ("You help users.\nCurrent Date and Time (UTC): 2026-12-01 09:14", "Current Date and Time (UTC): 2026-12-01 09:14"),
+    ("You help users. Today's date is 2026-12-01 (UTC).", "Today's date is 2026-12-01 (UTC)."),
 ]
 
 

@@ -2,7 +2,7 @@
 
 The set (``tests/data/system_prompts/prompts.jsonl``, sources and licences in ``SOURCES.md`` beside it)
 holds the system, tool-use and planning prompts of open-source agent frameworks (aider, smolagents,
-SWE-agent, crewAI, CAMEL, LangChain's open_deep_research), each as shipped and as the framework
+SWE-agent, crewAI, CAMEL, LangChain's open_deep_research, OpenHands, Anthropic's computer-use demo), each as shipped and as the framework
 renders it at run time (its own date format in its own date placeholder), with hand labels of what
 changes per request. Each rendered prompt goes through :func:`ragcache.volatile.move_volatile`
 (what ``lint="move"`` does) and is scored against the labels:
@@ -110,7 +110,9 @@ def evaluate(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"total": total, "by_repo": dict(sorted(by_repo.items())), "prompts": per_prompt}
 
 
-FRAMEWORKS = {"Aider-AI/aider": "aider", "SWE-agent/SWE-agent": "SWE-agent", "camel-ai/camel": "CAMEL",
+FRAMEWORKS = {"Aider-AI/aider": "aider", "All-Hands-AI/OpenHands": "OpenHands",
+              "anthropics/anthropic-quickstarts": "Anthropic computer-use demo", "SWE-agent/SWE-agent": "SWE-agent",
+              "camel-ai/camel": "CAMEL",
               "crewAIInc/crewAI": "crewAI", "huggingface/smolagents": "smolagents",
               "langchain-ai/open_deep_research": "open_deep_research (LangChain)"}
 
