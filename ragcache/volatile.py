@@ -17,8 +17,8 @@ Each finding is *certain* or only *possible*. Moving text changes what the model
 :func:`move_volatile` (``lint="move"``) moves only sentences with certain findings and warns
 (:class:`VolatileTextMoved`) for each. Certain by form: UUIDs, labelled request / trace / session ids,
 prefixed ids (``req_...``), timestamps to the second. Certain by context: a date, time, weekday or
-epoch right after a "now" cue ("Current date:", "The time is", "Today is", "as of", "Generated",
-"timestamp:", a ``Date:`` line), unless an example cue ("e.g.", "for example", "format") comes
+epoch right after a "now" cue ("Current date:", "The time is", "Today is", "Now:", "timestamp:",
+a ``Date:`` line), unless an example cue ("e.g.", "for example", "format") comes
 first. Everything else is possible: a date in a rule, "Office hours 09:00-17:00", "Friday", a
 counter with an explicit marker ("turn #12"). Ordinals in instructions ("step 12", "attempt 2",
 "request 42") are not findings. Measured on 113 real agent-framework prompts by
@@ -180,12 +180,13 @@ _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None, bool], 
     )
 )
 # A "now" cue right before a match makes it certain: "Current date: ...", "The time is ...",
-# "Today is ...", "as of ...", "Date: ..." at the start of a line, "timestamp=...".
+# "Today is ...", "Now: ...", "Date: ..." at the start of a line, "timestamp=...". Not "as of",
+# "updated on", "valid from": those name a fixed revision date as often as the current one.
 _NOW_CUE = re.compile(
     r"(?:\b(?:current|today'?s|the|local|server|system)\s+(?:local\s+)?(?:date|time|datetime|date\s+and\s+time"
-    r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow|\bas\s+of|\bstand"
-    r"|\b(?:generated|updated|sent|received|created)(?:\s+(?:at|on))?|\b(?:timestamp|ts|epoch|unix\s+time)"
-    r"|^[ \t>*-]*(?:date|time|datetime|day))\s*(?:\([\w ]{1,12}\))?\s*[:=]?\s*$",
+    r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow"
+    r"|\b(?:timestamp|ts|epoch|unix\s+time)"
+    r"|(?:^|[.!?]\s+)[ \t>*-]*(?:date|time|datetime|day))\s*(?:\([\w ]{1,12}\))?\s*[:=]?\s*$",
     re.IGNORECASE | re.MULTILINE)
 # An example or a format description before a match makes it not certain, whatever its form
 # ("for example 2024-07-26T10:00:00Z", "e.g. 123e4567-...", "in the format 20240726100000").
@@ -252,7 +253,8 @@ def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list
             certain = False
         elif not certain and kind != "counter":
             prev = out[-1] if out else None
-            certain = bool(_NOW_CUE.search(text[max(0, start - 60):start])) or (
+            before = text[line_start:start] if start - line_start <= 300 else "x " + text[start - 300:start]  # no false ^
+            certain = bool(_NOW_CUE.search(before)) or (
                 prev is not None and prev.certain and _JOINED.match(text[prev.end:start]) is not None)
         out.append(VolatileFinding(segment, index, kind, text[start:end], start, end, certain))
     return out

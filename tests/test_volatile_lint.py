@@ -102,6 +102,7 @@ INSTRUCTIONS = [
     "Answer in at most 500 tokens, with no more than 3 tool calls and 5 retries.",
     "Follow rules 4.2 and 4.3. Cite sections 12.03 and page 10.5.",
     "Prices valid from 26.07.2024. Only orders after 2024-01-01 are eligible.",
+    "Prices as of 2024-07-26 apply. Policy updated on Jul 26, created 2023-05-01.",
     "Office hours are 09:00-17:00, Monday to Friday. We are closed on Sunday.",
     "Write dates as ISO 8601, for example 2024-07-26 or 2024-07-26T10:00.",
     "HTTP 404 means not found (RFC 9110, section 15.5.5). Return error E1234.",
@@ -188,8 +189,8 @@ def test_real_agent_prompts_no_false_move_and_recorded_detection():
 
 
 @pytest.mark.parametrize("day1,day2", [("Current time 10.00 UTC.", "Current time 11.00 UTC."),
-                                         ("Stand: 26.07.2024.", "Stand: 27.07.2024."),
-                                         ("Updated Jul 26.", "Updated Jul 27."),
+                                         ("Date: 26.07.2024.", "Date: 27.07.2024."),
+                                         ("Today is Jul 26.", "Today is Jul 27."),
                                          ("Snapshot 20240726100000.", "Snapshot 20240727093000.")])
 def test_layout_moves_each_format(day1, day2):
     a = PromptLayout.build(question="Q?", system="You are terse. " + day1, lint="move")
