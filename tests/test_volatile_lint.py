@@ -217,3 +217,20 @@ def test_lint_command_grades_certain_as_error_and_possible_as_review(tmp_path, s
         assert "no volatile text found" in result.output
     else:
         assert severity in result.output and ("possible" in result.output) == (severity == "review")
+
+
+def test_rules_prompt_with_step_numbers_keeps_its_system_breakpoint():
+    """Issue 22's Anthropic case: a long rules prompt with "step {i}" lines was cut down to almost nothing
+    by lint='move', so it fell below the cacheable minimum (0 cache reads, 0 writes). Now it is kept whole
+    and the system block gets its breakpoint."""
+    from ragcache.anthropic.breakpoints import layout_request
+
+    rules = "You are the ops assistant.\n" + "\n".join(
+        f"Step {i}: check the service log for error {400 + i} and retry at most {i % 3 + 1} times." for i in range(1, 80))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lay = PromptLayout.build(question="Why did the deploy fail?", system=rules, lint="move",
+                                 documents=[{"id": "log", "text": "deploy log line. " * 200}])
+    assert lay.system_text == rules and lay.volatile is None
+    req = layout_request(lay, model="claude-sonnet-4-5", max_tokens=16, token_counter=len)
+    assert "system" in {p.role for p in req.placed}
