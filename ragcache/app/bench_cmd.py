@@ -182,3 +182,13 @@ def bench_prefix_hits(
 
 
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]
+
+
+@bench_app.command("lint")
+def bench_lint(
+    json_path: str = json_option("lint"),
+    data: Optional[str] = typer.Option(None, help="Labelled prompt set (JSONL); default "
+                                                  "tests/data/system_prompts/prompts.jsonl of the checkout."),
+) -> None:
+    """Volatile-text lint on real agent-framework system prompts: false moves, dates moved / missed."""
+    run_bench("lint", json_path=json_path, data=data)
