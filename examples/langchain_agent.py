@@ -149,7 +149,7 @@ def run_session(*, turns: int = 10, layout: str = "ragcache", current_time: bool
     from langchain_anthropic.middleware import AnthropicPromptCachingMiddleware
 
     from langchain_ragcache.chat_models import shared_engine
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     engine = engine or (shared_engine(model) if model else shared_engine())
     mws: list[Any] = [CurrentTime(fake_clock())] if current_time else []

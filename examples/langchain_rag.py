@@ -121,7 +121,7 @@ def run_anthropic(max_tokens: int = 32, *, quiet: bool = False, min_tokens: int 
     from langchain_anthropic import ChatAnthropic
     from langchain_ragcache.chat_models import shared_engine
 
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     embeddings = RagCacheEmbeddings()
     set_llm_cache(RagCacheSemanticCache(path=None, embedder=embeddings, cache_truncated=True))  # starts empty

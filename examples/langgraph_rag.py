@@ -62,7 +62,7 @@ def build_graph(store: str, *, model: str | None = None, max_tokens: int = 24, t
     builder.add_edge(START, "retrieve")
     builder.add_edge("retrieve", "answer")
     builder.add_edge("answer", END)
-    return builder.compile(cache=RagCacheGraphCache(store))
+    return builder.compile(cache=RagCacheGraphCache.for_graph(builder, store))
 
 
 def main() -> None:

@@ -118,7 +118,7 @@ def run_anthropic(folder: str | Path | None = None, max_tokens: int = 16, *, min
     from llama_index.llms.anthropic import Anthropic
 
     from ragcache.engine.engine import LocalEngine
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     folder = write_documents(folder or tempfile.mkdtemp(prefix="ragcache-llamaindex-"))
     index = VectorStoreIndex.from_documents(load(folder), embed_model=RagCacheEmbedding())

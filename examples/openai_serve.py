@@ -34,7 +34,7 @@ from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
 from ragcache import ChunkCache, LocalEngine  # noqa: E402
-from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.server.app import running_server  # noqa: E402
 from ragcache.server.openai import default_model_id  # noqa: E402
 
 SYSTEM = ("You are the support assistant of Northwind Bikes. Answer the customer's question in one or two "

@@ -39,9 +39,9 @@ _EXPORTS = {
     "request_partition": "ragcache.semantic",
     "LocalEngine": "ragcache.engine.engine",
     "LocalBackend": "ragcache.engine.backend",
-    "ChunkCache": "ragcache.engine.chunk_cache",
-    "MemoryChunkStore": "ragcache.engine.stores",
-    "DiskChunkStore": "ragcache.engine.stores",
+    "ChunkCache": "ragcache.engine.chunk.cache",
+    "MemoryChunkStore": "ragcache.engine.chunk.stores",
+    "DiskChunkStore": "ragcache.engine.chunk.stores",
     "AnthropicBackend": "ragcache.anthropic",
     "OpenAIBackend": "ragcache.openai",
     "load_model": "ragcache.models",
@@ -52,9 +52,9 @@ if TYPE_CHECKING:
     from ragcache.anthropic import AnthropicBackend
     from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, Layer
     from ragcache.engine.backend import LocalBackend
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
     from ragcache.engine.engine import LocalEngine
-    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
     from ragcache.layout import Block, PromptLayout, Segment, as_document
     from ragcache.models import load_embedder, load_model
     from ragcache.openai import OpenAIBackend

@@ -96,8 +96,77 @@ class CacheUsage:
                    computed=input_tokens + cache_write, cache_read=cache_read, cache_write=cache_write,
                    completion_tokens=completion_tokens, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
+    @classmethod
+    def from_anthropic(cls, usage: Any, *, cost_usd: float | None = None,
+                       uncached_cost_usd: float | None = None) -> CacheUsage:
+        """Usage of an Anthropic Messages response: ``usage`` is the SDK's ``Usage`` object or its
+        dict (``input_tokens`` uncached, ``cache_read_input_tokens``, ``cache_creation_input_tokens``,
+        ``output_tokens``; missing or ``None`` fields count 0, a missing ``usage`` is all zeros).
+        The one mapping every Anthropic entry point uses (backend, proxy, server metrics, LlamaIndex)."""
+        return cls.provider(input_tokens=_count(usage, "input_tokens"),
+                            cache_read=_count(usage, "cache_read_input_tokens"),
+                            cache_write=_count(usage, "cache_creation_input_tokens"),
+                            completion_tokens=_count(usage, "output_tokens"),
+                            cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+
+    @classmethod
+    def from_openai(cls, usage: Any, *, cost_usd: float | None = None,
+                    uncached_cost_usd: float | None = None) -> CacheUsage:
+        """Usage of an OpenAI-compatible response (Chat Completions ``prompt_tokens`` /
+        ``prompt_tokens_details.cached_tokens`` / ``completion_tokens``, or the Responses API's
+        ``input_tokens`` / ``input_tokens_details.cached_tokens`` / ``output_tokens``); SDK object
+        or dict. OpenAI's prompt count includes the cached tokens; a cached count above it (a
+        server that reports nonsense) is clipped to the prompt."""
+        prompt = _count(usage, "prompt_tokens") or _count(usage, "input_tokens")
+        details = _field(usage, "prompt_tokens_details")
+        details = details if details is not None else _field(usage, "input_tokens_details")
+        cached = min(_count(details, "cached_tokens"), prompt)
+        completion = _count(usage, "completion_tokens") or _count(usage, "output_tokens")
+        return cls.provider(input_tokens=prompt - cached, cache_read=cached, completion_tokens=completion,
+                            cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _field(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _count(obj: Any, name: str) -> int:
+    v = _field(obj, name)
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else 0
+
+
+def model_with_fields(model: str, fields: Mapping[str, Any] | None) -> str:
+    """A provider backend's model id with the request fields it adds to every call (``extra``):
+    ``model`` alone when there are none, else ``model#<sha256 of the fields' canonical JSON, 12 hex>``.
+
+    Raises:
+        ValueError: a field that is not JSON-like (it could not be compared).
+    """
+    if not fields:
+        return model
+    import hashlib
+    import json
+
+    try:
+        blob = json.dumps(dict(fields), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except TypeError as e:
+        raise ValueError(f"backend extra request fields must be JSON-like: {e}") from None
+    return f"{model}#{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def provider_layer(cache_read: int) -> Layer:
+    """Which layer served a provider answer: ``provider-cache`` when the provider read any prompt
+    tokens from its cache (``cache_read`` tokens, :attr:`CacheUsage.cache_read`), else ``provider``.
+    The one rule for every provider entry point (Anthropic and OpenAI-compatible backends, the
+    proxy, the server metrics, the LangChain callbacks, the LlamaIndex backend); the local engine's
+    rule is :func:`ragcache.engine.backend.layer_of`. A provider call is never labelled ``model``
+    (that label means the local engine reused nothing)."""
+    return "provider-cache" if cache_read > 0 else "provider"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,4 +223,5 @@ class AsyncBackend(Protocol):
     async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer"]
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer", "model_with_fields",
+           "provider_layer"]

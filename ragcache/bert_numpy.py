@@ -8,8 +8,12 @@ over the attention mask and L2 normalisation, as its sentence-transformers modul
 (Transformer -> Pooling(mean) -> Normalize) do. Vectors match sentence-transformers' to about
 1e-6 (tested), so both runtimes share one fingerprint and one cache.
 
-Only BERT-family checkpoints with absolute positions and a mean-pooling sentence-transformers
-config are accepted; anything else raises ``ValueError`` (use the torch runtime for it).
+Only the pipeline implemented here is accepted (:func:`check_pipeline`): a BERT-family
+checkpoint with absolute positions at the folder's root, mean pooling and nothing else in
+``modules.json`` but an optional ``Normalize`` (vectors are L2-normalised anyway), no lower-casing
+by sentence-transformers and no default prompt. Anything else (a ``Dense`` or ``LayerNorm``
+module, CLS / max / weighted pooling, a prompt) raises ``ValueError`` naming it, instead of being
+silently skipped: use the torch runtime for it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,49 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.n
     return (x - mu) / np.sqrt(var + eps) * w + b
 
 
+_TRANSFORMER = "sentence_transformers.models.Transformer"
+_POOLING = "sentence_transformers.models.Pooling"
+_NORMALIZE = "sentence_transformers.models.Normalize"
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def check_pipeline(path: str | Path) -> None:
+    """Refuse a sentence-transformers folder whose pipeline :class:`NumpyBertEncoder` does not implement.
+
+    Raises:
+        ValueError: names the first unsupported part (model type, module, pooling mode, lower-casing,
+            default prompt) and the fix (``runtime="torch"``).
+    """
+    path = Path(path)
+    fix = "; load it with the torch runtime (runtime='torch')"
+    cfg = _read_json(path / "config.json")
+    if cfg.get("model_type") != "bert" or cfg.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{path} is not an absolute-position BERT model" + fix)
+    modules = json.loads((path / "modules.json").read_text(encoding="utf-8")) if (path / "modules.json").is_file() \
+        else [{"type": _TRANSFORMER, "path": ""}, {"type": _POOLING, "path": "1_Pooling"}]
+    types = [str(m.get("type", "")) for m in modules]
+    if types[:2] != [_TRANSFORMER, _POOLING] or any(t != _NORMALIZE for t in types[2:]):
+        extra = [t for t in types if t not in (_TRANSFORMER, _POOLING, _NORMALIZE)] or types
+        raise ValueError(f"{path}/modules.json runs {types}; the NumPy runtime implements only Transformer -> "
+                         f"Pooling(mean) [-> Normalize], not {extra}" + fix)
+    if str(modules[0].get("path", "")) not in ("", "."):
+        raise ValueError(f"{path}: the transformer module lives in {modules[0]['path']!r}, not the folder root" + fix)
+    pool = _read_json(path / str(modules[1].get("path", "1_Pooling")) / "config.json")
+    modes = sorted(k for k, v in pool.items() if k.startswith("pooling_mode_") and v)
+    if pool and modes != ["pooling_mode_mean_tokens"]:
+        raise ValueError(f"{path} pools with {modes or 'no mode'}; the NumPy runtime implements mean pooling only" + fix)
+    if pool and int(pool.get("word_embedding_dimension", cfg.get("hidden_size"))) != int(cfg.get("hidden_size", 0)):
+        raise ValueError(f"{path}: pooling width {pool.get('word_embedding_dimension')} is not the hidden size" + fix)
+    if _read_json(path / "sentence_bert_config.json").get("do_lower_case"):
+        raise ValueError(f"{path} lower-cases text before tokenising (do_lower_case)" + fix)
+    st = _read_json(path / "config_sentence_transformers.json")
+    if st.get("default_prompt_name"):
+        raise ValueError(f"{path} prepends the prompt {st['default_prompt_name']!r} to every text" + fix)
+
+
 class NumpyBertEncoder:
     """``encode(list[str]) -> float32 [n, dim]`` with unit rows, from a sentence-transformers folder.
 
@@ -49,7 +96,7 @@ class NumpyBertEncoder:
             ``sentence_bert_config.json`` (the packaged all-MiniLM-L6-v2's layout).
 
     Raises:
-        ValueError: the folder is not a mean-pooled BERT sentence-transformers model.
+        ValueError: the folder's pipeline is not the one implemented here (:func:`check_pipeline`).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -57,13 +104,9 @@ class NumpyBertEncoder:
         from tokenizers import Tokenizer
 
         path = Path(path)
+        check_pipeline(path)
         cfg = json.loads((path / "config.json").read_text())
-        if cfg.get("model_type") != "bert" or cfg.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{path} is not an absolute-position BERT model; load it with the torch runtime")
-        pooling = path / "1_Pooling" / "config.json"
-        if pooling.is_file() and not json.loads(pooling.read_text()).get("pooling_mode_mean_tokens", False):
-            raise ValueError(f"{path} does not use mean pooling; load it with the torch runtime")
-        st = json.loads((path / "sentence_bert_config.json").read_text()) if (path / "sentence_bert_config.json").is_file() else {}
+        st = _read_json(path / "sentence_bert_config.json")
         self.max_len = int(st.get("max_seq_length", cfg.get("max_position_embeddings", 512)))
         self.heads = int(cfg["num_attention_heads"])
         self.layers = int(cfg["num_hidden_layers"])
@@ -149,4 +192,4 @@ class NumpyBertEncoder:
         return out
 
 
-__all__ = ["NumpyBertEncoder"]
+__all__ = ["NumpyBertEncoder", "check_pipeline"]

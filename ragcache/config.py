@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_HOST", "host", "127.0.0.1", "serve: address to bind"),
     EnvVar("RAGCACHE_PORT", "port", "8788", "serve: port"),
     EnvVar("RAGCACHE_UPSTREAM", "upstream", "none", "serve: proxy to this Anthropic API base URL (e.g. https://api.anthropic.com)"),
+    EnvVar("RAGCACHE_SERVE_KEY", "serve_key", "none",
+           "serve: key(s) callers must send (x-api-key or Authorization: Bearer; comma-separated, >= 16 characters); "
+           "required off loopback unless --insecure"),
+    EnvVar("RAGCACHE_TENANT_HEADER", "tenant_header", "none",
+           "serve: header naming the caller's tenant (set by your gateway); none: a digest of the caller's key"),
+    EnvVar("RAGCACHE_UPSTREAM_AUTH", "upstream_auth", "auto",
+           "serve --upstream: credential sent upstream: caller (the caller's own key), operator (ANTHROPIC_API_KEY) "
+           "or auto (operator with serve keys, else caller)"),
     EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s", "600", "serve --upstream: seconds before an upstream call fails"),
     EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
     EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
@@ -153,6 +161,9 @@ class Config:
     port: int = 8788
     upstream: str | None = None
     upstream_timeout_s: float = 600.0
+    serve_key: str | None = field(default=None, repr=False)
+    tenant_header: str | None = None
+    upstream_auth: str = "auto"
     metrics: str = "off"
     threads: int | None = None
     data_dir: Path | None = None
@@ -184,6 +195,8 @@ class Config:
         if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
             raise ValueError(f"RAGCACHE_UPSTREAM_TIMEOUT_S must be a finite number of seconds > 0, "
                              f"got {self.upstream_timeout_s}")
+        if self.upstream_auth not in ("caller", "operator", "auto"):
+            raise ValueError(f"RAGCACHE_UPSTREAM_AUTH must be caller, operator or auto, got {self.upstream_auth!r}")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"RAGCACHE_PORT must be in 1..65535, got {self.port}")
         if self.metrics not in ("off", "prometheus", "otel"):

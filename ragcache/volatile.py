@@ -1,5 +1,5 @@
-"""Volatile-text lint: text that changes per request (dates, times, weekdays, "today", UUIDs,
-request ids, counters, epoch and compact timestamps) found in the stable part of a prompt,
+"""Volatile-text lint: text that changes per request (dates, times, weekdays, UUIDs, request ids,
+counters, epoch and compact timestamps) found in the stable part of a prompt,
 where it breaks every prefix cache; moving it out; and the first divergence between two renders.
 
 Dates and times are found by explicit patterns (ISO ``2024-07-26``, ``2024/07/26``,
@@ -13,6 +13,17 @@ date searchers were measured and not used as the finder: ``dateparser.search.sea
 took 0.69 s per sentence and read "$10", "See", "May" and "3 to 5" as dates; dateutil's fuzzy
 parse reads "Python 3.10", "$10.00" and "page 10.5" as dates.
 
+Each finding is *certain* or only *possible*. Moving text changes what the model reads, so
+:func:`move_volatile` (``lint="move"``) moves only sentences with certain findings and warns
+(:class:`VolatileTextMoved`) for each. Certain by form: UUIDs, labelled request / trace / session ids,
+prefixed ids (``req_...``), timestamps to the second. Certain by context: a date, time, weekday or
+epoch right after a "now" cue ("Current date:", "The time is", "Today is", "Now:", "timestamp:",
+a ``Date:`` line), unless an example cue ("e.g.", "for example", "format") comes
+first. Everything else is possible: a date in a rule, "Office hours 09:00-17:00", "Friday", a
+counter with an explicit marker ("turn #12"). Ordinals in instructions ("step 12", "attempt 2",
+"request 42") are not findings. Measured on 113 real agent-framework prompts by
+``ragcache bench lint`` (:mod:`ragcache.app.bench.lint`).
+
 It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side and the
 ``ragcache lint`` command all call down into it.
 """
@@ -20,6 +31,7 @@ It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side a
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -126,35 +138,62 @@ def _dot_time(m: re.Match[str], text: str) -> bool:
 
 
 _Validator = Callable[[re.Match[str], str], bool]
-_VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None], ...] = tuple(
-    (kind, re.compile(rx, flags), check)
-    for kind, rx, flags, check in (
-        ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE, None),
-        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
-                     r"(?:Z|[+-]\d{2}:?\d{2})?)?\b", re.IGNORECASE, _ymd_date),
-        ("date", r"(?<![\w.])(?P<y>\d{4})(?P<sep>[/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?![\w]|\.\d)", 0, _ymd_date),
-        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}(?:T?\d{4}(?:\d{2}(?:\d{1,6})?)?Z?)?(?!\w|\.\d)", re.IGNORECASE,
-         _compact_timestamp),
+# (kind, pattern, flags, validator, certain by form). A match that is not certain by its form becomes
+# certain only after a "now" cue (see _NOW_CUE). Counters need an explicit counter marker ("turn #12",
+# "attempt number 3"): "step 12" / "attempt 2" / "request 42" in an instruction are ordinals, not state.
+_VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None, bool], ...] = tuple(
+    (kind, re.compile(rx, flags), check, certain)
+    for kind, rx, flags, check, certain in (
+        ("uuid", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE, None, True),
+        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]\d{1,2}:\d{2}:\d{2}(?:\.\d+)?"
+                     r"(?:Z|[+-]\d{2}:?\d{2})?\b", re.IGNORECASE, _ymd_date, True),
+        ("datetime", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]\d{1,2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})?\b",
+         re.IGNORECASE, _ymd_date, False),  # minutes only: may be a scheduled event
+        ("date", r"\b(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})\b", 0, _ymd_date, False),
+        ("date", r"(?<![\w.])(?P<y>\d{4})(?P<sep>[/.])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?![\w]|\.\d)", 0, _ymd_date,
+         False),
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}T?\d{6}(?:\d{1,6})?Z?(?!\w|\.\d)", re.IGNORECASE,
+         _compact_timestamp, True),
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}T?\d{4}Z?(?!\w|\.\d)", re.IGNORECASE, _compact_timestamp, False),
+        ("timestamp", r"(?<![\w.])(?:19|20)\d{6}(?!\w|\.\d)", 0, _compact_timestamp, False),
         ("date", r"(?<![\w.])(?P<a>\d{1,2})(?P<sep>[./-])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4}|\d{2})(?![\w]|[./-]\d)", 0,
-         _numeric_date),
-        ("date", r"\b" + _MONTH + r"\.? " + _DAY + r"(?:,? \d{4})?(?![\w:.]\d|\w)", 0, _month_name_date),
-        ("date", r"\b" + _DAY + r"(?: of)? " + _MONTH + r"(?:,? \d{4})?(?!\w)", 0, _month_name_date),
-        ("time", r"(?<![\w.:])(?P<h>\d{1,2}):(?P<mi>\d{2})(?::\d{2})?(?:\s?[ap](?:\.m\.|m))?(?![\d:])", re.IGNORECASE,
-         _colon_time),
+         _numeric_date, False),
+        ("date", r"\b" + _MONTH + r"\.? " + _DAY + r"(?:,? \d{4})?(?![\w:.]\d|\w)", 0, _month_name_date, False),
+        ("date", r"\b" + _DAY + r"(?: of)? " + _MONTH + r"(?:,? \d{4})?(?!\w)", 0, _month_name_date, False),
+        ("time", r"(?<![\w.:])(?P<h>\d{1,2}):(?P<mi>\d{2}):\d{2}(?:\s?[ap](?:\.m\.|m))?(?![\d:])", re.IGNORECASE,
+         _colon_time, True),
+        ("time", r"(?<![\w.:])(?P<h>\d{1,2}):(?P<mi>\d{2})(?:\s?[ap](?:\.m\.|m))?(?![\d:])", re.IGNORECASE,
+         _colon_time, False),
         ("time", r"(?<![\w.,:])(?P<h>[01]?\d|2[0-3])(?P<sep>[.h])(?P<mi>[0-5]\d)(?P<ampm>\s?[ap](?:\.m\.|m)(?!\w))?"
-                 r"(?![\w]|[.,]\d)", re.IGNORECASE, _dot_time),
-        ("time", r"(?<![\w.])(?:1[0-2]|0?[1-9])\s?[ap](?:\.m\.|m)(?!\w)", re.IGNORECASE, None),
-        ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.IGNORECASE, None),
-        ("relative-day", r"\b(?:today|tonight|yesterday|tomorrow|right now|current (?:date|time|day))\b",
-         re.IGNORECASE, None),
-        ("request-id", r"\b(?:request|req|trace|session|correlation|run|message)[-_ ]?id\b\s*[:=#]?\s*[\w-]+",
-         re.IGNORECASE, None),
-        ("request-id", r"\b(?:req|msg|run|sess)_[A-Za-z0-9]{8,}\b|\b[0-9a-f]{24,}\b", re.IGNORECASE, None),
-        ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|counter)"
-                    r"\s*(?:#|no\.?|number|count)?\s*[:=]?\s*#?\d+\b", re.IGNORECASE, None),
-        ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b", re.IGNORECASE, None),
+                 r"(?![\w]|[.,]\d)", re.IGNORECASE, _dot_time, False),
+        ("time", r"(?<![\w.])(?:1[0-2]|0?[1-9])\s?[ap](?:\.m\.|m)(?!\w)", re.IGNORECASE, None, False),
+        ("weekday", r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.IGNORECASE, None, False),
+        ("weekday", r"\b(?:Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun)\.?,?(?=\s+(?:\d{1,2}\s+)?" + _MONTH + r"\b)", 0,
+         None, False),  # strftime's %a ("Tue Dec 1, 2026", "Mon, 07 Jul 2025"): only before a month
+        ("request-id", r"\b(?:request|req|trace|span|session|correlation|run|message|conversation|thread)[-_ ]?id\b"
+                       r"\s*[:=#]?\s*(?=[\w-]*\d)[\w-]{4,}", re.IGNORECASE, None, True),
+        ("request-id", r"\b(?:req|msg|run|sess|trace|span|chatcmpl|toolu)_[A-Za-z0-9]{8,}\b", 0, None, True),
+        ("hex-id", r"\b[0-9a-f]{24,}\b", re.IGNORECASE, None, False),
+        ("counter", r"\b(?:request|turn|attempt|call|iteration|step|visit|retry|round)\s*(?:#|no\.|number|count)"
+                    r"\s*[:=]?\s*\d+\b", re.IGNORECASE, None, False),
+        ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b", re.IGNORECASE, None, False),
     )
 )
+# A "now" cue right before a match makes it certain: "Current date: ...", "The time is ...",
+# "Today is ...", "Now: ...", "Date: ..." at the start of a line, "timestamp=...". Not "as of",
+# "updated on", "valid from": those name a fixed revision date as often as the current one.
+_NOW_CUE = re.compile(
+    r"(?:\b(?:current|today'?s|the|local|server|system)\s+(?:local\s+)?(?:date|time|datetime|date\s+and\s+time"
+    r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow"
+    r"|\b(?:timestamp|ts|epoch|unix\s+time)"
+    r"|(?:^|[.!?]\s+)[ \t>*-]*(?:date|time|datetime|day))\s*(?:\([\w ]{1,12}\))?\s*[:=]?\s*$",
+    re.IGNORECASE | re.MULTILINE)
+# An example or a format description before a match makes it not certain, whatever its form
+# ("for example 2024-07-26T10:00:00Z", "e.g. 123e4567-...", "in the format 20240726100000").
+_EXAMPLE_CUE = re.compile(r"(?:\be\.g\.?|\bi\.e\.?|\bfor (?:example|instance)\b|\bsuch as\b|\blike\b|\bexamples?\b"
+                          r"|\bformat(?:s|ted)?\b|\bsample\b|\bpattern\b|\bsyntax\b)", re.IGNORECASE)
+# Between two volatile spans that belong together ("Friday, 2024-07-26 at 10:00").
+_JOINED = re.compile(r"^[\s,]*(?:at|on|the)?[\s,]*$", re.IGNORECASE)
 VOLATILE_METADATA_KEYS = frozenset(
     {"score", "relevance", "relevance_score", "similarity", "distance", "rank", "retrieved_at",
      "fetched_at", "timestamp", "request_id", "query", "query_time"}
@@ -162,11 +201,23 @@ VOLATILE_METADATA_KEYS = frozenset(
 """Document metadata keys whose values change per request (dropped by ``lint="move"``)."""
 
 
+class VolatileTextMoved(UserWarning):
+    """Warned by :func:`move_volatile` (and so by ``lint="move"``) for each sentence it moved out of the
+    stable text: moving text changes what the model reads, so it is never silent."""
+
+
 @dataclass(frozen=True, slots=True)
 class VolatileFinding:
     """Volatile text found in a stable segment: ``segment`` kind, its index among
     the segments of that kind, the pattern ``kind``, the matched text and its
-    character offsets ``[start, end)`` in the segment text."""
+    character offsets ``[start, end)`` in the segment text.
+
+    ``certain``: True when the text is certainly per-request (a UUID, a request / trace id, a
+    timestamp with a time of day, or a date / time / weekday right after a "now" cue such as
+    "Current date:", "Today is", "as of"); only certain findings are moved or raised on. False for
+    text that may be fixed (a date in a rule or an example, "at 10:00", "Friday", "turn #3").
+    ``moved``: the sentence holding this finding when :func:`move_volatile` moved it out of the
+    stable text (because of a certain finding in it), else None."""
 
     segment: str
     index: int
@@ -174,43 +225,90 @@ class VolatileFinding:
     text: str
     start: int
     end: int
+    certain: bool = True
+    moved: str | None = None
 
     def describe(self) -> str:
-        return f"{self.kind} {self.text!r} in {self.segment}[{self.index}] at char {self.start}"
+        label = self.kind if self.certain else f"possible {self.kind}"
+        return f"{label} {self.text!r} in {self.segment}[{self.index}] at char {self.start}"
 
 
 def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list[VolatileFinding]:
-    """Find text that changes per request (dates, times, weekdays, "today", UUIDs,
-    request ids, counters, epoch timestamps). Overlapping matches keep the first."""
-    found: list[VolatileFinding] = []
-    for kind, rx, check in _VOLATILE_PATTERNS:
+    """Find text that changes per request (dates, times, weekdays, UUIDs,
+    request ids, counters, epoch timestamps), each marked ``certain`` or not (see
+    :class:`VolatileFinding`). Overlapping matches keep the first pattern's; sorted by offset."""
+    found: list[tuple[int, int, str, bool]] = []
+    for kind, rx, check, certain in _VOLATILE_PATTERNS:
         for m in rx.finditer(text):
-            if any(f.start < m.end() and m.start() < f.end for f in found):
+            if any(s < m.end() and m.start() < e for s, e, _, _ in found):
                 continue
             if check is not None and not check(m, text):
                 continue
-            found.append(VolatileFinding(segment, index, kind, m.group(0), m.start(), m.end()))
-    return sorted(found, key=lambda f: f.start)
+            found.append((m.start(), m.end(), kind, certain))
+    found.sort()
+    out: list[VolatileFinding] = []
+    for start, end, kind, certain in found:
+        line_start = text.rfind("\n", 0, start) + 1
+        if _EXAMPLE_CUE.search(text[max(line_start, start - 80):start]):
+            certain = False
+        elif not certain and kind != "counter":
+            prev = out[-1] if out else None
+            before = text[line_start:start] if start - line_start <= 300 else "x " + text[start - 300:start]  # no false ^
+            certain = bool(_NOW_CUE.search(before)) or (
+                prev is not None and prev.certain and _JOINED.match(text[prev.end:start]) is not None)
+        out.append(VolatileFinding(segment, index, kind, text[start:end], start, end, certain))
+    return out
 
 
-def move_volatile(text: str) -> tuple[str, str, list[VolatileFinding]]:
-    """Split ``text`` into (stable, moved, findings): every sentence holding volatile
-    text is cut out of its line and returned in ``moved`` (joined by spaces)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
+
+
+def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[VolatileFinding]]:
+    """Split ``text`` into (stable, moved, findings). Only a sentence holding a *certain* finding
+    is cut out of its line and returned in ``moved`` (sentences joined by spaces); possible ones
+    stay where they are. ``findings`` lists every finding, certain or not; each one inside a
+    moved sentence carries that sentence in ``moved``. With ``warn`` each moved sentence is reported as
+    a :class:`VolatileTextMoved` warning, naming what made it volatile."""
     findings = find_volatile(text)
-    if not findings:
-        return text, "", []
+    if not any(f.certain for f in findings):
+        return text, "", findings
     kept_lines: list[str] = []
-    moved: list[str] = []
+    moved: list[tuple[int, int]] = []
+    line_start = 0
     for line in text.split("\n"):
-        if not find_volatile(line):
-            kept_lines.append(line)
-            continue
-        keep = []
-        for sentence in re.split(r"(?<=[.!?;])\s+", line):
-            (moved if find_volatile(sentence) else keep).append(sentence)
-        if any(s.strip() for s in keep):
+        keep, pos = [], 0
+        for m in [*_SENTENCE_END.finditer(line), None]:
+            s, e = line_start + pos, line_start + (m.start() if m is not None else len(line))
+            if any(f.certain and s <= f.start < e for f in findings):
+                moved.append((s, e))
+            else:
+                keep.append(text[s:e])
+            pos = m.end() if m is not None else len(line)
+        if any(k.strip() for k in keep) or not line.strip():
             kept_lines.append(" ".join(keep))
-    return normalize_text("\n".join(kept_lines)), " ".join(s.strip() for s in moved), findings
+        line_start += len(line) + 1
+    marked = []
+    for f in findings:
+        span = next(((s, e) for s, e in moved if s <= f.start < e), None)
+        marked.append(f if span is None else _replace(f, text[span[0]:span[1]].strip()))
+    if warn:
+        for sentence, group in _by_sentence(marked):
+            warnings.warn(f"ragcache lint: moved {sentence!r} out of the stable prompt into the volatile text "
+                          f"(certainly per-request: {', '.join(f'{f.kind} {f.text!r}' for f in group)})",
+                          VolatileTextMoved, stacklevel=3)
+    return normalize_text("\n".join(kept_lines)), " ".join(text[s:e].strip() for s, e in moved), marked
+
+
+def _replace(f: VolatileFinding, moved: str) -> VolatileFinding:
+    return VolatileFinding(f.segment, f.index, f.kind, f.text, f.start, f.end, f.certain, moved)
+
+
+def _by_sentence(findings: list[VolatileFinding]) -> list[tuple[str, list[VolatileFinding]]]:
+    groups: dict[str, list[VolatileFinding]] = {}
+    for f in findings:
+        if f.moved is not None and f.certain:
+            groups.setdefault(f.moved, []).append(f)
+    return list(groups.items())
 
 
 _TOKEN_RX = re.compile(r"\s+|\w+|[^\w\s]")
@@ -230,5 +328,6 @@ def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-__all__ = ["VOLATILE_METADATA_KEYS", "VolatileFinding", "find_volatile", "first_divergence", "move_volatile",
+__all__ = ["VOLATILE_METADATA_KEYS", "VolatileFinding", "VolatileTextMoved", "find_volatile", "first_divergence",
+           "move_volatile",
            "normalize_text", "word_tokens"]

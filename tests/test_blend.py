@@ -11,8 +11,8 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill, select_hkvd
-from ragcache.engine.chunk_cache import ChunkCache
-from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+from ragcache.engine.chunk.cache import ChunkCache
+from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
 from ragcache.testing import tiny_llama
 
 DOCS = [

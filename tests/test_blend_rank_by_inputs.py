@@ -8,8 +8,8 @@ import torch
 from test_blend import DOCS, build, full_prefill, prefix_cache
 
 from ragcache.engine.blend import blend_prefill
-from ragcache.engine.chunk_cache import ChunkCache
-from ragcache.engine.stores import MemoryChunkStore
+from ragcache.engine.chunk.cache import ChunkCache
+from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.testing import tiny_llama
 
 

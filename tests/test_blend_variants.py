@@ -9,9 +9,9 @@ import torch
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd, tail_attention
-from ragcache.engine.stores import MemoryChunkStore
+from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.testing import tiny_llama
 from test_blend import DOCS, build, full_prefill, prefix_cache
 

@@ -27,7 +27,8 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_THREADS": "1", "RAGCACHE_DATA_DIR": str(tmp_path / "d"),
            "RAGCACHE_SEMANTIC_URL": "postgresql://u@h/db", "RAGCACHE_KV_URL": "redis://h:6379/0",
            "RAGCACHE_KV_FORMAT": "int4", "RAGCACHE_KV_GROUP_SIZE": "32", "RAGCACHE_DECODE_CACHE": "quantized",
-           "RAGCACHE_MIN_REUSE_TOKENS": "0"}
+           "RAGCACHE_MIN_REUSE_TOKENS": "0", "RAGCACHE_SERVE_KEY": "k" * 16, "RAGCACHE_TENANT_HEADER": "x-tenant",
+           "RAGCACHE_UPSTREAM_AUTH": "operator"}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
@@ -40,6 +41,11 @@ def test_every_variable_is_read(tmp_path):
             Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})
     assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1
     assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
+    assert (got["RAGCACHE_SERVE_KEY"], got["RAGCACHE_TENANT_HEADER"], got["RAGCACHE_UPSTREAM_AUTH"]) == \
+        ("k" * 16, "x-tenant", "operator")
+    assert "k" * 16 not in repr(cfg)  # the serve key is a secret
+    with pytest.raises(ValueError, match="RAGCACHE_UPSTREAM_AUTH"):
+        Config.from_env({"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_UPSTREAM_AUTH": "anyone"})
     assert Config.from_env(env, top_k=5, model=None).top_k == 5  # explicit options win; None keeps the env value
     assert "RAGCACHE_KV_MAX_BYTES" in env_table()
 

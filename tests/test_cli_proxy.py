@@ -2,10 +2,6 @@
 HTTP on loopback, semantic hits without an upstream call, breakpoints placed, usage and cost accounted,
 streaming relayed; /health, /v1/models, /metrics; the local mode's extra routes."""
 
-import contextlib
-import socket
-import threading
-import time
 
 import httpx
 import pytest
@@ -13,13 +9,11 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("prometheus_client")
 
-import uvicorn  # noqa: E402
-
 from ragcache.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
-from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.server.app import running_server  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
 from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
 
@@ -29,23 +23,9 @@ DOCS = [f"Manual section {i}: adjust the {p} with a {t} until it turns freely. "
         enumerate([("brake cable", "5 mm hex key"), ("derailleur", "screwdriver"), ("headset", "32 mm spanner")])]
 
 
-@contextlib.contextmanager
 def serving(app):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert t.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        t.join(timeout=10)
-        sock.close()
+    """Serve any ASGI app on a free loopback port (the servers' own runner)."""
+    return running_server(None, app=app)
 
 
 @pytest.fixture(scope="module")

@@ -143,7 +143,7 @@ DOCS = ["The csv module reads and writes tabular data in CSV format. " * 3,
 def test_chunk_cache_accounting_and_reorder(tiny):
     import torch
 
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
 
     # min_reuse_tokens=0: blend on any hit (the cost rule would take exact prefill for these short documents)
     engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15, min_reuse_tokens=0)
@@ -162,7 +162,7 @@ def test_chunk_cache_accounting_and_reorder(tiny):
 def test_chunk_cache_r1_equals_full_prefill(tiny):
     import torch
 
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
 
     engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
     msgs_ = _rag_msgs(DOCS[:2])

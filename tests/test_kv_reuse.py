@@ -20,7 +20,7 @@ from ragcache.engine import attention
 from ragcache.engine import kv
 from ragcache.engine.attention import attend_positions, causal_attention
 from ragcache.engine.calibration import Calibration, calibration_path, fidelity, load_calibration
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.reuse import ReusePolicy
 

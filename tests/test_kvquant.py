@@ -10,10 +10,10 @@ import torch
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.quant import KVFormat, QuantizedTensor, decode_cache_nbytes, quantize, quantize_kv
-from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
 
 # The embedded SmolLM2-135M's KV shape: 30 layers, 3 KV heads, head_dim 64.
 L, H, D = 30, 3, 64
@@ -196,7 +196,7 @@ def test_damaged_quantized_file_is_a_logged_miss(tiny, tmp_path, caplog, damage)
     else:
         data[-3] ^= 0x5A
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.stores"):
         again, hit = cc.lookup_or_compute(tiny.model, fp, doc)
     assert not hit and "failed its check" in caplog.text and store.stats.corrupt == 1
     assert torch.equal(again.keys, kv.keys)  # recomputed, the same codes

@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ragcache import identity
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
-from ragcache.engine.stores import DiskChunkStore
+from ragcache.engine.chunk.stores import DiskChunkStore
 from ragcache.identity import DigestCache, adapter_identities, folder_digest, identity_files
 from ragcache.models import LoadedModel, load_model
 
@@ -36,6 +36,9 @@ def home(tmp_path, monkeypatch):
     real = embedded_model_dir()  # converted once under the real home before the home moves
     monkeypatch.setattr("ragcache.testing.embedded_model_dir", lambda: real)
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    # _age sets mtimes into the past, but the ctime of a file written by a test is always now:
+    # no "racy" wait here (the racy tests set RACY_SECONDS back themselves).
+    monkeypatch.setattr(identity, "RACY_SECONDS", 0.0)
     return tmp_path / "home"
 
 
@@ -126,6 +129,7 @@ def test_digest_cache_hashes_each_file_once(sharded, tmp_path, monkeypatch):
 
 def test_digest_cache_does_not_trust_a_file_written_just_now(tmp_path, monkeypatch):
     """A same-size edit within one mtime tick must not be served the old digest ("racy" files)."""
+    monkeypatch.setattr(identity, "RACY_SECONDS", 2.0)
     f = tmp_path / "w.safetensors"
     f.write_bytes(b"a" * 64)
     cache = DigestCache(tmp_path / "d.json")
@@ -137,6 +141,40 @@ def test_digest_cache_does_not_trust_a_file_written_just_now(tmp_path, monkeypat
     cache.flush()
     assert not (tmp_path / "d.json").exists() or str(f.resolve()) not in json.loads(
         (tmp_path / "d.json").read_text())["files"]
+
+
+def test_digest_cache_notices_a_rewrite_in_place_that_keeps_size_mtime_and_inode(tmp_path):
+    """Issue 24 kind 1: a weight file rewritten in place with the same size, mtime and inode is
+    hashed again (its ctime changed), on several kinds of rewrite."""
+    files = {name: tmp_path / f"{name}.safetensors" for name in ("overwrite", "truncate", "copy-back")}
+    for f in files.values():
+        f.write_bytes(b"a" * 4096)
+    time.sleep(identity.RACY_SECONDS + 0.2)  # settled (RACY_SECONDS is 0 here): the digests are remembered
+    cache = DigestCache(tmp_path / "d.json")
+    first = {n: cache.digest(f) for n, f in files.items()}
+    assert cache.hashed == 3
+    cache.flush()
+    again = DigestCache(tmp_path / "d.json")
+    assert {n: again.digest(f) for n, f in files.items()} == first and again.hashed == 0  # remembered
+    for name, f in files.items():
+        st = f.stat()
+        if name == "overwrite":
+            with open(f, "r+b") as fh:
+                fh.write(b"b" * 16)
+        elif name == "truncate":
+            f.write_bytes(b"c" * 4096)
+        else:
+            src = tmp_path / "src"
+            src.write_bytes(b"d" * 4096)
+            with open(src, "rb") as a, open(f, "r+b") as b:
+                b.write(a.read())
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert (f.stat().st_size, f.stat().st_mtime_ns, f.stat().st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    later = DigestCache(tmp_path / "d.json")
+    now = {n: later.digest(f) for n, f in files.items()}
+    assert later.hashed == 3
+    assert all(now[n] != first[n] for n in files)
+    assert now == {n: identity.sha256_file(f) for n, f in files.items()}
 
 
 def test_corrupt_digest_cache_is_rebuilt(sharded, tmp_path, caplog):
@@ -294,3 +332,16 @@ def test_folder_without_weights_names_the_fix(sharded, tmp_path):
     (empty / "config.json").write_text((sharded / "config.json").read_text())
     with pytest.raises(ModelNotFoundError, match="holds no weight file"):
         load_model(str(empty))
+
+
+def test_digest_cache_does_not_remember_a_file_whose_mtime_was_just_set_back(tmp_path, monkeypatch):
+    """An mtime set into the past does not make a file look settled: its ctime is now."""
+    monkeypatch.setattr(identity, "RACY_SECONDS", 2.0)
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(b"a" * 64)
+    past = time.time() - 3600
+    os.utime(f, (past, past))
+    cache = DigestCache(tmp_path / "d.json")
+    cache.digest(f)
+    cache.flush()
+    assert not (tmp_path / "d.json").exists()

@@ -12,10 +12,10 @@ import torch
 
 pytest.importorskip("openai")
 
-from ragcache.engine.chunk_cache import ChunkCache  # noqa: E402
+from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
-from ragcache.engine.stores import MemoryChunkStore  # noqa: E402
-from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
+from ragcache.server.app import running_server  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
 
 DOCS = [

@@ -1,6 +1,6 @@
 import torch
 
-from ragcache.engine.prefix_cache import PrefixCache
+from ragcache.engine.prefix.cache import PrefixCache
 
 L, H, D = 2, 2, 4
 

@@ -13,8 +13,8 @@ pytest.importorskip("redis", reason="pip install 'ragcache[shared]'")
 
 import test_stores as suite  # noqa: E402  (tests/ is on sys.path: the contract suite of every chunk store)
 
-from ragcache.engine.redis_store import RedisChunkStore, encode_chunk  # noqa: E402
-from ragcache.engine.stores import ChunkStore  # noqa: E402
+from ragcache.engine.chunk.stores.redis_store import RedisChunkStore, encode_chunk  # noqa: E402
+from ragcache.engine.chunk.stores import ChunkStore  # noqa: E402
 from ragcache.remote import RemoteStoreError  # noqa: E402
 
 make_kv, FP = suite.make_kv, suite.FP
@@ -81,7 +81,7 @@ def test_corrupt_or_foreign_value_is_a_logged_miss(store, caplog, damage):
     bad = {"garbage": b"\x00not safetensors", "truncate": raw[:-20], "other-key": encode_chunk(other),
            "no-format": b"x" * 64}[damage]
     store._r.set(store._k(kv.key), bad)
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.redis_store"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.stores.redis_store"):
         assert store.get(kv.key) is None
     assert "failed its check" in caplog.text and store.stats.corrupt == 1
     assert not store.contains(kv.key) and len(store) == 0
@@ -126,8 +126,8 @@ def test_bad_arguments(valkey_server):
 
 
 def test_urls_and_environment_select_the_shared_stores(valkey_server, pg_server, monkeypatch, tmp_path):
-    from ragcache.engine.redis_store import open_chunk_store
-    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.engine.chunk.stores import open_chunk_store
+    from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
     from ragcache.semantic import SemanticCache
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder

@@ -11,7 +11,7 @@ anthropic = pytest.importorskip("anthropic")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
-from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.server.app import running_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You are a terse assistant for a bicycle repair shop. Answer from the manual excerpts. " * 4
@@ -155,32 +155,44 @@ def test_one_hour_ttl_split(client):
                                              + u.cache_creation.ephemeral_5m_input_tokens)
 
 
-def test_prepared_requests_with_empty_blocks_are_accepted_and_read(client):
-    """A caller's request with an empty text block between the documents and the question, and
-    an empty assistant turn, prepared by ragcache: the server accepts it, the repeat reads."""
+def test_prepared_requests_with_empty_blocks_get_the_real_apis_400(client):
+    """The real API refuses empty and whitespace-only text blocks (``messages: text content blocks must
+    be non-empty`` / ``... non-whitespace text``), so this server does too; ragcache's breakpoints
+    never land on them, and the same request without them is accepted and read on repeat."""
     from ragcache.anthropic import AnthropicCaching
 
     caching = AnthropicCaching(MODEL, token_counter=lambda t: len(t.split()) + 1, min_tokens=64, warn=False)
 
-    def request(question):
-        content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": ""},
-                                                                  {"type": "text", "text": question}]
+    def request(question, *, empty="", assistant=" "):
+        content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": empty}] * (empty is not None) \
+            + [{"type": "text", "text": question}]
         return {"model": MODEL, "max_tokens": 2, "system": SYSTEM + " empty blocks", "messages": [
             {"role": "user", "content": "What tools do I need?"},
-            {"role": "assistant", "content": [{"type": "text", "text": " "}]},
+            {"role": "assistant", "content": [{"type": "text", "text": assistant}]},
             {"role": "user", "content": content}]}
 
     first = caching.prepare(request("How do I fix the brakes?"))
     assert not [b for b in first.blocks if b.cache_control is not None and not b.text.strip()]
-    u1 = client.messages.create(**first.kwargs).usage
-    u2 = client.messages.create(**caching.prepare(request("How do I adjust the headset?")).kwargs).usage
+    for bad, words in ((request("q", assistant="Hammer."), "must be non-empty"),
+                       (request("q", empty="\n", assistant="Hammer."), "non-whitespace text")):
+        with pytest.raises(anthropic.BadRequestError, match=words):
+            client.messages.create(**caching.prepare(bad).kwargs)
+    ok = lambda q: caching.prepare(request(q, empty=None, assistant="A hammer.")).kwargs  # noqa: E731
+    u1 = client.messages.create(**ok("How do I fix the brakes?")).usage
+    u2 = client.messages.create(**ok("How do I adjust the headset?")).usage
     assert u1.cache_creation_input_tokens > 0
     assert u2.cache_read_input_tokens == u1.cache_creation_input_tokens
 
 
-def test_automatic_marker_skips_a_trailing_empty_block(client):
+@pytest.mark.parametrize("content", ["", [], "   ", [{"type": "text", "text": ""}], [{"type": "text", "text": " \t"}]])
+def test_empty_user_content_is_a_400_like_the_real_api(client, content):
+    with pytest.raises(anthropic.BadRequestError) as err:
+        client.messages.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": content}])
+    assert err.value.status_code == 400 and "content" in err.value.body["error"]["message"]
+
+
+def test_automatic_marker_is_refused_on_a_request_with_a_trailing_empty_block(client):
     auto = body("q", mark=False, system=SYSTEM + " auto-empty")
     auto["messages"][0]["content"].append({"type": "text", "text": ""})
-    u1 = client.messages.create(**auto, cache_control={"type": "ephemeral"}).usage
-    u2 = client.messages.create(**auto, cache_control={"type": "ephemeral"}).usage
-    assert u1.cache_creation_input_tokens > 0 and u2.cache_read_input_tokens == u1.cache_creation_input_tokens
+    with pytest.raises(anthropic.BadRequestError, match="must be non-empty"):
+        client.messages.create(**auto, cache_control={"type": "ephemeral"})

@@ -36,7 +36,7 @@ def _group(i: int) -> dict:
 def _chunk(i: int):
     import torch
 
-    from ragcache.engine.stores import ChunkKV
+    from ragcache.engine.chunk.stores import ChunkKV
     from ragcache.hashing import hash_chunk
 
     g = torch.Generator().manual_seed(i)
@@ -62,7 +62,7 @@ def _retry(fn, gap: list, deadline_s: float = 45.0):
 def _worker(w: int, pg_url: str, kv_url: str, log_dir: str, progress, n_ops: int) -> None:
     import torch
 
-    from ragcache.engine.redis_store import RedisChunkStore
+    from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
     from ragcache.semantic import partition_key
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder
@@ -126,7 +126,7 @@ def _durable_writer(pg_url: str, log_dir: str) -> None:
 
 
 def test_four_workers_kill_and_restart(tmp_path):
-    from ragcache.engine.redis_store import RedisChunkStore
+    from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
     from ragcache.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
     from ragcache.semantic import partition_key
     from ragcache.semantic.pg_cache import PgSemanticCache

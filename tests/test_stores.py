@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ragcache.engine.quant import KVFormat, quantize_kv
-from ragcache.engine.chunk_kv import _digest
-from ragcache.engine.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
+from ragcache.engine.chunk.chunk_kv import _digest
+from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
 from ragcache.hashing import hash_chunk
 
 FP = "f" * 64
@@ -146,7 +146,7 @@ def test_disk_corrupt_file_is_a_logged_miss_and_rewritten(tmp_path, caplog, dama
         other = make_kv(4, fmt=fmt)
         store.put(other)
         path.write_bytes((tmp_path / f"{other.key}.safetensors").read_bytes())
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.stores"):
         assert store.get(kv.key) is None
     assert "failed its check" in caplog.text and store.stats.corrupt == 1
     assert not path.exists()
@@ -194,7 +194,7 @@ def test_disk_quantized_tensor_of_wrong_shape_is_a_logged_miss(tmp_path, caplog,
     tensors[part] = tensors[part][..., :-1].contiguous()
     meta["digest"] = _digest(tensors)  # a consistent file, written by a buggy or foreign writer
     save_file(tensors, str(tmp_path / f"{kv.key}.safetensors"), metadata=meta)
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.stores"):
         assert store.get(kv.key) is None
     assert "failed its check" in caplog.text and part in caplog.text and store.stats.corrupt == 1
 
@@ -209,7 +209,7 @@ def test_disk_flipped_data_byte_is_a_logged_miss(tmp_path, caplog, fmt_name):
     data = bytearray(path.read_bytes())
     data[-5] ^= 0xFF
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.stores"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.stores"):
         assert store.get(kv.key) is None
     assert "digest" in caplog.text and store.stats.corrupt == 1 and not path.exists()
 
@@ -217,7 +217,7 @@ def test_disk_flipped_data_byte_is_a_logged_miss(tmp_path, caplog, fmt_name):
 @pytest.mark.parametrize("fmt_name", FORMATS)
 def test_bytes_round_trip_for_value_stores(fmt_name):
     """What a remote store keeps: one byte string per chunk; damaged bytes raise ValueError (a miss)."""
-    from ragcache.engine.chunk_kv import chunk_from_bytes, chunk_to_bytes
+    from ragcache.engine.chunk.chunk_kv import chunk_from_bytes, chunk_to_bytes
 
     kv = make_kv(7, n=12, fmt=fmt_name)
     data = chunk_to_bytes(kv)

@@ -9,7 +9,7 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from ragcache.engine.windowed import kv_reuse_blocker
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.prompt import Prompt, PromptPiece
 from ragcache.models import LoadedModel, ModelFingerprint

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
 from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.anthropic.pricing import ModelPrice
@@ -88,9 +88,7 @@ class AnthropicCaching:
         the usage record, the breakpoints placed and skipped, notes and the miss diagnosis."""
         rec = self.record(req, message.usage)
         text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", "") == "text")
-        usage = CacheUsage.provider(input_tokens=rec.input_tokens, cache_read=rec.cache_read_tokens,
-                                    cache_write=rec.cache_write_tokens, completion_tokens=rec.output_tokens,
-                                    cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        usage = CacheUsage.from_anthropic(message.usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
         details = {
             **{k: v for k, v in rec.to_dict().items() if k != "diagnosis"},
             "diagnosis": list(rec.diagnosis),
@@ -102,8 +100,7 @@ class AnthropicCaching:
             "notes": list(req.notes),
         }
         finish = "length" if getattr(message, "stop_reason", None) == "max_tokens" else "stop"
-        return BackendResult(text, "provider-cache" if rec.cache_read_tokens > 0 else "provider", usage, ttft_s,
-                             finish, details=details)
+        return BackendResult(text, provider_layer(usage.cache_read), usage, ttft_s, finish, details=details)
 
 
 def sdk_kwargs(method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,8 +152,10 @@ class AnthropicBackend:
 
     @property
     def model_id(self) -> str:
-        """The model id (part of semantic-cache partition keys)."""
-        return self.model
+        """The model id, part of semantic-cache partition keys: with ``extra`` request fields (a
+        response format, thinking, tool policy... they shape every answer) a digest of them is
+        appended (``model#<12 hex>``), so backends that differ only there never share answers."""
+        return model_with_fields(self.model, self.extra)
 
     @property
     def stats(self) -> CacheStats:

@@ -29,7 +29,8 @@ Section = Literal["tools", "system", "messages"]
 
 
 NOT_CACHEABLE_TYPES = frozenset({"thinking", "redacted_thinking"})
-"""Block types the API does not accept ``cache_control`` on (besides empty text blocks)."""
+"""Block types the API does not accept ``cache_control`` on (besides empty text blocks and the
+code-execution tool blocks of :func:`carries_marker`)."""
 
 
 class RequestError(ValueError):
@@ -56,6 +57,7 @@ class FlatBlock:
     text: str
     key: str
     cache_control: Mapping[str, Any] | None
+    markable: bool = True
 
     @property
     def where(self) -> str:
@@ -74,10 +76,41 @@ def is_empty_text(block: Mapping[str, Any]) -> bool:
     return block.get("type") == "text" and not str(block.get("text", "")).strip()
 
 
+def code_execution_tool_ids(messages: Any) -> frozenset[str]:
+    """Ids of the ``tool_use`` blocks called by code execution (programmatic tool calling: a
+    ``caller`` whose ``type`` starts with ``code_execution``). ``messages``: Messages API message
+    dicts, or any objects with a ``content`` attribute (LangChain messages)."""
+    ids = set()
+    for m in messages or []:
+        content = m.get("content") if isinstance(m, Mapping) else getattr(m, "content", None)
+        for b in content if isinstance(content, list) else []:
+            caller = b.get("caller") if isinstance(b, Mapping) and b.get("type") == "tool_use" else None
+            if isinstance(caller, Mapping) and str(caller.get("type", "")).startswith("code_execution") and b.get("id"):
+                ids.add(str(b["id"]))
+    return frozenset(ids)
+
+
+def carries_marker(block: Mapping[str, Any], code_execution_ids: frozenset[str] = frozenset()) -> bool:
+    """Whether the API accepts ``cache_control`` on this message content block: not an empty
+    text block, not a thinking block, and not a ``tool_use`` / ``tool_result`` block of a tool
+    called by code execution (the API answers 400: "Tool use result ... called by code execution
+    cannot have cache_control. These blocks are not rendered in Claude's context"; Anthropic's
+    programmatic tool calling docs, and langchain-anthropic's fix for the same error)."""
+    kind = block.get("type")
+    if kind in NOT_CACHEABLE_TYPES or is_empty_text(block):
+        return False
+    if kind == "tool_use":
+        return str(block.get("id")) not in code_execution_ids
+    if kind == "tool_result":
+        return str(block.get("tool_use_id")) not in code_execution_ids
+    return True
+
+
 def cacheable(block: FlatBlock) -> bool:
     """Whether a ``cache_control`` marker may go on this block: not an empty (or
-    whitespace-only) text block and not a thinking block."""
-    return block.type not in NOT_CACHEABLE_TYPES and not (block.type == "text" and not block.text.strip())
+    whitespace-only) text block, not a thinking block, not a code-execution tool block."""
+    return block.markable and block.type not in NOT_CACHEABLE_TYPES and not (
+        block.type == "text" and not block.text.strip())
 
 
 def nearest_cacheable(blocks: list[FlatBlock], index: int | None) -> int | None:
@@ -147,13 +180,20 @@ def flatten_request(body: Mapping[str, Any]) -> list[FlatBlock]:
             or a malformed ``cache_control``.
     """
     blocks: list[FlatBlock] = []
+    code_ids = code_execution_tool_ids(body.get("messages") if isinstance(body.get("messages"), list) else [])
 
     def add(section: Section, path: tuple[Any, ...], role: str | None, b: Mapping[str, Any], where: str) -> None:
         cc = check_cache_control(b.get("cache_control"), where)
         bare = {k: v for k, v in b.items() if k != "cache_control"}
         key = canonical_json({"s": section, "r": role, "b": bare})
         text = block_text(b) if section != "tools" else canonical_json(bare)
-        blocks.append(FlatBlock(len(blocks), section, path, role, str(b.get("type", "tool")), text, key, cc))
+        markable = not (section == "messages" and b.get("type") in ("tool_use", "tool_result")
+                        and not carries_marker(b, code_ids))
+        if cc is not None and not markable:
+            tool_id = b.get("id") or b.get("tool_use_id")
+            raise RequestError(f"{where}: Tool use result for {tool_id} called by code execution cannot have "
+                               "cache_control. These blocks are not rendered in Claude's context.")
+        blocks.append(FlatBlock(len(blocks), section, path, role, str(b.get("type", "tool")), text, key, cc, markable))
 
     tools = body.get("tools") or []
     if not isinstance(tools, list):

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragcache.layout import PromptLayout, render_document
-from ragcache.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, flatten_request,
-                                       is_empty_text, nearest_cacheable, prefix_hashes)
+from ragcache.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, carries_marker,
+                                       code_execution_tool_ids, flatten_request, is_empty_text, nearest_cacheable,
+                                       prefix_hashes)
 from ragcache.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
@@ -127,8 +128,10 @@ the stable part (the question) only for an identical request."""
 
 
 def _move_empty_markers(kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Take caller markers off empty text blocks (the API rejects them); return (path, marker)."""
+    """Take caller markers off blocks that cannot carry them (empty text, code-execution tool
+    blocks: the API rejects them, :func:`~ragcache.anthropic.blocks.carries_marker`); return (path, marker)."""
     moved: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    code_ids = code_execution_tool_ids(kwargs.get("messages") or [])
     system = kwargs.get("system")
     if isinstance(system, list):
         for i, b in enumerate(system):
@@ -138,9 +141,13 @@ def _move_empty_markers(kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], d
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, list):
             for j, b in enumerate(content):
-                if isinstance(b, dict) and b.get("cache_control") is not None and is_empty_text(b):
+                if isinstance(b, dict) and b.get("cache_control") is not None and not carries_marker(b, code_ids):
                     moved.append((("messages", m, j), b.pop("cache_control")))
     return moved
+
+
+def _what(block: Any) -> str:
+    return "empty text block" if block.type == "text" else f"code-execution {block.type} block"
 
 
 def add_breakpoints(
@@ -192,11 +199,12 @@ def add_breakpoints(
             where = blocks[by_path[path]].where
             j = nearest_cacheable(blocks, by_path[path])
             if j is None:
-                notes.append(f"caller breakpoint on the empty text block {where} removed (no earlier block to carry it)")
+                notes.append(f"caller breakpoint on the {_what(blocks[by_path[path]])} {where} removed (no earlier "
+                             "block to carry it)")
                 continue
             if blocks[j].cache_control is None:
                 _set_marker(kwargs, blocks[j].path, dict(cc))
-            notes.append(f"caller breakpoint on the empty text block {where} moved to {blocks[j].where}")
+            notes.append(f"caller breakpoint on the {_what(blocks[by_path[path]])} {where} moved to {blocks[j].where}")
         blocks = flatten_request(kwargs)
     toks = [int(count(b.text)) for b in blocks]
     cum, total = [], 0

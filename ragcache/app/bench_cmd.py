@@ -135,6 +135,23 @@ def bench_kvquant(
               json_path=json_path, plot_path=plot_path, console=console)
 
 
+@bench_app.command("decode-check")
+def bench_decode_check(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
+    end: int = typer.Option(6, help="One past the last item (<= 50)."),
+    top_k: int = typer.Option(3, min=1, help="Passages per prompt."),
+    answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens)."),
+    settings: str = typer.Option("4:128:0,4:128:4", help="bits:residual:sink per setting, comma-separated."),
+    json_path: str = json_option("decode_check"),
+    plot_path: str = plot_option("decode_check"),
+) -> None:
+    """Quantized decode cache vs exact decoding (teacher-forced agreement, Wilson bound), with and without sinks."""
+    run_bench("decode_check", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, top_k=top_k,
+              answer_tokens=answer_tokens, settings=settings, json_path=json_path, plot_path=plot_path,
+              console=console)
+
+
 @bench_app.command("shared")
 def bench_shared(
     json_path: str = json_option("shared"),
@@ -169,3 +186,13 @@ def bench_prefix_hits(
 
 
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]
+
+
+@bench_app.command("lint")
+def bench_lint(
+    json_path: str = json_option("lint"),
+    data: Optional[str] = typer.Option(None, help="Labelled prompt set (JSONL); default "
+                                                  "tests/data/system_prompts/prompts.jsonl of the checkout."),
+) -> None:
+    """Volatile-text lint on real agent-framework system prompts: false moves, dates moved / missed."""
+    run_bench("lint", json_path=json_path, data=data)

@@ -51,7 +51,7 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
     import torch
 
     from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path, check_options
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 
     ratios = check_options(ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,

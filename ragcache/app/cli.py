@@ -142,13 +142,22 @@ def serve(
     semantic: bool = typer.Option(True, help="Proxy mode: answer repeated questions from the semantic cache."),
     metrics: Optional[str] = typer.Option(None, help="off | prometheus | otel (default $RAGCACHE_METRICS, off); "
                                           "prometheus also serves GET /metrics."),
+    key: Optional[str] = typer.Option(None, help="Key(s) callers must send as x-api-key or 'Authorization: Bearer' "
+                                      "(comma-separated; default $RAGCACHE_SERVE_KEY, which keeps it out of `ps`)."),
+    insecure: bool = typer.Option(False, "--insecure", help="Serve on a non-loopback address without a key."),
+    tenant_header: Optional[str] = typer.Option(None, help="Header naming the caller's tenant (default "
+                                                "$RAGCACHE_TENANT_HEADER; unset: a digest of the caller's key)."),
+    upstream_auth: Optional[str] = typer.Option(None, help="Proxy: caller (forward the caller's key), operator "
+                                                "(send ANTHROPIC_API_KEY) or auto (operator when serve keys are "
+                                                "set); default $RAGCACHE_UPSTREAM_AUTH, auto."),
 ) -> None:
     """Anthropic- and OpenAI-compatible server on the local model (prefix + chunk KV caches, Anthropic
     prompt-caching semantics), or a caching proxy in front of the Anthropic API (--upstream)."""
     from ragcache.app.serve_cmd import run_serve
 
-    cfg = config(upstream=upstream, host=host, port=port, model=model, metrics=metrics)
-    run_or_exit(console, run_serve, cfg, semantic=semantic, console=console)
+    cfg = config(upstream=upstream, host=host, port=port, model=model, metrics=metrics, serve_key=key,
+                 tenant_header=tenant_header, upstream_auth=upstream_auth)
+    run_or_exit(console, run_serve, cfg, semantic=semantic, insecure=insecure, console=console)
 
 
 @app.command()
@@ -198,7 +207,8 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON."
     from dataclasses import fields
 
     cfg = config()
-    values = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    values = {f.name: getattr(cfg, f.name) if f.repr or getattr(cfg, f.name) is None else "<set, hidden>"
+              for f in fields(cfg)}  # secrets (repr=False fields: the serve key) are never printed
     if as_json:
         print_json(values)
         return

@@ -83,7 +83,7 @@ def _backend(kind: str, engine: Any) -> Iterator[Any]:
         import anthropic
 
         from ragcache.anthropic.backend import AnthropicBackend
-        from ragcache.server.anthropic import running_server
+        from ragcache.server.app import running_server
     except ImportError as e:
         raise ImportError(f"the anthropic backend needs the extra: pip install 'ragcache[anthropic]' ({e})") from None
     with running_server(engine) as base_url:

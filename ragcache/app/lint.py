@@ -2,10 +2,12 @@
 
 Reads a JSON file holding a chat messages list or a request object (Anthropic
 style ``{"system", "tools", "messages"}``, or OpenAI style with ``system``
-messages). It reports volatile text (dates, times, weekdays, "today", UUIDs,
-request ids, counters) found by :func:`ragcache.layout.find_volatile`: in the
-system text and tools it is an error (it changes the prefix every request); in
-document blocks of the final user turn it is reported for review. With
+messages). It reports volatile text (dates, times, weekdays, UUIDs,
+request ids, counters) found by :func:`ragcache.volatile.find_volatile`: certainly
+volatile text (an id, a timestamp, a date or time after a "now" cue) in the system
+text and tools is an error (it changes the prefix every request); text that may be
+fixed (a date in a rule, "Friday") and anything in the document blocks of the final
+user turn is reported for review. With
 ``against`` it renders both requests block by block in prefix order (tools ->
 system -> messages) and prints the first divergence: the block and the token
 index in the concatenated render, like comparing two chat-template renders
@@ -74,6 +76,13 @@ def _tokenizer() -> tuple[str, Callable[[str], list[Any]], Callable[[list[Any]],
     return "word/punctuation", word_tokens, "".join
 
 
+def _printable(text: str) -> str:
+    """``repr`` of untrusted prompt text with rich markup escaped (control characters are escaped by repr)."""
+    from rich.markup import escape
+
+    return escape(repr(text))
+
+
 def _blocks(path: str) -> list[FlatBlock]:
     try:
         return flatten_request(load_request(path))
@@ -99,14 +108,18 @@ def run_lint(path: str, against: str | None = None, *, console: Console | None =
     for b in blocks:
         if b.section == "messages" and (b.path[1] != last_msg or b.index == blocks[-1].index):
             continue  # history is append-only; the question is meant to change
-        severity = "error" if b.section in ("system", "tools") else "review"
         for f in find_volatile(b.text):
+            severity = "error" if f.certain and b.section in ("system", "tools") else "review"
             errors += severity == "error"
-            table.add_row(Text(clean(b.where, newlines=False)), severity, f.kind, Text(clean(repr(f.text))), str(f.start))
+            table.add_row(Text(clean(b.where, newlines=False)), severity,
+                          f.kind if f.certain else f"possible {f.kind}", _printable(f.text), str(f.start))
     if table.row_count:
         console.print(table)
-        console.print("errors: volatile text in system/tools changes the cached prefix on every request; "
-                      "move it after the documents (PromptLayout volatile=..., or lint='move').")
+        console.print("error: certainly volatile text (an id, a timestamp, a date or time after 'Current date:' / "
+                      "'Today is') in system/tools changes the cached prefix on every request; move it after the "
+                      "documents (PromptLayout volatile=..., or lint='move', which moves only these). review: text "
+                      "that may change per request (a date in a rule or example, 'Friday', 'turn #3'); lint='move' "
+                      "leaves it in place.")
     else:
         say(console, (f"no volatile text found in the stable parts of {path}", "green"))
     diverged_in_prefix = False

@@ -40,10 +40,10 @@ def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
 def chunk_store(cfg: Config) -> Any:
     """The chunk KV store: Redis / Valkey when ``cfg.kv_url`` is set (shared by every process), else
     on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0."""
-    from ragcache.engine.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
 
     if cfg.kv_url:
-        from ragcache.engine.redis_store import open_chunk_store
+        from ragcache.engine.chunk.stores import open_chunk_store
 
         return open_chunk_store(cfg.kv_url)
     if cfg.kv_max_bytes == 0:
@@ -64,7 +64,7 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
         torch.set_num_threads(cfg.threads)
     cc = None
     if chunk_cache:
-        from ragcache.engine.chunk_cache import ChunkCache
+        from ragcache.engine.chunk.cache import ChunkCache
 
         cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
     loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads)
@@ -82,6 +82,8 @@ class LazyLocalBackend:
     Args:
         factory: zero-argument callable returning a LocalEngine.
         model: the model name or path the factory loads (for the fingerprint).
+        predict: whether the engine's answer identity is its bare fingerprint (no namespace, exact
+            decoding) and so can be predicted; otherwise it is read from the engine once loaded.
 
     Raises:
         RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
@@ -89,12 +91,12 @@ class LazyLocalBackend:
 
     name = "local"
 
-    def __init__(self, factory: Callable[[], Any], model: str | None = None) -> None:
+    def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True) -> None:
         from ragcache.models import model_fingerprint
 
         self._factory = factory
         self._backend: Any = None
-        fp = model_fingerprint(model)
+        fp = model_fingerprint(model) if predict else None
         self._model_id = fp.digest if fp is not None else None
 
     @property

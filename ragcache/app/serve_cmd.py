@@ -1,6 +1,6 @@
 """``ragcache serve --anthropic``: the local Anthropic-compatible server, or the caching proxy.
 
-Local mode (default) answers with the local engine (:mod:`ragcache.server.anthropic`) and adds
+Local mode (default) answers with the local engine (:mod:`ragcache.server.app`: both APIs) and adds
 ``GET /health``, ``GET /v1/models`` and, with ``--metrics prometheus``, ``GET /metrics``; its
 chunk KV is kept on disk under ``$RAGCACHE_KV_DIR``. Proxy mode (``--upstream URL``) runs
 :class:`ragcache.server.proxy.AnthropicProxy` with the semantic answer cache under
@@ -55,13 +55,10 @@ class UsageMetrics:
         await self.app(scope, receive, wrapped)
 
     def _record(self, usage: dict, ttft_s: float) -> None:
-        from ragcache.backend import CacheUsage
+        from ragcache.backend import CacheUsage, provider_layer
 
-        u = CacheUsage.provider(input_tokens=int(usage.get("input_tokens") or 0),
-                                cache_read=int(usage.get("cache_read_input_tokens") or 0),
-                                cache_write=int(usage.get("cache_creation_input_tokens") or 0),
-                                completion_tokens=int(usage.get("output_tokens") or 0))
-        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+        u = CacheUsage.from_anthropic(usage)
+        self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
 
 
 def _json_usage(body: bytes) -> dict:
@@ -71,14 +68,15 @@ def _json_usage(body: bytes) -> dict:
         return {}
 
 
-def local_app(engine: Any, metrics: CacheMetrics, **server_kwargs: Any) -> Any:
+def local_app(engine: Any, metrics: CacheMetrics, *, keys: Any = None, **server_kwargs: Any) -> Any:
     """The local server's app (Anthropic ``/v1/messages``, OpenAI ``/v1/chat/completions``, ``/v1/models``)
-    with ``/health`` and ``/metrics`` beside it."""
+    with ``/health`` and ``/metrics`` beside it, behind the serve-key check when ``keys`` are given."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Mount, Route
 
-    from ragcache.server.anthropic import create_app
+    from ragcache.server.app import create_local_app
+    from ragcache.server.auth import ServeKeyMiddleware, parse_keys
 
     async def health(request: Any) -> Response:
         return JSONResponse({"status": "ok", "mode": "local", "model": str(engine.fingerprint),
@@ -89,24 +87,40 @@ def local_app(engine: Any, metrics: CacheMetrics, **server_kwargs: Any) -> Any:
             return JSONResponse({"error": "metrics are off: start with --metrics prometheus"}, status_code=404)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    inner = UsageMetrics(create_app(engine, **server_kwargs), metrics)
+    inner = UsageMetrics(create_local_app(engine, **server_kwargs), metrics)
     # /v1/models (OpenAI and Anthropic shapes), /v1/messages and /v1/chat/completions come from the mounted app
-    return Starlette(routes=[Route("/health", health), Route("/metrics", render), Mount("/", app=inner)])
+    app = Starlette(routes=[Route("/health", health), Route("/metrics", render), Mount("/", app=inner)])
+    parsed = parse_keys(keys)
+    return ServeKeyMiddleware(app, parsed) if parsed else app
 
 
-def run_serve(cfg: Config, *, semantic: bool = True, console: Console) -> None:
-    """Serve until interrupted (blocking)."""
+def run_serve(cfg: Config, *, semantic: bool = True, insecure: bool = False, console: Console) -> None:
+    """Serve until interrupted (blocking).
+
+    Raises:
+        ValueError: a non-loopback ``cfg.host`` without ``cfg.serve_key`` and not ``insecure``
+            (:func:`ragcache.server.auth.check_bind`), or a serve key shorter than 16 characters.
+    """
     import uvicorn
 
+    from ragcache.server.auth import check_bind, parse_keys
+
+    keys = parse_keys(cfg.serve_key)
+    check_bind(cfg.host, keys, insecure=insecure)
+    access = (f"key required ({len(keys)} key(s))" if keys else
+              "open: no key (loopback only)" if not insecure else "OPEN TO THE NETWORK: no key (--insecure)")
+    tenants = f"tenant from header {cfg.tenant_header}" if cfg.tenant_header else "tenant = digest of the caller's key"
     metrics = CacheMetrics(cfg.metrics)
     if cfg.upstream:
         from ragcache.app.runtime import answer_cache, query_embedder
         from ragcache.server.proxy import AnthropicProxy
 
         sem = answer_cache(cfg, query_embedder(cfg)) if semantic else None
-        proxy = AnthropicProxy(cfg.upstream, semantic=sem, metrics=metrics, timeout_s=cfg.upstream_timeout_s)
-        say(console, f"caching proxy for {cfg.upstream} on http://{cfg.host}:{cfg.port} "
-                     f"(semantic cache {'on' if sem else 'off'}, metrics {metrics.mode})")
+        proxy = AnthropicProxy(cfg.upstream, semantic=sem, metrics=metrics, timeout_s=cfg.upstream_timeout_s,
+                               keys=keys, tenant_header=cfg.tenant_header, upstream_auth=cfg.upstream_auth)
+        say(console, f"caching proxy (Anthropic Messages API) for {cfg.upstream} on http://{cfg.host}:{cfg.port} "
+                     f"(semantic cache {'on' if sem else 'off'}, {access}, {tenants}, upstream credential: "
+                     f"{cfg.upstream_auth}, metrics {metrics.mode})")
         try:
             uvicorn.run(proxy.app, host=cfg.host, port=cfg.port, log_level="info")
         finally:
@@ -114,11 +128,17 @@ def run_serve(cfg: Config, *, semantic: bool = True, console: Console) -> None:
                 sem.close()
         return
     from ragcache.app.runtime import build_engine
+    from ragcache.server.openai import default_model_id
 
     engine = build_engine(cfg)
-    say(console, f"serving the Anthropic Messages API on http://{cfg.host}:{cfg.port} (model {engine.fingerprint}, "
-                 f"chunk KV in {cfg.kv_dir}, metrics {metrics.mode})")
-    uvicorn.run(local_app(engine, metrics), host=cfg.host, port=cfg.port, log_level="info")
+    model_id = default_model_id(engine)
+    say(console, f"serving the Anthropic Messages API (POST /v1/messages) and the OpenAI Chat Completions API "
+                 f"(POST /v1/chat/completions) on http://{cfg.host}:{cfg.port}: model id {model_id!r} "
+                 f"(case-insensitive; {engine.fingerprint}), {access}, chunk KV in {cfg.kv_dir}, metrics {metrics.mode}")
+    say(console, f"  openai:    OpenAI(base_url='http://{cfg.host}:{cfg.port}/v1', api_key=...), model={model_id!r}")
+    say(console, f"  anthropic: Anthropic(base_url='http://{cfg.host}:{cfg.port}', api_key=...), model={model_id!r}")
+    uvicorn.run(local_app(engine, metrics, keys=keys, tenant_header=cfg.tenant_header), host=cfg.host,
+                port=cfg.port, log_level="info")
 
 
 __all__ = ["UsageMetrics", "local_app", "run_serve"]

@@ -52,12 +52,13 @@ class LocalBackend:
 
     @property
     def model_id(self) -> str:
-        """The engine's model fingerprint digest (part of semantic partition keys), plus the date its
-        chat template renders when that is not the default pin (``template_date``; for ``"live"``,
-        today's date): a date that reaches the model is in the key."""
+        """The engine's :attr:`~ragcache.engine.engine.LocalEngine.answer_identity` (model fingerprint
+        digest, plus its namespace and quantized decode format when set; part of semantic partition
+        keys), plus the date its chat template renders when that is not the default pin
+        (``template_date``; for ``"live"``, today's date): a date that reaches the model is in the key."""
         from ragcache.engine.prompt import resolve_template_date
 
-        digest = self.engine.fingerprint.digest
+        digest = getattr(self.engine, "answer_identity", None) or self.engine.fingerprint.digest
         setting = getattr(self.engine, "template_date", None)
         if setting is None:
             return digest

@@ -258,7 +258,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
             outside [0, 1], ``confidence`` not 0 or in [0.5, 1)).
     """
     from ragcache.engine.blend import blend_prefill
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
 
     if not prompts:
         raise ValueError("calibrate needs at least one prompt with documents")
@@ -292,8 +292,8 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
                 logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
             reference = torch.cat(rows)
             spans = [(s, e) for s, e, _ in prompt.document_spans()]
-            chunks = [cc.lookup(model, engine.fingerprint, piece.ids) or cc.compute(model, engine.fingerprint, piece.ids)
-                      for _, _, piece in prompt.document_spans()]
+            bound = cc.bind(model, engine.fingerprint, engine.namespace)  # never another namespace's KV
+            chunks = [bound.lookup(piece.ids) or bound.compute(piece.ids) for _, _, piece in prompt.document_spans()]
             for r in ratios:
                 res = blend_prefill(model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=chunks,
                                     recompute_ratio=r, check_layer=check_layer)

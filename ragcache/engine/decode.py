@@ -148,3 +148,17 @@ def decode(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, n_promp
     result.text = final
     if len(final) > len(emitted) and final.startswith(emitted):
         yield StreamEvent(final[len(emitted):], None)
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token id that ends an answer: the generation config's, the model config's and the tokenizer's EOS."""
+    ids = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, list | tuple):
+            ids.update(int(x) for x in e)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids

@@ -2,9 +2,10 @@
 
 A request's prefill takes, in order:
 
-1. the longest exact prefix from the :class:`~ragcache.engine.prefix_cache.PrefixCache`
+1. the longest exact prefix from the :class:`~ragcache.engine.prefix.PrefixCache`
    (whole blocks, always leaving at least the last prompt token to compute);
-2. if a chunk cache is attached, a lookup of each document after that prefix. Documents that
+2. if a chunk cache is attached, one batched lookup of the documents after that prefix
+   (:meth:`~ragcache.engine.chunk.BoundChunkCache.lookup_many`). Documents that
    miss are computed in the request's own context at every layer, like any uncached token,
    never on their own. When the hits are worth it (:class:`~ragcache.engine.reuse.ReusePolicy`,
    and a per-model calibration allows blending), the hit documents' KV is fused CacheBlend-style
@@ -28,21 +29,15 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode
-from ragcache.engine.prefix_cache import PrefixCache
-from ragcache.engine.prompt import (
-    Prompt,
-    PromptPiece,
-    TemplateDate,
-    raw_prompt,
-    render_blocks,
-    render_messages,
-    resolve_template_date,
-)
+from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
+from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
+from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
+from ragcache.engine.prefix import PrefixCache
+from ragcache.engine.prompt import Prompt, TemplateDate, build_prompt, raw_prompt, resolve_template_date
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
-from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
+from ragcache.engine.reuse import PrefillRate, ReusePolicy
 from ragcache.engine.windowed import kv_reuse_blocker
-from ragcache.layout import PromptLayout
+from ragcache.hashing import canonical_json
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 log = logging.getLogger(__name__)
@@ -55,12 +50,14 @@ class LocalEngine:
         loaded: model, tokenizer and fingerprint (:func:`ragcache.models.load_model`).
         prefix_cache_bytes: byte budget of the prefix cache (default 512 MiB).
         block_size: prefix-cache block size in tokens.
-        chunk_cache: a :class:`ragcache.engine.chunk_cache.ChunkCache` to reuse document KV at
+        chunk_cache: a :class:`ragcache.engine.chunk.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
         recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
             takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
-        namespace: cache salt; KV never crosses namespaces. A model whose weights were changed
-            in memory after loading keeps its fingerprint and needs a new namespace.
+        namespace: cache salt, in every prefix and chunk KV key (memory, disk and Redis stores)
+            and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
+            namespaces. A model whose weights were changed in memory after loading keeps its
+            fingerprint and needs a new namespace.
         reuse_policy: the cost rule that chooses blending or exact prefill
             (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
             at the measured prefill rate).
@@ -69,14 +66,16 @@ class LocalEngine:
         calibration: ``True`` loads the model's recorded calibration from the ragcache home when
             present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
         decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
-            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over by
-            :func:`ragcache.engine.quant.quantized_decode_cache` before the first decode step;
-            for long generations in less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE``
-            (default ``"dynamic"``). A quantized decode's answer KV is not put back into the
-            exact prefix cache (the prompt's KV is, before the hand-over).
-        decode_backend / decode_nbits / residual_length: the ``QuantizedCache`` backend
-            (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, and the number of recent tokens kept
-            in full precision.
+            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over before
+            the first decode step, :mod:`ragcache.engine.decode_cache`; for long generations in
+            less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE`` (default ``"dynamic"``).
+            Quantized answers are labelled approximate and their format is part of
+            :attr:`answer_identity`; a model whose recorded :meth:`check_decode` fails the bound
+            decodes exactly. A quantized decode's answer KV is not put back into the exact
+            prefix cache (the prompt's KV is, before the hand-over).
+        decode_backend / decode_nbits / residual_length / decode_sink_tokens: the
+            ``QuantizedCache`` backend (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, the number of
+            recent tokens and of first (attention sink) tokens kept in full precision.
         template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
             renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
             prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
@@ -93,28 +92,23 @@ class LocalEngine:
                  reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
                  calibration: Any = True, template_date: TemplateDate | None = None,
                  decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
-                 residual_length: int = 128) -> None:
+                 residual_length: int = 128, decode_sink_tokens: int = 0) -> None:
         import os
 
         from ragcache.engine.calibration import Calibration, load_calibration
-        from ragcache.engine.quant import DECODE_BACKENDS
 
         if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
         if reuse_policy is not None and min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
-        self.decode_cache = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
-        if self.decode_cache not in ("dynamic", "quantized"):
-            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {self.decode_cache!r}")
-        if decode_backend not in DECODE_BACKENDS:
-            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {decode_backend!r}")
-        self.decode_options = {"backend": decode_backend, "nbits": decode_nbits, "residual_length": residual_length}
+        kind = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
+        self.decode = DecodeCacheSpec(kind, decode_backend, decode_nbits, residual_length, decode_sink_tokens)
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
         kv.use_fast_attention(self.model)
         self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
-        self.chunk_cache = chunk_cache
+        self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = recompute_ratio
         self.namespace = namespace
         self.reuse_policy = reuse_policy or ReusePolicy(min_reuse_tokens=min_reuse_tokens)
@@ -123,8 +117,10 @@ class LocalEngine:
             self.calibration = calibration
         else:
             self.calibration = load_calibration(self.fingerprint) if calibration else None
+        self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag) \
+            if calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
-        self._eos = self._eos_ids()
+        self._eos = eos_ids(self.model, self.tokenizer)
         resolve_template_date(template_date)  # bad values fail here, not on the first request
         self.template_date = template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
@@ -133,6 +129,38 @@ class LocalEngine:
         if self.kv_reuse_blocker:
             log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
                         "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
+
+    @property
+    def decode_cache(self) -> str:
+        """``"quantized"`` or ``"dynamic"`` (so configured, or the quantized format failed :meth:`check_decode`)."""
+        return self._decode_spec().kind
+
+    @property
+    def answer_identity(self) -> str:
+        """What decides this engine's answers besides the request: the model fingerprint digest, plus
+        the namespace and the decode format when set (canonical JSON). The semantic partition's
+        model part (:attr:`ragcache.engine.backend.LocalBackend.model_id`)."""
+        spec = self._decode_spec()
+        extra = {k: v for k, v, on in (("namespace", self.namespace, self.namespace is not None),
+                                       ("decode", spec.tag, spec.quantized)) if on}
+        return self.fingerprint.digest + (f"@{canonical_json(extra)}" if extra else "")
+
+    def _decode_spec(self) -> DecodeCacheSpec:
+        check = self.decode_check
+        failed = check is not None and check.decode == self.decode.tag and not check.allowed
+        return DecodeCacheSpec() if failed else self.decode
+
+    def check_decode(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
+        """:func:`ragcache.engine.decode_cache.check_decode` (same keyword arguments) for this model; the
+        :class:`~ragcache.engine.decode_cache.DecodeCheck` is recorded, returned and obeyed from now on."""
+        self.decode_check = check_decode(self, prompts, **kwargs)
+        return self.decode_check
+
+    @property
+    def chunks(self) -> BoundChunkCache | None:
+        """The chunk cache bound to this engine's model, fingerprint and namespace (``None`` without one)."""
+        cc = self.chunk_cache
+        return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.namespace)
 
     @property
     def recompute_ratio(self) -> float:
@@ -165,42 +193,16 @@ class LocalEngine:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def build_prompt(self, source: Any) -> Prompt:
-        """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
-        a chat messages list, a plain string (one user turn) or a list of token ids.
+        """:func:`ragcache.engine.prompt.build_prompt` with this engine's tokenizer and template date.
 
         Raises:
             ValueError: for empty or malformed input.
         """
-        if isinstance(source, Prompt):
-            return source
-        if isinstance(source, str):
-            if not source.strip():
-                raise ValueError("prompt is empty: give a question or a messages list")
-            return render_messages(self.tokenizer, [{"role": "user", "content": source}],
-                                   template_date=self.template_date)
-        if isinstance(source, PromptLayout):
-            return render_blocks(self.tokenizer, source.blocks(), template_date=self.template_date)
-        if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
-            return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
-        if isinstance(source, Sequence):
-            return render_messages(self.tokenizer, list(source), template_date=self.template_date)
-        raise ValueError(f"cannot build a prompt from {type(source).__name__}")
+        return build_prompt(self.tokenizer, source, template_date=self.template_date)
 
     def raw(self, text: str) -> Prompt:
         """A prompt of plain text without the chat template."""
         return raw_prompt(self.tokenizer, text)
-
-    def _eos_ids(self) -> set[int]:
-        ids = set()
-        for src in (getattr(self.model, "generation_config", None), self.model.config):
-            e = getattr(src, "eos_token_id", None) if src is not None else None
-            if isinstance(e, int):
-                ids.add(e)
-            elif isinstance(e, list | tuple):
-                ids.update(int(x) for x in e)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return ids
 
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
@@ -246,9 +248,9 @@ class LocalEngine:
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             if use_chunks and spans:
-                plan = lookup_chunks(self.chunk_cache, self.model, self.fingerprint.digest, spans)
+                plan = self.chunks.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
                 stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
-                missed = [d for _, _, d in plan.missed]
+                missed = [m.token_ids for m in plan.missed]
                 blend = self._decide(plan, r, stats)
                 if blend:
                     try:
@@ -283,7 +285,7 @@ class LocalEngine:
 
         A missed document is computed in its request's context at every layer (exact), but
         what is stored for next time is its KV computed on its own after the chunk cache's sink
-        (:meth:`ChunkCache.compute`), not the KV taken from the request: taken from the request
+        (:meth:`BoundChunkCache.compute <ragcache.engine.chunk.BoundChunkCache.compute>`), not the KV taken from the request: taken from the request
         it would carry the first request's preceding documents in every layer's V and K, so a
         chunk's content would depend on which request happened to store it first, and the
         blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
@@ -298,8 +300,7 @@ class LocalEngine:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            for d in docs:
-                self.chunk_cache.add(self.model, self.fingerprint.digest, d)
+            self.chunks.add_many(docs)
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
@@ -412,10 +413,10 @@ class LocalEngine:
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
                                store_missed_chunks=False)
             stats, cache = pre.stats, pre.cache
-            if self.decode_cache == "quantized":
-                from ragcache.engine.quant import quantized_decode_cache
-
-                cache = quantized_decode_cache(self.model, cache, **self.decode_options)
+            spec = self._decode_spec()
+            cache = spec.hand_over(self.model, cache)
+            stats.decode_cache = spec.tag
+            stats.approximate = stats.approximate or spec.approximate
             ids = prompt.input_ids
             first_logits = pre.last_logits.detach().clone()
             res = DecodeResult()
@@ -430,7 +431,7 @@ class LocalEngine:
             stats.decode_s = res.t_end - t_first
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
             stats.finish_reason = res.finish_reason
-            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and self.decode_cache == "dynamic":
+            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and not spec.quantized:
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)

@@ -305,3 +305,28 @@ def raw_prompt(tokenizer: Any, text: str) -> Prompt:
     p: list[PromptPiece] = []
     _add(p, tokenizer, "raw", text)
     return Prompt(p)
+
+
+def build_prompt(tokenizer: Any, source: Any, *, template_date: TemplateDate | None = None) -> Prompt:
+    """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
+    a chat messages list, a plain string (one user turn) or a list of token ids (a :class:`Prompt`
+    is returned as it is).
+
+    Raises:
+        ValueError: for empty or malformed input.
+    """
+    from ragcache.layout import PromptLayout
+
+    if isinstance(source, Prompt):
+        return source
+    if isinstance(source, str):
+        if not source.strip():
+            raise ValueError("prompt is empty: give a question or a messages list")
+        return render_messages(tokenizer, [{"role": "user", "content": source}], template_date=template_date)
+    if isinstance(source, PromptLayout):
+        return render_blocks(tokenizer, source.blocks(), template_date=template_date)
+    if isinstance(source, Sequence) and source and all(isinstance(t, int) for t in source):
+        return Prompt([PromptPiece("raw", "", [int(t) for t in source])])
+    if isinstance(source, Sequence):
+        return render_messages(tokenizer, list(source), template_date=template_date)
+    raise ValueError(f"cannot build a prompt from {type(source).__name__}")

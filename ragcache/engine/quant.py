@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -257,7 +257,8 @@ DECODE_BACKENDS = ("quanto", "hqq", "fp8")
 
 
 def quantized_decode_cache(model: object, cache: object, *, backend: str = "quanto", nbits: int = 4,
-                           residual_length: int = 128, q_group_size: int | None = None) -> object:
+                           residual_length: int = 128, q_group_size: int | None = None,
+                           sink_tokens: int = 0) -> object:
     """Hand a prefilled KV cache over to a transformers ``QuantizedCache`` for decoding.
 
     How: a ``QuantizedCache`` layer quantizes whatever its *first* ``update`` receives and keeps
@@ -273,6 +274,8 @@ def quantized_decode_cache(model: object, cache: object, *, backend: str = "quan
         cache: a ``DynamicCache`` with ``[1, kv_heads, n, head_dim]`` K/V per layer.
         backend: ``"quanto"`` (optimum-quanto, nbits 2 or 4), ``"hqq"`` (nbits 1-4 or 8) or
             ``"fp8"`` (per-tensor float8, ignores nbits / group size / residual length).
+        sink_tokens: the first positions kept in full precision (attention sinks, Xiao et al.,
+            ICLR 2024, §3); only the rest is quantized.
         nbits / residual_length / q_group_size: transformers' ``QuantizedCache`` options; the
             group size defaults to ``head_dim`` (with the backends' default axis 0, one scale per
             token and head; quanto needs the group size to divide ``kv_heads * n * head_dim``,
@@ -301,8 +304,31 @@ def quantized_decode_cache(model: object, cache: object, *, backend: str = "quan
     if len(keys) != len(qc.layers):
         raise ValueError(f"prefilled cache has {len(keys)} layers but the model has {len(qc.layers)}")
     for layer, k, v in zip(qc.layers, keys, values):
+        if sink_tokens > 0:
+            _keep_sink(layer, min(int(sink_tokens), k.shape[-2] - 1))
         layer.update(k, v)
     return qc
+
+
+def _keep_sink(layer: Any, n: int) -> None:
+    """Make ``layer`` (a ``QuantizedLayer``) keep the first ``n`` positions of its first update in full
+    precision and put them back in front of every K/V it returns (only the rest is quantized)."""
+    if n <= 0:
+        return
+    quantized_update = layer.update
+    layer._sink_kv = None
+
+    def update(key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if layer._sink_kv is None:
+            layer._sink_kv = (key_states[..., :n, :].clone(), value_states[..., :n, :].clone())
+            k, v = quantized_update(key_states[..., n:, :], value_states[..., n:, :], *args, **kwargs)
+            layer.cumulative_length += n
+        else:
+            k, v = quantized_update(key_states, value_states, *args, **kwargs)
+        sk, sv = layer._sink_kv
+        return torch.cat([sk.to(k.dtype), k], dim=-2), torch.cat([sv.to(v.dtype), v], dim=-2)
+
+    layer.update = update
 
 
 def decode_cache_nbytes(cache: object) -> int:
@@ -310,7 +336,7 @@ def decode_cache_nbytes(cache: object) -> int:
     scales, zero points, any packing) plus the full-precision residual for a ``QuantizedCache``."""
     total = 0
     for layer in cache.layers:  # type: ignore[attr-defined]
-        parts = [layer.keys, layer.values]
+        parts = [layer.keys, layer.values, *(getattr(layer, "_sink_kv", None) or ())]
         for q in (getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)):
             if q is not None:
                 parts.extend(_tensor_leaves(q))

@@ -19,9 +19,10 @@ class ContextWindowError(ValueError):
 class RequestStats:
     """What one request cost and what the caches saved. Times in seconds, counts in tokens.
 
-    ``approximate`` is True when document KV from the chunk cache was blended (CacheBlend):
-    the answer may then differ from a full prefill; ``recompute_ratio`` is the r used then and
-    ``None`` on the exact path. ``reuse_decision`` says why the path was taken.
+    ``approximate`` is True when document KV from the chunk cache was blended (CacheBlend) or
+    the answer was decoded from a quantized KV cache (``decode_cache`` is then its format tag,
+    else ``"dynamic"``): the answer may then differ from exact prefill and decoding;
+    ``recompute_ratio`` is the r used for blending and ``None`` without it. ``reuse_decision`` says why the path was taken.
     ``chunk_store_s`` is the time spent computing and storing missed documents' chunk KV
     (after the answer, off the TTFT path).
     """
@@ -36,6 +37,7 @@ class RequestStats:
     docs_missed: int = 0
     recompute_ratio: float | None = None
     approximate: bool = False
+    decode_cache: str = "dynamic"
     reuse_decision: str = ""
     chunk_store_s: float = 0.0
     ttft_s: float = 0.0

@@ -19,11 +19,7 @@ measured rate (``fallback_min_tokens`` before any rate is known).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from ragcache.engine.stores import ChunkKV
+from dataclasses import dataclass
 
 
 @dataclass(slots=True)
@@ -108,38 +104,3 @@ class PrefillRate:
         x = tokens / seconds
         self.value = x if self.value is None else (1 - self.alpha) * self.value + self.alpha * x
         self.samples += 1
-
-
-@dataclass(slots=True)
-class ChunkPlan:
-    """The chunk cache's answer for the documents of one request (after the prefix hit).
-
-    Attributes:
-        hits: ``(start, end, ChunkKV)`` for documents found in the chunk cache.
-        missed: ``(start, end, token ids)`` for documents not found (computed in context).
-    """
-
-    hits: list[tuple[int, int, ChunkKV]] = field(default_factory=list)
-    missed: list[tuple[int, int, list[int]]] = field(default_factory=list)
-
-    @property
-    def reusable_tokens(self) -> int:
-        return sum(e - s for s, e, _ in self.hits)
-
-
-def lookup_chunks(chunk_cache: Any, model: Any, fingerprint: Any, spans: Sequence[tuple[int, int, Any]]) -> ChunkPlan:
-    """Look every document span up in ``chunk_cache`` (nothing is computed here).
-
-    Args:
-        spans: ``(start, end, piece)`` with ``piece.ids`` the document's token ids.
-    """
-    plan = ChunkPlan()
-    for s, e, piece in spans:
-        ckv = chunk_cache.lookup(model, fingerprint, piece.ids)
-        if ckv is not None:
-            chunk_cache.hits += 1
-            plan.hits.append((s, e, ckv))
-        else:
-            chunk_cache.misses += 1
-            plan.missed.append((s, e, list(piece.ids)))
-    return plan

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
 
 
@@ -156,8 +156,10 @@ class OpenAIBackend:
 
     @property
     def model_id(self) -> str:
-        """The model id (part of semantic-cache partition keys)."""
-        return self.model
+        """The model id, part of semantic-cache partition keys: with ``extra`` request fields (a
+        response format, thinking, tool policy... they shape every answer) a digest of them is
+        appended (``model#<12 hex>``), so backends that differ only there never share answers."""
+        return model_with_fields(self.model, self.extra)
 
     def request(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> dict[str, Any]:
         """The ``chat.completions.create`` keyword arguments for a layout (without streaming options).
@@ -182,20 +184,16 @@ class OpenAIBackend:
         """The pipeline record of a response: ``usage`` (SDK object or dict) read into
         :class:`~ragcache.backend.CacheUsage` (``cached_tokens`` read from cache, the rest of the
         prompt computed); layer ``provider-cache`` when anything was read, else ``provider``."""
-        prompt = int(_get(usage, "prompt_tokens") or 0)
-        cached = int(_get(_get(usage, "prompt_tokens_details"), "cached_tokens") or 0)
-        completion = int(_get(usage, "completion_tokens") or 0)
-        cost = uncached = None
+        u = CacheUsage.from_openai(usage)
         if self.price is not None:
             p_in, p_cached, p_out = self.price
-            cost = ((prompt - cached) * p_in + cached * p_cached + completion * p_out) / 1e6
-            uncached = (prompt * p_in + completion * p_out) / 1e6
-        u = CacheUsage.provider(input_tokens=prompt - cached, cache_read=cached, completion_tokens=completion,
-                                cost_usd=cost, uncached_cost_usd=uncached)
+            cost = (u.computed * p_in + u.cache_read * p_cached + u.completion_tokens * p_out) / 1e6
+            uncached = (u.prompt_tokens * p_in + u.completion_tokens * p_out) / 1e6
+            u = CacheUsage.from_openai(usage, cost_usd=cost, uncached_cost_usd=uncached)
         self.stats.add(u)
         details = {"model": response_model or self.model, "finish_reason": finish_reason,
                    "usage_reported": usage is not None}
-        return BackendResult(text, "provider-cache" if cached > 0 else "provider", u, ttft_s,
+        return BackendResult(text, provider_layer(u.cache_read), u, ttft_s,
                              "length" if finish_reason == "length" else "stop", details=details)
 
     def _streaming(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,10 @@ class QuestionEmbedder:
 
     Attributes:
         name: human-readable name; fingerprint: identity stored with a persistent cache
-            (a cache directory refuses another embedder); dim: width (probed lazily);
+            (a cache directory refuses another embedder): a ragcache ``Embedder``'s covers every
+            file of its folder that can change a vector (:func:`ragcache.models.embedder_revision`),
+            a ``SentenceTransformer`` object's every module's type, config and weights; another
+            object's own ``fingerprint`` attribute, else its class and name; dim: width (probed lazily);
         known_words: whole words of the embedder's tokenizer vocabulary, or None. Typo
             correction only rewrites words outside this set.
     """
@@ -179,10 +182,15 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
     if callable(encode):
         fp = getattr(embedder, "fingerprint", None)
         name = str(getattr(embedder, "name", None) or type(embedder).__name__)
-        if not isinstance(fp, str):
+        is_st = type(embedder).__name__ == "SentenceTransformer"
+        if not isinstance(fp, str) and is_st:  # every module's type, config and weights decide the vector
+            from ragcache.identity import module_identity
+
+            fp = hashlib.sha256(f"sentence-transformers:{module_identity(embedder)}".encode()).hexdigest()
+        elif not isinstance(fp, str):
             fp = hashlib.sha256(f"{type(embedder).__module__}.{type(embedder).__qualname__}:{name}".encode()).hexdigest()
         dim = getattr(embedder, "dim", None)
-        if type(embedder).__name__ == "SentenceTransformer":
+        if is_st:
 
             def fn(texts: list[str]) -> Any:
                 return embedder.encode(texts, convert_to_numpy=True, normalize_embeddings=True,

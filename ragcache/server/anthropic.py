@@ -24,14 +24,11 @@ whose last event carries a ``Generation`` (``text``, ``token_ids``,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import socket
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from ragcache.hashing import canonical_json
@@ -43,13 +40,17 @@ from ragcache.anthropic.blocks import (
     nearest_cacheable,
     prefix_hashes,
 )
+from ragcache.anthropic.pricing import PRICES, model_family
+from ragcache.server.auth import tenant_of
+from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
+from ragcache.server.openai import prompt_tokens_in
+from ragcache.server.sse import anthropic_event, event_stream
 
 try:
-    import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     msg = "the local Anthropic server needs the 'anthropic' extra: pip install 'ragcache[anthropic]'"
@@ -89,22 +90,46 @@ def _engine_messages(body: Mapping[str, Any]) -> list[dict]:
     return msgs
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _check_params(body: Any) -> None:
+    """The real API's checks and words (pydantic-style ``field: problem``)."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
     if not isinstance(body.get("model"), str) or not body["model"]:
-        raise RequestError("model: Field required")
+        raise RequestError("model: Field required" if "model" not in body else "model: Input should be a valid string")
     mt = body.get("max_tokens")
-    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
-        raise RequestError("max_tokens: Field required (an integer >= 1)")
+    if "max_tokens" not in body:
+        raise RequestError("max_tokens: Field required")
+    if not _is_int(mt):
+        raise RequestError(f"max_tokens: Input should be a valid integer, got {type(mt).__name__} {mt!r}")
+    if mt < 1:
+        raise RequestError(f"max_tokens: Input should be greater than or equal to 1, got {mt}")
     t = body.get("temperature", 1.0)
-    if not isinstance(t, int | float) or not 0.0 <= t <= 1.0:
+    if not isinstance(t, int | float) or isinstance(t, bool) or not 0.0 <= t <= 1.0:
         raise RequestError("temperature: Input should be a number between 0 and 1")
     stops = body.get("stop_sequences", [])
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise RequestError("stop_sequences: Input should be a list of strings")
     if not isinstance(body.get("stream", False), bool):
         raise RequestError("stream: Input should be a valid boolean")
+    msgs = body.get("messages")
+    for i, m in enumerate(msgs if isinstance(msgs, list) else []):
+        final_assistant = isinstance(m, Mapping) and m.get("role") == "assistant" and i == len(msgs) - 1
+        c = m.get("content") if isinstance(m, Mapping) else None
+        if not final_assistant and (c == "" or c == []):
+            raise RequestError(f"messages.{i}: all messages must have non-empty content except for the optional "
+                               "final assistant message")
+        for b in [{"type": "text", "text": c}] if isinstance(c, str) else c if isinstance(c, list) else []:
+            text = b.get("text") if isinstance(b, Mapping) and b.get("type") == "text" else None
+            if isinstance(text, str) and not text and not final_assistant:
+                raise RequestError("messages: text content blocks must be non-empty")
+            if isinstance(text, str) and text and not text.strip() and m.get("role") == "user":
+                # the real API refuses whitespace-only assistant text too; accepted here so a tiny test
+                # model's blank answer can be sent back in a conversation
+                raise RequestError("messages: text content blocks must contain non-whitespace text")
 
 
 class AnthropicLocalServer:
@@ -112,13 +137,21 @@ class AnthropicLocalServer:
 
     Args:
         engine: a LocalEngine (or any object with the API in the module docstring).
+        models: the local model ids requests may name (case-insensitively); Claude model ids whose
+            caching rules this server emulates (:data:`ragcache.anthropic.pricing.PRICES` families)
+            are accepted too. Any other name gets the API's 404 ``not_found_error``.
+        tenant_header: header naming the caller's tenant (:func:`ragcache.server.auth.tenant_of`);
+            prompt-cache entries are kept per tenant, so one caller never reads another's.
         min_tokens: minimum cacheable length overrides (int for all models, or by family).
         clock: seconds, for cache TTLs (tests pass a fake clock).
     """
 
-    def __init__(self, engine: Any, *, min_tokens: Mapping[str, int] | int | None = None,
+    def __init__(self, engine: Any, *, models: Sequence[str] = (), tenant_header: str | None = None,
+                 min_tokens: Mapping[str, int] | int | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.engine = engine
+        self.models = tuple(models)
+        self.tenant_header = tenant_header
         self.cache = ProviderPromptCache(min_tokens=min_tokens, clock=clock)
         self.app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
@@ -159,22 +192,30 @@ class AnthropicLocalServer:
         except RequestError as e:
             return _error(400, "invalid_request_error", str(e))
         model = body["model"]
+        if model.lower() not in {m.lower() for m in self.models} and model_family(model, PRICES) is None:
+            served = ", ".join(repr(m) for m in (*self.models, *PRICES))
+            return _error(404, "not_found_error", f"model: {model} (this server answers {served})")
+        try:
+            tenant = tenant_of(request.headers, tenant_header=self.tenant_header)
+        except PermissionError as e:
+            return _error(400, "invalid_request_error", str(e))
         limit = int(getattr(self.engine, "context_window", 1 << 30))
         if sum(toks) + body["max_tokens"] > limit:
             return _error(400, "invalid_request_error", f"prompt is too long: {sum(toks)} tokens + max_tokens "
                           f"{body['max_tokens']} > {limit} (the local model's context window)")
-        outcome = self.cache.apply(model, blocks, toks, prefix_hashes(model, blocks, body.get("tool_choice")))
+        salt = f"{tenant}\x00{model}"  # entries per tenant, as the real API keeps them per organization
+        outcome = self.cache.apply(model, blocks, toks, prefix_hashes(salt, blocks, body.get("tool_choice")))
         kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
                   "stop": body.get("stop_sequences") or None}
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         events = self._run(_engine_messages(body), kwargs)
         if body.get("stream"):
-            return StreamingResponse(self._sse(events, msg_id, model, outcome, kwargs["stop"]),
-                                     media_type="text/event-stream", headers={"request-id": "req_" + msg_id[4:]})
+            return event_stream(self._sse(events, msg_id, model, outcome, kwargs["stop"]),
+                                headers={"request-id": "req_" + msg_id[4:]})
         text, gen = "", None
         async for ev in events:
             if isinstance(ev, ValueError):
-                return _error(400, "invalid_request_error", str(ev))
+                return _error(400, "invalid_request_error", self._words(ev, body["max_tokens"]))
             if isinstance(ev, Exception):
                 return _error(500, "api_error", f"{type(ev).__name__}: {ev}")
             text += ev.text
@@ -197,6 +238,14 @@ class AnthropicLocalServer:
         except Exception as e:  # noqa: BLE001 - handed to the request as an error response
             yield e
 
+    def _words(self, e: Exception, max_tokens: int | None) -> str:
+        """The API's words for an engine error (a prompt that does not fit names no engine knob)."""
+        if not isinstance(e, ContextWindowError):
+            return str(e)
+        n, limit = prompt_tokens_in(str(e)), int(getattr(self.engine, "context_window", 0))
+        return (f"prompt is too long: {n} tokens + max_tokens {max_tokens} > {limit} maximum" if n is not None
+                and max_tokens is not None else f"prompt is too long for the context window of {limit} tokens")
+
     def _stop(self, gen: Any, stops: list[str] | None) -> tuple[str, str | None]:
         if gen.stats.finish_reason == "length":
             return "max_tokens", None
@@ -208,10 +257,8 @@ class AnthropicLocalServer:
         return "end_turn", None
 
     async def _sse(self, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
-                   stops: list[str] | None) -> AsyncIterator[bytes]:
-        def sse(kind: str, data: dict) -> bytes:
-            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
+                   stops: list[str] | None) -> AsyncIterator[Any]:
+        sse = anthropic_event
         start_usage = outcome.usage(1)
         yield sse("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
@@ -223,7 +270,7 @@ class AnthropicLocalServer:
         async for ev in events:
             if isinstance(ev, Exception):
                 kind = "invalid_request_error" if isinstance(ev, ValueError) else "api_error"
-                yield sse("error", {"type": "error", "error": {"type": kind, "message": str(ev)}})
+                yield sse("error", {"type": "error", "error": {"type": kind, "message": self._words(ev, None)}})
                 return
             if ev.text:
                 yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
@@ -236,48 +283,3 @@ class AnthropicLocalServer:
         yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
                                                                        "stop_sequence": stop_seq}, "usage": usage})
         yield sse("message_stop", {"type": "message_stop"})
-
-
-def create_app(engine: Any, **kwargs: Any) -> Starlette:
-    """The ASGI app for ``engine``: these routes and the OpenAI-compatible ones
-    (:func:`ragcache.server.app.create_local_app`; keyword arguments of :class:`AnthropicLocalServer`,
-    and ``models`` / ``default_max_tokens`` of :class:`~ragcache.server.openai.OpenAILocalServer`)."""
-    from ragcache.server.app import create_local_app
-
-    return create_local_app(engine, **kwargs)
-
-
-def serve(engine: Any, host: str = "127.0.0.1", port: int = 8788, **kwargs: Any) -> None:
-    """Serve the Messages API for ``engine`` until interrupted (blocking)."""
-    uvicorn.run(create_app(engine, **kwargs), host=host, port=port, log_level="info")
-
-
-@contextlib.contextmanager
-def running_server(engine: Any, *, host: str = "127.0.0.1", **kwargs: Any) -> Iterator[str]:
-    """Run the server in a background thread on a free port; yields its base URL.
-
-    Keyword arguments go to :func:`create_app` (``min_tokens``, ``clock``; ``models``).
-
-    Raises:
-        RuntimeError: the server did not start within 30 s.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, **kwargs), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                              name="ragcache-anthropic-server")
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError("the local Anthropic server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

@@ -26,6 +26,7 @@ non-text response formats), 404 ``model_not_found`` for a model this server does
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -33,10 +34,12 @@ from pathlib import PurePath
 from typing import Any
 
 from ragcache.engine.backend import result_of
+from ragcache.engine.records import ContextWindowError
+from ragcache.server.sse import event_stream, openai_event
 
 try:
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     msg = "the local OpenAI-compatible server needs starlette and uvicorn: pip install 'ragcache[openai]'"
@@ -89,6 +92,9 @@ def _text_of(content: Any, where: str, *, parts: bool) -> str | list[dict]:
     if not isinstance(content, list):
         raise OpenAIRequestError(f"{where}.content must be a string or a list of content parts",
                                  param=f"{where}.content")
+    if not content:
+        raise OpenAIRequestError(f"Invalid '{where}.content': empty array. Expected an array with minimum length 1, "
+                                 "but got an empty array instead.", param=f"{where}.content", code="empty_array")
     blocks = []
     for i, p in enumerate(content):
         if not isinstance(p, Mapping) or p.get("type") not in ("text", "refusal"):
@@ -128,6 +134,12 @@ def engine_messages(messages: Any) -> list[dict]:
             raise OpenAIRequestError(f"{where}.content is required", param=f"{where}.content")
         content = _text_of(m.get("content"), where, parts=role == "user")
         out.append({"role": "system" if role == "developer" else role, "content": content})
+    last = out[-1]["content"]
+    text = last if isinstance(last, str) else "".join(b["text"] for b in last)
+    if out[-1]["role"] == "user" and not text.strip():
+        where = f"messages[{len(out) - 1}]"
+        raise OpenAIRequestError(f"Invalid '{where}.content': the last user message is empty, so there is no "
+                                 "question to answer; send its text", param=f"{where}.content", code="empty_string")
     return out
 
 
@@ -161,7 +173,8 @@ def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) 
     if not isinstance(model, str) or not model:
         raise OpenAIRequestError("model: a model id is required (GET /v1/models lists them)", param="model",
                                  code="missing_required_parameter")
-    if model not in served:
+    exact = {m.lower(): m for m in served}.get(model.lower())
+    if exact is None:
         raise OpenAIRequestError(f"The model {model!r} does not exist on this server; it serves "
                                  f"{', '.join(map(repr, served))} (GET /v1/models)", param="model",
                                  code="model_not_found", status=404)
@@ -204,7 +217,8 @@ def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) 
               "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
               "stop": [s for s in stops or [] if s] or None,
               "seed": seed}
-    return {"model": model, "messages": engine_messages(body.get("messages")), "kwargs": kwargs,
+    return {"model": exact, "messages": engine_messages(body.get("messages")), "kwargs": kwargs,
+            "budget_param": "max_completion_tokens" if mct else "max_tokens",
             "stream": bool(stream), "include_usage": bool((opts or {}).get("include_usage"))}
 
 
@@ -217,6 +231,23 @@ def usage_body(gen: Any) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": u.reused, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+
+
+def prompt_tokens_in(engine_message: str) -> int | None:
+    """The prompt length a :class:`~ragcache.engine.records.ContextWindowError` message states, if any."""
+    m = re.search(r"prompt is (\d+) tokens", engine_message)
+    return int(m.group(1)) if m else None
+
+
+def _context_message(engine_message: str, budget: int, limit: int) -> str:
+    """OpenAI's words for a prompt that does not fit (the engine's message names its own knobs)."""
+    n = prompt_tokens_in(engine_message)
+    if n is None:
+        return (f"This model's maximum context length is {limit} tokens. Please reduce the length of the messages "
+                "or completion.")
+    return (f"This model's maximum context length is {limit} tokens. However, you requested {n + budget} tokens "
+            f"({n} in the messages, {budget} in the completion). Please reduce the length of the messages or "
+            "completion.")
 
 
 class OpenAILocalServer:
@@ -265,23 +296,26 @@ class OpenAILocalServer:
         except OpenAIRequestError as e:
             return e.response()
         limit = int(getattr(self.engine, "context_window", 1 << 30))
-        if req["kwargs"]["max_new_tokens"] >= limit:
-            return error_response(400, f"max_tokens is too large: {req['kwargs']['max_new_tokens']}; the local "
-                                  f"model's context window is {limit} tokens", param="max_tokens",
-                                  code="context_length_exceeded")
+        budget, param = req["kwargs"]["max_new_tokens"], req["budget_param"]
+        if budget >= limit:
+            return error_response(400, f"{param} is too large: {budget}. This model supports at most {limit - 1} "
+                                  f"completion tokens, whereas you provided {budget}.", param=param,
+                                  code="invalid_value")
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
         events = self.engine.astream(req["messages"], **req["kwargs"])
         try:  # the first event (prefill done) or the request's error, before any header goes out
             first = await anext(events)
         except StopAsyncIteration:  # pragma: no cover - the engine always ends with a Generation event
             return error_response(500, "the engine produced no output", kind="server_error")
-        except ValueError as e:  # bad prompt, context window
-            code = "context_length_exceeded" if "context window" in str(e) else None
-            return error_response(400, str(e), param="messages", code=code)
+        except ContextWindowError as e:
+            return error_response(400, _context_message(str(e), budget, limit), param="messages",
+                                  code="context_length_exceeded")
+        except ValueError as e:  # bad prompt
+            return error_response(400, str(e), param="messages")
         except Exception as e:  # noqa: BLE001 - reported to the client as OpenAI's server_error
             return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
         if req["stream"]:
-            return StreamingResponse(self._sse(first, events, cid, req), media_type="text/event-stream")
+            return event_stream(self._sse(first, events, cid, req))
         gen = first.generation
         try:
             async for ev in events:
@@ -301,17 +335,17 @@ class OpenAILocalServer:
                     "x-ragcache-chunk-reused": str(r.usage.chunk_reused),
                     "x-ragcache-recomputed": str(r.usage.recomputed)})
 
-    async def _sse(self, first: Any, events: AsyncIterator[Any], cid: str, req: dict) -> AsyncIterator[bytes]:
+    async def _sse(self, first: Any, events: AsyncIterator[Any], cid: str, req: dict) -> AsyncIterator[Any]:
         created = int(time.time())
         include_usage = req["include_usage"]
 
-        def chunk(delta: dict, finish: str | None = None) -> bytes:
+        def chunk(delta: dict, finish: str | None = None) -> Any:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint,
                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
             if include_usage:
                 data["usage"] = None
-            return f"data: {json.dumps(data)}\n\n".encode()
+            return openai_event(data)
 
         yield chunk({"role": "assistant", "content": "", "refusal": None})
         gen, ev = None, first
@@ -326,7 +360,7 @@ class OpenAILocalServer:
         except Exception as e:  # noqa: BLE001 - the status line is gone; OpenAI sends an error event
             err = {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None,
                              "code": None}}
-            yield f"data: {json.dumps(err)}\n\n".encode()
+            yield openai_event(err)
             return
         finally:  # also when the client goes away: stops generation within one decode step
             await events.aclose()
@@ -334,9 +368,9 @@ class OpenAILocalServer:
         if include_usage:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint, "choices": [], "usage": usage_body(gen)}
-            yield f"data: {json.dumps(data)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
+            yield openai_event(data)
+        yield openai_event("[DONE]")
 
 
-__all__ = ["OpenAILocalServer", "OpenAIRequestError", "default_model_id", "engine_messages", "error_response",
+__all__ = ["OpenAILocalServer", "OpenAIRequestError", "default_model_id", "prompt_tokens_in", "engine_messages", "error_response",
            "parse_request", "usage_body"]

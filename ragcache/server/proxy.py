@@ -6,14 +6,18 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
    replayed): the question is the last text block of the last user turn; everything else
    (model, system, tools, earlier turns, the other blocks of that turn such as retrieved
-   documents, generation parameters, and a hash of the API key as the namespace) is the exact
-   partition (:func:`ragcache.semantic.partition_key`). A hit is answered without calling
+   documents, every answer-shaping field and the ``anthropic-beta`` header, and the caller's
+   tenant as the namespace) is the exact partition (:func:`ragcache.semantic.partition_key`); a
+   body field the partition does not know bypasses the cache (logged). The tenant is a digest of
+   the caller's credential, or an operator-named header (:mod:`ragcache.server.auth`), so caller B
+   is never served caller A's answer. A hit is answered without calling
    upstream, as a normal message (or event stream) with zero usage and the header
    ``x-ragcache-layer: semantic``;
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
    (:meth:`ragcache.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
-3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the caller's ``x-api-key``
-   (else ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
+3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator
+   chose (``upstream_auth``: the caller's own ``x-api-key`` / ``Authorization``, or the
+   operator's ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
    as it arrives, and parsed on the side for text and usage;
 4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
    caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals, and a
@@ -26,8 +30,8 @@ upstream has none) and ``POST /v1/messages/count_tokens`` (forwarded).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -39,19 +43,22 @@ try:
     import httpx
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse  # raw upstream relay
     from starlette.routing import Route
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
 from ragcache.anthropic.backend import AnthropicCaching
 from ragcache.anthropic.pricing import PRICES
-from ragcache.backend import CacheUsage
+from ragcache.backend import CacheUsage, provider_layer
 from ragcache.metrics import CacheMetrics
+from ragcache.semantic.partition import shaping_fields
+from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
+from ragcache.server.sse import anthropic_event, event_stream
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
 _COMPLETE = ("end_turn", "stop_sequence")  # complete answers; "max_tokens" cut ones are never stored
-_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "tool_choice", "thinking")
+log = logging.getLogger(__name__)
 
 
 def _text(block: Any) -> str | None:
@@ -62,34 +69,52 @@ def _text(block: Any) -> str | None:
     return None
 
 
-def split_question(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+                   ) -> tuple[str, dict[str, Any]] | None:
     """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
 
     The question is the last text block of the final user message; the spec holds every other
-    input that shapes the answer (keyword arguments of :func:`ragcache.semantic.partition_key`).
+    input that shapes the answer (keyword arguments of :func:`ragcache.semantic.partition_key`):
+    every answer-shaping body field (:data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget,
+    sampling, stop sequences, tools and tool policy, thinking, structured-output settings...) and
+    the ``anthropic-version`` / ``anthropic-beta`` headers (a beta can change the answer's shape).
+    A body with a field the partition does not know is not answered from the cache (logged).
     """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
         return None
     if body.get("temperature") != 0 or body.get("stream") not in (None, True, False):
         return None
+    params, unknown = shaping_fields(body)
+    if unknown:
+        log.info("semantic cache bypassed: request field(s) %s are not in the partition (they may change the "
+                 "answer); the request is forwarded uncached", ", ".join(unknown))
+        return None
     content = msgs[-1].get("content")
     blocks = [content] if isinstance(content, str) else list(content or [])
     if not blocks or _text(blocks[-1]) is None or not _text(blocks[-1]).strip():
         return None
     strip = lambda b: {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b  # noqa: E731
-    system = body.get("system")
-    system_text = system if isinstance(system, str) else json.dumps([strip(b) for b in system or []], sort_keys=True)
+    system = params.pop("system", None)
+    system_text = system if isinstance(system, str) or system is None else json.dumps([strip(b) for b in system],
+                                                                                       sort_keys=True)
+    tools = params.pop("tools", None) or []
+    h = {k: (headers or {}).get(k) for k in ("anthropic-version", "anthropic-beta")}
     spec = {
         "model": f"anthropic:{body.get('model')}",
-        "params": {k: body.get(k) for k in _PARAMS if k in body},
+        "params": params,
         "system": system_text,
-        "tools": [strip(t) for t in body.get("tools") or []],
+        "tools": [strip(t) for t in tools],
         "history": [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
                      else [strip(b) for b in m.get("content") or []]} for m in msgs[:-1]],
-        "extra": {"turn": [strip(b) for b in blocks[:-1]], "metadata": body.get("metadata")},
+        "extra": {"turn": [strip(b) for b in blocks[:-1]], "headers": h},
     }
     return _text(blocks[-1]), spec
+
+
+def _refused(e: Exception) -> JSONResponse:
+    return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": str(e)}},
+                        status_code=400)
 
 
 class _Accounts:
@@ -164,7 +189,15 @@ class AnthropicProxy:
     Args:
         upstream: base URL of the Anthropic API (``https://api.anthropic.com``) or a compatible server.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
-        api_key: key used when the caller sends none (default ``$ANTHROPIC_API_KEY``, read, never set).
+        api_key: the operator's key (default ``$ANTHROPIC_API_KEY``, read, never set): sent upstream in
+            ``operator`` mode, and in ``caller`` mode for a caller that sends no credential.
+        keys: serve keys callers must send (:class:`~ragcache.server.auth.ServeKeyMiddleware`).
+        tenant_header: header naming the caller's tenant; default: a digest of the caller's
+            credential (:func:`~ragcache.server.auth.tenant_of`). Semantic-cache partitions are per tenant.
+        upstream_auth: ``caller`` (forward the caller's own ``x-api-key`` / ``Authorization``
+            unchanged), ``operator`` (send ``api_key``; the caller's credential never leaves the
+            proxy) or ``auto`` (``operator`` when ``keys`` are set, since callers then send a serve
+            key, else ``caller``).
         min_tokens: overrides of the minimum cacheable length used for breakpoint placement.
         metrics: a :class:`ragcache.metrics.CacheMetrics` (default: off).
         timeout_s: seconds before an upstream call fails.
@@ -173,16 +206,27 @@ class AnthropicProxy:
 
     def __init__(self, upstream: str, *, semantic: Any = None, api_key: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None, metrics: CacheMetrics | None = None,
-                 timeout_s: float = 600.0, transport: Any = None) -> None:
+                 timeout_s: float = 600.0, transport: Any = None, keys: tuple[str, ...] = (),
+                 tenant_header: str | None = None, upstream_auth: str = "auto") -> None:
         if not upstream.startswith(("http://", "https://")):
             raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
         self.upstream = upstream.rstrip("/")
         self.semantic = semantic
         self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self.tenant_header = tenant_header
+        mode = ("operator" if keys else "caller") if upstream_auth == "auto" else upstream_auth
+        if mode not in ("caller", "operator"):
+            raise ValueError(f"upstream_auth must be caller, operator or auto, got {upstream_auth!r}")
+        if mode == "caller" and keys:
+            raise ValueError("with serve keys callers send a serve key, which must not go upstream: use "
+                             "upstream_auth='operator' (RAGCACHE_UPSTREAM_AUTH=operator) with ANTHROPIC_API_KEY")
+        if mode == "operator" and not self.api_key:
+            raise ValueError("upstream_auth='operator' needs the operator's key: set ANTHROPIC_API_KEY")
+        self.upstream_auth = mode
         self.metrics = metrics or CacheMetrics("off")
         self.accounts = _Accounts(min_tokens)
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout_s, transport=transport)
-        self.app = Starlette(routes=[
+        self.routes_app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
@@ -190,23 +234,32 @@ class AnthropicProxy:
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.render_metrics, methods=["GET"]),
         ])
+        self.app: Any = ServeKeyMiddleware(self.routes_app, keys) if keys else self.routes_app
 
     # ------------------------------------------------------------------ helpers
     def _headers(self, request: Request) -> tuple[dict[str, str], str]:
+        """Upstream headers and the caller's tenant. ``caller`` mode forwards the caller's own
+        credential header unchanged (the operator's key only for a caller that sends none);
+        ``operator`` mode sends the operator's key and nothing of the caller's.
+
+        Raises:
+            PermissionError: the operator's tenant header is configured and missing.
+        """
         h = {k: request.headers[k] for k in _FORWARD if k in request.headers}
         h.setdefault("anthropic-version", "2023-06-01")
-        key = request.headers.get("x-api-key") or self.api_key or ""
-        auth = request.headers.get("authorization")
-        if key:
-            h["x-api-key"] = key
-        elif auth:
-            h["authorization"] = auth
-        return h, hashlib.sha256((key or auth or "").encode()).hexdigest()[:16]
+        tenant = tenant_of(request.headers, tenant_header=self.tenant_header)
+        if self.upstream_auth == "caller" and credential(request.headers):
+            for k in ("x-api-key", "authorization"):
+                if k in request.headers:
+                    h[k] = request.headers[k]
+        elif self.api_key:
+            h["x-api-key"] = self.api_key
+        return h, tenant
 
     def _partition(self, spec: dict[str, Any], tenant: str) -> Any:
         from ragcache.semantic import partition_key
 
-        return partition_key(namespace=f"proxy-{tenant}", **spec)
+        return partition_key(namespace=f"proxy-{tenant}", **spec)  # tenant: a digest or the operator's header
 
     # ------------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
@@ -227,7 +280,10 @@ class AnthropicProxy:
         return JSONResponse(out)
 
     async def models(self, request: Request) -> Response:
-        headers, _ = self._headers(request)
+        try:
+            headers, _ = self._headers(request)
+        except PermissionError as e:
+            return _refused(e)
         try:
             r = await self.client.get("/v1/models", headers=headers, params=dict(request.query_params))
             if r.status_code == 200:
@@ -238,7 +294,10 @@ class AnthropicProxy:
                              "has_more": False, "first_id": next(iter(PRICES)), "last_id": list(PRICES)[-1]})
 
     async def count_tokens(self, request: Request) -> Response:
-        headers, _ = self._headers(request)
+        try:
+            headers, _ = self._headers(request)
+        except PermissionError as e:
+            return _refused(e)
         r = await self.client.post("/v1/messages/count_tokens", content=await request.body(), headers=headers)
         return Response(r.content, status_code=r.status_code, media_type="application/json")
 
@@ -253,9 +312,12 @@ class AnthropicProxy:
             return JSONResponse({"type": "error", "error": {"type": "invalid_request_error",
                                                              "message": "request body is not a JSON object with a model"}},
                                 status_code=400)
-        headers, tenant = self._headers(request)
+        try:
+            headers, tenant = self._headers(request)
+        except PermissionError as e:
+            return _refused(e)
         self.accounts.requests += 1
-        split = split_question(body) if self.semantic is not None else None
+        split = split_question(body, request.headers) if self.semantic is not None else None
         pk = None
         if split is not None:
             question, spec = split
@@ -324,10 +386,8 @@ class AnthropicProxy:
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
-        u = CacheUsage.provider(input_tokens=rec.input_tokens, cache_read=rec.cache_read_tokens,
-                                cache_write=rec.cache_write_tokens, completion_tokens=rec.output_tokens,
-                                cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
-        self.metrics.request("provider-cache" if u.cache_read else "provider", u, ttft_s)
+        u = CacheUsage.from_anthropic(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
 
     async def _store(self, question: str, answer: str, pk: Any, model: str, stop_reason: str | None,
@@ -350,10 +410,9 @@ class AnthropicProxy:
         if not body.get("stream"):
             return JSONResponse(message, headers=headers)
 
-        def sse(kind: str, data: dict) -> bytes:
-            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+        sse = anthropic_event
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncIterator[Any]:
             yield sse("message_start", {"type": "message_start", "message": {**message, "content": [],
                                                                              "stop_reason": None}})
             yield sse("content_block_start", {"type": "content_block_start", "index": 0,
@@ -366,7 +425,7 @@ class AnthropicProxy:
                                         "usage": {"output_tokens": 0}})
             yield sse("message_stop", {"type": "message_stop"})
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        return event_stream(events(), headers=headers)
 
     async def aclose(self) -> None:
         await self.client.aclose()

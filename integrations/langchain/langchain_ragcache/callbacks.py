@@ -3,7 +3,8 @@
 Attach it to a chain (``chain.invoke(x, config={"callbacks": [handler]})``) to see,
 per call, the layer (``semantic`` for an LLM-cache hit, ``chunk`` / ``prefix`` /
 ``model`` for ChatRagCache's KV caches, ``provider-cache`` when a provider such as
-Anthropic read part of the prompt from its cache), the wall time, TTFT and the
+Anthropic read part of the prompt from its cache, else ``provider``: the one rule
+:func:`ragcache.backend.provider_layer`), the wall time, TTFT and the
 token accounting. Works with any chat model; fields a model does not report are None.
 """
 
@@ -17,6 +18,8 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
+
+from ragcache.backend import provider_layer
 
 
 @dataclass(slots=True)
@@ -60,7 +63,7 @@ class RagCacheCallbackHandler(BaseCallbackHandler):
                 details = usage.get("input_token_details") or {}
                 layer = rc.get("layer")
                 if layer is None:
-                    layer = "provider-cache" if (details.get("cache_read") or 0) > 0 else "model"
+                    layer = provider_layer(int(details.get("cache_read") or 0))
                 # langchain-anthropic reports cache writes per TTL when the API gives the breakdown
                 written = details.get("cache_creation") or sum(
                     int(details.get(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"))

@@ -27,6 +27,7 @@ provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -42,12 +43,14 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
+from ragcache.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.backend import CacheUsage
 from ragcache.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey
 from ragcache.volatile import move_volatile
 
 MAX_BREAKPOINTS = 4
+log = logging.getLogger(__name__)
 
 
 # ============================================================================== semantic cache
@@ -62,7 +65,11 @@ class RagCacheMiddleware(AgentMiddleware):
             answers persist under ``$RAGCACHE_HOME`` (``path="default"``, shared with
             ``RagCacheSemanticCache()`` and ``ragcache ask``); ``path=None`` keeps them in memory.
 
-    Requests with a ``response_format`` (structured output) are passed through uncached.
+    Requests with a ``response_format`` (structured output) are passed through uncached. An answer
+    whose ``response_metadata`` names another model than the requested one (a
+    ``ModelFallbackMiddleware`` fallback answered while the primary was down) is not stored under
+    the requested model's partition (:attr:`fallback_answers` counts them); a model that reports no
+    name cannot be checked.
     """
 
     def __init__(self, cache: RagCacheSemanticCache | None = None, *,
@@ -73,6 +80,7 @@ class RagCacheMiddleware(AgentMiddleware):
         self.cache = cache or RagCacheSemanticCache(question_extractor=question_extractor, **kwargs)
         self.model_calls = 0
         self.hits = 0
+        self.fallback_answers = 0  # answers by another model than the requested one: not stored
 
     # -- keys -----------------------------------------------------------------------------------
     def key(self, request: ModelRequest) -> tuple[str, PartitionKey, float | None]:
@@ -98,6 +106,14 @@ class RagCacheMiddleware(AgentMiddleware):
         if isinstance(response, ModelResponse) and len(response.result) == 1 and isinstance(response.result[0], AIMessage):
             msg = response.result[0]
         if msg is None or request.response_format is not None or msg.invalid_tool_calls:
+            return None
+        answered = answering_model(msg)
+        if answered is not None and not same_model(_declared_model(request.model), answered):
+            # a fallback (ModelFallbackMiddleware, a router) answered: the partition names the requested
+            # model, so this answer is not stored under it
+            self.fallback_answers += 1
+            log.info("answer not stored: model %r answered a request for %r (a fallback); the partition names "
+                     "the requested model", answered, _declared_model(request.model))
             return None
         from langchain_core.outputs import ChatGeneration
 
@@ -140,6 +156,43 @@ class RagCacheMiddleware(AgentMiddleware):
         return response
 
 
+def _unbound(model: Any) -> Any:
+    while not isinstance(model, BaseChatModel) and hasattr(model, "bound"):
+        model = model.bound
+    return model
+
+
+def _declared_model(model: Any) -> str | None:
+    """The model name a chat model (or a binding of one) declares (``model_name`` / ``model`` / ``model_id``)."""
+    m = _unbound(model)
+    for attr in ("model_name", "model", "model_id"):
+        v = getattr(m, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def answering_model(msg: AIMessage) -> str | None:
+    """The model that produced ``msg``, as its provider reported it (``response_metadata``
+    ``model_name`` / ``model`` / ``model_id``), or ``None`` when not reported."""
+    meta = msg.response_metadata or {}
+    for key in ("model_name", "model", "model_id"):
+        v = meta.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def same_model(declared: str | None, answered: str) -> bool:
+    """Whether a response from ``answered`` comes from the ``declared`` model: equal ignoring case,
+    or a dated snapshot of it (``claude-sonnet-4-6`` -> ``claude-sonnet-4-6-20260101``, ``gpt-4o-mini``
+    -> ``gpt-4o-mini-2024-07-18``). A model that declares no name cannot be compared (True)."""
+    if declared is None:
+        return True
+    d, a = declared.lower().rsplit("/", 1)[-1], answered.lower().rsplit("/", 1)[-1]
+    return a == d or (a.startswith(d + "-") and a[len(d) + 1:].replace("-", "").isdigit())
+
+
 def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
     """LangChain's ``llm_string`` of the model an agent calls: a ``model.bind(...)`` binding's
     arguments count as settings (they change the answer)."""
@@ -177,18 +230,48 @@ def _strip_markers(content: Any) -> Any:
     return content
 
 
-def _mark(content: Any, cc: Mapping[str, str]) -> Any | None:
-    """Content with ``cache_control`` on its last non-empty text or tool-result block (None if none)."""
+def _mark(content: Any, cc: Mapping[str, str], code_ids: frozenset[str] = frozenset()) -> Any | None:
+    """Content with ``cache_control`` on its last non-empty text or tool-result block that can carry
+    it (:func:`ragcache.anthropic.blocks.carries_marker`: never a code-execution tool result), or
+    None if there is none."""
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     for i in range(len(blocks) - 1, -1, -1):
         b = blocks[i]
         if isinstance(b, str):
             b = {"type": "text", "text": b}
         if isinstance(b, Mapping) and b.get("type", "text") in ("text", "tool_result") and (
-                b.get("type") == "tool_result" or str(b.get("text", "")).strip()):
+                b.get("type") == "tool_result" or str(b.get("text", "")).strip()) and carries_marker(b, code_ids):
             blocks[i] = {**b, "cache_control": dict(cc)}
             return blocks
     return None
+
+
+def _markable(message: BaseMessage, code_ids: frozenset[str]) -> bool:
+    """A tool message answering a tool called by code execution becomes such a tool_result: no marker."""
+    return not (isinstance(message, ToolMessage) and message.tool_call_id in code_ids)
+
+
+def _caller_hour(request: ModelRequest) -> float:
+    """Prefix position (tools 0, system 1, message i at 2 + i) up to which the caller asked for
+    ``ttl="1h"`` markers (-1: none; a top-level 1h ``cache_control`` setting covers everything)."""
+    def hour(cc: Any) -> bool:
+        return isinstance(cc, Mapping) and cc.get("ttl") == "1h"
+
+    def in_content(content: Any) -> bool:
+        return isinstance(content, list) and any(isinstance(b, Mapping) and hour(b.get("cache_control"))
+                                                 for b in content)
+
+    if hour(request.model_settings.get("cache_control")):
+        return float("inf")
+    pos = -1.0
+    if any(isinstance(t, BaseTool) and hour((t.extras or {}).get("cache_control")) for t in request.tools):
+        pos = 0.0
+    if request.system_message is not None and in_content(request.system_message.content):
+        pos = 1.0
+    for i, m in enumerate(request.messages):
+        if in_content(m.content):
+            pos = 2.0 + i
+    return pos
 
 
 def canonical_documents(message: BaseMessage) -> BaseMessage:
@@ -219,7 +302,11 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
 
     Breakpoints (at most 4; caller-set ``cache_control`` markers in messages and a top-level
     ``cache_control`` model setting are replaced): the last tool, the system prompt, the last
-    message before the final human turn (the stable history), and the last message. Each
+    message before the final human turn (the stable history), and the last message. Markers never go
+    on blocks the API refuses them on (empty text, thinking, tool calls made by code execution and
+    their results: the next earlier block carries it). A caller's ``ttl="1h"`` marker is kept: every
+    breakpoint up to the last position the caller marked 1h is placed with ``ttl="1h"`` (1h markers
+    must precede 5m ones), the rest with ``ttl``. Each
     response's ``response_metadata["ragcache"]`` holds ``layer`` (``provider-cache`` when part of
     the prompt was read from the cache, else ``provider``), ``breakpoints`` and ``usage``
     (:class:`~ragcache.backend.CacheUsage`). An answer that already carries ragcache's record (a
@@ -247,14 +334,19 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
         tools = list(request.tools)
         settings = dict(request.model_settings)
         if anthropic:
-            cc = {"type": "ephemeral", "ttl": self.ttl}
+            hour_until = _caller_hour(request)  # a caller's 1h marker is kept, never silently made 5m
+            code_ids = code_execution_tool_ids(request.messages)
+
+            def cc(pos: float) -> dict[str, str]:
+                return {"type": "ephemeral", "ttl": "1h" if pos <= hour_until else self.ttl}
+
             settings.pop("cache_control", None)
             messages = [m.model_copy(update={"content": _strip_markers(m.content)}) for m in messages]
             if tools and isinstance(tools[-1], BaseTool):
-                tools[-1] = tools[-1].model_copy(update={"extras": {**(tools[-1].extras or {}), "cache_control": cc}})
+                tools[-1] = tools[-1].model_copy(update={"extras": {**(tools[-1].extras or {}), "cache_control": cc(0)}})
                 placed.append("tools")
             if system is not None:
-                marked = _mark(_strip_markers(system.content), cc)
+                marked = _mark(_strip_markers(system.content), cc(1))
                 if marked is not None:
                     system = SystemMessage(content=marked)
                     placed.append("system")
@@ -264,7 +356,8 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
                 targets.insert(0, last_human - 1)
             for i in targets:
                 while i >= 0 and len(placed) < MAX_BREAKPOINTS:
-                    marked = _mark(messages[i].content, cc)
+                    marked = _mark(messages[i].content, cc(2 + i), code_ids) if _markable(messages[i], code_ids) \
+                        else None
                     if marked is not None:
                         if f"message[{i}]" not in placed:
                             messages[i] = messages[i].model_copy(update={"content": marked})

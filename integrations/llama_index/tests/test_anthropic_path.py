@@ -14,7 +14,7 @@ from llama_index.llms.anthropic.utils import messages_to_anthropic_messages
 from llama_index.query_engine.ragcache import RagCacheQueryEngine
 
 from ragcache.engine.engine import LocalEngine
-from ragcache.server.anthropic import running_server
+from ragcache.server.app import running_server
 
 MODEL = "claude-sonnet-4-6"
 MIN_TOKENS = 64  # the server's minimum cacheable prefix (the real API's is 1024 for this model)

@@ -321,8 +321,8 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
         FileNotFoundError: ``data`` does not exist (the message names the expected file).
         ValueError: an empty item range, a ratio outside (0, 1] or an unknown blend option.
     """
-    from ragcache.engine.chunk_cache import ChunkCache
-    from ragcache.engine.stores import MemoryChunkStore
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.chunk.stores import MemoryChunkStore
     from ragcache.models import load_embedder, load_model
 
     console = console or Console()

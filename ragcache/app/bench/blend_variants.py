@@ -6,7 +6,7 @@ the full-prefill greedy answer is forced through full prefill and through each b
 the answer positions, top-1 agreement, first-token KL / agreement, greedy match length, and
 the KL as a share of full reuse (r = 0) with the same chunk sink. Variants
 (:func:`ragcache.engine.blend.blend_prefill` options and the chunk sink of
-:class:`~ragcache.engine.chunk_cache.ChunkCache`):
+:class:`~ragcache.engine.chunk.cache.ChunkCache`):
 
 - check layer (CacheBlend §4.2), K / V / KV deviation, gradual filtering (§4.3);
 - always recomputing each document's first tokens (EPIC, arXiv 2410.15332) or last tokens
@@ -71,8 +71,8 @@ def _load_avg() -> list[float]:
 
 def _load(machine_threads: int | None) -> dict:
     from ragcache.app.bench.blend import machine
-    from ragcache.engine.chunk_cache import ChunkCache
-    from ragcache.engine.stores import MemoryChunkStore
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.chunk.stores import MemoryChunkStore
     from ragcache.models import load_embedder, load_model
 
     if machine_threads:
@@ -102,9 +102,9 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     from ragcache.app.bench.fidelity import forced_logits, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.prompt import render_messages
-    from ragcache.engine.stores import MemoryChunkStore
+    from ragcache.engine.chunk.stores import MemoryChunkStore
 
     model, tok, fp = ctx["model"], ctx["tokenizer"], ctx["fingerprint"]
     prompt = render_messages(tok, _messages(item["question"], _retrieve(ctx["embedder"], item)))

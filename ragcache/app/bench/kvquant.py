@@ -2,7 +2,7 @@
 
 Chunk storage (MuSiQue development items, the prompt of ``bench blend``: system text, the
 top-6 passages as documents, the question, through the chat template). For each format the
-passages' chunk KVs are computed once into a :class:`~ragcache.engine.stores.DiskChunkStore`,
+passages' chunk KVs are computed once into a :class:`~ragcache.engine.chunk.stores.DiskChunkStore`,
 then read back through a freshly opened store. Measured per chunk: stored bytes (codes, scales
 and zero points; :attr:`ChunkKV.nbytes`, which the byte budget counts) and file bytes, chunks
 per GiB, load time (``DiskChunkStore.get``: read, digest and shape checks; the files are in the
@@ -67,8 +67,8 @@ def _chunk_item(ctx: dict, item: dict, formats: list[tuple[str, int]], ratios: l
     from ragcache.app.bench.fidelity import forced_logits, greedy_answer, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
-    from ragcache.engine.chunk_cache import ChunkCache
-    from ragcache.engine.stores import DiskChunkStore
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.chunk.stores import DiskChunkStore
 
     loaded, root = ctx["loaded"], ctx["root"]
     model, fp = loaded.model, loaded.fingerprint.digest

@@ -108,7 +108,7 @@ def kernel_times(sizes: tuple[int, ...], hits: dict[int, list[int]], heads: int,
 
 
 def _chunk_store_cost(engine: Any, tokenizer: Any, text_ids: list[int], repeats: int) -> dict:
-    from ragcache.engine.chunk_cache import ChunkCache
+    from ragcache.engine.chunk.cache import ChunkCache
 
     docs = [tokenizer.decode(text_ids[i * 500:(i + 1) * 500]) for i in range(6)]
     msgs = [{"role": "system", "content": "Answer from the documents."},

@@ -154,7 +154,7 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
     from ragcache.testing import tiny_llama
     from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
     from ragcache.anthropic.pricing import price_for
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \
         load_model(None if model == "embedded" else model)

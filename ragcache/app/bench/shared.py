@@ -127,8 +127,8 @@ def chunk_fetch(kv_url: str, prefix: str, lengths: tuple[int, ...] = (300, 1000)
     """Valkey fetch vs recompute of one document's KV on the embedded model."""
     import torch
 
-    from ragcache.engine.chunk_cache import ChunkCache
-    from ragcache.engine.redis_store import RedisChunkStore
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
     from ragcache.models import load_model
 
     loaded = load_model()
@@ -168,8 +168,8 @@ def replica_hit_rate(pairs_path: str, emb: Any, pg_url: str, schema: str, kv_url
     """Hit rates of ``replicas`` round-robin replicas: per-process caches vs the shared stores."""
     import torch
 
-    from ragcache.engine.redis_store import RedisChunkStore
-    from ragcache.engine.stores import ChunkKV, MemoryChunkStore
+    from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
+    from ragcache.engine.chunk.stores import ChunkKV, MemoryChunkStore
     from ragcache.hashing import hash_chunk
     from ragcache.semantic import SemanticCache, partition_key
     from ragcache.semantic.pg_cache import PgSemanticCache

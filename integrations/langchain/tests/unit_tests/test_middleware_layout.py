@@ -69,7 +69,7 @@ def test_usage_read_back(ex, long_engine) -> None:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     with running_server(long_engine, min_tokens=256) as url:
         llm = ChatAnthropic(model="claude-sonnet-4-6", base_url=url, api_key="local", max_tokens=4, max_retries=0)

@@ -15,12 +15,13 @@ ragcache's one record (:class:`ragcache.BackendResult` with a :class:`ragcache.C
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import PromptLayout
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
@@ -30,10 +31,10 @@ DEFAULT_MAX_NEW_TOKENS = 256
 """Decode budget (tokens) of an LLM that states none (``num_output`` of -1 or unset): LlamaIndex's
 ``DEFAULT_NUM_OUTPUTS``. Part of the semantic partition, as every budget."""
 
-
-def _get(obj: Any, name: str) -> int:
-    v = obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-    return int(v or 0)
+SHAPING_ATTRS = ("additional_kwargs", "thinking_dict", "reasoning_effort", "response_format", "tool_choice",
+                 "output_config", "presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty")
+"""LlamaIndex LLM attributes that reach the API request and change the answer (``additional_kwargs``
+carries any raw request field, e.g. a ``response_format`` or ``thinking``): part of the partition."""
 
 
 class LlamaIndexBackend:
@@ -99,6 +100,10 @@ class LlamaIndexBackend:
         stop = getattr(self.llm, "stop", None)
         if stop:
             out["stop"] = list(stop)
+        for name in SHAPING_ATTRS:  # request fields the LLM adds to every call (issue 24, kind 3)
+            v = getattr(self.llm, name, None)
+            if v:
+                out[name] = json.loads(json.dumps(v, sort_keys=True, default=repr))
         return out
 
     def messages(self, layout: PromptLayout) -> LaidOutMessages:
@@ -120,20 +125,8 @@ class LlamaIndexBackend:
         usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
         stop = raw.get("stop_reason") if isinstance(raw, Mapping) else None
         finish = "length" if stop in ("max_tokens", "length") else "stop"
-        if self.kind == "anthropic":
-            read, write = _get(usage, "cache_read_input_tokens"), _get(usage, "cache_creation_input_tokens")
-            u = CacheUsage.provider(input_tokens=_get(usage, "input_tokens"), cache_read=read, cache_write=write,
-                                    completion_tokens=_get(usage, "output_tokens"))
-            return BackendResult(text, "provider-cache" if read > 0 else "provider", u, ttft_s, finish)
-        prompt = _get(usage, "prompt_tokens") or _get(usage, "input_tokens")
-        details = None
-        if usage is not None:
-            details = (usage.get("prompt_tokens_details") if isinstance(usage, Mapping)
-                       else getattr(usage, "prompt_tokens_details", None))
-        cached = _get(details, "cached_tokens") if details is not None else 0
-        u = CacheUsage.provider(input_tokens=max(prompt - cached, 0), cache_read=min(cached, prompt),
-                                completion_tokens=_get(usage, "completion_tokens") or _get(usage, "output_tokens"))
-        return BackendResult(text, "provider-cache" if cached else "model", u, ttft_s, finish)
+        u = CacheUsage.from_anthropic(usage) if self.kind == "anthropic" else CacheUsage.from_openai(usage)
+        return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish)
 
     # -- Backend protocol ----------------------------------------------------------------------
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:

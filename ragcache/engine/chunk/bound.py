@@ -1,0 +1,181 @@
+"""A chunk cache bound to one model, one fingerprint and one namespace: keys, batched lookups, computation.
+
+Every chunk key is ``hash_chunk(fingerprint, sink ids, document ids, format tag, namespace)``
+(:func:`ragcache.hashing.hash_chunk`): the namespace is the engine's cache salt, so two engines
+with different namespaces never read each other's chunks from a shared disk or Redis store, and
+an engine whose weights changed in memory stops reusing old KV once it is given a new namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from ragcache.engine import kv as kvb
+from ragcache.engine.chunk.chunk_kv import ChunkKV
+from ragcache.engine.chunk.plan import ChunkHit, ChunkMiss, ChunkPlan
+from ragcache.engine.chunk.stores import ChunkStore
+from ragcache.engine.quant import KVFormat, quantize_kv
+from ragcache.hashing import ChunkHash, hash_chunk
+
+__all__ = ["BoundChunkCache", "ChunkSettings", "DocSpan", "context_window"]
+
+log = logging.getLogger(__name__)
+
+DocSpan = tuple[int, int, Sequence[int]]
+"""``(start, end, token ids)`` of one document in a prompt (positions in tokens, ``end`` exclusive)."""
+
+
+class ChunkSettings(Protocol):
+    """What a bound view reads from its :class:`~ragcache.engine.chunk.cache.ChunkCache`."""
+
+    store: ChunkStore
+    dtype: torch.dtype
+    kv_format: KVFormat
+    hits: int
+    misses: int
+
+    def sink_for(self, model: Any) -> list[int]: ...
+
+
+def context_window(model: Any) -> int:
+    """The model's context window in tokens (``config.max_position_embeddings``)."""
+    return int(getattr(model.config, "max_position_embeddings", 0) or 0) or (1 << 62)
+
+
+class BoundChunkCache:
+    """The chunk cache of one engine: :class:`~ragcache.engine.chunk.cache.ChunkCache` settings and
+    store, bound to ``model``, ``fingerprint`` and ``namespace``. Made by
+    :meth:`ChunkCache.bind <ragcache.engine.chunk.cache.ChunkCache.bind>`; hit and miss counters are
+    the parent cache's.
+
+    Attributes:
+        cache: the parent :class:`~ragcache.engine.chunk.cache.ChunkCache`.
+        model / fingerprint / namespace: what every key of this view carries.
+        sink: the sink token ids chunks are computed after.
+    """
+
+    def __init__(self, cache: ChunkSettings, model: Any, fingerprint: str, namespace: str | None) -> None:
+        self.cache, self.model, self.fingerprint, self.namespace = cache, model, fingerprint, namespace
+        self.sink = cache.sink_for(model)
+
+    @property
+    def store(self) -> ChunkStore:
+        return self.cache.store
+
+    def key(self, doc_ids: Sequence[int]) -> ChunkHash:
+        """Position-independent chunk key of ``doc_ids`` (model, sink, format, namespace)."""
+        return hash_chunk(self.fingerprint, self.sink, doc_ids, self.cache.kv_format.tag, self.namespace)
+
+    def _checked(self, key: ChunkHash, kv: ChunkKV | None, doc_ids: list[int]) -> ChunkKV | None:
+        """``kv`` if it is this cache's format, token ids and sink; else ``None`` (and it is removed)."""
+        if kv is None:
+            return None
+        fmt = self.cache.kv_format
+        if kv.kv_format != fmt:
+            log.warning("chunk %s... is stored as %s but this cache reads %s; miss (recomputing)",
+                        key[:12], kv.kv_format.tag, fmt.tag)
+        elif kv.token_ids != doc_ids or kv.start != len(self.sink):
+            log.warning("chunk %s... matched the key but not the token ids/sink; recomputing", key[:12])
+        else:
+            return kv
+        self.store.remove(key)
+        return None
+
+    def lookup(self, doc_ids: Sequence[int]) -> ChunkKV | None:
+        """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit (not counted)."""
+        ids = [int(t) for t in doc_ids]
+        key = self.key(ids)
+        return self._checked(key, self.store.get(key, fingerprint=self.fingerprint), ids)
+
+    def lookup_many(self, docs: Sequence[DocSpan]) -> ChunkPlan:
+        """Look every document of one request up with one batched read (``store.get_many``: one round
+        trip to a Redis / Valkey store), and count the hits and misses.
+
+        Args:
+            docs: ``(start, end, token ids)`` per document, in prompt order.
+
+        Returns:
+            A :class:`~ragcache.engine.chunk.plan.ChunkPlan` (nothing is computed here).
+        """
+        ids = [[int(t) for t in d] for _, _, d in docs]
+        keys = [self.key(d) for d in ids]
+        found = self.store.get_many(keys, fingerprint=self.fingerprint) if keys else []
+        plan = ChunkPlan()
+        for (s, e, _), d, key, kv in zip(docs, ids, keys, found, strict=True):
+            kv = self._checked(key, kv, d)
+            if kv is not None:
+                plan.hits.append(ChunkHit(s, e, kv))
+            else:
+                plan.missed.append(ChunkMiss(s, e, d, key))
+        self.cache.hits += len(plan.hits)
+        self.cache.misses += len(plan.missed)
+        return plan
+
+    @torch.inference_mode()
+    def compute(self, doc_ids: Sequence[int]) -> ChunkKV:
+        """Prefill ``sink + doc_ids`` from position 0 and keep the document's KV.
+
+        Returns a :class:`ChunkKV` with keys/values ``[num_layers, kv_heads, n, head_dim]`` in the
+        cache's format (dense in its dtype, or quantized from the model's own KV), computed at
+        positions ``len(sink) .. len(sink) + n - 1``.
+
+        Raises:
+            ValueError: empty document, or sink + document longer than the context window.
+        """
+        doc_ids = [int(t) for t in doc_ids]
+        if not doc_ids:
+            raise ValueError("cannot cache an empty document (0 tokens); drop it from the prompt")
+        window = context_window(self.model)
+        if len(self.sink) + len(doc_ids) > window:
+            raise ValueError(
+                f"document of {len(doc_ids)} tokens (+{len(self.sink)} sink tokens) exceeds the model's context "
+                f"window of {window} tokens; split it into smaller chunks"
+            )
+        cache = kvb.new_cache(self.model)
+        kvb.forward(self.model, self.sink + doc_ids, cache, start=0)
+        keys, values = kvb.cache_tensors(cache)
+        n0 = len(self.sink)
+        k = torch.stack([layer[0, :, n0:, :] for layer in keys]).cpu()
+        v = torch.stack([layer[0, :, n0:, :] for layer in values]).cpu()
+        return self.encode(doc_ids, k, v)
+
+    def encode(self, doc_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor) -> ChunkKV:
+        """A :class:`ChunkKV` in the cache's format from a chunk's dense KV computed after this sink:
+        ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype."""
+        doc_ids = [int(t) for t in doc_ids]
+        fmt = self.cache.kv_format
+        if fmt.quantized:
+            k, v = quantize_kv(keys, values, fmt)
+        else:
+            k, v = keys.to(self.cache.dtype).contiguous(), values.to(self.cache.dtype).contiguous()
+        return ChunkKV(self.key(doc_ids), self.fingerprint, doc_ids, k, v, len(self.sink))
+
+    def add_many(self, docs: Iterable[Sequence[int]]) -> int:
+        """Compute and store the chunks of ``docs`` (token ids) that the store does not hold yet.
+
+        One batched read checks them all (another process may have stored some meanwhile), then
+        each missing document is computed on its own after the sink and all are written with one
+        ``put_many``. Returns how many chunks were computed.
+        """
+        ids = list(dict.fromkeys(tuple(int(t) for t in d) for d in docs))  # each document once
+        keys = [self.key(d) for d in ids]
+        found = self.store.get_many(keys, fingerprint=self.fingerprint) if keys else []
+        todo = [list(d) for d, k, kv in zip(ids, keys, found, strict=True) if self._checked(k, kv, list(d)) is None]
+        if todo:
+            self.store.put_many([self.compute(d) for d in todo])
+        return len(todo)
+
+    def lookup_or_compute(self, doc_ids: Sequence[int]) -> tuple[ChunkKV, bool]:
+        """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss; counted)."""
+        kv = self.lookup(doc_ids)
+        if kv is not None:
+            self.cache.hits += 1
+            return kv, True
+        self.cache.misses += 1
+        kv = self.compute(doc_ids)
+        self.store.put(kv)
+        return kv, False

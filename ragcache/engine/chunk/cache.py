@@ -1,0 +1,203 @@
+"""Per-document KV cache: compute each document's KV on its own, key it, look it up.
+
+CacheBlend (Yao et al., EuroSys 2025, arXiv 2405.16444, §5) precomputes every retrieved
+chunk's KV independently and fuses them at query time. Here each document's token ids are
+run after a short fixed *sink* (default: the model's BOS token), the sink's KV is dropped,
+and the rest is stored with the positions it was computed at. The key is
+``hash_chunk(model fingerprint, sink ids, document ids, format tag, namespace)``: position
+independent, so the same document is a hit after any system text and in any order, and never
+shared across engines with different namespaces (:mod:`ragcache.engine.chunk.bound`).
+
+A :class:`ChunkCache` holds the settings and the store; :meth:`ChunkCache.bind` ties it to one
+model, fingerprint and namespace (:class:`~ragcache.engine.chunk.bound.BoundChunkCache`, what
+:class:`~ragcache.engine.engine.LocalEngine` uses: one batched lookup per request).
+
+Storage format (``kv_format``): ``"fp16"`` (dense, in ``dtype``), ``"int8"`` or ``"int4"``
+(KIVI groups, :mod:`ragcache.engine.quant`). The format tag is part of the key, so a cache in
+one format never reads a chunk stored in another; the CLI and apps that build a default
+``ChunkCache`` pick it up from ``RAGCACHE_KV_FORMAT`` / ``RAGCACHE_KV_GROUP_SIZE``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ragcache.engine.chunk.bound import BoundChunkCache, context_window
+from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
+from ragcache.engine.quant import KVFormat
+from ragcache.hashing import ChunkHash
+
+__all__ = ["BoundChunkCache", "ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore",
+           "context_window"]
+
+
+def _fingerprint_str(fingerprint: Any) -> str:
+    return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "digest", fingerprint))
+
+
+class ChunkCache:
+    """Chunk KV cache over a :class:`~ragcache.engine.chunk.stores.ChunkStore`.
+
+    Args:
+        store: where chunk KVs live (default: a 1 GiB :class:`MemoryChunkStore`).
+        sink_ids: token ids every chunk is computed after (attention sink); ``None`` uses
+            ``[model.config.bos_token_id]`` (or no sink if the model has no BOS) at first use.
+        dtype: storage dtype of dense K and V (default float16; float32 for exactness tests).
+        kv_format: ``"fp16"`` (dense in ``dtype``), ``"int8"`` or ``"int4"`` (keys per channel,
+            values per token, KIVI); ``None`` reads ``RAGCACHE_KV_FORMAT`` (default ``"fp16"``).
+        group_size: KIVI group size for int formats (tokens per key group, channels per value
+            group, capped at head_dim); ``None`` reads ``RAGCACHE_KV_GROUP_SIZE`` (default 64).
+
+    Attributes:
+        hits / misses: lookups served from the store / computed.
+        kv_format: the :class:`~ragcache.engine.quant.KVFormat` chunks are stored in.
+
+    Raises:
+        ValueError: an unknown ``kv_format`` or a group size < 1 (from the argument or the
+            environment variable).
+    """
+
+    def __init__(self, store: ChunkStore | None = None, *, sink_ids: Sequence[int] | None = None,
+                 dtype: torch.dtype = torch.float16, kv_format: str | None = None,
+                 group_size: int | None = None) -> None:
+        self.store: ChunkStore = store if store is not None else MemoryChunkStore()
+        self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]
+        self.dtype = dtype
+        name = kv_format if kv_format is not None else os.environ.get("RAGCACHE_KV_FORMAT", "fp16")
+        if group_size is None:
+            env = os.environ.get("RAGCACHE_KV_GROUP_SIZE", "64")
+            if not env.strip().isdigit():
+                raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be a positive integer; got {env!r}")
+            group_size = int(env)
+        self.kv_format = KVFormat.of(name.strip().lower(), group_size=group_size, dtype=dtype)
+        self.hits = 0
+        self.misses = 0
+
+    def sink_for(self, model: Any) -> list[int]:
+        """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""
+        if self._sink_ids is None:
+            bos = getattr(model.config, "bos_token_id", None)
+            if isinstance(bos, list):
+                bos = bos[0] if bos else None
+            self._sink_ids = [] if bos is None else [int(bos)]
+        return list(self._sink_ids)
+
+    def bind(self, model: Any, fingerprint: Any, namespace: str | None = None) -> BoundChunkCache:
+        """This cache for one model: every key carries ``fingerprint`` (a digest ``str`` or a
+        ``ModelFingerprint``) and ``namespace`` (the engine's cache salt)."""
+        return BoundChunkCache(self, model, _fingerprint_str(fingerprint), namespace)
+
+    def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> ChunkHash:
+        """Position-independent chunk key of ``doc_ids`` for this model, sink, storage format and namespace."""
+        return self.bind(model, fingerprint, namespace).key(doc_ids)
+
+    def compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+                namespace: str | None = None) -> ChunkKV:
+        """:meth:`BoundChunkCache.compute <ragcache.engine.chunk.bound.BoundChunkCache.compute>`
+        (``sink + doc_ids`` prefilled from position 0, the document's KV kept)."""
+        return self.bind(model, fingerprint, namespace).compute(doc_ids)
+
+    def encode(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], keys: torch.Tensor,
+               values: torch.Tensor, *, namespace: str | None = None) -> ChunkKV:
+        """A :class:`ChunkKV` in :attr:`kv_format` from a chunk's dense KV (computed after this
+        cache's sink): ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype.
+        :meth:`compute` ends here; one dense computation can be encoded in several formats."""
+        return self.bind(model, fingerprint, namespace).encode(doc_ids, keys, values)
+
+    def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+               namespace: str | None = None) -> ChunkKV | None:
+        """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit."""
+        return self.bind(model, fingerprint, namespace).lookup(doc_ids)
+
+    def lookup_or_compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
+                          namespace: str | None = None) -> tuple[ChunkKV, bool]:
+        """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss).
+
+        Args:
+            model: a causal LM (Llama family) the KV belongs to.
+            fingerprint: the model fingerprint digest (``str``) or a ``ModelFingerprint``.
+            doc_ids: the document's own token ids, as they appear in the prompt.
+            namespace: the engine's cache salt (``None``: the default namespace).
+        """
+        return self.bind(model, fingerprint, namespace).lookup_or_compute(doc_ids)
+
+    def add(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> bool:
+        """Compute ``doc_ids``' chunk KV on its own (after the sink) and store it, unless already stored.
+
+        Used for documents that missed the cache in a request (they were computed in that
+        request's context; what is stored is the position-independent KV, as :meth:`precompute`
+        stores). Returns whether a chunk was computed.
+        """
+        return self.bind(model, fingerprint, namespace).add_many([doc_ids]) == 1
+
+    def precompute(self, engine_or_model: Any, documents: Sequence[Any], *, tokenizer: Any = None,
+                   fingerprint: Any = None, namespace: str | None = None, progress: bool = True) -> int:
+        """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
+
+        Args:
+            engine_or_model: a ``LocalEngine`` (its model, tokenizer and fingerprint are used)
+                or a bare model (then give ``tokenizer`` for documents and ``fingerprint``).
+            documents: the documents as you will pass them to ``RagCache.answer`` (str, dicts with
+                ``text`` / ``id`` / ``metadata``, LangChain Documents, LlamaIndex nodes): each is
+                rendered and tokenised as in a prompt
+                (:func:`ragcache.engine.prompt.document_token_ids`), so id and metadata must match;
+                or lists of token ids, used as they are.
+            namespace: the cache salt the chunks are keyed under (default: the engine's
+                ``namespace``; with a bare model, ``None``).
+            progress: show a tqdm progress bar.
+
+        Returns:
+            The number of chunks computed (documents already cached are skipped).
+
+        Raises:
+            ValueError: no fingerprint, or documents without a tokenizer.
+        """
+        from tqdm.auto import tqdm
+
+        from ragcache.engine.prompt import document_token_ids
+
+        is_model = isinstance(engine_or_model, torch.nn.Module)
+        model = engine_or_model if is_model else engine_or_model.model
+        tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
+        fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))
+        if namespace is None and not is_model:
+            namespace = getattr(engine_or_model, "namespace", None)
+        if fingerprint is None:
+            raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
+        bound = self.bind(model, fingerprint, namespace)
+        computed = 0
+        for doc in tqdm(documents, desc="chunk KV precompute", unit="doc", disable=not progress):
+            if isinstance(doc, Sequence) and not isinstance(doc, str) and all(isinstance(t, int) for t in doc):
+                ids = [int(t) for t in doc]
+            elif tokenizer is None:
+                raise ValueError("documents need a tokenizer: pass an engine or tokenizer=...")
+            else:
+                ids = document_token_ids(tokenizer, doc)
+            computed += bound.add_many([ids])
+        return computed
+
+    def memory_stats(self, model: Any) -> dict[str, Any]:
+        """KV bytes of this cache's format for ``model``, and what the store holds.
+
+        Returns a dict: ``kv_format`` (tag), ``bytes_per_token`` (stored K+V bytes per token,
+        long-chunk limit, scales and zero points included), ``fp16_bytes_per_token`` (the same
+        for float16, for comparison), ``chunks``, ``stored_bytes`` (the store's byte count, the
+        one its budget is checked against) and ``bytes_per_chunk`` (their mean; 0 when empty).
+        """
+        cfg = model.config
+        layers = int(cfg.num_hidden_layers)
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        n, stored = len(self.store), int(self.store.nbytes)
+        return {"kv_format": self.kv_format.tag,
+                "bytes_per_token": self.kv_format.bytes_per_token(layers, heads, head_dim),
+                "fp16_bytes_per_token": KVFormat.of("fp16").bytes_per_token(layers, heads, head_dim),
+                "chunks": n, "stored_bytes": stored, "bytes_per_chunk": stored / n if n else 0.0}
+
+    @property
+    def stats(self) -> StoreStats:
+        return getattr(self.store, "stats", StoreStats())

@@ -1,0 +1,35 @@
+"""The one place a chunk store URL becomes a store (memory, disk or Redis / Valkey)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragcache.engine.chunk.stores.base import ChunkStore
+from ragcache.engine.chunk.stores.disk import DiskChunkStore
+from ragcache.engine.chunk.stores.memory import MemoryChunkStore
+from ragcache.remote import kv_url
+
+__all__ = ["open_chunk_store"]
+
+
+def open_chunk_store(url: str | None = None, **kwargs: Any) -> ChunkStore:
+    """The chunk store a URL names: ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`~.redis_store.RedisChunkStore`;
+    ``None`` -> ``$RAGCACHE_KV_URL`` if set, else a :class:`~.memory.MemoryChunkStore` (the default);
+    a path or ``file://DIR`` -> :class:`~.disk.DiskChunkStore`. ``kwargs`` go to the constructor.
+
+    Raises:
+        ValueError: an unknown URL scheme.
+    """
+    url = kv_url(url)
+    if url is None:
+        return MemoryChunkStore(**kwargs)
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
+        if scheme.startswith("valkey"):
+            url = "redis" + url[len("valkey"):]
+        from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
+
+        return RedisChunkStore(url, **kwargs)
+    if scheme in ("", "file"):
+        return DiskChunkStore(url.removeprefix("file://"), **kwargs)
+    raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
