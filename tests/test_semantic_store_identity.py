@@ -215,3 +215,39 @@ def test_snapshot_behind_sqlite_is_synced_without_rebuild(tmp_path, caplog):
     assert not any("does not match" in r.getMessage() for r in caplog.records)
     assert all(c2.lookup(q, partition=PK).answer == f"x {i}" for i, q in enumerate(QS_X))
     c2.close()
+
+
+# ------------------------------------------------------------------ per-entry state: migration of existing caches
+def test_sqlite_cache_from_before_the_state_column_is_migrated(tmp_path):
+    import sqlite3
+
+    with SemanticCache(tmp_path, embedder=EMB, threshold=1.0) as c:
+        ids = [c.store(q, f"x {i}", partition=PK) for i, q in enumerate(QS_X)]
+    db = sqlite3.connect(tmp_path / "semantic.sqlite3")
+    db.execute("ALTER TABLE entries DROP COLUMN state")  # the schema of the last release
+    db.execute("DROP TABLE changes")
+    db.commit()
+    db.close()
+    with SemanticCache(tmp_path, embedder=EMB, threshold=1.0) as c:
+        assert all(c.lookup(q, partition=PK).answer == f"x {i}" for i, q in enumerate(QS_X))
+        assert c.candidates_for(QS_X[0], partition=PK)[0].state is None
+        assert c.update_state(ids[0], {"threshold": 0.9})
+    with SemanticCache(tmp_path, embedder=EMB, threshold=1.0) as c:
+        assert c.candidates_for(QS_X[0], partition=PK)[0].state == {"threshold": 0.9}
+
+
+def test_pg_schema_from_before_the_state_column_is_migrated(pg_cache, pg_server):
+    import psycopg
+
+    c = pg_cache(threshold=1.0)
+    i = c.store(QS_X[0], "x 0", partition=PK)
+    schema = c.schema
+    with psycopg.connect(pg_server.url, autocommit=True) as conn:  # back to schema version 1
+        conn.execute(f"ALTER TABLE {schema}.entries DROP COLUMN state")
+        conn.execute(f"DELETE FROM {schema}.schema_version WHERE version = 2")
+    c2 = pg_cache(threshold=1.0)
+    assert c2.lookup(QS_X[0], partition=PK).answer == "x 0"
+    assert c2.update_state(i, {"threshold": 0.9})
+    assert pg_cache(threshold=1.0).candidates_for(QS_X[0], partition=PK)[0].state == {"threshold": 0.9}
+    with psycopg.connect(pg_server.url) as conn:
+        assert conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 2
