@@ -244,10 +244,42 @@ def test_pg_schema_from_before_the_state_column_is_migrated(pg_cache, pg_server)
     schema = c.schema
     with psycopg.connect(pg_server.url, autocommit=True) as conn:  # back to schema version 1
         conn.execute(f"ALTER TABLE {schema}.entries DROP COLUMN state")
-        conn.execute(f"DELETE FROM {schema}.schema_version WHERE version = 2")
+        conn.execute(f"DELETE FROM {schema}.schema_version WHERE version >= 2")
     c2 = pg_cache(threshold=1.0)
     assert c2.lookup(QS_X[0], partition=PK).answer == "x 0"
     assert c2.update_state(i, {"threshold": 0.9})
     assert pg_cache(threshold=1.0).candidates_for(QS_X[0], partition=PK)[0].state == {"threshold": 0.9}
     with psycopg.connect(pg_server.url) as conn:
-        assert conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 2
+        assert conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 3
+
+
+# ------------------------------------------------------------------ vectors of another embedder
+@pytest.mark.parametrize("new_dim", [64, 32])
+def test_other_embedder_re_embeds_the_stored_questions_when_asked(tmp_path, caplog, new_dim):
+    class Salted(HashingEmbedder):  # same width, other vectors: another identity
+        def __init__(self, dim):
+            super().__init__(dim)
+            self.name = f"salted-{dim}"
+            self.fingerprint = "salted" + self.fingerprint
+
+        def encode(self, texts):
+            return super().encode([f"salt {t}" for t in texts])
+
+    long_q = "x" * 300 + ". How do I reset my password?"  # keyed 'split' by both embedders
+    with SemanticCache(tmp_path, embedder=EMB, threshold=0.99) as c:
+        for i, q in enumerate(QS_X):
+            c.store(q, f"x {i}", partition=PK)
+        c.store(long_q, "long", partition=PK)
+    new = Salted(new_dim)
+    with pytest.raises(ValueError, match="same embedder.*reembed=True"):
+        SemanticCache(tmp_path, embedder=new)
+    with caplog.at_level(logging.WARNING, logger="ragcache.semantic"):
+        c = SemanticCache(tmp_path, embedder=new, threshold=0.99, reembed=True)
+    assert any("re-embedded 5" in r.getMessage() and "dropped 1" in r.getMessage() for r in caplog.records)
+    for i, q in enumerate(QS_X):
+        hit = c.lookup(q, partition=PK)
+        assert hit is not None and hit.answer == f"x {i}" and hit.similarity > 0.999
+    assert c.lookup(long_q, partition=PK) is None and len(c) == 5
+    c.close()
+    with SemanticCache(tmp_path, embedder=new, threshold=0.99) as again:  # the folder now belongs to `new`
+        assert again.lookup(QS_X[0], partition=PK).answer == "x 0"

@@ -17,7 +17,7 @@ from ragcache.semantic.checks import DEFAULT_PARTITION, DEFAULT_THRESHOLD, check
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.faiss_store import FaissAnswerStore
 from ragcache.semantic.guards import GuardSet
-from ragcache.semantic.policy import SemanticPolicy, make_decider
+from ragcache.semantic.policy import SemanticPolicy, make_decider, reembedder
 from ragcache.semantic.protocol import VectorAnswerStore
 from ragcache.semantic.records import Candidate, SemanticHit
 
@@ -48,11 +48,15 @@ class SemanticCache(SemanticPolicy):
         search_threads: FAISS OpenMP threads (process-wide setting). One is fastest for single-query
             lookups: on a loaded 2-core CPU two threads made a 10k flat search 10x slower (p50 13 ms vs
             1.3 ms) from spin-waiting. ``None`` leaves FAISS's setting alone.
+        reembed: when ``path`` was built with another embedder, re-embed its stored questions with this
+            one (a warning says how many; questions longer than this embedder's window are dropped)
+            instead of refusing the folder.
         answer_store: another :class:`VectorAnswerStore` to run over (``path`` and the FAISS
             arguments are then unused); its vectors must come from ``embedder``.
 
     Raises:
-        ValueError: bad arguments, or ``path`` holds a cache built with another embedder.
+        ValueError: bad arguments, or ``path`` holds a cache built with another embedder (and
+            ``reembed`` is False).
     """
 
     def __init__(self, path: str | Path | None = None, *, embedder: Any = None,
@@ -60,7 +64,8 @@ class SemanticCache(SemanticPolicy):
                  guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, hnsw_threshold: int = 20_000, autosave_every: int = 1000,
                  typo_correction: bool = True, store_truncated: bool = False,
-                 search_threads: int | None = 1, answer_store: VectorAnswerStore | None = None) -> None:
+                 search_threads: int | None = 1, reembed: bool = False,
+                 answer_store: VectorAnswerStore | None = None) -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         decider = make_decider(guards, verifier)
@@ -70,7 +75,8 @@ class SemanticCache(SemanticPolicy):
         if answer_store is None:
             answer_store = FaissAnswerStore(self.path, embedder=emb, max_entries=self.max_entries,
                                             hnsw_threshold=hnsw_threshold, autosave_every=autosave_every,
-                                            search_threads=search_threads)
+                                            search_threads=search_threads,
+                                            reembed=reembedder(emb) if reembed else None)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated)
 

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,9 @@ class FaissAnswerStore(CachePersistence):
         hnsw_threshold: partition size above which its index becomes HNSW.
         autosave_every: writes between FAISS snapshots (persistent stores only).
         search_threads: FAISS OpenMP threads (process-wide); ``None`` leaves FAISS's setting alone.
+        reembed: ``questions -> (vectors [n, dim], keep mask [n])``: when ``path`` was built with another
+            embedder, its stored questions are re-embedded with this one (entries not kept are deleted);
+            ``None``: such a folder is refused.
 
     Raises:
         ValueError: bad arguments, or ``path`` holds a cache built with another embedder.
@@ -60,7 +63,8 @@ class FaissAnswerStore(CachePersistence):
     """
 
     def __init__(self, path: str | Path | None, *, embedder: Any, max_entries: int = 100_000,
-                 hnsw_threshold: int = 20_000, autosave_every: int = 1000, search_threads: int | None = 1) -> None:
+                 hnsw_threshold: int = 20_000, autosave_every: int = 1000, search_threads: int | None = 1,
+                 reembed: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         if search_threads is not None:
             if search_threads < 1:
                 raise ValueError(f"search_threads must be >= 1 or None, got {search_threads}")
@@ -68,6 +72,7 @@ class FaissAnswerStore(CachePersistence):
         self.embedder, self.dim = embedder, int(embedder.dim)
         self.max_entries, self.hnsw_threshold, self.autosave_every = max_entries, hnsw_threshold, autosave_every
         self.path = None if path is None else Path(path).expanduser()
+        self.reembed = reembed
         self.counters = StoreCounters()
         self._lock = RWLock()
         self._touch_lock = threading.Lock()
@@ -147,8 +152,9 @@ class FaissAnswerStore(CachePersistence):
     # ================================================================= reads
     def may_hold(self, partition: str) -> bool:
         self._sync()
-        part = self._parts.get(partition)
-        return part is not None and len(part.index) > 0
+        with self._lock.read():  # not while a writer rebuilds the index (flat -> HNSW: empty for a moment)
+            part = self._parts.get(partition)
+            return part is not None and len(part.index) > 0
 
     def correct(self, partition: str, text: str, known: frozenset[str] | None) -> str:
         with self._lock.read():

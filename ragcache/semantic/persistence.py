@@ -43,6 +43,7 @@ class CachePersistence(CacheRegistry):
     path: Any
     embedder: Any
     _seq: int
+    reembed: Any
     hnsw_threshold: int
     autosave_every: int
 
@@ -73,11 +74,28 @@ class CachePersistence(CacheRegistry):
         if all(v is None for v in have.values()):
             self._db.set_meta(want)
         elif have != want:
-            raise ValueError(
-                f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
-                "or use another path (or delete the directory) for this embedder"
-            )
+            if self.reembed is None or have["schema"] != want["schema"]:
+                raise ValueError(
+                    f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
+                    "pass reembed=True to re-embed its stored questions with this one, or use another path "
+                    "(or delete the directory) for this embedder")
+            self._reembed(want)
         self._load()
+
+    def _reembed(self, want: dict[str, str]) -> None:
+        """Replace every stored vector with this embedder's (``self.reembed``: questions -> (vectors
+        ``[n, dim]``, keep mask)); entries it cannot re-key are deleted; snapshots are dropped."""
+        rows = self._db.questions()
+        vecs, keep = self.reembed([q for _, q in rows])
+        with self._db.transaction():
+            self._db.set_vectors([(i, v) for (i, _), v, k in zip(rows, vecs, keep, strict=True) if k])
+            self._db.delete([i for (i, _), k in zip(rows, keep, strict=True) if not k])
+            self._db.set_meta(want)
+        for key, _, _ in self._db.partitions():
+            self._db.drop_index(key)
+        logger.warning("semantic cache %s: re-embedded %d stored questions with %s; dropped %d that this embedder "
+                       "keys differently (longer than its window)", self.path, int(np.sum(keep)),
+                       want["embedder"][:12], len(rows) - int(np.sum(keep)))
 
     def _load(self) -> None:
         """Read every live entry from SQLite into memory and load / reconcile each partition's index."""

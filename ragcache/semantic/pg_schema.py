@@ -62,6 +62,8 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
         """,
         # 2: per-entry decision state (e.g. a vCache per-entry threshold), NULL until set
         f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS state jsonb",
+        # 3: a partition's rows by id (typo correction reads the rows added since its last look)
+        f"CREATE INDEX IF NOT EXISTS entries_partition_id ON {s}.entries (partition, id)",
     ]
 
 

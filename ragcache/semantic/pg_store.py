@@ -78,7 +78,7 @@ class PgAnswerStore(PgFlightLocks):
         self._lock = threading.Lock()
         self._touched: dict[int, int] = {}
         self._touch_at = time.monotonic()
-        self._vocab: dict[str, tuple[float, PartitionSpeller]] = {}
+        self._vocab: dict[str, tuple[float, int, PartitionSpeller]] = {}
         self._pool = PgPool(url, size=pool_size, configure=self._configure)
         self._migrate()
 
@@ -167,20 +167,27 @@ class PgAnswerStore(PgFlightLocks):
                 for r in self.search(Query(partition, vec, ""), k)]
 
     def correct(self, partition: str, text: str, known: frozenset[str] | None) -> str:
+        return self._speller(partition).correct(text, known)
+
+    def _speller(self, partition: str) -> PartitionSpeller:
+        """The partition's stored words, read incrementally (rows with a larger id than last time) at most
+        every ``vocab_refresh_s`` seconds. Words of removed entries stay: a correction toward them only
+        changes which candidates are found, never what the guards see."""
         now = time.monotonic()
         with self._lock:
-            memo = self._vocab.get(partition)
-        if memo is None or now - memo[0] > self.vocab_refresh_s:
-            sp = PartitionSpeller()
-            sql = f"SELECT question FROM {self.schema}.entries WHERE partition = %s AND {_LIVE} LIMIT 100000"
-            for (q,) in self._pool.run(lambda c: c.execute(sql, (partition,)).fetchall()):
+            t, last, sp = self._vocab.get(partition, (-1e18, 0, PartitionSpeller()))
+        if now - t <= self.vocab_refresh_s:
+            return sp
+        sql = (f"SELECT id, question FROM {self.schema}.entries WHERE partition = %s AND id > %s "
+               "ORDER BY id LIMIT 100000")
+        rows = self._pool.run(lambda c: c.execute(sql, (partition, last)).fetchall())
+        with self._lock:
+            for i, q in rows:
                 sp.add(q)
-            memo = (now, sp)
-            with self._lock:
-                self._vocab[partition] = memo
-                while len(self._vocab) > 1024:
-                    self._vocab.pop(next(iter(self._vocab)))
-        return memo[1].correct(text, known)
+            self._vocab[partition] = (now, max([last, *(r[0] for r in rows)]), sp)
+            while len(self._vocab) > 1024:
+                self._vocab.pop(next(iter(self._vocab)))
+        return sp
 
     def __len__(self) -> int:
         return int(self._pool.run(lambda c: c.execute(
@@ -211,7 +218,9 @@ class PgAnswerStore(PgFlightLocks):
         with self._lock:
             self.counters.evictions += res.evicted
             for e in entries:
-                self._vocab.pop(e.partition.digest, None)
+                if e.partition.digest in self._vocab:
+                    _, last, sp = self._vocab[e.partition.digest]
+                    self._vocab[e.partition.digest] = (-1e18, last, sp)
         return res
 
     def bulk_load(self, entries: Sequence[NewEntry], maintenance_work_mem: str = "512MB") -> int:
@@ -261,10 +270,7 @@ class PgAnswerStore(PgFlightLocks):
         return n
 
     def _delete(self, sql: str, args: tuple) -> int:
-        n = int(self._pool.run(lambda c: c.execute(sql, args).rowcount))
-        with self._lock:
-            self._vocab.clear()
-        return n
+        return int(self._pool.run(lambda c: c.execute(sql, args).rowcount))
 
     def update_state(self, entry_id: int, state: Mapping[str, Any] | None) -> bool:
         js = None if state is None else json.dumps(dict(state), ensure_ascii=False, allow_nan=False)

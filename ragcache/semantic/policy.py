@@ -31,7 +31,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
-from ragcache.semantic.checks import check_metadata, check_threshold, check_ttl, checked_partition
+from ragcache.semantic.checks import (
+    DEFAULT_PARTITION,
+    check_metadata,
+    check_threshold,
+    check_ttl,
+    checked_partition,
+)
 from ragcache.semantic.embedding import QuestionEmbedder
 from ragcache.semantic.flight import FlightResult, single_flight
 from ragcache.semantic.guards import GuardSet, GuardVerdict
@@ -57,6 +63,23 @@ def make_decider(guards: bool | GuardSet, verifier: Callable[[str, str], bool | 
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])
+
+
+def reembedder(embedder: QuestionEmbedder) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
+    """``questions -> (vectors [n, dim], keep [n])`` for re-embedding a store with ``embedder``: a
+    stored question that this embedder embeds whole is re-embedded; one it would split or match
+    exactly (longer than its window) cannot be re-keyed without the caller's partition and is not kept."""
+
+    def run(questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        keys = [question_key(q, DEFAULT_PARTITION, embedder) for q in questions]
+        keep = np.array([k.mode == "embed" for k in keys], dtype=bool)
+        out = np.zeros((len(questions), embedder.dim), np.float32)
+        texts = [embed_form(k.text) for k in keys if k.mode == "embed"]
+        if texts:
+            out[keep] = np.concatenate([embedder.encode(texts[j:j + 256]) for j in range(0, len(texts), 256)])
+        return out, keep
+
+    return run
 
 
 class SemanticPolicy:

@@ -173,6 +173,11 @@ class SQLiteStore:
         self._db.executemany("INSERT INTO changes(op, partition) VALUES ('drop', ?)", keys)
         return n
 
+    def set_vectors(self, items: Iterable[tuple[int, np.ndarray]]) -> None:
+        """Replace stored vectors (re-embedding with another embedder)."""
+        self._db.executemany("UPDATE entries SET vector=? WHERE id=?",
+                             [(np.ascontiguousarray(v, dtype=np.float32).tobytes(), int(i)) for i, v in items])
+
     def drop_empty_partitions(self, keys: Iterable[str]) -> None:
         """Delete partition rows that hold no entry."""
         self._db.executemany("DELETE FROM partitions WHERE key=? AND NOT EXISTS "
@@ -196,6 +201,9 @@ class SQLiteStore:
     def entries(self, dim: int) -> Iterator[EntryRow]:
         for row in self._db.execute(f"SELECT {_COLS} FROM entries ORDER BY accessed, id"):
             yield _row(row, dim)
+
+    def questions(self) -> list[tuple[int, str]]:
+        return list(self._db.execute("SELECT id, question FROM entries ORDER BY id"))
 
     def entry(self, entry_id: int, dim: int) -> EntryRow | None:
         row = self._db.execute(f"SELECT {_COLS} FROM entries WHERE id=?", (int(entry_id),)).fetchone()
