@@ -53,7 +53,7 @@ def test_index_rebuilt_from_sqlite(tmp_path, caplog, damage):
     (idx,) = (tmp_path / "index").glob("*.faiss")
     if damage == "stale":  # snapshot from an earlier state: later writes only in SQLite
         qs += _fill_more(c)
-        c._db.close()  # simulate a crash: no final flush
+        c.answer_store._db.close()  # simulate a crash: no final flush
     else:
         c.close()
         if damage == "corrupt":
@@ -120,4 +120,4 @@ def test_store_many_repeat_in_batch_keeps_last_and_index_in_sync(tmp_path):
                            partition=PK)
         assert len(ids) == 3 and len(c) == 2
         assert c.lookup("where is my order", partition=PK).answer == "b"
-        assert sorted(c._parts[PK.digest].index.ids().tolist()) == sorted([ids[1], ids[2]])
+        assert sorted(c.answer_store._parts[PK.digest].index.ids().tolist()) == sorted([ids[1], ids[2]])

@@ -55,7 +55,7 @@ def test_bad_ttl_is_named_and_nothing_changes(cache, ttl):
 
 
 def test_sqlite_failing_half_way_through_a_batch_changes_nothing(cache, monkeypatch):
-    real_insert, calls = cache._db.insert, []
+    real_insert, calls = cache.answer_store._db.insert, []
 
     def insert(*args, **kw):
         calls.append(args[1])
@@ -63,7 +63,7 @@ def test_sqlite_failing_half_way_through_a_batch_changes_nothing(cache, monkeypa
             raise sqlite3.OperationalError("disk I/O error")
         return real_insert(*args, **kw)
 
-    monkeypatch.setattr(cache._db, "insert", insert)
+    monkeypatch.setattr(cache.answer_store._db, "insert", insert)
     batch = [("What is a canary?", "new canary"), ("How long are backups kept?", "new backups"),
              ("Who reviews changes?", "new review")]
     with pytest.raises(sqlite3.OperationalError):

@@ -1,5 +1,7 @@
 """Semantic response cache: answers a question already answered in other words, never a different one.
 
+One policy (:class:`SemanticPolicy`) over a :class:`VectorAnswerStore`: FAISS + SQLite
+(:class:`SemanticCache`, embedded) or PostgreSQL + pgvector (``pg_cache.PgSemanticCache``, shared).
 Embeds the question alone; everything else (namespace, model and generation
 parameters, system text, tools, history, documents' content hashes) is an exact
 :class:`PartitionKey`. FAISS finds the nearest stored questions; a hit needs
@@ -43,9 +45,12 @@ from ragcache.semantic.guards import (
     SubstitutionGuard,
     VerifierGuard,
 )
+from ragcache.semantic.faiss_store import FaissAnswerStore
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.lexicon import Lexicon, LexiconUnavailable, lexicon
 from ragcache.semantic.partition import PartitionKey, partition_key, request_partition
+from ragcache.semantic.policy import SemanticPolicy
+from ragcache.semantic.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
 from ragcache.semantic.qtype import QuestionTypeGuard, question_type
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
@@ -60,22 +65,29 @@ __all__ = [
     "Candidate",
     "DirectionGuard",
     "EntityGuard",
+    "FaissAnswerStore",
     "Guard",
     "GuardSet",
     "GuardVerdict",
     "Lexicon",
     "LexiconUnavailable",
     "NegationGuard",
+    "NewEntry",
     "NumberGuard",
     "PartitionKey",
+    "PutResult",
+    "Query",
     "QuestionEmbedder",
     "QuestionKey",
     "QuestionTypeGuard",
     "ScopeGuard",
     "SemanticCache",
     "SemanticHit",
+    "SemanticPolicy",
     "SemanticStats",
+    "StoredAnswer",
     "SubstitutionGuard",
+    "VectorAnswerStore",
     "VerifierGuard",
     "lexicon",
     "normalize_question",

@@ -3,13 +3,15 @@
 :func:`single_flight` looks the question up; on a miss it takes a lock keyed by (partition,
 question words), looks up once more (another caller may have just stored the answer), and only
 then calls ``compute()`` and stores its answer. Callers with the same question wait on the lock
-and find the stored answer. The lock comes from the cache:
+and find the stored answer. The lock is the cache's store's (``cache.flight_lock``, which is
+``VectorAnswerStore.lock``):
 
-- :class:`~ragcache.semantic.pg_cache.PgSemanticCache`: a PostgreSQL session advisory lock, so the
+- PostgreSQL (:class:`~ragcache.semantic.pg_store.PgAnswerStore`): a session advisory lock, so the
   flight spans every process and machine on that database. It belongs to the holder's connection:
   a holder that crashes releases it at once.
-- any other cache (the embedded :class:`~ragcache.semantic.SemanticCache`): a lock in this process;
-  processes sharing one cache directory (``ragcache ask`` runs) use :func:`file_flight_lock`.
+- FAISS + SQLite (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`): a lock in this process
+  (:data:`LOCAL_LOCKS`); processes sharing one cache directory (``ragcache ask`` runs) use
+  :func:`file_flight_lock`.
 
 A holder that hangs blocks the others for at most ``timeout_s`` seconds; then they compute
 themselves (logged). If ``compute`` raises, the lock is released and the next waiter computes.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragcache.semantic.cache import checked_partition
+from ragcache.semantic.checks import checked_partition
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.records import SemanticHit
 from ragcache.semantic.text import exact_form, normalize_question
@@ -130,6 +132,8 @@ class _ProcessLocks:
 
 
 _LOCAL = _ProcessLocks()
+LOCAL_LOCKS = _LOCAL
+"""This process's named locks (the embedded store's single-flight lock)."""
 POLL_S = (0.005, 0.1)
 """First and longest sleep (seconds) between an async waiter's tries; the sleep doubles each try."""
 
@@ -181,36 +185,30 @@ def file_flight_lock(directory: str | Path) -> Callable[[str, float], Any]:
 
 @contextmanager
 def flight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0) -> Iterator[bool]:
-    """Hold the single-flight lock of (partition, question words) for ``cache``: a PostgreSQL advisory
-    lock when the cache has ``flight_lock`` (every process on that database), else a lock in this
-    process. Yields whether the lock was taken (``False`` after waiting ``timeout_s`` seconds for a
+    """Hold the single-flight lock of (partition, question words) for ``cache`` (its store's lock,
+    ``cache.flight_lock``: a PostgreSQL advisory lock for every process on that database, a lock in
+    this process for the embedded store). Yields whether the lock was taken (``False`` after waiting ``timeout_s`` seconds for a
     holder that did not finish: the caller then computes anyway). Used by :func:`single_flight` and by
     ``RagCache.answer``.
 
     Raises:
         ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
     timeout_s = check_timeout(timeout_s)
-    hold = getattr(cache, "flight_lock", None) or _LOCAL.hold
-    with hold(flight_key(partition, question), timeout_s) as locked:
+    with cache.flight_lock(flight_key(partition, question), timeout_s) as locked:
         yield locked
 
 
 @asynccontextmanager
 async def aflight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0
                        ) -> AsyncIterator[bool]:
-    """Async :func:`flight_hold`: the same lock (a PostgreSQL advisory lock when the cache has
-    ``aflight_lock``, else this process's lock, shared with sync callers), waited for on the event
-    loop. A cache with only a sync ``flight_lock`` is held from a worker thread. Yields whether the
-    lock was taken (``False`` after ``timeout_s`` seconds).
+    """Async :func:`flight_hold`: the same lock (``cache.aflight_lock``, shared with sync callers),
+    waited for on the event loop. Yields whether the lock was taken (``False`` after ``timeout_s``
+    seconds).
 
     Raises:
         ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
     timeout_s = check_timeout(timeout_s)
-    key = flight_key(partition, question)
-    ahold = getattr(cache, "aflight_lock", None)
-    if ahold is None and getattr(cache, "flight_lock", None) is not None:
-        ahold = _threaded(cache.flight_lock)
-    async with (ahold or _LOCAL.ahold)(key, timeout_s) as locked:
+    async with cache.aflight_lock(flight_key(partition, question), timeout_s) as locked:
         yield locked
 
 
@@ -227,30 +225,14 @@ async def enter_in_thread(cm: Any) -> Any:
         raise
 
 
-def _threaded(hold: Callable[[str, float], Any]) -> Callable[[str, float], Any]:
-    """An async hold over a sync context manager, entered and left in worker threads
-    (:func:`enter_in_thread`)."""
-
-    @asynccontextmanager
-    async def ahold(key: str, timeout_s: float) -> AsyncIterator[bool]:
-        cm = hold(key, timeout_s)
-        locked = await enter_in_thread(cm)
-        try:
-            yield locked
-        finally:
-            await asyncio.to_thread(cm.__exit__, None, None, None)
-
-    return ahold
-
-
 def single_flight(cache: Any, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
                   threshold: float | None = None, timeout_s: float = 60.0,
                   metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
     """Serve ``question`` from ``cache`` or run ``compute()`` once among concurrent identical misses.
 
     Args:
-        cache: a semantic cache (``lookup`` / ``store``); if it has ``flight_lock(key, timeout_s)``
-            (PostgreSQL) the flight spans processes, else it spans this process's threads.
+        cache: a semantic cache (``lookup`` / ``store`` / ``flight_lock``): over PostgreSQL the flight
+            spans processes, over the embedded store this process's threads.
         compute: the model call, ``() -> answer text``.
         timeout_s: longest wait for another caller's ``compute`` before computing here.
 

@@ -1,9 +1,13 @@
-"""Persistence of :class:`~ragcache.semantic.cache.SemanticCache`: periodic flush of touched rows
-and dirty FAISS indexes to SQLite, and open / recovery (schema and embedder check, expired rows
-dropped, each partition's index loaded, rebuilt when corrupt or missing, synced with SQLite).
+"""Persistence of :class:`~ragcache.semantic.faiss_store.FaissAnswerStore`: periodic flush of
+touched rows and dirty FAISS indexes, and open / recovery (schema and embedder check, expired rows
+dropped, each partition's index loaded, rebuilt when corrupt or missing, reconciled with SQLite).
 
-A mixin over the cache's private state; split from ``cache.py``. Files are never unpickled:
-indexes are FAISS bytes stored in SQLite and checked on load.
+A snapshot is trusted only as far as it agrees with SQLite, which holds every entry's vector: ids
+SQLite no longer has are removed and ids it has that the snapshot lacks are added (a snapshot older
+than the last writes), but if any vector in the snapshot differs from SQLite's vector of the same id
+(a snapshot copied from another folder, or left from an older database whose ids were reused), the
+partition's index is rebuilt from SQLite with a warning. Files are never unpickled: snapshots are
+FAISS bytes checked on load.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ logger = logging.getLogger("ragcache.semantic")
 
 
 class CachePersistence(CacheRegistry):
-    """Flush and open / recover, mixed into ``SemanticCache`` (over :class:`CacheRegistry`)."""
+    """Flush and open / recover, mixed into ``FaissAnswerStore`` (over :class:`CacheRegistry`)."""
 
     _entries: dict[int, Entry]
     _parts: dict[str, Partition]
@@ -38,6 +42,8 @@ class CachePersistence(CacheRegistry):
     _writes: int
     path: Any
     embedder: Any
+    _seq: int
+    reembed: Any
     hnsw_threshold: int
     autosave_every: int
 
@@ -50,9 +56,10 @@ class CachePersistence(CacheRegistry):
         with self._touch_lock:
             touched = [(i, t, self._entries[i].hits) for i, t in self._touched.items() if i in self._entries]
             self._touched.clear()
-        if touched:
+        if touched or self.path is not None:
             with self._db.transaction():
                 self._db.touch(touched)
+                self._db.prune_changes()
         if self.path is not None:
             for k in sorted(self._dirty):
                 if k in self._parts:
@@ -67,10 +74,32 @@ class CachePersistence(CacheRegistry):
         if all(v is None for v in have.values()):
             self._db.set_meta(want)
         elif have != want:
-            raise ValueError(
-                f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
-                "or use another path (or delete the directory) for this embedder"
-            )
+            if self.reembed is None or have["schema"] != want["schema"]:
+                raise ValueError(
+                    f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "
+                    "pass reembed=True to re-embed its stored questions with this one, or use another path "
+                    "(or delete the directory) for this embedder")
+            self._reembed(want)
+        self._load()
+
+    def _reembed(self, want: dict[str, str]) -> None:
+        """Replace every stored vector with this embedder's (``self.reembed``: questions -> (vectors
+        ``[n, dim]``, keep mask)); entries it cannot re-key are deleted; snapshots are dropped."""
+        rows = self._db.questions()
+        vecs, keep = self.reembed([q for _, q in rows])
+        with self._db.transaction():
+            self._db.set_vectors([(i, v) for (i, _), v, k in zip(rows, vecs, keep, strict=True) if k])
+            self._db.delete([i for (i, _), k in zip(rows, keep, strict=True) if not k])
+            self._db.set_meta(want)
+        for key, _, _ in self._db.partitions():
+            self._db.drop_index(key)
+        logger.warning("semantic cache %s: re-embedded %d stored questions with %s; dropped %d that this embedder "
+                       "keys differently (longer than its window)", self.path, int(np.sum(keep)),
+                       want["embedder"][:12], len(rows) - int(np.sum(keep)))
+
+    def _load(self) -> None:
+        """Read every live entry from SQLite into memory and load / reconcile each partition's index."""
+        self._seq = self._db.last_change()
         for key, ns, docs in self._db.partitions():
             self._partition(PartitionKey(key, ns, (), tuple(docs)))
         vecs: dict[str, tuple[list[int], list[np.ndarray]]] = {}
@@ -92,11 +121,13 @@ class CachePersistence(CacheRegistry):
             ids, vs = vecs.get(key, ([], []))
             part.index = self._load_index(key, np.asarray(ids, np.int64), vs)
         if dead:
-            with self._lock.write(), self._db.transaction():
+            with self._db.transaction():
                 self._db.delete(dead)
         empty = {k for k, p in self._parts.items() if not len(p.index)}
         if empty:
-            self._drop_partitions(empty, count=False)
+            with self._db.transaction():
+                self._db.drop_empty_partitions(empty)
+            self._forget_partitions(empty)
 
     def _load_index(self, key: str, ids: np.ndarray, vecs: list[np.ndarray]) -> PartitionIndex:
         data = self._db.read_index(key)
@@ -116,7 +147,17 @@ class CachePersistence(CacheRegistry):
                 idx.add(ids, np.stack(vecs))
             self._dirty.add(key)
             return idx
-        have = idx.ids()
+        have, snap = idx.vectors()
+        common, at_snap, at_sql = np.intersect1d(have, ids, return_indices=True)
+        if len(common) and not np.array_equal(snap[at_snap], np.stack(vecs)[at_sql]):
+            bad = int((snap[at_snap] != np.stack(vecs)[at_sql]).any(axis=1).sum())
+            logger.warning("semantic cache %s: index of partition %s does not match SQLite (%d of %d vectors "
+                           "differ: a snapshot from another cache or an older database); rebuilding from SQLite",
+                           self.path, key[:12], bad, len(common))
+            idx = self._new_index()
+            idx.add(ids, np.stack(vecs))
+            self._dirty.add(key)
+            return idx
         extra = np.setdiff1d(have, ids)
         missing = np.isin(ids, have, invert=True)
         if len(extra):

@@ -5,7 +5,7 @@ Tables live in one PostgreSQL schema (default ``ragcache``)::
     schema_version(version)      migrations applied, one row per step
     meta(key, value)             embedder fingerprint and width the cache was built with
     entries(id, partition, namespace, qhash, question, answer, metadata jsonb, docs text[],
-            embedding vector(d), created, accessed, expires, hits)
+            embedding vector(d), created, accessed, expires, hits, state jsonb)
 
 Indexes: HNSW on ``embedding`` (cosine; pgvector, Malkov & Yashunin, TPAMI 2018) searched with
 ``hnsw.iterative_scan`` so a per-partition filter still returns k rows; a unique
@@ -60,6 +60,10 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
         CREATE INDEX IF NOT EXISTS entries_embedding ON {s}.entries
             USING hnsw (embedding vector_cosine_ops) WITH (m = {hnsw_m}, ef_construction = {ef_construction});
         """,
+        # 2: per-entry decision state (e.g. a vCache per-entry threshold), NULL until set
+        f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS state jsonb",
+        # 3: a partition's rows by id (typo correction reads the rows added since its last look)
+        f"CREATE INDEX IF NOT EXISTS entries_partition_id ON {s}.entries (partition, id)",
     ]
 
 

@@ -31,12 +31,14 @@ class SemanticHit:
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One nearest stored question considered by a lookup, and the guards' verdict on it."""
+    """One nearest stored question considered by a lookup, the guards' verdict on it, and the
+    entry's decision state (a JSON object set with ``update_state``, or ``None``)."""
 
     entry_id: int
     question: str
     similarity: float
     verdict: GuardVerdict
+    state: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)

@@ -1,9 +1,9 @@
-"""In-memory bookkeeping of :class:`~ragcache.semantic.cache.SemanticCache`: partitions, entries,
-LRU order, and removal (entries, whole partitions, over-capacity eviction).
+"""In-memory bookkeeping of :class:`~ragcache.semantic.faiss_store.FaissAnswerStore`: partitions,
+entries, LRU order, and removal (entries, whole partitions, over-capacity eviction).
 
-A mixin over the cache's private state (``_entries``, ``_lru``, ``_touched``, ``_parts``,
-``_doc_parts``, ``_dirty``, ``_db``, ``_stats``); every method here runs with the cache's
-write lock held. Split from ``cache.py`` so the lookup / store logic reads on its own.
+A mixin over the store's private state (``_entries``, ``_lru``, ``_touched``, ``_parts``,
+``_doc_parts``, ``_dirty``, ``_db``, ``counters``); every method here runs with the store's
+write lock held.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from ragcache.semantic.records import Entry, Partition
 
 
 class CacheRegistry:
-    """Partition / entry bookkeeping mixed into ``SemanticCache`` (write lock held by the caller)."""
+    """Partition / entry bookkeeping mixed into ``FaissAnswerStore`` (write lock held by the caller)."""
 
     _entries: dict[int, Entry]
     _parts: dict[str, Partition]
     _doc_parts: dict[str, set[str]]
     _dirty: set[str]
     _db: Any
-    _stats: Any
+    counters: Any
     _touch_lock: Any
     _lru: Any
     _touched: dict[int, float]
@@ -80,22 +80,33 @@ class CacheRegistry:
             return
         with self._db.transaction():
             self._db.delete(ids)
-        by_part = self._forget(ids)
-        empty = [k for k in by_part if not len(self._parts[k].index)]
-        if empty:
-            self._drop_partitions(set(empty), count=False)
+        self._forget_ids(ids)
         self._after_write(len(ids))
 
-    def _drop_partitions(self, keys: set[str], count: bool = True) -> int:
-        n = 0
+    def _forget_ids(self, ids: list[int]) -> None:
+        """Drop ids from memory and FAISS; a partition left empty is dropped from memory, and from
+        SQLite when it holds no entry there either (another process may have just written one)."""
+        by_part = self._forget(ids)
+        empty = {k for k in by_part if not len(self._parts[k].index)}
+        if empty:
+            with self._db.transaction():
+                self._db.drop_empty_partitions(empty)
+            self._forget_partitions(empty)
+
+    def _drop_partitions(self, keys: set[str]) -> int:
+        """Delete partitions in SQLite and memory; returns the entries SQLite held in them."""
         with self._db.transaction():
-            self._db.delete_partitions(keys)
+            n = self._db.delete_partitions(keys)
+        self._forget_partitions(keys)
+        return n
+
+    def _forget_partitions(self, keys: set[str]) -> None:
+        """Drop partitions from memory (and their snapshots)."""
         for k in keys:
             part = self._parts.pop(k, None)
             if part is None:
                 continue
             ids = [i for s in part.exact.values() for i in s]
-            n += len(ids)
             for i in ids:
                 self._entries.pop(i, None)
                 with self._touch_lock:
@@ -109,9 +120,6 @@ class CacheRegistry:
                         del self._doc_parts[d]
             self._dirty.discard(k)
             self._db.drop_index(k)
-        if count:
-            self._stats.invalidations += n
-        return n
 
     def _evict_over_capacity(self) -> None:
         over = len(self._entries) - self.max_entries
@@ -119,4 +127,4 @@ class CacheRegistry:
             with self._touch_lock:
                 victims = [i for i, _ in zip(self._lru, range(over))]
             self._remove_ids(victims)
-            self._stats.evictions += len(victims)
+            self.counters.evictions += len(victims)

@@ -2,7 +2,8 @@
 
 Layout of a cache directory::
 
-    semantic.sqlite3         entries (question, answer, partition, vector, timestamps), partitions, meta
+    semantic.sqlite3         entries (question, answer, partition, vector, timestamps, state),
+                             partitions, meta, changes (the change log other processes replay)
     index/<partition>.faiss  FAISS snapshot of one partition (written atomically: temp file + os.replace)
 
 SQLite is the source of truth: every store/remove commits a transaction (WAL
@@ -10,6 +11,11 @@ journal), so a killed process loses nothing it committed. Index snapshots are
 written on ``flush()``/``close()`` and every ``autosave_every`` writes; on open a
 snapshot is checked against SQLite's ids and brought up to date, and a missing
 or corrupt snapshot is rebuilt from the vectors in SQLite. Nothing is pickled.
+
+Every write also appends to ``changes`` (``put`` id, ``del`` id, ``drop`` partition) in the same
+transaction; a process that has the folder open notices another process's commit through
+``PRAGMA data_version`` and replays the log from the last sequence number it applied, so an
+``invalidate`` in one process stops every other process from serving at its next lookup.
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ CREATE TABLE IF NOT EXISTS entries (
     created REAL NOT NULL,
     accessed REAL NOT NULL,
     expires REAL,
-    hits INTEGER NOT NULL DEFAULT 0);
+    hits INTEGER NOT NULL DEFAULT 0,
+    state TEXT);
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, entry INTEGER, partition TEXT);
 CREATE INDEX IF NOT EXISTS entries_partition ON entries(partition);
 CREATE INDEX IF NOT EXISTS partitions_namespace ON partitions(namespace);
 """
@@ -62,6 +71,21 @@ class EntryRow:
     accessed: float
     expires: float | None
     hits: int
+    state: dict | None = None
+
+
+CHANGE_LOG_KEEP = 100_000
+"""Change-log rows kept when it is pruned; a process further behind reloads everything."""
+
+_COLS = "id, partition, question, answer, metadata, vector, created, accessed, expires, hits, state"
+
+
+def _row(row: tuple, dim: int) -> EntryRow:
+    vec = np.frombuffer(row[5], dtype=np.float32)
+    if vec.shape[0] != dim:
+        raise ValueError(f"entry {row[0]} has a vector of width {vec.shape[0]}, expected {dim}")
+    return EntryRow(row[0], row[1], row[2], row[3], json.loads(row[4]), vec, row[6], row[7], row[8], row[9],
+                    None if row[10] is None else json.loads(row[10]))
 
 
 class CorruptAnswerDBError(ValueError):
@@ -92,10 +116,17 @@ class SQLiteStore:
             if directory is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._migrate()
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise CorruptAnswerDBError(target, e) from None
+
+    def _migrate(self) -> None:
+        """Create the schema; add the ``state`` column to databases written before it existed."""
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(entries)")}
+        if have and "state" not in have:
+            self._db.execute("ALTER TABLE entries ADD COLUMN state TEXT")
+        self._db.executescript(_SCHEMA)
 
     # ----------------------------------------------------------------- meta
     def get_meta(self, key: str) -> str | None:
@@ -123,15 +154,39 @@ class SQLiteStore:
             (partition, question, answer, json.dumps(metadata, ensure_ascii=False),
              np.ascontiguousarray(vector, dtype=np.float32).tobytes(), created, created, expires),
         )
-        return int(cur.lastrowid)
+        i = int(cur.lastrowid)
+        self._db.execute("INSERT INTO changes(op, entry, partition) VALUES ('put', ?, ?)", (i, partition))
+        return i
 
     def delete(self, ids: Iterable[int]) -> None:
-        self._db.executemany("DELETE FROM entries WHERE id=?", [(int(i),) for i in ids])
+        rows = [(int(i),) for i in ids]
+        self._db.executemany("DELETE FROM entries WHERE id=?", rows)
+        self._db.executemany("INSERT INTO changes(op, entry) VALUES ('del', ?)", rows)
 
-    def delete_partitions(self, keys: Iterable[str]) -> None:
+    def delete_partitions(self, keys: Iterable[str]) -> int:
+        """Delete partitions and their entries; returns the entries deleted."""
         keys = [(k,) for k in keys]
+        n = sum(int(self._db.execute("SELECT COUNT(*) FROM entries WHERE partition=?", k).fetchone()[0])
+                for k in keys)
         self._db.executemany("DELETE FROM entries WHERE partition=?", keys)
         self._db.executemany("DELETE FROM partitions WHERE key=?", keys)
+        self._db.executemany("INSERT INTO changes(op, partition) VALUES ('drop', ?)", keys)
+        return n
+
+    def set_vectors(self, items: Iterable[tuple[int, np.ndarray]]) -> None:
+        """Replace stored vectors (re-embedding with another embedder)."""
+        self._db.executemany("UPDATE entries SET vector=? WHERE id=?",
+                             [(np.ascontiguousarray(v, dtype=np.float32).tobytes(), int(i)) for i, v in items])
+
+    def drop_empty_partitions(self, keys: Iterable[str]) -> None:
+        """Delete partition rows that hold no entry."""
+        self._db.executemany("DELETE FROM partitions WHERE key=? AND NOT EXISTS "
+                             "(SELECT 1 FROM entries WHERE partition=?)", [(k, k) for k in keys])
+
+    def set_state(self, entry_id: int, state: dict | None) -> bool:
+        """Replace one entry's decision state (JSON); False when the entry does not exist."""
+        js = None if state is None else json.dumps(state, ensure_ascii=False, allow_nan=False)
+        return self._db.execute("UPDATE entries SET state=? WHERE id=?", (js, int(entry_id))).rowcount > 0
 
     def touch(self, items: Iterable[tuple[int, float, int]]) -> None:
         """Persist (id, last access time, hit count) triples (LRU order survives reopen)."""
@@ -144,14 +199,60 @@ class SQLiteStore:
                 self._db.execute("SELECT key, namespace, docs FROM partitions ORDER BY key")]
 
     def entries(self, dim: int) -> Iterator[EntryRow]:
-        for row in self._db.execute(
-            "SELECT id, partition, question, answer, metadata, vector, created, accessed, expires, hits "
-            "FROM entries ORDER BY accessed, id"
-        ):
-            vec = np.frombuffer(row[5], dtype=np.float32)
-            if vec.shape[0] != dim:
-                raise ValueError(f"entry {row[0]} has a vector of width {vec.shape[0]}, expected {dim}")
-            yield EntryRow(row[0], row[1], row[2], row[3], json.loads(row[4]), vec, row[6], row[7], row[8], row[9])
+        for row in self._db.execute(f"SELECT {_COLS} FROM entries ORDER BY accessed, id"):
+            yield _row(row, dim)
+
+    def questions(self) -> list[tuple[int, str]]:
+        return list(self._db.execute("SELECT id, question FROM entries ORDER BY id"))
+
+    def entry(self, entry_id: int, dim: int) -> EntryRow | None:
+        row = self._db.execute(f"SELECT {_COLS} FROM entries WHERE id=?", (int(entry_id),)).fetchone()
+        return None if row is None else _row(row, dim)
+
+    def partition(self, key: str) -> tuple[str, str, list[str]] | None:
+        row = self._db.execute("SELECT key, namespace, docs FROM partitions WHERE key=?", (key,)).fetchone()
+        return None if row is None else (row[0], row[1], json.loads(row[2]))
+
+    def states(self, ids: list[int]) -> dict[int, dict | None]:
+        """Decision state of each id (absent ids are left out)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        return {i: None if s is None else json.loads(s) for i, s in
+                self._db.execute(f"SELECT id, state FROM entries WHERE id IN ({marks})", [int(i) for i in ids])}
+
+    def partitions_with(self, docs: Iterable[str] = (), namespace: str | None = None,
+                        every: bool = False) -> list[str]:
+        """Keys of the partitions built on any of ``docs``, or of ``namespace``, or all (``every``)."""
+        if every:
+            return [r[0] for r in self._db.execute("SELECT key FROM partitions")]
+        if namespace is not None:
+            return [r[0] for r in self._db.execute("SELECT key FROM partitions WHERE namespace=?", (namespace,))]
+        docs = list(docs)
+        marks = ",".join("?" * len(docs))
+        return [r[0] for r in self._db.execute(
+            f"SELECT DISTINCT p.key FROM partitions p, json_each(p.docs) d WHERE d.value IN ({marks})", docs)]
+
+    def expired(self, now: float) -> list[int]:
+        return [r[0] for r in self._db.execute("SELECT id FROM entries WHERE expires IS NOT NULL AND expires <= ?",
+                                               (now,))]
+
+    # ----------------------------------------------------------------- change log (other processes' writes)
+    def data_version(self) -> int:
+        """Changes when another connection commits (``PRAGMA data_version``)."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def last_change(self) -> int:
+        return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM changes").fetchone()[0])
+
+    def changes_since(self, seq: int) -> list[tuple[int, str, int | None, str | None]]:
+        """(seq, op, entry, partition) rows after ``seq``, in order."""
+        return list(self._db.execute("SELECT seq, op, entry, partition FROM changes WHERE seq > ? ORDER BY seq",
+                                     (seq,)))
+
+    def prune_changes(self, keep: int = CHANGE_LOG_KEEP) -> None:
+        """Drop change-log rows older than the last ``keep`` (call inside a transaction)."""
+        self._db.execute("DELETE FROM changes WHERE seq <= (SELECT MAX(seq) FROM changes) - ?", (keep,))
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
@@ -184,14 +285,19 @@ class SQLiteStore:
 
 
 class _Tx:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection.
+    Re-entrant: inside an open transaction it joins it (the outermost one commits or rolls back)."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
+        self._outer = False
 
     def __enter__(self) -> sqlite3.Connection:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._outer = not self._db.in_transaction
+        if self._outer:
+            self._db.execute("BEGIN IMMEDIATE")
         return self._db
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if self._outer:
+            self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -285,7 +285,7 @@ def latency(n: int, emb: QuestionEmbedder, *, real_embeddings: int = 2000, queri
     t1 = time.perf_counter()
     cache.store_many([(q, "A") for q in stored], partition=pk, vectors=vecs)
     build_s = time.perf_counter() - t1
-    index = cache._parts[pk.digest].index
+    index = cache.answer_store._parts[pk.digest].index
     qv = emb.encode(probes)
     search_ms = []
     for v in qv:

@@ -80,7 +80,7 @@ def semantic_latency(n: int, emb: Any, pg_url: str, schema: str, queries: int = 
     local = SemanticCache(embedder=emb, max_entries=n + queries)
     t0 = time.perf_counter()
     local.store_many([(q, "A") for q in stored], partition=pk, vectors=vecs)
-    index = local._parts[pk.digest].index
+    index = local.answer_store._parts[pk.digest].index
     out["faiss"] = {"index": index.kind, "insert_s": time.perf_counter() - t0}
     ms = []
     got = []
@@ -88,7 +88,7 @@ def semantic_latency(n: int, emb: Any, pg_url: str, schema: str, queries: int = 
         s = time.perf_counter()
         _, ids = index.search(v, local.candidates)
         ms.append((time.perf_counter() - s) * 1e3)
-        got.append(local._entries[int(ids[0])].question if len(ids) else None)
+        got.append(local.answer_store._entries[int(ids[0])].question if len(ids) else None)
     out["faiss"]["search_ms"] = _pct(ms)
     out["faiss"]["recall_at_1"] = float(np.mean([g == stored[t[0]] for g, t in zip(got, top)]))
     ms = []

@@ -1,0 +1,366 @@
+"""SemanticPolicy: the semantic cache's whole decision, written once over a vector-answer store.
+
+A lookup normalises the question (the last user turn alone), keys it
+(:mod:`ragcache.semantic.keying`: a question longer than the embedder's window is matched exactly
+up to its last sentence, which alone is embedded, or matched exactly as a whole), corrects typos
+against the partition's stored words (:mod:`ragcache.semantic.speller`), embeds it, asks the store
+for the ``candidates`` nearest stored questions (:class:`~ragcache.semantic.protocol.VectorAnswerStore`;
+an entry with the same words is always among them), drops candidates whose answer budget does not
+fit the request (:func:`~ragcache.semantic.budget.servable`), and serves the first whose cosine
+similarity is ``>= threshold`` and that the decider accepts. The decider is
+``decider.check(query_text, candidate_text, similarity) -> GuardVerdict`` (today the guards,
+:class:`~ragcache.semantic.guards.GuardSet`; a learned verifier plugs in at the same seam).
+``threshold=1.0`` means exact: only a stored question with the same words is served.
+
+The same code runs for every store: :class:`~ragcache.semantic.cache.SemanticCache` (FAISS +
+SQLite, embedded) and :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (PostgreSQL + pgvector,
+shared). Statistics are counted here; single flight takes the store's lock (:meth:`flight_lock`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Protocol
+
+import numpy as np
+
+from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
+from ragcache.semantic.checks import (
+    DEFAULT_PARTITION,
+    check_metadata,
+    check_threshold,
+    check_ttl,
+    checked_partition,
+)
+from ragcache.semantic.embedding import QuestionEmbedder
+from ragcache.semantic.flight import FlightResult, single_flight
+from ragcache.semantic.guards import GuardSet, GuardVerdict
+from ragcache.semantic.keying import QuestionKey, question_key
+from ragcache.semantic.partition import PartitionKey
+from ragcache.semantic.protocol import NewEntry, Query, StoredAnswer, VectorAnswerStore
+from ragcache.semantic.records import Candidate, SemanticHit
+from ragcache.semantic.stats import SemanticStats
+from ragcache.semantic.text import embed_form, normalize_question
+
+logger = logging.getLogger("ragcache.semantic")
+
+
+class Decider(Protocol):
+    """What decides a hit among candidates at or above the threshold (the guards, or a verifier)."""
+
+    def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict: ...
+
+
+def make_decider(guards: bool | GuardSet, verifier: Callable[[str, str], bool | float] | None) -> GuardSet:
+    """The guards a cache runs: ``True`` the defaults, ``False`` none, or a given set; ``verifier`` is
+    appended as the last guard."""
+    if isinstance(guards, GuardSet):
+        return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
+    return GuardSet.default(verifier) if guards else GuardSet([])
+
+
+def reembedder(embedder: QuestionEmbedder) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
+    """``questions -> (vectors [n, dim], keep [n])`` for re-embedding a store with ``embedder``: a
+    stored question that this embedder embeds whole is re-embedded; one it would split or match
+    exactly (longer than its window) cannot be re-keyed without the caller's partition and is not kept."""
+
+    def run(questions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        keys = [question_key(q, DEFAULT_PARTITION, embedder) for q in questions]
+        keep = np.array([k.mode == "embed" for k in keys], dtype=bool)
+        out = np.zeros((len(questions), embedder.dim), np.float32)
+        texts = [embed_form(k.text) for k in keys if k.mode == "embed"]
+        if texts:
+            out[keep] = np.concatenate([embedder.encode(texts[j:j + 256]) for j in range(0, len(texts), 256)])
+        return out, keep
+
+    return run
+
+
+class SemanticPolicy:
+    """Semantic response cache keyed by (exact partition, question embedding), over ``answer_store``.
+
+    Args:
+        answer_store: where entries live (:class:`~ragcache.semantic.protocol.VectorAnswerStore`).
+        embedder: the resolved :class:`QuestionEmbedder` (the store holds its vectors).
+        threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only.
+        ttl_s: default time to live of an entry in seconds (``None``: no expiry).
+        decider: ``check(query, candidate, similarity) -> GuardVerdict`` (a :class:`GuardSet`).
+        candidates: nearest stored questions checked per lookup (best first).
+        typo_correction: correct out-of-vocabulary query words against the partition's words.
+        store_truncated: store answers cut at their token budget (served then only to the same budget).
+    """
+
+    def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float,
+                 ttl_s: float | None, decider: Decider, candidates: int, typo_correction: bool = True,
+                 store_truncated: bool = False) -> None:
+        self.answer_store = answer_store
+        self.embedder = embedder
+        self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
+        self.guards = decider
+        self.candidates, self.typo_correction = candidates, typo_correction
+        self.store_truncated = bool(store_truncated)
+        self._stats = SemanticStats()
+        self._stats_lock = threading.Lock()
+        self._vec_memo: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    # ================================================================= lookup
+    def lookup(self, question: str, *, partition: PartitionKey | None = None,
+               threshold: float | None = None, max_tokens: int | None = None) -> SemanticHit | None:
+        """Return the cached answer for ``question`` in ``partition``, or ``None``.
+
+        ``threshold=None`` uses the cache default; any given value (1.0 included) is used as is.
+        ``max_tokens`` is the request's new-token budget: a truncated answer is served only to the
+        same budget, a complete one of known length only to a budget that holds it (``None``:
+        unknown budget, so no truncated answer is served).
+
+        Raises:
+            ValueError: empty question, threshold outside [-1, 1], or a negative ``max_tokens``.
+            RemoteStoreError: a shared store is unreachable.
+        """
+        t0 = time.perf_counter()
+        t = self.threshold if threshold is None else check_threshold(threshold)
+        hit, cands, embed_s = self._lookup(question, checked_partition(partition), t, max_tokens=max_tokens)
+        rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
+        with self._stats_lock:
+            self._stats.record_lookup(time.perf_counter() - t0, embed_s, rejected, hit is not None)
+        return hit
+
+    async def alookup(self, question: str, *, partition: PartitionKey | None = None,
+                      threshold: float | None = None, max_tokens: int | None = None) -> SemanticHit | None:
+        """Async :meth:`lookup` (same code in a worker thread, same threshold and budget semantics)."""
+        return await asyncio.to_thread(self.lookup, question, partition=partition, threshold=threshold,
+                                       max_tokens=max_tokens)
+
+    def candidates_for(self, question: str, *, partition: PartitionKey | None = None,
+                       threshold: float | None = None, max_tokens: int | None = None) -> list[Candidate]:
+        """The nearest stored questions with similarity, verdict and state (no stats, no LRU touch)."""
+        t = self.threshold if threshold is None else check_threshold(threshold)
+        return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True,
+                            max_tokens=max_tokens)[1]
+
+    def key(self, question: str, *, partition: PartitionKey | None = None) -> QuestionKey:
+        """How ``question`` is keyed for this cache's embedder (embedded whole, split, or exact only)."""
+        return question_key(normalize_question(question), checked_partition(partition), self.embedder)
+
+    def _lookup(self, question: str, pk: PartitionKey, t: float, touch: bool = True,
+                judge_all: bool = False, max_tokens: int | None = None
+                ) -> tuple[SemanticHit | None, list[Candidate], float]:
+        servable(AnswerBudget(), max_tokens)  # validates max_tokens
+        key = question_key(normalize_question(question), pk, self.embedder)
+        digest = key.partition.digest
+        if not self.answer_store.may_hold(digest):
+            return None, [], 0.0
+        if key.exact_only:
+            t = 1.0
+        elif self.typo_correction:
+            key = key.with_tail(self.answer_store.correct(digest, key.embed_text, self.embedder.known_words))
+        e0 = time.perf_counter()
+        vec = self._embed_many([embed_form(key.embed_text)])[0]
+        embed_s = time.perf_counter() - e0
+        query = Query(digest, vec, key.text)
+        rows = self.answer_store.exact(query) if t >= 1.0 else self.answer_store.search(query, self.candidates)
+        hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
+        if hit is not None and touch:
+            self.answer_store.touch([hit.entry_id])
+        return hit, cands, embed_s
+
+    def _decide(self, q: str, rows: list[StoredAnswer], t: float, judge_all: bool,
+                max_tokens: int | None) -> tuple[SemanticHit | None, list[Candidate]]:
+        """The first candidate at or above ``t`` whose budget fits and that the decider accepts."""
+        cands: list[Candidate] = []
+        hit: SemanticHit | None = None
+        for r in rows:
+            sim = float(r.similarity)
+            why = servable(r.budget, max_tokens)
+            if why is not None:
+                verdict = GuardVerdict("budget", why)
+            elif judge_all or (t < 1.0 and sim >= t):
+                verdict = self.guards.check(q, r.question, sim)
+            else:
+                verdict = GuardVerdict()
+            cands.append(Candidate(r.id, r.question, sim, verdict, r.state))
+            if hit is None and (t >= 1.0 or sim >= t) and verdict.ok:
+                hit = SemanticHit(r.answer, sim, r.question, r.id, r.metadata, r.partition,
+                                  r.budget.finish_reason, r.budget.max_tokens)
+        return hit, cands
+
+    def _embed_many(self, texts: list[str]) -> np.ndarray:
+        """Unit embeddings ``[n, dim]``; single queries are memoised (the last 256)."""
+        if not texts:
+            return np.zeros((0, self.embedder.dim), np.float32)
+        if len(texts) == 1:
+            with self._stats_lock:
+                v = self._vec_memo.get(texts[0])
+            if v is not None:
+                return v[None, :]
+        out = self.embedder.encode(texts)
+        if len(texts) <= 4:
+            with self._stats_lock:
+                for t, v in zip(texts, out):
+                    self._vec_memo[t] = v
+                    self._vec_memo.move_to_end(t)
+                while len(self._vec_memo) > 256:
+                    self._vec_memo.popitem(last=False)
+        return out
+
+    # ================================================================= writes
+    def store(self, question: str, answer: str, *, partition: PartitionKey | None = None,
+              metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
+              finish_reason: str | None = None, max_tokens: int | None = None,
+              output_tokens: int | None = None) -> int | None:
+        """Store ``answer`` for ``question`` in ``partition``; returns the entry id.
+
+        A stored question with the same words in the same partition is replaced. ``finish_reason``,
+        ``max_tokens`` (the budget it was generated under) and ``output_tokens`` describe how the
+        answer ended: a truncated answer (``"length"`` / ``"max_tokens"``) is not stored unless the
+        cache has ``store_truncated=True``, and then ``None`` is returned.
+
+        Raises:
+            ValueError: empty question, non-str answer, ``ttl_s <= 0``, metadata not JSON-like,
+                negative token counts; nothing is stored or removed then.
+            RemoteStoreError: a shared store is unreachable (nothing of this call was committed).
+        """
+        ids = self.store_many([(question, answer)], partition=partition, metadata=metadata, ttl_s=ttl_s,
+                              finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens)
+        return ids[0] if ids else None
+
+    async def astore(self, question: str, answer: str, *, partition: PartitionKey | None = None,
+                     metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
+                     finish_reason: str | None = None, max_tokens: int | None = None,
+                     output_tokens: int | None = None) -> int | None:
+        """Async :meth:`store`."""
+        return await asyncio.to_thread(self.store, question, answer, partition=partition, metadata=metadata,
+                                       ttl_s=ttl_s, finish_reason=finish_reason, max_tokens=max_tokens,
+                                       output_tokens=output_tokens)
+
+    def store_many(self, items: Sequence[tuple[str, str]], *, partition: PartitionKey | None = None,
+                   metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
+                   vectors: np.ndarray | None = None, finish_reason: str | None = None,
+                   max_tokens: int | None = None, output_tokens: int | None = None) -> list[int]:
+        """Store many (question, answer) pairs in one transaction and one embedding batch.
+
+        ``vectors`` (float32 ``[n, dim]``) skips embedding: precomputed embeddings of the questions'
+        :func:`~ragcache.semantic.text.embed_form` from this cache's embedder (bulk warm-up). Rows are
+        re-normalised; rows of questions longer than the embedder's window are recomputed (only their
+        last sentence is embedded). The budget arguments apply to every item (see :meth:`store`);
+        returns ``[]`` when truncated answers are not stored.
+        """
+        pk = checked_partition(partition)
+        ttl = self.ttl_s if ttl_s is None else check_ttl(ttl_s)
+        budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
+        keys = [question_key(normalize_question(q), pk, self.embedder) for q, _ in items]
+        for _, a in items:
+            if not isinstance(a, str):
+                raise ValueError(f"answer must be a str, got {type(a).__name__}")
+        meta = check_metadata(metadata)  # before anything is written: the store below must not fail half-way
+        merge_metadata(meta, budget)  # refuses the reserved key
+        if budget.truncated and not self.store_truncated:
+            logger.debug("semantic cache: not storing %d truncated answer(s) (finish_reason=%r)", len(items),
+                         finish_reason)
+            return []
+        vecs = self._vectors(keys, vectors)
+        entries = [NewEntry(k.partition, k.text, a, meta, budget, v, ttl)
+                   for k, (_, a), v in zip(keys, items, vecs, strict=True)]
+        res = self.answer_store.put_many(entries)
+        with self._stats_lock:
+            self._stats.stores += len(res.ids)
+        return res.ids
+
+    def _vectors(self, keys: list[QuestionKey], vectors: np.ndarray | None) -> np.ndarray:
+        if vectors is None:
+            return self._embed_many([embed_form(k.embed_text) for k in keys])
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.shape != (len(keys), self.embedder.dim):
+            raise ValueError(f"vectors must be [{len(keys)}, {self.embedder.dim}], got {vecs.shape}")
+        vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+        long = [j for j, k in enumerate(keys) if k.mode != "embed"]
+        if long:
+            vecs[long] = self._embed_many([embed_form(keys[j].embed_text) for j in long])
+        return vecs
+
+    def update_state(self, entry_id: int, state: Mapping[str, Any] | None) -> bool:
+        """Replace entry ``entry_id``'s decision state (a JSON object, e.g. a per-entry threshold and
+        its evidence, as vCache keeps; ``None`` clears it). Every process sees it with the entry's
+        candidates (:attr:`Candidate.state`). Returns False when the entry no longer exists.
+
+        Raises:
+            ValueError: ``state`` is not a JSON-like dict or None.
+        """
+        return self.answer_store.update_state(int(entry_id), None if state is None else check_metadata(state))
+
+    def invalidate(self, document: str) -> int:
+        """Drop every answer built from ``document`` (a document id, a content hash, or the text), in
+        every process that shares the store. Returns the number of entries removed."""
+        from ragcache.hashing import content_hash
+
+        if not isinstance(document, str) or not document.strip():
+            raise ValueError(f"invalidate needs a document id, content hash or text (a non-empty str); got {document!r:.80}")
+        n = self.answer_store.remove_documents({document, content_hash(document)})
+        with self._stats_lock:
+            self._stats.invalidations += n
+        return n
+
+    def clear(self, namespace: str | None = None) -> int:
+        """Drop every entry (``namespace=None``) or every entry of one namespace. Returns the count removed."""
+        n = self.answer_store.remove_namespace(namespace)
+        with self._stats_lock:
+            self._stats.invalidations += n
+        return n
+
+    def purge_expired(self) -> int:
+        """Remove entries past their TTL now (lookups skip them anyway). Returns the count removed."""
+        return self.answer_store.expire()
+
+    # ================================================================= single flight
+    @contextmanager
+    def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+        """The store's single-flight lock named by hex ``key`` (yields False after ``timeout_s``)."""
+        with self.answer_store.lock(key, timeout_s) as locked:
+            yield locked
+
+    @asynccontextmanager
+    async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        """Async :meth:`flight_lock`, waited for on the event loop."""
+        async with self.answer_store.alock(key, timeout_s) as locked:
+            yield locked
+
+    def single_flight(self, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
+                      threshold: float | None = None, timeout_s: float = 60.0,
+                      metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
+        """Serve ``question`` or run ``compute()`` once among concurrent identical misses
+        (:func:`ragcache.semantic.flight.single_flight` over :meth:`flight_lock`)."""
+        return single_flight(self, question, compute, partition=partition, threshold=threshold,
+                             timeout_s=timeout_s, metadata=metadata, ttl_s=ttl_s)
+
+    # ================================================================= housekeeping
+    @property
+    def stats(self) -> SemanticStats:
+        """A snapshot of the counters (see :class:`SemanticStats`)."""
+        with self._stats_lock:
+            out = self._stats.copy()
+        out.evictions += self.answer_store.counters.evictions
+        out.expirations += self.answer_store.counters.expirations
+        return out
+
+    def __len__(self) -> int:
+        return len(self.answer_store)
+
+    def flush(self) -> None:
+        """Write what the store keeps lazily (index snapshots, access times)."""
+        self.answer_store.flush()
+
+    def close(self) -> None:
+        """Flush and close the store. The cache must not be used afterwards."""
+        self.answer_store.close()
+
+    def __enter__(self):  # noqa: ANN204 - returns the subclass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
