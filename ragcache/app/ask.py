@@ -15,7 +15,7 @@ the second ask of a question is a semantic hit at the defaults.
 
 Concurrent runs on one ``$RAGCACHE_HOME`` (several shells, a script in parallel) share the work:
 the index update holds a file lock on the index folder, and a miss holds the single-flight lock
-of (partition, question words) across processes (:func:`ragcache.semantic.flight.file_flight_lock`),
+of (partition, question words) across processes (the answer store's lock: :class:`ragcache.semantic.flight.FileFlightLocks`),
 re-reads the answer cache once it has the lock, and only then calls the model: N identical
 concurrent asks make one model call and store one answer.
 """
@@ -180,22 +180,15 @@ def _answer_miss(rag: RagCache, req: Any, cfg: Config, emb: Any, *, lookup: bool
     ``ask`` may have just stored the answer), else call the model and store its answer before the
     lock is released. ``--refresh`` (``lookup=False``) replaces the stored
     answer; ``--no-cache`` (``store=False``) takes no lock and stores nothing."""
-    from ragcache.semantic.flight import file_flight_lock, flight_key
+    from ragcache.semantic.flight import flight_key
 
     if not store:
         return RagCache._answer(req, _generate(rag, req, console), time.perf_counter() - t0)
-    shared = getattr(rag.semantic, "flight_lock", None)  # PostgreSQL: an advisory lock on every machine
-    hold = shared or file_flight_lock(cfg.answers_dir / ".flight")
-    with hold(flight_key(req.partition, req.question), timeout_s) as locked:
+    # the store's lock spans processes: a lock file per key for the embedded folder, an advisory lock
+    # in PostgreSQL; a lookup after it sees what another process stored meanwhile (SQLite data_version)
+    with rag.semantic.flight_lock(flight_key(req.partition, req.question), timeout_s) as locked:
         if not locked:
             log.warning("waited %.0f s for another process answering the same question; answering here", timeout_s)
-        if shared is None:  # the embedded cache: reopen, this view predates what another process stored
-            rag.semantic.close()
-            if not lookup:  # --refresh: the fresh answer replaces what was stored for this question
-                from ragcache.app.answers import AnswerStore
-
-                AnswerStore(cfg.answers_dir).remove_question(req.partition.digest, req.question)
-            rag.semantic = answer_cache(cfg, emb)
         if lookup and locked:
             hit = rag.lookup(req, threshold=threshold)
             if hit is not None:

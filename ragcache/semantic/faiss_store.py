@@ -30,7 +30,7 @@ import faiss
 import numpy as np
 
 from ragcache.semantic.budget import merge_metadata, split_metadata
-from ragcache.semantic.flight import LOCAL_LOCKS
+from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks
 from ragcache.semantic.locks import RWLock
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.persistence import CachePersistence
@@ -297,11 +297,16 @@ class FaissAnswerStore(CachePersistence):
 
     # ================================================================= single flight, lifetime
     def lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
-        """A lock in this process (threads); processes sharing the folder do not share it."""
-        return LOCAL_LOCKS.hold(key, timeout_s)
+        """The single-flight lock of ``key``: this process's threads and, for a folder on disk, every
+        process that opens it (a lock file under ``<folder>/.flight``)."""
+        if self.path is None:
+            return LOCAL_LOCKS.hold(key, timeout_s)
+        return FileFlightLocks(self.path / ".flight").hold(key, timeout_s)
 
     def alock(self, key: str, timeout_s: float) -> AbstractAsyncContextManager[bool]:
-        return LOCAL_LOCKS.ahold(key, timeout_s)
+        if self.path is None:
+            return LOCAL_LOCKS.ahold(key, timeout_s)
+        return FileFlightLocks(self.path / ".flight").ahold(key, timeout_s)
 
     def flush(self) -> None:
         """Write FAISS snapshots of changed partitions and LRU access times (persistent stores)."""

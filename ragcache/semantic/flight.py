@@ -10,8 +10,8 @@ and find the stored answer. The lock is the cache's store's (``cache.flight_lock
   flight spans every process and machine on that database. It belongs to the holder's connection:
   a holder that crashes releases it at once.
 - FAISS + SQLite (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`): a lock in this process
-  (:data:`LOCAL_LOCKS`); processes sharing one cache directory (``ragcache ask`` runs) use
-  :func:`file_flight_lock`.
+  (:data:`LOCAL_LOCKS`) and, for a folder on disk, a lock file per key (:class:`FileFlightLocks`),
+  so processes sharing one folder (``ragcache ask`` runs) share the flight.
 
 A holder that hangs blocks the others for at most ``timeout_s`` seconds; then they compute
 themselves (logged). If ``compute`` raises, the lock is released and the next waiter computes.
@@ -153,34 +153,68 @@ async def poll_lock(try_lock: Callable[[], Awaitable[bool]], timeout_s: float) -
         pause = min(pause * 2, POLL_S[1])
 
 
-def file_flight_lock(directory: str | Path) -> Callable[[str, float], Any]:
-    """A flight lock that spans every process on this machine: one lock file per key under
+class FileFlightLocks:
+    """Single-flight locks that span every process on this machine: one lock file per key under
     ``directory`` (``filelock``: ``fcntl.flock`` / ``msvcrt.locking``, released by the OS when the
-    holder exits or crashes). ``hold(key, timeout_s)`` is a context manager yielding whether the
-    lock was taken within ``timeout_s`` seconds, the same shape as a cache's ``flight_lock``.
-
-    The embedded cache keeps its entries in memory, so a process that waited must re-open the
-    cache (or re-read its database) before it looks up again; see ``ragcache ask``.
+    holder exits or crashes), taken after this process's own lock of the same key (threads).
+    ``hold(key, timeout_s)`` / ``ahold`` yield whether both were taken within ``timeout_s`` seconds,
+    the shape of :meth:`~ragcache.semantic.protocol.VectorAnswerStore.lock`. The embedded store
+    (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`) uses it for a folder on disk.
     """
-    root = Path(directory)
+
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory)
+
+    def _file(self, key: str) -> Any:
+        from filelock import FileLock
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.root / f"{key[:40]}.lock"))
 
     @contextmanager
-    def hold(key: str, timeout_s: float) -> Iterator[bool]:
-        from filelock import FileLock, Timeout
+    def hold(self, key: str, timeout_s: float) -> Iterator[bool]:
+        from filelock import Timeout
 
-        root.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(root / f"{key[:40]}.lock"))
-        try:
-            lock.acquire(timeout=check_timeout(timeout_s))
-        except Timeout:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            lock.release()
+        start = time.monotonic()
+        with LOCAL_LOCKS.hold(key, timeout_s) as local:
+            if not local:
+                yield False
+                return
+            lock = self._file(key)
+            try:
+                lock.acquire(timeout=max(0.0, timeout_s - (time.monotonic() - start)))
+            except Timeout:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                lock.release()
 
-    return hold
+    @asynccontextmanager
+    async def ahold(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        from filelock import Timeout
+
+        start = time.monotonic()
+        async with LOCAL_LOCKS.ahold(key, timeout_s) as local:
+            if not local:
+                yield False
+                return
+            lock = self._file(key)
+
+            async def try_lock() -> bool:
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    return False
+                return True
+
+            locked = await poll_lock(try_lock, max(0.0, timeout_s - (time.monotonic() - start)))
+            try:
+                yield locked
+            finally:
+                if locked:
+                    lock.release()
 
 
 @contextmanager
