@@ -104,7 +104,7 @@ class RagCache:
     """Runs the caching layers for each question.
 
     Args:
-        backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.anthropic.AnthropicBackend`,
+        backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.providers.anthropic.AnthropicBackend`,
             or any :class:`~ragcache.backend.Backend`.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
         system: default system text (stable: it goes first and is cached).

@@ -15,7 +15,7 @@ pytest.importorskip("prometheus_client")
 
 import uvicorn  # noqa: E402
 
-from ragcache.anthropic.backend import sdk_kwargs  # noqa: E402
+from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402

@@ -158,7 +158,7 @@ def test_one_hour_ttl_split(client):
 def test_prepared_requests_with_empty_blocks_are_accepted_and_read(client):
     """A caller's request with an empty text block between the documents and the question, and
     an empty assistant turn, prepared by ragcache: the server accepts it, the repeat reads."""
-    from ragcache.anthropic import AnthropicCaching
+    from ragcache.providers.anthropic import AnthropicCaching
 
     caching = AnthropicCaching(MODEL, token_counter=lambda t: len(t.split()) + 1, min_tokens=64, warn=False)
 

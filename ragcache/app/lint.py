@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.volatile import find_volatile, first_divergence, word_tokens
-from ragcache.anthropic.blocks import FlatBlock, RequestError, flatten_request
+from ragcache.providers.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
 
 def load_request(path: str | Path) -> dict[str, Any]:

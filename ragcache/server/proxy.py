@@ -11,7 +11,7 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    upstream, as a normal message (or event stream) with zero usage and the header
    ``x-ragcache-layer: semantic``;
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
-   (:meth:`ragcache.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
+   (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the caller's ``x-api-key``
    (else ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
    as it arrives, and parsed on the side for text and usage;
@@ -44,8 +44,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
-from ragcache.anthropic.backend import AnthropicCaching
-from ragcache.anthropic.pricing import PRICES
+from ragcache.providers.anthropic.backend import AnthropicCaching
+from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.backend import CacheUsage
 from ragcache.metrics import CacheMetrics
 

@@ -10,7 +10,7 @@ and starts it on the same port and data, which the fault tests use.
         cache = SemanticCache.from_url(pg.url)
         store = RedisChunkStore(vk.url)
 
-From a shell: ``python -m ragcache.local_servers`` starts both and prints the
+From a shell: ``python -m ragcache.testing.local_servers`` starts both and prints the
 ``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL`` lines to export (Ctrl-C stops them).
 
 PostgreSQL refuses to run as root; under root the server runs as the system

@@ -15,7 +15,7 @@ reports the usage fields. Every question sends the whole corpus:
   writes its prefix at 1.25x and none reads it, because the prefix changes;
 * **ragcache** -- :class:`~ragcache.layout.PromptLayout` (lint moves the date into
   the volatile segment, canonical document order) with
-  :class:`~ragcache.anthropic.backend.AnthropicBackend` breakpoints.
+  :class:`~ragcache.providers.anthropic.backend.AnthropicBackend` breakpoints.
 
 Measured: share of input tokens read from cache, written, uncached (all
 requests, and from request 2 on), cost relative to no caching at Claude Sonnet
@@ -151,8 +151,8 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
     from ragcache.layout import PromptLayout
     from ragcache.models import load_model
     from ragcache.testing import tiny_llama
-    from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
-    from ragcache.anthropic.pricing import price_for
+    from ragcache.providers.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
+    from ragcache.providers.anthropic.pricing import price_for
     from ragcache.server.anthropic import running_server
 
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \

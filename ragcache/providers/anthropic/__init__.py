@@ -6,8 +6,8 @@ Modules: :mod:`.blocks` (requests as flat cacheable blocks), :mod:`.breakpoints`
 Anthropic-compatible server is :mod:`ragcache.server`.
 """
 
-from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching
-from ragcache.anthropic.breakpoints import (
+from ragcache.providers.anthropic.backend import AnthropicBackend, AnthropicCaching
+from ragcache.providers.anthropic.breakpoints import (
                                             Breakpoint,
                                             CachedRequest,
                                             SkippedBreakpoint,
@@ -15,8 +15,8 @@ from ragcache.anthropic.breakpoints import (
                                             estimate_tokens,
                                             layout_request,
 )
-from ragcache.anthropic.pricing import MIN_CACHEABLE_TOKENS, PRICES, ModelPrice, min_cacheable_tokens, price_for
-from ragcache.anthropic.usage import CacheMonitor, CacheStats, PromptCacheWarning, UsageRecord
+from ragcache.providers.anthropic.pricing import MIN_CACHEABLE_TOKENS, PRICES, ModelPrice, min_cacheable_tokens, price_for
+from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, PromptCacheWarning, UsageRecord
 
 __all__ = [
     "AnthropicBackend", "AnthropicCaching", "Breakpoint", "CacheMonitor", "CacheStats", "CachedRequest",
