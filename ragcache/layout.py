@@ -159,7 +159,7 @@ def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
         if not isinstance(m, Mapping) or m.get("role") not in _ROLES:
             role = m.get("role") if isinstance(m, Mapping) else type(m).__name__
             raise ValueError(f"messages[{i}] has role {role!r}: use 'system', 'user' or 'assistant' dicts")
-        if _has_text(m.get("content")):
+        if _has_text(m.get("content")) or set(m) - {"role", "content"}:  # e.g. a tool call with no text
             msgs.append(m)
     last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
     if last is None:
@@ -201,8 +201,9 @@ def _final_turn(content: Any) -> list[tuple[str, Any]]:
                 items.append((kind, (text, None if doc_id is None else str(doc_id))))
         else:
             raise ValueError(f"content blocks must be text, a Segment or CACHE_POINT; got {type(b).__name__}")
-    n = len(items)
-    return [(kind or ("question" if i == n - 1 else "document" if cut is None or i < cut else "volatile"), b)
+    unmarked = [i for i, (kind, _) in enumerate(items) if kind is None]
+    q = unmarked[-1] if unmarked and all(kind != "question" for kind, _ in items) else None
+    return [(kind or ("question" if i == q else "document" if cut is None or i < cut else "volatile"), b)
             for i, (kind, b) in enumerate(items)]
 
 
@@ -289,15 +290,16 @@ class PromptLayout:
         list content holds text (``str`` or ``{"type": "text", "text": ...}``), typed
         :class:`Segment` blocks of kind document / volatile / question (an adapter that knows a
         block's kind says so; a legacy ``"ragcache_kind"`` / ``"id"`` key on a text dict is read the
-        same way) and :data:`CACHE_POINT` markers. Empty text is skipped. The rule:
+        same way) and :data:`CACHE_POINT` markers. Blank blocks, and messages with only blank text
+        and no other keys, are skipped. The rule:
 
         * leading system messages (after ``system``) are the system text, joined by a blank line;
         * the last user message is the final turn; the messages before it are history (their dicts
           copied; a system message after a user or assistant turn becomes a user turn marked
           ``"type": "system"``, as the chat-history entries of the LangChain adapter are);
-        * in the final turn, unmarked blocks before the last :data:`CACHE_POINT` are documents, the
-          last block is the question and the blocks between are volatile text; without a cache
-          point, every unmarked block but the last is a document;
+        * in the final turn, the last unmarked block is the question (unless a block is marked
+          question); the other unmarked blocks before the last :data:`CACHE_POINT` are documents,
+          those after it volatile text; without a cache point they are all documents;
         * a document text that is a :func:`render_document` rendering keeps its id and attributes
           (:func:`parse_document`); any other text is the document's text. Documents keep their
           given order; volatile pieces are joined by a newline, question pieces by a blank line.
