@@ -27,7 +27,7 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_THREADS": "1", "RAGCACHE_DATA_DIR": str(tmp_path / "d"),
            "RAGCACHE_SEMANTIC_URL": "postgresql://u@h/db", "RAGCACHE_KV_URL": "redis://h:6379/0",
            "RAGCACHE_KV_FORMAT": "int4", "RAGCACHE_KV_GROUP_SIZE": "32", "RAGCACHE_DECODE_CACHE": "quantized",
-           "RAGCACHE_MIN_REUSE_TOKENS": "0"}
+           "RAGCACHE_MIN_REUSE_TOKENS": "0", "RAGCACHE_BENCH_THREADS": "2", "RAGCACHE_WORDNET_DIR": str(tmp_path / "wn")}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
@@ -38,7 +38,8 @@ def test_every_variable_is_read(tmp_path):
     for bad in ({"RAGCACHE_KV_FORMAT": "int3"}, {"RAGCACHE_DECODE_CACHE": "fast"}, {"RAGCACHE_KV_GROUP_SIZE": "0"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})
-    assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1
+    assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1 and got["RAGCACHE_BENCH_THREADS"] == 2
+    assert got["RAGCACHE_WORDNET_DIR"] == tmp_path / "wn"
     assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
     assert Config.from_env(env, top_k=5, model=None).top_k == 5  # explicit options win; None keeps the env value
     assert "RAGCACHE_KV_MAX_BYTES" in env_table()

@@ -23,27 +23,29 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ragcache.engine import kv
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode
+from ragcache.engine.engine_config import EngineConfig
 from ragcache.engine.prefix_cache import PrefixCache
 from ragcache.engine.prompt import (
     Prompt,
     PromptPiece,
-    TemplateDate,
     raw_prompt,
     render_blocks,
     render_messages,
-    resolve_template_date,
 )
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
 from ragcache.engine.reuse import ChunkPlan, PrefillRate, ReusePolicy, lookup_chunks
 from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
+
+if TYPE_CHECKING:
+    from ragcache.engine.chunk_cache import ChunkCache
 
 log = logging.getLogger(__name__)
 
@@ -53,80 +55,55 @@ class LocalEngine:
 
     Args:
         loaded: model, tokenizer and fingerprint (:func:`ragcache.models.load_model`).
-        prefix_cache_bytes: byte budget of the prefix cache (default 512 MiB).
-        block_size: prefix-cache block size in tokens.
+        config: the engine's settings (:class:`~ragcache.engine.engine_config.EngineConfig`: prefix-cache
+            budget and block size, recompute ratio r, namespace, reuse policy, calibration, template
+            date, decode cache); default: all defaults.
         chunk_cache: a :class:`ragcache.engine.chunk_cache.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
-        recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
-            takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
-        namespace: cache salt; KV never crosses namespaces. A model whose weights were changed
-            in memory after loading keeps its fingerprint and needs a new namespace.
-        reuse_policy: the cost rule that chooses blending or exact prefill
-            (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
-            at the measured prefill rate).
-        min_reuse_tokens: shortcut for ``ReusePolicy(min_reuse_tokens=...)``: a fixed threshold
-            of reusable document tokens (0: blend on any hit).
-        calibration: ``True`` loads the model's recorded calibration from the ragcache home when
-            present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
-        decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
-            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over by
-            :func:`ragcache.engine.quant.quantized_decode_cache` before the first decode step;
-            for long generations in less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE``
-            (default ``"dynamic"``). A quantized decode's answer KV is not put back into the
-            exact prefix cache (the prompt's KV is, before the hand-over).
-        decode_backend / decode_nbits / residual_length: the ``QuantizedCache`` backend
-            (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, and the number of recent tokens kept
-            in full precision.
-        template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
-            renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
-            prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
-            for the real clock.
+        **settings: any :class:`EngineConfig` field as a keyword argument, applied over ``config``
+            (``LocalEngine(lm, recompute_ratio=0.3)`` is ``LocalEngine(lm, EngineConfig(recompute_ratio=0.3))``).
+            In short: ``recompute_ratio`` (None: the model's recorded calibration, else 0.15);
+            ``namespace`` (a model whose weights were changed in memory after loading keeps its
+            fingerprint and needs a new namespace); ``reuse_policy`` / ``min_reuse_tokens`` (default:
+            blend when it saves >= 0.1 s at the measured prefill rate); ``calibration``;
+            ``template_date`` (default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE`, pinned, so
+            prefixes repeat across days); ``decode_cache`` (``"dynamic"`` exact, or ``"quantized"``: the
+            prefilled KV is handed to a ``QuantizedCache`` by
+            :func:`ragcache.engine.quant.quantized_decode_cache`; its answer KV is not put back into the
+            exact prefix cache); ``decode_backend`` / ``decode_nbits`` / ``residual_length``.
 
     Raises:
-        ValueError: r outside [0, 1], or both ``reuse_policy`` and ``min_reuse_tokens`` given.
+        ValueError: a setting out of range (see :class:`EngineConfig`); TypeError: an unknown setting.
     """
 
     DEFAULT_RECOMPUTE_RATIO = 0.15
 
-    def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
-                 chunk_cache: Any = None, recompute_ratio: float | None = None, namespace: str | None = None,
-                 reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
-                 calibration: Any = True, template_date: TemplateDate | None = None,
-                 decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
-                 residual_length: int = 128) -> None:
-        import os
-
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+                 chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
         from ragcache.engine.calibration import Calibration, load_calibration
-        from ragcache.engine.quant import DECODE_BACKENDS
 
-        if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
-        if reuse_policy is not None and min_reuse_tokens is not None:
-            raise ValueError("give reuse_policy or min_reuse_tokens, not both")
-        self.decode_cache = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
-        if self.decode_cache not in ("dynamic", "quantized"):
-            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {self.decode_cache!r}")
-        if decode_backend not in DECODE_BACKENDS:
-            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {decode_backend!r}")
-        self.decode_options = {"backend": decode_backend, "nbits": decode_nbits, "residual_length": residual_length}
+        cfg = self.config = EngineConfig.of(config, **settings)
+        self.decode_cache = cfg.decode_cache
+        self.decode_options = {"backend": cfg.decode_backend, "nbits": cfg.decode_nbits,
+                               "residual_length": cfg.residual_length}
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
         kv.use_fast_attention(self.model)
-        self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
+        self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=cfg.block_size,
+                                        max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache = chunk_cache
-        self._recompute_ratio = recompute_ratio
-        self.namespace = namespace
-        self.reuse_policy = reuse_policy or ReusePolicy(min_reuse_tokens=min_reuse_tokens)
+        self._recompute_ratio = cfg.recompute_ratio
+        self.namespace = cfg.namespace
+        self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
-        if isinstance(calibration, Calibration) or calibration is None:
-            self.calibration = calibration
+        if isinstance(cfg.calibration, Calibration) or cfg.calibration is None:
+            self.calibration = cfg.calibration
         else:
-            self.calibration = load_calibration(self.fingerprint) if calibration else None
+            self.calibration = load_calibration(self.fingerprint) if cfg.calibration else None
         self._lock = threading.RLock()
         self._eos = self._eos_ids()
-        resolve_template_date(template_date)  # bad values fail here, not on the first request
-        self.template_date = template_date
+        self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
         # caches do not support), or None; when set, every request is a full prefill.
         self.kv_reuse_blocker = kv_reuse_blocker(self.model)
@@ -150,8 +127,8 @@ class LocalEngine:
         self._recompute_ratio = r
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
-                        **kwargs: Any) -> LocalEngine:
+    def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None,
+                        chunk_cache: ChunkCache | None = None, **kwargs: Any) -> LocalEngine:
         """Load a model (the embedded SmolLM2-135M-Instruct by default) and wrap it."""
         return cls(load_model(name_or_path, dtype=dtype), chunk_cache=chunk_cache, **kwargs)
 

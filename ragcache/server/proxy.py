@@ -47,6 +47,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.backend import CacheUsage
+from ragcache.config import provider_api_key
 from ragcache.metrics import CacheMetrics
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
@@ -178,7 +179,7 @@ class AnthropicProxy:
             raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
         self.upstream = upstream.rstrip("/")
         self.semantic = semantic
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self.api_key = api_key if api_key is not None else provider_api_key("anthropic")
         self.metrics = metrics or CacheMetrics("off")
         self.accounts = _Accounts(min_tokens)
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout_s, transport=transport)
