@@ -414,3 +414,149 @@ def test_async_waiter_times_out_and_computes():
 
     a, took = asyncio.run(main())
     assert a.layer == "model" and 0.15 < took < 5
+
+
+# -- the shape of the code (issue 23 Checks): no import cycle, small modules, short functions ----------
+import ast  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGES = [_ROOT / "ragcache", _ROOT / "integrations" / "langchain" / "langchain_ragcache",
+             _ROOT / "integrations" / "llama_index" / "llama_index"]
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+WHY_LONG = "Why one function:"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        out[".".join(p for p in parts if p != "__init__") if parts[-1] == "__init__" else ".".join(parts)] = f
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, from every ``import`` statement (function-level and
+    ``TYPE_CHECKING`` ones included; relative imports resolved). An import of one's own ancestor package is
+    not an edge (a package's ``__init__`` may re-export its modules)."""
+    mods = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        package = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+        ancestors = {".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)}
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            graph[m] |= {t for t in targets if t in mods and t != m and t not in ancestors}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_ragcache():
+    cycles = import_cycles(import_graph(_ROOT / "ragcache"))
+    assert not cycles, "import cycles (layers import downwards): " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_aliases_of_moved_modules_are_not_imported_by_the_library():
+    graph = import_graph(_ROOT / "ragcache")
+    moved = {"ragcache.anthropic", "ragcache.openai", "ragcache.local_servers"}
+    users = sorted(m for m, deps in graph.items() if deps & moved and m not in moved)
+    assert not users, f"import the new paths (ragcache.providers.*, ragcache.testing.*): {users}"
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_module_over_450_lines(root):
+    long = {str(f.relative_to(_ROOT)): n for f in sorted(root.rglob("*.py"))
+            if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (one concept per module: split them): {long}"
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_function_over_80_lines_without_a_reason(root):
+    long = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES and WHY_LONG not in (ast.get_docstring(node) or ""):
+                    long.append(f"{f.relative_to(_ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines: split them, or say {WHY_LONG!r} in the "
+                      f"docstring: {long}")
+
+
+def test_moved_modules_keep_their_old_import_paths_with_a_warning():
+    import importlib
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            "import ragcache.providers.anthropic, ragcache.providers.openai, ragcache.testing.local_servers\n"
+            "for old in ('ragcache.anthropic', 'ragcache.openai', 'ragcache.local_servers'):\n"
+            "    try:\n        __import__(old)\n    except DeprecationWarning as w:\n        print(old, 'warns:', w)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.count("warns:") == 3 and "ragcache.providers.anthropic" in out
+    with pytest.warns(DeprecationWarning):
+        importlib.reload(importlib.import_module("ragcache.anthropic"))
+    from ragcache.anthropic.backend import AnthropicBackend as Old
+    from ragcache.providers.anthropic.backend import AnthropicBackend as New
+
+    from ragcache.providers.openai import OpenAIBackend
+
+    assert Old is New and importlib.import_module("ragcache.openai.backend").OpenAIBackend is OpenAIBackend
+    from ragcache.testing import HashingEmbedder as H, tiny_llama as T  # today's names, from the package
+
+    assert callable(H) and callable(T)

@@ -176,6 +176,9 @@ def add_breakpoints(
     Raises:
         ValueError: malformed request (see :func:`ragcache.providers.anthropic.blocks.flatten_request`)
             or a TTL other than "5m" / "1h".
+
+    Why one function: the placement is one pass over the flattened blocks that keeps the running
+    candidate set, the 4-marker budget and the 20-block lookback together (the rules above, in order).
     """
     for t in (ttl, prefix_ttl):
         if t not in ("5m", "1h", None):
