@@ -20,6 +20,7 @@ from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.anthropic import running_server  # noqa: E402
+from ragcache.layout import PromptLayout  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
 from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
 
@@ -77,7 +78,8 @@ def body(question, mark=False, **extra):
 def test_split_question_only_for_deterministic_requests():
     q, spec = split_question(body("How do I fix the brakes?"))
     assert q == "How do I fix the brakes?" and spec["model"] == f"anthropic:{MODEL}"
-    assert len(spec["extra"]["turn"]) == 3  # the documents are in the partition, not in the question
+    assert len(spec["layout"].documents) == 3  # the documents are in the partition, not in the question
+    assert spec["layout"] == PromptLayout.from_messages(body("How do I fix the brakes?")["messages"], system=SYSTEM)
     assert split_question(body("x?", temperature=1.0)) is None
     assert split_question({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}], "temperature": 0}) is None
 

@@ -4,10 +4,11 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 ``POST /v1/messages`` (JSON or SSE streaming):
 
 1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
-   replayed): the question is the last text block of the last user turn; everything else
-   (model, system, tools, earlier turns, the other blocks of that turn such as retrieved
-   documents, generation parameters, and a hash of the API key as the namespace) is the exact
-   partition (:func:`ragcache.semantic.partition_key`). A hit is answered without calling
+   replayed): the request's layout is ragcache's one rule
+   (:meth:`ragcache.layout.PromptLayout.from_messages`): the question is the last text block of the
+   last user turn, the blocks before it are documents; everything else (model, system, tools,
+   earlier turns, the documents' identities, generation parameters, and a hash of the API key as
+   the namespace) is the exact partition (:func:`ragcache.semantic.request_partition`). A hit is answered without calling
    upstream, as a normal message (or event stream) with zero usage and the header
    ``x-ragcache-layer: semantic``;
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
@@ -48,6 +49,7 @@ from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.backend import CacheUsage
 from ragcache.config import provider_api_key
+from ragcache.layout import PromptLayout
 from ragcache.metrics import CacheMetrics
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
@@ -63,11 +65,20 @@ def _text(block: Any) -> str | None:
     return None
 
 
+def _strip(block: Any) -> Any:
+    return {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, Mapping) else block
+
+
 def split_question(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
 
-    The question is the last text block of the final user message; the spec holds every other
-    input that shapes the answer (keyword arguments of :func:`ragcache.semantic.partition_key`).
+    Which text is what is ragcache's one rule (:meth:`ragcache.layout.PromptLayout.from_messages`):
+    the last text block of the final user message is the question, the text blocks before it are
+    documents (so ``invalidate(document)`` reaches the answer), earlier turns are history. The spec
+    holds the keyword arguments of :func:`ragcache.semantic.request_partition` but the namespace:
+    the ``layout``, ``model``, ``params`` and ``extra`` (the request's metadata). Requests with
+    sampling (``temperature`` not 0), a final turn that is not all text, or no question are not
+    answered from the cache.
     """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
@@ -78,19 +89,19 @@ def split_question(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None
     blocks = [content] if isinstance(content, str) else list(content or [])
     if not blocks or _text(blocks[-1]) is None or not _text(blocks[-1]).strip():
         return None
-    strip = lambda b: {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b  # noqa: E731
     system = body.get("system")
-    system_text = system if isinstance(system, str) else json.dumps([strip(b) for b in system or []], sort_keys=True)
-    spec = {
-        "model": f"anthropic:{body.get('model')}",
-        "params": {k: body.get(k) for k in _PARAMS if k in body},
-        "system": system_text,
-        "tools": [strip(t) for t in body.get("tools") or []],
-        "history": [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
-                     else [strip(b) for b in m.get("content") or []]} for m in msgs[:-1]],
-        "extra": {"turn": [strip(b) for b in blocks[:-1]], "metadata": body.get("metadata")},
-    }
-    return _text(blocks[-1]), spec
+    system_text = system if isinstance(system, str) or system is None else json.dumps(
+        [_strip(b) for b in system], sort_keys=True)
+    messages = [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
+                else [_strip(b) for b in m.get("content") or []]} for m in msgs]
+    try:
+        layout = PromptLayout.from_messages(messages, system=system_text or None,
+                                            tools=[_strip(t) for t in body.get("tools") or []])
+    except ValueError:  # a final turn that is not all text (images, tool results): not answered from the cache
+        return None
+    spec = {"layout": layout, "model": f"anthropic:{body.get('model')}",
+            "params": {k: body.get(k) for k in _PARAMS if k in body}, "extra": {"metadata": body.get("metadata")}}
+    return layout.question, spec
 
 
 class _Accounts:
@@ -205,9 +216,9 @@ class AnthropicProxy:
         return h, hashlib.sha256((key or auth or "").encode()).hexdigest()[:16]
 
     def _partition(self, spec: dict[str, Any], tenant: str) -> Any:
-        from ragcache.semantic import partition_key
+        from ragcache.semantic import request_partition
 
-        return partition_key(namespace=f"proxy-{tenant}", **spec)
+        return request_partition(namespace=f"proxy-{tenant}", **spec)
 
     # ------------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
