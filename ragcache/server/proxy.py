@@ -90,8 +90,10 @@ def split_question(body: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None
     if not blocks or _text(blocks[-1]) is None or not _text(blocks[-1]).strip():
         return None
     system = body.get("system")
-    system_text = system if isinstance(system, str) or system is None else json.dumps(
-        [_strip(b) for b in system], sort_keys=True)
+    texts = [_text(b) for b in system] if isinstance(system, list) else []
+    system_text = system if isinstance(system, str) or system is None else "\n\n".join(texts) if all(
+        t is not None and set(_strip(b)) <= {"type", "text"} for t, b in zip(texts, system)) else json.dumps(
+        [_strip(b) for b in system], sort_keys=True)  # text blocks are the system text; anything else exactly
     messages = [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
                 else [_strip(b) for b in m.get("content") or []]} for m in msgs]
     try:
