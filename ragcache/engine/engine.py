@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,6 +46,10 @@ from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 if TYPE_CHECKING:
     from ragcache.engine.chunk_cache import ChunkCache
+
+PromptSource = PromptLayout | Prompt | str | Sequence[Mapping[str, Any]] | Sequence[int]
+"""What :meth:`LocalEngine.build_prompt` renders: a layout, a built prompt, one user turn, chat
+messages (:meth:`~ragcache.layout.PromptLayout.from_messages`) or token ids."""
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,7 @@ class LocalEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def build_prompt(self, source: Any) -> Prompt:
+    def build_prompt(self, source: PromptSource) -> Prompt:
         """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
         a chat messages list, a plain string (one user turn) or a list of token ids.
 

@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import httpx
@@ -51,6 +51,9 @@ from ragcache.backend import CacheUsage
 from ragcache.config import provider_api_key
 from ragcache.layout import PromptLayout
 from ragcache.metrics import CacheMetrics
+
+if TYPE_CHECKING:
+    from ragcache.semantic import SemanticCache
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
 _COMPLETE = ("end_turn", "stop_sequence")  # complete answers; "max_tokens" cut ones are never stored
@@ -185,7 +188,7 @@ class AnthropicProxy:
         transport: an ``httpx`` transport (tests: ``httpx.ASGITransport``).
     """
 
-    def __init__(self, upstream: str, *, semantic: Any = None, api_key: str | None = None,
+    def __init__(self, upstream: str, *, semantic: SemanticCache | None = None, api_key: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None, metrics: CacheMetrics | None = None,
                  timeout_s: float = 600.0, transport: Any = None) -> None:
         if not upstream.startswith(("http://", "https://")):
