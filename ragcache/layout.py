@@ -258,6 +258,8 @@ class PromptLayout:
                 history message, a system / volatile text that is not a str, tools that
                 are not a list of dicts, or volatile text found with ``lint="raise"``.
         """
+        if hasattr(tools, "__iter__") and not isinstance(tools, str | bytes | Mapping):
+            tools = list(tools)  # any iterable of dicts, read once
         _check_parts(question, documents, tools, doc_order, lint, system=system, volatile=volatile)
         docs = [as_document(d) for d in documents]
         _check_unique_ids(docs)
