@@ -42,14 +42,14 @@ _EXPORTS = {
     "ChunkCache": "ragcache.engine.chunk.cache",
     "MemoryChunkStore": "ragcache.engine.chunk.stores",
     "DiskChunkStore": "ragcache.engine.chunk.stores",
-    "AnthropicBackend": "ragcache.anthropic",
-    "OpenAIBackend": "ragcache.openai",
+    "AnthropicBackend": "ragcache.providers.anthropic",
+    "OpenAIBackend": "ragcache.providers.openai",
     "load_model": "ragcache.models",
     "load_embedder": "ragcache.models",
 }
 
 if TYPE_CHECKING:
-    from ragcache.anthropic import AnthropicBackend
+    from ragcache.providers.anthropic import AnthropicBackend
     from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, Layer
     from ragcache.engine.backend import LocalBackend
     from ragcache.engine.chunk.cache import ChunkCache
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from ragcache.engine.engine import LocalEngine
     from ragcache.layout import Block, PromptLayout, Segment, as_document
     from ragcache.models import load_embedder, load_model
-    from ragcache.openai import OpenAIBackend
+    from ragcache.providers.openai import OpenAIBackend
     from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
     from ragcache.semantic import PartitionKey, SemanticCache, partition_key, request_partition
 

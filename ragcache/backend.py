@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ragcache.layout import PromptLayout
 
 Layer = Literal["semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider"]
 """Which layer served an answer: ``semantic`` (a stored answer, no model call); for the local
@@ -213,14 +216,14 @@ class Backend(Protocol):
     @property
     def model_id(self) -> str: ...
 
-    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
 @runtime_checkable
 class AsyncBackend(Protocol):
     """A backend with a native async path (the pipeline runs ``generate`` in a thread otherwise)."""
 
-    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
 __all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer", "model_with_fields",

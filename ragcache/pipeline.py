@@ -17,10 +17,13 @@ import numbers
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, FinishReason, Layer
 from ragcache.layout import LintMode, PromptLayout
+
+if TYPE_CHECKING:
+    from ragcache.semantic import PartitionKey, SemanticCache
 
 DEFAULT_SYSTEM = (
     "You are a concise technical assistant. Answer the question using only the documents provided. "
@@ -41,7 +44,7 @@ class Request:
 
     question: str
     layout: PromptLayout
-    partition: Any
+    partition: PartitionKey | None
     namespace: str
     max_new_tokens: int
     temperature: float
@@ -104,7 +107,7 @@ class RagCache:
     """Runs the caching layers for each question.
 
     Args:
-        backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.anthropic.AnthropicBackend`,
+        backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.providers.anthropic.AnthropicBackend`,
             or any :class:`~ragcache.backend.Backend`.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
         system: default system text (stable: it goes first and is cached).
@@ -128,8 +131,9 @@ class RagCache:
         ValueError: ``flight_timeout_s`` negative, NaN, infinite or not a number (with a semantic cache).
     """
 
-    def __init__(self, backend: Backend, *, semantic: Any = None, system: str = DEFAULT_SYSTEM,
-                 namespace: str = "default", doc_order: str = "canonical", lint: LintMode = "move",
+    def __init__(self, backend: Backend | AsyncBackend, *, semantic: SemanticCache | None = None,
+                 system: str = DEFAULT_SYSTEM, namespace: str = "default", doc_order: str = "canonical",
+                 lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
                  cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0) -> None:
         self.backend = backend

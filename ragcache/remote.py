@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlsplit, urlunsplit
+
+from ragcache.config import env_setting
 
 SEMANTIC_URL_ENV = "RAGCACHE_SEMANTIC_URL"
 KV_URL_ENV = "RAGCACHE_KV_URL"
@@ -38,9 +39,9 @@ def redact(url: str) -> str:
 
 def semantic_url(explicit: str | None = None) -> str | None:
     """``explicit`` if given, else ``$RAGCACHE_SEMANTIC_URL`` if set and non-empty, else ``None``."""
-    return explicit or os.environ.get(SEMANTIC_URL_ENV) or None
+    return explicit or env_setting("semantic_url") or None
 
 
 def kv_url(explicit: str | None = None) -> str | None:
     """``explicit`` if given, else ``$RAGCACHE_KV_URL`` if set and non-empty, else ``None``."""
-    return explicit or os.environ.get(KV_URL_ENV) or None
+    return explicit or env_setting("kv_url") or None

@@ -24,7 +24,7 @@ def smol():
 
 # ---------------------------------------------------------------- shared-store servers (issue 14)
 def _local_server(kind: str):
-    from ragcache.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
+    from ragcache.testing.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
 
     try:
         return LocalPostgres() if kind == "postgres" else LocalValkey()

@@ -5,11 +5,11 @@ import copy
 import pytest
 
 from ragcache.layout import PromptLayout
-from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, RequestError, check_breakpoints, flatten_request, prefix_hashes
-from ragcache.anthropic.breakpoints import add_breakpoints, layout_request
+from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, RequestError, check_breakpoints, flatten_request, prefix_hashes
+from ragcache.providers.anthropic.breakpoints import add_breakpoints, layout_request
 from ragcache.server.cache_rules import ProviderPromptCache
-from ragcache.anthropic.pricing import min_cacheable_tokens, price_for, request_cost
-from ragcache.anthropic.usage import CacheMonitor, PromptCacheWarning, UsageRecord
+from ragcache.providers.anthropic.pricing import min_cacheable_tokens, price_for, request_cost
+from ragcache.providers.anthropic.usage import CacheMonitor, PromptCacheWarning, UsageRecord
 
 CHARS = len  # 1 token per character: deterministic and easy to reason about
 TOOLS = [{"name": "lookup", "description": "Look a term up. " * 80, "input_schema": {"type": "object", "properties": {}}}]

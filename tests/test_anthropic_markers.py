@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragcache.anthropic import AnthropicCaching, PromptCacheWarning, add_breakpoints
-from ragcache.anthropic.blocks import check_breakpoints, flatten_request, prefix_hashes
+from ragcache.providers.anthropic import AnthropicCaching, PromptCacheWarning, add_breakpoints
+from ragcache.providers.anthropic.blocks import check_breakpoints, flatten_request, prefix_hashes
 from ragcache.layout import PromptLayout
-from ragcache.anthropic.breakpoints import layout_request
+from ragcache.providers.anthropic.breakpoints import layout_request
 from ragcache.server.cache_rules import ProviderPromptCache
 
 CHARS = len
@@ -41,7 +41,7 @@ def caching():
     return AnthropicCaching(MODEL, token_counter=CHARS, min_tokens=1024)
 
 
-pytestmark = pytest.mark.filterwarnings("ignore::ragcache.anthropic.blocks.PromptCacheWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::ragcache.providers.anthropic.blocks.PromptCacheWarning")
 
 
 def valid(req):

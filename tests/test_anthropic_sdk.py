@@ -12,9 +12,9 @@ pytest.importorskip("starlette")
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.layout import PromptLayout  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
-from ragcache.anthropic.backend import AnthropicBackend  # noqa: E402
+from ragcache.providers.anthropic.backend import AnthropicBackend  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.anthropic.usage import PromptCacheWarning  # noqa: E402
+from ragcache.providers.anthropic.usage import PromptCacheWarning  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"  # minimum cacheable prefix: 1024 tokens
 SYSTEM = ("You answer questions about the field notes below. Cite the note id you used. "

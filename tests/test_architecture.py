@@ -414,3 +414,222 @@ def test_async_waiter_times_out_and_computes():
 
     a, took = asyncio.run(main())
     assert a.layer == "model" and 0.15 < took < 5
+
+
+# -- the shape of the code (issue 23 Checks): no import cycle, small modules, short functions ----------
+import ast  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGES = [_ROOT / "ragcache", _ROOT / "integrations" / "langchain" / "langchain_ragcache",
+             _ROOT / "integrations" / "llama_index" / "llama_index"]
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+WHY_LONG = "Why one function:"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for f in sorted(root.rglob("*.py")):
+        parts = f.relative_to(root.parent).with_suffix("").parts
+        out[".".join(p for p in parts if p != "__init__") if parts[-1] == "__init__" else ".".join(parts)] = f
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, from every ``import`` statement (function-level and
+    ``TYPE_CHECKING`` ones included; relative imports resolved). An import of one's own ancestor package is
+    not an edge (a package's ``__init__`` may re-export its modules)."""
+    mods = _modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        package = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+        ancestors = {".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)}
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            graph[m] |= {t for t in targets if t in mods and t != m and t not in ancestors}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_ragcache():
+    cycles = import_cycles(import_graph(_ROOT / "ragcache"))
+    assert not cycles, "import cycles (layers import downwards): " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_aliases_of_moved_modules_are_not_imported_by_the_library():
+    graph = import_graph(_ROOT / "ragcache")
+    moved = {"ragcache.anthropic", "ragcache.openai", "ragcache.local_servers"}
+    users = sorted(m for m, deps in graph.items() if deps & moved and m not in moved)
+    assert not users, f"import the new paths (ragcache.providers.*, ragcache.testing.*): {users}"
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_module_over_450_lines(root):
+    long = {str(f.relative_to(_ROOT)): n for f in sorted(root.rglob("*.py"))
+            if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (one concept per module: split them): {long}"
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_function_over_80_lines_without_a_reason(root):
+    long = []
+    for f in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES and WHY_LONG not in (ast.get_docstring(node) or ""):
+                    long.append(f"{f.relative_to(_ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines: split them, or say {WHY_LONG!r} in the "
+                      f"docstring: {long}")
+
+
+def test_moved_modules_keep_their_old_import_paths_with_a_warning():
+    import importlib
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+            "import ragcache.providers.anthropic, ragcache.providers.openai, ragcache.testing.local_servers\n"
+            "for old in ('ragcache.anthropic', 'ragcache.openai', 'ragcache.local_servers'):\n"
+            "    try:\n        __import__(old)\n    except DeprecationWarning as w:\n        print(old, 'warns:', w)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.count("warns:") == 3 and "ragcache.providers.anthropic" in out
+    with pytest.warns(DeprecationWarning):
+        importlib.reload(importlib.import_module("ragcache.anthropic"))
+    from ragcache.anthropic.backend import AnthropicBackend as Old
+    from ragcache.providers.anthropic.backend import AnthropicBackend as New
+
+    from ragcache.providers.openai import OpenAIBackend
+
+    assert Old is New and importlib.import_module("ragcache.openai.backend").OpenAIBackend is OpenAIBackend
+    from ragcache.testing import HashingEmbedder as H, tiny_llama as T  # today's names, from the package
+
+    assert callable(H) and callable(T)
+
+
+# -- one rule for the kinds of unmarked chat text (issue 23 item 2) ---------------------------------
+KIND_CASES = {
+    "question only": ("S.", [], ["How long do refunds take?"]),
+    "documents then question": ("S.", [], ["Refunds take 30 days.", "Orders ship on weekdays.", "How long?"]),
+    "history, then documents and question": (None, [("user", "hi"), ("assistant", "hello")],
+                                             ["Refunds take 30 days.", "How long?"]),
+    "a rendered document keeps its id": ("S.", [], ['<document id="refunds">\nRefunds take 30 days.\n</document>',
+                                                     "How long?"]),
+}
+
+
+def _via_every_adapter(system, history, final):
+    """The layout of one chat request mapped by each adapter (LangChain, LlamaIndex, the OpenAI and
+    Anthropic servers, the proxy) and by PromptLayout.from_messages itself."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+    from langchain_ragcache._messages import to_layout as lc_layout
+    from llama_index.core.llms import ChatMessage, MessageRole, TextBlock
+    from llama_index.llms.ragcache import to_layout as li_layout
+
+    from ragcache.server.anthropic import _engine_messages
+    from ragcache.server.openai import engine_messages
+    from ragcache.server.proxy import split_question
+
+    plain = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": r, "content": t} for r, t in history] + [{"role": "user", "content": list(final)}]
+    lc = ([SystemMessage(system)] if system else []) + [
+        HumanMessage(t) if r == "user" else AIMessage(t) for r, t in history] + [HumanMessage(list(final))]
+    role = {"system": MessageRole.SYSTEM, "user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+    li = [ChatMessage(role=role[m["role"]], blocks=[TextBlock(text=t) for t in (
+        m["content"] if isinstance(m["content"], list) else [m["content"]])]) for m in plain]
+    openai_body = [{"role": m["role"], "content": m["content"] if isinstance(m["content"], str)
+                    else [{"type": "text", "text": t} for t in m["content"]]} for m in plain]
+    anthropic_body = {"model": "m", "max_tokens": 8, "temperature": 0, **({"system": system} if system else {}),
+                      "messages": [m for m in openai_body if m["role"] != "system"]}
+    return {
+        "from_messages": PromptLayout.from_messages(plain),
+        "langchain": lc_layout(lc),
+        "llamaindex": li_layout(li),
+        "openai server": PromptLayout.from_messages(engine_messages(openai_body)),
+        "anthropic server": PromptLayout.from_messages(_engine_messages(anthropic_body)),
+        "proxy": split_question(anthropic_body)[1]["layout"],
+    }
+
+
+@pytest.mark.parametrize("case", list(KIND_CASES))
+def test_same_messages_same_kinds_through_every_adapter(case):
+    layouts = _via_every_adapter(*KIND_CASES[case])
+    want = [(b.kind, b.role, b.text, b.doc_id) for b in layouts["from_messages"].blocks()]
+    for name, layout in layouts.items():
+        assert [(b.kind, b.role, b.text, b.doc_id) for b in layout.blocks()] == want, name
+    kinds = [k for k, *_ in want]
+    assert kinds[-1] == "question" and kinds.count("document") == len(KIND_CASES[case][2]) - 1
+
+
+def test_from_messages_rule_and_errors():
+    from ragcache.layout import CACHE_POINT, Segment
+
+    lay = PromptLayout.from_messages([{"role": "user", "content": ["d1", CACHE_POINT, "as of 09:14", "q?"]}])
+    assert [b.kind for b in lay.blocks()] == ["document", "volatile", "question"]
+    marked = PromptLayout.from_messages([{"role": "user", "content": [Segment("question", "q?"), "d"]}])
+    assert [b.kind for b in marked.blocks()] == ["document", "question"]  # a marked question: the rest are documents
+    mid = PromptLayout.from_messages([{"role": "user", "content": "a"}, {"role": "system", "content": "be brief"},
+                                      {"role": "user", "content": "q?"}])
+    assert mid.history[1] == {"role": "user", "content": "be brief", "type": "system"}
+    for bad, match in (([], "non-empty"), ([{"role": "tool", "content": "x"}], "role"),
+                       ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "follows"),
+                       ([{"role": "user", "content": [{"type": "image", "url": "x"}]}], "image"),
+                       ([{"role": "user", "content": [Segment("document", "d")]}], "no question"),
+                       ([{"role": "system", "content": "s"}], "no user message")):
+        with pytest.raises(ValueError, match=match):
+            PromptLayout.from_messages(bad)

@@ -9,11 +9,14 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("prometheus_client")
 
-from ragcache.anthropic.backend import sdk_kwargs  # noqa: E402
+import uvicorn  # noqa: E402
+
+from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
+from ragcache.layout import PromptLayout  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
 from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
 
@@ -57,7 +60,8 @@ def body(question, mark=False, **extra):
 def test_split_question_only_for_deterministic_requests():
     q, spec = split_question(body("How do I fix the brakes?"))
     assert q == "How do I fix the brakes?" and spec["model"] == f"anthropic:{MODEL}"
-    assert len(spec["extra"]["turn"]) == 3  # the documents are in the partition, not in the question
+    assert len(spec["layout"].documents) == 3  # the documents are in the partition, not in the question
+    assert spec["layout"] == PromptLayout.from_messages(body("How do I fix the brakes?")["messages"], system=SYSTEM)
     assert split_question(body("x?", temperature=1.0)) is None
     assert split_question({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}], "temperature": 0}) is None
 

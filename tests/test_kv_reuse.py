@@ -144,7 +144,7 @@ def test_missed_documents_are_computed_in_context(tiny):
     cc = ChunkCache(dtype=torch.float32)
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, recompute_ratio=0.15, calibration=False)
     order = [DOCS[2], DOCS[3], DOCS[0], DOCS[1]]  # two misses first, then two hits
-    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS[:2]], progress=False)
+    cc.precompute(engine, DOCS[:2], progress=False)
     prompt = engine.build_prompt(rag(order))
     ids = prompt.input_ids
     res = engine.prefill(prompt, use_prefix_cache=False)
@@ -172,7 +172,7 @@ def test_missed_documents_are_computed_in_context(tiny):
 def test_cost_rule_picks_exact_prefill_below_threshold(tiny):
     cc = ChunkCache(dtype=torch.float32)
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=10_000, calibration=False)
-    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    cc.precompute(engine, DOCS, progress=False)
     ref = full_reference(tiny, rag(DOCS))
     got = engine.generate(rag(DOCS), max_new_tokens=8, use_prefix_cache=False)
     st = got.stats
@@ -189,7 +189,7 @@ def test_cost_rule_picks_exact_prefill_below_threshold(tiny):
 def test_r1_is_exact_prefill_not_a_blend(tiny):
     cc = ChunkCache(dtype=torch.float32)
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False)
-    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    cc.precompute(engine, DOCS, progress=False)
     ref = full_reference(tiny, rag(DOCS[::-1]))
     got = engine.generate(rag(DOCS[::-1]), max_new_tokens=8, recompute_ratio=1.0)
     assert got.stats.docs_hit == 4 and not got.stats.approximate and "saves nothing" in got.stats.reuse_decision
@@ -229,7 +229,7 @@ def test_calibration_blocks_blending_and_sets_r(tiny):
     no = Calibration(fingerprint=fp, model="tiny", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
                      max_ratio=0.5)
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=no)
-    cc.precompute(engine, [engine.tokenizer.encode(d, add_special_tokens=False) for d in DOCS], progress=False)
+    cc.precompute(engine, DOCS, progress=False)
     got = engine.generate(rag(DOCS), max_new_tokens=2)
     assert not got.stats.approximate and "calibration" in got.stats.reuse_decision
     yes = Calibration(fingerprint=fp, model="tiny", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,

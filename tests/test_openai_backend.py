@@ -13,7 +13,7 @@ from ragcache import PromptLayout, RagCache, SemanticCache  # noqa: E402
 from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
 from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
-from ragcache.openai import OpenAIBackend, layout_messages, openai_tools  # noqa: E402
+from ragcache.providers.openai import OpenAIBackend, layout_messages, openai_tools  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
 

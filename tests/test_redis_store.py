@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import uuid
 
@@ -11,19 +10,10 @@ import torch
 
 pytest.importorskip("redis", reason="pip install 'ragcache[shared]'")
 
-import test_stores as suite  # noqa: E402  (tests/ is on sys.path: the contract suite of every chunk store)
-
 from ragcache.engine.chunk.stores.redis_store import RedisChunkStore, encode_chunk  # noqa: E402
 from ragcache.engine.chunk.stores import ChunkStore  # noqa: E402
 from ragcache.remote import RemoteStoreError  # noqa: E402
-
-make_kv, FP = suite.make_kv, suite.FP
-fmt = suite.fmt  # the contract suite runs over every chunk storage format (fp16 / int8 / int4)
-
-# Every contract test that takes the ``make_store`` fixture runs here against Redis / Valkey.
-for _name, _fn in vars(suite).copy().items():
-    if _name.startswith("test_") and "make_store" in inspect.signature(_fn).parameters:
-        globals()[_name] = _fn
+from ragcache.testing.chunk_stores import FORMATS, FP, ChunkStoreContract, make_kv  # noqa: E402
 
 
 @pytest.fixture()
@@ -36,12 +26,20 @@ def make_store(valkey_server):
         opened.append(s)
         return s
 
-    factory.kind = "redis"
     yield factory
     if opened:
         opened[0].clear()
     for s in opened:
         s.close()
+
+
+class TestRedisStore(ChunkStoreContract):
+    """The chunk-store contract suite (:mod:`ragcache.testing.chunk_stores`) against Redis / Valkey; its
+    ``make_store`` is the module fixture above."""
+
+    @pytest.fixture()
+    def make_store(self, make_store):  # noqa: F811  (the module-level fixture of the same name)
+        return make_store
 
 
 @pytest.fixture()
@@ -88,7 +86,7 @@ def test_corrupt_or_foreign_value_is_a_logged_miss(store, caplog, damage):
     assert store.put(kv) and torch.equal(store.get(kv.key).values, kv.values)
 
 
-@pytest.mark.parametrize("fmt_name", suite.FORMATS)
+@pytest.mark.parametrize("fmt_name", FORMATS)
 def test_every_record_field_round_trips(store, fmt_name):
     """Whatever ChunkKV carries (storage format, quantized codes, scales, ...) is persisted, not only K/V."""
     kv = make_kv(6, fmt=fmt_name)

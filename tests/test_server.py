@@ -159,7 +159,7 @@ def test_prepared_requests_with_empty_blocks_get_the_real_apis_400(client):
     """The real API refuses empty and whitespace-only text blocks (``messages: text content blocks must
     be non-empty`` / ``... non-whitespace text``), so this server does too; ragcache's breakpoints
     never land on them, and the same request without them is accepted and read on repeat."""
-    from ragcache.anthropic import AnthropicCaching
+    from ragcache.providers.anthropic import AnthropicCaching
 
     caching = AnthropicCaching(MODEL, token_counter=lambda t: len(t.split()) + 1, min_tokens=64, warn=False)
 

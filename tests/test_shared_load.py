@@ -127,7 +127,7 @@ def _durable_writer(pg_url: str, log_dir: str) -> None:
 
 def test_four_workers_kill_and_restart(tmp_path):
     from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
-    from ragcache.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
+    from ragcache.testing.local_servers import LocalPostgres, LocalValkey, ServerUnavailable
     from ragcache.semantic import partition_key
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder

@@ -1,125 +1,34 @@
-"""Contract suite for chunk KV stores: the same tests run against the memory and the disk store."""
+"""Chunk KV stores: the shipped contract suite (:mod:`ragcache.testing.chunk_stores`) against the memory and the
+disk store, then each store's own checks."""
 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import pytest
 import torch
 
-from ragcache.engine.quant import KVFormat, quantize_kv
 from ragcache.engine.chunk.chunk_kv import _digest
-from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore
+from ragcache.engine.chunk.stores import ChunkKV, DiskChunkStore, MemoryChunkStore
 from ragcache.hashing import hash_chunk
+from ragcache.testing.chunk_stores import FORMATS, FP, ChunkStoreContract, make_kv, same_kv
 
-FP = "f" * 64
-FORMATS = ["fp16", "int8", "int4"]
-
-
-def make_kv(seed: int, n: int = 8, fingerprint: str = FP, dtype: torch.dtype = torch.float16,
-            fmt: str = "fp16", head_dim: int = 4, group_size: int = 4) -> ChunkKV:
-    """A random chunk stored in ``fmt`` (dense in ``dtype`` for fp16, KIVI groups otherwise)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = [int(x) for x in torch.randint(0, 1000, (n,), generator=g)]
-    k = torch.randn(2, 2, n, head_dim, generator=g).to(dtype)
-    v = torch.randn(2, 2, n, head_dim, generator=g).to(dtype)
-    f = KVFormat.of(fmt, group_size=group_size, dtype=dtype)
-    if f.quantized:
-        k, v = quantize_kv(k, v, f)
-    return ChunkKV(hash_chunk(fingerprint, [1], ids, f.tag), fingerprint, ids, k, v, start=1)
+class TestMemoryStore(ChunkStoreContract):
+    @pytest.fixture()
+    def make_store(self) -> Callable[..., MemoryChunkStore]:
+        return lambda max_bytes=None: MemoryChunkStore(max_bytes=max_bytes)
 
 
-def same_kv(a: ChunkKV, b: ChunkKV) -> bool:
-    """Same format, ids, start and bit-identical stored K/V (codes, scales, zero points)."""
-    if a.kv_format != b.kv_format or a.token_ids != b.token_ids or a.start != b.start:
-        return False
-    ta, tb = a.to_payload()[0], b.to_payload()[0]
-    return ta.keys() == tb.keys() and all(torch.equal(ta[n], tb[n]) for n in ta)
+class TestDiskStore(ChunkStoreContract):
+    @pytest.fixture()
+    def make_store(self, tmp_path) -> Callable[..., DiskChunkStore]:
+        return lambda max_bytes=None: DiskChunkStore(tmp_path / "chunks", max_bytes=max_bytes)
 
 
 @pytest.fixture(params=FORMATS)
 def fmt(request) -> str:
     return request.param
-
-
-@pytest.fixture(params=["memory", "disk"])
-def make_store(request, tmp_path):
-    def factory(max_bytes: int | None = None) -> ChunkStore:
-        if request.param == "memory":
-            return MemoryChunkStore(max_bytes=max_bytes)
-        return DiskChunkStore(tmp_path / "chunks", max_bytes=max_bytes)
-
-    factory.kind = request.param
-    return factory
-
-
-def test_is_a_chunk_store(make_store):
-    assert isinstance(make_store(), ChunkStore)
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
-def test_put_get_contains_remove(make_store, dtype, fmt):
-    store = make_store()
-    kv = make_kv(0, dtype=dtype, fmt=fmt)
-    assert not store.contains(kv.key) and store.get(kv.key) is None
-    assert store.put(kv)
-    assert store.contains(kv.key) and len(store) == 1 and store.nbytes > 0
-    got = store.get(kv.key, fingerprint=FP)
-    assert got is not None
-    assert got.token_ids == kv.token_ids and got.start == kv.start and got.fingerprint == FP
-    assert got.kv_format == kv.kv_format and same_kv(got, kv) and got.nbytes == kv.nbytes
-    assert got.keys.dtype == (dtype if fmt == "fp16" else torch.float32)
-    assert torch.equal(got.keys, kv.keys) and torch.equal(got.values, kv.values)
-    assert store.remove(kv.key) and not store.remove(kv.key)
-    assert not store.contains(kv.key) and store.get(kv.key) is None and len(store) == 0
-    assert store.stats.hits == 1 and store.stats.misses == 2
-
-
-def test_batched(make_store, fmt):
-    store = make_store()
-    kvs = [make_kv(i, fmt=fmt) for i in range(3)]
-    assert store.put_many(kvs) == 3
-    got = store.get_many([kvs[0].key, make_kv(9).key, kvs[2].key])
-    assert got[0].token_ids == kvs[0].token_ids and got[1] is None and got[2].token_ids == kvs[2].token_ids
-
-
-def test_fingerprint_mismatch_is_a_miss(make_store, fmt):
-    store = make_store()
-    kv = make_kv(1, fmt=fmt)
-    store.put(kv)
-    assert store.get(kv.key, fingerprint="0" * 64) is None
-    assert store.get(kv.key, fingerprint=FP) is not None
-
-
-def test_lru_eviction_under_byte_budget(make_store, fmt):
-    probe = make_store()
-    probe.put(make_kv(0, fmt=fmt))
-    one = probe.nbytes
-    probe.remove(make_kv(0, fmt=fmt).key)
-    store = make_store(max_bytes=int(one * 2.5))
-    a, b, c = make_kv(0, fmt=fmt), make_kv(1, fmt=fmt), make_kv(2, fmt=fmt)
-    store.put(a)
-    store.put(b)
-    assert store.get(a.key) is not None  # a is now the most recently used
-    store.put(c)  # over budget: b (least recently used) goes
-    assert store.contains(a.key) and store.contains(c.key) and not store.contains(b.key)
-    assert store.nbytes <= int(one * 2.5) and store.stats.evictions == 1
-
-
-def test_entry_larger_than_budget_is_not_stored(make_store, fmt):
-    store = make_store(max_bytes=16)
-    kv = make_kv(0, fmt=fmt)
-    assert store.put(kv) is False
-    assert not store.contains(kv.key) and len(store) == 0
-
-
-def test_overwrite_keeps_one_entry(make_store, fmt):
-    store = make_store()
-    kv = make_kv(0, fmt=fmt)
-    store.put(kv)
-    size = store.nbytes
-    store.put(kv)
-    assert len(store) == 1 and store.nbytes == size
 
 
 def test_invalid_budget():

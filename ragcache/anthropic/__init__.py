@@ -1,25 +1,5 @@
-"""Anthropic prompt caching, client side: request building, breakpoints, usage and cost.
+"""Deprecated alias: the Anthropic client moved to :mod:`ragcache.providers.anthropic`."""
 
-Modules: :mod:`.blocks` (requests as flat cacheable blocks), :mod:`.breakpoints`
-(placement), :mod:`.usage` (usage, cost, miss diagnosis), :mod:`.pricing`
-(prices, minimum cacheable lengths), :mod:`.backend` (SDK backend). The local
-Anthropic-compatible server is :mod:`ragcache.server`.
-"""
+from ragcache._moved import alias_package
 
-from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching
-from ragcache.anthropic.breakpoints import (
-                                            Breakpoint,
-                                            CachedRequest,
-                                            SkippedBreakpoint,
-                                            add_breakpoints,
-                                            estimate_tokens,
-                                            layout_request,
-)
-from ragcache.anthropic.pricing import MIN_CACHEABLE_TOKENS, PRICES, ModelPrice, min_cacheable_tokens, price_for
-from ragcache.anthropic.usage import CacheMonitor, CacheStats, PromptCacheWarning, UsageRecord
-
-__all__ = [
-    "AnthropicBackend", "AnthropicCaching", "Breakpoint", "CacheMonitor", "CacheStats", "CachedRequest",
-    "MIN_CACHEABLE_TOKENS", "ModelPrice", "PRICES", "PromptCacheWarning", "SkippedBreakpoint",
-    "UsageRecord", "add_breakpoints", "estimate_tokens", "layout_request", "min_cacheable_tokens", "price_for",
-]
+alias_package(__name__, "ragcache.providers.anthropic")

@@ -97,6 +97,25 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
     return out
 
 
+def _read_folder(docs: str | Path, console: Console, quiet: bool) -> tuple[Any, list[tuple[str, str]]]:
+    """The scanned ``--docs`` folder and its skipped files ``(path, reason)``, reported unless ``quiet``.
+
+    Raises:
+        ValueError: no readable non-empty text file in the folder.
+    """
+    folder = scan_folder(docs)
+    skipped = [(s.rel, s.reason) for s in folder.skipped]
+    if not quiet:
+        for rel, reason in skipped:
+            warn(console, f"skipped {rel}: {reason}")
+        for f in folder.files:
+            if f.encoding != "utf-8":
+                say(console, ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
+    if not folder.files:
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files")
+    return folder, skipped
+
+
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = True,
@@ -122,16 +141,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     top_k = cfg.top_k if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {top_k}")
-    folder = scan_folder(docs)
-    skipped = [(s.rel, s.reason) for s in folder.skipped]
-    if not quiet:
-        for rel, reason in skipped:
-            warn(console, f"skipped {rel}: {reason}")
-        for f in folder.files:
-            if f.encoding != "utf-8":
-                say(console, ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
-    if not folder.files:
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files")
+    folder, skipped = _read_folder(docs, console, quiet)
     timings: dict[str, float] = {"read_s": time.perf_counter() - t0}
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]

@@ -82,7 +82,7 @@ def _backend(kind: str, engine: Any) -> Iterator[Any]:
     try:
         import anthropic
 
-        from ragcache.anthropic.backend import AnthropicBackend
+        from ragcache.providers.anthropic.backend import AnthropicBackend
         from ragcache.server.app import running_server
     except ImportError as e:
         raise ImportError(f"the anthropic backend needs the extra: pip install 'ragcache[anthropic]' ({e})") from None

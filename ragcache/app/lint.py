@@ -28,7 +28,7 @@ from rich.text import Text
 
 from ragcache.app.output import clean, error, say
 from ragcache.volatile import find_volatile, first_divergence, word_tokens
-from ragcache.anthropic.blocks import FlatBlock, RequestError, flatten_request
+from ragcache.providers.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
 
 def load_request(path: str | Path) -> dict[str, Any]:

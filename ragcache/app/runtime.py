@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult
 from ragcache.config import Config
+
+if TYPE_CHECKING:
+    from ragcache.layout import PromptLayout
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +127,7 @@ class LazyLocalBackend:
             self._model_id = self._load().model_id
         return self._model_id
 
-    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
         return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage, Layer
+
+if TYPE_CHECKING:
+    from ragcache.engine.engine import LocalEngine, PromptSource
 
 
 def layer_of(prefix_reused: int, chunk_reused: int) -> Layer:
@@ -46,7 +49,7 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, engine: Any, **options: Any) -> None:
+    def __init__(self, engine: LocalEngine, **options: Any) -> None:
         self.engine = engine
         self.options = options
 
@@ -66,12 +69,12 @@ class LocalBackend:
         day = (pinned or datetime.now()).date().isoformat()
         return f"{digest}@template-date={day}"
 
-    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    def generate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> BackendResult:
         """Answer a layout (or messages / a Prompt) on the engine; blocking."""
         g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
         return result_of(g)
 
-    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    async def agenerate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> BackendResult:
         """:meth:`generate` off the event loop (through the engine's one async bridge)."""
         gen = None
         async for ev in self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -80,11 +83,11 @@ class LocalBackend:
         assert gen is not None
         return result_of(gen)
 
-    def stream(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
+    def stream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> Any:
         """The engine's stream events (``StreamEvent``; the last carries the ``Generation``)."""
         return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
 
-    def astream(self, layout: Any, *, max_new_tokens: int, temperature: float) -> AsyncIterator[Any]:
+    def astream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
         return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
 

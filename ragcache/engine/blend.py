@@ -255,6 +255,10 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             spans that overlap / mismatch their chunk KVs, r outside [0, 1], an unknown
             ``rank_by``, or an attention ranking with no token after the last document.
         NotImplementedError: unsupported RoPE variant or attention architecture.
+
+    Why one function: the per-layer loop carries the selected positions, the fused cache and the
+    attention inputs from layer to layer (CacheBlend section 4); split up, every step would pass all of
+    them back and forth.
     """
     cfg = model.config
     spec = RopeSpec.from_config(cfg)

@@ -256,6 +256,9 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         ValueError: no prompts, a prompt without a document, or a bad option (:func:`check_options`:
             a ratio outside (0, 1], ``answer_tokens < 1``, a bound outside (0, 1], ``max_ratio``
             outside [0, 1], ``confidence`` not 0 or in [0.5, 1)).
+
+    Why one function: one measurement loop (prompts x ratios) whose running totals decide the
+    recorded r; the steps it calls (:func:`check_options`, the fidelity measure) are already apart.
     """
     from ragcache.engine.blend import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache

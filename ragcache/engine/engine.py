@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -32,13 +32,19 @@ from ragcache.engine import kv
 from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
+from ragcache.engine.engine_config import EngineConfig
 from ragcache.engine.prefix import PrefixCache
-from ragcache.engine.prompt import Prompt, TemplateDate, build_prompt, raw_prompt, resolve_template_date
+from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
-from ragcache.engine.reuse import PrefillRate, ReusePolicy
+from ragcache.engine.reuse import PrefillRate
 from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.hashing import canonical_json
+from ragcache.layout import PromptLayout
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
+
+PromptSource = PromptLayout | Prompt | str | Sequence[Mapping[str, Any]] | Sequence[int]
+"""What :meth:`LocalEngine.build_prompt` renders: a layout, a built prompt, one user turn, chat
+messages (:meth:`~ragcache.layout.PromptLayout.from_messages`) or token ids."""
 
 log = logging.getLogger(__name__)
 
@@ -48,81 +54,61 @@ class LocalEngine:
 
     Args:
         loaded: model, tokenizer and fingerprint (:func:`ragcache.models.load_model`).
-        prefix_cache_bytes: byte budget of the prefix cache (default 512 MiB).
-        block_size: prefix-cache block size in tokens.
+        config: the engine's settings (:class:`~ragcache.engine.engine_config.EngineConfig`: prefix-cache
+            budget and block size, recompute ratio r, namespace, reuse policy, calibration, template
+            date, decode cache); default: all defaults.
         chunk_cache: a :class:`ragcache.engine.chunk.ChunkCache` to reuse document KV at
             any position; ``None`` disables CacheBlend.
-        recompute_ratio: CacheBlend's r, the share of reused tokens recomputed (0..1); ``None``
-            takes the model's recorded calibration (:meth:`calibrate`), else 0.15.
-        namespace: cache salt, in every prefix and chunk KV key (memory, disk and Redis stores)
-            and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
-            namespaces. A model whose weights were changed in memory after loading keeps its
-            fingerprint and needs a new namespace.
-        reuse_policy: the cost rule that chooses blending or exact prefill
-            (:class:`~ragcache.engine.reuse.ReusePolicy`; default: blend when it saves >= 0.1 s
-            at the measured prefill rate).
-        min_reuse_tokens: shortcut for ``ReusePolicy(min_reuse_tokens=...)``: a fixed threshold
-            of reusable document tokens (0: blend on any hit).
-        calibration: ``True`` loads the model's recorded calibration from the ragcache home when
-            present, ``False`` ignores it, or pass a :class:`~ragcache.engine.calibration.Calibration`.
-        decode_cache: ``"dynamic"`` (transformers ``DynamicCache``, exact) or ``"quantized"``
-            (``QuantizedCache``: the prefilled KV, however it was reused, is handed over before
-            the first decode step, :mod:`ragcache.engine.decode_cache`; for long generations in
-            less memory); ``None`` reads ``RAGCACHE_DECODE_CACHE`` (default ``"dynamic"``).
-            Quantized answers are labelled approximate and their format is part of
-            :attr:`answer_identity`; a model whose recorded :meth:`check_decode` fails the bound
-            decodes exactly. A quantized decode's answer KV is not put back into the exact
-            prefix cache (the prompt's KV is, before the hand-over).
-        decode_backend / decode_nbits / residual_length / decode_sink_tokens: the
-            ``QuantizedCache`` backend (``"quanto"``, ``"hqq"`` or ``"fp8"``), bits, the number of
-            recent tokens and of first (attention sink) tokens kept in full precision.
-        template_date: the date a chat template that reads the clock (Llama 3.2+, Granite)
-            renders: default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE` (pinned, so
-            prefixes repeat across days); a ``date`` / ISO string to pin another; ``"live"``
-            for the real clock.
+        **settings: any :class:`EngineConfig` field as a keyword argument, applied over ``config``
+            (``LocalEngine(lm, recompute_ratio=0.3)`` is ``LocalEngine(lm, EngineConfig(recompute_ratio=0.3))``).
+            In short: ``recompute_ratio`` (None: the model's recorded calibration; see
+            :meth:`recompute_ratio`); ``namespace`` (cache salt, in every prefix and chunk KV
+            key and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
+            namespaces; a model whose weights were changed in memory after loading keeps its
+            fingerprint and needs a new namespace); ``reuse_policy`` / ``min_reuse_tokens`` (default:
+            blend when it saves >= 0.1 s at the measured prefill rate); ``calibration``;
+            ``template_date`` (default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE`, pinned, so
+            prefixes repeat across days); ``decode_cache`` (``"dynamic"`` exact, or ``"quantized"``:
+            the prefilled KV is handed over to a ``QuantizedCache`` before the first decode step,
+            :mod:`ragcache.engine.decode_cache`; quantized answers are labelled approximate, their
+            format is part of :attr:`answer_identity`, and a model whose recorded
+            :meth:`check_decode` fails the bound decodes exactly); ``decode_backend`` /
+            ``decode_nbits`` / ``residual_length`` / ``decode_sink_tokens`` (the ``QuantizedCache``
+            backend, bits, and the recent and first (attention sink) tokens kept in full precision).
 
     Raises:
-        ValueError: r outside [0, 1], or both ``reuse_policy`` and ``min_reuse_tokens`` given.
+        ValueError: a setting out of range (see :class:`EngineConfig`); TypeError: an unknown setting.
     """
 
     DEFAULT_RECOMPUTE_RATIO = 0.15
 
-    def __init__(self, loaded: LoadedModel, *, prefix_cache_bytes: int = 512 << 20, block_size: int = 16,
-                 chunk_cache: Any = None, recompute_ratio: float | None = None, namespace: str | None = None,
-                 reuse_policy: ReusePolicy | None = None, min_reuse_tokens: int | None = None,
-                 calibration: Any = True, template_date: TemplateDate | None = None,
-                 decode_cache: str | None = None, decode_backend: str = "quanto", decode_nbits: int = 4,
-                 residual_length: int = 128, decode_sink_tokens: int = 0) -> None:
-        import os
-
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+                 chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
         from ragcache.engine.calibration import Calibration, load_calibration
 
-        if recompute_ratio is not None and not 0.0 <= recompute_ratio <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio}")
-        if reuse_policy is not None and min_reuse_tokens is not None:
-            raise ValueError("give reuse_policy or min_reuse_tokens, not both")
-        kind = (decode_cache or os.environ.get("RAGCACHE_DECODE_CACHE") or "dynamic").strip().lower()
-        self.decode = DecodeCacheSpec(kind, decode_backend, decode_nbits, residual_length, decode_sink_tokens)
+        cfg = self.config = EngineConfig.of(config, **settings)
+        self.decode = DecodeCacheSpec(cfg.decode_cache, cfg.decode_backend, cfg.decode_nbits, cfg.residual_length,
+                                      cfg.decode_sink_tokens)
         self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
         kv.use_fast_attention(self.model)
-        self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=block_size, max_bytes=prefix_cache_bytes)
+        self.prefix_cache = PrefixCache(self.fingerprint.digest, block_size=cfg.block_size,
+                                        max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache: ChunkCache | None = chunk_cache
-        self._recompute_ratio = recompute_ratio
-        self.namespace = namespace
-        self.reuse_policy = reuse_policy or ReusePolicy(min_reuse_tokens=min_reuse_tokens)
+        self._recompute_ratio = cfg.recompute_ratio
+        self.namespace = cfg.namespace
+        self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
-        if isinstance(calibration, Calibration) or calibration is None:
-            self.calibration = calibration
+        if isinstance(cfg.calibration, Calibration) or cfg.calibration is None:
+            self.calibration = cfg.calibration
         else:
-            self.calibration = load_calibration(self.fingerprint) if calibration else None
+            self.calibration = load_calibration(self.fingerprint) if cfg.calibration else None
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag) \
-            if calibration is True and self.decode.quantized else None
+            if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
         self._eos = eos_ids(self.model, self.tokenizer)
-        resolve_template_date(template_date)  # bad values fail here, not on the first request
-        self.template_date = template_date
+        self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
         # caches do not support), or None; when set, every request is a full prefill.
         self.kv_reuse_blocker = kv_reuse_blocker(self.model)
@@ -192,7 +178,7 @@ class LocalEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def build_prompt(self, source: Any) -> Prompt:
+    def build_prompt(self, source: PromptSource) -> Prompt:
         """:func:`ragcache.engine.prompt.build_prompt` with this engine's tokenizer and template date.
 
         Raises:

@@ -24,10 +24,13 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ragcache.layout import Block
 
 log = logging.getLogger(__name__)
 
@@ -172,68 +175,49 @@ class Prompt:
         return "".join(p.text for p in self.pieces)
 
 
-def _blocks(content: Any) -> list[dict]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if isinstance(content, Sequence):
-        out = []
-        for b in content:
-            if isinstance(b, str):
-                out.append({"type": "text", "text": b})
-            elif isinstance(b, dict) and b.get("type", "text") == "text":
-                out.append(b)
-            elif isinstance(b, dict):
-                raise ValueError(f"unsupported content block type {b.get('type')!r}: the local engine takes text blocks only")
-            else:
-                raise ValueError(f"content blocks must be dicts or strings, got {type(b).__name__}")
-        return out
-    raise ValueError(f"message content must be a string or a list of blocks, got {type(content).__name__}")
-
-
-def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+def render_messages(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
                     template_date: TemplateDate | None = None) -> Prompt:
-    """Render chat ``messages`` with the tokenizer's chat template into tokenised pieces.
-
-    ``template_date`` is the date a template that reads the clock sees (default
-    :data:`DEFAULT_TEMPLATE_DATE`; ``"live"`` for the real clock, see :func:`resolve_template_date`).
-
-    Message content is a string or a list of text blocks. A block may carry
-    ``"ragcache_kind"`` (``document``, ``volatile``, ``question``...) and ``"id"``; in a user
-    message of several unmarked blocks every block but the last is a document. Blocks of one
-    message are joined with a blank line.
+    """Render chat ``messages`` with the tokenizer's chat template into tokenised pieces: the
+    messages' layout (:meth:`ragcache.layout.PromptLayout.from_messages`, the one rule for which
+    text is system, history, document, volatile or question) rendered by :func:`render_blocks`.
 
     Raises:
-        ValueError: empty message list, unknown role, or non-text content.
+        ValueError: as :meth:`~ragcache.layout.PromptLayout.from_messages` (empty list, unknown role,
+            non-text content, no question).
     """
-    if not messages:
-        raise ValueError("messages is empty: give at least one user message")
+    from ragcache.layout import PromptLayout
+
+    return render_blocks(tokenizer, PromptLayout.from_messages(messages).blocks(),
+                         add_generation_prompt=add_generation_prompt, template_date=template_date)
+
+
+def render_blocks(tokenizer: Any, blocks: Sequence[Block], *, add_generation_prompt: bool = True,
+                  template_date: TemplateDate | None = None) -> Prompt:
+    """Render :meth:`ragcache.layout.PromptLayout.blocks` with the chat template.
+
+    Consecutive blocks of one role form one message (joined by :data:`DOC_SEPARATOR`; each history
+    block is a message of its own); every block becomes a piece of its own kind, tokenised on its
+    own (documents keep their ``doc_id``); ``tools`` blocks are dropped (the local engine has no tool
+    channel; tools still enter the semantic partition). ``template_date``: the date a template that
+    reads the clock sees (default :data:`DEFAULT_TEMPLATE_DATE`; ``"live"`` for the real clock, see
+    :func:`resolve_template_date`).
+
+    Raises:
+        ValueError: no blocks to render.
+    """
     tag = uuid.uuid4().hex[:8]
     sentinel = "\x00RC{}_{}\x00"
-    pieces_meta: list[tuple[str, str, str | None]] = []  # (kind, text, doc_id) in sentinel order
-    templ_msgs = []
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    for mi, m in enumerate(messages):
-        role = m.get("role")
-        if role not in ("system", "user", "assistant"):
-            raise ValueError(f"unknown message role {role!r}: use 'system', 'user' or 'assistant'")
-        blocks = _blocks(m.get("content"))
-        parts = []
-        for bi, b in enumerate(blocks):
-            kind = b.get("ragcache_kind")
-            if kind is None:
-                if role == "system":
-                    kind = "system"
-                elif mi != last_user or role == "assistant":
-                    kind = "history"
-                elif len(blocks) > 1 and bi < len(blocks) - 1:
-                    kind = "document"
-                else:
-                    kind = "question"
-            parts.append(sentinel.format(tag, len(pieces_meta)))
-            pieces_meta.append((kind, str(b.get("text", "")), b.get("id")))
-        templ_msgs.append({"role": role, "content": DOC_SEPARATOR.join(parts)})
+    rendered_blocks = [b for b in blocks if b.kind != "tools"]
+    if not rendered_blocks:
+        raise ValueError("nothing to render: the layout has no blocks")
+    templ_msgs: list[dict[str, Any]] = []
+    for i, b in enumerate(rendered_blocks):
+        piece = sentinel.format(tag, i)
+        if templ_msgs and templ_msgs[-1]["role"] == b.role and b.kind != "history" and not templ_msgs[-1]["history"]:
+            templ_msgs[-1]["content"] += DOC_SEPARATOR + piece
+        else:
+            templ_msgs.append({"role": b.role, "content": piece, "history": b.kind == "history"})
+    templ_msgs = [{"role": m["role"], "content": m["content"]} for m in templ_msgs]
     if tokenizer.chat_template:
         template, extra = _template_with_pinned_date(tokenizer, resolve_template_date(template_date))
         rendered = tokenizer.apply_chat_template(templ_msgs, chat_template=template, tokenize=False,
@@ -246,37 +230,12 @@ def render_messages(tokenizer: Any, messages: Sequence[dict], *, add_generation_
     for match in pattern.finditer(rendered):
         if match.start() > pos:
             _add(pieces, tokenizer, "template", rendered[pos:match.start()])
-        kind, text, doc_id = pieces_meta[int(match.group(1))]
-        _add(pieces, tokenizer, kind, text, doc_id)
+        b = rendered_blocks[int(match.group(1))]
+        _add(pieces, tokenizer, b.kind, b.text, b.doc_id)
         pos = match.end()
     if pos < len(rendered):
         _add(pieces, tokenizer, "template", rendered[pos:])
     return Prompt(pieces)
-
-
-def render_blocks(tokenizer: Any, blocks: Sequence[Any], *, add_generation_prompt: bool = True,
-                  template_date: Any = None) -> Prompt:
-    """Render :meth:`ragcache.layout.PromptLayout.blocks` with the chat template: consecutive blocks
-    of one role form one message, each block keeps its kind (so documents become ``document``
-    pieces with their ``doc_id``), and ``tools`` blocks are dropped (the local engine has no tool
-    channel; tools still enter the semantic partition). Same pieces as :func:`render_messages`.
-
-    Raises:
-        ValueError: no blocks, or an unknown role.
-    """
-    messages: list[dict] = []
-    for b in blocks:
-        if b.kind == "tools":
-            continue
-        block = {"type": "text", "text": b.text, "ragcache_kind": b.kind}
-        if b.doc_id is not None:
-            block["id"] = b.doc_id
-        if messages and messages[-1]["role"] == b.role and b.kind != "history":
-            messages[-1]["content"].append(block)
-        else:
-            messages.append({"role": b.role, "content": [block]})
-    return render_messages(tokenizer, messages, add_generation_prompt=add_generation_prompt,
-                           template_date=template_date)
 
 
 def document_token_ids(tokenizer: Any, document: Any) -> list[int]:

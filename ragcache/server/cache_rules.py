@@ -1,7 +1,7 @@
 """Anthropic's documented prompt-caching rules, as a state machine (the local server's cache).
 
 For one request (blocks in tools -> system -> messages order, their token counts
-and chained prefix hashes, see :mod:`ragcache.anthropic.blocks`):
+and chained prefix hashes, see :mod:`ragcache.providers.anthropic.blocks`):
 
 1. **Read.** Each breakpoint at block ``b`` looks for a live entry whose prefix
    ends at ``b, b-1, ..., b-20`` (the 20-block lookback); the longest prefix
@@ -28,8 +28,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, FlatBlock
-from ragcache.anthropic.pricing import min_cacheable_tokens
+from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, FlatBlock
+from ragcache.providers.anthropic.pricing import min_cacheable_tokens
 
 
 @dataclass(slots=True)
@@ -76,7 +76,7 @@ class ProviderPromptCache:
 
     Args:
         min_tokens: one minimum for every model, or family -> minimum overrides of
-            :data:`ragcache.anthropic.pricing.MIN_CACHEABLE_TOKENS`.
+            :data:`ragcache.providers.anthropic.pricing.MIN_CACHEABLE_TOKENS`.
         clock: seconds (monotonic by default); tests pass a fake clock to expire entries.
         max_entries: entries kept (least recently used dropped first).
     Thread-safe.

@@ -4,17 +4,19 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 ``POST /v1/messages`` (JSON or SSE streaming):
 
 1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
-   replayed): the question is the last text block of the last user turn; everything else
-   (model, system, tools, earlier turns, the other blocks of that turn such as retrieved
-   documents, every answer-shaping field and the ``anthropic-beta`` header, and the caller's
-   tenant as the namespace) is the exact partition (:func:`ragcache.semantic.partition_key`); a
-   body field the partition does not know bypasses the cache (logged). The tenant is a digest of
-   the caller's credential, or an operator-named header (:mod:`ragcache.server.auth`), so caller B
-   is never served caller A's answer. A hit is answered without calling
+   replayed): the request's layout is ragcache's one rule
+   (:meth:`ragcache.layout.PromptLayout.from_messages`): the question is the last text block of the
+   last user turn, the blocks before it are documents; everything else (model, system, tools,
+   earlier turns, the documents' identities, every answer-shaping field and the
+   ``anthropic-version`` / ``anthropic-beta`` headers, and the caller's tenant as the namespace) is
+   the exact partition (:func:`ragcache.semantic.request_partition`); a body field the partition
+   does not know bypasses the cache (logged). The tenant is a digest of the caller's credential,
+   or an operator-named header (:mod:`ragcache.server.auth`), so caller B is never served caller
+   A's answer. A hit is answered without calling
    upstream, as a normal message (or event stream) with zero usage and the header
    ``x-ragcache-layer: semantic``;
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
-   (:meth:`ragcache.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
+   (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator
    chose (``upstream_auth``: the caller's own ``x-api-key`` / ``Authorization``, or the
    operator's ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
@@ -32,12 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import httpx
@@ -48,13 +49,18 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
-from ragcache.anthropic.backend import AnthropicCaching
-from ragcache.anthropic.pricing import PRICES
 from ragcache.backend import CacheUsage, provider_layer
+from ragcache.config import provider_api_key
+from ragcache.layout import PromptLayout
+from ragcache.providers.anthropic.backend import AnthropicCaching
+from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.metrics import CacheMetrics
 from ragcache.semantic.partition import shaping_fields
 from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
 from ragcache.server.sse import anthropic_event, event_stream
+
+if TYPE_CHECKING:
+    from ragcache.semantic import SemanticCache
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
 _COMPLETE = ("end_turn", "stop_sequence")  # complete answers; "max_tokens" cut ones are never stored
@@ -69,16 +75,24 @@ def _text(block: Any) -> str | None:
     return None
 
 
+def _strip(block: Any) -> Any:
+    return {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, Mapping) else block
+
+
 def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = None
                    ) -> tuple[str, dict[str, Any]] | None:
     """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
 
-    The question is the last text block of the final user message; the spec holds every other
-    input that shapes the answer (keyword arguments of :func:`ragcache.semantic.partition_key`):
-    every answer-shaping body field (:data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget,
-    sampling, stop sequences, tools and tool policy, thinking, structured-output settings...) and
-    the ``anthropic-version`` / ``anthropic-beta`` headers (a beta can change the answer's shape).
-    A body with a field the partition does not know is not answered from the cache (logged).
+    Which text is what is ragcache's one rule (:meth:`ragcache.layout.PromptLayout.from_messages`):
+    the last text block of the final user message is the question, the text blocks before it are
+    documents (so ``invalidate(document)`` reaches the answer), earlier turns are history. The spec
+    holds the keyword arguments of :func:`ragcache.semantic.request_partition` but the namespace:
+    the ``layout``, ``model``, ``params`` (every answer-shaping body field,
+    :data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool
+    policy, thinking, structured-output settings...) and ``extra`` (the request's metadata and the
+    ``anthropic-version`` / ``anthropic-beta`` headers: a beta can change the answer's shape).
+    Requests with sampling (``temperature`` not 0), a field the partition does not know (logged),
+    a final turn that is not all text, or no question are not answered from the cache.
     """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
@@ -94,22 +108,22 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
     blocks = [content] if isinstance(content, str) else list(content or [])
     if not blocks or _text(blocks[-1]) is None or not _text(blocks[-1]).strip():
         return None
-    strip = lambda b: {k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b  # noqa: E731
     system = params.pop("system", None)
-    system_text = system if isinstance(system, str) or system is None else json.dumps([strip(b) for b in system],
-                                                                                       sort_keys=True)
+    texts = [_text(b) for b in system] if isinstance(system, list) else []
+    system_text = system if isinstance(system, str) or system is None else "\n\n".join(texts) if all(
+        t is not None and set(_strip(b)) <= {"type", "text"} for t, b in zip(texts, system)) else json.dumps(
+        [_strip(b) for b in system], sort_keys=True)  # text blocks are the system text; anything else exactly
     tools = params.pop("tools", None) or []
+    messages = [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
+                else [_strip(b) for b in m.get("content") or []]} for m in msgs]
+    try:
+        layout = PromptLayout.from_messages(messages, system=system_text or None, tools=[_strip(t) for t in tools])
+    except ValueError:  # a final turn that is not all text (images, tool results): not answered from the cache
+        return None
     h = {k: (headers or {}).get(k) for k in ("anthropic-version", "anthropic-beta")}
-    spec = {
-        "model": f"anthropic:{body.get('model')}",
-        "params": params,
-        "system": system_text,
-        "tools": [strip(t) for t in tools],
-        "history": [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
-                     else [strip(b) for b in m.get("content") or []]} for m in msgs[:-1]],
-        "extra": {"turn": [strip(b) for b in blocks[:-1]], "headers": h},
-    }
-    return _text(blocks[-1]), spec
+    spec = {"layout": layout, "model": f"anthropic:{body.get('model')}", "params": params,
+            "extra": {"metadata": body.get("metadata"), "headers": h}}
+    return layout.question, spec
 
 
 def _refused(e: Exception) -> JSONResponse:
@@ -204,7 +218,7 @@ class AnthropicProxy:
         transport: an ``httpx`` transport (tests: ``httpx.ASGITransport``).
     """
 
-    def __init__(self, upstream: str, *, semantic: Any = None, api_key: str | None = None,
+    def __init__(self, upstream: str, *, semantic: SemanticCache | None = None, api_key: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None, metrics: CacheMetrics | None = None,
                  timeout_s: float = 600.0, transport: Any = None, keys: tuple[str, ...] = (),
                  tenant_header: str | None = None, upstream_auth: str = "auto") -> None:
@@ -212,7 +226,7 @@ class AnthropicProxy:
             raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
         self.upstream = upstream.rstrip("/")
         self.semantic = semantic
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self.api_key = api_key if api_key is not None else provider_api_key("anthropic")
         self.tenant_header = tenant_header
         mode = ("operator" if keys else "caller") if upstream_auth == "auto" else upstream_auth
         if mode not in ("caller", "operator"):
@@ -257,9 +271,9 @@ class AnthropicProxy:
         return h, tenant
 
     def _partition(self, spec: dict[str, Any], tenant: str) -> Any:
-        from ragcache.semantic import partition_key
+        from ragcache.semantic import request_partition
 
-        return partition_key(namespace=f"proxy-{tenant}", **spec)  # tenant: a digest or the operator's header
+        return request_partition(namespace=f"proxy-{tenant}", **spec)  # tenant: a digest or the operator's header
 
     # ------------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:

@@ -1,4 +1,8 @@
-"""Test doubles that users may import too: nothing here is used by the library itself.
+"""Test doubles, local test servers and contract suites that users may import too: nothing here is used by the
+library itself (the pattern of ``langchain-tests``).
+
+* :mod:`ragcache.testing.local_servers`: throwaway PostgreSQL + pgvector and Valkey servers on loopback.
+* :mod:`ragcache.testing.chunk_stores`: the chunk KV store contract suite (needs ``pytest``).
 
 * :func:`tiny_llama`: a tiny random Llama model (float32) with the embedded model's real
   tokenizer, for fast exactness tests of the KV caches.

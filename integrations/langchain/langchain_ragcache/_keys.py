@@ -38,7 +38,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ragcache.layout import PromptLayout, Segment, as_document, render_document
+from ragcache.layout import PromptLayout, Segment, as_document, parse_document
 from ragcache.semantic.partition import PartitionKey, request_partition
 
 METADATA_KEY = "ragcache"
@@ -150,20 +150,14 @@ def history_entry(m: BaseMessage) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=repr, sort_keys=True))
 
 
-def _document_segment(text: str, rec: Mapping[str, Any]) -> Segment:
-    """The document Segment a RagPrompt block was rendered from (raw text, id, metadata), so its
-    content hash is the document's and its render hash the block's; a block that is not a
-    ``render_document`` output is taken as document text as is."""
-    doc = rec.get("document")
-    if isinstance(doc, Mapping):
-        seg0 = Segment("document", "", doc.get("id"), dict(doc.get("metadata") or {}))
-        head = render_document(seg0)[: -len("\n\n</document>")]
-        tail = "\n</document>"
-        if text.startswith(head + "\n") and text.endswith(tail):
-            seg = Segment("document", text[len(head) + 1: -len(tail)], seg0.id, seg0.metadata)
-            if render_document(seg) == text:
-                return seg
-    return Segment("document", text)
+def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segment:
+    """One final-turn block for :meth:`PromptLayout.from_messages`: a typed Segment when its kind is
+    known (a RagPrompt record or a ``ragcache_kind`` key), else the plain text (kind left to the rule)."""
+    if kind == "document":
+        return parse_document(text) or Segment("document", text, None if doc_id is None else str(doc_id))
+    if kind in ("volatile", "question"):
+        return Segment(kind, text)
+    return text
 
 
 def _volatile_only(message: BaseMessage) -> bool:
@@ -259,37 +253,37 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
     kinds = _block_kinds(human, len(blocks)) if len(texts) == len(blocks) else None
     if kinds is None and any(b.get("ragcache_kind") for b in texts):
         kinds = [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in texts]
-    documents: list[Segment] = []
-    volatile: list[str] = list(trailing_volatile)
-    question: list[str] = []
+    # the final turn for PromptLayout.from_messages (the one rule for unmarked text): trailing volatile
+    # turns first, then the blocks (typed where a record or a mark says their kind)
+    final: list[Any] = [Segment("volatile", t) for t in trailing_volatile]
     if kinds is not None:
         for b, k in zip(texts, kinds, strict=True):
             kind, text = k.get("kind") or "question", str(b.get("text", ""))
-            if kind == "document":
-                documents.append(_document_segment(text, k))
-            elif kind == "volatile":
-                volatile.append(text)
-            elif kind == "question":
-                question.append(text)
+            if kind in ("document", "volatile", "question"):
+                final.append(marked_block(text, kind, k.get("id")))
             else:
                 extra.setdefault("other_text", []).append({"kind": kind, "text": text})
-        q = "\n\n".join(t for t in question if t.strip())
-        if not q.strip():
+        if not any(isinstance(b, Segment) and b.kind == "question" and b.text.strip() for b in final):
             return exact_request(whole)
+    elif not any(str(b.get("text", "")).strip() for b in texts):
+        return exact_request(whole)
     else:
-        # the engine's convention: in a turn of several text blocks, all but the last are documents
-        documents = [Segment("document", str(b.get("text", ""))) for b in texts[:-1]]
-        split = split_turn(str(texts[-1].get("text", "")) if texts else "", extractor)
+        final += [str(b.get("text", "")) for b in texts]
+    # documents a retriever tool returned as artifacts: in the partition by identity too, so
+    # invalidate(document) reaches answers built on tool results
+    final += [as_document(d) for m in msgs if m.type == "tool" for d in _document_artifact(m)]
+    layout = PromptLayout.from_messages([*({"role": "system", "content": s} for s in systems), *history,
+                                         {"role": "user", "content": final}])
+    if kinds is None:
+        split = split_turn(layout.question, extractor)
         if split is None:
             return exact_request(whole)
         q, template = split
         if template != _SENTINEL:
             extra["template"] = template
-    # documents a retriever tool returned as artifacts: in the partition by identity too, so
-    # invalidate(document) reaches answers built on tool results
-    documents += [as_document(d) for m in msgs if m.type == "tool" for d in _document_artifact(m)]
-    layout = PromptLayout.build(question=q, system="\n\n".join(systems) or None, documents=documents,
-                                history=history, volatile="\n".join(volatile) or None, lint="off")
+        layout = layout.with_question(q)
+    else:
+        q = layout.question
     return KeyedRequest(q, layout, extra)
 
 

@@ -4,9 +4,11 @@ Three conversions share this module so that every part of the package agrees on
 which text is the question, which blocks are documents, and what is "everything
 else":
 
-* :func:`to_engine_messages` turns LangChain messages into the chat messages
-  :meth:`ragcache.engine.engine.LocalEngine.build_prompt` takes, with document
-  blocks marked ``"ragcache_kind": "document"`` (so the chunk cache reuses their KV);
+* :func:`to_layout` maps LangChain messages to the request's
+  :class:`~ragcache.layout.PromptLayout` (through :func:`to_engine_messages`, the chat messages
+  :meth:`ragcache.layout.PromptLayout.from_messages` reads), which
+  :meth:`ragcache.engine.engine.LocalEngine.build_prompt` renders (documents as documents, so the
+  chunk cache reuses their KV);
 * :mod:`langchain_ragcache._keys` splits messages into the question and the
   partition (the semantic cache and the middleware);
 * :func:`parse_cache_prompt` reads the ``prompt`` string that LangChain hands a
@@ -15,10 +17,10 @@ else":
 Which block is what: :class:`~langchain_ragcache.prompts.RagPrompt` records the
 kind and id of every block of its user message in
 ``HumanMessage.additional_kwargs["ragcache"]["blocks"]`` (provider adapters do not
-send ``additional_kwargs``, so the content blocks stay plain). A block may also
-carry ``"ragcache_kind"`` itself. Without either, the engine's convention holds:
-in a final user message of several text blocks, every block but the last is a
-document and the last is the question.
+send ``additional_kwargs``, so the content blocks stay plain); this module maps those records to
+typed :class:`~ragcache.layout.Segment` blocks. A block may also carry ``"ragcache_kind"`` itself.
+The kind of unmarked text is decided by :meth:`~ragcache.layout.PromptLayout.from_messages` alone
+(in a final user message of several text blocks, every block but the last is a document).
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_ragcache._keys import METADATA_KEY
+from ragcache.layout import PromptLayout, Segment
+
+from langchain_ragcache._keys import METADATA_KEY, marked_block
 
 _PROVIDER_MARKERS = ("cache_control", "citations", "index")
 
@@ -90,26 +94,20 @@ def _role(message: BaseMessage) -> str:
     )
 
 
-def _marked_blocks(message: BaseMessage, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kinds = _kinds(message, len(blocks))
-    if kinds is None:
-        return blocks
-    out = []
-    for b, k in zip(blocks, kinds, strict=True):
-        b = dict(b)
-        if k.get("kind"):
-            b["ragcache_kind"] = k["kind"]
-        if k.get("id") is not None:
-            b["id"] = str(k["id"])
-        out.append(b)
-    return out
+def _text(block: str | Segment) -> str:
+    return block.text if isinstance(block, Segment) else block
+
+
+def _marked_blocks(message: BaseMessage, blocks: list[dict[str, Any]]) -> list[str | Segment]:
+    kinds = _kinds(message, len(blocks)) or [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in blocks]
+    return [marked_block(b["text"], k.get("kind"), k.get("id")) for b, k in zip(blocks, kinds, strict=True)]
 
 
 def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """Chat messages for :meth:`LocalEngine.build_prompt`.
-
-    Content becomes a string (one plain text block) or a list of text blocks with
-    ``ragcache_kind`` / ``id`` where known. Consecutive system messages are joined.
+    """The chat messages :meth:`PromptLayout.from_messages` reads: ``{"role", "content"}`` with
+    content a string or a list of texts and typed :class:`~ragcache.layout.Segment` blocks (kinds
+    from RagPrompt's record or a ``ragcache_kind`` key). Consecutive system messages are joined;
+    tool calls and results become text turns (the local chat template has no tool role).
 
     Raises:
         ValueError: an empty message list, a tool/function message, or non-text content.
@@ -127,15 +125,24 @@ def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             continue
         blocks = _marked_blocks(m, _text_blocks(m.content, where=f"messages[{mi}]"))
         if role == "system" and out and out[-1]["role"] == "system":
-            prev = out[-1]["content"]
-            prev_text = prev if isinstance(prev, str) else "\n\n".join(b["text"] for b in prev)
-            out[-1]["content"] = "\n\n".join([prev_text, *(b["text"] for b in blocks)])
+            out[-1]["content"] = "\n\n".join([out[-1]["content"], *(_text(b) for b in blocks)])
             continue
-        if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
-            out.append({"role": role, "content": blocks[0]["text"]})
+        if role == "system" or (len(blocks) == 1 and isinstance(blocks[0], str)):
+            out.append({"role": role, "content": "\n\n".join(_text(b) for b in blocks)})
         else:
             out.append({"role": role, "content": blocks or ""})
     return out
+
+
+def to_layout(messages: Sequence[BaseMessage]) -> PromptLayout:
+    """The :class:`~ragcache.layout.PromptLayout` of LangChain chat messages (what the local engine
+    renders): :func:`to_engine_messages` read by :meth:`PromptLayout.from_messages`.
+
+    Raises:
+        ValueError: as :func:`to_engine_messages` and :meth:`PromptLayout.from_messages` (no human
+            turn with text, a message after the last human turn).
+    """
+    return PromptLayout.from_messages(to_engine_messages(messages))
 
 
 def parse_cache_prompt(prompt: str) -> list[BaseMessage] | None:

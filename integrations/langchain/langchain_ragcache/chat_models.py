@@ -42,7 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine, usage_metadata
-from langchain_ragcache._messages import to_engine_messages
+from langchain_ragcache._messages import to_layout
 from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
 from ragcache.backend import BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
@@ -241,7 +241,7 @@ class ChatRagCache(BaseChatModel):
         opts = self._options(stop, kwargs)
         messages, names = self._with_tools(messages, kwargs)
         backend, budget, temperature = self._backend(opts)
-        prompt = backend.engine.build_prompt(to_engine_messages(messages))
+        prompt = backend.engine.build_prompt(to_layout(messages))
         result = backend.generate(prompt, max_new_tokens=budget, temperature=temperature)
         return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
@@ -250,7 +250,7 @@ class ChatRagCache(BaseChatModel):
         opts = self._options(stop, kwargs)
         messages, names = self._with_tools(messages, kwargs)
         backend, budget, temperature = self._backend(opts)
-        prompt = backend.engine.build_prompt(to_engine_messages(messages))
+        prompt = backend.engine.build_prompt(to_layout(messages))
         result = await backend.agenerate(prompt, max_new_tokens=budget, temperature=temperature)
         return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
@@ -284,7 +284,7 @@ class ChatRagCache(BaseChatModel):
                 cache.update(*key, [ChatGeneration(message=msg)])
             return
         backend, budget, temperature = self._backend(opts)
-        prompt = backend.engine.build_prompt(to_engine_messages(messages))
+        prompt = backend.engine.build_prompt(to_layout(messages))
         final: Generation | None = None
         for ev in backend.stream(prompt, max_new_tokens=budget, temperature=temperature):
             final = ev.generation or final
@@ -358,7 +358,7 @@ class ChatRagCache(BaseChatModel):
                 await cache.aupdate(*key, [ChatGeneration(message=msg)])
             return
         backend, budget, temperature = self._backend(opts)
-        prompt = backend.engine.build_prompt(to_engine_messages(messages))  # tokenising: milliseconds
+        prompt = backend.engine.build_prompt(to_layout(messages))  # tokenising: milliseconds
         final: Generation | None = None
         async for ev in backend.astream(prompt, max_new_tokens=budget, temperature=temperature):
             final = ev.generation or final

@@ -13,7 +13,7 @@ same retrieved set gives the same request bytes in whatever order the retriever
 returned it: a provider's prompt cache or the local prefix / chunk KV cache sees
 the same prefix. For ``ChatAnthropic`` (``provider="anthropic"``, or
 :meth:`RagPrompt.for_model`), ``cache_control`` breakpoints are placed by
-ragcache's Anthropic adapter (:func:`ragcache.anthropic.layout_request`: at most 4,
+ragcache's Anthropic adapter (:func:`ragcache.providers.anthropic.layout_request`: at most 4,
 20-block lookback, the model's minimum cacheable length); otherwise blocks are
 plain. Block kinds and ids go to ``HumanMessage.additional_kwargs["ragcache"]``
 (not sent by provider adapters), which :class:`~langchain_ragcache.ChatRagCache`
@@ -33,7 +33,7 @@ from pydantic import ConfigDict, Field
 
 from langchain_ragcache._keys import METADATA_KEY
 from ragcache.layout import PromptLayout, Segment, as_document
-from ragcache.anthropic.breakpoints import CachedRequest, layout_request
+from ragcache.providers.anthropic.breakpoints import CachedRequest, layout_request
 
 Provider = Literal["plain", "anthropic"]
 

@@ -11,7 +11,9 @@ from llama_index.core.llms import (
     MessageRole,
     TextBlock,
 )
-from llama_index.llms.ragcache import RagCacheLLM, to_engine_messages
+from llama_index.llms.ragcache import RagCacheLLM, to_engine_messages, to_layout
+
+from ragcache.layout import PromptLayout
 
 from ragcache.engine.chunk_cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
@@ -43,7 +45,10 @@ def test_several_text_blocks_equal_uncached_greedy_tokens(llm, tiny):
     assert first.additional_kwargs["docs_missed"] == 3
     # other order: every document comes from the chunk cache at a new position
     again = llm.chat(_chat(DOCS[::-1]))
-    assert again.additional_kwargs["docs_hit"] == 3 and again.additional_kwargs["docs_missed"] == 0
+    # documents render as <document> blocks: the exact prefix cache may take the shared head of the first one
+    # (whole 16-token blocks), which is then computed past the prefix, neither a chunk hit nor a miss
+    kw = again.additional_kwargs
+    assert kw["docs_missed"] == 0 and kw["docs_hit"] + (kw["prefix_tokens_reused"] > 0) == 3 and kw["docs_hit"] >= 2
     for resp, docs in ((first, DOCS), (again, DOCS[::-1])):
         want = reference.generate(to_engine_messages(_chat(docs)), max_new_tokens=12, use_prefix_cache=False,
                                   use_chunk_cache=False)
@@ -57,7 +62,9 @@ def test_partial_recompute_reuses_chunk_kv(tiny):
     llm.chat(_chat(DOCS))
     r = llm.chat(_chat(DOCS[::-1], "Which tier allows 60 requests?"))
     kw = r.additional_kwargs
-    assert kw["docs_hit"] == 3 and kw["chunk_tokens_reused"] > 0 and kw["layer"] in ("chunk", "prefix+chunk")
+    # the first document may start inside the exact prefix (the shared <document> head): see above
+    assert kw["docs_hit"] + (kw["prefix_tokens_reused"] > 0) == 3 and kw["docs_hit"] >= 2
+    assert kw["chunk_tokens_reused"] > 0 and kw["layer"] in ("chunk", "prefix+chunk")
     assert kw["tokens_reused"] == kw["prefix_tokens_reused"] + kw["chunk_tokens_reused"]
     cold = llm.chat(_chat(["A document never seen before.", "Another new one."], "q?")).additional_kwargs
     assert cold["docs_hit"] == 0 and cold["chunk_tokens_reused"] == 0 and cold["layer"] in ("model", "prefix")
@@ -67,10 +74,11 @@ def test_partial_recompute_reuses_chunk_kv(tiny):
 def test_cache_point_marks_where_documents_end():
     msgs = [ChatMessage(role=MessageRole.USER, blocks=[
         TextBlock(text="doc a"), TextBlock(text="doc b"), _point(), TextBlock(text="as of 09:14"), TextBlock(text="q?")])]
-    blocks = to_engine_messages(msgs)[0]["content"]
-    assert [b["ragcache_kind"] for b in blocks] == ["document", "document", "volatile", "question"]
-    plain = to_engine_messages([ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="a"), TextBlock(text="q")])])
-    assert all("ragcache_kind" not in b for b in plain[0]["content"])  # engine default: all but last are documents
+    assert [b.kind for b in to_layout(msgs).blocks()] == ["document", "document", "volatile", "question"]
+    plain = [ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text="a"), TextBlock(text="q")])]
+    assert [b.kind for b in to_layout(plain).blocks()] == ["document", "question"]  # all but the last are documents
+    # the one rule: the same texts as plain chat messages get the same kinds through the layout itself
+    assert to_layout(plain) == PromptLayout.from_messages([{"role": "user", "content": ["a", "q"]}])
 
 
 def test_cache_point_keeps_volatile_text_out_of_the_chunk_cache(llm):

@@ -45,6 +45,7 @@ from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.plotting import draw
+from ragcache.config import env_setting
 
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
@@ -326,8 +327,8 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     from ragcache.models import load_embedder, load_model
 
     console = console or Console()
-    if threads is None and os.environ.get("RAGCACHE_BENCH_THREADS"):  # e.g. 1 on a shared machine
-        threads = int(os.environ["RAGCACHE_BENCH_THREADS"])
+    if threads is None and env_setting("bench_threads"):  # e.g. 1 on a shared machine
+        threads = env_setting("bench_threads")
     if threads:
         torch.set_num_threads(int(threads))
     ratios = list(RATIOS) if ratios is None else [float(r) for r in ratios]

@@ -42,6 +42,7 @@ from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.plotting import draw
+from ragcache.config import env_setting
 
 GIB = 1 << 30
 
@@ -51,8 +52,8 @@ def _load_avg() -> list[float]:
 
 
 def _threads() -> None:
-    if os.environ.get("RAGCACHE_BENCH_THREADS"):  # e.g. 1 on a machine shared with other jobs
-        torch.set_num_threads(int(os.environ["RAGCACHE_BENCH_THREADS"]))
+    if env_setting("bench_threads"):  # e.g. 1 on a machine shared with other jobs
+        torch.set_num_threads(env_setting("bench_threads"))
 
 
 def _prompt(loaded: Any, embedder: Any, item: dict) -> Any:

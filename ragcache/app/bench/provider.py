@@ -15,7 +15,7 @@ reports the usage fields. Every question sends the whole corpus:
   writes its prefix at 1.25x and none reads it, because the prefix changes;
 * **ragcache** -- :class:`~ragcache.layout.PromptLayout` (lint moves the date into
   the volatile segment, canonical document order) with
-  :class:`~ragcache.anthropic.backend.AnthropicBackend` breakpoints.
+  :class:`~ragcache.providers.anthropic.backend.AnthropicBackend` breakpoints.
 
 Measured: share of input tokens read from cache, written, uncached (all
 requests, and from request 2 on), cost relative to no caching at Claude Sonnet
@@ -132,6 +132,55 @@ def plot(results: dict, path: str | Path) -> Path:
     return out
 
 
+def summarize(runs: dict[str, dict[str, Any]], *, claude_model: str, documents: int, max_tokens: int,
+              server_model: str) -> dict[str, Any]:
+    """The results dict of the three runs (token shares, cost against uncached, per-request records)."""
+    from ragcache.providers.anthropic.pricing import price_for
+
+    price, _ = price_for(claude_model)
+    first = runs["ragcache"]["records"][0]
+    results: dict[str, Any] = {
+        "benchmark": "provider", "questions": len(QUESTIONS), "documents": documents,
+        "claude_model": claude_model, "prices_usd_per_mtok": {"input": price.input_per_mtok,
+                                                             "output": price.output_per_mtok},
+        "stable_prefix_tokens": first.cache_write_tokens + first.cache_read_tokens,
+        "prompt_tokens_first_request": first.prompt_tokens, "max_tokens": max_tokens,
+        "server_model": server_model,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+                    "gpu": False},
+        "configs": {},
+    }
+    for name, run in runs.items():
+        s, recs = run["stats"], run["records"]
+        later = recs[1:]
+        later_prompt = sum(r.prompt_tokens for r in later)
+        results["configs"][name] = {
+            **s.to_dict(),
+            "uncached_share": s.input_tokens / s.prompt_tokens if s.prompt_tokens else 0.0,
+            "read_share_from_request_2": (sum(r.cache_read_tokens for r in later) / later_prompt
+                                          if later_prompt else 0.0),
+            "per_request": [r.to_dict() for r in recs],
+        }
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    """The results as a rich table on stdout (shares of prompt tokens, cost against uncached)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Provider prompt caching, {results['questions']} questions, {results['claude_model']} "
+                        "prices, local server")
+    for col in ("config", "prompt tokens", "read", "written", "uncached", "read from req 2", "cost vs uncached",
+                "cost USD"):
+        table.add_column(col, justify="right" if col != "config" else "left")
+    for name, c in results["configs"].items():
+        table.add_row(name, str(c["prompt_tokens"]), f"{c['read_share']:.1%}", f"{c['write_share']:.1%}",
+                      f"{c['uncached_share']:.1%}", f"{c['read_share_from_request_2']:.1%}",
+                      f"{c['cost_ratio']:.2f}x", f"{c['cost_usd']:.4f}")
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
+
+
 def main(json_path: str = "bench/results/provider.json", *, plot_path: str | None = "bench/results/provider.png",
          model: str | None = None,
          claude_model: str = "claude-sonnet-4-6", max_tokens: int = 8) -> dict:
@@ -145,15 +194,13 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
         max_tokens: answer length per request (tokens).
     """
     import anthropic
-    from rich.console import Console
-    from rich.table import Table
 
     from ragcache.engine.engine import LocalEngine
     from ragcache.layout import PromptLayout
     from ragcache.models import load_model
     from ragcache.testing import tiny_llama
-    from ragcache.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
-    from ragcache.anthropic.pricing import price_for
+    from ragcache.providers.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs
+    from ragcache.providers.anthropic.pricing import price_for
     from ragcache.server.app import running_server
 
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \
@@ -185,39 +232,10 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
                                      documents=retrieval_order(q, docs), lint="move")
             backend.generate(lay, max_new_tokens=max_tokens, temperature=0.0)
         runs["ragcache"] = {"stats": backend.stats, "records": list(backend.caching.monitor.history)}
-    price, _ = price_for(claude_model)
-    first = runs["ragcache"]["records"][0]
-    results: dict[str, Any] = {
-        "benchmark": "provider", "questions": len(QUESTIONS), "documents": len(docs),
-        "claude_model": claude_model, "prices_usd_per_mtok": {"input": price.input_per_mtok,
-                                                             "output": price.output_per_mtok},
-        "stable_prefix_tokens": first.cache_write_tokens + first.cache_read_tokens,
-        "prompt_tokens_first_request": first.prompt_tokens, "max_tokens": max_tokens,
-        "server_model": "tiny random Llama (SmolLM2 tokenizer)" if model is None else str(loaded.fingerprint),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
-                    "gpu": False},
-        "configs": {},
-    }
-    for name, run in runs.items():
-        s, recs = run["stats"], run["records"]
-        later = recs[1:]
-        later_prompt = sum(r.prompt_tokens for r in later)
-        results["configs"][name] = {
-            **s.to_dict(),
-            "uncached_share": s.input_tokens / s.prompt_tokens if s.prompt_tokens else 0.0,
-            "read_share_from_request_2": (sum(r.cache_read_tokens for r in later) / later_prompt
-                                          if later_prompt else 0.0),
-            "per_request": [r.to_dict() for r in recs],
-        }
-    table = Table(title=f"Provider prompt caching, {len(QUESTIONS)} questions, {claude_model} prices, local server")
-    for col in ("config", "prompt tokens", "read", "written", "uncached", "read from req 2", "cost vs uncached",
-                "cost USD"):
-        table.add_column(col, justify="right" if col != "config" else "left")
-    for name, c in results["configs"].items():
-        table.add_row(name, str(c["prompt_tokens"]), f"{c['read_share']:.1%}", f"{c['write_share']:.1%}",
-                      f"{c['uncached_share']:.1%}", f"{c['read_share_from_request_2']:.1%}",
-                      f"{c['cost_ratio']:.2f}x", f"{c['cost_usd']:.4f}")
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    server_model = "tiny random Llama (SmolLM2 tokenizer)" if model is None else str(loaded.fingerprint)
+    results = summarize(runs, claude_model=claude_model, documents=len(docs), max_tokens=max_tokens,
+                        server_model=server_model)
+    print_table(results)
     out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")

@@ -1,6 +1,6 @@
 """Benchmark of the shared caches (issue 14): PostgreSQL + pgvector answers, Valkey chunk KV.
 
-Four measurements, on servers it starts itself on loopback (``ragcache.local_servers``) unless
+Four measurements, on servers it starts itself on loopback (``ragcache.testing.local_servers``) unless
 ``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL`` name others (then it works in its own schema /
 key prefix and deletes them at the end):
 
@@ -351,7 +351,7 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
     """Run the benchmark (``parts``: comma-separated subset), print tables, write JSON and a PNG."""
     import torch
 
-    from ragcache.local_servers import LocalPostgres, LocalValkey
+    from ragcache.testing.local_servers import LocalPostgres, LocalValkey
     from ragcache.remote import kv_url, semantic_url
     from ragcache.semantic.embedding import resolve_embedder
 

@@ -20,12 +20,12 @@ one format never reads a chunk stored in another; the CLI and apps that build a 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from ragcache.config import env_setting
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
 from ragcache.engine.quant import KVFormat
@@ -67,12 +67,9 @@ class ChunkCache:
         self.store: ChunkStore = store if store is not None else MemoryChunkStore()
         self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]
         self.dtype = dtype
-        name = kv_format if kv_format is not None else os.environ.get("RAGCACHE_KV_FORMAT", "fp16")
+        name = kv_format if kv_format is not None else env_setting("kv_format")
         if group_size is None:
-            env = os.environ.get("RAGCACHE_KV_GROUP_SIZE", "64")
-            if not env.strip().isdigit():
-                raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be a positive integer; got {env!r}")
-            group_size = int(env)
+            group_size = env_setting("kv_group_size")
         self.kv_format = KVFormat.of(name.strip().lower(), group_size=group_size, dtype=dtype)
         self.hits = 0
         self.misses = 0

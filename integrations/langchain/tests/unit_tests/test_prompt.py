@@ -12,7 +12,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.runnables import RunnableLambda
 from langchain_ragcache import ChatRagCache, RagPrompt
-from langchain_ragcache._messages import to_engine_messages
+from langchain_ragcache._messages import to_engine_messages, to_layout
 
 DOCS = [
     Document(page_content=f"Document number {i}: " + "facts about the product line. " * 40,
@@ -46,7 +46,7 @@ def test_reordered_documents_give_identical_request_bytes(tiny_engine_plain) -> 
     b = prompt.invoke({"question": "q?", "context": [DOCS[i] for i in (3, 0, 4, 2, 1)]})
     assert dumps(a.to_messages()) == dumps(b.to_messages())
     # ... and the token ids the local engine prefills are identical too
-    ids = [tiny_engine_plain.build_prompt(to_engine_messages(v.to_messages())).input_ids for v in (a, b)]
+    ids = [tiny_engine_plain.build_prompt(to_layout(v.to_messages())).input_ids for v in (a, b)]
     assert ids[0] == ids[1]
 
 
@@ -105,10 +105,13 @@ def test_same_chain_works_with_either_model(tiny_engine_plain) -> None:
 
 def test_chat_rag_cache_reads_block_kinds(tiny_engine_plain) -> None:
     value = RagPrompt(system=SYSTEM).invoke({"question": "q?", "context": DOCS[:2], "volatile": "v"})
-    msgs = to_engine_messages(value.to_messages())
-    kinds = [b.get("ragcache_kind") for b in msgs[-1]["content"]]
-    assert kinds == ["document", "document", "volatile", "question"]
-    prompt = tiny_engine_plain.build_prompt(msgs)
+    layout = to_layout(value.to_messages())
+    kinds = [b.kind for b in layout.blocks()]
+    assert kinds == ["system", "document", "document", "volatile", "question"]
+    want = RagPrompt(system=SYSTEM).layout({"question": "q?", "context": DOCS[:2], "volatile": "v"}).documents
+    assert [(d.id, d.content_hash, d.render_hash) for d in layout.documents] == [
+        (d.id, d.content_hash, d.render_hash) for d in want]
+    prompt = tiny_engine_plain.build_prompt(layout)
     assert len(prompt.document_spans()) == 2
 
 
@@ -130,6 +133,10 @@ def test_messages_without_rag_prompt() -> None:
                                HumanMessage([{"type": "text", "text": "d", "cache_control": {"type": "ephemeral"}},
                                              {"type": "text", "text": "q"}])])
     assert msgs[0] == {"role": "system", "content": "s1\n\ns2"}
-    assert msgs[1]["content"] == [{"type": "text", "text": "d"}, {"type": "text", "text": "q"}]
+    assert msgs[1]["content"] == ["d", "q"]  # kinds left to PromptLayout.from_messages
+    layout = to_layout(msgs_in := [SystemMessage("s1"), HumanMessage(["d", "q"])])
+    assert [(b.kind, b.text) for b in layout.blocks()] == [("system", "s1"), ("document", "<document>\nd\n</document>"),
+                                                          ("question", "q")]
+    assert layout == to_layout(msgs_in)
     with pytest.raises(ValueError, match="text only"):
         to_engine_messages([HumanMessage([{"type": "image", "url": "http://x"}])])

@@ -5,6 +5,7 @@ from llama_index.llms.ragcache.base import (
     prompt_digest,
     stats_kwargs,
     to_engine_messages,
+    to_layout,
 )
 
-__all__ = ["RagCacheLLM", "prompt_digest", "stats_kwargs", "to_engine_messages"]
+__all__ = ["RagCacheLLM", "prompt_digest", "stats_kwargs", "to_engine_messages", "to_layout"]

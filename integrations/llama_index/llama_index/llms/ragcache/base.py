@@ -11,12 +11,14 @@ intact: system text, earlier turns and, in the last user message, one document p
   K re-rotated to the new position, the ``recompute_ratio`` share of reused tokens
   whose KV deviates most recomputed.
 
-Block roles in the last user message:
+Block roles in the last user message are decided by ragcache's one rule,
+:meth:`ragcache.layout.PromptLayout.from_messages` (a ``CachePoint`` maps to its ``CACHE_POINT``):
 
 - no ``CachePoint``: every text block but the last is a document, the last is the question;
 - with ``CachePoint`` blocks: the text blocks before the last ``CachePoint`` are
   documents (the cacheable part), after it the last block is the question and any
   others are volatile text (computed every time, never cached as documents).
+Documents are rendered as every ragcache document is (``<document>`` blocks).
 
 Each response carries the cache accounting: ``additional_kwargs`` holds ``layer``,
 ``approximate`` / ``recompute_ratio`` (a CacheBlend prefill is labelled), ``usage`` (ragcache's
@@ -89,46 +91,54 @@ def prompt_digest(input_ids: Sequence[int]) -> str:
 
 
 def to_engine_messages(messages: Sequence[ChatMessage]) -> list[dict]:
-    """LlamaIndex chat messages -> the engine's messages (text blocks with ``ragcache_kind``).
-
-    See the module docstring for how blocks of the last user message become documents,
-    volatile text and the question. Empty text blocks are skipped.
+    """LlamaIndex chat messages -> the chat messages :meth:`ragcache.layout.PromptLayout.from_messages`
+    reads: roles mapped, text blocks as strings, each ``CachePoint`` as
+    :data:`ragcache.layout.CACHE_POINT`. Which block is a document, volatile text or the question is
+    decided there (see the module docstring). Empty text blocks are skipped.
 
     Raises:
         ValueError: a tool / function message, or a non-text block (image, audio,
             document, tool call): the local engine takes text only.
     """
+    from ragcache.layout import CACHE_POINT
+
     if not messages:
         raise ValueError("messages is empty: give at least one user message")
-    last_user = max((i for i, m in enumerate(messages) if m.role == MessageRole.USER), default=-1)
     out: list[dict] = []
-    for i, m in enumerate(messages):
+    for m in messages:
         role = _ROLES.get(m.role)
         if role is None:
             raise ValueError(f"RagCacheLLM has no tool calling; got a {m.role.value!r} message. "
                              "Send tool results as user text, or use an LLM with function calling")
-        texts: list[str] = []
-        cut = None  # number of text blocks before the last CachePoint
+        content: list[Any] = []
         for b in m.blocks:
             if isinstance(b, TextBlock):
                 if b.text:
-                    texts.append(b.text)
+                    content.append(b.text)
             elif isinstance(b, CachePoint):
-                cut = len(texts)
+                content.append(CACHE_POINT)
             else:
                 msg = (f"RagCacheLLM takes text blocks only, got {type(b).__name__}: "
                        "convert it to a TextBlock or use a multimodal LLM")
                 raise ValueError(msg)  # noqa: TRY004 - a user error in the message content, as elsewhere in ragcache
+        texts = [c for c in content if isinstance(c, str)]
         if not texts:
             continue
-        blocks = [{"type": "text", "text": t} for t in texts]
-        if i == last_user and cut is not None and 0 < cut < len(texts):
-            for j, b in enumerate(blocks):
-                b["ragcache_kind"] = ("document" if j < cut else "question" if j == len(blocks) - 1 else "volatile")
-        out.append({"role": role, "content": blocks if len(blocks) > 1 or "ragcache_kind" in blocks[0] else texts[0]})
+        out.append({"role": role, "content": texts[0] if len(content) == 1 else content})
     if not out:
         raise ValueError("every message is empty: give at least one non-empty text block")
     return out
+
+
+def to_layout(messages: Sequence[ChatMessage]) -> Any:
+    """The :class:`ragcache.layout.PromptLayout` of LlamaIndex chat messages (what the engine renders).
+
+    Raises:
+        ValueError: as :func:`to_engine_messages` and :meth:`~ragcache.layout.PromptLayout.from_messages`.
+    """
+    from ragcache.layout import PromptLayout
+
+    return PromptLayout.from_messages(to_engine_messages(messages))
 
 
 class RagCacheLLM(LLM):
@@ -214,7 +224,7 @@ class RagCacheLLM(LLM):
         return msgs
 
     def _events(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> tuple[Iterator[Any], str]:
-        prompt = self._engine.build_prompt(to_engine_messages(messages))
+        prompt = self._engine.build_prompt(to_layout(messages))
         return self._engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
 
     def _final(self, gen: Any, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:

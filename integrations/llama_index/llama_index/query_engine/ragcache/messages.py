@@ -4,7 +4,7 @@
   with one ``TextBlock`` per document, a ``CachePoint`` after the last document (it tells
   the engine where the cacheable documents end), the volatile text and the question.
 - ``llama_index.llms.anthropic.Anthropic``: the same shape with ``CachePoint`` blocks
-  where :func:`ragcache.anthropic.breakpoints.layout_request` places Anthropic
+  where :func:`ragcache.providers.anthropic.breakpoints.layout_request` places Anthropic
   breakpoints (at most 4; a prefix below the model's minimum cacheable length gets
   none). ``llama-index-llms-anthropic`` sends the system message as a plain string,
   which cannot carry ``cache_control``, so a system breakpoint is dropped: the system
@@ -93,7 +93,7 @@ def layout_messages(layout: PromptLayout, kind: LLMKind, *, model: str = "", max
             markers = 1
         return LaidOutMessages([*system, *history, ChatMessage(role=MessageRole.USER, blocks=blocks)], markers)
 
-    from ragcache.anthropic.breakpoints import layout_request
+    from ragcache.providers.anthropic.breakpoints import layout_request
 
     req = layout_request(layout, model=model, max_tokens=max_tokens, min_tokens=min_tokens,
                          token_counter=token_counter)

@@ -4,7 +4,7 @@ usage read back, cost accounted; and the pipeline backend that calls the officia
 >>> import anthropic
 >>> from ragcache.backend import BackendResult, CacheUsage
 from ragcache.layout import PromptLayout
->>> from ragcache.anthropic.backend import AnthropicBackend
+>>> from ragcache.providers.anthropic.backend import AnthropicBackend
 >>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
 >>> layout = PromptLayout.build(question="...", system="...", documents=docs)      # doctest: +SKIP
 >>> r = backend.generate(layout, max_new_tokens=256, temperature=0.0)            # doctest: +SKIP
@@ -25,9 +25,9 @@ from typing import Any
 
 from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
-from ragcache.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
-from ragcache.anthropic.pricing import ModelPrice
-from ragcache.anthropic.usage import CacheMonitor, CacheStats, UsageRecord
+from ragcache.providers.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
+from ragcache.providers.anthropic.pricing import ModelPrice
+from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord
 
 
 class AnthropicCaching:
@@ -41,7 +41,7 @@ class AnthropicCaching:
             exact placement); default: an estimate of 3.5 bytes per token.
         prices: USD-per-MTok overrides by model family.
         clock: seconds, for TTL diagnosis.
-        warn: emit :class:`~ragcache.anthropic.usage.PromptCacheWarning` on a diagnosed miss and
+        warn: emit :class:`~ragcache.providers.anthropic.usage.PromptCacheWarning` on a diagnosed miss and
             when caller breakpoints had to be dropped (always recorded on the request either way).
     """
 
@@ -66,7 +66,7 @@ class AnthropicCaching:
 
     def build(self, layout: PromptLayout, *, max_tokens: int, temperature: float | None = None,
               extra: Mapping[str, Any] | None = None) -> CachedRequest:
-        """Cached request for a layout (see :func:`~ragcache.anthropic.breakpoints.layout_request`)."""
+        """Cached request for a layout (see :func:`~ragcache.providers.anthropic.breakpoints.layout_request`)."""
         return layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
                               ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
                               token_counter=self.token_counter, extra=extra, warn=self.warn)

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragcache.layout import PromptLayout, render_document
-from ragcache.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, carries_marker,
-                                       code_execution_tool_ids, flatten_request, is_empty_text, nearest_cacheable,
-                                       prefix_hashes)
-from ragcache.anthropic.pricing import min_cacheable_tokens
+from ragcache.providers.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, carries_marker,
+                                                 code_execution_tool_ids, flatten_request, is_empty_text, nearest_cacheable,
+                                                 prefix_hashes)
+from ragcache.providers.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
 TokenCounter = Callable[[str], int]
@@ -169,7 +169,7 @@ def add_breakpoints(
     pay are kept: the last marker of each class (system, tools, stable history, the stable
     part of the final message, lookback, anything after it such as the question) before a
     second marker of any class; the caller's markers taken off are listed in :attr:`CachedRequest.dropped`, in ``notes``, and (``warn=True``)
-    in a :class:`~ragcache.anthropic.blocks.PromptCacheWarning`.
+    in a :class:`~ragcache.providers.anthropic.blocks.PromptCacheWarning`.
 
     Args:
         request: the body (``model``, ``system``, ``tools``, ``messages``, ...). Not mutated.
@@ -181,8 +181,11 @@ def add_breakpoints(
         token_counter: tokens of a block's text; default :func:`estimate_tokens`.
 
     Raises:
-        ValueError: malformed request (see :func:`ragcache.anthropic.blocks.flatten_request`)
+        ValueError: malformed request (see :func:`ragcache.providers.anthropic.blocks.flatten_request`)
             or a TTL other than "5m" / "1h".
+
+    Why one function: the placement is one pass over the flattened blocks that keeps the running
+    candidate set, the 4-marker budget and the 20-block lookback together (the rules above, in order).
     """
     for t in (ttl, prefix_ttl):
         if t not in ("5m", "1h", None):

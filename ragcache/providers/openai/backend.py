@@ -3,7 +3,7 @@ llama.cpp's server, ``ragcache serve``), laid out so the server's automatic pref
 
 >>> import openai
 >>> from ragcache import RagCache
->>> from ragcache.openai import OpenAIBackend
+>>> from ragcache.providers.openai import OpenAIBackend
 >>> backend = OpenAIBackend(openai.OpenAI(base_url="http://127.0.0.1:8788/v1", api_key="local"),
 ...                         model="SmolLM2-135M-Instruct")                          # doctest: +SKIP
 >>> a = RagCache(backend).answer("How long do refunds take?", docs)                 # doctest: +SKIP

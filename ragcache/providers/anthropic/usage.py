@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ragcache.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
-from ragcache.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
-from ragcache.anthropic.breakpoints import CachedRequest
-from ragcache.anthropic.pricing import ModelPrice, price_for, request_cost
+from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
+from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
+from ragcache.providers.anthropic.breakpoints import CachedRequest
+from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
 
 
 def _get(obj: Any, name: str, default: Any = 0) -> Any:

@@ -1,0 +1,92 @@
+"""EngineConfig: every setting of a :class:`~ragcache.engine.engine.LocalEngine` in one record.
+
+Values are checked when the record is built (``ValueError`` naming the field), so a bad setting
+fails before a model is loaded. ``decode_cache=None`` reads ``RAGCACHE_DECODE_CACHE`` through
+:func:`ragcache.config.env_setting` (the only place the environment is read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from ragcache.config import env_setting
+from ragcache.engine.prompt import TemplateDate, resolve_template_date
+from ragcache.engine.quant import DECODE_BACKENDS
+from ragcache.engine.reuse import ReusePolicy
+
+if TYPE_CHECKING:
+    from ragcache.engine.calibration import Calibration
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Settings of a local engine (see :class:`~ragcache.engine.engine.LocalEngine` for each field).
+
+    Attributes:
+        prefix_cache_bytes: byte budget of the exact prefix KV cache (bytes, >= 1).
+        block_size: prefix-cache block size (tokens, >= 1).
+        recompute_ratio: CacheBlend's r in [0, 1]; ``None``: the model's calibration, else 0.15.
+        namespace: cache salt; KV never crosses namespaces.
+        reuse_policy / min_reuse_tokens: the rule that chooses blending or exact prefill (one of them).
+        calibration: ``True`` (load the recorded one), ``False`` / ``None`` (ignore), or a Calibration.
+        template_date: the date a clock-reading chat template renders (``"live"``: the real clock).
+        decode_cache: ``"dynamic"`` or ``"quantized"`` (``None``: ``RAGCACHE_DECODE_CACHE``, default dynamic).
+        decode_backend / decode_nbits / residual_length / decode_sink_tokens: the quantized decode
+            cache's backend, bits, and the recent and first (attention sink) tokens kept in full precision.
+
+    Raises:
+        ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
+    """
+
+    prefix_cache_bytes: int = 512 << 20
+    block_size: int = 16
+    recompute_ratio: float | None = None
+    namespace: str | None = None
+    reuse_policy: ReusePolicy | None = None
+    min_reuse_tokens: int | None = None
+    calibration: bool | Calibration | None = True
+    template_date: TemplateDate | None = None
+    decode_cache: str | None = None
+    decode_backend: str = "quanto"
+    decode_nbits: int = 4
+    residual_length: int = 128
+    decode_sink_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
+            raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        if self.reuse_policy is not None and self.min_reuse_tokens is not None:
+            raise ValueError("give reuse_policy or min_reuse_tokens, not both")
+        if self.prefix_cache_bytes < 1 or self.block_size < 1:
+            raise ValueError(f"prefix_cache_bytes and block_size must be >= 1, got {self.prefix_cache_bytes} "
+                             f"and {self.block_size}")
+        decode_cache = (self.decode_cache or env_setting("decode_cache")).strip().lower()
+        if decode_cache not in ("dynamic", "quantized"):
+            raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {decode_cache!r}")
+        object.__setattr__(self, "decode_cache", decode_cache)
+        if self.decode_backend not in DECODE_BACKENDS:
+            raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {self.decode_backend!r}")
+        resolve_template_date(self.template_date)  # bad values fail here, not on the first request
+
+    @classmethod
+    def of(cls, config: EngineConfig | None = None, **overrides: Any) -> EngineConfig:
+        """``config`` (default: all defaults) with ``overrides`` applied.
+
+        Raises:
+            TypeError: an override that is not an EngineConfig field (named).
+            ValueError: as the constructor.
+        """
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(f"LocalEngine got unexpected keyword arguments {unknown}; settings are {sorted(names)}")
+        return replace(config, **overrides) if config is not None else cls(**overrides)
+
+    @property
+    def reuse(self) -> ReusePolicy:
+        """The reuse policy in force (``reuse_policy``, else one built from ``min_reuse_tokens``)."""
+        return self.reuse_policy or ReusePolicy(min_reuse_tokens=self.min_reuse_tokens)
+
+
+__all__ = ["EngineConfig"]

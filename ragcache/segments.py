@@ -1,0 +1,178 @@
+"""Prompt segments and documents: the :class:`Segment` record, the one document normaliser
+(:func:`as_document`), the canonical document rendering (:func:`render_document`) and its inverse
+(:func:`parse_document`). :mod:`ragcache.layout` orders segments into a prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import html
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ragcache.hashing import content_hash
+from ragcache.volatile import normalize_text
+
+SegmentKind = Literal["system", "tools", "document", "history", "volatile", "question"]
+
+_STABILITY = {"system": "static", "tools": "static", "history": "append-only", "document": "per-retrieval",
+              "volatile": "per-request", "question": "per-request"}
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One part of a prompt.
+
+    ``kind`` is one of system, tools, document, history, volatile, question;
+    ``text`` is its text (for tools, the canonical JSON of the tool list);
+    ``id`` a caller document id; ``metadata`` rendered as sorted attributes;
+    ``role`` the chat role for history segments.
+    """
+
+    kind: SegmentKind
+    text: str
+    id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    role: str | None = None
+
+    @property
+    def stability(self) -> str:
+        """How often the segment's bytes change: ``static`` (system, tools), ``append-only``
+        (history), ``per-retrieval`` (documents), ``per-request`` (volatile text, question)."""
+        return _STABILITY[self.kind]
+
+    @property
+    def stable(self) -> bool:
+        """Whether the segment belongs to the cacheable prefix (everything but volatile text and question)."""
+        return self.kind not in ("volatile", "question")
+
+    @property
+    def content_hash(self) -> str:
+        """The document's identity: :func:`ragcache.hashing.content_hash` of its text (hex sha256 of
+        the normalised text). Partition keys and ``SemanticCache.invalidate`` use it."""
+        return content_hash(self.text)
+
+    @property
+    def render_hash(self) -> str:
+        """Hex sha256 of the rendered bytes (:func:`render_document`: id, metadata and text), which
+        is what the model sees; orders and de-duplicates documents and enters partition keys."""
+        return hashlib.sha256(render_document(self).encode("utf-8")).hexdigest()
+
+
+def canonicalize(value: Any) -> Any:
+    """A deep copy of a JSON-like value with dict keys sorted at every level."""
+    if isinstance(value, Mapping):
+        return {str(k): canonicalize(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonicalize(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def _attr(value: Any) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return s.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
+
+
+def render_document(seg: Segment) -> str:
+    """Render a document segment as ``<document id=".." k="v">\\ntext\\n</document>``.
+
+    Attributes follow the id in sorted key order; values that are not strings are
+    written as sorted-key JSON. The same content gives the same bytes every time.
+    """
+    attrs = ([f'id="{_attr(seg.id)}"'] if seg.id is not None else []) + [
+        f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)
+    ]
+    head = "<document" + "".join(" " + a for a in attrs) + ">"
+    return f"{head}\n{normalize_text(seg.text)}\n</document>"
+
+
+_DOC_HEAD = re.compile(r'<document((?: [^\s="<>]+="[^"]*")*)>\n')
+_DOC_ATTR = re.compile(r' ([^\s="<>]+)="([^"]*)"')
+
+
+def parse_document(text: str) -> Segment | None:
+    """The document Segment whose :func:`render_document` bytes are ``text``, or ``None`` when
+    ``text`` is not exactly such a rendering. Attribute values come back as strings (a value
+    rendered from JSON renders to the same bytes again). Untrusted text is only matched, never
+    evaluated.
+    """
+    m = _DOC_HEAD.match(text)
+    if m is None or not text.endswith("\n</document>"):
+        return None
+    attrs = {k: html.unescape(v) for k, v in _DOC_ATTR.findall(m.group(1))}
+    doc_id = attrs.pop("id", None)
+    seg = Segment("document", text[m.end(): -len("\n</document>")], doc_id, attrs)
+    return seg if render_document(seg) == text else None
+
+
+def _check_unique_ids(docs: Sequence[Segment]) -> None:
+    """Raise ValueError when two documents share an id but not their (normalised) text.
+
+    An id names one document: invalidation by id and the answer's ``document_ids`` would
+    otherwise point at two texts, and the one dropped later would not be the one served. The
+    same document passed twice (same id, same text) is accepted.
+    """
+    seen: dict[str, tuple[int, str]] = {}
+    for i, d in enumerate(docs):
+        if d.id is None:
+            continue
+        first = seen.setdefault(d.id, (i, d.content_hash))
+        if first[1] != d.content_hash:
+            raise ValueError(f"documents[{first[0]}] and documents[{i}] both have id {d.id!r} but different text: "
+                             "give each document its own id (e.g. source#chunk) or drop the stale copy")
+
+
+def as_document(doc: Any) -> Segment:
+    """The one document normaliser: anything a caller or framework passes as a document, as a
+    ``document`` :class:`Segment`.
+
+    Accepts a str; a mapping with ``text`` (or ``page_content`` / ``content``), optional ``id`` (or
+    ``doc_id``) and ``metadata`` (other keys are metadata too); a document Segment; a LangChain
+    ``Document`` (``page_content``, ``metadata``, ``id``); a LlamaIndex node or ``NodeWithScore``
+    (``get_content()``, ``node_id``, ``metadata``). Metadata is copied with keys sorted.
+
+    Raises:
+        ValueError: any other type, a mapping without a string text, or a non-document Segment.
+    """
+    if isinstance(doc, Segment):
+        if doc.kind != "document":
+            raise ValueError(f"documents must be document segments, got kind={doc.kind!r}")
+        return Segment("document", doc.text, doc.id, canonicalize(dict(doc.metadata)))
+    if isinstance(doc, str):
+        return Segment("document", doc)
+    if isinstance(doc, Mapping):
+        text = next((doc[k] for k in ("text", "page_content", "content") if k in doc), None)
+        if not isinstance(text, str):
+            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key; got keys "
+                             + str(sorted(map(str, doc))))
+        meta = dict(doc.get("metadata") or {})
+        reserved = ("text", "page_content", "content", "metadata", "id", "doc_id")
+        meta.update({k: v for k, v in doc.items() if k not in reserved})
+        doc_id = doc.get("id", doc.get("doc_id"))
+        return Segment("document", text, None if doc_id is None else str(doc_id), canonicalize(meta))
+    node = getattr(doc, "node", None)  # LlamaIndex NodeWithScore
+    if node is not None and hasattr(node, "get_content"):
+        doc = node
+    if isinstance(getattr(doc, "page_content", None), str):  # LangChain Document
+        doc_id = getattr(doc, "id", None)
+        return Segment("document", doc.page_content, None if doc_id is None else str(doc_id),
+                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
+    if hasattr(doc, "get_content") and hasattr(doc, "node_id"):  # LlamaIndex BaseNode
+        return Segment("document", doc.get_content(), str(doc.node_id),
+                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
+    raise ValueError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
+                     f"LlamaIndex node; got {type(doc).__name__}")
+
+
+def _history_text(content: Any) -> str:
+    """A history message's text: its text blocks joined by a blank line (how the engine joins the
+    blocks of one message); content that is not all text is its canonical JSON."""
+    if isinstance(content, Sequence) and all(
+            isinstance(b, str) or (isinstance(b, Mapping) and b.get("type", "text") == "text"
+                                   and isinstance(b.get("text"), str)) for b in content):
+        return "\n\n".join(b if isinstance(b, str) else b["text"] for b in content)
+    return json.dumps(canonicalize(content), ensure_ascii=False)
