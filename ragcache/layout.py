@@ -256,9 +256,8 @@ class PromptLayout:
     ) -> PromptLayout:
         """Order, normalise and lint the parts of a request. Copies every input.
 
-        ``doc_order="canonical"`` sorts documents by id (documents with ids first),
-        then by content hash, and drops exact duplicates; ``"given"`` keeps the
-        caller's order (for models that need retrieval order).
+        ``doc_order="canonical"`` sorts documents by id (documents with ids first), then by content
+        hash, and drops exact duplicates; ``"given"`` keeps the caller's order (retrieval order).
         ``lint``: ``"warn"`` emits a ``UserWarning`` per certain finding and one for the
         possible ones; ``"move"`` moves each sentence of the system text holding *certainly*
         volatile text (a UUID, a request id, a timestamp, a date or time after "Current date:",
@@ -446,8 +445,6 @@ class PromptLayout:
         return "\n\n".join([self.stable_text(), *tail]) if self.stable_text() else "\n\n".join(tail)
 
 
-__all__ = [
-    "CACHE_POINT", "Block", "CachePoint", "PromptLayout", "Segment", "SegmentKind", "as_document", "parse_document",
-    "VolatileFinding", "VolatileTextMoved", "VOLATILE_METADATA_KEYS", "canonicalize", "find_volatile",
-    "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens",
-]
+__all__ = ["CACHE_POINT", "Block", "CachePoint", "PromptLayout", "Segment", "SegmentKind", "as_document",
+           "parse_document", "VolatileFinding", "VolatileTextMoved", "VOLATILE_METADATA_KEYS", "canonicalize",
+           "find_volatile", "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens"]

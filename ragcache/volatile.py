@@ -295,7 +295,7 @@ def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[Volat
         for sentence, group in _by_sentence(marked):
             warnings.warn(f"ragcache lint: moved {sentence!r} out of the stable prompt into the volatile text "
                           f"(certainly per-request: {', '.join(f'{f.kind} {f.text!r}' for f in group)})",
-                          VolatileTextMoved, stacklevel=3)
+                          VolatileTextMoved, stacklevel=4)
     return normalize_text("\n".join(kept_lines)), " ".join(text[s:e].strip() for s, e in moved), marked
 
 

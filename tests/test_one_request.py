@@ -144,7 +144,7 @@ def via_llamaindex_query_engine(lm, rag, req) -> Seen:
 
 def via_openai_server(lm, rag, req) -> Seen:
     from ragcache.providers.openai import layout_messages
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     engine = LocalEngine(lm)
     seen = _spy(engine)
@@ -159,7 +159,7 @@ def via_openai_server(lm, rag, req) -> Seen:
 def via_anthropic_server(lm, rag, req) -> Seen:
     from ragcache.providers.anthropic.backend import sdk_kwargs
     from ragcache.providers.anthropic.breakpoints import layout_request
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
 
     engine = LocalEngine(lm)
     seen = _spy(engine)
@@ -177,7 +177,7 @@ def via_proxy(lm, rag, req) -> Seen:
     from ragcache.providers.anthropic.backend import sdk_kwargs
     from ragcache.providers.anthropic.breakpoints import layout_request
     from ragcache.semantic import request_partition
-    from ragcache.server.anthropic import running_server
+    from ragcache.server.app import running_server
     from ragcache.server.proxy import AnthropicProxy, split_question
     from test_cli_proxy import serving
 

@@ -12,22 +12,19 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    the exact partition (:func:`ragcache.semantic.request_partition`); a body field the partition
    does not know bypasses the cache (logged). The tenant is a digest of the caller's credential,
    or an operator-named header (:mod:`ragcache.server.auth`), so caller B is never served caller
-   A's answer. A hit is answered without calling
-   upstream, as a normal message (or event stream) with zero usage and the header
-   ``x-ragcache-layer: semantic``;
+   A's answer. A hit is answered without calling upstream (zero usage, ``x-ragcache-layer: semantic``);
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
    (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
-3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator
-   chose (``upstream_auth``: the caller's own ``x-api-key`` / ``Authorization``, or the
-   operator's ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk
-   as it arrives, and parsed on the side for text and usage;
+3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator chose
+   (``upstream_auth``: the caller's ``x-api-key`` / ``Authorization``, or the operator's
+   ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk as it
+   arrives, and parsed on the side for text and usage;
 4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
    caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals, and a
    complete text-only answer (``end_turn`` or ``stop_sequence``; never one cut at ``max_tokens``)
    is stored in the semantic cache.
 
-Also ``GET /health``, ``GET /v1/models`` (upstream's list, or the known Claude model ids when
-upstream has none) and ``POST /v1/messages/count_tokens`` (forwarded).
+Also ``GET /health``, ``GET /v1/models``, ``POST /v1/messages/count_tokens`` (forwarded).
 """
 
 from __future__ import annotations
