@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ragcache.chat_turns import CACHE_POINT, CachePoint, _final_turn, _split_messages
 from ragcache.segments import (
     Segment,
     SegmentKind,
@@ -55,21 +56,6 @@ from ragcache.volatile import (
 )
 
 LintMode = Literal["off", "warn", "move", "raise"]
-
-class CachePoint:
-    """A marker in a final user turn's content for :meth:`PromptLayout.from_messages`: the blocks
-    before the last marker are the cacheable part (documents), those after it volatile text and the
-    question (LlamaIndex's ``CachePoint`` maps to it). Use the instance :data:`CACHE_POINT`."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "CACHE_POINT"
-
-
-CACHE_POINT = CachePoint()
-_ROLES = ("system", "user", "assistant")
-_FINAL_KINDS = ("document", "volatile", "question")
 
 
 def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint: str, **texts: Any) -> None:
@@ -145,76 +131,6 @@ def _history_segments(history: Sequence[Any]) -> list[Segment]:
         text = content if isinstance(content, str) else _history_text(content)
         out.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
     return out
-
-
-def _has_text(content: Any) -> bool:
-    """Whether message content holds any non-blank text (non-text blocks count as content)."""
-    if isinstance(content, str):
-        return bool(content.strip())
-    if isinstance(content, Segment):
-        return bool(content.text.strip())
-    if isinstance(content, Mapping) and content.get("type", "text") == "text":
-        return _has_text(content.get("text"))
-    if isinstance(content, Sequence):
-        return any(_has_text(b) for b in content if not isinstance(b, CachePoint))
-    return content is not None
-
-
-def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
-    """``(system texts, history dicts, final user content)`` of chat messages (see from_messages)."""
-    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
-    msgs = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or m.get("role") not in _ROLES:
-            role = m.get("role") if isinstance(m, Mapping) else type(m).__name__
-            raise ValueError(f"messages[{i}] has role {role!r}: use 'system', 'user' or 'assistant' dicts")
-        if _has_text(m.get("content")) or set(m) - {"role", "content"}:  # e.g. a tool call with no text
-            msgs.append(m)
-    last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)
-    if last is None:
-        raise ValueError("messages hold no user message with text: the last user message is the question turn")
-    if last + 1 < len(msgs):
-        raise ValueError(f"a {msgs[last + 1]['role']!r} message follows the last user message: the final user "
-                         "turn (documents, volatile text, question) must be the last message")
-    lead = 0
-    while lead < last and msgs[lead]["role"] == "system":
-        lead += 1
-    systems = [_history_text(m["content"]) if not isinstance(m["content"], str) else m["content"] for m in msgs[:lead]]
-    history = [dict(m) if m["role"] != "system" else {**m, "role": "user", "type": "system"} for m in msgs[lead:last]]
-    return systems, history, msgs[last]["content"]
-
-
-def _final_turn(content: Any) -> list[tuple[str, Any]]:
-    """``(kind, block)`` of each non-empty block of the final user turn in order; ``block`` is a
-    Segment or ``(text, id)``. The kind rule of :meth:`PromptLayout.from_messages`."""
-    items: list[tuple[str | None, Any]] = []
-    cut = None
-    for b in [content] if isinstance(content, str) else content:
-        if isinstance(b, CachePoint):
-            cut = len(items)
-        elif isinstance(b, Segment):
-            if b.kind not in _FINAL_KINDS:
-                raise ValueError(f"a final-turn block of kind {b.kind!r}: use document, volatile or question")
-            if b.text.strip():
-                items.append((b.kind, b))
-        elif isinstance(b, str | Mapping):
-            text = b if isinstance(b, str) else b.get("text")
-            if isinstance(b, Mapping) and b.get("type", "text") != "text" or not isinstance(text, str):
-                kind = b.get("type") if isinstance(b, Mapping) else type(b).__name__
-                raise ValueError(f"the final user turn holds a {kind!r} block: prompts take text blocks only")
-            kind = b.get("ragcache_kind") if isinstance(b, Mapping) else None
-            if kind is not None and kind not in _FINAL_KINDS:
-                raise ValueError(f"a final-turn block marked {kind!r}: use document, volatile or question")
-            doc_id = b.get("id") if isinstance(b, Mapping) else None
-            if text.strip():
-                items.append((kind, (text, None if doc_id is None else str(doc_id))))
-        else:
-            raise ValueError(f"content blocks must be text, a Segment or CACHE_POINT; got {type(b).__name__}")
-    unmarked = [i for i, (kind, _) in enumerate(items) if kind is None]
-    q = unmarked[-1] if unmarked and all(kind != "question" for kind, _ in items) else None
-    return [(kind or ("question" if i == q else "document" if cut is None or i < cut else "volatile"), b)
-            for i, (kind, b) in enumerate(items)]
 
 
 @dataclass(frozen=True, slots=True)

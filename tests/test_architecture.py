@@ -549,8 +549,10 @@ def test_moved_modules_keep_their_old_import_paths_with_a_warning():
             "    try:\n        __import__(old)\n    except DeprecationWarning as w:\n        print(old, 'warns:', w)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.count("warns:") == 3 and "ragcache.providers.anthropic" in out
+    for name in [n for n in sys.modules if n == "ragcache.anthropic" or n.startswith("ragcache.anthropic.")]:
+        del sys.modules[name]  # another test may have imported the old path already: import it afresh
     with pytest.warns(DeprecationWarning):
-        importlib.reload(importlib.import_module("ragcache.anthropic"))
+        importlib.import_module("ragcache.anthropic")
     from ragcache.anthropic.backend import AnthropicBackend as Old
     from ragcache.providers.anthropic.backend import AnthropicBackend as New
 

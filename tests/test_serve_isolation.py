@@ -11,7 +11,7 @@ openai = pytest.importorskip("openai")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from ragcache.anthropic.backend import sdk_kwargs  # noqa: E402
+from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402

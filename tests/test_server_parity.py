@@ -167,7 +167,7 @@ def test_an_uncached_openai_compatible_call_is_provider_everywhere(url):
     """The same uncached call through the OpenAI backend, the LangChain callbacks and the
     LlamaIndex backend gets one label: ``provider`` (never ``model``, the local engine's label)."""
     from ragcache.layout import PromptLayout
-    from ragcache.openai.backend import OpenAIBackend
+    from ragcache.providers.openai.backend import OpenAIBackend
 
     usage = {"prompt_tokens": 30, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}}
     labels = {"openai-backend": OpenAIBackend(openai.OpenAI(base_url=url + "/v1", api_key="x"), "tiny-llama")
@@ -211,7 +211,7 @@ def test_backend_request_fields_partition_the_pipeline(url):
     """Two RagCache pipelines on one semantic cache whose backends differ only in the request fields
     they add (``extra``) never serve each other's answers."""
     from ragcache import RagCache
-    from ragcache.openai.backend import OpenAIBackend
+    from ragcache.providers.openai.backend import OpenAIBackend
     from ragcache.semantic import SemanticCache
     from ragcache.testing import HashingEmbedder
 

@@ -223,7 +223,7 @@ def test_rules_prompt_with_step_numbers_keeps_its_system_breakpoint():
     """Issue 22's Anthropic case: a long rules prompt with "step {i}" lines was cut down to almost nothing
     by lint='move', so it fell below the cacheable minimum (0 cache reads, 0 writes). Now it is kept whole
     and the system block gets its breakpoint."""
-    from ragcache.anthropic.breakpoints import layout_request
+    from ragcache.providers.anthropic.breakpoints import layout_request
 
     rules = "You are the ops assistant.\n" + "\n".join(
         f"Step {i}: check the service log for error {400 + i} and retry at most {i % 3 + 1} times." for i in range(1, 80))

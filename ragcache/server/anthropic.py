@@ -40,7 +40,7 @@ from ragcache.providers.anthropic.blocks import (
     nearest_cacheable,
     prefix_hashes,
 )
-from ragcache.anthropic.pricing import PRICES, model_family
+from ragcache.providers.anthropic.pricing import PRICES, model_family
 from ragcache.server.auth import tenant_of
 from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache

@@ -43,7 +43,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
-from ragcache.anthropic.blocks import carries_marker, code_execution_tool_ids
+from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.backend import CacheUsage
 from ragcache.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey

@@ -11,8 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from langchain_ragcache.middleware import RagPromptLayoutMiddleware
 
-from ragcache.anthropic import AnthropicCaching
-from ragcache.anthropic.blocks import RequestError, carries_marker, code_execution_tool_ids, flatten_request
+from ragcache.providers.anthropic import AnthropicCaching
+from ragcache.providers.anthropic.blocks import RequestError, carries_marker, code_execution_tool_ids, flatten_request
 
 CALLER = {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
 
