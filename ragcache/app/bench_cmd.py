@@ -185,6 +185,16 @@ def bench_prefix_hits(
               model=model, console=console)
 
 
+@bench_app.command("lexicon")
+def bench_lexicon(
+    json_path: str = json_option("lexicon"),
+    plot_path: str = plot_option("lexicon"),
+    repeats: int = typer.Option(5, help="Fresh processes per method."),
+) -> None:
+    """First WordNet lookup of a process: lazy reads against parsing the whole database."""
+    run_bench("lexicon", json_path=json_path, plot_path=plot_path, repeats=repeats)
+
+
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]
 
 
