@@ -195,6 +195,13 @@ def bench_lexicon(
     run_bench("lexicon", json_path=json_path, plot_path=plot_path, repeats=repeats)
 
 
+@bench_app.command("stemmers")
+def bench_stemmers(json_path: str = json_option("stemmers"),
+                   repeats: int = typer.Option(3, help="Fresh processes per import.")) -> None:
+    """The guards' suffix stemmer against nltk's Porter / Snowball: import cost and false joins."""
+    run_bench("stemmers", json_path=json_path, repeats=repeats)
+
+
 @bench_app.command("ask")
 def bench_ask(
     json_path: str = json_option("ask_latency"),
