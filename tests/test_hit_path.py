@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from cli_doubles import fixed_answer, home, tiny_dir  # noqa: F401 - fixtures
 from ragcache.bert_numpy import map_safetensors
 from ragcache.models import load_embedder
 from ragcache.semantic.embedding import VocabWords, _vocab_words
@@ -86,3 +87,28 @@ def test_a_hit_imports_no_heavy_module(tmp_path):
     heavy = {"torch", "transformers", "sentence_transformers", "sklearn", "scipy", "anthropic", "openai",
              "httpx", "starlette", "uvicorn", "langchain_core", "llama_index", "nltk", "matplotlib", "psycopg"}
     assert not loaded & heavy, sorted(loaded & heavy)
+
+
+@pytest.mark.parametrize("paraphrase", ["Rotating the API keys: how?", "how to rotate the API keys",
+                                        "How should I rotate the API keys?"])
+def test_a_paraphrase_hit_through_the_cli_reads_a_few_synsets(home, tiny_dir, tmp_path, monkeypatch, paraphrase):
+    """Issue 22 item 4: the guards' WordNet lookups on a CLI hit read the lines they need, not the
+    database (117,659 noun synsets alone)."""
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+    from ragcache.semantic.lexicon import Lexicon
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keys.md").write_text("To rotate the API keys, open Settings > Security and press Rotate.\n")
+    calls = fixed_answer(monkeypatch, "Open Settings > Security and press Rotate.")
+    args = ["ask", "--docs", str(notes), "--model", str(tiny_dir), "--json"]
+    first = CliRunner().invoke(app, [*args, "How do I rotate the API keys?"], catch_exceptions=False)
+    assert json.loads(first.stdout)["layer"] == "model" and len(calls) == 1
+    Lexicon._entry.cache_clear()
+    Lexicon._synset.cache_clear()
+    second = json.loads(CliRunner().invoke(app, [*args, paraphrase], catch_exceptions=False).stdout)
+    assert second["layer"] == "semantic" and second["model_loaded"] is False and len(calls) == 1
+    lemmas, synsets = Lexicon._entry.cache_info().currsize, Lexicon._synset.cache_info().currsize
+    assert 0 < lemmas < 100 and synsets < 300, (lemmas, synsets)
