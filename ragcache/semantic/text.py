@@ -151,7 +151,8 @@ def numbers(text: str) -> list[str]:
     Spelled-out cardinals count too, as one value per run of number words, parsed by the text2num
     library ("twenty-one" -> "21", not "20"; "three hundred thousand" -> "300000"), plus "dozen",
     "couple" and "pair"; a lone "one" does not (it mostly reads as "a": "for a month" vs "one
-    month") and belongs to the scope guard. Ordinals ("fifth") are not numbers here. A digit and a
+    month") and belongs to the scope guard. Spelled ordinals ("fifth") are not numbers here ("5th"
+    is: its digits are). A digit and a
     multiplier word stay two numbers ("2 million" -> "2", "1000000"; "two million" -> "2000000").
     """
     out = []
