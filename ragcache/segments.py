@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -103,6 +102,8 @@ def parse_document(text: str) -> Segment | None:
     m = _DOC_HEAD.match(text)
     if m is None or not text.endswith("\n</document>"):
         return None
+    import html  # here: html.entities is a large table, needed only for a rendered document block
+
     attrs = {k: html.unescape(v) for k, v in _DOC_ATTR.findall(m.group(1))}
     doc_id = attrs.pop("id", None)
     seg = Segment("document", text[m.end(): -len("\n</document>")], doc_id, attrs)

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from dateutil import parser as dateutil_parser
 
 from ragcache.hashing import normalize_text
 
@@ -98,6 +97,8 @@ def _compact_timestamp(m: re.Match[str], text: str) -> bool:
     python-dateutil (a real date and time, not any run of digits)."""
     digits = m.group(0).rstrip("Zz").replace("T", "").replace("t", "")
     iso = digits[:8] + ("T" + digits[8:14] if len(digits) > 8 else "") + ("." + digits[14:] if len(digits) > 14 else "")
+    from dateutil import parser as dateutil_parser  # here: most text has no date-like run to check
+
     try:
         parsed = dateutil_parser.isoparse(iso)
     except (ValueError, OverflowError):
@@ -108,6 +109,8 @@ def _compact_timestamp(m: re.Match[str], text: str) -> bool:
 def _month_name_date(m: re.Match[str], text: str) -> bool:
     """``Jul 26`` / ``26 July 2024`` / ``July 26th, 2024``: python-dateutil must read it as a real
     day of that month (``Feb 30`` is not)."""
+    from dateutil import parser as dateutil_parser
+
     words = re.sub(r"(\d)(st|nd|rd|th)\b", r"\1", m.group(0)).replace(" of ", " ")
     try:
         dateutil_parser.parse(words, default=datetime(2000, 1, 1))  # 2000 is a leap year: Feb 29 passes

@@ -6,6 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.cli import app
 from ragcache.backend import BackendResult, CacheUsage
 
@@ -13,46 +14,12 @@ BRACKETS = "Match it with [/a-z]+ and annotate list[str]; [bold]not bold[/bold] 
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A tiny random Llama saved as a model folder (config.json, safetensors, tokenizer)."""
-    from ragcache.testing import tiny_llama
-
-    lm = tiny_llama(seed=1, initializer_range=0.2)
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
-@pytest.fixture()
-def home(tmp_path, monkeypatch):
-    h = tmp_path / "home"
-    monkeypatch.setenv("RAGCACHE_HOME", str(h))
-    monkeypatch.setenv("RAGCACHE_THREADS", "1")
-    return h
-
-
 @pytest.fixture()
 def notes(tmp_path):
-    d = tmp_path / "notes"
-    d.mkdir()
-    (d / "backups.md").write_text("# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n")
-    (d / "deploy.txt").write_text("Deploys go out on Tuesdays after the change review meeting.\n")
+    d = write_notes(tmp_path / "notes")
     (d / "cafe.md").write_bytes("Le café du bureau ferme à 18 heures. Très pratique, même le samedi.".encode("latin-1"))
     (d / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     return d
-
-
-def _fixed_answer(monkeypatch, text=BRACKETS):
-    calls = []
-
-    def generate(self, layout, *, max_new_tokens, temperature):
-        calls.append(layout)
-        return BackendResult(text, "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01)
-
-    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
-    return calls
 
 
 def _no_model_load(monkeypatch):
@@ -68,7 +35,7 @@ def ask(*args):
 
 
 def test_bracketed_answer_printed_and_reserved_intact_without_model_load(home, notes, tiny_dir, monkeypatch):
-    calls = _fixed_answer(monkeypatch)
+    calls = fixed_answer(monkeypatch, BRACKETS)
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "When do backups run?")
     assert r.exit_code == 0, r.output
     assert BRACKETS in r.output and len(calls) == 1
@@ -85,7 +52,7 @@ def test_bracketed_answer_printed_and_reserved_intact_without_model_load(home, n
 
 
 def test_unreadable_files_are_decoded_or_named(home, notes, tiny_dir, monkeypatch):
-    _fixed_answer(monkeypatch)
+    fixed_answer(monkeypatch, BRACKETS)
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When does the cafe close?")
     data = json.loads(r.stdout)
     assert data["skipped_files"] == [{"file": "image.md", "reason": "binary file (NUL bytes)"}]
@@ -95,14 +62,14 @@ def test_unreadable_files_are_decoded_or_named(home, notes, tiny_dir, monkeypatc
 
 
 def test_refresh_replaces_and_no_cache_skips(home, notes, tiny_dir, monkeypatch):
-    _fixed_answer(monkeypatch, "first answer")
+    fixed_answer(monkeypatch, "first answer")
     assert ask("--docs", str(notes), "--model", str(tiny_dir), "When do deploys go out?").exit_code == 0
-    _fixed_answer(monkeypatch, "second answer")
+    fixed_answer(monkeypatch, "second answer")
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--no-cache", "When do deploys go out?")
     assert json.loads(r.stdout)["answer"] == "second answer"
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When do deploys go out?")
     assert json.loads(r.stdout)["answer"] == "first answer"  # --no-cache stored nothing
-    _fixed_answer(monkeypatch, "third answer")
+    fixed_answer(monkeypatch, "third answer")
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "--refresh", "When do deploys go out?")
     assert json.loads(r.stdout)["layer"] == "model"
     r = ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "When do deploys go out?")
@@ -116,7 +83,7 @@ def test_refresh_replaces_and_no_cache_skips(home, notes, tiny_dir, monkeypatch)
 
 
 def test_verbose_logs_why_the_lookup_missed(home, notes, tiny_dir, monkeypatch, caplog):
-    _fixed_answer(monkeypatch)
+    fixed_answer(monkeypatch, BRACKETS)
     ask("--docs", str(notes), "--model", str(tiny_dir), "How long are backups kept?")
     r = runner.invoke(app, ["-v", "ask", "--docs", str(notes), "--model", str(tiny_dir), "--json",
                             "--threshold", "0.99", "How many days are the backups retained?"])
@@ -140,7 +107,7 @@ def test_second_ask_reuses_chunk_kv_from_disk(home, notes, tiny_dir, monkeypatch
 
 
 def test_an_edit_reembeds_only_that_file_and_prunes_old_indexes(home, notes, tiny_dir, monkeypatch):
-    _fixed_answer(monkeypatch)
+    fixed_answer(monkeypatch, BRACKETS)
     for i in range(6):
         (notes / f"extra{i}.md").write_text(f"Extra note {i}: the printer on floor {i} needs toner every month.")
     first = json.loads(ask("--docs", str(notes), "--model", str(tiny_dir), "--json", "Toner?").stdout)

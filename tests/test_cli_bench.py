@@ -22,6 +22,17 @@ def test_plot_from_written_results(name, tmp_path):
 
 
 def test_bench_commands_have_plot_options():
-    for name in ("prefix", "provider", "blend"):
+    for name in ("prefix", "provider", "blend", "ask", "lexicon"):
         r = CliRunner().invoke(app, ["bench", name, "--help"])
         assert r.exit_code == 0 and "--plot" in r.output and "--json" in r.output
+
+
+def test_bench_lexicon_writes_json_and_table(tmp_path):
+    out = tmp_path / "lexicon.json"
+    r = CliRunner().invoke(app, ["bench", "lexicon", "--repeats", "1", "--json", str(out), "--plot", str(tmp_path / "l.png")])
+    assert r.exit_code == 0, r.output
+    assert "lazy" in r.output and "full_parse" in r.output
+    d = json.loads(out.read_text())
+    assert set(d["methods"]) == {"lazy", "full_parse"} and d["repeats"] == 1
+    assert all(len(m["first_lookup_s"]) == 1 and m["first_lookup_s"][0] > 0 for m in d["methods"].values())
+    assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"

@@ -16,52 +16,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.argv import normalize
 from ragcache.app.cli import app
-from ragcache.backend import BackendResult, CacheUsage
 
 runner = CliRunner()
 EVIL = "\x1b[2J\x1b]0;pwned\x07 red \x1b[31mtext\x9b31m \u202egnp.exe"
 RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from ragcache.testing import tiny_llama
-
-    lm = tiny_llama(seed=1, initializer_range=0.2)
-    d = tmp_path_factory.mktemp("tiny-model")
-    lm.model.save_pretrained(d)
-    lm.tokenizer.save_pretrained(d)
-    return d
-
-
-@pytest.fixture()
-def home(tmp_path, monkeypatch):
-    h = tmp_path / "home"
-    monkeypatch.setenv("RAGCACHE_HOME", str(h))
-    monkeypatch.setenv("RAGCACHE_THREADS", "1")
-    return h
-
-
 @pytest.fixture()
 def notes(tmp_path):
-    d = tmp_path / "notes"
-    d.mkdir()
-    (d / "backups.md").write_text("# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n")
-    (d / "deploy.txt").write_text("Deploys go out on Tuesdays after the change review meeting.\n")
-    return d
-
-
-def _double(monkeypatch, text="A fixed answer.", finish="stop"):
-    calls = []
-
-    def generate(self, layout, *, max_new_tokens, temperature):
-        calls.append(layout.question)
-        return BackendResult(text, "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01, finish_reason=finish)
-
-    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
-    return calls
+    return write_notes(tmp_path / "notes")
 
 
 def run(*args, **kw):
@@ -71,7 +37,7 @@ def run(*args, **kw):
 # ------------------------------------------------------------------ item 1 (test double)
 @pytest.mark.parametrize("question", ["When do backups run?", "How long are backups kept?", "When do deploys go out?"])
 def test_second_ask_at_defaults_is_a_semantic_hit_even_when_cut(home, notes, tiny_dir, monkeypatch, question):
-    calls = _double(monkeypatch, "Backups run nightly and are kept for thirty days, rotated", finish="length")
+    calls = fixed_answer(monkeypatch, "Backups run nightly and are kept for thirty days, rotated", finish="length")
     first = json.loads(run("ask", "--docs", str(notes), "--model", str(tiny_dir), "--json", question).stdout)
     assert first["layer"] == "model" and first["finish_reason"] == "length"
     second = json.loads(run("ask", "--docs", str(notes), "--model", str(tiny_dir), "--json", question).stdout)
@@ -127,7 +93,7 @@ def test_errors_go_to_stderr_and_are_json_under_json(home, args):
 def test_control_characters_are_escaped_in_answers_file_names_and_questions(home, notes, tiny_dir, monkeypatch):
     (notes / f"evil{EVIL}.md").write_text("Evil note: the printer on floor 3 needs toner.")
     (notes / "bin\x1b[31m.md").write_bytes(b"\x00\x01binary")
-    _double(monkeypatch, f"The answer {EVIL}\nsecond line")
+    fixed_answer(monkeypatch, f"The answer {EVIL}\nsecond line")
     q = f"Which printer needs toner?{EVIL}"
     outs = [run("ask", "--docs", str(notes), "--model", str(tiny_dir), "--top-k", "3", q).output,
             run("ask", "--docs", str(notes), "--model", str(tiny_dir), "--top-k", "3", q).output,
@@ -186,10 +152,10 @@ def test_invalidate_of_a_folder_is_an_error(home, notes):
 # ------------------------------------------------------------------ stdin, -v, --flag=value
 @pytest.mark.parametrize("text", ["When do backups run?\n", "When do deploys go out?", "x" * 200_000 + " backups?\n"])
 def test_dash_reads_the_question_from_stdin(home, notes, tiny_dir, monkeypatch, text):
-    calls = _double(monkeypatch)
+    calls = fixed_answer(monkeypatch)
     r = runner.invoke(app, ["ask", "--docs", str(notes), "--model", str(tiny_dir), "--json", "-"], input=text)
     assert r.exit_code == 0, r.stderr
-    assert calls == [text.rstrip("\n")] and json.loads(r.stdout)["question"] == text.rstrip("\n")
+    assert [c.question for c in calls] == [text.rstrip("\n")] and json.loads(r.stdout)["question"] == text.rstrip("\n")
 
 
 def test_stdin_that_is_not_utf8_is_an_error(home, notes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pg_doubles import pg_caches, schema_for
 from ragcache.semantic import SemanticCache
 from ragcache.testing import HashingEmbedder
 from ragcache.testing.semantic_contract import SemanticCacheContract
@@ -33,22 +34,6 @@ class TestPostgres(SemanticCacheContract):
     def open_cache(self, request):
         pytest.importorskip("psycopg", reason="pip install 'ragcache[shared]'")
         pytest.importorskip("pgvector", reason="pip install 'ragcache[shared]'")
-        from ragcache.semantic.pg_cache import PgSemanticCache
-
         pg_server = request.getfixturevalue("pg_server")
-        schema = "c_" + "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:50]
-        opened: list[PgSemanticCache] = []
-
-        def factory(**kw) -> PgSemanticCache:
-            kw.setdefault("embedder", EMB)
-            c = PgSemanticCache(pg_server.url, schema=schema, **kw)
-            opened.append(c)
-            return c
-
-        yield factory
-        import psycopg
-
-        for c in opened:
-            c.close()
-        with psycopg.connect(pg_server.url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        with pg_caches(pg_server.url, schema_for("c_", request.node.name, 50), embedder=EMB) as factory:
+            yield factory

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from pg_doubles import pg_caches, schema_for
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.testing import HashingEmbedder
 
@@ -21,23 +22,8 @@ PK = partition_key(namespace="iso", model="m", documents=[{"id": "manual", "text
 @pytest.fixture()
 def pg_cache(pg_server, request):
     pytest.importorskip("psycopg")
-    from ragcache.semantic.pg_cache import PgSemanticCache
-
-    schema = "k9_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:40]
-    opened = []
-
-    def factory(**kw):
-        c = PgSemanticCache(pg_server.url, schema=schema, embedder=EMB, **kw)
-        opened.append(c)
-        return c
-
-    yield factory
-    import psycopg
-
-    for c in opened:
-        c.close()
-    with psycopg.connect(pg_server.url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with pg_caches(pg_server.url, schema_for("k9_", request.node.name, 40), embedder=EMB) as factory:
+        yield factory
 
 
 @pytest.mark.parametrize("crowd, settings", [(0, "set"), (3000, "set"), (3000, "lost")])

