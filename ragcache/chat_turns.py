@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragcache.segments import Segment, _history_text
+from ragcache.text_checks import check_encodable
 
 
 class CachePoint:
@@ -51,6 +52,12 @@ def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
         if not isinstance(m, Mapping) or m.get("role") not in _ROLES:
             role = m.get("role") if isinstance(m, Mapping) else type(m).__name__
             raise ValueError(f"messages[{i}] has role {role!r}: use 'system', 'user' or 'assistant' dicts")
+        content = m.get("content")
+        if not (content is None or isinstance(content, str | Segment | Mapping | CachePoint)
+                or isinstance(content, Sequence) and not isinstance(content, bytes)):
+            raise ValueError(f"messages[{i}]['content'] has type {type(content).__name__}: give a str or a list of "
+                             "text blocks ({'type': 'text', 'text': ...})")
+        check_encodable(content, f"messages[{i}]['content']")
         if _has_text(m.get("content")) or set(m) - {"role", "content"}:  # e.g. a tool call with no text
             msgs.append(m)
     last = max((i for i, m in enumerate(msgs) if m["role"] == "user"), default=None)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, FinishReason, Layer
 from ragcache.layout import LintMode, PromptLayout
+from ragcache.text_checks import checked_question
 
 if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey, SemanticCache
@@ -136,6 +137,13 @@ class RagCache:
                  lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
                  cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0) -> None:
+        if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):
+            raise ValueError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
+                             f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
+                             "AnthropicBackend / OpenAIBackend")
+        if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
+            raise ValueError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
+                             f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
         self.backend = backend
         self.semantic = semantic
         self.system = system
@@ -189,10 +197,7 @@ class RagCache:
             ValueError: empty question, malformed document, history, system text or tools,
                 ``max_new_tokens`` not an integer >= 1, ``temperature`` not a number >= 0.
         """
-        if not isinstance(question, str):
-            raise ValueError(f"question must be a str, got {type(question).__name__}")
-        if not question.strip():
-            raise ValueError("question is empty: ask something")
+        checked_question(question)
         if documents is None:
             documents = ()
         ns = self.namespace if namespace is None else namespace

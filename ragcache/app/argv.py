@@ -106,12 +106,9 @@ class RagcacheGroup(TyperGroup):
         except ClickException as e:
             if not standalone_mode:
                 raise
-            if json_errors():
-                error(None, e.format_message(), e.exit_code)
-            else:
-                from typer import rich_utils
-
-                rich_utils.rich_format_error(e)
+            cmd = e.ctx.command_path if getattr(e, "ctx", None) is not None else "ragcache"
+            hint = f" (see '{cmd} --help')" if isinstance(e, UsageError) else ""
+            error(None, e.format_message() + hint, e.exit_code)  # one line, or a JSON object under --json
             rc = e.exit_code
         except Abort:
             if not standalone_mode:
@@ -126,7 +123,10 @@ class RagcacheGroup(TyperGroup):
 
 
 def interrupted() -> None:
-    """The one line printed on Ctrl-C."""
+    """The one line printed on Ctrl-C (a JSON error object under ``--json``)."""
+    if json_errors():
+        error(None, "interrupted", 130)
+        return
     try:
         sys.stderr.write("ragcache: interrupted\n")
         sys.stderr.flush()

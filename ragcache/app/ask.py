@@ -40,6 +40,7 @@ from ragcache.app.runtime import LazyLocalBackend, answer_cache, build_engine, b
 from ragcache.config import Config
 from ragcache.hashing import hash_value
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
+from ragcache.text_checks import checked_question
 
 log = logging.getLogger("ragcache.ask")
 
@@ -136,8 +137,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     """
     t0 = time.perf_counter()
     console = console or Console()
-    if not question or not question.strip():
-        raise ValueError('question is empty: ask something, e.g. ragcache ask --docs notes/ "How do I ...?"')
+    checked_question(question, hint='ask something, e.g. ragcache ask --docs notes/ "How do I ...?"')
     top_k = cfg.top_k if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {top_k}")

@@ -25,7 +25,7 @@ import typer
 
 from ragcache.app.output import make_console, run_or_exit
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: print a table, write JSON and draw a PNG "
+bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Benchmarks: print a table, write JSON and draw a PNG "
                                                    "(the PNG needs matplotlib: pip install 'ragcache[bench]').")
 console = make_console()
 

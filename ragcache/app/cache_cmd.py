@@ -29,7 +29,7 @@ from ragcache.app.answers import AnswerStore
 from ragcache.app.output import clean, error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
-cache_app = typer.Typer(no_args_is_help=True, help="See and manage the on-disk caches (answers, chunk KV, indexes).")
+cache_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="See and manage the on-disk caches (answers, chunk KV, indexes).")
 console = make_console()
 
 
@@ -227,11 +227,16 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
     from ragcache.app.corpus import _pack, decode_bytes
     from ragcache.app.runtime import answer_cache, query_embedder
 
+    if not document.strip():
+        error(console, "invalidate needs a document: a file's path, a chunk id such as notes.md#0 (see "
+                       "`ragcache cache ls`), a content hash, or the document text (got an empty string)")
+        raise typer.Exit(2)
     cfg = _cfg()
     keys = [document]
     p = Path(document).expanduser()
     if p.is_dir():
-        error(console, f"{document} is a folder: give one document file (or a chunk id such as {p.name}/notes.md#0)")
+        example = f"{clean(document.rstrip('/'))}/notes.md#0" if p.name else "notes.md#0"
+        error(console, f"{clean(document)} is a folder: give one document file (or a chunk id such as {example})")
         raise typer.Exit(2)
     if p.is_file():
         text, how = decode_bytes(p.read_bytes())

@@ -20,7 +20,7 @@ from ragcache.app.cache_cmd import cache_app
 from ragcache.app.output import error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
-app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
                        "environment variables (see the README); options override them.")
 app.add_typer(bench_app, name="bench")

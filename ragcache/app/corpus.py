@@ -183,13 +183,21 @@ class Folder:
 
 
 TEXT_SUFFIXES = (".txt", ".md")
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
+         (b"\xfe\xff", "utf-16-be"))
 
 
 def decode_bytes(data: bytes) -> tuple[str | None, str]:
     """Decode a text file's bytes: UTF-8 (with or without BOM) first, else the encoding
     charset-normalizer detects. Returns ``(text, encoding)`` or ``(None, reason)`` for binary
     or undecodable data."""
-    if b"\x00" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
+    for bom, codec in _BOMS:  # a byte-order mark names its encoding: no detection needed
+        if data.startswith(bom):
+            try:
+                return data[len(bom):].decode(codec), codec
+            except UnicodeDecodeError as e:
+                return None, f"starts with a {codec} byte-order mark but is not valid {codec} ({e.reason})"
+    if b"\x00" in data[:8192]:
         return None, "binary file (NUL bytes)"
     try:
         return data.decode("utf-8-sig"), "utf-8"
@@ -225,12 +233,20 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> 
     root = Path(path).expanduser()
     if not root.exists():
         raise ValueError(f"--docs path {str(root)!r} does not exist: give a folder of .txt or .md files")
+    if root.is_file() and root.suffix.lower() not in suffixes:
+        raise ValueError(f"--docs file {str(root)!r} is not a {' or '.join(suffixes)} file: give a folder of notes, "
+                         f"or copy the text into a file ending in {suffixes[0]}")
     paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes
-                                                   and p.is_file())
+                                                   and (p.is_file() or p.is_symlink()))
     files: list[SourceFile] = []
     skipped: list[Skipped] = []
     for f in paths:
         rel = str(f.relative_to(root)) if root.is_dir() else f.name
+        if f.is_symlink() and not f.exists():
+            skipped.append(Skipped(rel, "broken symbolic link (its target does not exist)"))
+            continue
+        if not f.is_file():
+            continue
         try:
             data = f.read_bytes()
         except OSError as e:

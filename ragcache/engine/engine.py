@@ -86,6 +86,9 @@ class LocalEngine:
                  chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
         from ragcache.engine.calibration import Calibration, load_calibration
 
+        if not all(hasattr(loaded, a) for a in ("model", "tokenizer", "fingerprint")):
+            raise ValueError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
+                             "or folder use LocalEngine.from_pretrained('HuggingFaceTB/SmolLM2-135M-Instruct' | path)")
         cfg = self.config = EngineConfig.of(config, **settings)
         self.decode = DecodeCacheSpec(cfg.decode_cache, cfg.decode_backend, cfg.decode_nbits, cfg.residual_length,
                                       cfg.decode_sink_tokens)

@@ -16,6 +16,8 @@ from functools import lru_cache
 
 from rapidfuzz.distance import OSA
 
+from ragcache.text_checks import checked_question
+
 _WS = re.compile(r"\s+")
 _PUNCT_RUN = re.compile(r"([?!.])\1+")
 _GREETING = re.compile(
@@ -47,8 +49,7 @@ def normalize_question(text: str) -> str:
     Raises:
         ValueError: if ``text`` is not a string or is empty after normalisation.
     """
-    if not isinstance(text, str):
-        raise ValueError(f"question must be a str, got {type(text).__name__}")
+    checked_question(text, hint="pass the last user turn as a non-empty string")
     t = unicodedata.normalize("NFKC", text)
     t = t.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
     t = _WS.sub(" ", t).strip()

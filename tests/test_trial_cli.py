@@ -1,0 +1,100 @@
+"""CLI findings of a new user's trial, through the CLI runner and subprocesses: usage errors are one
+``error:`` line (a JSON object under ``--json``), Ctrl-C under ``--json`` is a JSON error, help text
+keeps its brackets (no markup is read from it), ``cache invalidate ""`` names what it wants, and
+``--docs`` names broken links, reads byte-order-marked UTF-16 / UTF-32 and refuses a file that is not
+a note."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from cli_doubles import home, tiny_dir, write_notes  # noqa: F401 - fixtures
+from ragcache.app.cli import app
+from ragcache.app.corpus import decode_bytes, scan_folder
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args", [["ask", "hi"], ["ask", "--dcs", "x", "hi"], ["cache", "nope"],
+                                  ["cache", "show"], ["bench", "blend", "--start", "x"]])
+def test_usage_errors_are_one_line(home, args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], r.stderr
+    assert "╭" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["ask", "hi"], ["ask", "--dcs", "x", "hi"], ["cache", "show"],
+                                  ["cache", "ls", "--layer", "bogus"]])
+def test_usage_errors_under_json_are_objects(home, args):
+    r = runner.invoke(app, [*args, "--json"])
+    obj = json.loads(r.stderr.strip().splitlines()[-1])
+    assert obj["exit_code"] == 2 and obj["error"]
+
+
+@pytest.mark.parametrize("args", [["bench", "--help"], ["--help"]])
+def test_help_text_is_not_read_as_markup(args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0
+    assert "ragcache[bench]" in r.stdout.replace("\n", " ").replace("  ", " ") or args == ["--help"]
+    assert "[bench]" in runner.invoke(app, ["bench", "--help"]).stdout
+
+
+@pytest.mark.parametrize("doc", ["", "   ", "\t"])
+def test_invalidate_of_an_empty_name(home, doc):
+    r = runner.invoke(app, ["cache", "invalidate", doc])
+    assert r.exit_code == 2 and "got an empty string" in r.stderr and "/notes.md" not in r.stderr
+
+
+def test_invalidate_of_a_folder_gives_an_example_under_it(home, tmp_path):
+    r = runner.invoke(app, ["cache", "invalidate", str(tmp_path)])
+    assert r.exit_code == 2 and f"{tmp_path}/notes.md#0" in r.stderr
+
+
+@pytest.mark.parametrize("text,codec", [("Refunds take five business days.", "utf-16-le"),
+                                        ("Backups run nightly at 02:30.", "utf-16-be"),
+                                        ("Über die Rückgabe: fünf Tage.", "utf-32-le"),
+                                        ("短い", "utf-16-le")])
+def test_byte_order_marks_decide_the_encoding(text, codec):
+    bom = {"utf-16-le": b"\xff\xfe", "utf-16-be": b"\xfe\xff", "utf-32-le": b"\xff\xfe\x00\x00"}[codec]
+    assert decode_bytes(bom + text.encode(codec)) == (text, codec)
+
+
+def test_a_broken_link_is_named_and_other_files_read(tmp_path):
+    notes = write_notes(tmp_path / "notes")
+    (notes / "dangling.md").symlink_to(tmp_path / "missing.md")
+    (notes / "utf16.txt").write_bytes(b"\xff\xfe" + "Refunds take five days.".encode("utf-16-le"))
+    folder = scan_folder(notes)
+    assert {s.rel: s.reason for s in folder.skipped} == {"dangling.md": "broken symbolic link (its target does not exist)"}
+    assert {f.rel for f in folder.files} == {"backups.md", "deploy.txt", "utf16.txt"}
+
+
+@pytest.mark.parametrize("name", ["passwd", "notes.rst", "data.json"])
+def test_a_single_file_that_is_not_a_note_is_refused(tmp_path, home, name):
+    f = tmp_path / name
+    f.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(ValueError, match=r"is not a \.txt or \.md file"):
+        scan_folder(f)
+    r = runner.invoke(app, ["ask", "--docs", str(f), "Who is root?"])
+    assert r.exit_code == 2 and "is not a .txt or .md file" in r.stderr
+
+
+def test_ctrl_c_under_json_is_a_json_error(home, tmp_path):
+    notes = write_notes(tmp_path / "notes")
+    env = {**os.environ, "RAGCACHE_HOME": str(home), "RAGCACHE_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", "from ragcache.app.entry import main; main()", "ask", "--json",
+                          "--docs", str(notes), "When do backups run?"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, (p.returncode, err)
+    assert json.loads(err.strip().splitlines()[-1]) == {"error": "interrupted", "exit_code": 130}, err
