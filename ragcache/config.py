@@ -195,6 +195,10 @@ class Config:
             raise ValueError("RAGCACHE_SEMANTIC_MAX_ENTRIES, RAGCACHE_TOP_K and RAGCACHE_MAX_NEW_TOKENS must be >= 1")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
+        if self.kv_url is not None and kv_url_scheme(self.kv_url) not in KV_URL_SCHEMES:
+            raise ValueError(f"RAGCACHE_KV_URL={self.kv_url!r} has an unknown scheme "
+                             f"{kv_url_scheme(self.kv_url)!r}: use redis://host:port/db (Redis / Valkey), "
+                             "rediss://, unix:///path.sock, file://DIR or a folder path, or unset it")
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"RAGCACHE_RECOMPUTE_RATIO must be in [0, 1], got {self.recompute_ratio}")
         if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
@@ -241,6 +245,15 @@ class Config:
             kw[var.field] = _parse(var.name, raw.strip(), str(types[var.field]))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
+
+
+KV_URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys", "file", "")
+"""Schemes a chunk KV store URL may have (``""``: a folder path)."""
+
+
+def kv_url_scheme(url: str) -> str:
+    """The lower-case scheme of a chunk store URL (``""`` for a plain path)."""
+    return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
 def _parse(name: str, raw: str, typ: str) -> Any:
@@ -298,4 +311,4 @@ _BY_FIELD = {v.field: v for v in ENV_VARS}
 _TYPES = {f.name: f.type for f in fields(Config)}
 _DEFAULTS = {f.name: f.default for f in fields(Config) if f.name != "home"}
 
-__all__ = ["Config", "ENV_VARS", "EnvVar", "env_setting", "env_table", "provider_api_key"]
+__all__ = ["Config", "ENV_VARS", "EnvVar", "KV_URL_SCHEMES", "kv_url_scheme", "env_setting", "env_table", "provider_api_key"]

@@ -98,3 +98,19 @@ def test_ctrl_c_under_json_is_a_json_error(home, tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, (p.returncode, err)
     assert json.loads(err.strip().splitlines()[-1]) == {"error": "interrupted", "exit_code": 130}, err
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "mysql://cache/db", "http://localhost:6379"])
+def test_a_bad_kv_url_is_refused_before_anything_loads(home, tmp_path, monkeypatch, url):
+    notes = write_notes(tmp_path / "notes")
+    monkeypatch.setenv("RAGCACHE_KV_URL", url)
+    r = runner.invoke(app, ["ask", "--docs", str(notes), "When do backups run?"])
+    assert r.exit_code == 2 and "RAGCACHE_KV_URL" in r.stderr and "redis://" in r.stderr, r.stderr
+    assert not (home / "index").exists() or not any((home / "index").iterdir())  # failed before reading the folder
+
+
+@pytest.mark.parametrize("url", ["redis://localhost:6379/0", "valkey://h:1/2", "file:///tmp/kv", "/tmp/kv"])
+def test_good_kv_urls_pass_the_config_check(home, url):
+    from ragcache.config import Config
+
+    assert Config.from_env({"RAGCACHE_HOME": str(home), "RAGCACHE_KV_URL": url}).kv_url == url

@@ -7,6 +7,7 @@ from typing import Any
 from ragcache.engine.chunk.stores.base import ChunkStore
 from ragcache.engine.chunk.stores.disk import DiskChunkStore
 from ragcache.engine.chunk.stores.memory import MemoryChunkStore
+from ragcache.config import KV_URL_SCHEMES, kv_url_scheme
 from ragcache.remote import kv_url
 
 __all__ = ["open_chunk_store"]
@@ -23,13 +24,13 @@ def open_chunk_store(url: str | None = None, **kwargs: Any) -> ChunkStore:
     url = kv_url(url)
     if url is None:
         return MemoryChunkStore(**kwargs)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = kv_url_scheme(url)
+    if scheme not in KV_URL_SCHEMES:
+        raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
     if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
         if scheme.startswith("valkey"):
             url = "redis" + url[len("valkey"):]
         from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
 
         return RedisChunkStore(url, **kwargs)
-    if scheme in ("", "file"):
-        return DiskChunkStore(url.removeprefix("file://"), **kwargs)
-    raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
+    return DiskChunkStore(url.removeprefix("file://"), **kwargs)
