@@ -200,6 +200,9 @@ class AnthropicLocalServer:
         except PermissionError as e:
             return _error(400, "invalid_request_error", str(e))
         limit = int(getattr(self.engine, "context_window", 1 << 30))
+        if body["max_tokens"] > limit:  # the real API's words for a budget over the model's output limit
+            return _error(400, "invalid_request_error", f"max_tokens: {body['max_tokens']} > {limit}, which is the "
+                          f"maximum allowed number of output tokens for {model}")
         if sum(toks) + body["max_tokens"] > limit:
             return _error(400, "invalid_request_error", f"prompt is too long: {sum(toks)} tokens + max_tokens "
                           f"{body['max_tokens']} > {limit} (the local model's context window)")

@@ -17,9 +17,28 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from ragcache.server.anthropic import AnthropicLocalServer
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ragcache.server.anthropic import AnthropicLocalServer, _error
 from ragcache.server.auth import ServeKeyMiddleware, check_bind, parse_keys
-from ragcache.server.openai import OpenAILocalServer
+from ragcache.server.openai import OpenAILocalServer, error_response
+
+_OPENAI_PATHS = ("/v1/chat/", "/v1/models", "/v1/completions", "/v1/embeddings")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """A wrong path or method (404 / 405) in the error body of the API the path belongs to, as the
+    real APIs answer, never Starlette's plain-text page."""
+    status = getattr(exc, "status_code", 500)
+    path, method = request.url.path, request.method
+    allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
+    message = (f"{method} {path} is not allowed: use {allow or 'another method'}" if status == 405
+               else f"no route {method} {path}" if status == 404 else str(getattr(exc, "detail", exc)))
+    if path.startswith(_OPENAI_PATHS):
+        return error_response(status, message, kind="invalid_request_error", code="not_found" if status == 404 else None)
+    return _error(status, "not_found_error" if status == 404 else "invalid_request_error", message)
 
 
 def create_local_app(engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
@@ -41,7 +60,7 @@ def create_local_app(engine: Any, *, models: Sequence[str] | None = None, defaul
     """
     chat = OpenAILocalServer(engine, models=models, default_max_tokens=default_max_tokens)
     messages = AnthropicLocalServer(engine, models=chat.models, tenant_header=tenant_header, **anthropic)
-    app = Starlette(routes=[*messages.app.routes, *chat.routes])
+    app = Starlette(routes=[*messages.app.routes, *chat.routes], exception_handlers={HTTPException: http_error})
     parsed = parse_keys(keys)
     return ServeKeyMiddleware(app, parsed) if parsed else app
 

@@ -218,8 +218,12 @@ def flatten_request(body: Mapping[str, Any]) -> list[FlatBlock]:
                 continue
             add("system", ("system", i), None, b, f"system.{i}")
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages: Field required (a non-empty list)")
+    if "messages" not in body:
+        raise RequestError("messages: Field required")
+    if not isinstance(messages, list):
+        raise RequestError(f"messages: Input should be a valid list, got {type(messages).__name__}")
+    if not messages:
+        raise RequestError("messages: List should have at least 1 item after validation, not 0")
     for m, msg in enumerate(messages):
         if not isinstance(msg, Mapping) or msg.get("role") not in ("user", "assistant"):
             raise RequestError(f"messages.{m}.role: Input should be 'user' or 'assistant'")
