@@ -264,3 +264,40 @@ def test_state_survives_reopen_postgres(pg_server, request):
         b.close()
     finally:
         a.close()
+
+
+class TopicBackend:
+    """Answers ``answer T`` for a question about topic T (a deterministic stand-in for a model)."""
+
+    name = "topic"
+    model_id = "topic-1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def generate(self, layout, *, max_new_tokens, temperature):
+        from ragcache.backend import BackendResult, CacheUsage
+
+        self.calls += 1
+        k = _Q.search(layout.render()).group(1)
+        return BackendResult(f"answer {k}", "model", CacheUsage.local(prompt_tokens=8), 0.001, "stop")
+
+
+def test_pipeline_explores_and_learns_through_ragcache_answer():
+    from ragcache import RagCache
+
+    backend = TopicBackend()
+    rag = RagCache(backend, semantic=SemanticCache(embedder=TopicEmbedder(), guards=False, typo_correction=False,
+                                                   max_error=0.02))
+    first = rag.answer("topic 11 form 0", [])
+    assert first.layer != "semantic" and backend.calls == 1
+    for f in range(1, 4):
+        got = rag.answer(f"topic 11 form {f}", [])
+        assert got.layer != "semantic" and got.text == "answer 11"  # explored: the model answered
+    assert backend.calls == 4
+    st = rag.semantic.stats
+    assert st.explorations == 3 and st.outcomes_correct == 3 and st.hits == 0
+    again = rag.answer("topic 11 form 0", [])
+    assert again.layer == "semantic" and backend.calls == 4
+    asyncio.run(rag.aanswer("topic 11 form 5", []))
+    assert rag.semantic.stats.outcomes_correct == 4

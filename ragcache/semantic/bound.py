@@ -184,13 +184,16 @@ class ErrorBound:
             return None
         return Pool(_CENTRES[used], self._bins[1, used].copy(), self._bins[0, used].copy())
 
-    def add_pending(self, partition: str, question: str, exploration: Exploration) -> None:
-        """Remember ``exploration`` for (partition digest, keyed question text)."""
+    def add_pending(self, partition: str, question: str, exploration: Exploration) -> bool:
+        """Remember ``exploration`` for (partition digest, keyed question text); False when one was
+        already waiting for that question (the same request looked up twice, as single flight does)."""
         with self._lock:
+            old = self._pending.get((partition, question))
             self._pending[(partition, question)] = exploration
             self._pending.move_to_end((partition, question))
             while len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
+        return old is None or exploration.created - old.created > PENDING_TTL_S
 
     def pending(self, partition: str, question: str, *, pop: bool = False) -> Exploration | None:
         """The live pending exploration for (partition digest, keyed question), or ``None``."""

@@ -142,13 +142,12 @@ class SemanticPolicy(ErrorBoundAPI):
         bounded = self.error_bound is not None and threshold is None
         hit, cands, embed_s, explored = self._lookup(question, checked_partition(partition), t,
                                                      max_tokens=max_tokens, bounded=bounded)
-        if explored is not None and explore:
-            self.error_bound.add_pending(explored[0], explored[1], explored[2])
+        new = explored is not None and explore and self.error_bound.add_pending(*explored)
         lo = self.error_bound.min_similarity if bounded else t
         rejected = [c.verdict.reason for c in cands if c.similarity >= lo and not c.verdict.ok]
         with self._stats_lock:
             self._stats.record_lookup(time.perf_counter() - t0, embed_s, rejected, hit is not None,
-                                      explored=explored is not None and explore)
+                                      explored=new)
         return hit
 
     async def alookup(self, question: str, *, partition: PartitionKey | None = None,
