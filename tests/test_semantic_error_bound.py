@@ -97,8 +97,9 @@ def test_separable_observations_fit_finite_and_decreasing_variance():
 
 
 def test_explore_probability_rules():
-    assert V.explore_probability(0.99, 0.02, "hits") == 0.0
-    assert V.explore_probability(0.97, 0.02, "hits") == 1.0  # no budget yet
+    assert V.explore_probability(0.99, 0.02, "hits", hits=20) == 0.0
+    assert V.explore_probability(0.99, 0.02, "hits") == 1.0  # no budget yet for its margin
+    assert V.explore_probability(0.97, 0.02, "hits", hits=5) == 1.0
     # vCache's rule: 1 - delta / (1 - alpha), clipped
     assert V.explore_probability(0.5, 0.02, "lookups") == pytest.approx(1 - 0.02 / 0.5)
     assert V.explore_probability(0.99, 0.02, "lookups") == 0.0
@@ -119,20 +120,23 @@ def test_state_observations_are_pure_and_capped():
     assert V.should_explore({"obs": [[0.9, 1]] * 50}, 0.99, 0.02, 0.5)[0]
     centres = np.linspace(0.5, 1.0, 51)
     pool = V.Pool(centres, (centres > 0.8) * 40.0, (centres <= 0.8) * 40.0)
-    assert not V.should_explore(None, 0.99, 0.02, 0.5, pool=pool, pool_weight=2000)[0]
-    assert V.should_explore(None, 0.75, 0.02, 0.5, pool=pool, pool_weight=2000)[0]
-    assert V.should_explore(None, 0.99, 0.02, 0.5, pool=pool, pool_weight=2)[0]  # a weak prior alone is not enough
+    kw = {"hits": 20}  # a budget earned by 20 certain hits (0.42 wrong hits)
+    assert not V.should_explore(None, 0.99, 0.02, 0.5, pool=pool, pool_weight=2000, **kw)[0]
+    assert V.should_explore(None, 0.75, 0.02, 0.5, pool=pool, pool_weight=2000, **kw)[0]
+    assert V.should_explore(None, 0.99, 0.02, 0.5, pool=pool, pool_weight=2, **kw)[0]  # a weak prior alone is not enough
     own = {"obs": [[0.82 + i * 0.003, 1] for i in range(40)] + [[0.6, 0], [0.65, 0]]}
-    assert not V.should_explore(own, 0.96, 0.02, 0.5, pool=pool, pool_weight=2)[0]  # its own evidence decides
+    assert not V.should_explore(own, 0.96, 0.02, 0.5, pool=pool, pool_weight=2, **kw)[0]  # its own evidence decides
 
 
 def test_hit_budget():
-    # an uncertain candidate (alpha 0.9) is served only once enough certain hits paid for it
+    # an uncertain candidate (alpha 0.9) is served only once enough certain hits paid for it and its margin
+    z = V.BUDGET_Z * np.sqrt(0.9 * 0.1)  # about 0.49 wrong hits of margin
+    need = int(np.ceil((0.1 + z) / 0.02)) - 1  # certain hits before it
     assert V.explore_probability(0.9, 0.02, "hits", spent=0.0, hits=0) == 1.0
-    assert V.explore_probability(0.9, 0.02, "hits", spent=0.0, hits=3) == 1.0  # 0.1 > 0.02 * 4
-    assert V.explore_probability(0.9, 0.02, "hits", spent=0.0, hits=5) == 0.0  # 0.1 <= 0.02 * 6
-    assert V.explore_probability(0.9, 0.02, "hits", spent=0.05, hits=5) == 1.0
-    assert V.explore_probability(0.985, 0.02, "hits") == 0.0  # within the bound on its own
+    assert V.explore_probability(0.9, 0.02, "hits", spent=0.0, hits=need - 1) == 1.0
+    assert V.explore_probability(0.9, 0.02, "hits", spent=0.0, hits=need + 1) == 0.0
+    assert V.explore_probability(0.9, 0.02, "hits", spent=0.5, hits=need + 1) == 1.0
+    assert V.explore_probability(0.99999, 0.02, "hits") == 0.0  # within the bound on its own
 
 
 def test_equivalences():

@@ -156,19 +156,20 @@ class ErrorBound:
         self._pending: OrderedDict[tuple[str, str], Exploration] = OrderedDict()
         self.pool_weight = float(pool_weight)
         self._bins = np.zeros((2, _BINS))  # [wrong, correct] counts per similarity bin over [-1, 1]
-        self._spent, self._hits = 0.0, 0  # error budget: sum of 1 - alpha over the hits served
+        self._spent, self._var, self._hits = 0.0, 0.0, 0  # error budget: sums of 1 - a, a (1 - a) over hits
 
     def explore(self, state: Mapping[str, Any] | None, similarity: float) -> bool:
         """Whether a lookup at ``similarity`` against an entry with ``state`` explores (a miss); a
         served one is charged to the error budget (:func:`~ragcache.semantic.vcache.explore_probability`)."""
         with self._lock:
             u = self._rng.random()
-            pool, spent, hits = self.pool(), self._spent, self._hits
+            pool, spent, hits, var = self.pool(), self._spent, self._hits, self._var
         explore, alpha = should_explore(state, similarity, self.max_error, u, pool=pool, scope=self.scope,
-                                        pool_weight=self.pool_weight, spent=spent, hits=hits)
+                                        pool_weight=self.pool_weight, spent=spent, hits=hits, var=var)
         if not explore:
             with self._lock:
                 self._spent += 1.0 - alpha
+                self._var += alpha * (1.0 - alpha)
                 self._hits += 1
         return explore
 
