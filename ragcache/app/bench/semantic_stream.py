@@ -46,6 +46,7 @@ from ragcache.semantic.text import embed_form, normalize_question
 
 STATIC = (0.80, 0.85, 0.88, 0.90, 0.92, 0.94, 0.96, 0.98, 0.99)
 BOUNDS = (0.01, 0.02, 0.05)
+GPTCACHE_MAX_SIZE = 100_000
 
 
 def clusters(rows: list[dict]) -> tuple[dict[str, int], set[frozenset[int]]]:
@@ -165,8 +166,11 @@ def run_gptcache(stream: list[str], cid: dict[str, int], linked: set[frozenset[i
     root = Path(tempfile.mkdtemp(prefix="gptcache-stream-"))
     atexit.register(shutil.rmtree, root, True)
     c = Cache()
+    # max_size: GPTCache's default is 1,000 entries with LRU eviction; with it, our first run's process
+    # died without a traceback after 874 entries. 100,000 is ragcache's default capacity.
     dm = get_data_manager(CacheBase("sqlite", sql_url=f"sqlite:///{root}/sqlite.db"),
-                          VectorBase("faiss", dimension=emb.dim, index_path=str(root / "faiss.index")))
+                          VectorBase("faiss", dimension=emb.dim, index_path=str(root / "faiss.index")),
+                          max_size=GPTCACHE_MAX_SIZE)
     c.init(pre_embedding_func=get_prompt,
            embedding_func=lambda x, **_: emb.encode([embed_form(normalize_question(x))])[0],
            data_manager=dm, similarity_evaluation=SearchDistanceEvaluation(), config=Config(similarity_threshold=0.8))
@@ -181,7 +185,7 @@ def run_gptcache(stream: list[str], cid: dict[str, int], linked: set[frozenset[i
             put(q, str(cid[q]), cache_obj=c)
     return tally.result(time.perf_counter() - t0, version=gptcache.__version__,
                         config="Cache(get_prompt, same MiniLM, sqlite, faiss, SearchDistanceEvaluation, "
-                               "similarity_threshold=0.8 default)")
+                               f"similarity_threshold=0.8 default), max_size={GPTCACHE_MAX_SIZE}")
 
 
 def verifier_decider() -> tuple[Any | None, str]:
@@ -322,6 +326,7 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
             result["methods"][name] = run_cache(cache, stream, cid, linked)
         print(f"{name}: {result['methods'][name]['hits']} hits, error {_fmt(result['methods'][name]['error'])}",
               flush=True)
+        _write(result, json_path)  # after each method: a crash later keeps what was measured
     if gptcache:
         g = run_gptcache(stream, cid, linked, memo)
         if "error" in g and "hits" not in g:
@@ -331,16 +336,22 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
     result["matched"] = {k: matched_static(result, k) for k in result["methods"] if k.startswith("max_error")}
     result["machine"]["loadavg_1m_after"] = os.getloadavg()[0]
     _print(result)
-    out = Path(json_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=float))
-    os.replace(tmp, out)
+    out = _write(result, json_path)
     print(f"wrote {out}")
     png = plot_path or str(out.with_suffix(".png"))
     if draw(lambda: plot(result, png), png):
         print(f"drew {png}")
     return result
+
+
+def _write(result: dict[str, Any], json_path: str) -> Path:
+    """Write ``result`` to ``json_path`` atomically."""
+    out = Path(json_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=float))
+    os.replace(tmp, out)
+    return out
 
 
 def _print(result: dict[str, Any]) -> None:
