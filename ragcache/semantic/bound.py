@@ -8,7 +8,8 @@ It holds what a lookup under the bound needs between the lookup and the fresh an
   answer for that question (every entry point stores after a miss), :meth:`ErrorBound.resolve`
   compares the two answers by the *equivalence* and the policy appends the observation to the
   entry's state (persisted by the store: SQLite or PostgreSQL);
-- the pooled observations of this process (the fallback sigmoid for entries with few of their own);
+- the pooled observations of this process, binned (the prior of every entry's sigmoid);
+- the hit error budget (``scope="hits"``: the summed expected errors of the hits served);
 - the random draws (a seeded ``random.Random``: runs are reproducible).
 
 Equivalence (:func:`make_equivalence`): ``"exact"`` (normalised exact match of the answers),
@@ -228,7 +229,8 @@ def error_bound(max_error: Any, equivalence: Any = "exact", scope: Any = "hits",
 
 
 def decide_bounded(bound: ErrorBound, decider: Any, q: str, rows: list[StoredAnswer], judge_all: bool,
-                   max_tokens: int | None, vector: np.ndarray | None = None) -> tuple[SemanticHit | None, list[Candidate], Exploration | None]:
+                   max_tokens: int | None, vector: np.ndarray | None = None
+                   ) -> tuple[SemanticHit | None, list[Candidate], Exploration | None]:
     """The decision under ``max_error`` over the store's nearest ``rows`` (best first).
 
     A stored question with the same words is served. Otherwise the first candidate whose budget
