@@ -101,12 +101,21 @@ def bench_blend_variants(
 def bench_semantic(
     pairs: Optional[str] = typer.Option(None, help="Labelled question pairs (JSONL); default "
                                         "$RAGCACHE_DATA_DIR/semantic_pairs_dev.jsonl."),
-    json_path: str = json_option("semantic"),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Where to write the JSON results (default "
+                                            "bench/results/semantic.json, or semantic_stream.json with --stream)."),
     scale: str = typer.Option("10000,100000", help="Stored-entry counts for the latency runs."),
+    stream: bool = typer.Option(False, "--stream", help="The stream benchmark instead: QQP duplicate clusters in "
+                                "a random order with repeats (pairs default $RAGCACHE_DATA_DIR/qqp_dev_20k.jsonl); "
+                                "static thresholds, max_error 0.01/0.02/0.05 and GPTCache's default."),
+    rows: int = typer.Option(3000, help="--stream: QQP pairs whose clusters make the stream."),
 ) -> None:
     """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
-    run_bench("semantic", pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"), json_path=json_path,
-              scale=[int(s) for s in scale.split(",") if s.strip()])
+    if stream:
+        run_bench("semantic_stream", data=pairs or str(data_dir() / "qqp_dev_20k.jsonl"),
+                  json_path=json_path or "bench/results/semantic_stream.json", rows=rows)
+        return
+    run_bench("semantic", pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"),
+              json_path=json_path or "bench/results/semantic.json", scale=[int(s) for s in scale.split(",") if s.strip()])
 
 
 @bench_app.command("provider")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ragcache.semantic.bound import error_bound
 from ragcache.semantic.checks import DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, checked_partition
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.faiss_store import FaissAnswerStore
@@ -53,6 +54,17 @@ class SemanticCache(SemanticPolicy):
             instead of refusing the folder.
         answer_store: another :class:`VectorAnswerStore` to run over (``path`` and the FAISS
             arguments are then unused); its vectors must come from ``embedder``.
+        max_error: a bound in (0, 1) on the error rate among served hits (``0.02``: at most 2%
+            wrong), kept by per-entry thresholds learned online as in vCache (arXiv 2502.03771;
+            :mod:`ragcache.semantic.vcache`); ``threshold`` then no longer decides. A lookup whose
+            best guard-accepted candidate is uncertain returns a miss (an *exploration*, counted in
+            ``stats.explorations``) and, when the fresh answer for that question is stored, the two
+            answers are compared and the entry's state updated (persisted). ``None``: the threshold.
+        equivalence: how an exploration's fresh answer is compared with the cached one: ``"exact"``
+            (normalised exact match), ``"embedding"`` (answer-embedding cosine >= 0.90) or a
+            callable ``(fresh_answer, cached_answer) -> bool`` (e.g. your own LLM as a judge).
+        error_scope: ``"hits"`` (``max_error`` bounds wrong hits / hits) or ``"lookups"`` (wrong hits
+            / lookups, vCache's definition and exploration probability).
 
     Raises:
         ValueError: bad arguments, or ``path`` holds a cache built with another embedder (and
@@ -65,11 +77,14 @@ class SemanticCache(SemanticPolicy):
                  candidates: int = 4, hnsw_threshold: int = 20_000, autosave_every: int = 1000,
                  typo_correction: bool = True, store_truncated: bool = False,
                  search_threads: int | None = 1, reembed: bool = False,
-                 answer_store: VectorAnswerStore | None = None) -> None:
+                 answer_store: VectorAnswerStore | None = None,
+                 max_error: float | None = None, equivalence: Any = "exact",
+                 error_scope: str = "hits") -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         decider = make_decider(guards, verifier)
         emb = resolve_embedder(embedder)
+        bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
         self.path = None if path is None else Path(path).expanduser()
         self.hnsw_threshold, self.autosave_every = hnsw_threshold, autosave_every
         if answer_store is None:
@@ -78,7 +93,8 @@ class SemanticCache(SemanticPolicy):
                                             search_threads=search_threads,
                                             reembed=reembedder(emb) if reembed else None)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
-                         candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated)
+                         candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
+                         error_bound=bound)
 
     @classmethod
     def from_url(cls, url: str | None = None, **kwargs: Any) -> SemanticPolicy:

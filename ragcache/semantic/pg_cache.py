@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ragcache.semantic.budget import AnswerBudget
+from ragcache.semantic.bound import error_bound
 from ragcache.semantic.checks import DEFAULT_THRESHOLD, check_count, checked_partition
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.guards import GuardSet
@@ -34,8 +35,9 @@ class PgSemanticCache(SemanticPolicy):
         url: ``postgresql://user[:password]@host:port/database``; the role needs ``CREATE`` on the
             database (or the ``vector`` extension and the schema created beforehand).
         schema: PostgreSQL schema holding ragcache's tables (one per embedder / deployment).
-        embedder, threshold, ttl_s, guards, verifier, candidates, typo_correction, store_truncated:
-            as for :class:`~ragcache.semantic.cache.SemanticCache`.
+        embedder, threshold, ttl_s, guards, verifier, candidates, typo_correction, store_truncated,
+        max_error, equivalence, error_scope: as for :class:`~ragcache.semantic.cache.SemanticCache`
+            (the per-entry state of ``max_error`` lives in the entries' ``state`` column).
         max_entries: LRU capacity over the whole schema, enforced after each store.
         ef_search: HNSW search beam (``hnsw.ef_search``); ``hnsw_m`` / ``ef_construction`` build it.
         pool_size: connections kept open by this process.
@@ -50,17 +52,21 @@ class PgSemanticCache(SemanticPolicy):
                  threshold: float = DEFAULT_THRESHOLD, max_entries: int = 1_000_000, ttl_s: float | None = None,
                  guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64,
-                 pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False) -> None:
+                 pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False,
+                 max_error: float | None = None, equivalence: Any = "exact",
+                 error_scope: str = "hits") -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         ef_search = check_count("ef_search", ef_search)
         decider = make_decider(guards, verifier)
         emb = resolve_embedder(embedder)
+        bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
         self.url, self.schema = url, schema
         store = PgAnswerStore(url, embedder=emb, schema=schema, max_entries=self.max_entries, ef_search=ef_search,
                               hnsw_m=hnsw_m, ef_construction=ef_construction, pool_size=pool_size)
         super().__init__(store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
-                         candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated)
+                         candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
+                         error_bound=bound)
         self.ef_search = ef_search
 
     @property

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragcache.semantic.bound import ErrorBound, ErrorBoundAPI, Exploration, decide_bounded
 from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
 from ragcache.semantic.checks import (
     DEFAULT_PARTITION,
@@ -47,6 +48,7 @@ from ragcache.semantic.protocol import NewEntry, Query, StoredAnswer, VectorAnsw
 from ragcache.semantic.records import Candidate, SemanticHit
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import embed_form, normalize_question
+from ragcache.semantic.vcache import add_observation
 
 logger = logging.getLogger("ragcache.semantic")
 
@@ -82,7 +84,7 @@ def reembedder(embedder: QuestionEmbedder) -> Callable[[list[str]], tuple[np.nda
     return run
 
 
-class SemanticPolicy:
+class SemanticPolicy(ErrorBoundAPI):
     """Semantic response cache keyed by (exact partition, question embedding), over ``answer_store``.
 
     Args:
@@ -94,24 +96,29 @@ class SemanticPolicy:
         candidates: nearest stored questions checked per lookup (best first).
         typo_correction: correct out-of-vocabulary query words against the partition's words.
         store_truncated: store answers cut at their token budget (served then only to the same budget).
+        error_bound: an :class:`~ragcache.semantic.bound.ErrorBound` (``max_error``): per-entry
+            thresholds learned online (vCache) replace ``threshold``; ``None``: the threshold decides.
     """
 
     def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float,
                  ttl_s: float | None, decider: Decider, candidates: int, typo_correction: bool = True,
-                 store_truncated: bool = False) -> None:
+                 store_truncated: bool = False, error_bound: ErrorBound | None = None) -> None:
         self.answer_store = answer_store
         self.embedder = embedder
         self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
         self.guards = decider
         self.candidates, self.typo_correction = candidates, typo_correction
         self.store_truncated = bool(store_truncated)
+        self.error_bound = error_bound
         self._stats = SemanticStats()
         self._stats_lock = threading.Lock()
+        self._outcome_lock = threading.Lock()
         self._vec_memo: OrderedDict[str, np.ndarray] = OrderedDict()
 
     # ================================================================= lookup
     def lookup(self, question: str, *, partition: PartitionKey | None = None,
-               threshold: float | None = None, max_tokens: int | None = None) -> SemanticHit | None:
+               threshold: float | None = None, max_tokens: int | None = None,
+               explore: bool = True) -> SemanticHit | None:
         """Return the cached answer for ``question`` in ``partition``, or ``None``.
 
         ``threshold=None`` uses the cache default; any given value (1.0 included) is used as is.
@@ -119,23 +126,36 @@ class SemanticPolicy:
         same budget, a complete one of known length only to a budget that holds it (``None``:
         unknown budget, so no truncated answer is served).
 
+        With ``max_error`` (an :attr:`error_bound`), the best candidate the guards accept is served
+        or explored by its entry's learned threshold (:mod:`ragcache.semantic.vcache`); a given
+        ``threshold`` then overrides it (the static rule for that call). An exploration returns
+        ``None`` and, with ``explore=True``, is remembered: the next :meth:`store` of this question
+        compares its answer with the entry's and updates the entry's state (:meth:`record_outcome`
+        does it for callers who compare themselves; :meth:`pending_exploration` shows it).
+
         Raises:
             ValueError: empty question, threshold outside [-1, 1], or a negative ``max_tokens``.
             RemoteStoreError: a shared store is unreachable.
         """
         t0 = time.perf_counter()
         t = self.threshold if threshold is None else check_threshold(threshold)
-        hit, cands, embed_s = self._lookup(question, checked_partition(partition), t, max_tokens=max_tokens)
-        rejected = [c.verdict.reason for c in cands if c.similarity >= t and not c.verdict.ok]
+        bounded = self.error_bound is not None and threshold is None
+        hit, cands, embed_s, explored = self._lookup(question, checked_partition(partition), t,
+                                                     max_tokens=max_tokens, bounded=bounded)
+        new = explored is not None and explore and self.error_bound.add_pending(*explored)
+        lo = self.error_bound.min_similarity if bounded else t
+        rejected = [c.verdict.reason for c in cands if c.similarity >= lo and not c.verdict.ok]
         with self._stats_lock:
-            self._stats.record_lookup(time.perf_counter() - t0, embed_s, rejected, hit is not None)
+            self._stats.record_lookup(time.perf_counter() - t0, embed_s, rejected, hit is not None,
+                                      explored=new)
         return hit
 
     async def alookup(self, question: str, *, partition: PartitionKey | None = None,
-                      threshold: float | None = None, max_tokens: int | None = None) -> SemanticHit | None:
-        """Async :meth:`lookup` (same code in a worker thread, same threshold and budget semantics)."""
+                      threshold: float | None = None, max_tokens: int | None = None,
+                      explore: bool = True) -> SemanticHit | None:
+        """Async :meth:`lookup` (same code in a worker thread, same threshold, budget and exploration)."""
         return await asyncio.to_thread(self.lookup, question, partition=partition, threshold=threshold,
-                                       max_tokens=max_tokens)
+                                       max_tokens=max_tokens, explore=explore)
 
     def candidates_for(self, question: str, *, partition: PartitionKey | None = None,
                        threshold: float | None = None, max_tokens: int | None = None) -> list[Candidate]:
@@ -149,15 +169,15 @@ class SemanticPolicy:
         return question_key(normalize_question(question), checked_partition(partition), self.embedder)
 
     def _lookup(self, question: str, pk: PartitionKey, t: float, touch: bool = True,
-                judge_all: bool = False, max_tokens: int | None = None
-                ) -> tuple[SemanticHit | None, list[Candidate], float]:
+                judge_all: bool = False, max_tokens: int | None = None, bounded: bool = False
+                ) -> tuple[SemanticHit | None, list[Candidate], float, tuple[str, str, Exploration] | None]:
         servable(AnswerBudget(), max_tokens)  # validates max_tokens
         key = question_key(normalize_question(question), pk, self.embedder)
-        digest = key.partition.digest
+        digest, asked = key.partition.digest, key.text  # ``asked``: before typo correction (as stored)
         if not self.answer_store.may_hold(digest):
-            return None, [], 0.0
+            return None, [], 0.0, None
         if key.exact_only:
-            t = 1.0
+            t, bounded = 1.0, False
         elif self.typo_correction:
             key = key.with_tail(self.answer_store.correct(digest, key.embed_text, self.embedder.known_words))
         e0 = time.perf_counter()
@@ -165,10 +185,15 @@ class SemanticPolicy:
         embed_s = time.perf_counter() - e0
         query = Query(digest, vec, key.text)
         rows = self.answer_store.exact(query) if t >= 1.0 else self.answer_store.search(query, self.candidates)
-        hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
+        explored = None
+        if bounded:
+            hit, cands, exp = decide_bounded(self.error_bound, self.guards, key.text, rows, judge_all, max_tokens, vec)
+            explored = None if exp is None else (digest, asked, exp)
+        else:
+            hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
         if hit is not None and touch:
             self.answer_store.touch([hit.entry_id])
-        return hit, cands, embed_s
+        return hit, cands, embed_s, explored
 
     def _decide(self, q: str, rows: list[StoredAnswer], t: float, judge_all: bool,
                 max_tokens: int | None) -> tuple[SemanticHit | None, list[Candidate]]:
@@ -226,8 +251,9 @@ class SemanticPolicy:
                 negative token counts; nothing is stored or removed then.
             RemoteStoreError: a shared store is unreachable (nothing of this call was committed).
         """
-        ids = self.store_many([(question, answer)], partition=partition, metadata=metadata, ttl_s=ttl_s,
-                              finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens)
+        ids = self._store([(question, answer)], partition=partition, metadata=metadata, ttl_s=ttl_s,
+                          finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens,
+                          single=True)
         return ids[0] if ids else None
 
     async def astore(self, question: str, answer: str, *, partition: PartitionKey | None = None,
@@ -251,6 +277,13 @@ class SemanticPolicy:
         last sentence is embedded). The budget arguments apply to every item (see :meth:`store`);
         returns ``[]`` when truncated answers are not stored.
         """
+        return self._store(items, partition=partition, metadata=metadata, ttl_s=ttl_s, vectors=vectors,
+                           finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens)
+
+    def _store(self, items: Sequence[tuple[str, str]], *, partition: PartitionKey | None,
+               metadata: Mapping[str, Any] | None, ttl_s: float | None, vectors: np.ndarray | None = None,
+               finish_reason: str | None, max_tokens: int | None, output_tokens: int | None,
+               single: bool = False) -> list[int]:
         pk = checked_partition(partition)
         ttl = self.ttl_s if ttl_s is None else check_ttl(ttl_s)
         budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
@@ -264,9 +297,15 @@ class SemanticPolicy:
             logger.debug("semantic cache: not storing %d truncated answer(s) (finish_reason=%r)", len(items),
                          finish_reason)
             return []
+        states: list[dict | None] = [None] * len(items)
+        if self.error_bound is not None:  # pending explorations of these questions learn their outcome
+            resolved = [self._resolve(q, a, pk) for q, a in items]
+            if single and resolved[0] is not None and resolved[0][0] and not self.error_bound.store_explored:
+                return [resolved[0][1].entry_id]  # vCache: a correct exploration adds no entry
+            states = [None if r is None else add_observation(None, r[1].similarity, r[0]) for r in resolved]
         vecs = self._vectors(keys, vectors)
-        entries = [NewEntry(k.partition, k.text, a, meta, budget, v, ttl)
-                   for k, (_, a), v in zip(keys, items, vecs, strict=True)]
+        entries = [NewEntry(k.partition, k.text, a, meta, budget, v, ttl, st)  # the observation is symmetric
+                   for k, (_, a), v, st in zip(keys, items, vecs, states, strict=True)]
         res = self.answer_store.put_many(entries)
         with self._stats_lock:
             self._stats.stores += len(res.ids)

@@ -21,6 +21,11 @@ class SemanticStats:
             ``invalidate``/``clear``).
         lookup_time_s, embed_time_s, search_time_s: totals in seconds (search = FAISS + guards).
         recent_lookup_s: the last lookup durations (seconds), for percentiles.
+        explorations: misses a ``max_error`` cache chose in order to learn (its candidate's answer was
+            not served; the fresh answer, once stored, is compared with it). Counted in ``misses``,
+            never in ``hits``.
+        outcomes_correct, outcomes_wrong: explorations resolved (the cached answer would have been
+            right / wrong).
     """
 
     lookups: int = 0
@@ -36,6 +41,9 @@ class SemanticStats:
     embed_time_s: float = 0.0
     search_time_s: float = 0.0
     recent_lookup_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    explorations: int = 0
+    outcomes_correct: int = 0
+    outcomes_wrong: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -48,9 +56,11 @@ class SemanticStats:
             return float("nan")
         return float(np.percentile(np.fromiter(self.recent_lookup_s, float), q) * 1e3)
 
-    def record_lookup(self, seconds: float, embed_s: float, rejected: list[str], hit: bool) -> None:
+    def record_lookup(self, seconds: float, embed_s: float, rejected: list[str], hit: bool,
+                      explored: bool = False) -> None:
         """Account one lookup: its time (seconds, of which ``embed_s`` embedding), the guard reasons
-        that rejected candidates at or above the threshold, and whether it hit. Callers hold their lock."""
+        that rejected candidates at or above the threshold, whether it hit, and whether it was an
+        exploration (a miss). Callers hold their lock."""
         self.lookups += 1
         self.lookup_time_s += seconds
         self.embed_time_s += embed_s
@@ -63,6 +73,14 @@ class SemanticStats:
         else:
             self.misses += 1
             self.rejected_lookups += bool(rejected)
+            self.explorations += bool(explored)
+
+    def record_outcome(self, correct: bool) -> None:
+        """Account one resolved exploration. Callers hold their lock."""
+        if correct:
+            self.outcomes_correct += 1
+        else:
+            self.outcomes_wrong += 1
 
     def copy(self) -> SemanticStats:
         out = SemanticStats(**{f: getattr(self, f) for f in self.__slots__ if f not in ("rejections", "recent_lookup_s")})
@@ -89,4 +107,7 @@ class SemanticStats:
             "mean_lookup_ms": self.lookup_time_s / self.lookups * 1e3 if self.lookups else None,
             "p50_lookup_ms": self.lookup_ms(50) if self.recent_lookup_s else None,
             "p99_lookup_ms": self.lookup_ms(99) if self.recent_lookup_s else None,
+            "explorations": self.explorations,
+            "outcomes_correct": self.outcomes_correct,
+            "outcomes_wrong": self.outcomes_wrong,
         }
