@@ -12,7 +12,6 @@ whatever the entry point.
 
 from __future__ import annotations
 
-import asyncio
 import numbers
 import time
 from collections.abc import Mapping, Sequence
@@ -240,6 +239,7 @@ class RagCache:
 
     async def agenerate(self, request: Request) -> BackendResult:
         """Async :meth:`generate`: the backend's own async path, else a worker thread."""
+        import asyncio  # lazily: the sync hit path never needs it
         if isinstance(self.backend, AsyncBackend):
             return await self.backend.agenerate(request.layout, max_new_tokens=request.max_new_tokens,
                                                 temperature=request.temperature)
@@ -318,6 +318,7 @@ class RagCache:
         """Async :meth:`answer` (semantic lookup and store in worker threads; the backend's async path).
         Single flight as in :meth:`answer`, waited for on the event loop
         (:func:`ragcache.semantic.flight.aflight_hold`), shared with sync callers of the same question."""
+        import asyncio  # lazily: the sync hit path never needs it
         t0 = time.perf_counter()
         req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
                            namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)

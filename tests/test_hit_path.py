@@ -85,7 +85,7 @@ def test_a_hit_imports_no_heavy_module(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, capture_output=True, text=True)
     loaded = set(json.loads(out.stdout))
     heavy = {"torch", "transformers", "sentence_transformers", "sklearn", "scipy", "anthropic", "openai",
-             "httpx", "starlette", "uvicorn", "langchain_core", "llama_index", "nltk", "matplotlib", "psycopg"}
+             "httpx", "starlette", "uvicorn", "langchain_core", "llama_index", "nltk", "matplotlib", "psycopg", "asyncio"}
     assert not loaded & heavy, sorted(loaded & heavy)
 
 

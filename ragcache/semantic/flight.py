@@ -24,7 +24,6 @@ of one question share one flight, and a cancelled waiter holds nothing.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import math
@@ -141,6 +140,7 @@ POLL_S = (0.005, 0.1)
 async def poll_lock(try_lock: Callable[[], Awaitable[bool]], timeout_s: float) -> bool:
     """Await ``try_lock()`` until it returns True or ``timeout_s`` seconds pass, sleeping on the event
     loop between tries (5 ms doubling to 100 ms). Returns whether the lock was taken."""
+    import asyncio  # lazily: the sync hit path never needs it
     deadline = time.monotonic() + timeout_s
     pause = POLL_S[0]
     while True:
@@ -250,6 +250,7 @@ async def enter_in_thread(cm: Any) -> Any:
     """``cm.__enter__()`` run in a worker thread; returns its value. If the awaiting task is
     cancelled meanwhile, the context is left (``__exit__`` in a thread) as soon as the enter
     finishes, so a lock or connection taken after the cancellation is never kept."""
+    import asyncio  # lazily: the sync hit path never needs it
     enter = asyncio.ensure_future(asyncio.to_thread(cm.__enter__))
     try:
         return await asyncio.shield(enter)

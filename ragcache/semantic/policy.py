@@ -19,7 +19,6 @@ shared). Statistics are counted here; single flight takes the store's lock (:met
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -154,6 +153,7 @@ class SemanticPolicy(ErrorBoundAPI):
                       threshold: float | None = None, max_tokens: int | None = None,
                       explore: bool = True) -> SemanticHit | None:
         """Async :meth:`lookup` (same code in a worker thread, same threshold, budget and exploration)."""
+        import asyncio  # lazily: the sync hit path never needs it
         return await asyncio.to_thread(self.lookup, question, partition=partition, threshold=threshold,
                                        max_tokens=max_tokens, explore=explore)
 
@@ -261,6 +261,7 @@ class SemanticPolicy(ErrorBoundAPI):
                      finish_reason: str | None = None, max_tokens: int | None = None,
                      output_tokens: int | None = None) -> int | None:
         """Async :meth:`store`."""
+        import asyncio  # lazily: the sync hit path never needs it
         return await asyncio.to_thread(self.store, question, answer, partition=partition, metadata=metadata,
                                        ttl_s=ttl_s, finish_reason=finish_reason, max_tokens=max_tokens,
                                        output_tokens=output_tokens)
