@@ -114,3 +114,17 @@ def test_good_kv_urls_pass_the_config_check(home, url):
     from ragcache.config import Config
 
     assert Config.from_env({"RAGCACHE_HOME": str(home), "RAGCACHE_KV_URL": url}).kv_url == url
+
+
+@pytest.mark.parametrize("n", [81, 500, 5000])
+def test_cache_ls_json_gives_whole_answers(home, n):
+    from ragcache import SemanticCache
+    from ragcache.config import Config
+
+    long = "word " * (n // 5) + "end."
+    with SemanticCache(Config.from_env().answers_dir) as c:
+        c.store("When do backups run?", long)
+    rows = json.loads(runner.invoke(app, ["cache", "ls", "--json"]).stdout)
+    assert [r["answer"] for r in rows] == [long]
+    table = runner.invoke(app, ["cache", "ls"]).stdout
+    assert "end." not in table or n <= 80  # the table still clips

@@ -166,7 +166,7 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
     """List stored answers, chunk KV files or index folders."""
     cfg = _cfg()
     if layer is LayerName.answers:
-        rows = [r.to_dict(full=False) for r in run_or_exit(console, AnswerStore(cfg.answers_dir).list,
+        rows = [r.to_dict(full=as_json) for r in run_or_exit(console, AnswerStore(cfg.answers_dir).list,
                                                          namespace=namespace, limit=limit)]
         cols = ("id", "namespace", "question", "answer", "hits", "accessed")
     elif layer is LayerName.chunks:
