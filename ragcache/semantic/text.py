@@ -133,13 +133,17 @@ def numbers(text: str) -> list[str]:
     Spelled-out numbers count too ("two" -> "2"), except "one", which mostly reads as
     "a" ("for a month" vs "one month") and belongs to the scope guard.
     """
+    return sorted(v for _, v in numbers_in_order(text))
+
+
+def numbers_in_order(text: str) -> list[tuple[int, str]]:
+    """``(character offset, canonical number)`` for each number of :func:`numbers`, in reading order."""
     out = []
     low = text.lower()
     for m in _NUMBER.finditer(low):
-        s = m.group(0)
-        s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)
-        out.append(s)
-    out.extend(_NUMBER_WORDS[w] for w in re.findall(r"[a-z]+", low) if w in _NUMBER_WORDS)
+        out.append((m.start(), re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0))))
+    out.extend((m.start(), _NUMBER_WORDS[m.group(0)]) for m in re.finditer(r"[a-z]+", low)
+               if m.group(0) in _NUMBER_WORDS)
     return sorted(out)
 
 
