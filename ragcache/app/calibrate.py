@@ -108,7 +108,7 @@ def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float 
     check_enough(rows, precision=precision, confidence=confidence)  # before the embedder loads
     emb = resolve_embedder(embedder)
     head = load_head()
-    if not emb.has_tokens or not str(emb.name).endswith(head.embedder):
+    if not emb.has_tokens or not str(emb.name).lower().endswith(head.embedder.lower()):
         raise ValueError(f"the learned verifier was fitted for {head.embedder}, not {emb.name!r}; calibrate with the "
                          f"packaged embedder (omit --embedder)")
     cal = calibrate_pairs(LearnedVerifier(emb, head), rows, precision=precision, confidence=confidence)

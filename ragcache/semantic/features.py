@@ -71,13 +71,22 @@ def pair_features(query: str, candidate: str, cos: float, tok_q: np.ndarray | No
     """The feature vector ``[len(FEATURE_NAMES)]`` (float64) of one pair; ``findings`` from
     :func:`guard_findings` (a guard missing from it counts as passed)."""
     f, mn, low = token_alignment(tok_q, tok_c, cos)
+    return np.concatenate([[cos, cos * cos, f, mn, low], text_features(query, candidate, findings)])
+
+
+EMBEDDING_FEATURES = 5
+"""The first features, read from the embeddings (the rest only from the two texts)."""
+
+
+def text_features(query: str, candidate: str, findings: dict[str, bool]) -> np.ndarray:
+    """The features after the first :data:`EMBEDDING_FEATURES`: guard findings, length, overlap."""
     wa, wb = words(query), words(candidate)
     ca, cb = {stem(w) for w in content_words(query)}, {stem(w) for w in content_words(candidate)}
     la, lb = max(len(wa), 1), max(len(wb), 1)
     shared = len(ca & cb) / min(len(ca), len(cb)) if ca and cb else 0.0
     g = [1.0 if findings.get(name, False) else 0.0 for name in GUARD_FEATURES]
-    return np.array([cos, cos * cos, f, mn, low, *g, abs(math.log(la / lb)), max(la, lb) / 20.0,
-                     _jaccard(set(wa), set(wb)), _jaccard(ca, cb), shared], dtype=np.float64)
+    return np.array([*g, abs(math.log(la / lb)), max(la, lb) / 20.0, _jaccard(set(wa), set(wb)), _jaccard(ca, cb),
+                     shared], dtype=np.float64)
 
 
 def feature_guards() -> list[Guard]:
@@ -89,4 +98,5 @@ def feature_guards() -> list[Guard]:
     return gs
 
 
-__all__ = ["FEATURE_NAMES", "GUARD_FEATURES", "feature_guards", "guard_findings", "pair_features", "token_alignment"]
+__all__ = ["EMBEDDING_FEATURES", "FEATURE_NAMES", "GUARD_FEATURES", "feature_guards", "guard_findings", "pair_features",
+           "text_features", "token_alignment"]

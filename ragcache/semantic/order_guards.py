@@ -8,6 +8,7 @@ split out because both work on word alignments rather than on word sets.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -39,9 +40,25 @@ def _content_swap(query: str, candidate: str) -> str | None:
     diff = [i for i in range(len(a)) if a[i] != b[i]]
     if len(diff) == 2:
         i, j = diff
-        if a[i] == b[j] and a[j] == b[i]:
+        if a[i] == b[j] and a[j] == b[i] and not _compound_rewrite(query, candidate, a[i], a[j]):
             return f"swapped {a[i]!r} and {a[j]!r}"
     return None
+
+
+_OF = re.compile(r"^(?:of|for)(?: (?:the|a|an|my|your|our|their|this|that))?$")
+
+
+def _compound_rewrite(query: str, candidate: str, x: str, y: str) -> bool:
+    """"the language of the app" / "the app language": one side joins the two words with "of" (or
+    "for"), the other puts them side by side in the other order, as a compound: a rewording."""
+    for p, q in ((query, candidate), (candidate, query)):
+        wp, wq = [stem(w) for w in split_words(p)], [stem(w) for w in split_words(q)]
+        for u, v in ((x, y), (y, x)):
+            if u in wp and v in wp and (v, u) in set(itertools.pairwise(wq)):
+                i, j = wp.index(u), wp.index(v)
+                if i < j and _OF.match(" ".join(wp[i + 1:j])):
+                    return True
+    return False
 
 
 _ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "their", "his", "her", "its"})
@@ -132,15 +149,18 @@ def phrasal_synonyms(verb: str, particle: str, word: str) -> bool:
 
 
 def _drop_phrasal_pairs(seq: list[str], only: list[str], other: list[str]) -> tuple[list[str], list[str]]:
-    """Remove a phrasal verb of ``seq`` (both words unshared, in ``only``) and the one word of
-    ``other`` it means ("set up" / "configure")."""
+    """Remove a phrasal verb of the words ``seq`` (its content words unshared, in ``only``: "get"
+    of "get rid of" is a stop word) and the one word of ``other`` it means ("set up" / "configure")."""
     only, other = list(only), list(other)
     for v, p in itertools.pairwise(seq):
-        if p in PARTICLES and v in only and p in only:
+        if not (p in PARTICLES or f"{stem(v)}_{p}" in PHRASAL):
+            continue
+        mine = [u for u in (v, p) if u not in STOPWORDS]
+        if mine and all(u in only for u in mine):
             w = next((w for w in other if phrasal_synonyms(v, p, w)), None)
             if w is not None:
-                only.remove(v)
-                only.remove(p)
+                for u in mine:
+                    only.remove(u)
                 other.remove(w)
     return only, other
 
@@ -201,8 +221,8 @@ class SubstitutionGuard:
                 only_a.append(w)
         only_b = rest_b
         if self.wordnet and only_a and only_b:
-            only_a, only_b = _drop_phrasal_pairs(ca, only_a, only_b)
-            only_b, only_a = _drop_phrasal_pairs(cb, only_b, only_a)
+            only_a, only_b = _drop_phrasal_pairs(split_words(query), only_a, only_b)
+            only_b, only_a = _drop_phrasal_pairs(split_words(candidate), only_b, only_a)
             only_a, only_b = _drop_synonym_pairs(only_a, only_b)
         shared = len(ca) - len(only_a)
         framed = shared / max(len(ca), len(cb)) >= self.min_shared or (

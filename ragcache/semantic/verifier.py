@@ -194,13 +194,13 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None) -> Learned
     """The learned decider for ``embedder``, or ``None`` when the shipped head does not fit it.
 
     The head is used only for the embedder it was fitted for (its name ends the embedder's name,
-    e.g. ``all-MiniLM-L6-v2``) and one that exposes token states; the cache then falls back to the
+    e.g. ``all-MiniLM-L6-v2``, in any case) and one that exposes token states; the cache then falls back to the
     guards. A calibration record for this embedder under ``$RAGCACHE_HOME`` replaces the threshold.
     """
     if not getattr(embedder, "has_tokens", False):
         return None
     head = load_head() if head is None else head
-    if not str(getattr(embedder, "name", "")).endswith(head.embedder):
+    if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
         return None
     from ragcache.semantic.calibration import recorded_threshold
 
