@@ -13,7 +13,7 @@ For each cosine gate of ``--floors`` and each hard-pair weight, the head is fitt
 or above the gate that no hard veto (``--vetoes``) refuses. The threshold is chosen for precision:
 the one of highest ``choose``-split precision among those keeping ``choose`` recall >=
 ``--min-recall`` and hard-pair precision >= 0.99; the (gate, weight) of highest ``choose`` precision
-wins. The ``heldout`` split is only measured, after the choice, and written with the head's card.
+wins (within :data:`TIE` of it, the one of highest hard-pair recall). The ``heldout`` split is only measured, after the choice, and written with the head's card.
 ``--ablation FILE`` refits without each feature group, and with each guard as a veto or a feature,
 on the development splits only."""
 
@@ -89,6 +89,10 @@ def _digest(rows: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([FEATURE_NAMES, [(r["a"], r["b"], r["same"]) for r in rows]]).encode()).hexdigest()
 
 
+TIE = 0.005
+"""Choose-split precisions closer than this (3 hits in 600) count as equal; the hard-pair recall decides."""
+
+
 def choose_threshold(p_choose: np.ndarray, y_choose: np.ndarray, p_hard: np.ndarray, y_hard: np.ndarray,
                      min_recall: float) -> tuple[float, float] | None:
     """``(threshold, choose precision)``: the score threshold of highest choose-split precision among
@@ -123,7 +127,7 @@ def fit(feats: dict[str, tuple[np.ndarray, np.ndarray]], *, floors: list[float],
     hx = np.vstack([feats["hard"][0], feats["own"][0]])
     hy = np.concatenate([feats["hard"][1], feats["own"][1]])
     cx, cy = feats["choose"]
-    best: dict[str, Any] | None = None
+    found: list[tuple[float, float, Any, float]] = []
     trials = []
     for floor in floors:
         keep, hkeep = _scores(_blank(floor, veto), fx) > 0, _scores(_blank(floor, veto), hx) > 0
@@ -134,13 +138,16 @@ def fit(feats: dict[str, tuple[np.ndarray, np.ndarray]], *, floors: list[float],
             head = VerifierHead(FEATURE_NAMES, mean, scale, weights, bias, 0.5, floor, veto, "all-MiniLM-L6-v2")
             got = choose_threshold(_scores(head, cx), cy, _scores(head, feats["hard"][0]), feats["hard"][1],
                                    min_recall)
+            hr = None if got is None else precision_recall(_scores(head, feats["hard"][0]) >= got[0], feats["hard"][1])[1]
             trials.append({"floor": floor, "hard_weight": hw, "threshold": got and got[0],
-                           "choose_precision": got and got[1]})
-            if got is not None and (best is None or got[1] > best["choose_precision"]):
-                best = {"head": head.with_threshold(got[0]), "choose_precision": got[1], "hard_weight": hw}
-    if best is None:
+                           "choose_precision": got and got[1], "hard_recall": hr})
+            if got is not None:
+                found.append((got[1], hr, head.with_threshold(got[0]), hw))
+    if not found:
         raise SystemExit(f"no gate in {floors} keeps recall {min_recall} with hard-pair precision 0.99")
-    head = best["head"]
+    top = max(f[0] for f in found)  # within TIE of the best choose precision, the best hard-pair recall wins
+    _, _, head, hw = max((f for f in found if f[0] >= top - TIE), key=lambda f: (f[1], f[0]))
+    best = {"hard_weight": hw}
     report = {name: dict(zip(("precision", "recall", "hits"), precision_recall(_scores(head, x) >= head.threshold, y)))
               for name, (x, y) in feats.items()}
     return {"head": head, "hard_weight": best["hard_weight"], "trials": trials, "report": report,
@@ -207,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", type=float, nargs="+", default=[0.70, 0.75, 0.80, 0.85])
     ap.add_argument("--hard-weights", type=float, nargs="+", default=[1.0, 2.0, 5.0])
     ap.add_argument("--min-recall", type=float, default=0.32, help="choose-split recall the threshold must keep")
-    ap.add_argument("--vetoes", default="number,negation,antonym,direction", help="guards that refuse outright")
+    ap.add_argument("--vetoes", default="number,negation,question_type,focus,antonym,scope,entity,direction",
+                    help="guards that refuse outright")
     ap.add_argument("--l2", type=float, default=0.3)
     ap.add_argument("--ablation", type=Path, default=None, help="also write the ablation table (JSON) here")
     a = ap.parse_args(argv)
@@ -230,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             "data": {k: {"pairs": len(v), "same": sum(r["same"] for r in v)} for k, v in sets.items()},
             "licence": "derived from Quora Question Pairs (non-commercial research use only) and ragcache's own pairs",
             "trials": res["trials"], "measured": res["report"]}
-    head = VerifierHead(h.names, h.mean, h.scale, h.weights, h.bias, h.threshold, h.floor, h.vetoes, h.embedder, card)
+    max_words = int(np.ceil(np.percentile(feats["fit"][0][:, FEATURE_NAMES.index("len_max")] * 20, 99)))
+    card["max_words"] = "99th percentile of the longer question's words over the fit pairs"
+    head = VerifierHead(h.names, h.mean, h.scale, h.weights, h.bias, h.threshold, h.floor, h.vetoes, h.embedder, card,
+                        max_words)
     atomic_write_json(a.out, head.to_json(), indent=1)
     print(json.dumps({"floor": head.floor, "threshold": head.threshold, "vetoes": list(head.vetoes),
                       "hard_weight": res["hard_weight"], "measured": res["report"]}, indent=1))

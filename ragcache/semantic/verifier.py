@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ragcache.semantic.features import FEATURE_NAMES, feature_guards, guard_findings, pair_features
-from ragcache.semantic.guards import GuardVerdict
-from ragcache.semantic.text import embed_form
+from ragcache.semantic.guards import GuardSet, GuardVerdict
+from ragcache.semantic.text import embed_form, words
 
 HEAD_FILE = "verifier_minilm.json"
 """The shipped head, in ``ragcache/semantic/data``."""
@@ -40,7 +40,9 @@ class VerifierHead:
         names: feature names (must equal :data:`FEATURE_NAMES`); mean, scale, weights: ``[features]``.
         threshold: hit when ``p >= threshold``; floor: the cosine gate below which no candidate is
             verified (the cache's default threshold); vetoes: guards that refuse outright, whatever
-            the score; embedder: name of the embedder the head was fitted for; card: how and on what.
+            the score; embedder: name of the embedder the head was fitted for; card: how and on what;
+            max_words: the longest question (words) the head is used for (0: no limit); a longer
+            one is outside what it was fitted on and every guard decides instead.
     """
 
     names: tuple[str, ...]
@@ -53,6 +55,7 @@ class VerifierHead:
     vetoes: tuple[str, ...]
     embedder: str
     card: dict[str, Any] = field(default_factory=dict)
+    max_words: int = 0
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """Probabilities ``[n]`` for features ``x [n, features]`` (or ``[features]`` -> ``[1]``)."""
@@ -63,12 +66,13 @@ class VerifierHead:
     def with_threshold(self, threshold: float) -> VerifierHead:
         """The same head with another decision threshold (a calibration record's)."""
         return VerifierHead(self.names, self.mean, self.scale, self.weights, self.bias, float(threshold),
-                            self.floor, self.vetoes, self.embedder, self.card)
+                            self.floor, self.vetoes, self.embedder, self.card, self.max_words)
 
     def to_json(self) -> dict[str, Any]:
         return {"names": list(self.names), "mean": self.mean.round(6).tolist(), "scale": self.scale.round(6).tolist(),
                 "weights": self.weights.round(6).tolist(), "bias": round(self.bias, 6), "threshold": self.threshold,
-                "floor": self.floor, "vetoes": list(self.vetoes), "embedder": self.embedder, "card": self.card}
+                "floor": self.floor, "vetoes": list(self.vetoes), "embedder": self.embedder, "max_words": self.max_words,
+                "card": self.card}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> VerifierHead:
@@ -79,7 +83,7 @@ class VerifierHead:
                              f"(python -m ragcache.app.fit_verifier)")
         arr = [np.asarray(d[k], dtype=np.float64) for k in ("mean", "scale", "weights")]
         return cls(names, *arr, float(d["bias"]), float(d["threshold"]), float(d["floor"]), tuple(d["vetoes"]),
-                   str(d["embedder"]), dict(d.get("card", {})))
+                   str(d["embedder"]), dict(d.get("card", {})), int(d.get("max_words", 0)))
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, *, sample_weight: np.ndarray | None = None, l2: float = 1.0,
@@ -152,6 +156,7 @@ class LearnedVerifier:
         self.floor = head.floor
         self.guards = feature_guards()
         self._vetoes = [g for g in self.guards if g.name in head.vetoes]
+        self._all = GuardSet(list(self.guards))
 
     @property
     def names(self) -> list[str]:
@@ -173,13 +178,23 @@ class LearnedVerifier:
         return float(self.head.score(self.features(query, candidate, similarity))[0])
 
     def decision_score(self, query: str, candidate: str, similarity: float | None = None) -> float:
-        """:meth:`score` as the cache decides: 0.0 below the cosine gate or when a hard veto refuses."""
+        """:meth:`score` as the cache decides: 0.0 below the cosine gate or when a hard veto refuses;
+        for a question longer than ``head.max_words``, 1.0 or 0.0 as every guard decides."""
         x = self.features(query, candidate, similarity)
-        if x[0] < self.floor or any(g.check(query, candidate) is not None for g in self._vetoes):
+        if x[0] < self.floor:
+            return 0.0
+        if self._too_long(query, candidate):
+            return 1.0 if self._all.check(query, candidate).ok else 0.0
+        if any(g.check(query, candidate) is not None for g in self._vetoes):
             return 0.0
         return float(self.head.score(x)[0])
 
+    def _too_long(self, query: str, candidate: str) -> bool:
+        return bool(self.head.max_words) and max(len(words(query)), len(words(candidate))) > self.head.max_words
+
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
+        if self._too_long(query, candidate):
+            return self._all.check(query, candidate)  # longer than any question the head was fitted on
         for g in self._vetoes:
             detail = g.check(query, candidate)
             if detail is not None:
