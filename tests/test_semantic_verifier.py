@@ -198,3 +198,20 @@ def test_swapped_numbers_never_hit_through_the_default_cache(embedder):
             wrong += hit is not None
     assert wrong == 0
     assert cache.lookup(templates[0].format(1, 2)).answer == "answer 1-2"
+
+
+@pytest.mark.slow
+def test_postgres_cache_uses_the_verifier_and_refuses_swapped_numbers(pg_server, embedder):
+    pytest.importorskip("psycopg", reason="pip install 'ragcache[shared]'")
+    from ragcache.semantic.pg_cache import PgSemanticCache
+
+    cache = PgSemanticCache(pg_server.url, schema="t_verifier_swaps", embedder=embedder)
+    try:
+        assert type(cache.guards).__name__ == "LearnedVerifier" and cache.threshold == cache.guards.floor
+        for x, y in [(1, 2), (3, 7), (4, 9)]:
+            cache.store(f"How do I empty bucket {x}-{y}?", f"answer {x}-{y}")
+        assert all(cache.lookup(f"How do I empty bucket {y}-{x}?") is None for x, y in [(1, 2), (3, 7), (4, 9)])
+        assert cache.lookup("How do I empty bucket 3-7?").answer == "answer 3-7"
+    finally:
+        cache.clear()
+        cache.close()

@@ -104,10 +104,11 @@ def bench_semantic(
     json_path: str = json_option("semantic"),
     scale: str = typer.Option("10000,100000", help="Stored-entry counts for the latency runs."),
     qqp: Optional[str] = typer.Option(None, help="Data folder with qqp_dev_20k.jsonl and qqp_dev.jsonl: also run "
-                                      "the QQP held-out split (default $RAGCACHE_DATA_DIR; 'none' to skip)."),
+                                      "the QQP held-out split (default: $RAGCACHE_DATA_DIR when --pairs is not given, "
+                                      "else skipped; 'none' to skip)."),
 ) -> None:
     """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
-    q = str(data_dir()) if qqp is None else (None if qqp.lower() == "none" else qqp)
+    q = (str(data_dir()) if pairs is None else None) if qqp is None else (None if qqp.lower() == "none" else qqp)
     run_bench("semantic", pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"), json_path=json_path,
               scale=[int(s) for s in scale.split(",") if s.strip()], qqp=q)
 

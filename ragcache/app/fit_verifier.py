@@ -162,9 +162,9 @@ def _zeroed(x: np.ndarray, cols: list[int]) -> np.ndarray:
 
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "all features (shipped)": (),
-    "pooled cosine only (and the vetoes)": tuple(n for n in FEATURE_NAMES if n not in ("cos", "cos2")),
+    "pooled cosine only (no guards at all)": tuple(n for n in FEATURE_NAMES if n not in ("cos", "cos2")),
     "no token alignment": ("tok_f", "tok_min", "tok_low"),
-    "no guard features (vetoes kept)": tuple(f"g_{g}" for g in GUARD_FEATURES),
+    "no guards (neither feature nor veto)": tuple(f"g_{g}" for g in GUARD_FEATURES),
     "no length / overlap": ("len_ratio", "len_max", "jac_words", "jac_content", "shared_min"),
 }
 """Feature groups left out in the ablation table (README): each refitted and re-chosen the same way."""
