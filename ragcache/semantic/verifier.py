@@ -26,7 +26,7 @@ import numpy as np
 
 from ragcache.semantic.features import FEATURE_NAMES, feature_guards, guard_findings, pair_features
 from ragcache.semantic.guards import GuardSet, GuardVerdict
-from ragcache.semantic.text import embed_form, words
+from ragcache.semantic.text import embed_form, exact_form, words
 
 HEAD_FILE = "verifier_minilm.json"
 """The shipped head, in ``ragcache/semantic/data``."""
@@ -193,6 +193,8 @@ class LearnedVerifier:
         return bool(self.head.max_words) and max(len(words(query)), len(words(candidate))) > self.head.max_words
 
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
+        if exact_form(query) == exact_form(candidate):
+            return GuardVerdict()  # the same words: an exact repeat is always served
         if self._too_long(query, candidate):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
         for g in self._vetoes:
