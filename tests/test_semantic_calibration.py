@@ -116,3 +116,22 @@ def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     save_record(SemanticCalibration(emb.name, emb.fingerprint, head_digest(head), 0.123, 0.97, 0.95, 200, 100, 90,
                                     90, 1.0, 0.97, 0.9))
     assert SemanticCache(embedder=emb).guards.head.threshold == 0.123
+
+
+def test_pair_splits_keep_clusters_together_and_are_fixed(tmp_path):
+    from ragcache.app.verifier_data import components, qqp_splits, read_pairs
+
+    rows = [{"a": f"q{i}", "b": f"q{i + 1}", "same": i % 3 != 0} for i in range(0, 300)]
+    rows += [{"a": f"x{i}", "b": f"y{i}", "same": False} for i in range(300)]
+    comp = components(rows)
+    splits = qqp_splits(rows)
+    assert splits == qqp_splits(list(rows))  # no random state
+    where = {q: name for name, part in splits.items() for r in part for q in (r["a"], r["b"])}
+    for r in rows:  # a question's whole component lies in one split, and so does every pair it is in
+        assert where.get(r["a"]) == where.get(r["b"])
+        assert comp[r["a"]] == comp[r["b"]]
+    assert sum(len(v) for v in splits.values()) == len(rows)
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"a": "x", "b": "y", "same": true}\n\n{"a": "", "b": "y", "same": false}\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:3"):
+        read_pairs(f)
