@@ -195,6 +195,16 @@ def ablation(feats: dict[str, tuple[np.ndarray, np.ndarray]], **options: Any) ->
     return rows
 
 
+def baselines(feats: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, dict[str, float]]:
+    """Plain cosine and the guards alone (every guard passes) at fixed thresholds on the held-out
+    split, from the same features: ``{"cosine >= t" | "guards, cosine >= t": {precision, recall, hits}}``."""
+    x, y = feats["heldout"]
+    ok = ~(x[:, [FEATURE_NAMES.index(f"g_{g}") for g in GUARD_FEATURES]] > 0.5).any(1)
+    out = {f"cosine >= {t:.2f}": x[:, 0] >= t for t in (0.80, 0.85, 0.90, 0.95)}
+    out |= {f"guards, cosine >= {t:.2f}": (x[:, 0] >= t) & ok for t in (0.70, 0.80, 0.90, 0.94)}
+    return {k: dict(zip(("precision", "recall", "hits"), precision_recall(v, y))) for k, v in out.items()}
+
+
 def _scores(head: Any, x: np.ndarray) -> np.ndarray:
     """The decider's outcome as a score: 0 below the gate or on a veto, else the head's probability."""
     p = head.score(x) if np.any(head.weights) else np.ones(len(x))
@@ -237,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             "options": {"fit_pairs": a.fit_pairs, **opts}, "hard_weight": res["hard_weight"],
             "data": {k: {"pairs": len(v), "same": sum(r["same"] for r in v)} for k, v in sets.items()},
             "licence": "derived from Quora Question Pairs (non-commercial research use only) and ragcache's own pairs",
-            "trials": res["trials"], "measured": res["report"]}
+            "trials": res["trials"], "measured": res["report"], "heldout_baselines": baselines(feats)}
     max_words = int(np.ceil(np.percentile(feats["fit"][0][:, FEATURE_NAMES.index("len_max")] * 20, 99)))
     card["max_words"] = "99th percentile of the longer question's words over the fit pairs"
     head = VerifierHead(h.names, h.mean, h.scale, h.weights, h.bias, h.threshold, h.floor, h.vetoes, h.embedder, card,
