@@ -218,8 +218,20 @@ class NumpyBertEncoder:
                 return self._encode(texts, batch_size)
         return self._encode(texts, batch_size)
 
-    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode_tokens(self, texts: list[str], threads: int | None = 1) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One forward pass: (unit sentence vectors ``[n, dim]``, per text its last hidden states
+        ``[tokens, dim]`` without padding, special tokens included), for token-level alignment."""
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn / numpy stacks
+            return self._encode(texts, 32, keep_tokens=True)
+        with threadpool_limits(limits=threads, user_api="blas"):
+            return self._encode(texts, 32, keep_tokens=True)
+
+    def _encode(self, texts: list[str], batch_size: int, keep_tokens: bool = False):  # noqa: ANN202
+
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        states: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
         encs = self.tokenizer.encode_batch(list(texts)) if texts else []
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))  # similar lengths share a batch
         for s in range(0, len(order), batch_size):
@@ -235,7 +247,10 @@ class NumpyBertEncoder:
             pooled = (hs * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
             pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
             out[idx] = pooled
-        return out
+            if keep_tokens:
+                for r, i in enumerate(idx):
+                    states[i] = hs[r, :len(encs[i].ids)]
+        return (out, states) if keep_tokens else out
 
 
 __all__ = ["NumpyBertEncoder", "check_pipeline"]

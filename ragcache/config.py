@@ -94,8 +94,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
     EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "536870912 (512 MiB)",
            "byte budget of the in-memory exact prefix KV cache"),
-    EnvVar("RAGCACHE_THRESHOLD", "threshold", "0.94",
-           "semantic cache cosine threshold (the cache's calibrated default; 1.0 = exact repeats only)"),
+    EnvVar("RAGCACHE_THRESHOLD", "threshold", "none",
+           "semantic cache cosine gate (none: the decider's own, 0.94 for the guards alone; 1.0 = exact repeats only)"),
     EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "none",
            "shared answer cache: postgresql://... (PostgreSQL + pgvector) instead of the local SQLite + FAISS"),
     EnvVar("RAGCACHE_KV_URL", "kv_url", "none", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
@@ -148,7 +148,7 @@ class Config:
     kv_dir: Path | None = None
     kv_max_bytes: int = 2 << 30
     prefix_max_bytes: int = 512 << 20
-    threshold: float = 0.94
+    threshold: float | None = None
     semantic_url: str | None = None
     kv_url: str | None = None
     kv_format: str = "fp16"
@@ -189,7 +189,7 @@ class Config:
                           fix="RAGCACHE_HOME" if name in derived else var)
         if self.kv_max_bytes < 0 or self.prefix_max_bytes < 1:
             raise ValueError("RAGCACHE_KV_MAX_BYTES must be >= 0 and RAGCACHE_PREFIX_MAX_BYTES >= 1 (bytes)")
-        if not -1.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}")
         if self.semantic_max_entries < 1 or self.top_k < 1 or self.max_new_tokens < 1:
             raise ValueError("RAGCACHE_SEMANTIC_MAX_ENTRIES, RAGCACHE_TOP_K and RAGCACHE_MAX_NEW_TOKENS must be >= 1")

@@ -42,7 +42,7 @@ def test_bench_semantic_writes_json_and_table_without_matplotlib(no_matplotlib, 
     r = runner.invoke(app, ["bench", "semantic", "--pairs", str(pairs), "--json", str(out), "--scale", ""])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
-    assert data["pairs"]["n"] == 4 and "ragcache_sweep" in data
+    assert data["sets"]["pairs.jsonl"]["n"] == 4 and "guards" in data["sets"]["pairs.jsonl"]
     assert "semantic cache on pairs.jsonl" in r.stdout and INSTALL in r.stderr
     assert not out.with_suffix(".png").exists()
 

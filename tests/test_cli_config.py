@@ -13,7 +13,7 @@ def test_defaults_follow_home(tmp_path):
     assert cfg.home == tmp_path
     assert cfg.answers_dir == tmp_path / "answers" and cfg.index_dir == tmp_path / "index"
     assert cfg.kv_dir == tmp_path / "kv" / "chunks" and cfg.kv_max_bytes == 2 << 30
-    assert cfg.threshold == 0.94 and cfg.metrics == "off" and cfg.upstream is None and cfg.allow_downloads is False
+    assert cfg.threshold is None and cfg.metrics == "off" and cfg.upstream is None and cfg.allow_downloads is False
 
 
 def test_every_variable_is_read(tmp_path):

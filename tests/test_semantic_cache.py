@@ -45,6 +45,10 @@ def test_exact_repeat_scores_one_and_threshold_one_is_exact_only(cache):
 
 
 def test_threshold_convention_is_inclusive_and_override_is_used(cache):
+    from ragcache.semantic.guards import GuardSet
+
+    # the convention, with the guards alone (the learned verifier refuses this pair at cosine 0.52)
+    cache = SemanticCache(embedder=cache.embedder, guards=GuardSet.default(), threshold=FAQ_THRESHOLD)
     cache.store("How do I track my package?", "Use the tracking page.", partition=PK)
     q = "Where can I see the shipping status of my order?"
     sim = cache.candidates_for(q, partition=PK)[0].similarity
@@ -55,6 +59,10 @@ def test_threshold_convention_is_inclusive_and_override_is_used(cache):
 
 
 def test_sync_and_async_agree(cache):
+    from ragcache.semantic.guards import GuardSet
+
+    # sync and async must agree whatever decides; with the guards alone the first query hits
+    cache = SemanticCache(embedder=cache.embedder, guards=GuardSet.default(), threshold=FAQ_THRESHOLD)
     cache.store("Why is the sky blue?", "Rayleigh scattering.", partition=PK)
     qs = ["What makes the daytime sky look blue to us?", "Why is the sky not blue?", "Why is grass green?"]
     sync = [cache.lookup(q, partition=PK) for q in qs]

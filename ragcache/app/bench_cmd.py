@@ -108,14 +108,19 @@ def bench_semantic(
                                 "a random order with repeats (pairs default $RAGCACHE_DATA_DIR/qqp_dev_20k.jsonl); "
                                 "static thresholds, max_error 0.01/0.02/0.05 and GPTCache's default."),
     rows: int = typer.Option(3000, help="--stream: QQP pairs whose clusters make the stream."),
+    qqp: Optional[str] = typer.Option(None, help="Data folder with qqp_dev_20k.jsonl and qqp_dev.jsonl: also run "
+                                      "the QQP held-out split (default: $RAGCACHE_DATA_DIR when --pairs is not given, "
+                                      "else skipped; 'none' to skip)."),
 ) -> None:
     """Precision / recall / false hits of the semantic cache vs plain cosine and GPTCache; lookup latency."""
     if stream:
         run_bench("semantic_stream", data=pairs or str(data_dir() / "qqp_dev_20k.jsonl"),
                   json_path=json_path or "bench/results/semantic_stream.json", rows=rows)
         return
+    q = (str(data_dir()) if pairs is None else None) if qqp is None else (None if qqp.lower() == "none" else qqp)
     run_bench("semantic", pairs=pairs or str(data_dir() / "semantic_pairs_dev.jsonl"),
-              json_path=json_path or "bench/results/semantic.json", scale=[int(s) for s in scale.split(",") if s.strip()])
+              json_path=json_path or "bench/results/semantic.json", scale=[int(s) for s in scale.split(",") if s.strip()],
+              qqp=q)
 
 
 @bench_app.command("provider")

@@ -84,3 +84,42 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
     if save:
         console.print(f"recorded in {calibration_path(cal.fingerprint, home)}")
     return cal
+
+
+def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float = 0.95, embedder: str | None = None,
+                  save: bool = True, home: str | None = None, console: Console | None = None) -> Any:
+    """``ragcache calibrate semantic``: fit the learned verifier's threshold to labelled pairs
+    (:func:`ragcache.semantic.calibration.calibrate_pairs`), print it and record it for the embedder.
+
+    Raises:
+        ValueError: bad pairs file, too few pairs for the confidence rule (the message says how
+            many), no threshold reaching the target, or an embedder the verifier was not fitted for.
+    """
+    from ragcache.app.verifier_data import read_pairs
+    from ragcache.semantic.calibration import calibrate_pairs, check_enough, record_path, save_record, z_of
+    from ragcache.semantic.embedding import resolve_embedder
+    from ragcache.semantic.verifier import LearnedVerifier, load_head
+
+    if not 0.0 < precision < 1.0:
+        raise ValueError(f"--precision must be in (0, 1), got {precision}")
+    z_of(confidence)
+    console = console or Console()
+    rows = read_pairs(pairs)
+    check_enough(rows, precision=precision, confidence=confidence)  # before the embedder loads
+    emb = resolve_embedder(embedder)
+    head = load_head()
+    if not emb.has_tokens or not str(emb.name).lower().endswith(head.embedder.lower()):
+        raise ValueError(f"the learned verifier was fitted for {head.embedder}, not {emb.name!r}; calibrate with the "
+                         f"packaged embedder (omit --embedder)")
+    cal = calibrate_pairs(LearnedVerifier(emb, head), rows, precision=precision, confidence=confidence)
+    t = Table(title=f"semantic hit decision on {Path(pairs).name}: {cal.pairs} pairs, {cal.same} labelled same")
+    for c in ("verifier threshold", "served", "correct", "precision", f"lower bound ({confidence:g})", "recall"):
+        t.add_column(c, justify="right")
+    t.add_row(f"{cal.threshold:.4f}", str(cal.hits), str(cal.correct), f"{cal.observed:.3f}", f"{cal.lower_bound:.3f}",
+              f"{cal.recall:.3f}")
+    console.print(t)
+    if save:
+        console.print(f"recorded in {save_record(cal, home)}; caches on {emb.name} now use threshold {cal.threshold:.4f}")
+    else:
+        console.print(f"not recorded (--no-save); it would go to {record_path(cal.fingerprint, home)}")
+    return cal

@@ -17,6 +17,7 @@ import typer
 from ragcache.app.argv import RagcacheGroup
 from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
+from ragcache.app.calibrate_cmd import calibrate_app
 from ragcache.app.output import error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
@@ -25,6 +26,7 @@ app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True,
                        "environment variables (see the README); options override them.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(cache_app, name="cache")
+app.add_typer(calibrate_app, name="calibrate")
 console = make_console()
 
 
@@ -90,7 +92,8 @@ def ask(
     max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Decode budget (default $RAGCACHE_MAX_NEW_TOKENS, 128)."),
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
     threshold: Optional[float] = typer.Option(None, min=-1.0, max=1.0, help="Semantic cache cosine threshold for this "
-                                              "question (default $RAGCACHE_THRESHOLD, 0.94; 1.0 = exact repeats only)."),
+                                              "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 with "
+                                              "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
     cache_truncated: bool = typer.Option(True, help="Store an answer cut at the token budget too; it is served "
@@ -158,35 +161,6 @@ def serve(
     cfg = config(upstream=upstream, host=host, port=port, model=model, metrics=metrics, serve_key=key,
                  tenant_header=tenant_header, upstream_auth=upstream_auth)
     run_or_exit(console, run_serve, cfg, semantic=semantic, insecure=insecure, console=console)
-
-
-@app.command()
-def calibrate(
-    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list) the prompts come from; default "
-                                                  "$RAGCACHE_DATA_DIR/musique_s.json."),
-    start: int = typer.Option(0, min=0, help="First item (keep to the development split, 0-49)."),
-    end: int = typer.Option(4, min=1, help="One past the last item."),
-    docs: int = typer.Option(6, min=1, help="Passages per prompt (each one a document)."),
-    ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50", help="Comma-separated recompute ratios r to try."),
-    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on teacher-forced top-1 agreement."),
-    confidence: float = typer.Option(0.95, min=0.0, max=0.999, help="One-sided confidence of the Wilson lower bound "
-                                     "(over all answer tokens) that must reach the bound; 0: the pooled agreement."),
-    max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
-    answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
-    threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
-    save: bool = typer.Option(True, help="Record the result for this model (see --home)."),
-    home: Optional[str] = typer.Option(None, help="Folder the record goes under, as <home>/calibration/<fingerprint>.json "
-                                                  "(default: the ragcache home, where engines read it)."),
-) -> None:
-    """Measure CacheBlend fidelity against full prefill for a model and record the r to use."""
-    from ragcache.app.bench_cmd import data_dir
-    from ragcache.app.calibrate import main as run
-
-    run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
-                docs=docs, ratios=[r.strip() for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
-                confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
-                console=console)
 
 
 @app.command()

@@ -34,10 +34,12 @@ class SemanticCache(SemanticPolicy):
             invalidations at its next call.
         embedder: ``None`` (packaged all-MiniLM-L6-v2), a sentence-transformers name/path, an object
             with ``encode(list[str])``, or a callable ``list[str] -> array [n, dim]``.
-        threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only.
+        threshold: cosine gate; a hit needs ``similarity >= threshold`` and the decider's yes; 1.0 = exact
+            only; ``None``: the decider's own gate (the learned verifier's ``floor``; 0.94 for the guards).
         max_entries: LRU capacity over all partitions.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
-        guards: ``True`` (the default :class:`GuardSet`), ``False`` (plain cosine), or a ``GuardSet``.
+        guards: ``True`` (the learned verifier for the packaged embedder, else the default
+            :class:`GuardSet`), ``False`` (plain cosine), or a ``GuardSet``.
         verifier: optional ``(query, candidate) -> bool | float`` added as the last guard.
         candidates: nearest stored questions checked per lookup (best first).
         hnsw_threshold: partition size above which its index becomes HNSW.
@@ -72,7 +74,7 @@ class SemanticCache(SemanticPolicy):
     """
 
     def __init__(self, path: str | Path | None = None, *, embedder: Any = None,
-                 threshold: float = DEFAULT_THRESHOLD, max_entries: int = 100_000, ttl_s: float | None = None,
+                 threshold: float | None = None, max_entries: int = 100_000, ttl_s: float | None = None,
                  guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, hnsw_threshold: int = 20_000, autosave_every: int = 1000,
                  typo_correction: bool = True, store_truncated: bool = False,
@@ -82,9 +84,9 @@ class SemanticCache(SemanticPolicy):
                  error_scope: str = "hits") -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
-        decider = make_decider(guards, verifier)
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
+        decider = make_decider(guards, verifier, emb)
         self.path = None if path is None else Path(path).expanduser()
         self.hnsw_threshold, self.autosave_every = hnsw_threshold, autosave_every
         if answer_store is None:

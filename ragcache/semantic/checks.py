@@ -13,11 +13,12 @@ from typing import Any
 from ragcache.semantic.partition import PartitionKey, partition_key
 
 DEFAULT_THRESHOLD = 0.94
-"""Default cosine threshold (all-MiniLM-L6-v2 with the default guards), calibrated on real user
-questions: the lowest threshold at which the guarded decision reaches precision >= 0.90 on the
+"""Cosine gate of a cache that decides with the guards alone (an embedder the learned verifier was
+not fitted for, or a custom :class:`~ragcache.semantic.guards.GuardSet`), calibrated on real user
+questions: the lowest threshold at which the guarded decision reached precision >= 0.90 on the
 QQP development sample (1,000 Quora pairs) while keeping precision 1.00 on the project's
-development pairs. Lower it (e.g. 0.70) for curated FAQ-style traffic, where the guards alone
-held precision 1.00 on the development pairs; see the README's semantic benchmark table."""
+development pairs. With the learned verifier (the default for the packaged embedder) the gate is
+the verifier head's ``floor`` instead; see the README's semantic benchmark table."""
 
 DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
 """Partition used when a call gives none. Real callers pass ``partition_key(...)``."""

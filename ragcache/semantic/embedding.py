@@ -18,12 +18,19 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Container
 from typing import Any
 
 import numpy as np
 
 _ALPHA = re.compile(r"^[a-z]{2,}$")
+
+TokenFn = Callable[[list[str]], tuple[Any, list[Any]]]
+"""``texts -> (sentence vectors [n, dim], per text its last hidden states [pieces, dim])`` in one pass."""
+
+TOKEN_MEMO = 2048
+"""Texts whose word-piece states a :class:`QuestionEmbedder` remembers (float16, ~12 KB a question)."""
 
 DEFAULT_WINDOW = 256
 """Window assumed for an embedder whose tokenizer is unknown (counted in UTF-8 bytes + 2)."""
@@ -44,8 +51,12 @@ class QuestionEmbedder:
 
     def __init__(self, fn: Callable[[list[str]], Any], *, name: str, fingerprint: str,
                  dim: int | None = None, known_words: Container[str] | None = None,
-                 window: int | None = None, count_tokens: Callable[[str], int] | None = None) -> None:
+                 window: int | None = None, count_tokens: Callable[[str], int] | None = None,
+                 token_fn: TokenFn | None = None) -> None:
         self._fn = fn
+        self._token_fn = token_fn
+        self._token_memo: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._token_lock = threading.Lock()
         self.name = name
         self.fingerprint = fingerprint
         self._dim = dim
@@ -72,13 +83,70 @@ class QuestionEmbedder:
             self._dim = int(self.encode(["dimension probe"]).shape[1])
         return self._dim
 
+    @property
+    def token_fn(self) -> TokenFn | None:
+        """The wrapped one-pass ``texts -> (sentence vectors, raw last hidden states)``, or None."""
+        return self._token_fn
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether :meth:`token_states` is available (the embedder exposes its last hidden states)."""
+        return self._token_fn is not None
+
+    def token_states(self, text: str) -> np.ndarray | None:
+        """Unit-norm contextual word-piece vectors of ``text`` ``[pieces, dim]`` (float32, [CLS] and
+        [SEP] dropped) from the embedder's own last layer, or ``None`` when it has no token output.
+
+        A text embedded by :meth:`encode` in a small batch (a lookup, a single store) is remembered
+        (the last :data:`TOKEN_MEMO` texts), so its states cost no second forward pass."""
+        if self._token_fn is None:
+            return None
+        with self._token_lock:
+            got = self._token_memo.get(text)
+            if got is not None:
+                self._token_memo.move_to_end(text)
+                return got.astype(np.float32)
+        self._encode_with_tokens([text])
+        with self._token_lock:
+            got = self._token_memo.get(text)
+        return None if got is None else got.astype(np.float32)
+
+    def encode_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One forward pass, nothing remembered: (sentence vectors ``[n, dim]`` as the wrapped model
+        returns them, per text its unit word-piece vectors ``[pieces, dim]`` without [CLS] / [SEP]).
+
+        Raises:
+            ValueError: the embedder exposes no token states (:attr:`has_tokens` is False).
+        """
+        if self._token_fn is None:
+            raise ValueError(f"embedder {self.name!r} exposes no token states (use a sentence-transformers "
+                             "Transformer -> mean Pooling model or the packaged all-MiniLM-L6-v2)")
+        pooled, states = self._token_fn(list(texts))
+        out = []
+        for st in states:
+            st = np.asarray(st, dtype=np.float32)
+            st = st[1:-1] if len(st) > 2 else st
+            out.append(st / np.maximum(np.linalg.norm(st, axis=1, keepdims=True), 1e-12))
+        return np.asarray(pooled, dtype=np.float32), out
+
+    def _encode_with_tokens(self, texts: list[str]) -> np.ndarray:
+        pooled, states = self.encode_tokens(texts)
+        with self._token_lock:
+            for t, st in zip(texts, states, strict=True):
+                self._token_memo[t] = st.astype(np.float16)
+                self._token_memo.move_to_end(t)
+            while len(self._token_memo) > TOKEN_MEMO:
+                self._token_memo.popitem(last=False)
+        return pooled
+
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``. Returns float32 ``[len(texts), dim]``, rows of unit L2 norm.
 
         Raises:
             ValueError: the wrapped function returned the wrong shape or a zero vector.
         """
-        out = np.asarray(self._fn(list(texts)), dtype=np.float32)
+        small = self._token_fn is not None and 0 < len(texts) <= 8
+        out = np.asarray(self._encode_with_tokens(list(texts)) if small else self._fn(list(texts)), dtype=np.float32)
         if out.ndim == 1 and len(texts) == 1:
             out = out[None, :]
         if out.ndim != 2 or out.shape[0] != len(texts):
@@ -217,9 +285,10 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
                                        show_progress_bar=False)
 
             return QuestionEmbedder(fn, name=name, fingerprint=fp, known_words=_vocab_words(embedder),
-                                    **_window_kwargs(embedder))
+                                    token_fn=_token_fn(embedder), **_window_kwargs(embedder))
         return QuestionEmbedder(encode, name=name, fingerprint=fp, dim=dim if isinstance(dim, int) else None,
-                                known_words=_vocab_words(embedder), **_window_kwargs(embedder))
+                                known_words=_vocab_words(embedder), token_fn=_token_fn(embedder),
+                                **_window_kwargs(embedder))
     if callable(embedder):
         name = getattr(embedder, "__qualname__", type(embedder).__name__)
         fp = getattr(embedder, "fingerprint", None)
@@ -230,3 +299,24 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
         f"embedder must be None, a sentence-transformers name or path, an object with encode(), "
         f"or a callable list[str] -> array; got {type(embedder).__name__}"
     )
+
+
+def _token_fn(embedder: Any) -> TokenFn | None:
+    """Sentence vectors and last hidden states in one pass, for a ragcache ``Embedder`` (NumPy or
+    torch runtime) or a ``SentenceTransformer`` whose pipeline is Transformer -> mean Pooling
+    [-> Normalize] (the sentence vector is then the masked mean of those states); else None."""
+    model = getattr(embedder, "_model", embedder)
+    if hasattr(model, "encode_tokens"):
+        return model.encode_tokens
+    if type(model).__name__ != "SentenceTransformer":
+        return None
+    names = [type(m).__name__ for m in model]
+    if names[:2] != ["Transformer", "Pooling"] or any(n != "Normalize" for n in names[2:]):
+        return None
+
+    def run(texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        outs = model.encode(texts, output_value=None, convert_to_numpy=False, show_progress_bar=False)
+        pooled = np.stack([o["sentence_embedding"].float().numpy() for o in outs])
+        return pooled, [o["token_embeddings"][o["attention_mask"].bool()].float().numpy() for o in outs]
+
+    return run

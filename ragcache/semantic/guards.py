@@ -12,6 +12,7 @@ Guards, in the order they run (the first failing one names the reason):
 - ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
 - ``question_type``: both must ask for the same kind of answer (who / when / where / why / how /
   how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.qtype`).
+- ``focus``: "what does X contain" is not "what is X" (nor "what is in X", "what is X made of").
 - ``antonym``: an antonym pair (enable/disable, upload/download, before/after,
   add/remove, un-/dis-/de- prefixes ...) must not split across the two questions.
 - ``scope``: words of one exclusive group (daily/weekly/monthly, all/one,
@@ -41,11 +42,12 @@ from typing import Protocol, runtime_checkable
 
 from ragcache.semantic.lexicon import lexicon
 from ragcache.semantic.order_guards import SYNONYMS, DirectionGuard, SubstitutionGuard  # noqa: F401 (re-exported)
-from ragcache.semantic.qtype import QuestionTypeGuard
+from ragcache.semantic.qtype import QuestionFocusGuard, QuestionTypeGuard
 from ragcache.semantic.text import (
     NEGATIONS,
     contains_fuzzy,
     numbers,
+    numbers_in_order,
     split_words,
     stem,
     words,
@@ -55,6 +57,7 @@ GUARD_REASONS: tuple[str, ...] = (
     "number",
     "negation",
     "question_type",
+    "focus",
     "antonym",
     "scope",
     "entity",
@@ -125,15 +128,45 @@ def _antonym_prefix(a: str, b: str) -> bool:
 # --------------------------------------------------------------------------- guards
 
 
+_UNIT = re.compile(r"[a-z]{2,}")
+
+
+def _number_units(text: str) -> list[tuple[str, str]]:
+    """``(number, unit)`` in reading order; the unit is the first word after the number that is
+    not itself a number ("2 apples" -> apples; in "1-2 hours" both numbers have the unit hours)."""
+    low = text.lower()
+    found = numbers_in_order(text)
+    out = []
+    for pos, v in found:
+        m = _UNIT.search(low, pos + 1)
+        while m is not None and numbers(m.group(0)):
+            m = _UNIT.search(low, m.end())
+        out.append((v, m.group(0) if m else ""))
+    return out
+
+
 @dataclass(slots=True)
 class NumberGuard:
-    """Numbers (and ``$``/``%`` amounts, versions, years) must be equal as multisets."""
+    """Numbers (and ``$``/``%`` amounts, versions, years) must be equal, in order.
+
+    Equal as multisets is not enough: "bucket 1-2" and "bucket 2-1" (cosine 0.99) name different
+    buckets. The same numbers in another order pass only when each is tied to its own word and
+    keeps it ("2 apples and 3 pears" / "3 pears and 2 apples"); numbers sharing one word ("1-2 hours"
+    vs "2-1 hours", "from 2 to 5 pm" vs "from 5 to 2 pm") must keep their order.
+    """
 
     name: str = "number"
 
     def check(self, query: str, candidate: str) -> str | None:
-        a, b = numbers(query), numbers(candidate)
-        return None if a == b else f"numbers {a} != {b}"
+        a, b = _number_units(query), _number_units(candidate)
+        if [v for v, _ in a] == [v for v, _ in b]:
+            return None
+        if sorted(v for v, _ in a) != sorted(v for v, _ in b):
+            return f"numbers {sorted(v for v, _ in a)} != {sorted(v for v, _ in b)}"
+        units = [u for _, u in a]
+        if len(set(units)) == len(units) and sorted(a) == sorted(b):
+            return None
+        return f"numbers in another order: {[v for v, _ in a]} vs {[v for v, _ in b]}"
 
 
 @dataclass(slots=True)
@@ -268,7 +301,7 @@ class GuardSet:
     @classmethod
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
                 disable: Iterable[str] = ()) -> GuardSet:
-        gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
+        gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), QuestionFocusGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
                            DirectionGuard(), SubstitutionGuard()]
         if verifier is not None:
             gs.append(VerifierGuard(verifier))

@@ -17,7 +17,7 @@ import numpy as np
 
 from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.bound import error_bound
-from ragcache.semantic.checks import DEFAULT_THRESHOLD, check_count, checked_partition
+from ragcache.semantic.checks import check_count, checked_partition
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.guards import GuardSet
 from ragcache.semantic.keying import question_key
@@ -49,7 +49,7 @@ class PgSemanticCache(SemanticPolicy):
     """
 
     def __init__(self, url: str, *, schema: str = "ragcache", embedder: Any = None,
-                 threshold: float = DEFAULT_THRESHOLD, max_entries: int = 1_000_000, ttl_s: float | None = None,
+                 threshold: float | None = None, max_entries: int = 1_000_000, ttl_s: float | None = None,
                  guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64,
                  pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False,
@@ -58,9 +58,9 @@ class PgSemanticCache(SemanticPolicy):
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         ef_search = check_count("ef_search", ef_search)
-        decider = make_decider(guards, verifier)
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
+        decider = make_decider(guards, verifier, emb)
         self.url, self.schema = url, schema
         store = PgAnswerStore(url, embedder=emb, schema=schema, max_entries=self.max_entries, ef_search=ef_search,
                               hnsw_m=hnsw_m, ef_construction=ef_construction, pool_size=pool_size)

@@ -33,6 +33,7 @@ from ragcache.semantic.bound import ErrorBound, ErrorBoundAPI, Exploration, deci
 from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
 from ragcache.semantic.checks import (
     DEFAULT_PARTITION,
+    DEFAULT_THRESHOLD,
     check_metadata,
     check_threshold,
     check_ttl,
@@ -58,9 +59,18 @@ class Decider(Protocol):
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict: ...
 
 
-def make_decider(guards: bool | GuardSet, verifier: Callable[[str, str], bool | float] | None) -> GuardSet:
-    """The guards a cache runs: ``True`` the defaults, ``False`` none, or a given set; ``verifier`` is
-    appended as the last guard."""
+def make_decider(guards: bool | GuardSet, verifier: Callable[[str, str], bool | float] | None,
+                 embedder: QuestionEmbedder | None = None) -> Decider:
+    """What a cache decides hits with: ``guards=True`` with no ``verifier`` and an ``embedder`` the
+    shipped head was fitted for is the learned verifier
+    (:func:`ragcache.semantic.verifier.default_verifier`); otherwise the guards: ``True`` the
+    defaults, ``False`` none, or a given set, with ``verifier`` appended as the last guard."""
+    if guards is True and verifier is None and embedder is not None:
+        from ragcache.semantic.verifier import default_verifier
+
+        learned = default_verifier(embedder)
+        if learned is not None:
+            return learned
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])
@@ -89,9 +99,11 @@ class SemanticPolicy(ErrorBoundAPI):
     Args:
         answer_store: where entries live (:class:`~ragcache.semantic.protocol.VectorAnswerStore`).
         embedder: the resolved :class:`QuestionEmbedder` (the store holds its vectors).
-        threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only.
+        threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only;
+            ``None``: the decider's own gate (its ``floor``), else :data:`DEFAULT_THRESHOLD`.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
-        decider: ``check(query, candidate, similarity) -> GuardVerdict`` (a :class:`GuardSet`).
+        decider: ``check(query, candidate, similarity) -> GuardVerdict`` (a :class:`GuardSet`, or the
+            learned :class:`~ragcache.semantic.verifier.LearnedVerifier`).
         candidates: nearest stored questions checked per lookup (best first).
         typo_correction: correct out-of-vocabulary query words against the partition's words.
         store_truncated: store answers cut at their token budget (served then only to the same budget).
@@ -99,11 +111,13 @@ class SemanticPolicy(ErrorBoundAPI):
             thresholds learned online (vCache) replace ``threshold``; ``None``: the threshold decides.
     """
 
-    def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float,
+    def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float | None,
                  ttl_s: float | None, decider: Decider, candidates: int, typo_correction: bool = True,
                  store_truncated: bool = False, error_bound: ErrorBound | None = None) -> None:
         self.answer_store = answer_store
         self.embedder = embedder
+        if threshold is None:
+            threshold = getattr(decider, "floor", DEFAULT_THRESHOLD)
         self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
         self.guards = decider
         self.candidates, self.typo_correction = candidates, typo_correction

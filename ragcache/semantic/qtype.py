@@ -238,3 +238,58 @@ class QuestionTypeGuard:
     def check(self, query: str, candidate: str) -> str | None:
         a, b = question_type(query), question_type(candidate)
         return None if compatible(a, b) else f"question type {a} vs {b}"
+
+
+_COPULA = frozenset({"is", "are", "was", "were", "s"})
+_CONTAINER = frozenset({"in", "inside", "on", "under", "behind", "within", "at", "into"})
+_TAIL_PREPS = frozenset({"of", "from", "for", "with", "like", "about", "made"})
+_AS_BE = frozenset({"mean", "means", "stand"})  # "what does API mean / stand for" asks what API is
+_FOCUS_VERBS = frozenset(
+    "contain contains include includes hold holds have has need needs require requires eat eats do does use uses "
+    "cover covers involve involves offer offers provide provides return returns cause causes say says look looks "
+    "consist consists support supports show shows want wants measure measures produce produces make makes sell "
+    "sells feed feeds store stores carry carries cost costs".split())
+
+
+def question_focus(text: str) -> str | None:
+    """What a "what" question asks about the thing it names: ``"be"`` for "what is X" (and "what does
+    X mean"), ``"be_in"`` for "what is in X", ``"be_<prep>"`` for "what is X made of / used for /
+    like", ``"do_<verb>"`` for "what does X contain / include / need"; ``None`` for any other question
+    or when no such verb is found (then nothing is compared)."""
+    sents = [s for s in _SENT.split(text.strip()) if s]
+    asks = [s for s in sents if s.rstrip().endswith("?")] or sents
+    toks = _tokens(asks[0]) if asks else []
+    j = next((i for i, t in enumerate(toks[:4]) if t in ("what", "whats")), None)
+    if j is None:
+        return None
+    after = (["is"] if toks[j] == "whats" else []) + toks[j + 1:]
+    if not after:
+        return None
+    if after[0] in _COPULA:
+        rest = after[1:]
+        if rest and rest[0] in _CONTAINER:
+            return "be_in"
+        if len(rest) > 1 and rest[-1] in _TAIL_PREPS:
+            return "be_of" if rest[-1] in ("of", "from", "made") else f"be_{rest[-1]}"
+        return "be"
+    if after[0] in ("do", "does", "did"):
+        verb = next((t for t in after[2:] if t in _FOCUS_VERBS | _AS_BE), None)
+        if verb is None:
+            return None
+        return "be" if verb in _AS_BE else "do_" + verb.removesuffix("s")
+    return None
+
+
+@dataclass(slots=True)
+class QuestionFocusGuard:
+    """Rejects "what does X contain" against "what is X" (and "what is in X", "what is X made of"):
+    the same thing named, another question about it (:func:`question_focus`). Two "what does X
+    <verb>" questions with different verbs are left to the other guards."""
+
+    name: str = "focus"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = question_focus(query), question_focus(candidate)
+        if a is None or b is None or a == b or not (a.startswith("be") or b.startswith("be")):
+            return None
+        return f"question focus {a} vs {b}"

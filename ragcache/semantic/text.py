@@ -156,15 +156,18 @@ def numbers(text: str) -> list[str]:
     is: its digits are). A digit and a
     multiplier word stay two numbers ("2 million" -> "2", "1000000"; "two million" -> "2000000").
     """
+    return sorted(v for _, v in numbers_in_order(text))
+
+
+def numbers_in_order(text: str) -> list[tuple[int, str]]:
+    """``(character offset, canonical number)`` for each number of :func:`numbers`, in reading order."""
     out = []
     low = text.lower()
     for m in _NUMBER.finditer(low):
-        s = m.group(0)
-        s = re.sub(r"(?<=\d),(?=\d{3}\b)", "", s)
-        out.append(s)
+        out.append((m.start(), re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0))))
     for m in _CARDINAL_RUN.finditer(low):
-        out.extend(_spelled(re.sub(r"[\s-]+", " ", m.group(0))))
-    out.extend(_COUNT_WORDS[w] for w in re.findall(r"[a-z]+", low) if w in _COUNT_WORDS)
+        out.extend((m.start(), v) for v in _spelled(re.sub(r"[\s-]+", " ", m.group(0))))
+    out.extend((m.start(), _COUNT_WORDS[m.group(0)]) for m in re.finditer(r"[a-z]+", low) if m.group(0) in _COUNT_WORDS)
     return sorted(out)
 
 
