@@ -181,11 +181,12 @@ def test_verifier_serves_true_paraphrases(verifier, embedder):
 
 
 @pytest.mark.slow
-def test_swapped_numbers_never_hit_through_the_default_cache(embedder):
+@pytest.mark.parametrize("guards,decider", [(True, "GuardSet"), ("verifier", "LearnedVerifier")])
+def test_swapped_numbers_never_hit_through_the_default_cache(embedder, guards, decider):
     from ragcache.semantic import SemanticCache
 
-    cache = SemanticCache(embedder=embedder)
-    assert cache.guards.__class__.__name__ == "LearnedVerifier"
+    cache = SemanticCache(embedder=embedder, guards=guards)
+    assert cache.guards.__class__.__name__ == decider
     templates = ["How do I empty bucket {}-{}?", "Is gate {} to {} open?", "Why does shelf {}-{} tilt?",
                  "Can I move from row {} to row {}?", "What is the fee from zone {} to zone {}?"]
     pairs = [(x, y) for x in range(1, 6) for y in range(x + 1, 7)][:9]
@@ -201,13 +202,15 @@ def test_swapped_numbers_never_hit_through_the_default_cache(embedder):
 
 
 @pytest.mark.slow
-def test_postgres_cache_uses_the_verifier_and_refuses_swapped_numbers(pg_server, embedder):
+@pytest.mark.parametrize("guards,decider,threshold", [(True, "GuardSet", 0.94), ("verifier", "LearnedVerifier", None)])
+def test_postgres_cache_uses_the_decider_and_refuses_swapped_numbers(pg_server, embedder, guards, decider, threshold):
     pytest.importorskip("psycopg", reason="pip install 'ragcache[shared]'")
     from ragcache.semantic.pg_cache import PgSemanticCache
 
-    cache = PgSemanticCache(pg_server.url, schema="t_verifier_swaps", embedder=embedder)
+    cache = PgSemanticCache(pg_server.url, schema=f"t_verifier_swaps_{decider.lower()}", embedder=embedder, guards=guards)
     try:
-        assert type(cache.guards).__name__ == "LearnedVerifier" and cache.threshold == cache.guards.floor
+        assert type(cache.guards).__name__ == decider
+        assert cache.threshold == (threshold if threshold is not None else cache.guards.floor)
         for x, y in [(1, 2), (3, 7), (4, 9)]:
             cache.store(f"How do I empty bucket {x}-{y}?", f"answer {x}-{y}")
         assert all(cache.lookup(f"How do I empty bucket {y}-{x}?") is None for x, y in [(1, 2), (3, 7), (4, 9)])
@@ -215,3 +218,20 @@ def test_postgres_cache_uses_the_verifier_and_refuses_swapped_numbers(pg_server,
     finally:
         cache.clear()
         cache.close()
+
+
+@pytest.mark.parametrize("guards", ["Verifier", "learned", "yes"])
+def test_unknown_guard_names_are_refused(guards):
+    from ragcache.semantic import SemanticCache
+
+    with pytest.raises(ValueError, match="guards must be True, False, 'verifier' or a GuardSet"):
+        SemanticCache(None, guards=guards)
+
+
+def test_the_verifier_needs_the_packaged_embedder():
+    from ragcache.semantic import SemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    with pytest.raises(ValueError, match="needs the packaged all-MiniLM-L6-v2 embedder"):
+        SemanticCache(None, embedder=HashingEmbedder(), guards="verifier")
+    assert type(SemanticCache(None, embedder=HashingEmbedder()).guards).__name__ == "GuardSet"

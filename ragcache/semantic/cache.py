@@ -38,8 +38,8 @@ class SemanticCache(SemanticPolicy):
             only; ``None``: the decider's own gate (the learned verifier's ``floor``; 0.94 for the guards).
         max_entries: LRU capacity over all partitions.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
-        guards: ``True`` (the learned verifier for the packaged embedder, else the default
-            :class:`GuardSet`), ``False`` (plain cosine), or a ``GuardSet``.
+        guards: ``True`` (the default :class:`GuardSet`), ``"verifier"`` (the learned verifier, opt in:
+            more hits, more wrong ones; see the README), ``False`` (plain cosine), or a ``GuardSet``.
         verifier: optional ``(query, candidate) -> bool | float`` added as the last guard.
         candidates: nearest stored questions checked per lookup (best first).
         hnsw_threshold: partition size above which its index becomes HNSW.
@@ -75,7 +75,7 @@ class SemanticCache(SemanticPolicy):
 
     def __init__(self, path: str | Path | None = None, *, embedder: Any = None,
                  threshold: float | None = None, max_entries: int = 100_000, ttl_s: float | None = None,
-                 guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
+                 guards: bool | str | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, hnsw_threshold: int = 20_000, autosave_every: int = 1000,
                  typo_correction: bool = True, store_truncated: bool = False,
                  search_threads: int | None = 1, reembed: bool = False,

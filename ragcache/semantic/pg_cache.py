@@ -50,7 +50,7 @@ class PgSemanticCache(SemanticPolicy):
 
     def __init__(self, url: str, *, schema: str = "ragcache", embedder: Any = None,
                  threshold: float | None = None, max_entries: int = 1_000_000, ttl_s: float | None = None,
-                 guards: bool | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
+                 guards: bool | str | GuardSet = True, verifier: Callable[[str, str], bool | float] | None = None,
                  candidates: int = 4, ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64,
                  pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False,
                  max_error: float | None = None, equivalence: Any = "exact",
