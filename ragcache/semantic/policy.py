@@ -61,7 +61,8 @@ class Decider(Protocol):
 
 def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], bool | float] | None,
                  embedder: QuestionEmbedder | None = None) -> Decider:
-    """What a cache decides hits with: ``True`` (the default) the default :class:`GuardSet`, ``False``
+    """What a cache decides hits with: ``True`` (the default) the default :class:`GuardSet`, or the
+    learned verifier at the threshold of a ``ragcache calibrate semantic`` record for ``embedder``; ``False``
     none (plain cosine), a given set, with ``verifier`` appended as the last guard; ``"verifier"`` the
     learned verifier (:func:`ragcache.semantic.verifier.default_verifier`) for an ``embedder`` the
     shipped head was fitted for.
@@ -87,6 +88,12 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
         if verifier is not None:
             raise ValueError("guards='verifier' decides alone: pass verifier= with guards=True (it runs last)")
         return learned
+    if guards is True and verifier is None and embedder is not None:
+        from ragcache.semantic.verifier import calibrated_verifier
+
+        calibrated = calibrated_verifier(embedder)  # the user's own `ragcache calibrate semantic` record
+        if calibrated is not None:
+            return calibrated
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])

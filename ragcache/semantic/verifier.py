@@ -225,4 +225,20 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None) -> Learned
     return LearnedVerifier(embedder, head if t is None else head.with_threshold(t))
 
 
-__all__ = ["HEAD_FILE", "LearnedVerifier", "VerifierHead", "default_verifier", "fit_logistic", "load_head"]
+def calibrated_verifier(embedder: Any) -> LearnedVerifier | None:
+    """The learned decider with the threshold of this deployment's own calibration record
+    (``ragcache calibrate semantic``), or ``None`` when there is no record for ``embedder``: a
+    record says the verifier meets the user's precision on the user's pairs, so a default cache then
+    decides with it."""
+    if not getattr(embedder, "has_tokens", False):
+        return None
+    from ragcache.semantic.calibration import recorded_threshold
+
+    head = load_head()
+    if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
+        return None
+    t = recorded_threshold(embedder, head)
+    return None if t is None else LearnedVerifier(embedder, head.with_threshold(t))
+
+
+__all__ = ["HEAD_FILE", "LearnedVerifier", "VerifierHead", "calibrated_verifier", "default_verifier", "fit_logistic", "load_head"]
