@@ -74,11 +74,13 @@ def bench_blend(
     json_path: str = json_option("blend"),
     plot_path: str = plot_option("blend"),
     ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50,1.0", help="Comma-separated recompute ratios (r=0 always runs)."),
+    rules: str = typer.Option("cacheblend", help="Comma-separated selection rules run at every ratio: cacheblend, prophet, infoflow, random."),
     threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
     """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
     run_bench("blend", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, json_path=json_path,
-              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads)
+              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads,
+              rules=[r.strip() for r in rules.split(",") if r.strip()])
 
 
 @bench_app.command("blend-variants")

@@ -50,6 +50,9 @@ from ragcache.engine.blend_layers import attend, finish, qkv
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 
 QUERY_RULES: tuple[str, ...] = ("prophet", "infoflow")
+DEFAULT_SELECTION = "infoflow"
+"""The rule an engine blends with when neither its config nor a calibration record names one
+(chosen on development items 0-7 by ``ragcache bench blend-variants``; see the README's CacheBlend section)."""
 OTHER_RULES: tuple[str, ...] = ("random", "given")
 
 
@@ -118,6 +121,15 @@ def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: in
     return total / max(len(use), 1)
 
 
+def resolve_selection(configured: str | None, calibration: Any = None) -> str:
+    """An engine's rule: ``configured``, else the calibration record's ``rank_by``, else :data:`DEFAULT_SELECTION`."""
+    if configured is not None:
+        return configured
+    if calibration is not None:
+        return calibration.rank_by
+    return DEFAULT_SELECTION
+
+
 def random_scores(n: int, seed: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Uniform random scores ``[n]`` from a generator seeded with ``seed`` (the same seed, the same set)."""
     g = torch.Generator().manual_seed(int(seed))
@@ -166,5 +178,5 @@ def chunk_order(scores: torch.Tensor, doc_spans: Sequence[tuple[int, int]]) -> l
     return sorted(range(len(doc_spans)), key=lambda i: (weights[i], i))
 
 
-__all__ = ["OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores", "query_scores",
-           "random_scores"]
+__all__ = ["DEFAULT_SELECTION", "OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores", "query_scores",
+           "random_scores", "resolve_selection"]

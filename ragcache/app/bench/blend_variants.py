@@ -63,6 +63,24 @@ VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "r=0.15 dev KV x question attention, check 4": ("bos", 0.15, {"deviation": "kv", "rank_by": "deviation*attention",
                                                                   "check_layer": 4}),
 }
+# issue 20: query-aware rules (ragcache.engine.selection), random at the same r, and the oracle
+for _r in (0.15, 0.30):
+    VARIANTS.update({
+        f"r={_r:.2f} CacheBlend (dev KV, check 1)": ("bos", _r, {}),
+        f"r={_r:.2f} prophet (all layers)": ("bos", _r, {"rank_by": "prophet"}),
+        f"r={_r:.2f} infoflow (all layers)": ("bos", _r, {"rank_by": "infoflow"}),
+        **{f"r={_r:.2f} random seed {k}": ("bos", _r, {"rank_by": "random", "seed": k}) for k in range(3)},
+        f"r={_r:.2f} oracle (full-prefill KV distance)": ("bos", _r, {"rank_by": "oracle"}),
+    })
+VARIANTS.update({
+    "r=0.15 prophet (layers 0-14)": ("bos", 0.15, {"rank_by": "prophet", "query_layers": tuple(range(15))}),
+    "r=0.15 prophet (layers 15-29)": ("bos", 0.15, {"rank_by": "prophet", "query_layers": tuple(range(15, 30))}),
+    "r=0.15 infoflow (layers 15-29)": ("bos", 0.15, {"rank_by": "infoflow", "query_layers": tuple(range(15, 30))}),
+    "r=0.15 prophet + heads 4": ("bos", 0.15, {"rank_by": "prophet", "doc_head_tokens": 4}),
+    "r=0.15 infoflow reordered (InfoFlow chunk order)": ("bos", 0.15, {"rank_by": "infoflow", "reorder": True}),
+})
+ISSUE20 = ["full reuse r=0 (bos sink)"] + [k for k in VARIANTS if "CacheBlend (" in k or "prophet" in k
+                                           or "infoflow" in k or "random seed" in k or "oracle" in k]
 
 
 def _load_avg() -> list[float]:
@@ -105,6 +123,7 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.prompt import render_messages
     from ragcache.engine.chunk.stores import MemoryChunkStore
+    from ragcache.engine.selection import chunk_order, oracle_scores
 
     model, tok, fp = ctx["model"], ctx["tokenizer"], ctx["fingerprint"]
     prompt = render_messages(tok, _messages(item["question"], _retrieve(ctx["embedder"], item)))
@@ -120,11 +139,24 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     prefix_kv = kvb.cache_tensors(prefix)
     caches = {"bos": ctx["bos_chunks"], "system": ChunkCache(MemoryChunkStore(max_bytes=1 << 30), sink_ids=ids[:p])}
     out: dict[str, dict] = {}
+    docs = _retrieve(ctx["embedder"], item)
     for name, (sink, r, opts) in variants.items():
         kvs = [caches[sink].lookup_or_compute(model, fp, ids[s:e])[0] for s, e in spans]
+        opts = dict(opts)
+        if opts.get("rank_by") == "oracle":  # needs the full prefill: a bound, not a serving rule
+            opts.update(rank_by="given", token_scores=oracle_scores(model, full, spans, kvs, len(ids)))
         t0 = time.perf_counter()
-        res = blend_prefill(model, ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
-                            doc_spans=spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
+        use_ids, use_spans = ids, spans
+        if opts.pop("reorder", False):  # InfoFlow chunk order: rank on the canonical prompt, reorder, blend again
+            res = blend_prefill(model, ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
+                                doc_spans=spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
+            order = chunk_order(res.token_scores, spans)
+            re = render_messages(tok, _messages(item["question"], [docs[i] for i in order]))
+            use_ids, use_spans = re.input_ids, [(s, e) for s, e, _ in re.document_spans()]
+            kvs = [kvs[i] for i in order]
+            assert len(use_ids) == len(ids) and use_spans[0][0] == p, "reordered prompt must keep length and prefix"
+        res = blend_prefill(model, use_ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
+                            doc_spans=use_spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
         dt = time.perf_counter() - t0
         f = teacher_forced_fidelity(model, full, full_logits, res.cache, res.last_logits, len(ids), answer,
                                     full_forced=full_forced)
@@ -159,9 +191,28 @@ def summarize(rows: list[dict], variants: dict[str, tuple[str, float, dict]]) ->
                  if base and name in row["variants"] and base in row["variants"]]
         den = sum(b for _, b in pairs)
         s["kl_share_of_r0"] = sum(a for a, _ in pairs) / den if den > 0 else None
+        agree0 = [row["variants"][base]["top1_agreement"] for row in rows
+                  if base and name in row["variants"] and base in row["variants"]]
+        a0 = statistics.fmean(agree0) if agree0 else None
+        # share of the full-reuse gap closed: 0 = no better than r = 0, 1 = full prefill
+        s["gap_closed_agreement"] = (s["top1_agreement"] - a0) / (1.0 - a0) if a0 is not None and a0 < 1 else None
+        s["gap_closed_kl"] = 1.0 - s["kl_share_of_r0"] if s["kl_share_of_r0"] is not None else None
         s["meets_target"] = bool(s["top1_agreement"] >= 0.95 and s["kl_share_of_r0"] is not None
                                  and s["kl_share_of_r0"] <= 0.5)
+    _versus_random(out)
     return out
+
+
+def _versus_random(out: dict[str, dict]) -> None:
+    """Per variant: its gap share over the mean gap share of the random seeds at the same r (same sink)."""
+    for s in out.values():
+        rand = [o for o in out.values() if o["options"].get("rank_by") == "random" and o["sink"] == s["sink"]
+                and o["recompute_ratio"] == s["recompute_ratio"]]
+        for key in ("gap_closed_agreement", "gap_closed_kl"):
+            vals = [o[key] for o in rand if o.get(key) is not None]
+            r = statistics.fmean(vals) if vals else None
+            s[f"random_{key}"] = r
+            s[f"{key}_x_random"] = s[key] / r if r and s.get(key) is not None and r > 0 else None
 
 
 def report(payload: dict | str, console: Console | None = None) -> None:
@@ -173,17 +224,23 @@ def report(payload: dict | str, console: Console | None = None) -> None:
     table = Table(title=f"CacheBlend selection variants, MuSiQue dev items {a}-{b - 1} "
                         f"({len(payload['per_item'])} items); teacher-forced vs full prefill")
     for col in ("variant", "items", "mean KL", "KL / r=0", "top-1 agr", "pooled agr", "1st KL", "1st =", "greedy match",
-                "recomputed", "blend s", "target"):
+                "recomputed", "blend s", "gap agr", "gap KL", "x random", "target"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, s in payload["summary"].items():
         share = "-" if s["kl_share_of_r0"] is None else f"{s['kl_share_of_r0']:.2f}"
         table.add_row(name, str(s["items"]), f"{s['mean_kl']:.4f}", share, f"{s['top1_agreement']:.3f}",
                       f"{s['top1_agreement_pooled']:.3f}", f"{s['first_token_kl']:.4f}",
                       f"{s['first_token_agreement']:.2f}", f"{s['greedy_match_len']:.1f}/{s['answer_len']:.1f}",
-                      f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", "met" if s["meets_target"] else "")
+                      f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", _fmt(s.get("gap_closed_agreement")),
+                      _fmt(s.get("gap_closed_kl")), _fmt(s.get("gap_closed_agreement_x_random")),
+                      "met" if s["meets_target"] else "")
     console.print(table)
     console.print(f"load (1/5/15 min) at start {payload['load_start']}, at end {payload.get('load_end')}; "
                   f"{payload['machine']}")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/results/blend_variants_dev.json",
