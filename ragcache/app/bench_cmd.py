@@ -99,6 +99,21 @@ def bench_blend_variants(
               names=[v.strip() for v in variants.split(";") if v.strip()] or None)
 
 
+@bench_app.command("blend-peer")
+def bench_blend_peer(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(50, help="First item (50-149 is the evaluation split)."),
+    end: int = typer.Option(55, help="One past the last item."),
+    json_path: str = typer.Option("bench/results/blend_peer.json", "--json", help="Where to write the JSON."),
+    ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="Recompute ratio of both caches."),
+    rule: str = typer.Option("infoflow", help="ragcache's selection rule (blend_prefill rank_by)."),
+    threads: int = typer.Option(1, help="torch threads."),
+) -> None:
+    """kvboost (pip install 'ragcache[bench]') vs ragcache's chunk cache when the same documents come back reordered."""
+    run_bench("blend_peer", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+              json_path=json_path, ratio=ratio, rule=rule, threads=threads)
+
+
 @bench_app.command("semantic")
 def bench_semantic(
     pairs: Optional[str] = typer.Option(None, help="Labelled question pairs (JSONL); default "

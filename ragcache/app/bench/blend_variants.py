@@ -12,7 +12,17 @@ the KL as a share of full reuse (r = 0) with the same chunk sink. Variants
 - always recomputing each document's first tokens (EPIC, arXiv 2410.15332) or last tokens
   (the tokens before each document boundary);
 - chunks computed after BOS (default) or after the real system prefix (the prompt's tokens
-  before the first document).
+  before the first document);
+- query-aware rules ranked before layer 0 (:mod:`ragcache.engine.selection`: ProphetKV-style
+  attention, InfoFlow-style attention norm, fused over all or half the layers; InfoFlow's chunk
+  reordering, scored against the canonical order's full prefill), random selection at the same r
+  (seeds 0-2) and the oracle (tokens whose chunk KV differs most from the full prefill's, summed
+  over all layers; it needs the full prefill, so it bounds what a per-token ranking of that kind can
+  do rather than serving).
+
+Per variant the summary adds its share of the full-reuse gap closed, on agreement
+``(agree - agree_r0) / (1 - agree_r0)`` and on KL ``1 - KL / KL_r0``, and that share over the
+mean share of the random seeds at the same r.
 
 Tuning happens here, on items 0-49; never on the evaluation items 50-149 (``main`` refuses
 them). Blend times are recorded but the study runs on a shared CPU: read them as indicative.
@@ -158,11 +168,12 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
         res = blend_prefill(model, use_ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
                             doc_spans=use_spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
         dt = time.perf_counter() - t0
+        order_note = {"doc_order": order} if use_ids is not ids else {}
         f = teacher_forced_fidelity(model, full, full_logits, res.cache, res.last_logits, len(ids), answer,
                                     full_forced=full_forced)
         m = f.as_dict()
         m.pop("kl_per_position")
-        out[name] = {**m, "blend_s": dt, "tokens_recomputed": res.tokens_recomputed}
+        out[name] = {**m, "blend_s": dt, "tokens_recomputed": res.tokens_recomputed, **order_note}
     return {"question": item["question"], "prompt_tokens": len(ids), "doc_tokens": sum(e - s for s, e in spans),
             "answer": tok.decode(answer), "answer_tokens": len(answer), "variants": out}
 
@@ -224,7 +235,7 @@ def report(payload: dict | str, console: Console | None = None) -> None:
     table = Table(title=f"CacheBlend selection variants, MuSiQue dev items {a}-{b - 1} "
                         f"({len(payload['per_item'])} items); teacher-forced vs full prefill")
     for col in ("variant", "items", "mean KL", "KL / r=0", "top-1 agr", "pooled agr", "1st KL", "1st =", "greedy match",
-                "recomputed", "blend s", "gap agr", "gap KL", "x random", "target"):
+                "recomputed", "blend s", "gap agr", "gap KL", "x rand agr", "x rand KL", "target"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, s in payload["summary"].items():
         share = "-" if s["kl_share_of_r0"] is None else f"{s['kl_share_of_r0']:.2f}"
@@ -233,10 +244,35 @@ def report(payload: dict | str, console: Console | None = None) -> None:
                       f"{s['first_token_agreement']:.2f}", f"{s['greedy_match_len']:.1f}/{s['answer_len']:.1f}",
                       f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", _fmt(s.get("gap_closed_agreement")),
                       _fmt(s.get("gap_closed_kl")), _fmt(s.get("gap_closed_agreement_x_random")),
-                      "met" if s["meets_target"] else "")
+                      _fmt(s.get("gap_closed_kl_x_random")), "met" if s["meets_target"] else "")
     console.print(table)
     console.print(f"load (1/5/15 min) at start {payload['load_start']}, at end {payload.get('load_end')}; "
                   f"{payload['machine']}")
+
+
+def plot(payload: dict, path: str) -> None:
+    """Bar chart of each variant's share of the full-reuse gap closed (agreement and KL); needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(k, s) for k, s in payload["summary"].items() if s["recompute_ratio"] > 0]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    y = list(range(len(rows)))
+    ax.barh([i - 0.2 for i in y], [s.get("gap_closed_agreement") or 0 for _, s in rows], height=0.4,
+            label="gap closed, top-1 agreement")
+    ax.barh([i + 0.2 for i in y], [s.get("gap_closed_kl") or 0 for _, s in rows], height=0.4,
+            label="gap closed, mean KL")
+    ax.set_yticks(y, [k for k, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    a, b = payload["items"]
+    ax.set_title(f"share of the full-reuse (r=0) gap to full prefill closed; dev items {a}-{b - 1}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _fmt(x: float | None) -> str:
@@ -297,6 +333,10 @@ def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/result
         console.print(f"[{start + len(rows) - 1}] {rows[-1]['prompt_tokens']} tokens, answer {rows[-1]['answer']!r} "
                       f"({rows[-1]['answer_tokens']} tokens), {time.perf_counter() - t0:.0f}s")
     report(payload, console)
+    from ragcache.app.bench.plotting import draw
+
+    png = str(jpath.with_suffix(".png"))
+    draw(lambda: plot(payload, png), png)
     return payload
 
 
