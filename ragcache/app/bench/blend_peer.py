@@ -18,7 +18,10 @@ threads, methods back to back:
 Fidelity is teacher-forced against the full prefill of exactly the ids each method saw
 (:mod:`ragcache.app.bench.fidelity`): kvboost re-encodes the prompt text itself, so its
 reference is the full prefill of its own ids. ``reused`` is kvboost's ``cached_tokens`` /
-``kv_reuse_ratio``: what it says it served from cache.
+``kv_reuse_ratio``: what it says it served from cache. ``last_forward_cache_tokens`` is the length of
+the cache its final prefill forward returned: when it is shorter than the prompt, that forward did
+not attend over the reused KV (seen with kvboost 0.9.0 under transformers 5.24, which deprecates the
+``past_key_values=`` argument kvboost passes), so only first-token KL / agreement are scored.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def _fid(model: Any, ref: dict, cache: Any, logits: torch.Tensor, n: int) -> dic
 
     f = teacher_forced_fidelity(model, ref["cache"], ref["logits"], cache, logits, n, ref["answer"],
                                 full_forced=ref["rows"])
-    return {"tf_top1_agreement": f.top1_agreement, "tf_mean_kl": f.mean_kl, "answer_tokens": f.answer_len}
+    return {"tf_top1_agreement": f.top1_agreement, "tf_mean_kl": f.mean_kl, "answer_tokens": f.answer_len,
+            "first_token_kl": f.first_token_kl, "first_token_equal": bool(f.first_token_equal)}
 
 
 def _kvboost_call(eng: Any, peer_model: Any, text: str) -> dict:
@@ -87,7 +91,7 @@ def _kvboost_call(eng: Any, peer_model: Any, text: str) -> dict:
 
 def run_item(ctx: dict, item: dict, ratio: float, rule: str) -> dict:
     """Warm both caches with the canonical order, then time and score the reversed order (and kvboost's same order)."""
-    from ragcache.app.bench.blend import _messages, _retrieve
+    from ragcache.app.bench.blend import _messages, _retrieve, kl_divergence
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
     from ragcache.engine.prompt import render_messages
@@ -126,10 +130,15 @@ def run_item(ctx: dict, item: dict, ratio: float, rule: str) -> dict:
         k_ref = ref if list(k_ids) == list(ids) else _reference(model, list(k_ids), ctx)
         call = _kvboost_call(eng, peer, text)
         r = call["res"]
-        fid = _fid(model, k_ref, call["cache"], call["logits"], len(k_ids)) if call["cache"] is not None else {}
+        seen = kvb.cache_len(call["cache"]) if call["cache"] is not None else 0
+        if seen == len(k_ids):
+            fid = _fid(model, k_ref, call["cache"], call["logits"], len(k_ids))
+        else:  # its last forward did not attend over the whole prompt: first-token metrics only
+            fid = {"first_token_kl": kl_divergence(k_ref["logits"], call["logits"]),
+                   "first_token_equal": int(call["logits"].argmax()) == int(k_ref["logits"].argmax())}
         row[f"kvboost cacheblend r={ratio:.2f} ({label})"] = {
             "cpu_s": call["cpu_s"], "reused_tokens": int(r.cached_tokens), "kv_reuse_ratio": float(r.kv_reuse_ratio),
-            "kvboost_ttft_ms": float(r.ttft_ms), "full_prefill_cpu_s": k_ref["cpu_s"],
+            "kvboost_ttft_ms": float(r.ttft_ms), "full_prefill_cpu_s": k_ref["cpu_s"], "last_forward_cache_tokens": seen,
             "same_ids_as_ragcache": list(k_ids) == list(ids if label == "other order" else canon.input_ids), **fid}
     return row
 
@@ -145,6 +154,10 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
                      "median_item_cpu_speedup": statistics.median(f / m["cpu_s"] for m, f in zip(ms, own_full)),
                      "mean_reused_tokens": statistics.fmean(m["reused_tokens"] for m in ms),
                      "prompt_tokens": statistics.fmean(r["prompt_tokens"] for r in rows)}
+        if all("first_token_kl" in m for m in ms):
+            out[name].update(first_token_kl=statistics.fmean(m["first_token_kl"] for m in ms),
+                             first_token_agreement=statistics.fmean(float(m["first_token_equal"]) for m in ms),
+                             last_forward_cache_tokens=statistics.fmean(m.get("last_forward_cache_tokens", 0) for m in ms))
         if all("tf_top1_agreement" in m for m in ms):
             out[name].update(tf_top1_agreement=statistics.fmean(m["tf_top1_agreement"] for m in ms),
                              tf_mean_kl=statistics.fmean(m["tf_mean_kl"] for m in ms))
@@ -156,13 +169,15 @@ def report(payload: dict, console: Console | None = None) -> None:
     a, b = payload["items"]
     t = Table(title=f"kvboost vs ragcache, MuSiQue items {a}-{b - 1}, documents reversed after a warm-up; "
                     f"{payload['torch_threads']} thread(s), CPU s")
-    for c in ("method", "items", "CPU s", "median speed-up", "reused tokens", "TF agree", "TF KL"):
+    for c in ("method", "items", "CPU s", "median speed-up", "reused tokens", "TF agree", "TF KL", "1st =", "1st KL"):
         t.add_column(c, justify="left" if c == "method" else "right")
     for name, s in payload["summary"].items():
         t.add_row(name, str(s["items"]), f"{s['mean_cpu_s']:.2f}", f"{s['median_item_cpu_speedup']:.2f}x",
                   f"{s['mean_reused_tokens']:.0f}/{s['prompt_tokens']:.0f}",
                   f"{s['tf_top1_agreement']:.3f}" if "tf_top1_agreement" in s else "-",
-                  f"{s['tf_mean_kl']:.4f}" if "tf_mean_kl" in s else "-")
+                  f"{s['tf_mean_kl']:.4f}" if "tf_mean_kl" in s else "-",
+                  f"{s['first_token_agreement']:.2f}" if "first_token_agreement" in s else "-",
+                  f"{s['first_token_kl']:.4f}" if "first_token_kl" in s else "-")
     console.print(t)
     console.print(f"load {payload['load_start']} -> {payload.get('load_end')}; {payload['machine']}")
 
