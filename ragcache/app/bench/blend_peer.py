@@ -19,9 +19,9 @@ Fidelity is teacher-forced against the full prefill of exactly the ids each meth
 (:mod:`ragcache.app.bench.fidelity`): kvboost re-encodes the prompt text itself, so its
 reference is the full prefill of its own ids. ``reused`` is kvboost's ``cached_tokens`` /
 ``kv_reuse_ratio``: what it says it served from cache. ``last_forward_cache_tokens`` is the length of
-the cache its final prefill forward returned: when it is shorter than the prompt, that forward did
-not attend over the reused KV (seen with kvboost 0.9.0 under transformers 5.24, which deprecates the
-``past_key_values=`` argument kvboost passes), so only first-token KL / agreement are scored.
+the cache the model's last forward in the call returned (a forward hook): when it is shorter than the
+prompt (kvboost ran that prompt in pieces, e.g. with nothing reused) the hook's cache cannot be
+teacher-forced, so only first-token KL / agreement are scored for that row.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def run_item(ctx: dict, item: dict, ratio: float, rule: str) -> dict:
         seen = kvb.cache_len(call["cache"]) if call["cache"] is not None else 0
         if seen == len(k_ids):
             fid = _fid(model, k_ref, call["cache"], call["logits"], len(k_ids))
-        else:  # its last forward did not attend over the whole prompt: first-token metrics only
+        else:  # the hook's cache is not the whole prompt's: first-token metrics only
             fid = {"first_token_kl": kl_divergence(k_ref["logits"], call["logits"]),
                    "first_token_equal": int(call["logits"].argmax()) == int(k_ref["logits"].argmax())}
         row[f"kvboost cacheblend r={ratio:.2f} ({label})"] = {
