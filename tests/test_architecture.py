@@ -195,7 +195,8 @@ def lm():
 
 def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
     cc = ChunkCache(MemoryChunkStore(), dtype=__import__("torch").float32)
-    engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False)  # blend even small documents
+    # blend even small documents, at an explicit r (without a calibration record an engine prefills exactly)
+    engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
     assert cc.precompute(engine, DOCS[:2], progress=False) == 2
     rag = RagCache(LocalBackend(engine), max_new_tokens=3)
     a = rag.answer("How long do refunds take?", DOCS)

@@ -290,11 +290,11 @@ def test_precompute_counts_and_keys(lm):
 
 
 def test_query_blocks_do_not_change_the_result(lm, monkeypatch):
-    import ragcache.engine.blend as blend_mod
+    import ragcache.engine.blend_layers as blend_mod
 
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
     _, _, _, one_block, _ = blend(lm, cc, DOCS, 0.3)
-    monkeypatch.setattr(blend_mod, "_QUERY_BLOCK", 3)
+    monkeypatch.setattr(blend_mod, "QUERY_BLOCK", 3)
     ids, _, _, blocks, _ = blend(lm, cc, DOCS, 0.3)
     assert len(blocks.selected) > 3 * 4
     assert torch.equal(one_block.selected, blocks.selected)

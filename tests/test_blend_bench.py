@@ -110,3 +110,22 @@ def test_merge_runs(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text())["item_ids"] == [50, 51, 53]
     with pytest.raises(ValueError, match="more than one run"):
         merge([a, a], str(tmp_path / "n.json"))
+
+
+def test_variant_summary_gap_share_and_random_multiple():
+    from ragcache.app.bench.blend_variants import summarize
+
+    variants = {"r0": ("bos", 0.0, {}), "rule": ("bos", 0.15, {"rank_by": "infoflow"}),
+                "rand a": ("bos", 0.15, {"rank_by": "random", "seed": 0}),
+                "rand b": ("bos", 0.15, {"rank_by": "random", "seed": 1})}
+
+    def m(agree, kl):
+        return {"mean_kl": kl, "top1_agreement": agree, "first_token_kl": 0.0, "first_token_equal": True,
+                "greedy_match_len": 1, "answer_len": 10, "blend_s": 0.1, "tokens_recomputed": 5}
+
+    rows = [{"variants": {"r0": m(0.9, 0.2), "rule": m(0.96, 0.08), "rand a": m(0.91, 0.18), "rand b": m(0.93, 0.18)}}]
+    s = summarize(rows, variants)
+    assert abs(s["rule"]["gap_closed_agreement"] - 0.6) < 1e-9 and abs(s["rule"]["gap_closed_kl"] - 0.6) < 1e-9
+    assert abs(s["rule"]["random_gap_closed_agreement"] - 0.2) < 1e-9  # mean of 0.1 and 0.3
+    assert abs(s["rule"]["gap_closed_agreement_x_random"] - 3.0) < 1e-9
+    assert s["r0"]["gap_closed_agreement"] == 0.0 and s["r0"]["random_gap_closed_agreement"] is None

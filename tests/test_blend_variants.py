@@ -120,7 +120,7 @@ def test_bad_deviation_kind_raises(lm):
 
 def test_bad_rank_by_raises(lm):
     with pytest.raises(ValueError, match="rank_by must be one of"):
-        run(lm, 0.15, rank_by="random")
+        run(lm, 0.15, rank_by="shuffle")
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1)])

@@ -50,8 +50,9 @@ def shared_store(request, tmp_path):
 
 def engine(loaded, store, namespace):
     # no prefix cache in these requests, and blending on any hit, so the chunk store alone decides reuse
+    # (r = 0.15 given: without a calibration record an engine would prefill exactly)
     return LocalEngine(loaded, chunk_cache=ChunkCache(store(), dtype=torch.float32), namespace=namespace,
-                       min_reuse_tokens=0, calibration=False)
+                       min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
 
 
 def ask(eng, question="How long does the canary last?"):

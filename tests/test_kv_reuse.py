@@ -171,7 +171,7 @@ def test_missed_documents_are_computed_in_context(tiny):
 
 def test_cost_rule_picks_exact_prefill_below_threshold(tiny):
     cc = ChunkCache(dtype=torch.float32)
-    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=10_000, calibration=False)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=10_000, calibration=False, recompute_ratio=0.15)
     cc.precompute(engine, DOCS, progress=False)
     ref = full_reference(tiny, rag(DOCS))
     got = engine.generate(rag(DOCS), max_new_tokens=8, use_prefix_cache=False)
@@ -212,7 +212,7 @@ def test_policy_threshold_from_measured_rate():
 
 def test_default_rule_measures_the_rate_and_declines_tiny_savings(tiny):
     cc = ChunkCache(dtype=torch.float32)
-    engine = LocalEngine(tiny, chunk_cache=cc, calibration=False)
+    engine = LocalEngine(tiny, chunk_cache=cc, calibration=False, recompute_ratio=0.15)
     engine.generate(rag(DOCS), max_new_tokens=2)  # cold: exact, measures the prefill rate, stores the chunks
     assert engine.prefill_rate.value and engine.prefill_rate.value > 0
     # the decision, not the machine's speed, is under test: pin the measured rate to what an idle
@@ -328,3 +328,19 @@ def test_calibrate_cli_on_a_local_model(tiny, tmp_path):
     assert json.loads(record.read_text())["recompute_ratio"] in (0.5, 1.0)
     missing = CliRunner().invoke(app, ["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "no.json")])
     assert missing.exit_code == 2 and "not found" in missing.output
+
+
+def test_without_a_calibration_record_or_a_ratio_the_engine_prefills_exactly(tiny):
+    cc = ChunkCache(dtype=torch.float32)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False)
+    assert engine.recompute_ratio is None
+    cc.precompute(engine, DOCS, progress=False)
+    ref = full_reference(tiny, rag(DOCS[::-1]))
+    got = engine.generate(rag(DOCS[::-1]), max_new_tokens=8, use_prefix_cache=False)
+    st = got.stats
+    assert st.docs_hit == 4 and not st.approximate and st.recompute_ratio is None
+    assert "no calibration record" in st.reuse_decision and "ragcache calibrate" in st.reuse_decision
+    assert (got.first_logits - ref.first_logits).abs().max() < 1e-4 and got.token_ids == ref.token_ids
+    # the caller's r turns blending on, labelled
+    blended = engine.generate(rag(DOCS[::-1]), max_new_tokens=8, use_prefix_cache=False, recompute_ratio=0.15)
+    assert blended.stats.approximate and blended.stats.recompute_ratio == 0.15

@@ -33,7 +33,8 @@ DOCS = [
 @pytest.fixture(scope="module")
 def engine():
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_llama(seed=1), chunk_cache=cc, min_reuse_tokens=0, calibration=False)
+    return RecordingEngine(tiny_llama(seed=1), chunk_cache=cc, min_reuse_tokens=0, calibration=False,
+                          recompute_ratio=0.15)
 
 
 @pytest.fixture(scope="module")

@@ -74,11 +74,13 @@ def bench_blend(
     json_path: str = json_option("blend"),
     plot_path: str = plot_option("blend"),
     ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50,1.0", help="Comma-separated recompute ratios (r=0 always runs)."),
+    rules: str = typer.Option("cacheblend", help="Comma-separated selection rules run at every ratio: cacheblend, prophet, infoflow, random."),
     threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
     """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
     run_bench("blend", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, json_path=json_path,
-              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads)
+              plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads,
+              rules=[r.strip() for r in rules.split(",") if r.strip()])
 
 
 @bench_app.command("blend-variants")
@@ -95,6 +97,21 @@ def bench_blend_variants(
     run_bench("blend_variants", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
               json_path=json_path, threads=threads, resume=resume,
               names=[v.strip() for v in variants.split(";") if v.strip()] or None)
+
+
+@bench_app.command("blend-peer")
+def bench_blend_peer(
+    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    start: int = typer.Option(50, help="First item (50-149 is the evaluation split)."),
+    end: int = typer.Option(55, help="One past the last item."),
+    json_path: str = typer.Option("bench/results/blend_peer.json", "--json", help="Where to write the JSON."),
+    ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="Recompute ratio of both caches."),
+    rule: str = typer.Option("infoflow", help="ragcache's selection rule (blend_prefill rank_by)."),
+    threads: int = typer.Option(1, help="torch threads."),
+) -> None:
+    """kvboost (pip install 'ragcache[bench]') vs ragcache's chunk cache when the same documents come back reordered."""
+    run_bench("blend_peer", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+              json_path=json_path, ratio=ratio, rule=rule, threads=threads)
 
 
 @bench_app.command("semantic")

@@ -46,7 +46,7 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
          ratios: list[float] | list[str] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
          max_ratio: float = 0.5,
          answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
-         console: Console | None = None) -> Any:
+         selection: str | None = None, console: Console | None = None) -> Any:
     """Run the check and print the table; returns the :class:`Calibration`."""
     import torch
 
@@ -64,8 +64,8 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
     engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
     cal = engine.calibrate(prompts, ratios=ratios, min_agreement=min_agreement,
                            confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
-                           progress=lambda line: console.print(line))
-    t = Table(title=f"CacheBlend fidelity vs full prefill, {cal.model}: items {start}-{end - 1}, "
+                           rank_by=selection, progress=lambda line: console.print(line))
+    t = Table(title=f"blend fidelity ({cal.rank_by} selection) vs full prefill, {cal.model}: items {start}-{end - 1}, "
                     f"{answer_tokens} teacher-forced tokens, chunk KV {cal.chunk_dtype}")
     for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "pooled (tokens)",
               f"lower bound ({confidence:g})", "mean KL (nats)"):

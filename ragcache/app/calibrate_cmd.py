@@ -33,6 +33,8 @@ def calibrate(
     save: bool = typer.Option(True, help="Record the result for this model (see --home)."),
     home: Optional[str] = typer.Option(None, help="Folder the record goes under, as <home>/calibration/<fingerprint>.json "
                                                   "(default: the ragcache home, where engines read it)."),
+    selection: Optional[str] = typer.Option(None, help="Selection rule to measure (blend_prefill rank_by: infoflow, "
+                                            "prophet, deviation, ...); default the engine's."),
 ) -> None:
     """Measure CacheBlend fidelity against full prefill for a model and record the r to use
     (``ragcache calibrate semantic``: the semantic cache's hit decision on your labelled pairs)."""
@@ -44,7 +46,7 @@ def calibrate(
     run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
                 docs=docs, ratios=[r.strip() for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,
                 confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, threads=threads, save=save, home=home,
-                console=console)
+                selection=selection, console=console)
 
 
 

@@ -17,6 +17,11 @@ Knowledge Fusion", EuroSys 2025, arXiv 2405.16444, §4):
 5. Final norm and LM head on the last token give the first-token logits; decode continues
    from the fused cache.
 
+Query-aware selection (ProphetKV, arXiv 2602.02579; InfoFlow KV, arXiv 2603.05353), random
+and oracle-score selection replace step 3: a stage-1 pass of the question over the reused KV
+ranks the document tokens before layer 0, then step 4 runs from layer 0 for the chosen tokens
+(``rank_by``; :mod:`ragcache.engine.selection`).
+
 ``recompute_ratio = 1`` reproduces a full prefill; ``recompute_ratio = 0`` is full KV reuse
 (no layer recomputes document tokens; only uncached tokens are computed).
 
@@ -35,7 +40,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.attention import attend_positions, causal_attention
+from ragcache.engine.blend_layers import layer_forward, qkv
 from ragcache.engine.chunk_cache import context_window
 from ragcache.engine.hkvd import (
     RANKINGS,
@@ -49,7 +54,11 @@ from ragcache.engine.hkvd import (
     tail_attention,
 )
 from ragcache.engine.rope import RopeSpec, rerotate_keys
+from ragcache.engine.selection import OTHER_RULES, QUERY_RULES, query_scores, random_scores
 from ragcache.engine.stores import ChunkKV
+
+PRE_LAYER_RULES = QUERY_RULES + OTHER_RULES  # rank before layer 0, then recompute at every layer
+QUESTION_RULES = ("deviation*attention", "attention") + QUERY_RULES  # need tokens after the last document
 
 __all__ = ["BlendResult", "Deviation", "blend_prefill", "select_hkvd"]
 
@@ -69,6 +78,9 @@ class BlendResult:
         chunk_tokens_reused: same as ``tokens_reused``.
         tokens_recomputed: document tokens selected for recomputation (HKVD tokens).
         tokens_computed: tokens without any cached KV (always computed).
+        token_scores: float32 ``[n]`` scores the rules ranking before layer 0 chose by
+            (``None`` for the check-layer rules and r = 0), e.g. for
+            :func:`ragcache.engine.selection.chunk_order`.
     """
 
     cache: Any
@@ -79,6 +91,7 @@ class BlendResult:
     chunk_tokens_reused: int = 0
     tokens_recomputed: int = 0
     tokens_computed: int = 0
+    token_scores: torch.Tensor | None = None
 
 
 def _check_architecture(model: Any) -> None:
@@ -118,167 +131,33 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
         if ckv.n_tokens != e - s or list(input_ids[s:e]) != ckv.token_ids:
             raise ValueError(f"chunk KV of {ckv.n_tokens} tokens does not match the ids of span ({s}, {e})")
         prev_end = e
-    if rank_by != "deviation" and doc_spans and prev_end == n:
+    if rank_by in QUESTION_RULES and doc_spans and prev_end == n:
         raise ValueError(f"rank_by={rank_by!r} ranks document tokens by the attention of the tokens after the last "
                          f"document (the question), but the last document ends the prompt ({n} tokens): put the "
                          "question after the documents or use rank_by='deviation'")
 
 
-_QUERY_BLOCK = 256
-
-
-def _attend(attn: Any, q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, q_pos: torch.Tensor | None,
-            n_keys: int) -> torch.Tensor:
-    """Attention of queries ``[1, H, m, D]`` over keys ``[1, Hkv, n_keys, D]`` (GQA by repeating KV heads).
-
-    ``q_pos is None``: the queries are every position ``0..n_keys-1`` and the mask is the square
-    causal one (fused kernel). Otherwise ``q_pos`` (sorted int64 ``[m]``) gives each query's
-    position and the mask is exactly ``key_pos <= query_pos``, computed without a mask over all
-    keys (:func:`ragcache.engine.attention.attend_positions`: per block of ``_QUERY_BLOCK``
-    queries, the keys before the block unmasked, a small mask only over the block's own span).
-    """
-    scale = getattr(attn, "scaling", None)
-    k = k_all[:, :, :n_keys]
-    v = v_all[:, :, :n_keys]
-    if q_pos is None:
-        return causal_attention(q, k, v, scale=scale)
-    return attend_positions(q, k, v, q_pos, scale=scale, block=_QUERY_BLOCK)
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    if x.dtype == torch.float32:
-        return x * cos + _rotate_half(x) * sin
-    xf = x.float()
-    return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
-
-
-def _layer(layer: Any, h: torch.Tensor, pos: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
-           k_all: torch.Tensor, v_all: torch.Tensor, n_keys: int, write_from: int = 0
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One decoder layer for the tokens at ``pos`` (hidden ``h [1, m, hidden]``).
-
-    ``pos is None`` means every position ``0..n_keys-1``; then only positions ``>= write_from``
-    are written to the cache (the prefix KV stays the exact cached one). Otherwise the fresh
-    K/V of ``pos`` are scattered into ``k_all``/``v_all``. Returns (new hidden, fresh K
-    ``[1, Hkv, m, D]``, fresh V).
-    """
-    attn = layer.self_attn
-    m = h.shape[1]
-    x = layer.input_layernorm(h)
-    d = cos.shape[-1]
-    q = _rope(attn.q_proj(x).view(1, m, -1, d).transpose(1, 2), cos, sin)
-    k = _rope(attn.k_proj(x).view(1, m, -1, d).transpose(1, 2), cos, sin)
-    v = attn.v_proj(x).view(1, m, -1, d).transpose(1, 2)
-    if pos is None:
-        k_all[:, :, write_from:n_keys] = k[:, :, write_from:]
-        v_all[:, :, write_from:n_keys] = v[:, :, write_from:]
-    else:
-        k_all[:, :, pos] = k
-        v_all[:, :, pos] = v
-    out = _attend(attn, q, k_all, v_all, pos, n_keys)
-    out = attn.o_proj(out.transpose(1, 2).reshape(1, m, -1))
-    h = h + out
-    h = h + layer.mlp(layer.post_attention_layernorm(h))
-    return h, k, v
-
-
 def _tail_mass(layer: Any, h_in: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_all: torch.Tensor,
                tail_from: int, n: int) -> torch.Tensor:
-    """Attention mass ``[n]`` the positions ``tail_from .. n-1`` put on each key at ``layer``.
-
-    ``h_in`` is the layer's input hidden state for every position ``[1, n, hidden]``; ``k_all``
-    its (fresh) keys. Used by ``rank_by`` in :func:`blend_prefill`.
-    """
-    attn = layer.self_attn
-    d = cos.shape[-1]
-    x = layer.input_layernorm(h_in[:, tail_from:])
-    m = x.shape[1]
-    q = _rope(attn.q_proj(x).view(1, m, -1, d).transpose(1, 2), cos[tail_from:], sin[tail_from:])
+    """Attention mass ``[n]`` the positions ``tail_from .. n-1`` put on each key at ``layer`` (check-layer rules)."""
+    q, _, _ = qkv(layer, h_in[:, tail_from:], cos[tail_from:], sin[tail_from:])
     pos = torch.arange(tail_from, n, device=q.device)
-    return tail_attention(q, k_all[:, :, :n], pos, scale=getattr(attn, "scaling", None))
+    return tail_attention(q, k_all[:, :, :n], pos, scale=getattr(layer.self_attn, "scaling", None))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _fused_buffers(model: Any, spec: RopeSpec, n: int, prefix_len: int, prefix_cache: Any,
+                   doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV]
+                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Per-layer K/V buffers ``[1, Hkv, n, D]``: the exact prefix, each chunk re-rotated to its span; doc mask ``[n]``.
 
-
-@torch.inference_mode()
-def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, prefix_cache: Any,
-                  doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
-                  check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
-                  gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0,
-                  rank_by: RankBy = "deviation") -> BlendResult:
-    """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
-
-    Args:
-        model: a Llama-family causal LM (``model.model.layers``, ``model.lm_head``).
-        input_ids: all prompt token ids, ``n`` of them.
-        prefix_len: tokens ``[0, prefix_len)`` are covered exactly by ``prefix_cache``.
-        prefix_cache: a cache from the exact prefix cache (``None`` when ``prefix_len == 0``);
-            it is read, not modified.
-        doc_spans: ``(start, end)`` token ranges of the cached documents, all ``>= prefix_len``.
-        chunk_kvs: one :class:`ChunkKV` per span (same token ids), any stored dtype.
-        recompute_ratio: r in [0, 1], the fraction of document tokens recomputed (HKVD tokens).
-        check_layer: layer at which deviations are measured; layers ``<= check_layer`` are
-            computed for every token after the prefix (paper: layer 1). Ignored when r = 0.
-        deviation: ``"kv"`` (default), ``"k"`` or ``"v"``: which fresh-vs-cached deviation
-            ranks the tokens (squared L2 over heads and head dims; "kv" sums both). Default
-            chosen on MuSiQue dev items 0-2 (``bench blend-variants``): at r = 0.15 KV had a
-            lower teacher-forced KL than V on each item (0.71 x that of r = 0 against 0.75).
-        gradual_layers: CacheBlend §4.3 gradual filtering: 0 (default) selects once at
-            ``check_layer``; g > 0 keeps ``ceil(gradual_start * n_doc)`` document tokens at the
-            check layer and narrows them linearly to ``ceil(r * n_doc)`` over the next g layers,
-            each time by that layer's deviation of the tokens still computed.
-        gradual_start: first fraction r0 of the gradual schedule (default ``min(1, 2r)``).
-        doc_head_tokens: always recompute the first this-many tokens of each document (EPIC,
-            arXiv 2410.15332: a chunk's first tokens are its own attention sink); they count
-            inside the ``ceil(r * n_doc)`` budget. Applies when r > 0.
-        doc_tail_tokens: likewise for the last tokens of each document (before the boundary).
-        rank_by: ``"deviation"`` (default, CacheBlend §4.2) ranks document tokens by their KV
-            deviation at ``check_layer``; ``"deviation*attention"`` multiplies it by the
-            attention mass the uncached tail after the last document (the question) puts on
-            each token at that layer (:func:`~ragcache.engine.hkvd.tail_attention`);
-            ``"attention"`` ranks by that mass alone (both need tokens after the last document).
-            Gradual filtering always narrows by deviation.
-
-    Selection variants are in :mod:`ragcache.engine.hkvd`; the chunk's sink (BOS or the
-    system prefix) is a :class:`~ragcache.engine.chunk_cache.ChunkCache` setting. With
-    gradual filtering, ``selected`` / ``tokens_recomputed`` count the tokens recomputed at
-    every layer (the final set); tokens dropped part-way kept their cached KV at later layers.
-
-    Returns:
-        :class:`BlendResult` with a cache covering all ``n`` positions.
-
-    Raises:
-        ValueError: prompt longer than the context window (token counts in the message),
-            spans that overlap / mismatch their chunk KVs, r outside [0, 1], an unknown
-            ``rank_by``, or an attention ranking with no token after the last document.
-        NotImplementedError: unsupported RoPE variant or attention architecture.
-
-    Why one function: the per-layer loop carries the selected positions, the fused cache and the
-    attention inputs from layer to layer (CacheBlend section 4); split up, every step would pass all of
-    them back and forth.
+    The buffers are new tensors: nothing written into them reaches the stored chunk KV.
+    Positions outside the prefix and the spans are left empty; every one is written before it is read.
     """
-    cfg = model.config
-    spec = RopeSpec.from_config(cfg)
-    _check_architecture(model)
-    n = len(input_ids)
-    _validate(input_ids, prefix_len, prefix_cache, doc_spans, chunk_kvs, recompute_ratio, context_window(model),
-              rank_by)
-    device = model.lm_head.weight.device
-    dtype = model.lm_head.weight.dtype
-    layers = model.model.layers
-    n_layers = len(layers)
-    check_layer = min(max(int(check_layer), 0), n_layers - 1)
-    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
-    head_dim = spec.head_dim
-
-    # Fused per-layer K/V over all n positions: prefix (exact) + re-rotated chunks; the rest is
-    # filled as each layer computes it.
-    # Every position gets written before it is read (prefix, chunks, or computed), so empty is safe.
-    k_all = [torch.empty(1, kv_heads, n, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
-    v_all = [torch.empty(1, kv_heads, n, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+    device, dtype = model.lm_head.weight.device, model.lm_head.weight.dtype
+    n_layers = len(model.model.layers)
+    kv_heads = int(getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads)
+    k_all = [torch.empty(1, kv_heads, n, spec.head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+    v_all = [torch.empty(1, kv_heads, n, spec.head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
     if prefix_len:
         pk, pv = kvb.cache_tensors(prefix_cache)
         for i in range(n_layers):
@@ -292,21 +171,126 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             k_all[i][0, :, s:e] = ks[i]
             v_all[i][0, :, s:e] = vs[i]
         doc_mask[s:e] = True
+    return k_all, v_all, doc_mask
 
-    # Positions after the prefix: computed at layers <= check_layer when r > 0.
-    suffix = torch.arange(prefix_len, n, device=device)
+
+def _pre_layer_scores(model: Any, rank_by: str, ids: torch.Tensor, suffix: torch.Tensor, suffix_doc: torch.Tensor,
+                      spec: RopeSpec, k_all: list, v_all: list, doc_mask: torch.Tensor, tail_from: int, seed: int,
+                      token_scores: torch.Tensor | None, query_layers: Sequence[int] | None) -> torch.Tensor:
+    """Scores ``[n]`` of the rules that rank before layer 0 (:mod:`ragcache.engine.selection`)."""
+    n = doc_mask.shape[0]
+    if rank_by == "random":
+        return random_scores(n, seed, device=ids.device)
+    if rank_by == "given":
+        if token_scores is None or tuple(token_scores.shape) != (n,):
+            raise ValueError(f"rank_by='given' needs token_scores of shape ({n},); got "
+                             f"{None if token_scores is None else tuple(token_scores.shape)}")
+        return token_scores.to(ids.device).float()
+    pos = suffix[~suffix_doc]
+    if len(pos) == 0 or pos[-1] != n - 1:
+        pos = torch.cat([pos, torch.tensor([n - 1], device=ids.device)]).unique()
+    cos, sin = (t.to(ids.device) for t in spec.cos_sin(pos))
+    return query_scores(model, ids, pos, tail_from, cos, sin, k_all, v_all, doc_mask.to(ids.device), rank_by,
+                        query_layers)
+
+
+def _run_selected(model: Any, ids: torch.Tensor, selected: torch.Tensor, spec: RopeSpec, k_all: list, v_all: list,
+                  n: int) -> torch.Tensor:
+    """Every layer for the positions ``selected`` only (their fresh K/V scattered in); last hidden ``[1, m, d]``."""
+    h = model.model.embed_tokens(ids[selected][None])
+    cos, sin = (t.to(ids.device) for t in spec.cos_sin(selected))
+    for i, layer in enumerate(model.model.layers):
+        h, _, _ = layer_forward(layer, h, selected, cos, sin, k_all[i], v_all[i], n)
+    return h
+
+
+@torch.inference_mode()
+def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, prefix_cache: Any,
+                  doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
+                  check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
+                  gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0,
+                  rank_by: RankBy = "deviation", seed: int = 0, token_scores: torch.Tensor | None = None,
+                  query_layers: Sequence[int] | None = None) -> BlendResult:
+    """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
+
+    Args:
+        model: a Llama-family causal LM (``model.model.layers``, ``model.lm_head``).
+        input_ids: all prompt token ids, ``n`` of them.
+        prefix_len: tokens ``[0, prefix_len)`` are covered exactly by ``prefix_cache``.
+        prefix_cache: a cache from the exact prefix cache (``None`` when ``prefix_len == 0``);
+            it is read, not modified.
+        doc_spans: ``(start, end)`` token ranges of the cached documents, all ``>= prefix_len``.
+        chunk_kvs: one :class:`ChunkKV` per span (same token ids), any stored dtype; never modified.
+        recompute_ratio: r in [0, 1], the fraction of document tokens recomputed.
+        check_layer: layer at which deviations are measured; layers ``<= check_layer`` are
+            computed for every token after the prefix (paper: layer 1). Deviation rules only.
+        deviation: ``"kv"`` (default), ``"k"`` or ``"v"``: which fresh-vs-cached deviation
+            ranks the tokens (squared L2 over heads and head dims; "kv" sums both).
+        gradual_layers: CacheBlend §4.3 gradual filtering: 0 (default) selects once at
+            ``check_layer``; g > 0 keeps ``ceil(gradual_start * n_doc)`` document tokens at the
+            check layer and narrows them linearly to ``ceil(r * n_doc)`` over the next g layers.
+        gradual_start: first fraction r0 of the gradual schedule (default ``min(1, 2r)``).
+        doc_head_tokens / doc_tail_tokens: always recompute the first / last this-many tokens of
+            each document (EPIC, arXiv 2410.15332); they count inside the budget (r > 0).
+        rank_by: ``"deviation"`` (default, CacheBlend §4.2: KV deviation at ``check_layer``);
+            ``"deviation*attention"`` / ``"attention"``: that deviation times / replaced by the
+            check layer's tail attention mass (:func:`~ragcache.engine.hkvd.tail_attention`).
+            Ranked before layer 0, then the chosen tokens recomputed at every layer (no check
+            layer; :mod:`ragcache.engine.selection`): ``"prophet"`` / ``"infoflow"``, the
+            question's attention (norm) over the reused tokens at their global positions, fused
+            over ``query_layers``, from a stage-1 pass counted in this call's time;
+            ``"random"`` (seeded by ``seed``); ``"given"`` (``token_scores``, e.g. the bench's oracle).
+        seed: the random rule's seed.
+        token_scores: float ``[n]`` scores for ``rank_by="given"`` (higher: recomputed first).
+        query_layers: layers fused by the query rules (negative indices count from the end; default all).
+
+    With gradual filtering, ``selected`` / ``tokens_recomputed`` count the tokens recomputed at
+    every layer (the final set).
+
+    Returns:
+        :class:`BlendResult` with a cache covering all ``n`` positions (``token_scores`` set by
+        the rules that rank before layer 0).
+
+    Raises:
+        ValueError: prompt longer than the context window (token counts in the message),
+            spans that overlap / mismatch their chunk KVs, r outside [0, 1], an unknown
+            ``rank_by``, a question-aware ranking with no token after the last document (the
+            message names ``rank_by='deviation'``, which needs none), or ``"given"`` without scores.
+        NotImplementedError: unsupported RoPE variant or attention architecture.
+
+    Why one function: the per-layer loop carries the selected positions, the fused cache and the
+    attention inputs from layer to layer (CacheBlend section 4); split up, every step would pass all of
+    them back and forth.
+    """
+    cfg = model.config
+    spec = RopeSpec.from_config(cfg)
+    _check_architecture(model)
+    n = len(input_ids)
+    _validate(input_ids, prefix_len, prefix_cache, doc_spans, chunk_kvs, recompute_ratio, context_window(model),
+              rank_by)
+    device = model.lm_head.weight.device
+    layers = model.model.layers
+    n_layers = len(layers)
+    check_layer = min(max(int(check_layer), 0), n_layers - 1)
+    k_all, v_all, doc_mask = _fused_buffers(model, spec, n, prefix_len, prefix_cache, doc_spans, chunk_kvs)
+
+    suffix = torch.arange(prefix_len, n, device=device)  # positions after the prefix
     suffix_doc = doc_mask[prefix_len:].to(device)
     ids = torch.as_tensor(list(input_ids), dtype=torch.long, device=device)
+    forced = boundary_mask(n - prefix_len, [(s - prefix_len, e - prefix_len) for s, e in doc_spans],
+                           doc_head_tokens, doc_tail_tokens, device=device)
+    tail_from = max(e for _, e in doc_spans) if doc_spans else prefix_len
+    scores = None
 
-    if recompute_ratio == 0.0:
-        sel_local = (~suffix_doc).nonzero().flatten()
-        if len(sel_local) == 0 or sel_local[-1] != n - 1 - prefix_len:
-            sel_local = torch.cat([sel_local, torch.tensor([n - 1 - prefix_len], device=device)]).unique()
+    if recompute_ratio == 0.0 or rank_by in PRE_LAYER_RULES:
+        if recompute_ratio == 0.0:
+            sel_local = select_hkvd(torch.zeros(n - prefix_len, device=device), suffix_doc, 0.0)
+        else:
+            scores = _pre_layer_scores(model, rank_by, ids, suffix, suffix_doc, spec, k_all, v_all, doc_mask,
+                                       tail_from, seed, token_scores, query_layers)
+            sel_local = select_hkvd(scores[prefix_len:], suffix_doc, recompute_ratio, forced=forced)
         selected = suffix[sel_local]
-        h = model.model.embed_tokens(ids[selected][None])
-        cos, sin = (t.to(device) for t in spec.cos_sin(selected))
-        for i, layer in enumerate(layers):
-            h, _, _ = _layer(layer, h, selected, cos, sin, k_all[i], v_all[i], n)
+        h = _run_selected(model, ids, selected, spec, k_all, v_all, n)
     else:
         # Layers <= check_layer: every position as a square causal prefill (the prefix's queries
         # are a few cheap extra rows; its exact cached KV is kept), the rest's KV is fresh.
@@ -316,14 +300,11 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         cached_v = v_all[check_layer][0, :, prefix_len:].clone() if deviation in ("v", "kv") else None
         for i in range(check_layer + 1):
             h_in = h
-            h, k_new, v_new = _layer(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
+            h, k_new, v_new = layer_forward(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
         dev = kv_deviation(deviation, k_new[0, :, prefix_len:], cached_k, v_new[0, :, prefix_len:], cached_v)
         if rank_by != "deviation":
-            mass = _tail_mass(layers[check_layer], h_in, cos, sin, k_all[check_layer], max(e for _, e in doc_spans)
-                              if doc_spans else prefix_len, n)[prefix_len:]
+            mass = _tail_mass(layers[check_layer], h_in, cos, sin, k_all[check_layer], tail_from, n)[prefix_len:]
             dev = mass if rank_by == "attention" else dev * mass
-        forced = boundary_mask(n - prefix_len, [(s - prefix_len, e - prefix_len) for s, e in doc_spans],
-                               doc_head_tokens, doc_tail_tokens, device=device)
         n_doc_suffix = int(suffix_doc.sum())
         counts = gradual_counts(budget(recompute_ratio, n_doc_suffix), n_doc_suffix, recompute_ratio,
                                 min(gradual_layers, n_layers - 1 - check_layer), gradual_start)
@@ -336,7 +317,7 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             if step < len(counts):
                 ck = k_all[i][0, :, selected].clone() if deviation in ("k", "kv") else None
                 cv = v_all[i][0, :, selected].clone() if deviation in ("v", "kv") else None
-            h, k_new, v_new = _layer(layers[i], h, selected, cos, sin, k_all[i], v_all[i], n)
+            h, k_new, v_new = layer_forward(layers[i], h, selected, cos, sin, k_all[i], v_all[i], n)
             if step < len(counts):
                 d = kv_deviation(deviation, k_new[0], ck, v_new[0], cv)
                 keep = select_hkvd(d, suffix_doc[sel_local], recompute_ratio, forced=forced[sel_local],
@@ -353,4 +334,5 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
     chunk_reused = n_doc - recomputed
     return BlendResult(cache=cache, last_logits=logits, selected=selected.cpu(),
                        tokens_reused=chunk_reused, prefix_tokens_reused=prefix_len,
-                       chunk_tokens_reused=chunk_reused, tokens_recomputed=recomputed, tokens_computed=computed)
+                       chunk_tokens_reused=chunk_reused, tokens_recomputed=recomputed, tokens_computed=computed,
+                       token_scores=None if scores is None else scores.cpu())

@@ -65,6 +65,8 @@ class Calibration:
         prompts / answer_tokens: how many prompts, and the teacher-forced answer length (tokens).
         chunk_dtype / sink_ids: how the chunk KV was stored and computed.
         check_layer: CacheBlend's check layer used.
+        rank_by: the selection rule measured (``blend_prefill``'s ``rank_by``; records written before
+            this field existed read as ``"deviation"``, CacheBlend's rule); the engine blends with it.
         created: UTC time of the run (ISO 8601).
     """
 
@@ -83,6 +85,7 @@ class Calibration:
     check_layer: int = 1
     created: str = ""
     confidence: float = 0.0
+    rank_by: str = "deviation"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -228,7 +231,7 @@ def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) ->
 
 def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,
               min_agreement: float = 0.95, max_ratio: float = 0.5, answer_tokens: int = 32,
-              confidence: float = 0.95, save: bool = True,
+              confidence: float = 0.95, save: bool = True, rank_by: str | None = None,
               home: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure CacheBlend's teacher-forced fidelity against full prefill and record the r to use.
 
@@ -247,6 +250,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         max_ratio: the largest r worth blending at; above it exact prefill is chosen.
         answer_tokens: length of the full-prefill greedy answer that is teacher-forced (stops at EOS).
         save: write the record under the ragcache home.
+        rank_by: the selection rule to measure (default: the engine's, :attr:`LocalEngine.selection`).
         progress: called with one line per prompt and ratio.
 
     Returns:
@@ -270,6 +274,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
     model, say = engine.model, progress or (lambda _msg: None)
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
     check_layer = engine.reuse_policy.check_layer
+    rank_by = engine.selection if rank_by is None else rank_by
     built = [engine.build_prompt(p) for p in prompts]
     for i, p in enumerate(built):
         if not p.document_spans():
@@ -299,7 +304,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
             chunks = [bound.lookup(piece.ids) or bound.compute(piece.ids) for _, _, piece in prompt.document_spans()]
             for r in ratios:
                 res = blend_prefill(model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=chunks,
-                                    recompute_ratio=r, check_layer=check_layer)
+                                    recompute_ratio=r, check_layer=check_layer, rank_by=rank_by)
                 blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
                 agree, kl = fidelity(reference, blended, answer)
                 per_r[r].append({"prompt": i, "prompt_tokens": n, "answer_tokens": len(answer),
@@ -314,7 +319,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         prefill_tokens_per_s=tokens / seconds if seconds > 0 else None, prompts=len(built),
         answer_tokens=answer_tokens, chunk_dtype=str(cc.dtype).replace("torch.", ""), sink_ids=cc.sink_for(model),
         check_layer=check_layer, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        confidence=confidence)
+        confidence=confidence, rank_by=rank_by)
     if save:
         save_calibration(cal, home)
     return cal

@@ -80,8 +80,6 @@ class LocalEngine:
         ValueError: a setting out of range (see :class:`EngineConfig`); TypeError: an unknown setting.
     """
 
-    DEFAULT_RECOMPUTE_RATIO = 0.15
-
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
                  chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
         from ragcache.engine.calibration import Calibration, load_calibration
@@ -100,6 +98,7 @@ class LocalEngine:
                                         max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = cfg.recompute_ratio
+        self._selection = cfg.selection
         self.namespace = cfg.namespace
         self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
@@ -152,13 +151,21 @@ class LocalEngine:
         return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.namespace)
 
     @property
-    def recompute_ratio(self) -> float:
-        """The r used when a request gives none: the constructor's, else the calibrated one, else 0.15."""
+    def recompute_ratio(self) -> float | None:
+        """The r used when a request gives none: the constructor's, else the calibrated one, else ``None``
+        (exact prefill: without a record no blending unless the caller sets an r or runs ``ragcache calibrate``)."""
         if self._recompute_ratio is not None:
             return self._recompute_ratio
         if self.calibration is not None and self.calibration.recompute_ratio is not None:
             return self.calibration.recompute_ratio
-        return self.DEFAULT_RECOMPUTE_RATIO
+        return None
+
+    @property
+    def selection(self) -> str:
+        """The blend's rule (``rank_by``): the config's, else the calibration record's, else ``DEFAULT_SELECTION``."""
+        from ragcache.engine.selection import resolve_selection
+
+        return resolve_selection(self._selection, self.calibration if self._recompute_ratio is None else None)
 
     @recompute_ratio.setter
     def recompute_ratio(self, r: float | None) -> None:
@@ -221,7 +228,7 @@ class LocalEngine:
                 f"history, or a smaller max_new_tokens"
             )
         r = self.recompute_ratio if recompute_ratio is None else recompute_ratio
-        if not 0.0 <= r <= 1.0:
+        if r is not None and not 0.0 <= r <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {r}")
         use_chunks = (self.chunk_cache is not None) if use_chunk_cache is None else use_chunk_cache
         if use_chunks and self.chunk_cache is None:
@@ -315,7 +322,11 @@ class LocalEngine:
                 return logits
             pos = end
 
-    def _decide(self, plan: ChunkPlan, r: float, stats: RequestStats) -> bool:
+    def _decide(self, plan: ChunkPlan, r: float | None, stats: RequestStats) -> bool:
+        if plan.reusable_tokens and r is None:
+            stats.reuse_decision = ("no calibration record for this model and no recompute_ratio given: exact prefill "
+                                    "(run `ragcache calibrate` or pass recompute_ratio= to blend)")
+            return False
         if plan.reusable_tokens and self.calibration is not None and not self.calibration.blend_allowed:
             stats.reuse_decision = (f"calibration: no r <= {self.calibration.max_ratio:g} meets top-1 agreement "
                                     f">= {self.calibration.min_agreement:g} for this model: exact prefill")
@@ -331,9 +342,10 @@ class LocalEngine:
 
         # Only hit documents are blended; missed documents are plain uncached tokens to
         # blend_prefill, computed in this request's context at every layer.
+        rule = self.selection if plan.hits[-1][1] < len(ids) else "deviation"  # query rules need a question
         res = blend_prefill(self.model, ids, prefix_len=p, prefix_cache=cache if p else None,
                             doc_spans=[(s, e) for s, e, _ in plan.hits], chunk_kvs=[c for _, _, c in plan.hits],
-                            recompute_ratio=r, check_layer=self.reuse_policy.check_layer)
+                            recompute_ratio=r, check_layer=self.reuse_policy.check_layer, rank_by=rule)
         stats.recompute_ratio = r
         stats.approximate = True
         stats.chunk_tokens_reused = res.chunk_tokens_reused

@@ -26,7 +26,9 @@ class EngineConfig:
     Attributes:
         prefix_cache_bytes: byte budget of the exact prefix KV cache (bytes, >= 1).
         block_size: prefix-cache block size (tokens, >= 1).
-        recompute_ratio: CacheBlend's r in [0, 1]; ``None``: the model's calibration, else 0.15.
+        recompute_ratio: the blend's r in [0, 1]; ``None``: the model's calibration record, else exact prefill.
+        selection: the blend's selection rule (``blend_prefill``'s ``rank_by``); ``None``: the
+            calibration record's rule, else :data:`ragcache.engine.selection.DEFAULT_SELECTION`.
         namespace: cache salt; KV never crosses namespaces.
         reuse_policy / min_reuse_tokens: the rule that chooses blending or exact prefill (one of them).
         calibration: ``True`` (load the recorded one), ``False`` / ``None`` (ignore), or a Calibration.
@@ -42,6 +44,7 @@ class EngineConfig:
     prefix_cache_bytes: int = 512 << 20
     block_size: int = 16
     recompute_ratio: float | None = None
+    selection: str | None = None
     namespace: str | None = None
     reuse_policy: ReusePolicy | None = None
     min_reuse_tokens: int | None = None
@@ -56,6 +59,12 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        if self.selection is not None:
+            from ragcache.engine.hkvd import RANKINGS
+
+            if self.selection not in RANKINGS or self.selection == "given":
+                raise ValueError(f"selection must be one of {[r for r in RANKINGS if r != 'given']}; "
+                                 f"got {self.selection!r}")
         if self.reuse_policy is not None and self.min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
         if self.prefix_cache_bytes < 1 or self.block_size < 1:

@@ -24,8 +24,9 @@ import torch
 
 Deviation = Literal["v", "k", "kv"]
 DEVIATIONS: tuple[str, ...] = ("v", "k", "kv")
-RankBy = Literal["deviation", "deviation*attention", "attention"]
-RANKINGS: tuple[str, ...] = ("deviation", "deviation*attention", "attention")
+RankBy = Literal["deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given"]
+# the first three rank at the check layer; the others rank before layer 0 (ragcache.engine.selection)
+RANKINGS: tuple[str, ...] = ("deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given")
 
 
 def budget(recompute_ratio: float, n_doc: int) -> int:

@@ -66,7 +66,8 @@ class ChatRagCache(BaseChatModel):
         stop: stop strings (the answer ends before the first one).
         seed: sampling seed (reproducible sampling when set).
         chunk_cache: reuse document KV CacheBlend-style (default ``True``).
-        recompute_ratio: CacheBlend's r, share of reused document tokens recomputed (0..1).
+        recompute_ratio: the blend's r, share of reused document tokens recomputed (0..1); ``None``
+            (default): the engine's, i.e. the model's calibration record, else exact prefill.
         prefix_cache_bytes: byte budget of the exact prefix KV cache.
         stream_cache: serve / fill the LLM cache when streaming (see module docstring).
         timeout / max_retries: LangChain's standard parameters; a local model has no network
@@ -91,7 +92,7 @@ class ChatRagCache(BaseChatModel):
     stop: list[str] | None = Field(default=None, alias="stop_sequences")
     seed: int | None = None
     chunk_cache: bool = True
-    recompute_ratio: float = 0.15
+    recompute_ratio: float | None = None
     prefix_cache_bytes: int = 512 << 20
     streaming: bool = False
     stream_cache: bool = True
@@ -104,7 +105,7 @@ class ChatRagCache(BaseChatModel):
     def _check(self) -> ChatRagCache:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if not 0.0 <= self.recompute_ratio <= 1.0:
+        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
@@ -168,8 +169,10 @@ class ChatRagCache(BaseChatModel):
             "top_p": float(kwargs.get("top_p", self.top_p)),
             "stop": list(stop if stop is not None else (self.stop or [])),
             "seed": kwargs.get("seed", self.seed),
-            "recompute_ratio": float(kwargs.get("recompute_ratio", self.recompute_ratio)),
         }
+        r = kwargs.get("recompute_ratio", self.recompute_ratio)
+        if r is not None:
+            opts["recompute_ratio"] = float(r)
         for k in ("use_chunk_cache", "use_prefix_cache"):
             if k in kwargs:
                 opts[k] = bool(kwargs[k])

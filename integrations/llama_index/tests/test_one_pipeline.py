@@ -21,7 +21,8 @@ def _nodes(index):
 def _pair(tiny, semantic=None, chunk_cache=None, **kw):
     """RagCache on a LocalBackend and a query engine on a RagCacheLLM over engines built the same way."""
     def engine():
-        return LocalEngine(tiny, chunk_cache=chunk_cache() if chunk_cache else None, min_reuse_tokens=0, calibration=False)
+        return LocalEngine(tiny, chunk_cache=chunk_cache() if chunk_cache else None, min_reuse_tokens=0, calibration=False,
+                           recompute_ratio=0.15)
 
     rag = RagCache(LocalBackend(engine()), semantic=semantic, system=SYSTEM, max_new_tokens=3, temperature=0.0, **kw)
     llm = RagCacheLLM(engine(), max_new_tokens=3)

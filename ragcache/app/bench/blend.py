@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
+from ragcache.app.bench.blend_plot import plot as _plot
 from ragcache.app.bench.plotting import draw
 from ragcache.config import env_setting
 
@@ -54,6 +55,9 @@ QUESTION = ("Answer the question directly based on the given passages. Do NOT re
 TOP_K = 6
 MAX_NEW_TOKENS = 32
 RATIOS = [0.05, 0.10, 0.15, 0.30, 0.50, 1.0]  # r = 0 (full reuse) always runs too
+# selection rules run at every ratio: name -> blend_prefill options (over the CacheBlend defaults)
+RULES: dict[str, dict] = {"cacheblend": {}, "prophet": {"rank_by": "prophet"}, "infoflow": {"rank_by": "infoflow"},
+                          "random": {"rank_by": "random", "seed": 0}}
 DEFAULT_DATA = "/work/shared/data/musique_s.json"
 
 
@@ -133,7 +137,8 @@ def _blend_options(options: dict | None) -> dict:
     from ragcache.engine.blend import blend_prefill
 
     sig = inspect.signature(blend_prefill)
-    names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens", "rank_by")
+    names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens", "rank_by",
+             "seed", "query_layers")
     out = {n: sig.parameters[n].default for n in names if n in sig.parameters}
     unknown = set(options or {}) - set(out)
     if unknown:
@@ -188,15 +193,17 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
     logits = kvb.forward(model, ids[p:], cache, start=p)[-1]
     record("prefix cache", t0, logits, cache, tokens_computed=len(ids) - p)
 
-    for r in [0.0] + list(ratios):
+    runs = [("full reuse (r=0)", "full reuse", 0.0, {})]
+    runs += [(f"{rule} r={r:.2f}", rule, r, opts) for r in ratios for rule, opts in ctx["rules"].items()]
+    runs += [(name, name.split(" r=")[0], r, opts) for name, r, opts in ctx["extras"]]
+    for name, rule, r, opts in runs:
         t0 = (time.perf_counter(), time.process_time())
         pc = kvb.cache_from_tensors(model, *ctx["prefix_tensors"])
         kvs = [chunks.lookup_or_compute(model, fp, ids[s:e]) for s, e in spans]
         assert all(hit for _, hit in kvs), "chunk KVs must be precomputed before timing"
         res = blend_prefill(model, ids, prefix_len=p, prefix_cache=pc, doc_spans=spans,
-                            chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r, **ctx["blend_options"])
-        name = "full reuse (r=0)" if r == 0 else f"cacheblend r={r:.2f}"
-        record(name, t0, res.last_logits, res.cache, recompute_ratio=r,
+                            chunk_kvs=[kv for kv, _ in kvs], recompute_ratio=r, **{**ctx["blend_options"], **opts})
+        record(name, t0, res.last_logits, res.cache, recompute_ratio=r, rule=rule,
                tokens_computed=len(res.selected), tokens_recomputed=res.tokens_recomputed)
 
     full = out["full prefill"]
@@ -222,7 +229,7 @@ def _summary(rows: list[dict]) -> dict[str, dict]:
         ms = [r["methods"][name] for r in rows]
         ttft = statistics.fmean(m["ttft_s"] for m in ms)
         out[name] = {
-            "recompute_ratio": ms[0].get("recompute_ratio"),
+            "recompute_ratio": ms[0].get("recompute_ratio"), "rule": ms[0].get("rule"),
             "mean_ttft_s": ttft,
             "ttft_speedup_vs_full": full_ttft / ttft,
             # per item, back to back: robust to an item slowed by another job on a shared machine
@@ -261,54 +268,14 @@ def _write_json(path: Path, payload: dict) -> None:
     atomic_write_json(path, payload, indent=1)
 
 
-def _plot(summary: dict[str, dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    blend = sorted((m["recompute_ratio"], m) for m in summary.values() if m["recompute_ratio"] is not None)
-    rs = [r for r, _ in blend]
-    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4.2))
-    a1.plot(rs, [m["mean_ttft_s"] for _, m in blend], "o-", label="CacheBlend (r=0: full reuse)")
-    a1.axhline(summary["full prefill"]["mean_ttft_s"], color="red", ls="--", label="full prefill")
-    a1.axhline(summary["prefix cache"]["mean_ttft_s"], color="gray", ls=":", label="prefix cache only")
-    a1.set_xlabel("recompute ratio r")
-    a1.set_ylabel("mean TTFT (s)")
-    a1.set_ylim(bottom=0)
-    a1.legend(fontsize=8)
-    a1.set_title("TTFT")
-    a2.plot(rs, [m["tf_top1_agreement"] for _, m in blend], "o-", label="teacher-forced top-1 agreement")
-    a2.plot(rs, [m["first_token_agreement"] for _, m in blend], "s--", label="first-token agreement")
-    a2.plot(rs, [m["f1_vs_full"] for _, m in blend], "^:", label="answer F1 vs full prefill")
-    a2.axhline(0.95, color="green", ls=":", lw=1, label="target 0.95")
-    a2.set_xlabel("recompute ratio r")
-    a2.set_ylim(0, 1.05)
-    a2.legend(fontsize=8)
-    a2.set_title("agreement with full prefill")
-    a3.plot(rs, [m["tf_mean_kl"] for _, m in blend], "o-", label="teacher-forced mean KL")
-    a3.plot(rs, [m["kl_first_token"] for _, m in blend], "s--", label="first-token KL")
-    if blend and blend[0][0] == 0.0:
-        a3.axhline(0.5 * blend[0][1]["tf_mean_kl"], color="green", ls=":", lw=1, label="target: 0.5 x KL at r=0")
-    a3.set_xlabel("recompute ratio r")
-    a3.set_ylabel("KL(full || method), nats")
-    a3.set_ylim(bottom=0)
-    a3.legend(fontsize=8)
-    a3.set_title("divergence from full prefill")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def _load_avg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
 def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str = "bench/results/blend.json",
          plot_path: str = "bench/results/blend.png", ratios: list[float] | None = None, threads: int | None = None,
-         blend_options: dict | None = None, console: Console | None = None) -> dict:
+         blend_options: dict | None = None, rules: list[str] | None = None,
+         extras: list[tuple[str, float, dict]] | None = None, console: Console | None = None) -> dict:
     """Run the benchmark on items ``[start, end)`` of ``data`` (musique_s.json).
 
     Writes the JSON after every item (a partial run keeps what it measured) and the PNG at the
@@ -316,7 +283,9 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     pins torch's thread count (else ``RAGCACHE_BENCH_THREADS``, else torch's default); the
     JSON records it, the machine and its load average at start, per item and at the end.
     ``blend_options`` override :func:`~ragcache.engine.blend.blend_prefill`'s selection
-    defaults (the options in effect are recorded).
+    defaults (the options in effect are recorded). ``rules`` names the selection rules of
+    :data:`RULES` run at every ratio (default ``["cacheblend"]``); ``extras`` adds single runs
+    ``(name, r, options)`` (e.g. ``("random r=0.15 seed 1", 0.15, {"rank_by": "random", "seed": 1})``).
 
     Raises:
         FileNotFoundError: ``data`` does not exist (the message names the expected file).
@@ -335,6 +304,12 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     if any(not 0.0 < r <= 1.0 for r in ratios):
         raise ValueError(f"ratios must be in (0, 1]; got {ratios} (r = 0, full reuse, always runs)")
     options = _blend_options(blend_options)
+    rules = ["cacheblend"] if rules is None else list(rules)
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown rule(s) {unknown}; known: {sorted(RULES)}")
+    for _, _, o in extras or []:
+        _blend_options(o)
     path = Path(data).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the MuSiQue sample is expected at {DEFAULT_DATA} "
@@ -345,13 +320,15 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     loaded = load_model()
     ctx = {"model": loaded.model, "tokenizer": loaded.tokenizer, "fingerprint": loaded.fingerprint.digest,
            "embedder": load_embedder(), "chunks": ChunkCache(MemoryChunkStore(max_bytes=4 << 30)),
-           "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}, "blend_options": options}
+           "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}, "blend_options": options,
+           "rules": {r: RULES[r] for r in rules}, "extras": list(extras or [])}
     split = "development" if start + len(items) <= 50 else "evaluation" if start >= 50 else "mixed"
     payload: dict[str, Any] = {
         "benchmark": "cacheblend-musique", "data": str(path), "items": [start, start + len(items)], "split": split,
         "machine": machine(), "torch_threads": torch.get_num_threads(), "load_avg_start": _load_avg(),
         "model": str(loaded.fingerprint), "top_k": TOP_K, "max_new_tokens": MAX_NEW_TOKENS,
         "chunk_dtype": "float16", "ratios": ratios, "blend_options": options, "complete": False,
+        "rules": {r: RULES[r] for r in rules}, "extras": [list(x) for x in extras or []],
         "summary": {}, "per_item": [],
     }
     jpath = Path(json_path)

@@ -12,7 +12,17 @@ the KL as a share of full reuse (r = 0) with the same chunk sink. Variants
 - always recomputing each document's first tokens (EPIC, arXiv 2410.15332) or last tokens
   (the tokens before each document boundary);
 - chunks computed after BOS (default) or after the real system prefix (the prompt's tokens
-  before the first document).
+  before the first document);
+- query-aware rules ranked before layer 0 (:mod:`ragcache.engine.selection`: ProphetKV-style
+  attention, InfoFlow-style attention norm, fused over all or half the layers; InfoFlow's chunk
+  reordering, scored against the canonical order's full prefill), random selection at the same r
+  (seeds 0-2) and the oracle (tokens whose chunk KV differs most from the full prefill's, summed
+  over all layers; it needs the full prefill, so it bounds what a per-token ranking of that kind can
+  do rather than serving).
+
+Per variant the summary adds its share of the full-reuse gap closed, on agreement
+``(agree - agree_r0) / (1 - agree_r0)`` and on KL ``1 - KL / KL_r0``, and that share over the
+mean share of the random seeds at the same r.
 
 Tuning happens here, on items 0-49; never on the evaluation items 50-149 (``main`` refuses
 them). Blend times are recorded but the study runs on a shared CPU: read them as indicative.
@@ -63,6 +73,24 @@ VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "r=0.15 dev KV x question attention, check 4": ("bos", 0.15, {"deviation": "kv", "rank_by": "deviation*attention",
                                                                   "check_layer": 4}),
 }
+# issue 20: query-aware rules (ragcache.engine.selection), random at the same r, and the oracle
+for _r in (0.15, 0.30):
+    VARIANTS.update({
+        f"r={_r:.2f} CacheBlend (dev KV, check 1)": ("bos", _r, {}),
+        f"r={_r:.2f} prophet (all layers)": ("bos", _r, {"rank_by": "prophet"}),
+        f"r={_r:.2f} infoflow (all layers)": ("bos", _r, {"rank_by": "infoflow"}),
+        **{f"r={_r:.2f} random seed {k}": ("bos", _r, {"rank_by": "random", "seed": k}) for k in range(3)},
+        f"r={_r:.2f} oracle (full-prefill KV distance)": ("bos", _r, {"rank_by": "oracle"}),
+    })
+VARIANTS.update({
+    "r=0.15 prophet (layers 0-14)": ("bos", 0.15, {"rank_by": "prophet", "query_layers": tuple(range(15))}),
+    "r=0.15 prophet (layers 15-29)": ("bos", 0.15, {"rank_by": "prophet", "query_layers": tuple(range(15, 30))}),
+    "r=0.15 infoflow (layers 15-29)": ("bos", 0.15, {"rank_by": "infoflow", "query_layers": tuple(range(15, 30))}),
+    "r=0.15 prophet + heads 4": ("bos", 0.15, {"rank_by": "prophet", "doc_head_tokens": 4}),
+    "r=0.15 infoflow reordered (InfoFlow chunk order)": ("bos", 0.15, {"rank_by": "infoflow", "reorder": True}),
+})
+ISSUE20 = ["full reuse r=0 (bos sink)"] + [k for k in VARIANTS if "CacheBlend (" in k or "prophet" in k
+                                           or "infoflow" in k or "random seed" in k or "oracle" in k]
 
 
 def _load_avg() -> list[float]:
@@ -105,6 +133,7 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.prompt import render_messages
     from ragcache.engine.chunk.stores import MemoryChunkStore
+    from ragcache.engine.selection import chunk_order, oracle_scores
 
     model, tok, fp = ctx["model"], ctx["tokenizer"], ctx["fingerprint"]
     prompt = render_messages(tok, _messages(item["question"], _retrieve(ctx["embedder"], item)))
@@ -120,17 +149,31 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     prefix_kv = kvb.cache_tensors(prefix)
     caches = {"bos": ctx["bos_chunks"], "system": ChunkCache(MemoryChunkStore(max_bytes=1 << 30), sink_ids=ids[:p])}
     out: dict[str, dict] = {}
+    docs = _retrieve(ctx["embedder"], item)
     for name, (sink, r, opts) in variants.items():
         kvs = [caches[sink].lookup_or_compute(model, fp, ids[s:e])[0] for s, e in spans]
+        opts = dict(opts)
+        if opts.get("rank_by") == "oracle":  # needs the full prefill: a bound, not a serving rule
+            opts.update(rank_by="given", token_scores=oracle_scores(model, full, spans, kvs, len(ids)))
         t0 = time.perf_counter()
-        res = blend_prefill(model, ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
-                            doc_spans=spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
+        use_ids, use_spans = ids, spans
+        if opts.pop("reorder", False):  # InfoFlow chunk order: rank on the canonical prompt, reorder, blend again
+            res = blend_prefill(model, ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
+                                doc_spans=spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
+            order = chunk_order(res.token_scores, spans)
+            re = render_messages(tok, _messages(item["question"], [docs[i] for i in order]))
+            use_ids, use_spans = re.input_ids, [(s, e) for s, e, _ in re.document_spans()]
+            kvs = [kvs[i] for i in order]
+            assert len(use_ids) == len(ids) and use_spans[0][0] == p, "reordered prompt must keep length and prefix"
+        res = blend_prefill(model, use_ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
+                            doc_spans=use_spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
         dt = time.perf_counter() - t0
+        order_note = {"doc_order": order} if use_ids is not ids else {}
         f = teacher_forced_fidelity(model, full, full_logits, res.cache, res.last_logits, len(ids), answer,
                                     full_forced=full_forced)
         m = f.as_dict()
         m.pop("kl_per_position")
-        out[name] = {**m, "blend_s": dt, "tokens_recomputed": res.tokens_recomputed}
+        out[name] = {**m, "blend_s": dt, "tokens_recomputed": res.tokens_recomputed, **order_note}
     return {"question": item["question"], "prompt_tokens": len(ids), "doc_tokens": sum(e - s for s, e in spans),
             "answer": tok.decode(answer), "answer_tokens": len(answer), "variants": out}
 
@@ -159,9 +202,28 @@ def summarize(rows: list[dict], variants: dict[str, tuple[str, float, dict]]) ->
                  if base and name in row["variants"] and base in row["variants"]]
         den = sum(b for _, b in pairs)
         s["kl_share_of_r0"] = sum(a for a, _ in pairs) / den if den > 0 else None
+        agree0 = [row["variants"][base]["top1_agreement"] for row in rows
+                  if base and name in row["variants"] and base in row["variants"]]
+        a0 = statistics.fmean(agree0) if agree0 else None
+        # share of the full-reuse gap closed: 0 = no better than r = 0, 1 = full prefill
+        s["gap_closed_agreement"] = (s["top1_agreement"] - a0) / (1.0 - a0) if a0 is not None and a0 < 1 else None
+        s["gap_closed_kl"] = 1.0 - s["kl_share_of_r0"] if s["kl_share_of_r0"] is not None else None
         s["meets_target"] = bool(s["top1_agreement"] >= 0.95 and s["kl_share_of_r0"] is not None
                                  and s["kl_share_of_r0"] <= 0.5)
+    _versus_random(out)
     return out
+
+
+def _versus_random(out: dict[str, dict]) -> None:
+    """Per variant: its gap share over the mean gap share of the random seeds at the same r (same sink)."""
+    for s in out.values():
+        rand = [o for o in out.values() if o["options"].get("rank_by") == "random" and o["sink"] == s["sink"]
+                and o["recompute_ratio"] == s["recompute_ratio"]]
+        for key in ("gap_closed_agreement", "gap_closed_kl"):
+            vals = [o[key] for o in rand if o.get(key) is not None]
+            r = statistics.fmean(vals) if vals else None
+            s[f"random_{key}"] = r
+            s[f"{key}_x_random"] = s[key] / r if r and s.get(key) is not None and r > 0 else None
 
 
 def report(payload: dict | str, console: Console | None = None) -> None:
@@ -173,17 +235,48 @@ def report(payload: dict | str, console: Console | None = None) -> None:
     table = Table(title=f"CacheBlend selection variants, MuSiQue dev items {a}-{b - 1} "
                         f"({len(payload['per_item'])} items); teacher-forced vs full prefill")
     for col in ("variant", "items", "mean KL", "KL / r=0", "top-1 agr", "pooled agr", "1st KL", "1st =", "greedy match",
-                "recomputed", "blend s", "target"):
+                "recomputed", "blend s", "gap agr", "gap KL", "x rand agr", "x rand KL", "target"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, s in payload["summary"].items():
         share = "-" if s["kl_share_of_r0"] is None else f"{s['kl_share_of_r0']:.2f}"
         table.add_row(name, str(s["items"]), f"{s['mean_kl']:.4f}", share, f"{s['top1_agreement']:.3f}",
                       f"{s['top1_agreement_pooled']:.3f}", f"{s['first_token_kl']:.4f}",
                       f"{s['first_token_agreement']:.2f}", f"{s['greedy_match_len']:.1f}/{s['answer_len']:.1f}",
-                      f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", "met" if s["meets_target"] else "")
+                      f"{s['tokens_recomputed']:.0f}", f"{s['blend_s']:.2f}", _fmt(s.get("gap_closed_agreement")),
+                      _fmt(s.get("gap_closed_kl")), _fmt(s.get("gap_closed_agreement_x_random")),
+                      _fmt(s.get("gap_closed_kl_x_random")), "met" if s["meets_target"] else "")
     console.print(table)
     console.print(f"load (1/5/15 min) at start {payload['load_start']}, at end {payload.get('load_end')}; "
                   f"{payload['machine']}")
+
+
+def plot(payload: dict, path: str) -> None:
+    """Bar chart of each variant's share of the full-reuse gap closed (agreement and KL); needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(k, s) for k, s in payload["summary"].items() if s["recompute_ratio"] > 0]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    y = list(range(len(rows)))
+    ax.barh([i - 0.2 for i in y], [s.get("gap_closed_agreement") or 0 for _, s in rows], height=0.4,
+            label="gap closed, top-1 agreement")
+    ax.barh([i + 0.2 for i in y], [s.get("gap_closed_kl") or 0 for _, s in rows], height=0.4,
+            label="gap closed, mean KL")
+    ax.set_yticks(y, [k for k, _ in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    a, b = payload["items"]
+    ax.set_title(f"share of the full-reuse (r=0) gap to full prefill closed; dev items {a}-{b - 1}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/results/blend_variants_dev.json",
@@ -240,6 +333,10 @@ def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/result
         console.print(f"[{start + len(rows) - 1}] {rows[-1]['prompt_tokens']} tokens, answer {rows[-1]['answer']!r} "
                       f"({rows[-1]['answer_tokens']} tokens), {time.perf_counter() - t0:.0f}s")
     report(payload, console)
+    from ragcache.app.bench.plotting import draw
+
+    png = str(jpath.with_suffix(".png"))
+    draw(lambda: plot(payload, png), png)
     return payload
 
 

@@ -119,7 +119,8 @@ def test_invalidate_through_langchain_removes_the_stale_answer(shared, name) -> 
 
 def _engine_with_two_precomputed(lm) -> LocalEngine:
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False)  # blend on any chunk hit
+    # blend at r = 0.15 on any chunk hit (without a calibration record an engine blends only when told an r)
+    engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
     assert cc.precompute(engine, RC_DOCS[:2], progress=False) == 2
     return engine
 

@@ -152,7 +152,7 @@ class RagCacheLLM(LLM):
             or a ``ChunkCache`` instance.
         max_new_tokens: decode budget in tokens (``LLMMetadata.num_output``).
         temperature / top_p / seed / stop: sampling controls (temperature 0 = greedy).
-        recompute_ratio: CacheBlend's r in [0, 1] (None: the engine's default, 0.15).
+        recompute_ratio: the blend's r in [0, 1] (None: the engine's: the model's calibration record, else exact prefill).
         use_prefix_cache / use_chunk_cache: per-request cache switches (None: chunk cache
             when the engine has one).
 

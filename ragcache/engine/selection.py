@@ -1,0 +1,182 @@
+"""Query-aware, random and oracle selection of the document tokens a blended prefill recomputes.
+
+CacheBlend (:mod:`ragcache.engine.hkvd`) ranks reused document tokens by how far their cached
+KV deviates from fresh KV at one early layer. The rules here rank them instead by what the
+request's question reads from them, measured in a cheap first pass (*dual stage*):
+
+1. **Stage 1, rank.** The uncached tokens (separators, the question and the template tail)
+   run through every layer over the reused chunk KV, whose keys were re-rotated to the
+   request's true global positions (:func:`ragcache.engine.rope.rerotate_keys`), exactly as
+   full KV reuse (r = 0) would run them. At each layer the attention probabilities of the
+   *tail* queries (every token after the last document) over the document keys are formed
+   explicitly, averaged over heads and tail queries, and normalised to sum to 1 over the
+   document tokens, so that every layer carries equal weight whatever mass it puts on the
+   attention sink or on the question itself; the per-layer distributions are averaged over
+   the fused layers (default: all).
+2. **Stage 2, recompute.** The top ``ceil(r * n_doc)`` document tokens by that score, every
+   uncached token and the last token are recomputed at every layer (the others keep their
+   chunk KV). Stage 1's cost is part of the blend's time (TTFT).
+
+Rules:
+
+- ``"prophet"``: the score is the attention probability itself, after ProphetKV (Wang et al.,
+  "ProphetKV: User-Query-Driven Selective Recomputation for Efficient KV Cache Reuse in RAG",
+  ICML 2026, arXiv 2602.02579: user-query-driven token priority, dual-stage recomputation
+  fusing layer-wise attention metrics).
+- ``"infoflow"``: the attention *norm* ``alpha_qj * ||v_j||`` (the size of what token j adds to
+  the query's attention output, per head) after InfoFlow KV (Teng et al., "InfoFlow KV:
+  Information-Flow-Aware KV Recomputation for Long Context", ICML 2026, arXiv 2603.05353:
+  query attention-norm signal under inference-consistent global RoPE positions), and
+  :func:`chunk_order`, its information-flow chunk reordering (opt in, only where document
+  order is free).
+- ``"random"``: uniform random document tokens (seeded), the baseline any rule must beat.
+- ``"given"``: caller-supplied scores, e.g. :func:`oracle_scores` (benchmarks only).
+
+Source note: only the abstracts and project pages of both papers could be read while this was
+written (their method sections were not reachable), so the layer set, the per-layer
+normalisation and the mean fusion above are this module's reading of "fuse layer-wise
+attention metrics" / "attention-norm signal", chosen on development items
+(``ragcache bench blend-variants``), not a transcription of the papers' equations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ragcache.engine.blend_layers import attend, finish, qkv
+from ragcache.engine.rope import RopeSpec, rerotate_keys
+
+QUERY_RULES: tuple[str, ...] = ("prophet", "infoflow")
+DEFAULT_SELECTION = "infoflow"
+"""The rule an engine blends with when neither its config nor a calibration record names one
+(chosen on development items 0-7 by ``ragcache bench blend-variants``; see the README's CacheBlend section)."""
+OTHER_RULES: tuple[str, ...] = ("random", "given")
+
+
+def _tail_probs(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale: float | None) -> torch.Tensor:
+    """Softmax attention ``[H, m, n_keys]`` (float32) of queries ``[1, H, m, D]`` at ``q_pos`` over ``k``."""
+    h, hkv, n_keys = q.shape[1], k.shape[1], k.shape[2]
+    kk = k[0].float().repeat_interleave(h // hkv, dim=0)  # [H, n, D]
+    scores = torch.matmul(q[0].float(), kk.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    mask = torch.arange(n_keys, device=q.device)[None, :] > q_pos.to(q.device)[:, None]
+    return scores.masked_fill(mask[None], float("-inf")).softmax(dim=-1)
+
+
+def layer_score(rule: str, probs: torch.Tensor, v: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
+    """One layer's score ``[n_keys]`` of each key, normalised to sum 1 over the document keys.
+
+    Args:
+        rule: ``"prophet"`` (mean attention probability) or ``"infoflow"`` (mean of
+            probability times the value's L2 norm, per head).
+        probs: ``[H, m, n_keys]`` tail-query attention probabilities.
+        v: ``[Hkv, n_keys, D]`` values of the layer.
+        doc_mask: bool ``[n_keys]``, True at reused document tokens (others score 0).
+    """
+    if rule == "infoflow":
+        vnorm = v.float().norm(dim=-1).repeat_interleave(probs.shape[0] // v.shape[0], dim=0)  # [H, n]
+        s = (probs * vnorm[:, None, :]).mean(dim=(0, 1))
+    elif rule == "prophet":
+        s = probs.mean(dim=(0, 1))
+    else:
+        raise ValueError(f"query rule must be one of {QUERY_RULES}; got {rule!r}")
+    s = s * doc_mask.to(s.device)
+    total = s.sum()
+    return s / total if total > 0 else s
+
+
+def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: int, cos: torch.Tensor,
+                 sin: torch.Tensor, k_all: Sequence[torch.Tensor], v_all: Sequence[torch.Tensor],
+                 doc_mask: torch.Tensor, rule: str, layers: Sequence[int] | None = None) -> torch.Tensor:
+    """Stage 1 of the dual-stage pipeline: fused query-attention score of every position, float32 ``[n]``.
+
+    Runs the uncached tokens at ``pos`` (sorted int64 ``[m]``, including the tail
+    ``pos >= tail_from`` and the last token) through every decoder layer over the fused buffers
+    ``k_all`` / ``v_all`` (``[1, Hkv, n, D]`` per layer, document keys already at their global
+    positions); writes only the K/V of ``pos`` (never document positions), which stage 2
+    overwrites. ``cos`` / ``sin``: ``[m, D]`` of ``pos``. ``layers``: the layers fused (default all).
+
+    Raises:
+        ValueError: no tail query (``pos`` has no position ``>= tail_from``) or an unknown rule.
+    """
+    n = doc_mask.shape[0]
+    tail = (pos >= tail_from).nonzero().flatten()
+    if len(tail) == 0:
+        raise ValueError("query-aware selection needs tokens after the last document (the question)")
+    blocks = model.model.layers
+    use = set(range(len(blocks)) if layers is None else (int(i) % len(blocks) for i in layers))
+    total = torch.zeros(n, dtype=torch.float32, device=ids.device)
+    h = model.model.embed_tokens(ids[pos][None])
+    for i, layer in enumerate(blocks):
+        q, k, v = qkv(layer, h, cos, sin)
+        k_all[i][:, :, pos] = k
+        v_all[i][:, :, pos] = v
+        if i in use:
+            probs = _tail_probs(q[:, :, tail], k_all[i][:, :, :n], pos[tail], getattr(layer.self_attn, "scaling", None))
+            total += layer_score(rule, probs, v_all[i][0, :, :n], doc_mask)
+        if i + 1 < len(blocks):  # the last layer's output is not needed
+            h = finish(layer, h, attend(layer.self_attn, q, k_all[i], v_all[i], pos, n))
+    return total / max(len(use), 1)
+
+
+def resolve_selection(configured: str | None, calibration: Any = None) -> str:
+    """An engine's rule: ``configured``, else the calibration record's ``rank_by``, else :data:`DEFAULT_SELECTION`."""
+    if configured is not None:
+        return configured
+    if calibration is not None:
+        return calibration.rank_by
+    return DEFAULT_SELECTION
+
+
+def random_scores(n: int, seed: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Uniform random scores ``[n]`` from a generator seeded with ``seed`` (the same seed, the same set)."""
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.rand(n, generator=g).to(device)
+
+
+@torch.inference_mode()
+def oracle_scores(model: Any, full_cache: Any, doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[Any],
+                  n: int) -> torch.Tensor:
+    """Per-position distance between reused and full-prefill KV, summed over all layers, float32 ``[n]``.
+
+    For each document token: ``sum_layers ||K_full - K_chunk||^2 + ||V_full - V_chunk||^2``
+    (squared L2 over heads and head dims), with the chunk's keys re-rotated to the token's
+    global position; 0 elsewhere. Recomputing the top tokens by this score is the oracle of
+    ``bench blend-variants`` (it needs the full prefill, so it is no serving rule).
+
+    Args:
+        full_cache: the cache of a full prefill of the same ``n`` prompt ids.
+        doc_spans / chunk_kvs: as in :func:`ragcache.engine.blend.blend_prefill`.
+    """
+    from ragcache.engine import kv as kvb
+
+    spec = RopeSpec.from_config(model.config)
+    fk, fv = kvb.cache_tensors(full_cache)
+    out = torch.zeros(n, dtype=torch.float32)
+    for (s, e), ckv in zip(doc_spans, chunk_kvs):
+        ks = rerotate_keys(ckv.keys.float(), s - ckv.start, spec, out_dtype=torch.float32)  # [L, Hkv, len, D]
+        vs = ckv.values.float()
+        for i in range(len(fk)):
+            out[s:e] += (fk[i][0, :, s:e].float().cpu() - ks[i].cpu()).pow(2).sum(dim=(0, 2))
+            out[s:e] += (fv[i][0, :, s:e].float().cpu() - vs[i].cpu()).pow(2).sum(dim=(0, 2))
+    return out
+
+
+def chunk_order(scores: torch.Tensor, doc_spans: Sequence[tuple[int, int]]) -> list[int]:
+    """InfoFlow-style chunk reordering: document indices sorted so the most-read document comes last.
+
+    A document's weight is the sum of its tokens' stage-1 ``scores`` (``[n]``, e.g.
+    ``BlendResult.token_scores`` of a ``rank_by="infoflow"`` blend); the order puts documents
+    by ascending weight, so the one the question reads most sits next to the question (InfoFlow
+    KV, arXiv 2603.05353: reorder chunks by information flow before recomputing). Ties keep the
+    given order. Opt in only where document order is free: the canonical order keeps prompts
+    byte-stable, a reordered prompt is a different prompt (and a different full prefill).
+    """
+    weights = [float(scores[s:e].sum()) for s, e in doc_spans]
+    return sorted(range(len(doc_spans)), key=lambda i: (weights[i], i))
+
+
+__all__ = ["DEFAULT_SELECTION", "OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores", "query_scores",
+           "random_scores", "resolve_selection"]
