@@ -128,3 +128,14 @@ def test_cache_ls_json_gives_whole_answers(home, n):
     assert [r["answer"] for r in rows] == [long]
     table = runner.invoke(app, ["cache", "ls"]).stdout
     assert "end." not in table or n <= 80  # the table still clips
+
+
+@pytest.mark.parametrize("r,words", [(None, "prefill stays exact"), (0.15, "blended at r=0.15"), (0.3, "blended at r=0.30")])
+def test_the_demo_says_what_the_chunk_cache_does(r, words):
+    from ragcache import LocalEngine
+    from ragcache.app.demo import _reuse_mode
+    from ragcache.testing import tiny_llama
+
+    engine = LocalEngine(tiny_llama(seed=1), calibration=False, recompute_ratio=r)
+    assert words in _reuse_mode(engine)
+    assert ("approximate" in _reuse_mode(engine)) or r is None

@@ -47,7 +47,7 @@ DEMO_SESSION: tuple[Turn, ...] = (
     Turn("How do I sort a list of dictionaries by a key?", "new question"),
     Turn("And how do I sort it in descending order instead?", "follow-up of #5 (chat history)", follow_up_of=4),
     Turn("How do I parse a date string into a datetime object?", "exact repeat of #2: semantic cache"),
-    Turn("What does the csv.DictReader class do?", "new question, overlapping CSV documents: chunk cache"),
+    Turn("What does the csv.DictReader class do?", "new question, overlapping CSV documents: chunk cache hits"),
 )
 
 
@@ -179,6 +179,16 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
+def _reuse_mode(engine: Any) -> str:
+    """One line on what the engine does with chunk-cache hits at these settings."""
+    r = engine.recompute_ratio
+    if r is None:
+        return ("documents are cached, but prefill stays exact: this model has no calibration record showing that "
+                "blending keeps its answers (`ragcache calibrate`, or RAGCACHE_RECOMPUTE_RATIO=0.15 to blend, "
+                "labelled approximate)")
+    return f"blended at r={r:.2f} ({engine.selection} selection), answers labelled approximate"
+
+
 def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,
          console: Console | None = None) -> dict:
     """The scripted session over the standard library's documentation (model, embedder, top-k,
@@ -197,6 +207,8 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
     say(console, f"model {engine.fingerprint} | embedder {emb.name} | {len(chunks)} chunks "
                  f"({'index loaded from disk' if retriever.loaded_from_disk else 'index built and saved'}) | "
                  f"backend {backend} | top-k {cfg.top_k}")
+    if backend == "local":
+        say(console, ("chunk KV: " + _reuse_mode(engine), "dim"))
     with _backend(backend, engine) as be:
         # The demo's short budget cuts most answers; keep them anyway: a truncated answer is served only
         # to a request with this same budget (it is in the partition), never to a larger one.
