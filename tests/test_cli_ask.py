@@ -96,12 +96,19 @@ def test_second_ask_reuses_chunk_kv_from_disk(home, notes, tiny_dir, monkeypatch
     monkeypatch.setenv("RAGCACHE_MIN_REUSE_TOKENS", "0")  # blend on any hit: these notes are short
     args = ["--docs", str(notes), "--model", str(tiny_dir), "--json", "--no-cache", "--max-new-tokens", "2",
             "--top-k", "2"]
+    exact = json.loads(ask(*args, "When do backups run?").stdout)  # no calibration record, no r: exact prefill
+    exact_again = json.loads(ask(*args, "When do the backups run each night?").stdout)
+    assert exact["usage"]["chunk_reused"] == exact_again["usage"]["chunk_reused"] == 0
+    assert not exact_again["approximate"]
+    for f in (home / "kv" / "chunks").glob("*.safetensors"):
+        f.unlink()
+    monkeypatch.setenv("RAGCACHE_RECOMPUTE_RATIO", "0.15")  # blending asked for: the disk KV is reused
     first = json.loads(ask(*args, "When do backups run?").stdout)
     assert first["usage"]["chunk_reused"] == 0 and first["model_loaded"]
     kv = list((home / "kv" / "chunks").glob("*.safetensors"))
     assert len(kv) >= 2  # each retrieved document's KV is on disk
     second = json.loads(ask(*args, "When do the backups run each night?").stdout)  # a new engine, same documents
-    assert second["usage"]["chunk_reused"] > 0, second["usage"]
+    assert second["usage"]["chunk_reused"] > 0 and second["approximate"], second["usage"]
     r = runner.invoke(app, ["cache", "stats", "--json"])
     assert json.loads(r.stdout)["chunks"]["files"] == len(kv)
 
