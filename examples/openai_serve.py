@@ -9,8 +9,9 @@ against a running ``ragcache serve`` the same ChatOpenAI lines work with
 2. another question over the same documents (the system turn and the documents come from the
    exact prefix cache: ``cache_read`` is most of the prompt);
 3. a question with the retriever returning the documents in another order (the prefix ends at
-   the first document; the documents' KV comes from the chunk cache when the engine's cost rule
-   finds blending worth it);
+   the first document; the documents are chunk-cache hits, reused only when the engine blends: with a
+   calibration record for the model or ``RAGCACHE_RECOMPUTE_RATIO``, labelled approximate; at the
+   defaults prefill stays exact);
 4. the same, streamed (``stream_usage=True``: the usage arrives in the last chunk).
 
     python examples/openai_serve.py [--max-tokens 48] [--tiny]

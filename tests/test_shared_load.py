@@ -70,8 +70,10 @@ def _worker(w: int, pg_url: str, kv_url: str, log_dir: str, progress, n_ops: int
     out = {"worker": w, "ops": 0, "errors": [], "wrong": [], "gap": [], "hits": 0, "chunk_hits": 0}
     committed = open(Path(log_dir) / f"committed-{w}.txt", "a", buffering=1)
     try:
-        cache = PgSemanticCache(pg_url, schema=SCHEMA, embedder=HashingEmbedder(64), threshold=0.8)
-        kv = RedisChunkStore(kv_url, prefix="load:")
+        # a worker that starts while the servers restart (a slow spawn under load) retries like any call
+        cache = _retry(lambda: PgSemanticCache(pg_url, schema=SCHEMA, embedder=HashingEmbedder(64), threshold=0.8),
+                       out["gap"])
+        kv = _retry(lambda: RedisChunkStore(kv_url, prefix="load:"), out["gap"])
         durable = partition_key(model="m", namespace="durable")
         rng = random.Random(w)
         for n in range(n_ops):
