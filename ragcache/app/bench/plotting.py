@@ -8,6 +8,7 @@ after its JSON is written and its table printed.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -43,3 +44,18 @@ def draw(fn: Callable[[], Any], path: str | Path | None) -> Path | None:
 
 
 __all__ = ["INSTALL", "draw", "have_matplotlib"]
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Write a matplotlib figure to ``path`` atomically (a temporary PNG beside it, then a rename),
+    creating the folder, and close it. Returns the path."""
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    tmp = out.with_name(out.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    os.replace(tmp, out)
+    plt.close(fig)
+    return out

@@ -17,7 +17,6 @@ project's hard pairs; the held-out split of the QQP development pairs,
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ragcache.app.bench.plotting import save_figure
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.embedding import QuestionEmbedder
 from ragcache.semantic.guards import GuardSet
@@ -208,13 +208,7 @@ def plot(sets: dict[str, dict[str, Any]], path: str) -> None:
         ax.grid(alpha=0.3)
         ax.set_title(f"{name} ({res['n']} pairs)")
         ax.legend(loc="lower left", fontsize=8)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    tmp = out.with_name(out.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, out)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 __all__ = ["GUARDED_THRESHOLDS", "THRESHOLDS", "accuracy", "gptcache_accuracy", "kind_of", "memo_embedder", "plot",

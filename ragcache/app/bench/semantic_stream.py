@@ -38,7 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ragcache.app.bench.plotting import draw
+from ragcache.app.bench.plotting import draw, save_figure
 from ragcache.app.bench.semantic import _fmt, _machine, _table, memo_embedder
 from ragcache.semantic import SemanticCache
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
@@ -243,13 +243,7 @@ def plot(result: dict[str, Any], path: str) -> None:
     ax.set_ylabel("error among hits")
     ax.set_title(f"semantic cache on a QQP cluster stream ({result['stream']['lookups']} lookups)")
     ax.legend(fontsize=7, loc="upper left")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    tmp = out.with_name(out.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, out)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _methods(memo: QuestionEmbedder, static: tuple[float, ...], bounds: tuple[float, ...],
