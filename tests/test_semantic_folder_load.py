@@ -99,7 +99,12 @@ def test_four_processes_on_one_folder_with_a_kill(tmp_path):
     for p in [*workers, killed]:
         p.start()
     end = time.monotonic() + 180
-    while progress.value < WORKERS * OPS // 3 and time.monotonic() < end:
+    log = tmp_path / "committed-killed.txt"
+
+    def writer_committed() -> int:  # the writer may start after the workers (a slow spawn): wait for it too
+        return len(log.read_text().split()) if log.exists() else 0
+
+    while (progress.value < WORKERS * OPS // 3 or writer_committed() < 5) and time.monotonic() < end:
         time.sleep(0.05)
     killed.kill()  # SIGKILL mid-write: its open transaction is rolled back, committed ones stay
     killed.join()

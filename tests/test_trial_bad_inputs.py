@@ -88,3 +88,16 @@ def test_visible_questions_pass(q):
 def test_mixed_content_names_the_block():
     with pytest.raises(ValueError, match=r"\['content'\]\[1\]"):
         _split_messages([{"role": "user", "content": [{"type": "text", "text": "fine"}, {"type": "text", "text": "\ud800"}]}])
+
+
+@pytest.mark.parametrize("kwargs,words", [({"documents": "abc"}, "wrap a single document"),
+                                          ({"documents": b"abc"}, "wrap a single document"),
+                                          ({"documents": {"text": "a"}}, "wrap a single document"),
+                                          ({"system": 5}, "system must be a str"),
+                                          ({"params": [1]}, "params must be a mapping")])
+def test_partition_key_refuses_wrong_shapes(kwargs, words):
+    from ragcache.semantic import partition_key
+
+    with pytest.raises(ValueError, match=words):
+        partition_key(model="m", **kwargs)
+    assert partition_key(model="m", documents=["abc"]) != partition_key(model="m", documents=["a", "b", "c"])

@@ -62,3 +62,15 @@ def test_max_tokens_over_the_limit_names_it():
         for max_tokens in (2049, 4096, 20_000):  # the tiny model: 2048 tokens; the SDK itself refuses far larger
             with pytest.raises(anthropic.BadRequestError, match=rf"max_tokens: {max_tokens} > \d+, which is the maximum"):
                 sdk.messages.create(model="tiny-llama", max_tokens=max_tokens, messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("content", ["\u0000\u001b", "\u0007\u0000", " \u200b "])
+def test_control_only_questions_are_refused_by_both_apis(client, content):
+    r = client.post("/v1/chat/completions", json={"model": "tiny-llama", "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
+    r = client.post("/v1/chat/completions", json={"model": "tiny-llama", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": content}]}]})
+    assert r.status_code == 400
+    r = client.post("/v1/messages", json={"model": "tiny-llama", "max_tokens": 5,
+                                          "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 400 and "non-whitespace" in r.json()["error"]["message"]

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from ragcache.text_checks import is_blank
 from ragcache.hashing import canonical_json
 from ragcache.providers.anthropic.blocks import (
     RequestError,
@@ -126,7 +127,7 @@ def _check_params(body: Any) -> None:
             text = b.get("text") if isinstance(b, Mapping) and b.get("type") == "text" else None
             if isinstance(text, str) and not text and not final_assistant:
                 raise RequestError("messages: text content blocks must be non-empty")
-            if isinstance(text, str) and text and not text.strip() and m.get("role") == "user":
+            if isinstance(text, str) and text and is_blank(text) and m.get("role") == "user":
                 # the real API refuses whitespace-only assistant text too; accepted here so a tiny test
                 # model's blank answer can be sent back in a conversation
                 raise RequestError("messages: text content blocks must contain non-whitespace text")

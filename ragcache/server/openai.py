@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
+from ragcache.text_checks import is_blank
 from ragcache.engine.backend import result_of
 from ragcache.engine.records import ContextWindowError
 from ragcache.server.sse import event_stream, openai_event
@@ -136,7 +137,7 @@ def engine_messages(messages: Any) -> list[dict]:
         out.append({"role": "system" if role == "developer" else role, "content": content})
     last = out[-1]["content"]
     text = last if isinstance(last, str) else "".join(b["text"] for b in last)
-    if out[-1]["role"] == "user" and not text.strip():
+    if out[-1]["role"] == "user" and is_blank(text):  # control / zero-width characters only count as empty
         where = f"messages[{len(out) - 1}]"
         raise OpenAIRequestError(f"Invalid '{where}.content': the last user message is empty, so there is no "
                                  "question to answer; send its text", param=f"{where}.content", code="empty_string")
