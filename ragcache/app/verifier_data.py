@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ragcache.app.jsonl import read_jsonl
+
 SPLITS = (("fit", 0.6), ("choose", 0.8), ("heldout", 1.0))
 """Split names and the upper end of each one's share of the hash range."""
 
@@ -30,20 +32,12 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
             (the message names the line).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"pairs file {p} not found; give a JSONL file of {{\"a\", \"b\", \"same\"}} rows")
     rows = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{i}: not JSON ({e})") from None
+    for i, r in read_jsonl(p, missing=f"pairs file {p} not found; give a JSONL file of {{\"a\", \"b\", \"same\"}} rows"):
         if not (isinstance(r, dict) and isinstance(r.get("a"), str) and isinstance(r.get("b"), str)
                 and isinstance(r.get("same"), bool) and r["a"].strip() and r["b"].strip()):
             raise ValueError(f"{p}:{i}: expected {{\"a\": non-empty str, \"b\": non-empty str, \"same\": true|false}}, "
-                             f"got {line[:120]!r}")
+                             f"got {json.dumps(r)[:120]!r}")
         rows.append(r)
     return rows
 

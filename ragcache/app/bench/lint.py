@@ -21,11 +21,12 @@ There is no plot: the result is a handful of counts, printed as a table and writ
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from ragcache.app.jsonl import read_jsonl
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "system_prompts" / "prompts.jsonl"
 
@@ -38,17 +39,9 @@ def load_prompts(path: str | Path = DEFAULT_DATA) -> list[dict[str, Any]]:
         ValueError: a missing or malformed file (the message names the path).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"prompt set not found: {p} (pass --data PATH to the prompts.jsonl)")
     rows = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{n}: not JSON ({e})") from None
-        if not {"id", "repo", "rendered", "volatile"} <= row.keys():
+    for n, row in read_jsonl(p, missing=f"prompt set not found: {p} (pass --data PATH to the prompts.jsonl)"):
+        if not isinstance(row, dict) or not {"id", "repo", "rendered", "volatile"} <= row.keys():
             raise ValueError(f"{p}:{n}: a prompt needs id, repo, rendered and volatile fields")
         rows.append(row)
     return rows
