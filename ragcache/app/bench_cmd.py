@@ -42,6 +42,15 @@ def json_option(name: str) -> Any:
     return typer.Option(f"bench/results/{name}.json", "--json", help="Where to write the JSON results.")
 
 
+def musique_option() -> Any:
+    return typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json.")
+
+
+def musique(data: str | None) -> str:
+    """The MuSiQue sample a blend benchmark reads: ``data``, else ``$RAGCACHE_DATA_DIR/musique_s.json``."""
+    return data or str(data_dir() / "musique_s.json")
+
+
 def plot_option(name: str) -> Any:
     return typer.Option(f"bench/results/{name}.png", "--plot", help="Where to draw the PNG.")
 
@@ -68,7 +77,7 @@ def bench_prefix(
 
 @bench_app.command("blend")
 def bench_blend(
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    data: Optional[str] = musique_option(),
     start: int = typer.Option(0, help="First item (0-49 is the development split, 50-149 evaluation)."),
     end: int = typer.Option(50, help="One past the last item."),
     json_path: str = json_option("blend"),
@@ -78,14 +87,14 @@ def bench_blend(
     threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
     """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
-    run_bench("blend", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, json_path=json_path,
+    run_bench("blend", data=musique(data), start=start, end=end, json_path=json_path,
               plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads,
               rules=[r.strip() for r in rules.split(",") if r.strip()])
 
 
 @bench_app.command("blend-variants")
 def bench_blend_variants(
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    data: Optional[str] = musique_option(),
     start: int = typer.Option(0, help="First development item (0-49 only)."),
     end: int = typer.Option(8, help="One past the last item (<= 50)."),
     json_path: str = typer.Option("bench/results/blend_variants_dev.json", "--json", help="Where to write the JSON."),
@@ -94,14 +103,14 @@ def bench_blend_variants(
     resume: bool = typer.Option(False, help="Keep the items already in --json when they end at --start."),
 ) -> None:
     """CacheBlend selection variants (check layer, K/V deviation, gradual filtering, chunk heads, sink) on dev items."""
-    run_bench("blend_variants", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+    run_bench("blend_variants", data=musique(data), start=start, end=end,
               json_path=json_path, threads=threads, resume=resume,
               names=[v.strip() for v in variants.split(";") if v.strip()] or None)
 
 
 @bench_app.command("blend-peer")
 def bench_blend_peer(
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    data: Optional[str] = musique_option(),
     start: int = typer.Option(50, help="First item (50-149 is the evaluation split)."),
     end: int = typer.Option(55, help="One past the last item."),
     json_path: str = typer.Option("bench/results/blend_peer.json", "--json", help="Where to write the JSON."),
@@ -110,7 +119,7 @@ def bench_blend_peer(
     threads: int = typer.Option(1, help="torch threads."),
 ) -> None:
     """kvboost (pip install 'ragcache[bench]') vs ragcache's chunk cache when the same documents come back reordered."""
-    run_bench("blend_peer", data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+    run_bench("blend_peer", data=musique(data), start=start, end=end,
               json_path=json_path, ratio=ratio, rule=rule, threads=threads)
 
 
@@ -150,7 +159,7 @@ def bench_provider(json_path: str = json_option("provider"), plot_path: str = pl
 
 @bench_app.command("kvquant")
 def bench_kvquant(
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    data: Optional[str] = musique_option(),
     start: int = typer.Option(0, help="First item (development items 0-49 only)."),
     end: int = typer.Option(10, help="One past the last item (<= 50)."),
     formats: str = typer.Option("fp16,int8,int4", help="Chunk formats, optional :GROUP_SIZE (e.g. int4:128)."),
@@ -161,14 +170,14 @@ def bench_kvquant(
     plot_path: str = plot_option("kvquant"),
 ) -> None:
     """fp16 / int8 / int4 chunk KV (size, load time, CacheBlend fidelity) and a 4-bit quantized decode cache."""
-    run_bench("kvquant", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, formats=formats,
+    run_bench("kvquant", data=musique(data), start=start, end=end, formats=formats,
               decode_tokens=decode_tokens, decode_item=decode_item, residual_length=residual_length,
               json_path=json_path, plot_path=plot_path, console=console)
 
 
 @bench_app.command("decode-check")
 def bench_decode_check(
-    data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list); default $RAGCACHE_DATA_DIR/musique_s.json."),
+    data: Optional[str] = musique_option(),
     start: int = typer.Option(0, help="First item (development items 0-49 only)."),
     end: int = typer.Option(6, help="One past the last item (<= 50)."),
     top_k: int = typer.Option(3, min=1, help="Passages per prompt."),
@@ -178,7 +187,7 @@ def bench_decode_check(
     plot_path: str = plot_option("decode_check"),
 ) -> None:
     """Quantized decode cache vs exact decoding (teacher-forced agreement, Wilson bound), with and without sinks."""
-    run_bench("decode_check", data=data or str(data_dir() / "musique_s.json"), start=start, end=end, top_k=top_k,
+    run_bench("decode_check", data=musique(data), start=start, end=end, top_k=top_k,
               answer_tokens=answer_tokens, settings=settings, json_path=json_path, plot_path=plot_path,
               console=console)
 
