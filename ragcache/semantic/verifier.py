@@ -230,10 +230,12 @@ def calibrated_verifier(embedder: Any) -> LearnedVerifier | None:
     (``ragcache calibrate semantic``), or ``None`` when there is no record for ``embedder``: a
     record says the verifier meets the user's precision on the user's pairs, so a default cache then
     decides with it."""
+    from ragcache.semantic.calibration import record_path, recorded_threshold
+
     if not getattr(embedder, "has_tokens", False):
         return None
-    from ragcache.semantic.calibration import recorded_threshold
-
+    if not record_path(str(getattr(embedder, "fingerprint", ""))).is_file():
+        return None  # the usual case: no record, so the head is not read at every cache construction
     head = load_head()
     if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
         return None
