@@ -187,12 +187,14 @@ class Config:
                           ("RAGCACHE_DATA_DIR", "data_dir")):
             _check_folder(var, getattr(self, name), create=var != "RAGCACHE_DATA_DIR",  # data is only read
                           fix="RAGCACHE_HOME" if name in derived else var)
-        if self.kv_max_bytes < 0 or self.prefix_max_bytes < 1:
-            raise ValueError("RAGCACHE_KV_MAX_BYTES must be >= 0 and RAGCACHE_PREFIX_MAX_BYTES >= 1 (bytes)")
+        for var, value, least in (("RAGCACHE_KV_MAX_BYTES", self.kv_max_bytes, 0),
+                                  ("RAGCACHE_PREFIX_MAX_BYTES", self.prefix_max_bytes, 1),
+                                  ("RAGCACHE_SEMANTIC_MAX_ENTRIES", self.semantic_max_entries, 1),
+                                  ("RAGCACHE_TOP_K", self.top_k, 1), ("RAGCACHE_MAX_NEW_TOKENS", self.max_new_tokens, 1)):
+            if value < least:  # name only the variable that is wrong
+                raise ValueError(f"{var} must be >= {least}, got {value}")
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}")
-        if self.semantic_max_entries < 1 or self.top_k < 1 or self.max_new_tokens < 1:
-            raise ValueError("RAGCACHE_SEMANTIC_MAX_ENTRIES, RAGCACHE_TOP_K and RAGCACHE_MAX_NEW_TOKENS must be >= 1")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.kv_url is not None and kv_url_scheme(self.kv_url) not in KV_URL_SCHEMES:

@@ -128,7 +128,9 @@ class RagCache:
             ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
 
     Raises:
-        ValueError: ``flight_timeout_s`` negative, NaN, infinite or not a number (with a semantic cache).
+        ValueError: ``backend`` without ``generate()`` / ``agenerate()`` or without str ``name`` and
+            ``model_id``; ``semantic`` not a cache; ``flight_timeout_s`` negative, NaN, infinite or not a
+            number (with a semantic cache).
     """
 
     def __init__(self, backend: Backend | AsyncBackend, *, semantic: SemanticCache | None = None,
@@ -140,6 +142,11 @@ class RagCache:
             raise ValueError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                              f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
                              "AnthropicBackend / OpenAIBackend")
+        for attr in ("name", "model_id"):  # both go into the semantic cache's partition key
+            if not isinstance(getattr(backend, attr, None), str) or not getattr(backend, attr):
+                raise ValueError(f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} "
+                                 "(the provider name and model id key the semantic cache, so that one model's "
+                                 "answers are never served for another's)")
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise ValueError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
                              f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")

@@ -59,6 +59,17 @@ def test_bad_value_names_the_variable(var, value):
         Config.from_env({var: value})
 
 
+COUNTS = ("RAGCACHE_TOP_K", "RAGCACHE_MAX_NEW_TOKENS", "RAGCACHE_SEMANTIC_MAX_ENTRIES", "RAGCACHE_PREFIX_MAX_BYTES")
+
+
+@pytest.mark.parametrize("var", [*COUNTS, "RAGCACHE_KV_MAX_BYTES"])
+def test_a_count_below_its_least_names_only_that_variable(tmp_path, var):
+    with pytest.raises(ValueError) as e:
+        Config.from_env({"RAGCACHE_HOME": str(tmp_path), var: "-1"})
+    assert str(e.value).startswith(f"{var} must be >= ") and "got -1" in str(e.value)
+    assert not any(other in str(e.value) for other in (*COUNTS, "RAGCACHE_KV_MAX_BYTES") if other != var)
+
+
 @pytest.mark.slow
 def test_loading_models_leaves_the_environment_alone(monkeypatch):
     import sentence_transformers  # noqa: F401 - third-party imports set KMP_* / TORCHINDUCTOR_* themselves

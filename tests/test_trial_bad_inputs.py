@@ -101,3 +101,31 @@ def test_partition_key_refuses_wrong_shapes(kwargs, words):
     with pytest.raises(ValueError, match=words):
         partition_key(model="m", **kwargs)
     assert partition_key(model="m", documents=["abc"]) != partition_key(model="m", documents=["a", "b", "c"])
+
+
+class _Named:
+    """A backend with generate() whose name / model_id the test sets."""
+
+    def __init__(self, name, model_id):
+        if name is not None:
+            self.name = name
+        if model_id is not None:
+            self.model_id = model_id
+
+    def generate(self, layout, **kw):  # pragma: no cover - never reached
+        raise AssertionError("not called")
+
+
+@pytest.mark.parametrize(("name", "model_id", "missing"), [(None, "m", "name"), ("x", None, "model_id"),
+                                                            ("", "m", "name"), ("x", 3, "model_id")])
+def test_ragcache_refuses_a_backend_without_name_or_model_id(name, model_id, missing):
+    with pytest.raises(ValueError, match=f"non-empty str attribute '{missing}'"):
+        RagCache(_Named(name, model_id))
+
+
+@pytest.mark.parametrize("path", [123, 1.5, b"answers", "", "   "])
+def test_semantic_cache_refuses_a_path_of_the_wrong_kind(tmp_path, monkeypatch, path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path must be a folder path"):
+        SemanticCache(path)
+    assert list(tmp_path.iterdir()) == []  # nothing was made from it

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.semantic.bound import error_bound
-from ragcache.semantic.checks import DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, checked_partition
+from ragcache.semantic.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_path,
+                                      checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.faiss_store import FaissAnswerStore
 from ragcache.semantic.guards import GuardSet
@@ -82,6 +83,7 @@ class SemanticCache(SemanticPolicy):
                  answer_store: VectorAnswerStore | None = None,
                  max_error: float | None = None, equivalence: Any = "exact",
                  error_scope: str = "hits") -> None:
+        check_path("path", path)
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         emb = resolve_embedder(embedder)

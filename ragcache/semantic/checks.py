@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,15 @@ def check_threshold(t: Any) -> float:
     if isinstance(t, bool) or not isinstance(t, numbers.Real) or not -1.0 <= float(t) <= 1.0:
         raise ValueError(f"threshold must be a cosine similarity in [-1, 1] (1.0 = exact only); got {t!r}")
     return float(t)
+
+
+def check_path(name: str, v: Any) -> Any:
+    """``None`` or a non-empty ``str`` / ``os.PathLike`` (returned as given); anything else is refused
+    before a file or folder is made from it (``path=123`` must not create ``./123``)."""
+    if v is None or isinstance(v, os.PathLike) or (isinstance(v, str) and v.strip()):
+        return v
+    raise ValueError(f"{name} must be a folder path (str or pathlib.Path) or None for memory only; got "
+                     f"{type(v).__name__} {v!r:.60}")
 
 
 def check_count(name: str, v: Any) -> int:

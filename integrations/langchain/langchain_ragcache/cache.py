@@ -38,6 +38,7 @@ from langchain_core.outputs import ChatGeneration, Generation
 from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
 from langchain_ragcache._messages import parse_cache_prompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
+from ragcache.semantic.checks import check_path
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
@@ -89,6 +90,7 @@ class RagCacheSemanticCache(BaseCache):
             if path == DEFAULT_LOCATION:  # threshold and ttl_s are applied per lookup / store
                 semantic_cache = default_cache(embedder, **kwargs)
             else:
+                check_path("path", path)
                 if threshold is not None:
                     kwargs["threshold"] = threshold
                 semantic_cache = SemanticCache(None, embedder=embedder, ttl_s=ttl_s, **kwargs) if path is None \

@@ -98,8 +98,29 @@ class ChatRagCache(BaseChatModel):
     stream_cache: bool = True
     timeout: float | None = None
     max_retries: int | None = None
+    api_key: Any = Field(default=None, exclude=True, repr=False)
+    """Accepted for drop-in use where LangChain's standard chat-model options are passed; a local
+    model needs no key, so it is never read or stored in the cache key."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_options(cls, values: Any) -> Any:
+        """Refuse an unknown constructor option (LangChain's base ignores them: ``max_new_tokens=5``
+        would otherwise leave ``max_tokens`` at 256 without a word)."""
+        if not isinstance(values, dict):
+            return values
+        known = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        unknown = sorted(str(k) for k in values if k not in known)
+        if unknown:
+            import difflib
+
+            hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, sorted(known), 1, 0.6))
+                     else repr(k) for k in unknown]
+            raise ValueError(f"ChatRagCache got unknown option(s) {', '.join(hints)}; its options are "
+                             f"{', '.join(sorted(n for n in cls.model_fields if not n.startswith('_')))}")
+        return values
 
     @model_validator(mode="after")
     def _check(self) -> ChatRagCache:

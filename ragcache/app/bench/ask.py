@@ -93,7 +93,7 @@ def _run_all(cmds: dict[str, tuple[list[str], dict[str, str]]], repeats: int) ->
             out = r.pop("stdout")
             if name.startswith("ask "):
                 d = json.loads(out)
-                r.update(layer=d["layer"], similarity=d["similarity"], inside_s=d["timings_s"]["total_s"],
+                r.update(layer=d["layer"], similarity=d["similarity"], inside_s=d["timings_s"]["command_s"],
                          embedder_s=d["timings_s"]["embedder_s"])
             runs[name].append(r)
     return runs

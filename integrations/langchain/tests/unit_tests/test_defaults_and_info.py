@@ -83,3 +83,20 @@ def test_layout_middleware_keeps_a_local_models_layer(tiny_engine_plain) -> None
     assert reads[1] > 0  # the local prefix cache read the system prompt ...
     assert layers[1] in ("prefix", "prefix+chunk") and layers[2] == "semantic"  # ... and is not "provider-cache"
     assert not any(x.startswith("provider") for x in layers), layers
+
+
+@pytest.mark.parametrize(("option", "hint"), [("max_new_tokens", "max_tokens"), ("temprature", "temperature"),
+                                              ("recompute", "recompute_ratio"), ("zzz", None)])
+def test_chat_model_refuses_an_unknown_option_and_names_the_close_one(option, hint) -> None:
+    with pytest.raises(ValueError, match=f"unknown option\\(s\\) '{option}'") as e:
+        ChatRagCache(**{option: 5})
+    assert (f"did you mean '{hint}'" in str(e.value)) == (hint is not None)
+    assert ChatRagCache(model="smollm2-135m-instruct", max_tokens=4, stop_sequences=["x"]).max_tokens == 4
+
+
+@pytest.mark.parametrize("path", [123, 2.5, b"answers", ""])
+def test_semantic_cache_refuses_a_path_of_the_wrong_kind(tmp_path, monkeypatch, path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path must be a folder path"):
+        RagCacheSemanticCache(path=path)
+    assert list(tmp_path.iterdir()) == []

@@ -119,7 +119,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         callback_manager: LlamaIndex callback manager.
 
     Raises:
-        ValueError: a bad option (``order_by``, ``lint``, ``semantic_cache`` type).
+        ValueError: a bad option (``retriever`` without ``retrieve``, ``order_by``, ``lint``, ``semantic_cache`` type).
     """
 
     def __init__(self, retriever: BaseRetriever, llm: Any = None, *,
@@ -131,6 +131,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  anthropic_min_tokens: Mapping[str, int] | int | None = None,
                  token_counter: Callable[[str], int] | None = None,
                  callback_manager: CallbackManager | None = None) -> None:
+        if not callable(getattr(retriever, "retrieve", None)):
+            raise ValueError(f"retriever must be a LlamaIndex retriever (e.g. index.as_retriever()), got "
+                             f"{type(retriever).__name__}; to start from an index use RagCacheQueryEngine.from_index(index)")
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
         if semantic_cache is True or semantic_cache == DEFAULT_LOCATION:
@@ -177,7 +180,13 @@ class RagCacheQueryEngine(BaseQueryEngine):
         ``index.as_retriever()`` over the default in-memory vector store keeps the node ids
         it was built with. ``retriever_kwargs`` go to ``index.as_retriever``; the other
         keyword arguments to the constructor.
+
+        Raises:
+            ValueError: ``index`` has no ``as_retriever`` (not a LlamaIndex index).
         """
+        if not callable(getattr(index, "as_retriever", None)):
+            raise ValueError(f"index must be a LlamaIndex index (e.g. VectorStoreIndex.from_documents(docs)), got "
+                             f"{type(index).__name__}")
         return cls(LiveIndexRetriever(index, similarity_top_k=similarity_top_k, **dict(retriever_kwargs or {})),
                    llm, **kwargs)
 
