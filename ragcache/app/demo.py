@@ -182,6 +182,11 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
 def _reuse_mode(engine: Any) -> str:
     """One line on what the engine does with chunk-cache hits at these settings."""
     r = engine.recompute_ratio
+    cal = engine.calibration
+    if r is None and cal is not None and not cal.blend_allowed:
+        return (f"documents are cached, but prefill stays exact: this model's calibration record shows no r <= "
+                f"{cal.max_ratio:g} keeping top-1 agreement >= {cal.min_agreement:g} with confidence "
+                "(RAGCACHE_RECOMPUTE_RATIO=0.15 blends anyway, labelled approximate)")
     if r is None:
         return ("documents are cached, but prefill stays exact: this model has no calibration record showing that "
                 "blending keeps its answers (`ragcache calibrate`, or RAGCACHE_RECOMPUTE_RATIO=0.15 to blend, "

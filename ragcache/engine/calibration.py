@@ -18,7 +18,10 @@ must reach it, so a handful of prompts cannot license blending by luck (on SmolL
 development prompts gave a mean of 0.978 at r = 0.5 where the evaluation split measured 0.93).
 When no r <= ``max_ratio`` (default 0.5) meets it, the record says blending is not allowed and
 :class:`~ragcache.engine.engine.LocalEngine` takes exact prefill.
-Records live in ``$RAGCACHE_HOME/calibration/<fingerprint digest>.json`` (atomic writes).
+Records live in ``$RAGCACHE_HOME/calibration/<fingerprint digest>.json`` (atomic writes). A model
+without one there falls back to the record packaged with ragcache for it (:data:`PACKAGED_DIR`; the
+embedded SmolLM2-135M ships one, measured as the README's CacheBlend section says), so a default
+engine follows measured evidence; a record under ``$RAGCACHE_HOME`` always wins.
 """
 
 from __future__ import annotations
@@ -107,9 +110,22 @@ def calibration_path(fingerprint: Any, home: str | Path | None = None) -> Path:
     return Path(home or ragcache_home()) / "calibration" / f"{_digest(fingerprint)}.json"
 
 
-def load_calibration(fingerprint: Any, home: str | Path | None = None) -> Calibration | None:
-    """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's)."""
-    path = calibration_path(fingerprint, home)
+PACKAGED_DIR = Path(__file__).resolve().parent / "data" / "calibration"
+"""Records that ship with ragcache, ``<fingerprint digest>.json`` (read when ``$RAGCACHE_HOME`` has none)."""
+
+
+def load_calibration(fingerprint: Any, home: str | Path | None = None, *, packaged: bool = True) -> Calibration | None:
+    """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's).
+
+    The record under ``home`` (default ``$RAGCACHE_HOME``) wins; without one, the record packaged
+    for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``."""
+    cal = _read_record(calibration_path(fingerprint, home), fingerprint)
+    if cal is None and packaged and not calibration_path(fingerprint, home).exists():
+        cal = _read_record(PACKAGED_DIR / f"{_digest(fingerprint)}.json", fingerprint)
+    return cal
+
+
+def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
     try:
         cal = Calibration.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
