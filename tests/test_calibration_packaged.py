@@ -1,0 +1,67 @@
+"""The calibration record packaged with ragcache: read when $RAGCACHE_HOME has none for the model,
+never over a home record, never for another model; the embedded model's record is in the package
+and decided by the confidence rule it records."""
+
+import json
+
+import pytest
+
+from ragcache.engine import calibration as calmod
+from ragcache.engine.calibration import Calibration, agreement_lower_bound, calibration_path, load_calibration
+from ragcache.engine.engine import LocalEngine
+
+
+def _record(fp, r, allowed):
+    return Calibration(fingerprint=fp, model="tiny", recompute_ratio=r, blend_allowed=allowed, min_agreement=0.95,
+                       max_ratio=0.5)
+
+
+@pytest.fixture
+def packaged(tmp_path, monkeypatch):
+    folder = tmp_path / "packaged"
+    folder.mkdir()
+    monkeypatch.setattr(calmod, "PACKAGED_DIR", folder)
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    return folder
+
+
+@pytest.mark.parametrize(("r", "allowed"), [(0.3, True), (None, False)])
+def test_packaged_record_is_read_when_home_has_none(tiny, packaged, r, allowed):
+    fp = tiny.fingerprint.digest
+    (packaged / f"{fp}.json").write_text(json.dumps(_record(fp, r, allowed).to_dict()))
+    got = load_calibration(tiny.fingerprint)
+    assert got is not None and got.recompute_ratio == r and got.blend_allowed is allowed
+    engine = LocalEngine(tiny)
+    assert engine.calibration == got and engine.recompute_ratio == r
+    assert load_calibration(tiny.fingerprint, packaged=False) is None
+    assert LocalEngine(tiny, calibration=False).calibration is None
+
+
+def test_a_home_record_wins_over_the_packaged_one(tiny, packaged):
+    fp = tiny.fingerprint.digest
+    (packaged / f"{fp}.json").write_text(json.dumps(_record(fp, 0.3, True).to_dict()))
+    home = calibration_path(tiny.fingerprint)
+    home.parent.mkdir(parents=True)
+    home.write_text(json.dumps(_record(fp, None, False).to_dict()))
+    assert load_calibration(tiny.fingerprint).blend_allowed is False
+    home.write_text("{not json")  # a broken home record: exact prefill, not the packaged record's blend
+    assert load_calibration(tiny.fingerprint) is None
+
+
+def test_a_packaged_record_of_another_model_is_ignored(tiny, packaged):
+    fp = tiny.fingerprint.digest
+    (packaged / f"{fp}.json").write_text(json.dumps(_record("0" * 64, 0.3, True).to_dict()))
+    assert load_calibration(tiny.fingerprint) is None
+
+
+def test_the_embedded_models_record_ships_and_follows_its_own_rule():
+    files = sorted(calmod.PACKAGED_DIR.glob("*.json"))
+    assert files, "the embedded model's calibration record is missing from the package"
+    for f in files:
+        cal = Calibration.from_dict(json.loads(f.read_text()))
+        assert f.stem == cal.fingerprint and cal.confidence > 0
+        ok = [row["r"] for row in cal.ratios if row["r"] <= cal.max_ratio and
+              agreement_lower_bound(row["pooled_top1_agreement"], row["answer_tokens"], cal.confidence)
+              >= cal.min_agreement]
+        assert cal.recompute_ratio == (min(ok) if ok else None) and cal.blend_allowed == bool(ok)
+        assert sum(row["answer_tokens"] for row in cal.ratios[:1]) >= 100  # enough tokens to decide
