@@ -52,7 +52,9 @@ from ragcache.engine.rope import RopeSpec, rerotate_keys
 QUERY_RULES: tuple[str, ...] = ("prophet", "infoflow")
 DEFAULT_SELECTION = "infoflow"
 """The rule an engine blends with when neither its config nor a calibration record names one
-(chosen on development items 0-7 by ``ragcache bench blend-variants``; see the README's CacheBlend section)."""
+(chosen on development items 0-1 by ``ragcache bench blend-variants``, the only ones that study reached;
+see the README's CacheBlend section). It is the rule a caller's ``recompute_ratio`` blends with: the
+embedded model's calibration record licenses no r, so by default nothing is blended."""
 OTHER_RULES: tuple[str, ...] = ("random", "given")
 
 

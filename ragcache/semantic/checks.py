@@ -18,8 +18,9 @@ DEFAULT_THRESHOLD = 0.94
 not fitted for, or a custom :class:`~ragcache.semantic.guards.GuardSet`), calibrated on real user
 questions: the lowest threshold at which the guarded decision reached precision >= 0.90 on the
 QQP development sample (1,000 Quora pairs) while keeping precision 1.00 on the project's
-development pairs. With the learned verifier (the default for the packaged embedder) the gate is
-the verifier head's ``floor`` instead; see the README's semantic benchmark table."""
+development pairs. It is the default decision (``guards=True``); with the learned verifier
+(``guards="verifier"``, or a ``ragcache calibrate semantic`` record) the gate is the verifier head's
+``floor`` instead; see the README's semantic benchmark table."""
 
 DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
 """Partition used when a call gives none. Real callers pass ``partition_key(...)``."""
