@@ -139,3 +139,18 @@ def test_the_demo_says_what_the_chunk_cache_does(r, words):
     engine = LocalEngine(tiny_llama(seed=1), calibration=False, recompute_ratio=r)
     assert words in _reuse_mode(engine)
     assert ("approximate" in _reuse_mode(engine)) or r is None
+
+
+def test_the_demo_names_a_record_that_licenses_no_ratio():
+    from ragcache import LocalEngine
+    from ragcache.app.demo import _reuse_mode
+    from ragcache.engine.calibration import Calibration
+    from ragcache.testing import tiny_llama
+
+    loaded = tiny_llama(seed=1)
+    no = Calibration(fingerprint=loaded.fingerprint.digest, model="tiny", recompute_ratio=None, blend_allowed=False,
+                     min_agreement=0.95, max_ratio=0.5)
+    line = _reuse_mode(LocalEngine(loaded, calibration=no))
+    assert "prefill stays exact" in line and "calibration record shows no r <= 0.5" in line
+    assert "no calibration record" not in line
+    assert "blended at r=0.15" in _reuse_mode(LocalEngine(loaded, calibration=no, recompute_ratio=0.15))
