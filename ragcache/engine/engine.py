@@ -323,19 +323,16 @@ class LocalEngine:
             pos = end
 
     def _decide(self, plan: ChunkPlan, r: float | None, stats: RequestStats) -> bool:
-        # r is None unless the caller set one (engine or request) or a record licenses one; a caller's r
-        # wins over a record that licenses none (the answer is then labelled approximate)
-        if plan.reusable_tokens and r is None and self.calibration is not None and not self.calibration.blend_allowed:
-            stats.reuse_decision = (f"calibration: no r <= {self.calibration.max_ratio:g} meets top-1 agreement "
-                                    f">= {self.calibration.min_agreement:g} for this model: exact prefill "
-                                    "(pass recompute_ratio= to blend anyway, labelled approximate)")
+        cal = self.calibration  # r is None unless the caller set one or a record licenses one: a caller's r wins
+        if plan.reusable_tokens and r is None and cal is not None and not cal.blend_allowed:
+            stats.reuse_decision = (f"calibration: no r <= {cal.max_ratio:g} meets top-1 agreement >= {cal.min_agreement:g}"
+                                    " for this model: exact prefill (pass recompute_ratio= to blend anyway, labelled approximate)")
             return False
         if plan.reusable_tokens and r is None:
             stats.reuse_decision = ("no calibration record for this model and no recompute_ratio given: exact prefill "
                                     "(run `ragcache calibrate` or pass recompute_ratio= to blend)")
             return False
-        # the rate measured live by this engine (the calibration's rate was measured under another load)
-        d = self.reuse_policy.decide(plan.reusable_tokens, rate=self.prefill_rate.value, recompute_ratio=r,
+        d = self.reuse_policy.decide(plan.reusable_tokens, rate=self.prefill_rate.value, recompute_ratio=r,  # live rate
                                      n_layers=int(self.model.config.num_hidden_layers))
         stats.reuse_decision = d.reason
         return d.blend
