@@ -119,8 +119,9 @@ def load_calibration(fingerprint: Any, home: str | Path | None = None, *, packag
 
     The record under ``home`` (default ``$RAGCACHE_HOME``) wins; without one, the record packaged
     for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``."""
-    cal = _read_record(calibration_path(fingerprint, home), fingerprint)
-    if cal is None and packaged and not calibration_path(fingerprint, home).exists():
+    path = calibration_path(fingerprint, home)
+    cal = _read_record(path, fingerprint)
+    if cal is None and packaged and not path.exists():
         cal = _read_record(PACKAGED_DIR / f"{_digest(fingerprint)}.json", fingerprint)
     return cal
 
