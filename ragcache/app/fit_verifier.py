@@ -89,6 +89,10 @@ def _digest(rows: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([FEATURE_NAMES, [(r["a"], r["b"], r["same"]) for r in rows]]).encode()).hexdigest()
 
 
+DEFAULT_VETOES: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
+                                   "direction")
+"""Guards that refuse outright by default (the substitution guard is a feature only)."""
+
 TIE = 0.005
 """Choose-split precisions closer than this (3 hits in 600) count as equal; the hard-pair recall decides."""
 
@@ -224,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floors", type=float, nargs="+", default=[0.70, 0.75, 0.80, 0.85])
     ap.add_argument("--hard-weights", type=float, nargs="+", default=[1.0, 2.0, 5.0])
     ap.add_argument("--min-recall", type=float, default=0.32, help="choose-split recall the threshold must keep")
-    ap.add_argument("--vetoes", default="number,negation,question_type,focus,antonym,scope,entity,direction",
-                    help="guards that refuse outright")
+    ap.add_argument("--vetoes", default=",".join(DEFAULT_VETOES), help="guards that refuse outright")
     ap.add_argument("--l2", type=float, default=0.3)
     ap.add_argument("--ablation", type=Path, default=None, help="also write the ablation table (JSON) here")
     a = ap.parse_args(argv)

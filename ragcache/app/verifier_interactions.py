@@ -21,11 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.app.fit_verifier import features, load_sets
+from ragcache.app.fit_verifier import DEFAULT_VETOES, _blank, _scores, features, load_sets
 from ragcache.app.verifier_data import precision_recall
-from ragcache.semantic.features import FEATURE_NAMES
 
-VETOES = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity", "direction")
 KINDS = {"19 features (shipped head's inputs)": (), "+ u*v": ("prod",), "+ u*v, |u-v|": ("prod", "diff")}
 
 
@@ -60,8 +58,8 @@ def _design(rows: list[dict[str, Any]], x: np.ndarray, vec: dict[str, np.ndarray
 
 
 def _gate(x: np.ndarray, floor: float) -> np.ndarray:
-    cols = [FEATURE_NAMES.index(f"g_{g}") for g in VETOES]
-    return (x[:, 0] >= floor) & ~(x[:, cols] > 0.5).any(1)
+    """At or above the cosine gate and refused by no default hard veto, as :func:`fit_verifier.fit` gates."""
+    return _scores(_blank(floor, DEFAULT_VETOES), x) > 0
 
 
 def study(sets: dict[str, list[dict[str, Any]]], feats: dict[str, tuple[np.ndarray, np.ndarray]],
