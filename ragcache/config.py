@@ -5,8 +5,10 @@
 
 :data:`ENV_VARS` lists each variable with its field, default and meaning (the README's table
 is generated from it: ``python -c "from ragcache.config import env_table; print(env_table())"``).
-Nothing here imports the rest of ragcache. Library code below the app takes explicit keyword
-arguments; only the app layer (CLI, server, demo) reads the environment, through this module.
+Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home).
+Library code below the app takes explicit keyword arguments; only the app layer (CLI, servers,
+demo, the LangChain and LlamaIndex adapters) reads the environment, through this module, and
+passes the values down (``cfg.paths`` is the :class:`~ragcache.home.Home` every on-disk path comes from).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ragcache.home import DEFAULT_HOME, Home
+
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 
 def _home_default() -> Path:
-    return Path.home() / ".cache" / "ragcache"
+    return Path(DEFAULT_HOME).expanduser()
 
 
 def _expand(var: str, path: Path | str) -> Path:
@@ -177,10 +181,12 @@ class Config:
         home = _expand("RAGCACHE_HOME", self.home)
         object.__setattr__(self, "home", home)
         derived = set()
-        for var, name, sub in (("RAGCACHE_ANSWERS_DIR", "answers_dir", "answers"),
-                               ("RAGCACHE_INDEX_DIR", "index_dir", "index"), ("RAGCACHE_KV_DIR", "kv_dir", "kv/chunks")):
+        defaults = Home(home)  # where each folder goes when not set: the one layout of the home
+        for var, name, sub in (("RAGCACHE_ANSWERS_DIR", "answers_dir", defaults.answers),
+                               ("RAGCACHE_INDEX_DIR", "index_dir", defaults.index),
+                               ("RAGCACHE_KV_DIR", "kv_dir", defaults.chunks)):
             v = getattr(self, name)
-            object.__setattr__(self, name, _expand(var, v) if v else home / sub)
+            object.__setattr__(self, name, _expand(var, v) if v else sub)
             derived |= set() if v else {name}
         for var, name in (("RAGCACHE_HOME", "home"), ("RAGCACHE_ANSWERS_DIR", "answers_dir"),
                           ("RAGCACHE_INDEX_DIR", "index_dir"), ("RAGCACHE_KV_DIR", "kv_dir"),
@@ -225,9 +231,14 @@ class Config:
                 raise ValueError(f"{var} must be >= 1, got {n}")
 
     @property
+    def paths(self) -> Home:
+        """Every path under the home (:class:`~ragcache.home.Home`), with the folders set here."""
+        return Home(self.home, answers=self.answers_dir, index=self.index_dir, chunks=self.kv_dir)
+
+    @property
     def models_dir(self) -> Path:
         """Where converted models live (``$RAGCACHE_HOME/models``)."""
-        return self.home / "models"
+        return self.paths.models
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:

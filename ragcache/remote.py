@@ -1,20 +1,17 @@
-"""Shared (networked) stores: their one error type and the environment variables that select them.
+"""Shared (networked) stores: their one error type, and URLs with the password hidden.
 
-``RAGCACHE_SEMANTIC_URL`` (``postgresql://...``) puts the semantic answer cache in PostgreSQL
-+ pgvector (:class:`ragcache.semantic.pg_cache.PgSemanticCache`); ``RAGCACHE_KV_URL``
-(``redis://...``, ``rediss://...``, ``unix://...``) puts chunk KV in Redis / Valkey
-(:class:`ragcache.engine.chunk.stores.redis_store.RedisChunkStore`). Unset, the embedded defaults
-(SQLite + FAISS, memory / disk chunk store) are used.
+A ``postgresql://...`` URL puts the semantic answer cache in PostgreSQL + pgvector
+(:class:`ragcache.semantic.pg_cache.PgSemanticCache`); a ``redis://...``, ``rediss://...`` or
+``unix://...`` URL puts chunk KV in Redis / Valkey
+(:class:`ragcache.engine.chunk.stores.redis_store.RedisChunkStore`). The library takes these URLs
+as arguments; the app layer reads them from ``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL``
+(:class:`ragcache.config.Config`). Without one, the embedded stores (SQLite + FAISS, memory / disk
+chunk store) are used.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
-
-from ragcache.config import env_setting
-
-SEMANTIC_URL_ENV = "RAGCACHE_SEMANTIC_URL"
-KV_URL_ENV = "RAGCACHE_KV_URL"
 
 
 class RemoteStoreError(ConnectionError):
@@ -35,13 +32,3 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-def semantic_url(explicit: str | None = None) -> str | None:
-    """``explicit`` if given, else ``$RAGCACHE_SEMANTIC_URL`` if set and non-empty, else ``None``."""
-    return explicit or env_setting("semantic_url") or None
-
-
-def kv_url(explicit: str | None = None) -> str | None:
-    """``explicit`` if given, else ``$RAGCACHE_KV_URL`` if set and non-empty, else ``None``."""
-    return explicit or env_setting("kv_url") or None

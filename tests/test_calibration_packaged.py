@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ragcache.home import Home
 from ragcache.engine import calibration as calmod
 from ragcache.engine.calibration import Calibration, agreement_lower_bound, calibration_path, load_calibration
 from ragcache.engine.engine import LocalEngine
@@ -21,7 +22,7 @@ def packaged(tmp_path, monkeypatch):
     folder = tmp_path / "packaged"
     folder.mkdir()
     monkeypatch.setattr(calmod, "PACKAGED_DIR", folder)
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path / "home")))  # the library's default home
     return folder
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ragcache.home import Home
 from ragcache import RagCache
 from ragcache.engine import kv as kvb
 from ragcache.engine.backend import LocalBackend
@@ -30,7 +31,7 @@ def wide():
 
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path / "home")))  # the library's default home
     return tmp_path / "home"
 
 

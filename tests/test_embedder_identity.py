@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from ragcache.home import Home
 from ragcache import models
 from ragcache.bert_numpy import NumpyBertEncoder, check_pipeline
 from ragcache.models import ModelNotFoundError, embedder_revision, load_embedder
@@ -17,7 +18,7 @@ PACKAGED = models._package_dir(models._MINILM_PACKAGE, models._MINILM_INSTALL) /
 
 @pytest.fixture(autouse=True)
 def fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path / "home")))  # the library's default home
     monkeypatch.setattr(models, "_EMBEDDERS", {})  # every load reads the folder again
 
 

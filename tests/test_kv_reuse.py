@@ -243,7 +243,9 @@ def test_calibration_blocks_blending_and_sets_r(tiny):
 
 
 def test_calibrate_records_and_engine_loads_it(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+    from ragcache.home import Home
+
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path)))  # the library's default home
     engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
     assert engine.calibration is None
     prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]

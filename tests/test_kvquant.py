@@ -107,13 +107,13 @@ def test_format_tags_and_bad_input(monkeypatch):
         quantize(torch.zeros(1, 1, 2, 3), 4, 2, "token")
     with pytest.raises(ValueError, match="NaN"):
         quantize(torch.full((1, 1, 2, 4), float("nan")), 8, 2, "token")
-    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "int4")
-    monkeypatch.setenv("RAGCACHE_KV_GROUP_SIZE", "32")
-    assert ChunkCache().kv_format.tag == "int4-g32"
-    assert ChunkCache(kv_format="int8").kv_format.tag == "int8-g32"
+    monkeypatch.setenv("RAGCACHE_KV_FORMAT", "int4")  # the library reads no environment: arguments only
     monkeypatch.setenv("RAGCACHE_KV_GROUP_SIZE", "many")
-    with pytest.raises(ValueError, match="RAGCACHE_KV_GROUP_SIZE"):
-        ChunkCache()
+    assert ChunkCache().kv_format.tag == "float16"
+    assert ChunkCache(kv_format="int4", group_size=32).kv_format.tag == "int4-g32"
+    assert ChunkCache(kv_format="int8").kv_format.tag == "int8-g64"
+    with pytest.raises(ValueError, match="group_size"):
+        ChunkCache(kv_format="int4", group_size=0)
 
 
 def test_constant_group_round_trips_exactly():

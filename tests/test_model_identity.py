@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from ragcache.home import Home
 from ragcache import identity
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
@@ -29,13 +30,13 @@ def rag_messages(question="Which module reads rows?"):
 
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):
-    """Each test gets its own digest cache (``$RAGCACHE_HOME/file-digests.json``) but the
+    """Each test gets its own digest cache (``<default home>/file-digests.json``) but the
     converted embedded model (its tokenizer) from the real home."""
     from ragcache.models import embedded_model_dir
 
     real = embedded_model_dir()  # converted once under the real home before the home moves
     monkeypatch.setattr("ragcache.testing.embedded_model_dir", lambda: real)
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path / "home")))  # the library's default home
     # _age sets mtimes into the past, but the ctime of a file written by a test is always now:
     # no "racy" wait here (the racy tests set RACY_SECONDS back themselves).
     monkeypatch.setattr(identity, "RACY_SECONDS", 0.0)

@@ -130,15 +130,21 @@ def test_urls_and_environment_select_the_shared_stores(valkey_server, pg_server,
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder
 
-    monkeypatch.delenv("RAGCACHE_KV_URL", raising=False)
-    monkeypatch.delenv("RAGCACHE_SEMANTIC_URL", raising=False)
+    from ragcache.app.runtime import answer_cache, chunk_store
+    from ragcache.config import Config
+
+    monkeypatch.setenv("RAGCACHE_KV_URL", valkey_server.url)  # the library reads no environment:
+    monkeypatch.setenv("RAGCACHE_SEMANTIC_URL", pg_server.url)  # no URL is an in-memory store
     assert isinstance(open_chunk_store(), MemoryChunkStore)
     assert isinstance(open_chunk_store(str(tmp_path / "kv")), DiskChunkStore)
     assert type(SemanticCache.from_url(embedder=HashingEmbedder(16))) is SemanticCache
-    monkeypatch.setenv("RAGCACHE_KV_URL", valkey_server.url)
-    monkeypatch.setenv("RAGCACHE_SEMANTIC_URL", pg_server.url)
-    assert isinstance(open_chunk_store(), RedisChunkStore)
-    sc = SemanticCache.from_url(embedder=HashingEmbedder(16), schema="t_env")
+    cfg = Config.from_env({"RAGCACHE_HOME": str(tmp_path)})  # the app layer: no URL set, the embedded stores
+    assert isinstance(chunk_store(cfg), DiskChunkStore)
+    assert type(answer_cache(cfg, HashingEmbedder(16))) is SemanticCache
+    cfg = Config.from_env()  # the URLs from the environment select the shared stores
+    assert isinstance(chunk_store(cfg), RedisChunkStore)
+    assert isinstance(open_chunk_store(valkey_server.url), RedisChunkStore)
+    sc = SemanticCache.from_url(pg_server.url, embedder=HashingEmbedder(16), schema="t_env")
     assert isinstance(sc, PgSemanticCache)
     sc.close()
     with pytest.raises(ValueError, match="scheme"):

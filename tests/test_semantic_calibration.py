@@ -109,7 +109,9 @@ def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     from ragcache.semantic.calibration import SemanticCalibration
     from ragcache.semantic.embedding import resolve_embedder
 
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+    from ragcache.home import Home
+
+    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path)))  # the library's default home
     emb = resolve_embedder(None)
     head = load_head()
     assert type(SemanticCache(embedder=emb).guards).__name__ == "GuardSet"  # no record: the guards

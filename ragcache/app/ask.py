@@ -158,7 +158,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     hits = retriever.search(question, k=top_k)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
     model_name = model if model is not None else cfg.model
-    backend = LazyLocalBackend(lambda: build_engine(cfg, model_name), model_name, predict=cfg.decode_cache == "dynamic")
+    backend = LazyLocalBackend(lambda: build_engine(cfg, model_name), model_name, predict=cfg.decode_cache == "dynamic",
+                               home=cfg.paths)
     semantic = answer_cache(cfg, emb)
     rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,

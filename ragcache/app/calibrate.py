@@ -47,9 +47,12 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
          max_ratio: float = 0.5,
          answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
          selection: str | None = None, console: Console | None = None) -> Any:
-    """Run the check and print the table; returns the :class:`Calibration`."""
+    """Run the check and print the table; returns the :class:`Calibration`. ``home``: where the
+    record goes (default ``$RAGCACHE_HOME``); the chunk format and decode cache are the
+    ``RAGCACHE_*`` settings the engines of the CLI use."""
     import torch
 
+    from ragcache.config import Config
     from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path, check_options
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
@@ -58,10 +61,14 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
                            max_ratio=max_ratio, answer_tokens=answer_tokens,
                            confidence=confidence)  # before the data and the model load
     console = console or Console()
+    cfg = Config.from_env()
+    home = home or cfg.paths
     if threads:
         torch.set_num_threads(threads)
     prompts = musique_prompts(data, start, end, docs)
-    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
+    chunks = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
+    engine = LocalEngine.from_pretrained(model, chunk_cache=chunks, calibration=False, decode_cache=cfg.decode_cache,
+                                         home=cfg.paths)
     cal = engine.calibrate(prompts, ratios=ratios, min_agreement=min_agreement,
                            confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
                            rank_by=selection, progress=lambda line: console.print(line))
@@ -96,6 +103,7 @@ def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float 
             many), no threshold reaching the target, or an embedder the verifier was not fitted for.
     """
     from ragcache.app.verifier_data import read_pairs
+    from ragcache.config import Config
     from ragcache.semantic.calibration import calibrate_pairs, check_enough, record_path, save_record, z_of
     from ragcache.semantic.embedding import resolve_embedder
     from ragcache.semantic.verifier import LearnedVerifier, load_head
@@ -104,6 +112,7 @@ def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float 
         raise ValueError(f"--precision must be in (0, 1), got {precision}")
     z_of(confidence)
     console = console or Console()
+    home = home or Config.from_env().paths
     rows = read_pairs(pairs)
     check_enough(rows, precision=precision, confidence=confidence)  # before the embedder loads
     emb = resolve_embedder(embedder)

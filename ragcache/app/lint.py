@@ -12,7 +12,7 @@ user turn is reported for review. With
 system -> messages) and prints the first divergence: the block and the token
 index in the concatenated render, like comparing two chat-template renders
 token by token. Tokens are the embedded model's (SmolLM2) when its converted
-copy exists under ``ragcache_home()``, else word / punctuation tokens.
+copy exists under ``$RAGCACHE_HOME``, else word / punctuation tokens.
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ def _tokenizer() -> tuple[str, Callable[[str], list[Any]], Callable[[list[Any]],
     """(name, encode, decode): the embedded model's tokenizer if already converted (never
     converts), else word / punctuation tokens."""
     try:
-        from ragcache.models import DEFAULT_MODEL, ragcache_home
+        from ragcache.config import Config
+        from ragcache.models import DEFAULT_MODEL
 
-        path = ragcache_home() / "models" / DEFAULT_MODEL
+        path = Config.from_env().paths.model_dir(DEFAULT_MODEL)
         if (path / "tokenizer.json").is_file():
             from transformers import AutoTokenizer
 

@@ -26,10 +26,10 @@ def query_embedder(cfg: Config, name: str | None = None) -> Any:
 
     name = name if name is not None else cfg.embedder
     try:
-        return load_embedder(name, allow_downloads=cfg.allow_downloads, runtime="numpy")
+        return load_embedder(name, allow_downloads=cfg.allow_downloads, runtime="numpy", home=cfg.paths)
     except ModelNotFoundError as e:
         log.info("embedder %s: NumPy runtime unavailable (%s); using sentence-transformers", name, e)
-        return load_embedder(name, allow_downloads=cfg.allow_downloads)
+        return load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths)
 
 
 def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
@@ -37,7 +37,7 @@ def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
     from ragcache.models import load_embedder
 
     name = name if name is not None else cfg.embedder
-    return lambda: load_embedder(name, allow_downloads=cfg.allow_downloads)
+    return lambda: load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths)
 
 
 def chunk_store(cfg: Config) -> Any:
@@ -70,10 +70,11 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
         from ragcache.engine.chunk.cache import ChunkCache
 
         cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
-    loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads)
+    loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads,
+                        home=cfg.paths)
     return LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=cfg.prefix_max_bytes,
                        recompute_ratio=cfg.recompute_ratio if recompute_ratio is None else recompute_ratio,
-                       decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens)
+                       decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens, home=cfg.paths)
 
 
 class LazyLocalBackend:
@@ -87,6 +88,7 @@ class LazyLocalBackend:
         model: the model name or path the factory loads (for the fingerprint).
         predict: whether the engine's answer identity is its bare fingerprint (no namespace, exact
             decoding) and so can be predicted; otherwise it is read from the engine once loaded.
+        home: the ragcache home the embedded model is converted under (:class:`~ragcache.home.Home`).
 
     Raises:
         RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
@@ -94,12 +96,13 @@ class LazyLocalBackend:
 
     name = "local"
 
-    def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True) -> None:
+    def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True,
+                 home: Any = None) -> None:
         from ragcache.models import model_fingerprint
 
         self._factory = factory
         self._backend: Any = None
-        fp = model_fingerprint(model) if predict else None
+        fp = model_fingerprint(model, home=home) if predict else None
         self._model_id = fp.digest if fp is not None else None
 
     @property
@@ -134,14 +137,17 @@ class LazyLocalBackend:
 def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
     """The answer cache: PostgreSQL + pgvector when ``cfg.semantic_url`` is set (shared by every process),
     else the persistent :class:`~ragcache.semantic.SemanticCache` under ``cfg.answers_dir`` (``path=None``:
-    in memory)."""
+    in memory). Its guards read WordNet from ``cfg.wordnet_dir`` and a calibration record from ``cfg.paths``."""
     from ragcache.semantic import SemanticCache
+    from ragcache.semantic.lexicon import use_wordnet_dir
 
+    use_wordnet_dir(cfg.wordnet_dir)
     if cfg.semantic_url and path == "default":
         return SemanticCache.from_url(cfg.semantic_url, embedder=embedder, threshold=cfg.threshold,
-                                      max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s)
+                                      max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s, home=cfg.paths)
     return SemanticCache(cfg.answers_dir if path == "default" else path, embedder=embedder,
-                         threshold=cfg.threshold, max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s)
+                         threshold=cfg.threshold, max_entries=cfg.semantic_max_entries, ttl_s=cfg.semantic_ttl_s,
+                         home=cfg.paths)
 
 
 __all__ = ["LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store", "query_embedder"]

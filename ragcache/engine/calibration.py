@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from ragcache.atomic import atomic_write_json
+from ragcache.home import Home
 from ragcache.engine import kv
 
 log = logging.getLogger(__name__)
@@ -103,22 +104,21 @@ def _digest(fingerprint: Any) -> str:
     return fingerprint if isinstance(fingerprint, str) else str(fingerprint.digest)
 
 
-def calibration_path(fingerprint: Any, home: str | Path | None = None) -> Path:
-    """``<home>/calibration/<digest>.json``; home defaults to :func:`ragcache.models.ragcache_home`."""
-    from ragcache.models import ragcache_home
-
-    return Path(home or ragcache_home()) / "calibration" / f"{_digest(fingerprint)}.json"
+def calibration_path(fingerprint: Any, home: Home | str | Path | None = None) -> Path:
+    """``<home>/calibration/<digest>.json`` (:meth:`ragcache.home.Home.of`: ``None`` is ``~/.cache/ragcache``)."""
+    return Home.of(home).calibration_file(f"{_digest(fingerprint)}.json")
 
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "data" / "calibration"
-"""Records that ship with ragcache, ``<fingerprint digest>.json`` (read when ``$RAGCACHE_HOME`` has none)."""
+"""Records that ship with ragcache, ``<fingerprint digest>.json`` (read when the home has none)."""
 
 
-def load_calibration(fingerprint: Any, home: str | Path | None = None, *, packaged: bool = True) -> Calibration | None:
+def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
+                     packaged: bool = True) -> Calibration | None:
     """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's).
 
-    The record under ``home`` (default ``$RAGCACHE_HOME``) wins; without one, the record packaged
-    for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``."""
+    The record under ``home`` (default ``~/.cache/ragcache``; the CLI passes ``$RAGCACHE_HOME``) wins;
+    without one, the record packaged for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``."""
     path = calibration_path(fingerprint, home)
     cal = _read_record(path, fingerprint)
     if cal is None and packaged and not path.exists():
@@ -140,7 +140,7 @@ def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
     return cal
 
 
-def save_calibration(cal: Calibration, home: str | Path | None = None) -> Path:
+def save_calibration(cal: Calibration, home: Home | str | Path | None = None) -> Path:
     """Write ``cal`` atomically; returns the path."""
     path = calibration_path(cal.fingerprint, home)
     atomic_write_json(path, cal.to_dict())
@@ -249,7 +249,7 @@ def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) ->
 def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,
               min_agreement: float = 0.95, max_ratio: float = 0.5, answer_tokens: int = 32,
               confidence: float = 0.95, save: bool = True, rank_by: str | None = None,
-              home: str | Path | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
+              home: Home | str | Path | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
     """Measure CacheBlend's teacher-forced fidelity against full prefill and record the r to use.
 
     Args:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ragcache.atomic import atomic_write_json
+from ragcache.home import Home
 from ragcache.engine import kv
 from ragcache.engine.calibration import agreement_lower_bound, check_confidence, fidelity
 from ragcache.engine.quant import DECODE_BACKENDS
@@ -122,14 +123,12 @@ class DecodeCheck:
     created: str = ""
 
 
-def decode_check_path(fingerprint: str, tag: str, home: str | Path | None = None) -> Path:
-    """``<home>/calibration/<digest>.decode-<hash of tag>.json`` (home: :func:`ragcache.models.ragcache_home`)."""
-    from ragcache.models import ragcache_home
-
-    return Path(home or ragcache_home()) / "calibration" / f"{fingerprint}.decode-{hash_value(tag)[:16]}.json"
+def decode_check_path(fingerprint: str, tag: str, home: Home | str | Path | None = None) -> Path:
+    """``<home>/calibration/<digest>.decode-<hash of tag>.json`` (:meth:`ragcache.home.Home.of`)."""
+    return Home.of(home).calibration_file(f"{fingerprint}.decode-{hash_value(tag)[:16]}.json")
 
 
-def load_decode_check(fingerprint: str, tag: str, home: str | Path | None = None) -> DecodeCheck | None:
+def load_decode_check(fingerprint: str, tag: str, home: Home | str | Path | None = None) -> DecodeCheck | None:
     """The recorded check of this model and decode format, or ``None`` (absent, unreadable or another's)."""
     path = decode_check_path(fingerprint, tag, home)
     try:
@@ -154,7 +153,7 @@ def _teacher_forced_steps(model: Any, cache: Any, first: torch.Tensor, answer: S
 @torch.inference_mode()
 def check_decode(engine: Any, prompts: Sequence[Any], *, spec: DecodeCacheSpec | None = None,
                  min_agreement: float = 0.95, confidence: float = 0.95, answer_tokens: int = 32,
-                 save: bool = True, home: str | Path | None = None,
+                 save: bool = True, home: Home | str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> DecodeCheck:
     """Teacher-forced agreement of quantized decoding with exact decoding on ``prompts``; record it.
 

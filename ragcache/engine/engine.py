@@ -105,8 +105,8 @@ class LocalEngine:
         if isinstance(cfg.calibration, Calibration) or cfg.calibration is None:
             self.calibration = cfg.calibration
         else:
-            self.calibration = load_calibration(self.fingerprint) if cfg.calibration else None
-        self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag) \
+            self.calibration = load_calibration(self.fingerprint, cfg.home) if cfg.calibration else None
+        self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
         self._eos = eos_ids(self.model, self.tokenizer)
@@ -177,7 +177,7 @@ class LocalEngine:
     def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
                         **kwargs: Any) -> LocalEngine:
         """Load a model (the embedded SmolLM2-135M-Instruct by default) and wrap it."""
-        return cls(load_model(name_or_path, dtype=dtype), chunk_cache=chunk_cache, **kwargs)
+        return cls(load_model(name_or_path, dtype=dtype, home=kwargs.get("home")), chunk_cache=chunk_cache, **kwargs)
 
     # -- prompt --------------------------------------------------------------
     @property
@@ -367,7 +367,7 @@ class LocalEngine:
         """
         from ragcache.engine.calibration import calibrate
 
-        self.calibration = calibrate(self, prompts, **kwargs)
+        self.calibration = calibrate(self, prompts, **{"home": self.config.home, **kwargs})
         return self.calibration
 
     # -- decode --------------------------------------------------------------

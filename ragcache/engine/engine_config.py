@@ -1,16 +1,17 @@
 """EngineConfig: every setting of a :class:`~ragcache.engine.engine.LocalEngine` in one record.
 
 Values are checked when the record is built (``ValueError`` naming the field), so a bad setting
-fails before a model is loaded. ``decode_cache=None`` reads ``RAGCACHE_DECODE_CACHE`` through
-:func:`ragcache.config.env_setting` (the only place the environment is read).
+fails before a model is loaded. Nothing here reads the environment: the app layer passes the
+``RAGCACHE_*`` settings (:class:`ragcache.config.Config`) as these fields.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragcache.config import env_setting
+from ragcache.home import Home
 from ragcache.engine.prompt import TemplateDate, resolve_template_date
 from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.reuse import ReusePolicy
@@ -33,9 +34,11 @@ class EngineConfig:
         reuse_policy / min_reuse_tokens: the rule that chooses blending or exact prefill (one of them).
         calibration: ``True`` (load the recorded one), ``False`` / ``None`` (ignore), or a Calibration.
         template_date: the date a clock-reading chat template renders (``"live"``: the real clock).
-        decode_cache: ``"dynamic"`` or ``"quantized"`` (``None``: ``RAGCACHE_DECODE_CACHE``, default dynamic).
+        decode_cache: ``"dynamic"`` or ``"quantized"`` (``None``: ``"dynamic"``).
         decode_backend / decode_nbits / residual_length / decode_sink_tokens: the quantized decode
             cache's backend, bits, and the recent and first (attention sink) tokens kept in full precision.
+        home: the ragcache home the calibration and decode-check records are read from (a
+            :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
 
     Raises:
         ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
@@ -55,6 +58,7 @@ class EngineConfig:
     decode_nbits: int = 4
     residual_length: int = 128
     decode_sink_tokens: int = 0
+    home: Home | str | Path | None = None
 
     def __post_init__(self) -> None:
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
@@ -70,7 +74,7 @@ class EngineConfig:
         if self.prefix_cache_bytes < 1 or self.block_size < 1:
             raise ValueError(f"prefix_cache_bytes and block_size must be >= 1, got {self.prefix_cache_bytes} "
                              f"and {self.block_size}")
-        decode_cache = (self.decode_cache or env_setting("decode_cache")).strip().lower()
+        decode_cache = (self.decode_cache or "dynamic").strip().lower()
         if decode_cache not in ("dynamic", "quantized"):
             raise ValueError(f"decode_cache must be 'dynamic' or 'quantized'; got {decode_cache!r}")
         object.__setattr__(self, "decode_cache", decode_cache)

@@ -68,6 +68,8 @@ class SemanticCache(SemanticPolicy):
             callable ``(fresh_answer, cached_answer) -> bool`` (e.g. your own LLM as a judge).
         error_scope: ``"hits"`` (``max_error`` bounds wrong hits / hits) or ``"lookups"`` (wrong hits
             / lookups, vCache's definition and exploration probability).
+        home: the ragcache home whose ``ragcache calibrate semantic`` record for ``embedder`` sets the
+            verifier's threshold (a :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
 
     Raises:
         ValueError: bad arguments, or ``path`` holds a cache built with another embedder (and
@@ -82,13 +84,13 @@ class SemanticCache(SemanticPolicy):
                  search_threads: int | None = 1, reembed: bool = False,
                  answer_store: VectorAnswerStore | None = None,
                  max_error: float | None = None, equivalence: Any = "exact",
-                 error_scope: str = "hits") -> None:
+                 error_scope: str = "hits", home: Any = None) -> None:
         check_path("path", path)
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
-        decider = make_decider(guards, verifier, emb)
+        decider = make_decider(guards, verifier, emb, home=home)
         self.path = None if path is None else Path(path).expanduser()
         self.hnsw_threshold, self.autosave_every = hnsw_threshold, autosave_every
         if answer_store is None:
@@ -104,7 +106,7 @@ class SemanticCache(SemanticPolicy):
     def from_url(cls, url: str | None = None, **kwargs: Any) -> SemanticPolicy:
         """Open the cache a URL names: ``postgresql://...`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache`
         (shared by every process that opens it), a directory path or ``file://`` -> this class on disk,
-        ``None`` -> ``$RAGCACHE_SEMANTIC_URL`` if set, else an in-memory cache. ``kwargs`` go to the constructor.
+        ``None`` -> an in-memory cache. ``kwargs`` go to the constructor.
 
         Raises:
             ValueError: an unknown URL scheme.

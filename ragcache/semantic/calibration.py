@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ragcache.atomic import atomic_write_json
+from ragcache.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,10 @@ def head_digest(head: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def record_path(fingerprint: str, home: str | Path | None = None) -> Path:
-    """``<home>/calibration/semantic-<sha256(fingerprint)[:32]>.json`` (home: the ragcache home)."""
-    from ragcache.models import ragcache_home
-
+def record_path(fingerprint: str, home: Home | str | Path | None = None) -> Path:
+    """``<home>/calibration/semantic-<sha256(fingerprint)[:32]>.json`` (:meth:`ragcache.home.Home.of`)."""
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:32]
-    return Path(home or ragcache_home()) / "calibration" / f"semantic-{digest}.json"
+    return Home.of(home).calibration_file(f"semantic-{digest}.json")
 
 
 def check_enough(pairs: Sequence[dict[str, Any]], *, precision: float, confidence: float = 0.95) -> int:
@@ -171,14 +170,14 @@ def _shortfall(scores: np.ndarray, y: np.ndarray, precision: float, confidence: 
     return msg + ". Add labelled pairs, or lower --precision."
 
 
-def save_record(cal: SemanticCalibration, home: str | Path | None = None) -> Path:
+def save_record(cal: SemanticCalibration, home: Home | str | Path | None = None) -> Path:
     """Write ``cal`` atomically under ``home``; returns the path."""
     path = record_path(cal.fingerprint, home)
     atomic_write_json(path, asdict(cal))
     return path
 
 
-def load_record(fingerprint: str, home: str | Path | None = None) -> SemanticCalibration | None:
+def load_record(fingerprint: str, home: Home | str | Path | None = None) -> SemanticCalibration | None:
     """The record for this embedder, or ``None`` (absent, unreadable, another embedder's)."""
     path = record_path(fingerprint, home)
     try:
@@ -191,7 +190,7 @@ def load_record(fingerprint: str, home: str | Path | None = None) -> SemanticCal
     return cal if cal.fingerprint == fingerprint else None
 
 
-def recorded_threshold(embedder: Any, head: Any, home: str | Path | None = None) -> float | None:
+def recorded_threshold(embedder: Any, head: Any, home: Home | str | Path | None = None) -> float | None:
     """The recorded threshold for ``embedder`` and ``head``, or ``None`` (no record, or one fitted
     for another head: then a warning says to calibrate again)."""
     cal = load_record(str(getattr(embedder, "fingerprint", "")), home)

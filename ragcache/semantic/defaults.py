@@ -3,7 +3,8 @@
 ``ragcache ask``, LangChain's ``RagCacheSemanticCache()`` / ``RagCacheMiddleware()`` and the
 LlamaIndex ``RagCacheQueryEngine`` default to the same store, so answers survive a restart and
 are shared between them: ``$RAGCACHE_SEMANTIC_URL`` (``postgresql://...``) when set, else the
-SQLite + FAISS cache in ``$RAGCACHE_ANSWERS_DIR`` (default ``$RAGCACHE_HOME/answers``). Passing
+SQLite + FAISS cache in ``$RAGCACHE_ANSWERS_DIR`` (default ``$RAGCACHE_HOME/answers``). Those
+entry points read the settings (``Config.from_env()``) and pass them here as ``config``. Passing
 ``path=None`` (LangChain) or ``semantic_cache=None`` / ``SemanticCache()`` keeps answers in memory.
 
 Closing it closes it for every adapter in the process; it is flushed and closed at exit.
@@ -18,7 +19,10 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragcache.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -29,42 +33,38 @@ _OPEN: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 
 
-def default_location() -> str:
-    """``$RAGCACHE_SEMANTIC_URL`` if set, else the answers folder of :class:`ragcache.config.Config`
-    (``$RAGCACHE_ANSWERS_DIR``, default ``$RAGCACHE_HOME/answers``), as a string.
-
-    Raises:
-        ValueError: a ``RAGCACHE_*`` variable has a bad value (the message names it).
-    """
-    from ragcache.config import Config
-    from ragcache.remote import semantic_url
-
-    return semantic_url() or str(Config.from_env().answers_dir)
+def default_location(config: Config) -> str:
+    """``config.semantic_url`` if set, else ``config.answers_dir`` (``$RAGCACHE_ANSWERS_DIR``,
+    default ``$RAGCACHE_HOME/answers``), as a string."""
+    return config.semantic_url or str(config.answers_dir)
 
 
-def default_cache(embedder: Any = None, **options: Any) -> Any:
+def default_cache(embedder: Any = None, *, config: Config, **options: Any) -> Any:
     """The process-wide persistent answer cache at :func:`default_location`, opened on first use.
 
     Args:
         embedder: ``None`` (the shared packaged all-MiniLM-L6-v2), a model name or path, or a
             loaded embedder (see :func:`ragcache.semantic.embedding.resolve_embedder`).
-        options: other :class:`~ragcache.semantic.SemanticCache` options; defaults for
-            ``threshold``, ``max_entries`` and ``ttl_s`` come from ``RAGCACHE_THRESHOLD``,
-            ``RAGCACHE_SEMANTIC_MAX_ENTRIES`` and ``RAGCACHE_SEMANTIC_TTL_S``. Callers with other
+        config: the settings (:meth:`ragcache.config.Config.from_env` at the entry point): the
+            location, the defaults of ``threshold``, ``max_entries`` and ``ttl_s``
+            (``RAGCACHE_THRESHOLD``, ``RAGCACHE_SEMANTIC_MAX_ENTRIES``, ``RAGCACHE_SEMANTIC_TTL_S``),
+            the home the embedder's calibration record is read from and the WordNet folder.
+        options: other :class:`~ragcache.semantic.SemanticCache` options. Callers with other
             options get their own cache object on the same store.
 
     Raises:
-        ValueError: a bad ``RAGCACHE_*`` value, or the folder holds a cache built with another embedder.
+        ValueError: the folder holds a cache built with another embedder.
     """
-    from ragcache.config import Config
     from ragcache.semantic.cache import SemanticCache
     from ragcache.semantic.embedding import resolve_embedder
+    from ragcache.semantic.lexicon import use_wordnet_dir
 
-    cfg = Config.from_env()
-    location = default_location()
+    cfg = config
+    use_wordnet_dir(cfg.wordnet_dir)
+    location = default_location(cfg)
     emb = resolve_embedder(embedder)
     opts = {"threshold": cfg.threshold, "max_entries": cfg.semantic_max_entries, "ttl_s": cfg.semantic_ttl_s,
-            **options}
+            "home": cfg.paths, **options}
     key = (location, emb.fingerprint, id(emb), tuple(sorted((k, repr(v)) for k, v in opts.items())))
     with _LOCK:
         cache = _OPEN.get(key)

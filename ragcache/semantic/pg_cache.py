@@ -36,7 +36,7 @@ class PgSemanticCache(SemanticPolicy):
             database (or the ``vector`` extension and the schema created beforehand).
         schema: PostgreSQL schema holding ragcache's tables (one per embedder / deployment).
         embedder, threshold, ttl_s, guards, verifier, candidates, typo_correction, store_truncated,
-        max_error, equivalence, error_scope: as for :class:`~ragcache.semantic.cache.SemanticCache`
+        max_error, equivalence, error_scope, home: as for :class:`~ragcache.semantic.cache.SemanticCache`
             (the per-entry state of ``max_error`` lives in the entries' ``state`` column).
         max_entries: LRU capacity over the whole schema, enforced after each store.
         ef_search: HNSW search beam (``hnsw.ef_search``); ``hnsw_m`` / ``ef_construction`` build it.
@@ -54,13 +54,13 @@ class PgSemanticCache(SemanticPolicy):
                  candidates: int = 4, ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64,
                  pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False,
                  max_error: float | None = None, equivalence: Any = "exact",
-                 error_scope: str = "hits") -> None:
+                 error_scope: str = "hits", home: Any = None) -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         ef_search = check_count("ef_search", ef_search)
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
-        decider = make_decider(guards, verifier, emb)
+        decider = make_decider(guards, verifier, emb, home=home)
         self.url, self.schema = url, schema
         store = PgAnswerStore(url, embedder=emb, schema=schema, max_entries=self.max_entries, ef_search=ef_search,
                               hnsw_m=hnsw_m, ef_construction=ef_construction, pool_size=pool_size)

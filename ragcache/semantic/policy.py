@@ -60,12 +60,12 @@ class Decider(Protocol):
 
 
 def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], bool | float] | None,
-                 embedder: QuestionEmbedder | None = None) -> Decider:
+                 embedder: QuestionEmbedder | None = None, *, home: Any = None) -> Decider:
     """What a cache decides hits with: ``True`` (the default) the default :class:`GuardSet`, or the
     learned verifier at the threshold of a ``ragcache calibrate semantic`` record for ``embedder``; ``False``
     none (plain cosine), a given set, with ``verifier`` appended as the last guard; ``"verifier"`` the
     learned verifier (:func:`ragcache.semantic.verifier.default_verifier`) for an ``embedder`` the
-    shipped head was fitted for.
+    shipped head was fitted for. ``home``: the ragcache home the calibration record is read from.
 
     The guards stay the default because they serve fewer wrong answers on held-out QQP pairs (0.913
     precision at recall 0.173 through the real cache, against 0.879 at 0.314 for the verifier at its
@@ -80,7 +80,7 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
             raise ValueError(f"guards must be True, False, 'verifier' or a GuardSet; got {guards!r}")
         from ragcache.semantic.verifier import default_verifier
 
-        learned = default_verifier(embedder) if embedder is not None else None
+        learned = default_verifier(embedder, home=home) if embedder is not None else None
         if learned is None:
             raise ValueError("guards='verifier' needs the packaged all-MiniLM-L6-v2 embedder (the head was fitted on "
                              "its vectors); with another embedder use guards=True, or refit the head with "
@@ -91,7 +91,7 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
     if guards is True and verifier is None and embedder is not None:
         from ragcache.semantic.verifier import calibrated_verifier
 
-        calibrated = calibrated_verifier(embedder)  # the user's own `ragcache calibrate semantic` record
+        calibrated = calibrated_verifier(embedder, home=home)  # the user's own `ragcache calibrate semantic` record
         if calibrated is not None:
             return calibrated
     if isinstance(guards, GuardSet):

@@ -2,7 +2,7 @@
 
 ``postgresql://`` / ``postgres://`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (shared by
 every process on that database); a directory path or ``file://DIR`` -> the embedded cache on disk;
-``None`` -> ``$RAGCACHE_SEMANTIC_URL`` if set, else an in-memory embedded cache. Both are the same
+``None`` -> an in-memory embedded cache (the app layer passes ``RAGCACHE_SEMANTIC_URL``). Both are the same
 :class:`~ragcache.semantic.policy.SemanticPolicy` over different stores.
 """
 
@@ -27,10 +27,7 @@ def open_semantic_cache(url: str | None = None, *, file_cache: type[SemanticPoli
     Raises:
         ValueError: an unknown URL scheme.
     """
-    from ragcache.remote import semantic_url
-
-    url = semantic_url(url)
-    if url is None:
+    if not url:
         return file_cache(None, **kwargs)
     scheme = url_scheme(url)
     if scheme in POSTGRES_SCHEMES:

@@ -207,12 +207,13 @@ class LearnedVerifier:
         return GuardVerdict()
 
 
-def default_verifier(embedder: Any, head: VerifierHead | None = None) -> LearnedVerifier | None:
+def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: Any = None) -> LearnedVerifier | None:
     """The learned decider for ``embedder``, or ``None`` when the shipped head does not fit it.
 
     The head is used only for the embedder it was fitted for (its name ends the embedder's name,
     e.g. ``all-MiniLM-L6-v2``, in any case) and one that exposes token states; the cache then falls back to the
-    guards. A calibration record for this embedder under ``$RAGCACHE_HOME`` replaces the threshold.
+    guards. A calibration record for this embedder under ``home`` (:meth:`ragcache.home.Home.of`)
+    replaces the threshold.
     """
     if not getattr(embedder, "has_tokens", False):
         return None
@@ -221,11 +222,11 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None) -> Learned
         return None
     from ragcache.semantic.calibration import recorded_threshold
 
-    t = recorded_threshold(embedder, head)
+    t = recorded_threshold(embedder, head, home)
     return LearnedVerifier(embedder, head if t is None else head.with_threshold(t))
 
 
-def calibrated_verifier(embedder: Any) -> LearnedVerifier | None:
+def calibrated_verifier(embedder: Any, *, home: Any = None) -> LearnedVerifier | None:
     """The learned decider with the threshold of this deployment's own calibration record
     (``ragcache calibrate semantic``), or ``None`` when there is no record for ``embedder``: a
     record says the verifier meets the user's precision on the user's pairs, so a default cache then
@@ -234,12 +235,12 @@ def calibrated_verifier(embedder: Any) -> LearnedVerifier | None:
 
     if not getattr(embedder, "has_tokens", False):
         return None
-    if not record_path(str(getattr(embedder, "fingerprint", ""))).is_file():
+    if not record_path(str(getattr(embedder, "fingerprint", "")), home).is_file():
         return None  # the usual case: no record, so the head is not read at every cache construction
     head = load_head()
     if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
         return None
-    t = recorded_threshold(embedder, head)
+    t = recorded_threshold(embedder, head, home)
     return None if t is None else LearnedVerifier(embedder, head.with_threshold(t))
 
 

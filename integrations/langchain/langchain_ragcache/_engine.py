@@ -33,16 +33,19 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)
         if eng is None:
+            from ragcache.config import Config
             from ragcache.models import load_model
             from ragcache.testing import tiny_llama
 
+            cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
             cc = None
             if chunk_cache:
                 from ragcache.engine.chunk_cache import ChunkCache
 
-                cc = ChunkCache()
-            loaded = tiny_llama() if model_name == TINY_RANDOM_MODEL else load_model(model_name)
-            eng = LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=prefix_cache_bytes)
+                cc = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
+            loaded = tiny_llama() if model_name == TINY_RANDOM_MODEL else load_model(model_name, home=cfg.paths)
+            eng = LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=prefix_cache_bytes,
+                              decode_cache=cfg.decode_cache, home=cfg.paths)
             _ENGINES[key] = eng
         return eng
 

@@ -39,6 +39,7 @@ from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messag
 from langchain_ragcache._messages import parse_cache_prompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.checks import check_path
+from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
@@ -87,12 +88,14 @@ class RagCacheSemanticCache(BaseCache):
         if semantic_cache is None:
             if hasattr(embedder, "embedder") and hasattr(embedder, "embed_query"):
                 embedder = embedder.embedder  # a RagCacheEmbeddings: share its loaded model
+            cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
             if path == DEFAULT_LOCATION:  # threshold and ttl_s are applied per lookup / store
-                semantic_cache = default_cache(embedder, **kwargs)
+                semantic_cache = default_cache(embedder, config=cfg, **kwargs)
             else:
                 check_path("path", path)
                 if threshold is not None:
                     kwargs["threshold"] = threshold
+                kwargs.setdefault("home", cfg.paths)
                 semantic_cache = SemanticCache(None, embedder=embedder, ttl_s=ttl_s, **kwargs) if path is None \
                     else SemanticCache.from_url(str(path), embedder=embedder, ttl_s=ttl_s, **kwargs)
         elif path != DEFAULT_LOCATION or embedder is not None or kwargs:

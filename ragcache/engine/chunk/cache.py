@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from ragcache.config import env_setting
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
 from ragcache.engine.quant import KVFormat
@@ -48,17 +47,16 @@ class ChunkCache:
             ``[model.config.bos_token_id]`` (or no sink if the model has no BOS) at first use.
         dtype: storage dtype of dense K and V (default float16; float32 for exactness tests).
         kv_format: ``"fp16"`` (dense in ``dtype``), ``"int8"`` or ``"int4"`` (keys per channel,
-            values per token, KIVI); ``None`` reads ``RAGCACHE_KV_FORMAT`` (default ``"fp16"``).
+            values per token, KIVI); ``None``: ``"fp16"`` (the CLI passes ``RAGCACHE_KV_FORMAT``).
         group_size: KIVI group size for int formats (tokens per key group, channels per value
-            group, capped at head_dim); ``None`` reads ``RAGCACHE_KV_GROUP_SIZE`` (default 64).
+            group, capped at head_dim); ``None``: 64 (the CLI passes ``RAGCACHE_KV_GROUP_SIZE``).
 
     Attributes:
         hits / misses: lookups served from the store / computed.
         kv_format: the :class:`~ragcache.engine.quant.KVFormat` chunks are stored in.
 
     Raises:
-        ValueError: an unknown ``kv_format`` or a group size < 1 (from the argument or the
-            environment variable).
+        ValueError: an unknown ``kv_format`` or a group size < 1.
     """
 
     def __init__(self, store: ChunkStore | None = None, *, sink_ids: Sequence[int] | None = None,
@@ -70,9 +68,9 @@ class ChunkCache:
         self.store: ChunkStore = store if store is not None else MemoryChunkStore()
         self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]
         self.dtype = dtype
-        name = kv_format if kv_format is not None else env_setting("kv_format")
+        name = kv_format if kv_format is not None else "fp16"
         if group_size is None:
-            group_size = env_setting("kv_group_size")
+            group_size = 64
         self.kv_format = KVFormat.of(name.strip().lower(), group_size=group_size, dtype=dtype)
         self.hits = 0
         self.misses = 0

@@ -8,21 +8,19 @@ from ragcache.engine.chunk.stores.base import ChunkStore
 from ragcache.engine.chunk.stores.disk import DiskChunkStore
 from ragcache.engine.chunk.stores.memory import MemoryChunkStore
 from ragcache.config import KV_URL_SCHEMES, kv_url_scheme
-from ragcache.remote import kv_url
 
 __all__ = ["open_chunk_store"]
 
 
 def open_chunk_store(url: str | None = None, **kwargs: Any) -> ChunkStore:
     """The chunk store a URL names: ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`~.redis_store.RedisChunkStore`;
-    ``None`` -> ``$RAGCACHE_KV_URL`` if set, else a :class:`~.memory.MemoryChunkStore` (the default);
+    ``None`` -> a :class:`~.memory.MemoryChunkStore` (the default; the app layer passes ``RAGCACHE_KV_URL``);
     a path or ``file://DIR`` -> :class:`~.disk.DiskChunkStore`. ``kwargs`` go to the constructor.
 
     Raises:
         ValueError: an unknown URL scheme.
     """
-    url = kv_url(url)
-    if url is None:
+    if not url:
         return MemoryChunkStore(**kwargs)
     scheme = kv_url_scheme(url)
     if scheme not in KV_URL_SCHEMES:

@@ -175,11 +175,15 @@ class RagCacheLLM(LLM):
     def __init__(self, engine: Any = None, *, model_name: str | None = None, chunk_cache: Any = True,
                  **kwargs: Any) -> None:
         if engine is None:
+            from ragcache.config import Config
             from ragcache.engine.chunk_cache import ChunkCache
             from ragcache.engine.engine import LocalEngine
 
-            cc = ChunkCache() if chunk_cache is True else (chunk_cache or None)
-            engine = LocalEngine.from_pretrained(model_name, chunk_cache=cc)
+            cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
+            cc = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size) if chunk_cache is True \
+                else (chunk_cache or None)
+            engine = LocalEngine.from_pretrained(model_name, chunk_cache=cc, decode_cache=cfg.decode_cache,
+                                                 home=cfg.paths)
         super().__init__(model_name=model_name or str(engine.fingerprint.name), **kwargs)
         self._engine = engine
 

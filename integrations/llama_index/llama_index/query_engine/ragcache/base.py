@@ -52,6 +52,7 @@ from llama_index.query_engine.ragcache.messages import LaidOutMessages
 from ragcache.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
 from ragcache.semantic import PartitionKey, SemanticCache
+from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 @dataclass(slots=True)
@@ -137,9 +138,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
         if semantic_cache is True or semantic_cache == DEFAULT_LOCATION:
-            semantic_cache = default_cache()
+            semantic_cache = default_cache(config=Config.from_env())  # this facade reads the RAGCACHE_* settings
         elif semantic_cache is None:
-            semantic_cache = SemanticCache(None)
+            semantic_cache = SemanticCache(None, home=Config.from_env().paths)
         elif semantic_cache is False:
             semantic_cache = None
         elif not hasattr(semantic_cache, "lookup"):
