@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcache.segments import Segment, _history_text
+from ragcache.segments import Segment, history_text
 from ragcache.text_checks import check_encodable
 
 
@@ -43,7 +43,7 @@ def _has_text(content: Any) -> bool:
     return content is not None
 
 
-def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
+def split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
     """``(system texts, history dicts, final user content)`` of chat messages (see from_messages)."""
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence) or not messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
@@ -75,7 +75,7 @@ def _split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
     lead = 0
     while lead < last and msgs[lead]["role"] == "system":
         lead += 1
-    systems = [_history_text(m["content"]) if not isinstance(m["content"], str) else m["content"] for m in msgs[:lead]]
+    systems = [history_text(m["content"]) if not isinstance(m["content"], str) else m["content"] for m in msgs[:lead]]
     history = [dict(m) if m["role"] != "system" else {**m, "role": "user", "type": "system"} for m in msgs[lead:last]]
     return systems, history, msgs[last]["content"]
 
@@ -90,7 +90,7 @@ def _marks(content: Any) -> list[tuple[str | None, Any]]:
             for b in _as_blocks(content) if not isinstance(b, CachePoint)]
 
 
-def _final_turn(content: Any) -> list[tuple[str, Any]]:
+def final_turn_blocks(content: Any) -> list[tuple[str, Any]]:
     """``(kind, block)`` of each non-empty block of the final user turn in order; ``block`` is a
     Segment or ``(text, id)``. The kind rule of :meth:`PromptLayout.from_messages`."""
     items: list[tuple[str | None, Any]] = []

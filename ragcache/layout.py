@@ -33,12 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragcache.chat_turns import CACHE_POINT, CachePoint, _final_turn, _split_messages
+from ragcache.chat_turns import CACHE_POINT, CachePoint, final_turn_blocks, split_messages
 from ragcache.segments import (
     Segment,
     SegmentKind,
-    _check_unique_ids,
-    _history_text,
+    check_unique_ids,
+    history_text,
     as_document,
     canonicalize,
     parse_document,
@@ -128,7 +128,7 @@ def _history_segments(history: Sequence[Any]) -> list[Segment]:
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant") or "content" not in m:
             raise ValueError("history entries must be {'role': 'user'|'assistant', 'content': ...} dicts")
         content = m["content"]
-        text = content if isinstance(content, str) else _history_text(content)
+        text = content if isinstance(content, str) else history_text(content)
         out.append(Segment("history", text, role=m["role"], metadata={"message": copy.deepcopy(dict(m))}))
     return out
 
@@ -192,7 +192,7 @@ class PromptLayout:
             tools = list(tools)  # any iterable of dicts, read once
         _check_parts(question, documents, tools, doc_order, lint, system=system, volatile=volatile)
         docs = [as_document(d) for d in documents]
-        _check_unique_ids(docs)
+        check_unique_ids(docs)
         system_text = normalize_text(system) if system is not None else None
         tool_list = [canonicalize(t) for t in tools]
         system_text, moved, findings = _lint_parts(system_text, tool_list, docs, lint)
@@ -243,13 +243,13 @@ class PromptLayout:
                 user turn, a final-turn block of another kind, no question text, or anything
                 :meth:`build` rejects.
         """
-        systems, history, final = _split_messages(messages)
+        systems, history, final = split_messages(messages)
         if system:
             systems.insert(0, system)
         documents: list[Segment] = []
         volatile: list[str] = []
         question: list[str] = []
-        for kind, block in _final_turn(final):
+        for kind, block in final_turn_blocks(final):
             if kind == "document":
                 documents.append(block if isinstance(block, Segment) else (parse_document(block[0]) or Segment(
                     "document", block[0], block[1])))

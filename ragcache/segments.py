@@ -110,7 +110,7 @@ def parse_document(text: str) -> Segment | None:
     return seg if render_document(seg) == text else None
 
 
-def _check_unique_ids(docs: Sequence[Segment]) -> None:
+def check_unique_ids(docs: Sequence[Segment]) -> None:
     """Raise ValueError when two documents share an id but not their (normalised) text.
 
     An id names one document: invalidation by id and the answer's ``document_ids`` would
@@ -169,7 +169,7 @@ def as_document(doc: Any) -> Segment:
                      f"LlamaIndex node; got {type(doc).__name__}")
 
 
-def _history_text(content: Any) -> str:
+def history_text(content: Any) -> str:
     """A history message's text: its text blocks joined by a blank line (how the engine joins the
     blocks of one message); content that is not all text is its canonical JSON."""
     if isinstance(content, Sequence) and all(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragcache.app.bench.blend import (
-    _summary,
+    summarize_methods,
     best_f1,
     kl_divergence,
     normalize_answer,
@@ -45,7 +45,7 @@ def test_summary_ratios():
 
     rows = [{"methods": {"full prefill": m(4.0, True), "cacheblend r=0.15": m(1.0, True, 0.15, 1.0, 2)}},
             {"methods": {"full prefill": m(2.0, True), "cacheblend r=0.15": m(1.0, False, 0.15, 0.5, 6)}}]
-    s = _summary(rows)
+    s = summarize_methods(rows)
     assert s["cacheblend r=0.15"]["tf_top1_agreement"] == pytest.approx(0.75)
     assert s["cacheblend r=0.15"]["tf_top1_agreement_pooled"] == pytest.approx((2 + 3) / 8)
     assert s["cacheblend r=0.15"]["tf_mean_kl"] == pytest.approx(0.05)
@@ -57,7 +57,7 @@ def test_summary_ratios():
     rows.append({"methods": {"full prefill": m(3.0, True), "cacheblend r=0.15": m(30.0, True, 0.15)}})  # an outlier
     for row, (f, b) in zip(rows, [(8.0, 2.0), (4.0, 2.0), (6.0, 60.0)]):
         row["methods"]["full prefill"]["cpu_s"], row["methods"]["cacheblend r=0.15"]["cpu_s"] = f, b
-    s = _summary(rows)
+    s = summarize_methods(rows)
     assert s["cacheblend r=0.15"]["median_item_speedup"] == pytest.approx(2.0)  # not dragged to the mean's 0.28x
     assert s["cacheblend r=0.15"]["ttft_speedup_vs_full"] == pytest.approx(3.0 / 32 * 3)
     assert s["cacheblend r=0.15"]["items_slower_than_full"] == 1

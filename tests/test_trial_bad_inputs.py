@@ -5,7 +5,7 @@ a ValueError that names the problem and the fix, and nothing already cached is t
 import pytest
 
 from ragcache import ChunkCache, LocalBackend, LocalEngine, RagCache, SemanticCache
-from ragcache.chat_turns import _split_messages
+from ragcache.chat_turns import split_messages
 from ragcache.semantic.text import normalize_question
 from ragcache.text_checks import check_encodable, checked_question, is_blank
 
@@ -87,7 +87,8 @@ def test_visible_questions_pass(q):
 
 def test_mixed_content_names_the_block():
     with pytest.raises(ValueError, match=r"\['content'\]\[1\]"):
-        _split_messages([{"role": "user", "content": [{"type": "text", "text": "fine"}, {"type": "text", "text": "\ud800"}]}])
+        split_messages([{"role": "user",
+                         "content": [{"type": "text", "text": "fine"}, {"type": "text", "text": "\ud800"}]}])
 
 
 @pytest.mark.parametrize("kwargs,words", [({"documents": "abc"}, "wrap a single document"),

@@ -224,7 +224,7 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
                                                "notes.md#0, a content hash, or the document text."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Drop every stored answer built from a document (the next question about it goes to the model)."""
-    from ragcache.app.corpus import _pack, decode_bytes
+    from ragcache.app.corpus import pack_chunks, decode_bytes
     from ragcache.app.runtime import answer_cache, query_embedder
 
     if not document.strip():
@@ -243,7 +243,7 @@ def invalidate(document: str = typer.Argument(..., help="A document file (its ch
         if text is None:
             error(console, f"cannot read {document}: {how}")
             raise typer.Exit(2)
-        keys = [c.text for c in _pack([text], p.name, 1400)] + [text]
+        keys = [c.text for c in pack_chunks([text], p.name, 1400)] + [text]
     elif looks_like_path(document):
         error(console, f"no file {document}: give the document's path as it is now, or a chunk id such as "
                        f"{p.name}#0 (see `ragcache cache ls`), a content hash, or the document text")

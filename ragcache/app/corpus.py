@@ -115,7 +115,7 @@ def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
     return out
 
 
-def _pack(items: Iterable[str], source: str, max_chars: int) -> list[Chunk]:
+def pack_chunks(items: Iterable[str], source: str, max_chars: int) -> list[Chunk]:
     chunks: list[Chunk] = []
     buf = ""
     for item in items:
@@ -137,7 +137,7 @@ def stdlib_chunks(modules: Iterable[str] = STDLIB_MODULES, max_chars: int = MAX_
             items = _module_items(mod)
         except ImportError:
             continue
-        out.extend(_pack(items, mod, max_chars))
+        out.extend(pack_chunks(items, mod, max_chars))
     return out
 
 
@@ -174,7 +174,7 @@ class Folder:
 
     def chunks(self, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
         """Chunks of every file (ids ``rel#n``), in file order."""
-        return [c for f in self.files for c in _pack([f.text], f.rel, max_chars)]
+        return [c for f in self.files for c in pack_chunks([f.text], f.rel, max_chars)]
 
     @property
     def file_hashes(self) -> dict[str, str]:

@@ -110,7 +110,7 @@ def choose_threshold(p_choose: np.ndarray, y_choose: np.ndarray, p_hard: np.ndar
     return best
 
 
-def _blank(floor: float, vetoes: tuple[str, ...]) -> Any:
+def blank_head(floor: float, vetoes: tuple[str, ...]) -> Any:
     from ragcache.semantic.verifier import VerifierHead
 
     n = len(FEATURE_NAMES)
@@ -134,15 +134,15 @@ def fit(feats: dict[str, tuple[np.ndarray, np.ndarray]], *, floors: list[float],
     found: list[tuple[float, float, Any, float]] = []
     trials = []
     for floor in floors:
-        keep, hkeep = _scores(_blank(floor, veto), fx) > 0, _scores(_blank(floor, veto), hx) > 0
+        keep, hkeep = scores(blank_head(floor, veto), fx) > 0, scores(blank_head(floor, veto), hx) > 0
         for hw in hard_weights:
             w = np.concatenate([np.ones(int(keep.sum())), np.full(int(hkeep.sum()), hw)])
             mean, scale, weights, bias = fit_logistic(np.vstack([fx[keep], hx[hkeep]]),
                                                       np.concatenate([fy[keep], hy[hkeep]]), sample_weight=w, l2=l2)
             head = VerifierHead(FEATURE_NAMES, mean, scale, weights, bias, 0.5, floor, veto, "all-MiniLM-L6-v2")
-            got = choose_threshold(_scores(head, cx), cy, _scores(head, feats["hard"][0]), feats["hard"][1],
+            got = choose_threshold(scores(head, cx), cy, scores(head, feats["hard"][0]), feats["hard"][1],
                                    min_recall)
-            hr = None if got is None else precision_recall(_scores(head, feats["hard"][0]) >= got[0], feats["hard"][1])[1]
+            hr = None if got is None else precision_recall(scores(head, feats["hard"][0]) >= got[0], feats["hard"][1])[1]
             trials.append({"floor": floor, "hard_weight": hw, "threshold": got and got[0],
                            "choose_precision": got and got[1], "hard_recall": hr})
             if got is not None:
@@ -152,7 +152,7 @@ def fit(feats: dict[str, tuple[np.ndarray, np.ndarray]], *, floors: list[float],
     top = max(f[0] for f in found)  # within TIE of the best choose precision, the best hard-pair recall wins
     _, _, head, hw = max((f for f in found if f[0] >= top - TIE), key=lambda f: (f[1], f[0]))
     best = {"hard_weight": hw}
-    report = {name: dict(zip(("precision", "recall", "hits"), precision_recall(_scores(head, x) >= head.threshold, y)))
+    report = {name: dict(zip(("precision", "recall", "hits"), precision_recall(scores(head, x) >= head.threshold, y)))
               for name, (x, y) in feats.items()}
     return {"head": head, "hard_weight": best["hard_weight"], "trials": trials, "report": report,
             "vetoes": list(veto)}
@@ -209,7 +209,7 @@ def baselines(feats: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, dict
     return {k: dict(zip(("precision", "recall", "hits"), precision_recall(v, y))) for k, v in out.items()}
 
 
-def _scores(head: Any, x: np.ndarray) -> np.ndarray:
+def scores(head: Any, x: np.ndarray) -> np.ndarray:
     """The decider's outcome as a score: 0 below the gate or on a veto, else the head's probability."""
     p = head.score(x) if np.any(head.weights) else np.ones(len(x))
     vcols = [FEATURE_NAMES.index(f"g_{g}") for g in head.vetoes]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.app.fit_verifier import DEFAULT_VETOES, _blank, _scores, features, load_sets
+from ragcache.app.fit_verifier import DEFAULT_VETOES, blank_head, scores, features, load_sets
 from ragcache.app.verifier_data import precision_recall
 
 KINDS = {"19 features (shipped head's inputs)": (), "+ u*v": ("prod",), "+ u*v, |u-v|": ("prod", "diff")}
@@ -59,7 +59,7 @@ def _design(rows: list[dict[str, Any]], x: np.ndarray, vec: dict[str, np.ndarray
 
 def _gate(x: np.ndarray, floor: float) -> np.ndarray:
     """At or above the cosine gate and refused by no default hard veto, as :func:`fit_verifier.fit` gates."""
-    return _scores(_blank(floor, DEFAULT_VETOES), x) > 0
+    return scores(blank_head(floor, DEFAULT_VETOES), x) > 0
 
 
 def study(sets: dict[str, list[dict[str, Any]]], feats: dict[str, tuple[np.ndarray, np.ndarray]],

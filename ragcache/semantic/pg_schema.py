@@ -29,7 +29,7 @@ from ragcache.remote import RemoteStoreError, redact
 logger = logging.getLogger("ragcache.semantic.pg")
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_MIGRATE_LOCK = 0x72616763_61636865 & 0x7FFFFFFFFFFFFFFF  # "ragcache"
+MIGRATE_LOCK_ID = 0x72616763_61636865 & 0x7FFFFFFFFFFFFFFF  # "ragcache"
 
 
 def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list[str]:

@@ -30,7 +30,7 @@ import numpy as np
 from ragcache.remote import RemoteStoreError, redact
 from ragcache.semantic.budget import merge_metadata, split_metadata
 from ragcache.semantic.pg_flight import PgFlightLocks
-from ragcache.semantic.pg_schema import _MIGRATE_LOCK, PgPool, bulk_copy, check_identifier, migrations
+from ragcache.semantic.pg_schema import MIGRATE_LOCK_ID, PgPool, bulk_copy, check_identifier, migrations
 from ragcache.semantic.protocol import NewEntry, PutResult, Query, StoreCounters, StoredAnswer
 from ragcache.semantic.speller import PartitionSpeller
 from ragcache.semantic.text import exact_form
@@ -97,7 +97,7 @@ class PgAnswerStore(PgFlightLocks):
         want = {"embedder": self.embedder.fingerprint, "dim": str(self.dim)}
         steps = migrations(s, self.dim, self.hnsw_m, self.ef_construction)
         with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK_ID,))
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
             conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.schema_version "
                          "(version integer PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())")

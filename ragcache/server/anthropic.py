@@ -58,7 +58,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError(msg) from e
 
 
-def _error(status: int, kind: str, message: str) -> JSONResponse:
+def anthropic_error(status: int, kind: str, message: str) -> JSONResponse:
     rid = "req_" + uuid.uuid4().hex[:24]
     return JSONResponse({"type": "error", "error": {"type": kind, "message": message}, "request_id": rid},
                         status_code=status, headers={"request-id": rid})
@@ -179,9 +179,9 @@ class AnthropicLocalServer:
             body = json.loads(await request.body())
             blocks, toks = self._prepare(body, count_only=True)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "invalid_request_error", "request body is not valid JSON")
+            return anthropic_error(400, "invalid_request_error", "request body is not valid JSON")
         except RequestError as e:
-            return _error(400, "invalid_request_error", str(e))
+            return anthropic_error(400, "invalid_request_error", str(e))
         return JSONResponse({"input_tokens": sum(toks)})
 
     async def messages(self, request: Request) -> Response:
@@ -189,24 +189,24 @@ class AnthropicLocalServer:
             body = json.loads(await request.body())
             blocks, toks = self._prepare(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "invalid_request_error", "request body is not valid JSON")
+            return anthropic_error(400, "invalid_request_error", "request body is not valid JSON")
         except RequestError as e:
-            return _error(400, "invalid_request_error", str(e))
+            return anthropic_error(400, "invalid_request_error", str(e))
         model = body["model"]
         if model.lower() not in {m.lower() for m in self.models} and model_family(model, PRICES) is None:
             served = ", ".join(repr(m) for m in (*self.models, *PRICES))
-            return _error(404, "not_found_error", f"model: {model} (this server answers {served})")
+            return anthropic_error(404, "not_found_error", f"model: {model} (this server answers {served})")
         try:
             tenant = tenant_of(request.headers, tenant_header=self.tenant_header)
         except PermissionError as e:
-            return _error(400, "invalid_request_error", str(e))
+            return anthropic_error(400, "invalid_request_error", str(e))
         limit = int(getattr(self.engine, "context_window", 1 << 30))
         if body["max_tokens"] > limit:  # the real API's words for a budget over the model's output limit
-            return _error(400, "invalid_request_error", f"max_tokens: {body['max_tokens']} > {limit}, which is the "
-                          f"maximum allowed number of output tokens for {model}")
+            return anthropic_error(400, "invalid_request_error", f"max_tokens: {body['max_tokens']} > {limit}, which "
+                                   f"is the maximum allowed number of output tokens for {model}")
         if sum(toks) + body["max_tokens"] > limit:
-            return _error(400, "invalid_request_error", f"prompt is too long: {sum(toks)} tokens + max_tokens "
-                          f"{body['max_tokens']} > {limit} (the local model's context window)")
+            return anthropic_error(400, "invalid_request_error", f"prompt is too long: {sum(toks)} tokens + max_tokens "
+                                   f"{body['max_tokens']} > {limit} (the local model's context window)")
         salt = f"{tenant}\x00{model}"  # entries per tenant, as the real API keeps them per organization
         outcome = self.cache.apply(model, blocks, toks, prefix_hashes(salt, blocks, body.get("tool_choice")))
         kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
@@ -219,9 +219,9 @@ class AnthropicLocalServer:
         text, gen = "", None
         async for ev in events:
             if isinstance(ev, ValueError):
-                return _error(400, "invalid_request_error", self._words(ev, body["max_tokens"]))
+                return anthropic_error(400, "invalid_request_error", self._words(ev, body["max_tokens"]))
             if isinstance(ev, Exception):
-                return _error(500, "api_error", f"{type(ev).__name__}: {ev}")
+                return anthropic_error(500, "api_error", f"{type(ev).__name__}: {ev}")
             text += ev.text
             gen = ev.generation or gen
         stop_reason, stop_seq = self._stop(gen, kwargs["stop"])

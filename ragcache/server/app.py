@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ragcache.server.anthropic import AnthropicLocalServer, _error
+from ragcache.server.anthropic import AnthropicLocalServer, anthropic_error
 from ragcache.server.auth import ServeKeyMiddleware, check_bind, parse_keys
 from ragcache.server.openai import OpenAILocalServer, error_response
 
@@ -38,7 +38,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
                else f"no route {method} {path}" if status == 404 else str(getattr(exc, "detail", exc)))
     if path.startswith(_OPENAI_PATHS):
         return error_response(status, message, kind="invalid_request_error", code="not_found" if status == 404 else None)
-    return _error(status, "not_found_error" if status == 404 else "invalid_request_error", message)
+    return anthropic_error(status, "not_found_error" if status == 404 else "invalid_request_error", message)
 
 
 def create_local_app(engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,

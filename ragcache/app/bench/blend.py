@@ -100,7 +100,7 @@ def machine() -> str:
 
 
 # -- one item ----------------------------------------------------------------------------
-def _retrieve(embedder: Any, item: dict) -> list[str]:
+def retrieve_passages(embedder: Any, item: dict) -> list[str]:
     passages = [c["text"] for c in item["ctxs"]]
     vecs = embedder.encode([item["question"]] + passages)
     scores = vecs[1:] @ vecs[0]
@@ -108,7 +108,7 @@ def _retrieve(embedder: Any, item: dict) -> list[str]:
     return [passages[i] for i in order]
 
 
-def _messages(question: str, docs: list[str]) -> list[dict]:
+def rag_messages(question: str, docs: list[str]) -> list[dict]:
     blocks = [{"type": "text", "text": d, "ragcache_kind": "document"} for d in docs]
     blocks.append({"type": "text", "text": QUESTION.format(question=question), "ragcache_kind": "question"})
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": blocks}]
@@ -153,8 +153,8 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
     from ragcache.engine.prompt import render_messages
 
     model, tok, fp, chunks = ctx["model"], ctx["tokenizer"], ctx["fingerprint"], ctx["chunks"]
-    docs = _retrieve(ctx["embedder"], item)
-    prompt = render_messages(tok, _messages(item["question"], docs))
+    docs = retrieve_passages(ctx["embedder"], item)
+    prompt = render_messages(tok, rag_messages(item["question"], docs))
     ids = prompt.input_ids
     spans = [(s, e) for s, e, _ in prompt.document_spans()]
     p = spans[0][0]  # system text + template head: the stable prefix
@@ -221,7 +221,7 @@ def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
     return row
 
 
-def _summary(rows: list[dict]) -> dict[str, dict]:
+def summarize_methods(rows: list[dict]) -> dict[str, dict]:
     names = list(rows[0]["methods"]) if rows else []
     full_ttft = statistics.fmean(r["methods"]["full prefill"]["ttft_s"] for r in rows) if rows else math.nan
     out = {}
@@ -264,7 +264,7 @@ def _cpu_summary(rows: list[dict], ms: list[dict]) -> dict:
                                                          for r, m in zip(rows, ms))}
 
 
-def _write_json(path: Path, payload: dict) -> None:
+def write_json(path: Path, payload: dict) -> None:
     atomic_write_json(path, payload, indent=1)
 
 
@@ -336,9 +336,9 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     try:
         for i, item in enumerate(items):
             rows.append(_run_item(ctx, item, ratios))
-            payload["per_item"], payload["summary"] = rows, _summary(rows)
+            payload["per_item"], payload["summary"] = rows, summarize_methods(rows)
             payload["items"], payload["load_avg_end"] = [start, start + len(rows)], _load_avg()
-            _write_json(jpath, payload)
+            write_json(jpath, payload)
             full = rows[-1]["methods"]["full prefill"]
             blend = rows[-1]["methods"].get("cacheblend r=0.15") or rows[-1]["methods"]["full reuse (r=0)"]
             console.print(f"[{start + i}] {rows[-1]['prompt_tokens']} tokens, full {full['ttft_s']:.2f}s, "
@@ -348,7 +348,7 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
         console.print(f"[yellow]interrupted after {len(rows)} of {len(items)} items; reporting those[/yellow]")
     payload["complete"] = len(rows) == len(items)
     if rows:
-        _write_json(jpath, payload)
+        write_json(jpath, payload)
         report(payload, plot_path=plot_path, console=console)
     return payload
 

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragcache.app.bench.blend import _summary, _write_json, report
+from ragcache.app.bench.blend import summarize_methods, write_json, report
 
 
 def merge(paths: list[str], json_path: str, plot_path: str | None = None) -> dict:
@@ -41,8 +41,8 @@ def merge(paths: list[str], json_path: str, plot_path: str | None = None) -> dic
                          "torch_threads": r.get("torch_threads"), "machine": r.get("machine"),
                          "load_avg_start": r.get("load_avg_start"), "load_avg_end": r.get("load_avg_end")}
                         for p, r in zip(paths, runs)],
-               "summary": _summary(rows), "per_item": rows}
-    _write_json(Path(json_path), payload)
+               "summary": summarize_methods(rows), "per_item": rows}
+    write_json(Path(json_path), payload)
     report(payload, plot_path=plot_path)
     return payload
 

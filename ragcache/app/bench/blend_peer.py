@@ -57,13 +57,13 @@ def _timed(fn: Any) -> tuple[Any, float]:
 
 
 def _reference(model: Any, ids: list[int], ctx: dict) -> dict:
-    from ragcache.app.bench.blend_variants import _answer
+    from ragcache.app.bench.blend_variants import greedy_answer_ids
     from ragcache.app.bench.fidelity import forced_logits
     from ragcache.engine import kv as kvb
 
     cache = kvb.new_cache(model)
     (logits, cpu) = _timed(lambda: kvb.forward(model, ids, cache, start=0)[-1])
-    answer = _answer(ctx, cache, logits, len(ids), 32)
+    answer = greedy_answer_ids(ctx, cache, logits, len(ids), 32)
     return {"cache": cache, "logits": logits, "answer": answer, "cpu_s": cpu,
             "rows": forced_logits(model, cache, logits, len(ids), answer)}
 
@@ -91,15 +91,15 @@ def _kvboost_call(eng: Any, peer_model: Any, text: str) -> dict:
 
 def run_item(ctx: dict, item: dict, ratio: float, rule: str) -> dict:
     """Warm both caches with the canonical order, then time and score the reversed order (and kvboost's same order)."""
-    from ragcache.app.bench.blend import _messages, _retrieve, kl_divergence
+    from ragcache.app.bench.blend import rag_messages, retrieve_passages, kl_divergence
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
     from ragcache.engine.prompt import render_messages
 
     model, peer, tok, eng = ctx["model"], ctx["peer_model"], ctx["tokenizer"], ctx["kvboost"]
-    docs = _retrieve(ctx["embedder"], item)
-    canon = render_messages(tok, _messages(item["question"], docs))
-    other = render_messages(tok, _messages(item["question"], docs[::-1]))
+    docs = retrieve_passages(ctx["embedder"], item)
+    canon = render_messages(tok, rag_messages(item["question"], docs))
+    other = render_messages(tok, rag_messages(item["question"], docs[::-1]))
     row: dict[str, Any] = {"question": item["question"], "prompt_tokens": len(canon.input_ids)}
     # warm (not timed): ragcache's chunk cache and prefix, kvboost's chunk store
     for _, _, piece in canon.document_spans():

@@ -112,7 +112,7 @@ def _load(machine_threads: int | None) -> dict:
             "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}}
 
 
-def _answer(ctx: dict, cache: Any, logits: torch.Tensor, n: int, max_new_tokens: int) -> list[int]:
+def greedy_answer_ids(ctx: dict, cache: Any, logits: torch.Tensor, n: int, max_new_tokens: int) -> list[int]:
     """Full-prefill greedy answer ids: up to ``max_new_tokens``, through EOS (kept) or the first newline."""
     from ragcache.engine import kv as kvb
 
@@ -126,7 +126,7 @@ def _answer(ctx: dict, cache: Any, logits: torch.Tensor, n: int, max_new_tokens:
 
 def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]], max_new_tokens: int = 32) -> dict:
     """Score every variant on one item; returns ``{"prompt_tokens", "answer", "variants": {name: metrics}}``."""
-    from ragcache.app.bench.blend import _messages, _retrieve
+    from ragcache.app.bench.blend import rag_messages, retrieve_passages
     from ragcache.app.bench.fidelity import forced_logits, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
     from ragcache.engine.blend import blend_prefill
@@ -136,20 +136,20 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
     from ragcache.engine.selection import chunk_order, oracle_scores
 
     model, tok, fp = ctx["model"], ctx["tokenizer"], ctx["fingerprint"]
-    prompt = render_messages(tok, _messages(item["question"], _retrieve(ctx["embedder"], item)))
+    prompt = render_messages(tok, rag_messages(item["question"], retrieve_passages(ctx["embedder"], item)))
     ids = prompt.input_ids
     spans = [(s, e) for s, e, _ in prompt.document_spans()]
     p = spans[0][0]
     full = kvb.new_cache(model)
     full_logits = kvb.forward(model, ids, full, start=0)[-1]
-    answer = _answer(ctx, full, full_logits, len(ids), max_new_tokens)
+    answer = greedy_answer_ids(ctx, full, full_logits, len(ids), max_new_tokens)
     full_forced = forced_logits(model, full, full_logits, len(ids), answer)
     prefix = kvb.new_cache(model)
     kvb.forward(model, ids[:p], prefix, start=0)
     prefix_kv = kvb.cache_tensors(prefix)
     caches = {"bos": ctx["bos_chunks"], "system": ChunkCache(MemoryChunkStore(max_bytes=1 << 30), sink_ids=ids[:p])}
     out: dict[str, dict] = {}
-    docs = _retrieve(ctx["embedder"], item)
+    docs = retrieve_passages(ctx["embedder"], item)
     for name, (sink, r, opts) in variants.items():
         kvs = [caches[sink].lookup_or_compute(model, fp, ids[s:e])[0] for s, e in spans]
         opts = dict(opts)
@@ -161,7 +161,7 @@ def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]]
             res = blend_prefill(model, ids, prefix_len=p, prefix_cache=kvb.cache_from_tensors(model, *prefix_kv),
                                 doc_spans=spans, chunk_kvs=kvs, recompute_ratio=r, **opts)
             order = chunk_order(res.token_scores, spans)
-            re = render_messages(tok, _messages(item["question"], [docs[i] for i in order]))
+            re = render_messages(tok, rag_messages(item["question"], [docs[i] for i in order]))
             use_ids, use_spans = re.input_ids, [(s, e) for s, e, _ in re.document_spans()]
             kvs = [kvs[i] for i in order]
             assert len(use_ids) == len(ids) and use_spans[0][0] == p, "reordered prompt must keep length and prefix"

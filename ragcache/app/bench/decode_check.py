@@ -41,7 +41,7 @@ def main(*, data: str, start: int = 0, end: int = 6, top_k: int = 3, answer_toke
     """
     import json
 
-    from ragcache.app.bench.blend import _messages, _retrieve
+    from ragcache.app.bench.blend import rag_messages, retrieve_passages
     from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode
     from ragcache.engine.engine import LocalEngine
     from ragcache.models import load_embedder, load_model
@@ -52,7 +52,7 @@ def main(*, data: str, start: int = 0, end: int = 6, top_k: int = 3, answer_toke
     items = json.loads(Path(data).read_text())[start:end]
     embedder = load_embedder(None)
     engine = LocalEngine(load_model(None), calibration=False)
-    prompts = [_messages(it["question"], _retrieve(embedder, it)[:top_k]) for it in items]
+    prompts = [rag_messages(it["question"], retrieve_passages(embedder, it)[:top_k]) for it in items]
     rows = []
     for bits, residual, sink in _settings(settings):
         spec = DecodeCacheSpec("quantized", "quanto", bits, residual, sink)

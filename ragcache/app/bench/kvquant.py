@@ -57,10 +57,10 @@ def _threads() -> None:
 
 
 def _prompt(loaded: Any, embedder: Any, item: dict) -> Any:
-    from ragcache.app.bench.blend import _messages, _retrieve
+    from ragcache.app.bench.blend import rag_messages, retrieve_passages
     from ragcache.engine.prompt import render_messages
 
-    return render_messages(loaded.tokenizer, _messages(item["question"], _retrieve(embedder, item)))
+    return render_messages(loaded.tokenizer, rag_messages(item["question"], retrieve_passages(embedder, item)))
 
 
 # -- chunk storage formats ---------------------------------------------------------------

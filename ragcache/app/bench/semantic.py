@@ -44,7 +44,7 @@ from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.text import embed_form, normalize_question
 
 
-def _machine() -> dict[str, Any]:
+def machine_info() -> dict[str, Any]:
     import faiss
     import torch
 
@@ -166,7 +166,7 @@ def latency(n: int, emb: QuestionEmbedder, *, real_embeddings: int = 2000, queri
             "hits": cache.stats.hits}
 
 
-def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -178,7 +178,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     Console(width=max(120, shutil.get_terminal_size().columns)).print(t)
 
 
-def _fmt(x: float | None) -> str:
+def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
@@ -200,7 +200,7 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
     # (p50 530 ms vs 56 ms at load average 10). Reported in the JSON.
     torch.set_num_threads(1)
     emb = resolve_embedder(embedder)
-    result: dict[str, Any] = {"machine": _machine(), "embedder": emb.name, "sets": {}}
+    result: dict[str, Any] = {"machine": machine_info(), "embedder": emb.name, "sets": {}}
     for name, rows in sets.items():
         memo = memo_embedder(emb, [embed_form(normalize_question(t)) for r in rows for t in (r["a"], r["b"])])
         res: dict[str, Any] = {"n": len(rows), "same": sum(bool(r["same"]) for r in rows), **accuracy(rows, memo)}
@@ -209,20 +209,20 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
         if gptcache:
             res["gptcache"] = gptcache_accuracy(rows, memo)
         result["sets"][name] = res
-        _table(f"semantic cache on {name} ({len(rows)} pairs, {res['same']} same)",
-               ["system", "precision", "recall", "false hits"],
-               [[label, _fmt(sc["precision"]), _fmt(sc["recall"]), str(sc["false_hits"])]
-                for label, sc in systems(res)])
+        print_table(f"semantic cache on {name} ({len(rows)} pairs, {res['same']} same)",
+                    ["system", "precision", "recall", "false hits"],
+                    [[label, fmt(sc["precision"]), fmt(sc["recall"]), str(sc["false_hits"])]
+                     for label, sc in systems(res)])
         result["machine"]["loadavg_1m_after_" + name] = os.getloadavg()[0]
     hard = result["sets"][Path(pairs).name]
     shown = [(label, sc) for label, sc in systems(hard)
              if label.startswith(("plain cosine >= 0.90", "GPTCache s=0.800", "guards alone, cosine >= 0.94",
                                   "learned verifier"))]
     labels = {kind_of(r, frozenset()): bool(r["same"]) for r in sets[Path(pairs).name]}
-    _table("hard pairs: hits by kind (recall for same-answer kinds, false hits for the others)",
-           ["kind", "same"] + [label for label, _ in shown],
-           [[k, str(labels[k])] + [f"{sc['by_kind'][k]['hits']}/{sc['by_kind'][k]['n']}" for _, sc in shown]
-            for k in sorted(labels, key=lambda k: (not labels[k], k)) if all(k in sc["by_kind"] for _, sc in shown)])
+    print_table("hard pairs: hits by kind (recall for same-answer kinds, false hits for the others)",
+                ["kind", "same"] + [label for label, _ in shown],
+                [[k, str(labels[k])] + [f"{sc['by_kind'][k]['hits']}/{sc['by_kind'][k]['n']}" for _, sc in shown]
+                 for k in sorted(labels, key=lambda k: (not labels[k], k)) if all(k in sc["by_kind"] for _, sc in shown)])
     result["latency"] = {}
     store_memo = memo_embedder(emb, [])
     for n in scale:
@@ -232,12 +232,12 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
 
     result["machine"]["faiss_threads"] = faiss.omp_get_max_threads()
     if scale:
-        _table("lookup latency (ms): embed + search + decide, reworded stored questions",
-               ["entries", "index", "decider", "search p50", "lookup p50", "lookup p99", "lookup p50 (warm)",
-                "embed one p50", "HNSW recall@1"],
-               [[str(v["entries"]), v["index"], v["decider"], f"{v['search_ms']['p50']:.3f}",
-                 f"{v['lookup_ms']['p50']:.2f}", f"{v['lookup_ms']['p99']:.2f}", f"{v['lookup_warm_ms']['p50']:.2f}",
-                 f"{v['embed_one_ms']['p50']:.2f}", _fmt(v["hnsw_recall_at_1"])] for v in result["latency"].values()])
+        print_table("lookup latency (ms): embed + search + decide, reworded stored questions",
+                    ["entries", "index", "decider", "search p50", "lookup p50", "lookup p99", "lookup p50 (warm)",
+                     "embed one p50", "HNSW recall@1"],
+                    [[str(v["entries"]), v["index"], v["decider"], f"{v['search_ms']['p50']:.3f}",
+                      f"{v['lookup_ms']['p50']:.2f}", f"{v['lookup_ms']['p99']:.2f}", f"{v['lookup_warm_ms']['p50']:.2f}",
+                      f"{v['embed_one_ms']['p50']:.2f}", fmt(v["hnsw_recall_at_1"])] for v in result["latency"].values()])
     out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.app.bench.plotting import draw, save_figure
-from ragcache.app.bench.semantic import _fmt, _machine, _table, memo_embedder
+from ragcache.app.bench.semantic import fmt, machine_info, print_table, memo_embedder
 from ragcache.semantic import SemanticCache
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.text import embed_form, normalize_question
@@ -304,7 +304,7 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
     t0 = time.perf_counter()
     memo = memo_embedder(emb, list(dict.fromkeys(embed_form(normalize_question(q)) for q in stream)))
     result: dict[str, Any] = {
-        "machine": _machine(), "embedder": emb.name,
+        "machine": machine_info(), "embedder": emb.name,
         "data": {"path": str(data), "pairs": len(pairs), "sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
                  "clusters": len(set(cid.values()))},
         "stream": {"rows": rows, "repeat": repeat, "seed": seed, "half": half, "lookups": len(stream),
@@ -318,7 +318,7 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
             continue
         with make() as cache:
             result["methods"][name] = run_cache(cache, stream, cid, linked)
-        print(f"{name}: {result['methods'][name]['hits']} hits, error {_fmt(result['methods'][name]['error'])}",
+        print(f"{name}: {result['methods'][name]['hits']} hits, error {fmt(result['methods'][name]['error'])}",
               flush=True)
         _write(result, json_path)  # after each method: a crash later keeps what was measured
     if gptcache:
@@ -350,20 +350,21 @@ def _write(result: dict[str, Any], json_path: str) -> Path:
 
 def _print(result: dict[str, Any]) -> None:
     s = result["stream"]
-    _table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, {s['clusters']} clusters",
-           ["method", "hits", "error", "wrong (labelled)", "wrong (unlabelled)", "recall", "paraphrase recall",
-            "explorations", "s"],
-           [[k, str(m["hits"]), _fmt(m["error"]), str(m["wrong_labelled"]), str(m["wrong_unlabelled"]),
-             _fmt(m["recall"]), _fmt(m["paraphrase_recall"]), str(m.get("explorations", "-")), f"{m['seconds']:.0f}"]
-            for k, m in result["methods"].items()])
+    print_table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, "
+                f"{s['clusters']} clusters",
+                ["method", "hits", "error", "wrong (labelled)", "wrong (unlabelled)", "recall", "paraphrase recall",
+                 "explorations", "s"],
+                [[k, str(m["hits"]), fmt(m["error"]), str(m["wrong_labelled"]), str(m["wrong_unlabelled"]),
+                  fmt(m["recall"]), fmt(m["paraphrase_recall"]), str(m.get("explorations", "-")), f"{m['seconds']:.0f}"]
+                 for k, m in result["methods"].items()])
     for k, v in result["matched"].items():
         if v and k == "max_error 0.02":
             met = v["hit_ratio"] is not None and v["hit_ratio"] >= 2.0
             print(f"target (max_error 0.02: hits >= 2x the static threshold at the same error): "
-                  f"{'met' if met else 'missed'} (x{_fmt(v['hit_ratio'])})")
+                  f"{'met' if met else 'missed'} (x{fmt(v['hit_ratio'])})")
         if v:
             print(f"{k}: {result['methods'][k]['hits']} hits vs {v['static']} {v['static_hits']} hits at error "
-                  f"{_fmt(v['static_error'])} -> x{_fmt(v['hit_ratio'])} (paraphrases x{_fmt(v['paraphrase_hit_ratio'])})")
+                  f"{fmt(v['static_error'])} -> x{fmt(v['hit_ratio'])} (paraphrases x{fmt(v['paraphrase_hit_ratio'])})")
         else:
             print(f"{k}: no static threshold reaches its observed error")
     for k, m in result["methods"].items():
