@@ -636,3 +636,98 @@ def test_from_messages_rule_and_errors():
                        ([{"role": "system", "content": "s"}], "no user message")):
         with pytest.raises(ValueError, match=match):
             PromptLayout.from_messages(bad)
+
+
+# -- settings at the facade; imports (issue 29 items 4 and 6) --------------------------------------------
+APP_LAYER = ("ragcache/config.py", "ragcache/app/")
+"""Where the process environment may be read directly (the settings module and the CLI / app layer)."""
+ENV_READERS = {"environ", "getenv", "putenv", "unsetenv", "env_setting", "from_env", "provider_api_key"}
+"""Names that read the environment: ``os.environ`` / ``os.getenv`` and ragcache.config's readers."""
+
+
+def env_reads(source: str) -> list[str]:
+    """``"line: name"`` of each place ``source`` reads the process environment: ``os.environ``,
+    ``os.getenv`` (imported or as attributes), ``env_setting``, ``Config.from_env``,
+    ``provider_api_key``. Words in strings and comments do not count."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_READERS:
+            out.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in ENV_READERS:
+            out.append(f"{node.lineno}: {node.id}")
+        elif isinstance(node, ast.ImportFrom):
+            out += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in ENV_READERS]
+    return out
+
+
+def test_the_environment_finder_finds_every_form():
+    reads = ["import os\nos.environ.get('RAGCACHE_HOME')", "import os\nos.getenv('X')",
+             "from os import environ\nenviron['X']", "from os import getenv as g\ng('X')",
+             "from ragcache.config import env_setting\nenv_setting('home')",
+             "from ragcache.config import Config\nConfig.from_env().home", "import os\nv = os.environ"]
+    for src in reads:
+        assert env_reads(src), src
+    assert env_reads('"""Reads $RAGCACHE_HOME via os.environ (documented)."""\n# os.getenv\nx = 1') == []
+    assert env_reads("from ragcache.config import Config\nConfig(home='/tmp').paths") == []
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_module_below_the_facade_reads_the_environment(root):
+    """The library takes arguments; ``ragcache.config`` and the app layer read ``RAGCACHE_*`` and pass
+    the values down. The integrations are facades too: they may read ``Config.from_env()``, nothing else."""
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(_ROOT).as_posix()
+        if rel.startswith(APP_LAYER):
+            continue
+        reads = env_reads(f.read_text(encoding="utf-8"))
+        if not rel.startswith("ragcache/"):  # an adapter: Config.from_env() only
+            reads = [r for r in reads if not r.endswith(".from_env")]
+        found += [f"{rel}:{r}" for r in reads]
+    assert not found, ("the environment is read below the facade (take an explicit argument; read it in "
+                       f"ragcache.config / the app layer and pass it down): {found}")
+
+
+def private_imports(root: Path) -> list[str]:
+    """``"module imports name from other"`` for each ``from X import _name`` between two modules of
+    ``root``'s package or from ragcache (module-level or not; relative imports resolved)."""
+    mods = _modules(root)
+    out = []
+    for m, f in mods.items():
+        package = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            src = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                src = ".".join(up + ([node.module] if node.module else []))
+            if src == m or not (src in mods or src.split(".")[0] == "ragcache"):
+                continue
+            out += [f"{m} imports {a.name} from {src}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_the_private_import_finder_finds_them(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_x = 1\n__all__ = []\ndef public(): pass\n")
+    (pkg / "b.py").write_text("from pkg.a import _x, public\nfrom pkg.a import __all__\n")
+    (pkg / "sub" / "c.py").write_text("from ..a import _x as y\ndef f():\n    from ragcache.models import _local_folder\n")
+    assert sorted(private_imports(pkg)) == ["pkg.b imports _x from pkg.a", "pkg.sub.c imports _local_folder from "
+                                            "ragcache.models", "pkg.sub.c imports _x from pkg.a"]
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_cross_module_import_of_a_private_name(root):
+    found = private_imports(root)
+    assert not found, f"a private name used by another module: make it public in its module (or move it): {found}"
+
+
+@pytest.mark.parametrize("root", _PACKAGES[1:], ids=lambda p: p.name)
+def test_no_import_cycle_in_the_integrations(root):
+    cycles = import_cycles(import_graph(root))
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)

@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from ragcache.app.output import say
-from ragcache.config import Config
+from ragcache.config import Config, provider_api_key
 from ragcache.metrics import CONTENT_TYPE, CacheMetrics
 
 
@@ -117,7 +117,8 @@ def run_serve(cfg: Config, *, semantic: bool = True, insecure: bool = False, con
 
         sem = answer_cache(cfg, query_embedder(cfg)) if semantic else None
         proxy = AnthropicProxy(cfg.upstream, semantic=sem, metrics=metrics, timeout_s=cfg.upstream_timeout_s,
-                               keys=keys, tenant_header=cfg.tenant_header, upstream_auth=cfg.upstream_auth)
+                               api_key=provider_api_key("anthropic"), keys=keys, tenant_header=cfg.tenant_header,
+                               upstream_auth=cfg.upstream_auth)
         say(console, f"caching proxy (Anthropic Messages API) for {cfg.upstream} on http://{cfg.host}:{cfg.port} "
                      f"(semantic cache {'on' if sem else 'off'}, {access}, {tenants}, upstream credential: "
                      f"{cfg.upstream_auth}, metrics {metrics.mode})")

@@ -47,7 +47,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
 from ragcache.backend import CacheUsage, provider_layer
-from ragcache.config import provider_api_key
 from ragcache.layout import PromptLayout
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
@@ -200,7 +199,7 @@ class AnthropicProxy:
     Args:
         upstream: base URL of the Anthropic API (``https://api.anthropic.com``) or a compatible server.
         semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
-        api_key: the operator's key (default ``$ANTHROPIC_API_KEY``, read, never set): sent upstream in
+        api_key: the operator's key (``ragcache serve`` passes ``$ANTHROPIC_API_KEY``): sent upstream in
             ``operator`` mode, and in ``caller`` mode for a caller that sends no credential.
         keys: serve keys callers must send (:class:`~ragcache.server.auth.ServeKeyMiddleware`).
         tenant_header: header naming the caller's tenant; default: a digest of the caller's
@@ -223,7 +222,7 @@ class AnthropicProxy:
             raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
         self.upstream = upstream.rstrip("/")
         self.semantic = semantic
-        self.api_key = api_key if api_key is not None else provider_api_key("anthropic")
+        self.api_key = api_key
         self.tenant_header = tenant_header
         mode = ("operator" if keys else "caller") if upstream_auth == "auto" else upstream_auth
         if mode not in ("caller", "operator"):
