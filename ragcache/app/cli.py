@@ -19,7 +19,7 @@ from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
 from ragcache.app.calibrate_cmd import calibrate_app
 from ragcache.app.output import error, make_console, print_json, run_or_exit, say
-from ragcache.config import Config
+from ragcache.config import Config, default_help
 
 app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
@@ -62,17 +62,19 @@ def _main(
 
 @app.command()
 def demo(
-    model: Optional[str] = typer.Option(None, help="LLM: a local model folder or cached HF id (default: $RAGCACHE_MODEL, "
-                                                   "else the embedded SmolLM2-135M-Instruct)."),
-    embedder: Optional[str] = typer.Option(None, help="sentence-transformers embedder (default: $RAGCACHE_EMBEDDER, "
-                                                      "else the packaged all-MiniLM-L6-v2)."),
+    model: Optional[str] = typer.Option(None, help="LLM: a local model folder or cached HF id (default: "
+                                                   f"{default_help('model')})."),
+    embedder: Optional[str] = typer.Option(None, help="sentence-transformers embedder (default: "
+                                                      f"{default_help('embedder')})."),
     backend: BackendName = typer.Option(BackendName.local, help="'local' (transformers engine) or 'anthropic-local' "
                                         "(real anthropic SDK against ragcache's local Anthropic-compatible server)."),
-    top_k: Optional[int] = typer.Option(None, min=1, help="Documents retrieved per question (default $RAGCACHE_TOP_K, 4)."),
+    top_k: Optional[int] = typer.Option(None, min=1,
+                                        help=f"Documents retrieved per question (default {default_help('top_k')})."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
     recompute_ratio: Optional[float] = typer.Option(None, min=0.0, max=1.0,
-                                                    help="CacheBlend recompute ratio r (default $RAGCACHE_RECOMPUTE_RATIO, 0.15)."),
+                                                    help="CacheBlend recompute ratio r, used as given and labelled "
+                                                         f"approximate (default {default_help('recompute_ratio')})."),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run
@@ -86,10 +88,11 @@ def demo(
 def ask(
     question: str = typer.Argument(..., help="The question (quote it), or - to read it from stdin."),
     docs: str = typer.Option(..., "--docs", help="Folder (or one file) of .txt / .md notes to answer from."),
-    model: Optional[str] = typer.Option(None, help="LLM folder or cached HF id (default $RAGCACHE_MODEL, else embedded SmolLM2)."),
-    embedder: Optional[str] = typer.Option(None, help="Embedder folder or id (default $RAGCACHE_EMBEDDER, else all-MiniLM-L6-v2)."),
-    top_k: Optional[int] = typer.Option(None, min=1, help="Chunks retrieved (default $RAGCACHE_TOP_K, 4)."),
-    max_new_tokens: Optional[int] = typer.Option(None, min=1, help="Decode budget (default $RAGCACHE_MAX_NEW_TOKENS, 128)."),
+    model: Optional[str] = typer.Option(None, help=f"LLM folder or cached HF id (default {default_help('model')})."),
+    embedder: Optional[str] = typer.Option(None, help=f"Embedder folder or id (default {default_help('embedder')})."),
+    top_k: Optional[int] = typer.Option(None, min=1, help=f"Chunks retrieved (default {default_help('top_k')})."),
+    max_new_tokens: Optional[int] = typer.Option(None, min=1,
+                                                  help=f"Decode budget (default {default_help('max_new_tokens')})."),
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
     threshold: Optional[float] = typer.Option(None, min=-1.0, max=1.0, help="Semantic cache cosine threshold for this "
                                               "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 with "
@@ -139,11 +142,12 @@ def serve(
     upstream: Optional[str] = typer.Option(None, help="Run as a caching proxy in front of this Anthropic API base URL "
                                            "(e.g. https://api.anthropic.com; key from ANTHROPIC_API_KEY or the client's "
                                            "x-api-key). Default $RAGCACHE_UPSTREAM; unset: answer with the local model."),
-    host: Optional[str] = typer.Option(None, help="Address to bind (default $RAGCACHE_HOST, 127.0.0.1)."),
-    port: Optional[int] = typer.Option(None, min=1, max=65535, help="Port (default $RAGCACHE_PORT, 8788)."),
-    model: Optional[str] = typer.Option(None, help="Local mode: LLM folder or cached HF id (default embedded SmolLM2)."),
+    host: Optional[str] = typer.Option(None, help=f"Address to bind (default {default_help('host')})."),
+    port: Optional[int] = typer.Option(None, min=1, max=65535, help=f"Port (default {default_help('port')})."),
+    model: Optional[str] = typer.Option(None, help="Local mode: LLM folder or cached HF id "
+                                                   f"(default {default_help('model')})."),
     semantic: bool = typer.Option(True, help="Proxy mode: answer repeated questions from the semantic cache."),
-    metrics: Optional[str] = typer.Option(None, help="off | prometheus | otel (default $RAGCACHE_METRICS, off); "
+    metrics: Optional[str] = typer.Option(None, help=f"off | prometheus | otel (default {default_help('metrics')}); "
                                           "prometheus also serves GET /metrics."),
     key: Optional[str] = typer.Option(None, help="Key(s) callers must send as x-api-key or 'Authorization: Bearer' "
                                       "(comma-separated; default $RAGCACHE_SERVE_KEY, which keeps it out of `ps`)."),
@@ -152,7 +156,7 @@ def serve(
                                                 "$RAGCACHE_TENANT_HEADER; unset: a digest of the caller's key)."),
     upstream_auth: Optional[str] = typer.Option(None, help="Proxy: caller (forward the caller's key), operator "
                                                 "(send ANTHROPIC_API_KEY) or auto (operator when serve keys are "
-                                                "set); default $RAGCACHE_UPSTREAM_AUTH, auto."),
+                                                f"set); default {default_help('upstream_auth')}."),
 ) -> None:
     """Anthropic- and OpenAI-compatible server on the local model (prefix + chunk KV caches, Anthropic
     prompt-caching semantics), or a caching proxy in front of the Anthropic API (--upstream)."""
@@ -177,17 +181,17 @@ def lint(
 
 @app.command("config")
 def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Show the settings in effect (RAGCACHE_* variables and defaults)."""
+    """Show the settings in effect (RAGCACHE_* variables and defaults): the embedded model and embedder
+    by name, what an unset setting means."""
     from dataclasses import fields
 
     cfg = config()
-    values = {f.name: getattr(cfg, f.name) if f.repr or getattr(cfg, f.name) is None else "<set, hidden>"
-              for f in fields(cfg)}  # secrets (repr=False fields: the serve key) are never printed
-    if as_json:
-        print_json(values)
+    if as_json:  # raw values; secrets (repr=False fields: the serve key) are never printed
+        print_json({f.name: getattr(cfg, f.name) if f.repr or getattr(cfg, f.name) is None else "<set, hidden>"
+                    for f in fields(cfg)})
         return
-    for k, v in values.items():
-        say(console, (f"{k:22}", "bold"), str(v))
+    for k, v in cfg.shown().items():
+        say(console, (f"{k:22}", "bold"), v)
 
 
 if __name__ == "__main__":  # pragma: no cover
