@@ -5,7 +5,8 @@
 
 :data:`ENV_VARS` lists each variable with its field, default and meaning (the README's table
 is generated from it: ``python -c "from ragcache.config import env_table; print(env_table())"``).
-Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home).
+Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home) and
+:mod:`ragcache.limits` (the ranges checked once).
 Library code below the app takes explicit keyword arguments; only the app layer (CLI, servers,
 demo, the LangChain and LlamaIndex adapters) reads the environment, through this module, and
 passes the values down (``cfg.paths`` is the :class:`~ragcache.home.Home` every on-disk path comes from).
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.home import DEFAULT_HOME, Home
+from ragcache.limits import check_recompute_ratio
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -244,8 +246,7 @@ class Config:
             raise ValueError(f"RAGCACHE_KV_URL={self.kv_url!r} has an unknown scheme "
                              f"{kv_url_scheme(self.kv_url)!r}: use redis://host:port/db (Redis / Valkey), "
                              "rediss://, unix:///path.sock, file://DIR or a folder path, or unset it")
-        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
-            raise ValueError(f"RAGCACHE_RECOMPUTE_RATIO must be in [0, 1], got {self.recompute_ratio}")
+        check_recompute_ratio(self.recompute_ratio, "RAGCACHE_RECOMPUTE_RATIO")
         if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
             raise ValueError(f"RAGCACHE_UPSTREAM_TIMEOUT_S must be a finite number of seconds > 0, "
                              f"got {self.upstream_timeout_s}")

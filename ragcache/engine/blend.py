@@ -56,6 +56,7 @@ from ragcache.engine.hkvd import (
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.selection import OTHER_RULES, QUERY_RULES, query_scores, random_scores
 from ragcache.engine.stores import ChunkKV
+from ragcache.limits import check_recompute_ratio
 
 PRE_LAYER_RULES = QUERY_RULES + OTHER_RULES  # rank before layer 0, then recompute at every layer
 QUESTION_RULES = ("deviation*attention", "attention") + QUERY_RULES  # need tokens after the last document
@@ -113,8 +114,7 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
     if n > window:
         raise ValueError(f"prompt of {n} tokens exceeds the model's context window of {window} tokens; "
                          "retrieve fewer or shorter documents")
-    if not 0.0 <= recompute_ratio <= 1.0:
-        raise ValueError(f"recompute_ratio must be in [0, 1]; got {recompute_ratio}")
+    check_recompute_ratio(recompute_ratio)
     if rank_by not in RANKINGS:
         raise ValueError(f"rank_by must be one of {RANKINGS}; got {rank_by!r}")
     if not 0 <= prefix_len < n:

@@ -40,6 +40,7 @@ from ragcache.engine.reuse import PrefillRate
 from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.hashing import canonical_json
 from ragcache.layout import PromptLayout
+from ragcache.limits import check_recompute_ratio, context_window_of
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 PromptSource = PromptLayout | Prompt | str | Sequence[Mapping[str, Any]] | Sequence[int]
@@ -169,9 +170,7 @@ class LocalEngine:
 
     @recompute_ratio.setter
     def recompute_ratio(self, r: float | None) -> None:
-        if r is not None and not 0.0 <= r <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {r}")
-        self._recompute_ratio = r
+        self._recompute_ratio = check_recompute_ratio(r)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | None = None, *, dtype: Any = None, chunk_cache: Any = None,
@@ -182,8 +181,8 @@ class LocalEngine:
     # -- prompt --------------------------------------------------------------
     @property
     def context_window(self) -> int:
-        """Maximum positions the model supports (tokens)."""
-        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+        """Maximum positions the model supports (tokens; :func:`ragcache.limits.context_window_of`)."""
+        return context_window_of(self.model.config)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
@@ -228,8 +227,7 @@ class LocalEngine:
                 f"history, or a smaller max_new_tokens"
             )
         r = self.recompute_ratio if recompute_ratio is None else recompute_ratio
-        if r is not None and not 0.0 <= r <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {r}")
+        check_recompute_ratio(r)
         use_chunks = (self.chunk_cache is not None) if use_chunk_cache is None else use_chunk_cache
         if use_chunks and self.chunk_cache is None:
             raise ValueError("use_chunk_cache=True needs an engine built with chunk_cache=ChunkCache(...)")

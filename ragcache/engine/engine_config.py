@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragcache.home import Home
+from ragcache.limits import check_recompute_ratio
 from ragcache.engine.prompt import TemplateDate, resolve_template_date
 from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.reuse import ReusePolicy
@@ -61,8 +62,7 @@ class EngineConfig:
     home: Home | str | Path | None = None
 
     def __post_init__(self) -> None:
-        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        check_recompute_ratio(self.recompute_ratio)
         if self.selection is not None:
             from ragcache.engine.hkvd import RANKINGS
 

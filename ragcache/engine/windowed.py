@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _context_window(config: Any) -> int:
-    return int(getattr(config, "max_position_embeddings", 0) or 0) or (1 << 62)
+from ragcache.limits import context_window_of
 
 
 def kv_reuse_blocker(model: Any) -> str | None:
@@ -24,7 +22,7 @@ def kv_reuse_blocker(model: Any) -> str | None:
     A sliding window at least as long as the context window never slides and does not block.
     """
     config = model.config
-    window = _context_window(config)
+    window = context_window_of(config)
     layer_types = getattr(config, "layer_types", None)
     sliding = getattr(config, "sliding_window", None)
     if getattr(config, "use_sliding_window", True) is False:

@@ -47,6 +47,7 @@ from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, to
 from ragcache.backend import BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
+from ragcache.limits import check_recompute_ratio
 from ragcache.models import DEFAULT_MODEL
 
 _CALL_OPTIONS = frozenset({"max_tokens", "temperature", "top_p", "seed", "recompute_ratio", "use_chunk_cache",
@@ -126,8 +127,7 @@ class ChatRagCache(BaseChatModel):
     def _check(self) -> ChatRagCache:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
-            raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        check_recompute_ratio(self.recompute_ratio)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
         if self.engine is not None:

@@ -20,6 +20,7 @@ from ragcache.engine.chunk.plan import ChunkHit, ChunkMiss, ChunkPlan
 from ragcache.engine.chunk.stores import ChunkStore
 from ragcache.engine.quant import KVFormat, quantize_kv
 from ragcache.hashing import ChunkHash, hash_chunk
+from ragcache.limits import context_window_of
 
 __all__ = ["BoundChunkCache", "ChunkSettings", "DocSpan", "context_window"]
 
@@ -42,8 +43,8 @@ class ChunkSettings(Protocol):
 
 
 def context_window(model: Any) -> int:
-    """The model's context window in tokens (``config.max_position_embeddings``)."""
-    return int(getattr(model.config, "max_position_embeddings", 0) or 0) or (1 << 62)
+    """The model's context window in tokens (:func:`ragcache.limits.context_window_of` of its config)."""
+    return context_window_of(model.config)
 
 
 class BoundChunkCache:

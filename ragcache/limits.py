@@ -1,0 +1,56 @@
+"""Ranges checked once: the recompute ratio r, and a model's context window with its one fallback.
+
+Every entry point that takes an r (``RAGCACHE_RECOMPUTE_RATIO``, ``EngineConfig``, ``LocalEngine``,
+``blend_prefill``, the LangChain and LlamaIndex chat models) checks it with
+:func:`check_recompute_ratio`; every place that needs a model's context window reads it with
+:func:`context_window_of`. Nothing here imports torch or the rest of ragcache (the settings module
+uses it).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+UNKNOWN_CONTEXT_WINDOW = 1 << 62
+"""The context window of a model whose config states none (tokens): ragcache sets no limit of its
+own, so a prompt too long for such a model fails in the model, not with a guessed bound."""
+
+CONTEXT_WINDOW_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Config attributes that state a model's context window, in the order read (Llama / Qwen / Mistral,
+GPT-2, BLOOM-style and ChatGLM-style configs)."""
+
+
+def check_recompute_ratio(r: Any, name: str = "recompute_ratio") -> float | None:
+    """``r`` as a float in [0, 1] (the CacheBlend recompute ratio, arXiv 2405.16444 section 4.3:
+    the fraction of document tokens recomputed per layer), or ``None`` (no ratio given).
+
+    Args:
+        r: the value to check.
+        name: how the error names the setting (``"RAGCACHE_RECOMPUTE_RATIO"`` for the variable).
+
+    Raises:
+        TypeError: ``r`` is not a real number (a bool, a string...).
+        ValueError: ``r`` is NaN or outside [0, 1].
+    """
+    if r is None:
+        return None
+    if isinstance(r, bool) or not isinstance(r, Real):
+        raise TypeError(f"{name} must be a number in [0, 1] (or None), got {type(r).__name__} {r!r}")
+    if math.isnan(r) or not 0.0 <= r <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {r}")
+    return float(r)
+
+
+def context_window_of(config: Any) -> int:
+    """The context window (tokens) a model config states (:data:`CONTEXT_WINDOW_FIELDS`), else
+    :data:`UNKNOWN_CONTEXT_WINDOW`."""
+    for field in CONTEXT_WINDOW_FIELDS:
+        n = getattr(config, field, None)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    return UNKNOWN_CONTEXT_WINDOW
+
+
+__all__ = ["CONTEXT_WINDOW_FIELDS", "UNKNOWN_CONTEXT_WINDOW", "check_recompute_ratio", "context_window_of"]
