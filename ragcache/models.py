@@ -246,9 +246,8 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
     return ModelFingerprint(str(name_or_path), folder_digest(folder, cache), dtype)
 
 
-def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu",
-               adapter: str | None = None, allow_downloads: bool = False,
-               home: Home | str | Path | None = None) -> LoadedModel:
+def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu", adapter: str | None = None,
+               allow_downloads: bool = False, home: Home | str | Path | None = None) -> LoadedModel:
     """Load a causal LM and tokenizer, and fingerprint every weight file it came from.
 
     Args:
@@ -261,8 +260,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         adapter: a PEFT / LoRA adapter folder or hub id to load on top (needs ``peft``).
         allow_downloads: let a hub id be downloaded (default: local files only, passed to
             ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
-        home: the ragcache home the embedded model is converted under and weight digests are
-            remembered in (a :class:`~ragcache.home.Home`, a folder, or ``None``: ``~/.cache/ragcache``).
+        home: where the embedded model is converted and digests kept (:meth:`ragcache.home.Home.of`).
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
     remembered by path and file stats (ctime included) in :func:`digest_cache_file`, so a later load reads
