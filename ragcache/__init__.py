@@ -46,11 +46,15 @@ _EXPORTS = {
     "OpenAIBackend": "ragcache.providers.openai",
     "load_model": "ragcache.models",
     "load_embedder": "ragcache.models",
+    "Config": "ragcache.config",
+    "Home": "ragcache.home",
 }
 
 if TYPE_CHECKING:
     from ragcache.providers.anthropic import AnthropicBackend
     from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, Layer
+    from ragcache.config import Config
+    from ragcache.home import Home
     from ragcache.engine.backend import LocalBackend
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore

@@ -46,7 +46,7 @@ from rich.table import Table
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.blend_plot import plot as _plot
 from ragcache.app.bench.plotting import draw
-from ragcache.config import env_setting
+from ragcache.config import Config, env_setting
 
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
@@ -317,7 +317,7 @@ def main(data: str = DEFAULT_DATA, start: int = 0, end: int = 50, json_path: str
     items = json.loads(path.read_text())[start:end]
     if not items:
         raise ValueError(f"no items in range [{start}, {end}) of {path}")
-    loaded = load_model()
+    loaded = load_model(home=Config.from_env().paths)  # the settings home, as the CLI
     ctx = {"model": loaded.model, "tokenizer": loaded.tokenizer, "fingerprint": loaded.fingerprint.digest,
            "embedder": load_embedder(), "chunks": ChunkCache(MemoryChunkStore(max_bytes=4 << 30)),
            "eos": {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}, "blend_options": options,

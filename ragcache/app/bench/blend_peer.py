@@ -37,6 +37,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 
 
@@ -201,7 +202,8 @@ def main(data: str, start: int = 50, end: int = 55, json_path: str = "bench/resu
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: pass the MuSiQue sample (musique_s.json)")
     items = json.loads(path.read_text())[start:end]
-    loaded, peer = load_model(), load_model()
+    home = Config.from_env().paths  # the settings home, as the CLI
+    loaded, peer = load_model(home=home), load_model(home=home)
     ctx = {"model": loaded.model, "peer_model": peer.model, "tokenizer": loaded.tokenizer,
            "fingerprint": loaded.fingerprint.digest, "embedder": load_embedder(),
            "chunks": ChunkCache(MemoryChunkStore(max_bytes=2 << 30)),

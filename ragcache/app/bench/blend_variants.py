@@ -41,6 +41,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 
 DEV_END = 50  # items [0, 50) are the development split
@@ -105,7 +106,7 @@ def _load(machine_threads: int | None) -> dict:
 
     if machine_threads:
         torch.set_num_threads(machine_threads)
-    loaded = load_model()
+    loaded = load_model(home=Config.from_env().paths)  # the settings home, as the CLI
     return {"model": loaded.model, "tokenizer": loaded.tokenizer, "fingerprint": loaded.fingerprint.digest,
             "model_name": str(loaded.fingerprint), "embedder": load_embedder(), "machine": machine(),
             "bos_chunks": ChunkCache(MemoryChunkStore(max_bytes=2 << 30)),

@@ -18,6 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 
 DEFAULT_SETTINGS = "4:128:0,4:128:4"
@@ -51,7 +52,8 @@ def main(*, data: str, start: int = 0, end: int = 6, top_k: int = 3, answer_toke
     console = console or Console()
     items = json.loads(Path(data).read_text())[start:end]
     embedder = load_embedder(None)
-    engine = LocalEngine(load_model(None), calibration=False)
+    home = Config.from_env().paths  # the settings home, as the CLI
+    engine = LocalEngine(load_model(None, home=home), calibration=False, home=home)
     prompts = [rag_messages(it["question"], retrieve_passages(embedder, it)[:top_k]) for it in items]
     rows = []
     for bits, residual, sink in _settings(settings):

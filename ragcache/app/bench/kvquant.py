@@ -42,7 +42,7 @@ from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.plotting import draw
-from ragcache.config import env_setting
+from ragcache.config import Config, env_setting
 
 GIB = 1 << 30
 
@@ -176,7 +176,7 @@ def _decode_worker(data: str, item_index: int, cache_kind: str, n_tokens: int, r
     from ragcache.models import load_model
 
     _threads()
-    loaded = load_model()
+    loaded = load_model(home=Config.from_env().paths)  # the settings home, as the CLI
     ids = _decode_prompt(loaded, json.loads(Path(data).read_text())[item_index])
     model = loaded.model
     eos = [int(t) for t in {loaded.tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None)}
@@ -381,7 +381,7 @@ def main(data: str, start: int = 0, end: int = 10, formats: str = "fp16,int8,int
     if not 0 <= start < end <= 50 or not 0 <= decode_item < 50:
         raise ValueError(f"items [{start}, {end}) and decode item {decode_item} must be development items 0-49")
     items = json.loads(path.read_text())[start:end]
-    loaded = load_model()
+    loaded = load_model(home=Config.from_env().paths)  # the settings home, as the CLI
     eos = {int(t) for t in [loaded.tokenizer.eos_token_id] if t is not None}
     payload: dict[str, Any] = {
         "benchmark": "kvquant-musique", "data": str(path), "items": [start, start], "machine": "",

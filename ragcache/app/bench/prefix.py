@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 from ragcache.app.corpus import stdlib_chunks
 from ragcache.app.bench.plotting import draw
@@ -84,7 +85,7 @@ def main(json_path: str = "bench/results/prefix.json", prefix_tokens: int = 2000
     from ragcache.engine.engine import LocalEngine
 
     console = console or Console()
-    engine = LocalEngine.from_pretrained(model)
+    engine = LocalEngine.from_pretrained(model, home=Config.from_env().paths)  # the settings home, as the CLI
     tok = engine.tokenizer
     system = _fit(tok, "\n\n".join(c.text for c in stdlib_chunks()), prefix_tokens)
     if n_questions > len(QUESTION_STEMS) - 1:

@@ -33,6 +33,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.plotting import draw
 
@@ -144,7 +145,7 @@ def main(json_path: str = "bench/results/prefix_hits.json", plot_path: str = "be
 
     torch.set_num_threads(threads)
     console = console or Console()
-    engine = LocalEngine.from_pretrained(model, calibration=False)
+    engine = LocalEngine.from_pretrained(model, calibration=False, home=Config.from_env().paths)
     tok = engine.tokenizer
     text_ids = tok.encode("\n\n".join(c.text for c in stdlib_chunks()), add_special_tokens=False)
     if len(text_ids) < max(sizes):

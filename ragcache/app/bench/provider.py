@@ -35,6 +35,7 @@ import os
 import platform
 import re
 import sys
+from ragcache.config import Config
 from ragcache.app.bench.plotting import draw
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,7 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
     from ragcache.server.app import running_server
 
     loaded = tiny_llama(seed=0, max_position_embeddings=8192) if model is None else \
-        load_model(None if model == "embedded" else model)
+        load_model(None if model == "embedded" else model, home=Config.from_env().paths)
     engine = LocalEngine(loaded)
     docs = corpus()
     start = dt.datetime(2026, 1, 5, 9, 0, 0)

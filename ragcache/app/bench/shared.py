@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 from ragcache.app.bench.plotting import draw
 
@@ -131,7 +132,7 @@ def chunk_fetch(kv_url: str, prefix: str, lengths: tuple[int, ...] = (300, 1000)
     from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
     from ragcache.models import load_model
 
-    loaded = load_model()
+    loaded = load_model(home=Config.from_env().paths)  # the settings home, as the CLI
     store = RedisChunkStore(kv_url, prefix=prefix)
     cc = ChunkCache(store)
     fp = loaded.fingerprint.digest
@@ -352,7 +353,6 @@ def main(json_path: str = "bench/results/shared.json", plot_path: str = "bench/r
     import torch
 
     from ragcache.testing.local_servers import LocalPostgres, LocalValkey
-    from ragcache.config import Config
     from ragcache.semantic.embedding import resolve_embedder
 
     torch.set_num_threads(1)  # one intra-op thread: the shared 2-core CPU (see bench semantic)
