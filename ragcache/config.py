@@ -346,9 +346,9 @@ def _parse(name: str, raw: str, typ: str) -> Any:
 
 def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One :class:`Config` field from its ``RAGCACHE_*`` variable, parsed as :meth:`Config.from_env`
-    parses it (no folder checks, nothing created): the library's defaults that a user may set by
-    environment (the cache home, the chunk KV format, the decode cache, the shared-store URLs) are
-    read here and nowhere else. Unset or empty: the field's default (``home``: ``~/.cache/ragcache``).
+    parses it (no folder checks, nothing created), for the app layer (``ragcache bench``'s thread
+    count); the library below it reads no environment (a test in ``tests/test_architecture.py``
+    holds it to that). Unset or empty: the field's default (``home``: ``~/.cache/ragcache``).
 
     Raises:
         KeyError: ``name`` is not a documented field; ValueError: a value that does not parse.
