@@ -54,7 +54,7 @@ from ragcache.engine.hkvd import (
     tail_attention,
 )
 from ragcache.engine.rope import RopeSpec, rerotate_keys
-from ragcache.engine.selection import OTHER_RULES, QUERY_RULES, query_scores, random_scores
+from ragcache.engine.selection import OTHER_RULES, QUERY_RULES, plan_recompute, query_scores, random_scores
 from ragcache.engine.stores import ChunkKV
 from ragcache.limits import check_recompute_ratio
 
@@ -82,6 +82,8 @@ class BlendResult:
         token_scores: float32 ``[n]`` scores the rules ranking before layer 0 chose by
             (``None`` for the check-layer rules and r = 0), e.g. for
             :func:`ragcache.engine.selection.chunk_order`.
+        exact: every document token was recomputed at every layer (r = 1, or a per-request budget
+            past its ``max_share`` ceiling): the cache equals a full prefill's, up to float noise.
     """
 
     cache: Any
@@ -93,6 +95,7 @@ class BlendResult:
     tokens_recomputed: int = 0
     tokens_computed: int = 0
     token_scores: torch.Tensor | None = None
+    exact: bool = False
 
 
 def _check_architecture(model: Any) -> None:
@@ -210,7 +213,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
                   check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
                   gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0,
                   rank_by: RankBy = "deviation", seed: int = 0, token_scores: torch.Tensor | None = None,
-                  query_layers: Sequence[int] | None = None) -> BlendResult:
+                  query_layers: Sequence[int] | None = None, doc_top: int = 0, mass_bound: float | None = None,
+                  max_share: float | None = None) -> BlendResult:
     """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
 
     Args:
@@ -242,7 +246,14 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             ``"random"`` (seeded by ``seed``); ``"given"`` (``token_scores``, e.g. the bench's oracle).
         seed: the random rule's seed.
         token_scores: float ``[n]`` scores for ``rank_by="given"`` (higher: recomputed first).
-        query_layers: layers fused by the query rules (negative indices count from the end; default all).
+        query_layers: layers fused by the query rules (negative indices count from the end; default all);
+            the ranking pass stops after the last of them (a cheaper ranking pass with early layers).
+        doc_top / mass_bound / max_share: rules ranking before layer 0 only
+            (:func:`ragcache.engine.selection.plan_recompute`): recompute whole the ``doc_top``
+            documents the ranking puts most score on; recompute tokens until the score mass left on
+            reused tokens is <= ``mass_bound`` (a per-request budget, ``recompute_ratio`` its
+            floor); past ``max_share`` of the document tokens recompute all of them (exact prefill,
+            ``BlendResult.exact``).
 
     With gradual filtering, ``selected`` / ``tokens_recomputed`` count the tokens recomputed at
     every layer (the final set).
@@ -282,13 +293,24 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
     tail_from = max(e for _, e in doc_spans) if doc_spans else prefix_len
     scores = None
 
-    if recompute_ratio == 0.0 or rank_by in PRE_LAYER_RULES:
-        if recompute_ratio == 0.0:
+    exact = False
+    planned = bool(doc_top) or mass_bound is not None or max_share is not None
+    if planned and rank_by not in PRE_LAYER_RULES:
+        raise ValueError(f"doc_top / mass_bound / max_share need a rule that ranks before layer 0 "
+                         f"{PRE_LAYER_RULES}; got rank_by={rank_by!r}")
+    if (recompute_ratio == 0.0 and not planned) or rank_by in PRE_LAYER_RULES:
+        if recompute_ratio == 0.0 and not planned:
             sel_local = select_hkvd(torch.zeros(n - prefix_len, device=device), suffix_doc, 0.0)
         else:
             scores = _pre_layer_scores(model, rank_by, ids, suffix, suffix_doc, spec, k_all, v_all, doc_mask,
                                        tail_from, seed, token_scores, query_layers)
-            sel_local = select_hkvd(scores[prefix_len:], suffix_doc, recompute_ratio, forced=forced)
+            if planned:
+                local_spans = [(s - prefix_len, e - prefix_len) for s, e in doc_spans]
+                sel_local, exact = plan_recompute(scores[prefix_len:], suffix_doc, local_spans, recompute_ratio,
+                                                  forced=forced, doc_top=doc_top, mass_bound=mass_bound,
+                                                  max_share=max_share)
+            else:
+                sel_local = select_hkvd(scores[prefix_len:], suffix_doc, recompute_ratio, forced=forced)
         selected = suffix[sel_local]
         h = _run_selected(model, ids, selected, spec, k_all, v_all, n)
     else:
@@ -335,4 +357,5 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
     return BlendResult(cache=cache, last_logits=logits, selected=selected.cpu(),
                        tokens_reused=chunk_reused, prefix_tokens_reused=prefix_len,
                        chunk_tokens_reused=chunk_reused, tokens_recomputed=recomputed, tokens_computed=computed,
-                       token_scores=None if scores is None else scores.cpu())
+                       token_scores=None if scores is None else scores.cpu(),
+                       exact=exact or recomputed == n_doc)

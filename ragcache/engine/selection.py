@@ -99,6 +99,9 @@ def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: in
     ``k_all`` / ``v_all`` (``[1, Hkv, n, D]`` per layer, document keys already at their global
     positions); writes only the K/V of ``pos`` (never document positions), which stage 2
     overwrites. ``cos`` / ``sin``: ``[m, D]`` of ``pos``. ``layers``: the layers fused (default all).
+    The pass stops after the last fused layer, so fusing layers ``0..l`` costs about ``(l + 1) / L``
+    of the full ranking pass (the cheaper ranking pass of ragcache issue 31; stage 2 rewrites every
+    layer's K/V of ``pos`` before reading them).
 
     Raises:
         ValueError: no tail query (``pos`` has no position ``>= tail_from``) or an unknown rule.
@@ -109,6 +112,7 @@ def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: in
         raise ValueError("query-aware selection needs tokens after the last document (the question)")
     blocks = model.model.layers
     use = set(range(len(blocks)) if layers is None else (int(i) % len(blocks) for i in layers))
+    last = max(use)
     total = torch.zeros(n, dtype=torch.float32, device=ids.device)
     h = model.model.embed_tokens(ids[pos][None])
     for i, layer in enumerate(blocks):
@@ -118,9 +122,90 @@ def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: in
         if i in use:
             probs = _tail_probs(q[:, :, tail], k_all[i][:, :, :n], pos[tail], getattr(layer.self_attn, "scaling", None))
             total += layer_score(rule, probs, v_all[i][0, :, :n], doc_mask)
+        if i >= last:  # layers past the last fused one cannot change the score (a cheaper ranking pass)
+            break
         if i + 1 < len(blocks):  # the last layer's output is not needed
             h = finish(layer, h, attend(layer.self_attn, q, k_all[i], v_all[i], pos, n))
     return total / max(len(use), 1)
+
+
+def plan_recompute(scores: torch.Tensor, doc_mask: torch.Tensor, spans: Sequence[tuple[int, int]],
+                   recompute_ratio: float, *, forced: torch.Tensor | None = None, doc_top: int = 0,
+                   mass_bound: float | None = None, max_share: float | None = None) -> tuple[torch.Tensor, bool]:
+    """Which positions stage 2 recomputes: whole documents, a per-request budget and token selection.
+
+    Three ways of spending the recompute budget on the stage-1 ranking ``scores`` (this module's
+    rules; higher first), applied in this order:
+
+    1. **Document granularity** (``doc_top`` = d > 0): the d documents the question reads most
+       (largest sum of their tokens' scores) are recomputed whole, the answer-bearing passage
+       exact, as in CacheBlend's observation that cross-attention is concentrated on few chunks
+       (Yao et al., EuroSys 2025, §3) and the chunk-level reuse decisions of Cache-Craft (Agarwal
+       et al., SIGMOD 2025, arXiv 2502.15734, §4: chunks whose reuse would hurt are recomputed);
+       token selection then fills the rest of the budget.
+    2. **Per-request budget** (``mass_bound`` = eps): rather than one ratio for every request,
+       tokens are added in score order until the score mass left on reused tokens (the scores
+       are normalised to sum 1 over the document tokens) is at most eps, so a request whose
+       question reads few tokens recomputes few (after the adaptive, attention-mass-driven
+       budgets of ProphetKV, arXiv 2602.02579, and InfoFlow KV, arXiv 2603.05353; the bound is
+       calibrated, not a fixed r). ``recompute_ratio`` is then the floor of the budget.
+    3. **Ceiling** (``max_share`` = c): a request that would recompute more than ``ceil(c * n_doc)``
+       document tokens recomputes all of them, i.e. it is prefilled exactly (``exact`` is True).
+
+    Args:
+        scores: float ``[n]`` stage-1 scores (only document positions matter).
+        doc_mask: bool ``[n]``, True at reused document tokens.
+        spans: ``(start, end)`` document spans in the same (local) positions.
+        recompute_ratio: r in [0, 1]; ``ceil(r * n_doc)`` document tokens at least.
+        forced: optional bool ``[n]`` document positions always recomputed (inside the budget).
+        doc_top: whole documents recomputed (0: none).
+        mass_bound: eps in [0, 1) or ``None`` (budget = r only).
+        max_share: c in [0, 1] or ``None`` (no ceiling).
+
+    Returns:
+        (sorted int64 positions: every non-document position, the last one and the chosen document
+        tokens; ``exact``: whether every document token was chosen by the ceiling).
+
+    Raises:
+        ValueError: ``doc_top < 0``, ``mass_bound`` outside [0, 1) or ``max_share`` outside [0, 1].
+    """
+    import math
+
+    if doc_top < 0:
+        raise ValueError(f"doc_top must be >= 0 (whole documents recomputed); got {doc_top}")
+    if mass_bound is not None and not 0.0 <= mass_bound < 1.0:
+        raise ValueError(f"mass_bound must be in [0, 1) (score mass left on reused tokens); got {mass_bound}")
+    if max_share is not None and not 0.0 <= max_share <= 1.0:
+        raise ValueError(f"max_share must be in [0, 1] (the ceiling of the recomputed share); got {max_share}")
+    n = doc_mask.shape[0]
+    doc_mask = doc_mask.to(scores.device)
+    n_doc = int(doc_mask.sum())
+    s = scores.float().clamp_min(0) * doc_mask
+    total = float(s.sum())
+    s = s / total if total > 0 else doc_mask.float() / max(n_doc, 1)
+    chosen = torch.zeros(n, dtype=torch.bool, device=scores.device)
+    if forced is not None:
+        chosen |= forced.to(scores.device) & doc_mask
+    if doc_top and spans:
+        weights = torch.tensor([float(s[a:b].sum()) for a, b in spans])
+        for j in torch.argsort(weights, descending=True, stable=True)[:doc_top].tolist():
+            a, b = spans[j]
+            chosen[a:b] |= doc_mask[a:b]
+    k = max(math.ceil(recompute_ratio * n_doc - 1e-9), int(chosen.sum()))
+    cand = (doc_mask & ~chosen).nonzero().flatten()
+    order = cand[torch.argsort(s[cand], descending=True, stable=True)]
+    if mass_bound is not None:
+        left = 1.0 - float(s[chosen].sum()) - torch.cumsum(s[order], 0)  # mass left after taking j+1 tokens
+        need = 0 if 1.0 - float(s[chosen].sum()) <= mass_bound else int((left > mass_bound).sum()) + 1
+        k = max(k, int(chosen.sum()) + min(need, len(order)))
+    exact = max_share is not None and n_doc > 0 and k > math.ceil(max_share * n_doc - 1e-9)
+    if exact:
+        chosen |= doc_mask
+    else:
+        chosen[order[:max(0, k - int(chosen.sum()))]] = True
+    keep = ~doc_mask | chosen
+    keep[n - 1] = True
+    return keep.nonzero().flatten(), bool(exact)
 
 
 def resolve_selection(configured: str | None, calibration: Any = None) -> str:
@@ -180,5 +265,6 @@ def chunk_order(scores: torch.Tensor, doc_spans: Sequence[tuple[int, int]]) -> l
     return sorted(range(len(doc_spans)), key=lambda i: (weights[i], i))
 
 
-__all__ = ["DEFAULT_SELECTION", "OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores", "query_scores",
+__all__ = ["DEFAULT_SELECTION", "OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores",
+           "plan_recompute", "query_scores",
            "random_scores", "resolve_selection"]

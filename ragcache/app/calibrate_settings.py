@@ -1,0 +1,147 @@
+"""``ragcache calibrate --plan PLAN.json``: calibrate named blend settings on MuSiQue development items.
+
+The plan file (JSON) is written before the run: ``{"settings": [BlendSetting fields...],
+"min_agreement": 0.95, "confidence": 0.95, "max_mean_share": 0.30, "answer_tokens": 32}``.
+Prompts are :func:`ragcache.app.calibrate.musique_prompts` (system text, the item's first
+``docs`` passages as documents, the question). The measurement and the decision are
+:func:`ragcache.engine.blend_setting.calibrate_settings`; the table is printed, the full
+measurement written to ``--json`` (when given) and the record saved where engines read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ragcache.atomic import atomic_write_json
+
+
+def read_plan(path: str | Path) -> Any:
+    """The :class:`~ragcache.engine.blend_setting.SettingsPlan` in ``path``.
+
+    Raises:
+        ValueError: missing or malformed file, or a bad setting (the message names it).
+    """
+    from ragcache.engine.blend_setting import BlendSetting, SettingsPlan
+
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"plan file {p} not found") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"plan file {p} is not JSON ({e})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("settings"), list) or not d["settings"]:
+        raise ValueError(f"plan file {p} must be a JSON object with a non-empty list 'settings'")
+    try:
+        settings = [BlendSetting.from_dict(s) for s in d["settings"]]
+    except TypeError as e:
+        raise ValueError(f"plan file {p}: {e}") from None
+    return SettingsPlan(settings=settings, min_agreement=float(d.get("min_agreement", 0.95)),
+                        confidence=float(d.get("confidence", 0.95)),
+                        max_mean_share=float(d.get("max_mean_share", 0.30)),
+                        answer_tokens=int(d.get("answer_tokens", 32)), note=str(d.get("note", "")))
+
+
+def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs: int = 6, threads: int | None = None,
+         save: bool = True, home: str | None = None, json_path: str | None = None, model: str | None = None,
+         console: Console | None = None) -> Any:
+    """Run the plan on items ``[start, end)``; print the table; return the Calibration."""
+    import torch
+
+    from ragcache.app.calibrate import musique_prompts
+    from ragcache.engine.blend_setting import calibrate_settings
+    from ragcache.engine.calibration import calibration_path
+    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.engine import LocalEngine
+
+    console = console or Console()
+    sp = read_plan(plan)
+    if threads:
+        torch.set_num_threads(threads)
+    prompts = musique_prompts(data, start, end, docs)
+    sp.note = (f"{sp.note} items {start}-{end - 1} of {Path(data).name}, first {docs} passages each, "
+               f"torch threads {torch.get_num_threads()}, load at start {[round(x, 2) for x in os.getloadavg()]}"
+               ).strip()
+    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
+
+    def keep(measured: list[dict]) -> None:  # the measurement so far, after every item
+        if json_path:
+            atomic_write_json(Path(json_path), {"complete": False, "items": [start, end], "note": sp.note,
+                                                "load_avg": [round(x, 2) for x in os.getloadavg()],
+                                                "measured": measured}, indent=1)
+
+    cal = calibrate_settings(engine, prompts, sp, save=save, home=home, progress=lambda line: console.print(line),
+                             checkpoint=keep, first_index=start)
+    cal.note += f"; load at end {[round(x, 2) for x in os.getloadavg()]}"
+    if json_path:
+        atomic_write_json(Path(json_path), {**cal.to_dict(), "complete": True}, indent=1)
+    show(cal, sp, f"items {start}-{end - 1}", console)
+    if save:
+        console.print(f"recorded in {calibration_path(cal.fingerprint, home)}")
+    return cal
+
+
+def show(cal: Any, sp: Any, what: str, console: Console) -> None:
+    """Print the settings table of a Calibration and its decision."""
+    t = Table(title=f"blend settings vs full prefill, {cal.model}: {what}, "
+                    f"{sp.answer_tokens} teacher-forced tokens")
+    for c in ("setting", "pooled agreement (tokens)", f"lower bound ({sp.confidence:g})", "mean KL",
+              "mean share", "exact", "median CPU speed-up"):
+        t.add_column(c, justify="right")
+    for row in cal.settings:
+        t.add_row(row["name"], f"{row['pooled_top1_agreement']:.3f} ({row['answer_tokens']})",
+                  f"{row['agreement_lower_bound']:.3f}", f"{row['mean_kl']:.4f}", f"{row['mean_share']:.3f}",
+                  str(row["exact_fallbacks"]), f"{row['median_cpu_speedup']:.2f}x")
+    console.print(t)
+    if cal.blend_allowed:
+        console.print(f"licensed: {cal.setting['name']} (lower bound >= {sp.min_agreement:g}, mean share <= "
+                      f"{sp.max_mean_share:g})")
+    else:
+        console.print(f"no setting reaches agreement {sp.min_agreement:g} with confidence {sp.confidence:g} at mean "
+                      f"share <= {sp.max_mean_share:g}: exact prefill")
+
+
+def merge(plan: str | Path, parts: list[str | Path], *, model: str | None = None, save: bool = False,
+          home: str | None = None, json_path: str | None = None, console: Console | None = None) -> Any:
+    """The record of several runs of one plan over disjoint items (their ``--json`` files, complete
+    or partial), decided by the plan's rule over every prompt they measured.
+
+    Raises:
+        ValueError: a part measured other settings than the plan, or two parts share a prompt.
+    """
+    from ragcache.engine.blend_setting import record_settings
+    from ragcache.engine.engine import LocalEngine
+
+    console = console or Console()
+    sp = read_plan(plan)
+    names = [s.name for s in sp.settings]
+    merged = [{"setting": s.to_dict(), "per_prompt": []} for s in sp.settings]
+    notes = []
+    for part in parts:
+        d = json.loads(Path(part).read_text())
+        measured = d.get("measured") or [{"setting": r["setting"], "per_prompt": r["per_prompt"]}
+                                         for r in d.get("settings", [])]
+        if [m["setting"]["name"] for m in measured] != names:
+            raise ValueError(f"{part} measured {[m['setting']['name'] for m in measured]}, not the plan's {names}")
+        for acc, m in zip(merged, measured):
+            acc["per_prompt"] += m["per_prompt"]
+        notes.append(f"{Path(part).name}: {'complete' if d.get('complete') else 'partial'}, {d.get('note', '')}")
+    seen = [x["prompt"] for x in merged[0]["per_prompt"]]
+    if len(seen) != len(set(seen)):
+        raise ValueError(f"the parts overlap: prompts {sorted(seen)}")
+    n = min(len(m["per_prompt"]) for m in merged)
+    for m in merged:  # a partial part may stop mid-item: keep the prompts every setting measured
+        m["per_prompt"] = m["per_prompt"][:n] if len(m["per_prompt"]) > n else m["per_prompt"]
+    engine = LocalEngine.from_pretrained(model, calibration=False)
+    sp.note = f"{sp.note} merged: " + " | ".join(notes)
+    cal = record_settings(engine, merged, sp, n_prompts=n, save=save, home=home)
+    if json_path:
+        atomic_write_json(Path(json_path), cal.to_dict(), indent=1)
+    show(cal, sp, f"items {sorted(x['prompt'] for x in merged[0]['per_prompt'])}", console)
+    return cal
