@@ -37,6 +37,8 @@ from langchain_core.outputs import ChatGeneration, Generation
 
 from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
 from langchain_ragcache._messages import parse_cache_prompt
+from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
+from ragcache.backend import CacheUsage
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.checks import check_path
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
@@ -211,10 +213,12 @@ class RagCacheSemanticCache(BaseCache):
                 msg = g.message
                 # whether the stored answer came from a blended (approximate) prefill, and at which r
                 origin = {**dict(hit.metadata), **(msg.response_metadata.get("ragcache") or {})}
-                meta = {**msg.response_metadata, "ragcache": {
-                    **mark, "approximate": bool(origin.get("approximate", False)),
-                    "recompute_ratio": origin.get("recompute_ratio")}}
-                update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}"}
+                meta = {k: v for k, v in msg.response_metadata.items() if k not in PROVIDER_USAGE_KEYS}
+                meta["ragcache"] = {**mark, "approximate": bool(origin.get("approximate", False)),
+                                    "recompute_ratio": origin.get("recompute_ratio"), "usage": CacheUsage().to_dict()}
+                # a hit made no model call: zero tokens, so usage callbacks do not count the stored call again
+                update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}",
+                                          "usage_metadata": dict(HIT_USAGE)}
                 calls = getattr(msg, "tool_calls", None)
                 if calls:  # a served tool call gets fresh call ids too (ToolMessages answer by id)
                     update["tool_calls"] = [{**c, "id": f"call_{uuid.uuid4().hex[:24]}"} for c in calls]

@@ -41,9 +41,10 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine, usage_metadata
+from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine
 from langchain_ragcache._messages import to_layout
 from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
+from langchain_ragcache.usage import HIT_USAGE, usage_metadata
 from ragcache.backend import BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
@@ -352,9 +353,9 @@ class ChatRagCache(BaseChatModel):
         meta = dict(getattr(message, "response_metadata", None) or {})
         meta.setdefault("ragcache", {"layer": "semantic"})
         meta["ragcache"] = {**meta["ragcache"], "layer": "semantic", "ttft_s": 0.0}
-        yield ChatGenerationChunk(
+        yield ChatGenerationChunk(  # a hit made no model call: zero tokens
             message=AIMessageChunk(content="", response_metadata=meta, chunk_position="last",
-                                   usage_metadata=getattr(message, "usage_metadata", None)),
+                                   usage_metadata=dict(HIT_USAGE)),
         )
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,

@@ -43,8 +43,9 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
-from ragcache.backend import CacheUsage
+from ragcache.backend import provider_layer
 from ragcache.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey
 from ragcache.volatile import move_volatile
@@ -402,23 +403,14 @@ def _with_usage(msg: Any, placed: list[str]) -> Any:
     if isinstance(own, Mapping) and own.get("layer"):
         return msg.model_copy(update={"response_metadata": {
             **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed)}}})
-    if not msg.usage_metadata:
+    usage = cache_usage(msg)
+    if usage is None:
         return msg
-    um = msg.usage_metadata
-    details = dict(um.get("input_token_details") or {})
-    read = int(details.get("cache_read") or 0)
-    by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
-              if k in details}
-    # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
-    write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
-    usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
-                                cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
-    details.update({"cache_read": read, "cache_creation": write})
     return msg.model_copy(update={
-        "usage_metadata": {**um, "input_token_details": details},
+        "usage_metadata": with_one_write_total(msg.usage_metadata, usage.cache_write),
         "response_metadata": {**msg.response_metadata, "ragcache": {
-            "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
-            "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}})
+            "layer": provider_layer(usage.cache_read), "breakpoints": list(placed),
+            "usage": usage.to_dict(), "cache_creation_by_ttl": cache_write_by_ttl(msg.usage_metadata)}}})
 
 
 __all__ = ["MAX_BREAKPOINTS", "RagCacheMiddleware", "RagPromptLayoutMiddleware", "canonical_documents"]
