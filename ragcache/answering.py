@@ -51,7 +51,14 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragcache.backend import FINISH_REASONS, LAYERS, BackendResult, CacheUsage, FinishReason, Layer
+from ragcache.backend import (
+    FINISH_REASONS,
+    LAYERS,
+    BackendResult,
+    CacheUsage,
+    FinishReason,
+    Layer,
+)
 
 if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey
@@ -411,17 +418,16 @@ class AnswerPath:
                     return hit
                 # the leader's answer may not be stored (a refusal, a tool call...): each caller its own
                 return self.record(question, partition, call(), **kw)
-            with FLIGHTS.lead(seat):
-                with self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:  # across processes
-                    if locked:  # another process may have answered while this one waited
-                        hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold,
-                                          started=t0)
-                        if hit is not None:
-                            return hit
-                    else:
-                        log.warning("single flight: waited %.1f s for another process answering %r; "
-                                    "answering here", self.flight_timeout_s, question[:60])
-                    return self.record(question, partition, call(), **kw)
+            # the store's lock spans processes (a lock file per key, a PostgreSQL advisory lock)
+            with FLIGHTS.lead(seat), self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:
+                if locked:  # another process may have answered while this one waited
+                    hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+                    if hit is not None:
+                        return hit
+                else:
+                    log.warning("single flight: waited %.1f s for another process answering %r; "
+                                "answering here", self.flight_timeout_s, question[:60])
+                return self.record(question, partition, call(), **kw)
 
     async def arun(self, question: str, partition: PartitionKey | None,
                    call: Callable[[], Awaitable[BackendResult]], *, max_tokens: int | None = None,
@@ -532,4 +538,4 @@ class AnswerPath:
         yield self.record(question, partition, result, **kw)
 
 
-__all__ = ["Answer", "AnswerPath", "PROVENANCE_KEY", "Provenance", "cacheable", "hit_answer"]
+__all__ = ["PROVENANCE_KEY", "Answer", "AnswerPath", "Provenance", "cacheable", "hit_answer"]

@@ -231,7 +231,7 @@ class Seat:
             this process's lock of the key).
     """
 
-    __slots__ = ("_table", "key", "flight", "leader", "timeout_s", "lock_timeout_s")
+    __slots__ = ("_table", "flight", "key", "leader", "lock_timeout_s", "timeout_s")
 
     def __init__(self, table: FlightTable, key: str, flight: _Flight, leader: bool, timeout_s: float) -> None:
         self._table, self.key, self.flight, self.leader = table, key, flight, leader
@@ -273,9 +273,7 @@ class Seat:
     async def await_(self) -> str:
         """Async :meth:`wait`, sleeping on the event loop between checks (:func:`poll_lock`)."""
         while not self.leader:
-            done = self.flight.done
-
-            async def finished() -> bool:
+            async def finished(done: threading.Event = self.flight.done) -> bool:
                 return done.is_set()
 
             if await poll_lock(finished, self.timeout_s):
