@@ -1,69 +1,49 @@
 """The one answer path: lookup -> single flight -> re-lookup -> the call -> may it be stored -> store.
 
-Every entry point (``RagCache.answer`` / ``aanswer``, ``ragcache ask``, the LlamaIndex query
-engine, the LangChain middleware and ``ChatRagCache``, the proxy) answers through
-:class:`AnswerPath`; they map their native request to ``(question, partition)`` and their
-native response to a :class:`~ragcache.backend.BackendResult`, and nothing else.
-
-API (for adapters)::
+Every entry point (``RagCache``, ``ragcache ask``, the LlamaIndex query engine, the LangChain
+middleware and ``ChatRagCache``, the proxy) maps its native request to ``(question, partition)``
+and its native response to a :class:`~ragcache.backend.BackendResult`, and answers here::
 
     from ragcache.answering import AnswerPath, Provenance, cacheable
 
     path = AnswerPath(semantic_cache, cache_truncated=False, flight_timeout_s=60.0)
     answer = path.run(question, partition, lambda: my_call(...), max_tokens=256, model="claude-...")
-    answer = await path.arun(question, partition, lambda: my_async_call(...), max_tokens=256)
-    for piece in path.stream(question, partition, lambda: my_stream(...), max_tokens=256):
+    answer = await path.arun(question, partition, my_async_call, max_tokens=256)   # a coroutine function
+    for item in path.stream(question, partition, my_stream, max_tokens=256):
         ...   # str pieces of text, then one final Answer
-    hit = path.lookup(question, partition, max_tokens=256)   # Answer | None, no call, no flight
+    hit = path.lookup(question, partition, max_tokens=256)   # Answer | None: no call, no flight
 
-- ``call()`` returns a :class:`~ragcache.backend.BackendResult` (native payloads an adapter must
-  relay, e.g. the upstream HTTP body, go in ``result.details``); ``arun`` takes a coroutine
-  function; ``stream``'s call returns an iterator of ``str`` pieces ending with the
-  ``BackendResult`` (a stream that ends without one is ``incomplete`` and never stored).
+- ``call()`` returns a ``BackendResult`` (a native payload to relay goes in ``result.details``);
+  ``stream``'s call yields ``str`` pieces then the ``BackendResult`` (without one: ``incomplete``).
 - A hit is an :class:`Answer` with ``layer="semantic"``, zero :class:`~ragcache.backend.CacheUsage`,
-  ``ttft_s`` = the lookup's time, and ``finish_reason`` / ``approximate`` / ``recompute_ratio``
-  from the entry's :class:`Provenance` (``answer.provenance``); ``similarity`` /
-  ``matched_question`` say what it matched.
-- :func:`cacheable` is the one rule for "may this answer be stored": a non-empty text that
-  ended with ``stop``, or ``length`` when the entry point stores cut answers within their budget
-  (``cache_truncated``: the budget is in the partition and in the entry, so it is served only to
-  the same budget).
-- The entry's metadata holds :meth:`Provenance.to_json` under :data:`PROVENANCE_KEY`;
-  :meth:`Provenance.from_metadata` also reads the flat keys stored by earlier releases (the
-  pipeline's ``finish_reason`` / ``layer`` / ``approximate`` / ``recompute_ratio``, the proxy's
-  ``model`` / ``stop_reason`` / ``stop_sequence``, LangChain's serialised generations).
+  ``ttft_s`` = the lookup's time, and finish reason / approximate / recompute ratio from the
+  entry's :class:`Provenance` (``answer.provenance``).
+- :func:`cacheable` is the one storage rule: non-empty text that ended with ``stop``, or ``length``
+  under ``cache_truncated`` (the budget is in the partition and the entry: served to the same budget only).
+- Entries hold :meth:`Provenance.to_json` under :data:`PROVENANCE_KEY`; :meth:`Provenance.from_metadata`
+  also reads what earlier releases stored (the pipeline's and the proxy's flat keys, LangChain's generations).
 
-Single flight (:class:`ragcache.semantic.flight.FlightTable`, one lock API for sync and async
-callers): concurrent identical misses (same partition, same question text) in one process join one
-flight; its leader holds the store's lock (a lock file per key for a folder, a PostgreSQL advisory
-lock) so other processes wait too, re-reads the cache, calls, stores. The others then read the
-stored answer; if the leader's call raised they raise the *same* error (no queue of repeats); if
-its answer may not be stored (a refusal, a tool call...) each makes its own call. A leader that
+Single flight (:data:`ragcache.semantic.flight.FLIGHTS`, one lock API for sync and async callers):
+identical concurrent misses join one flight; its leader holds the store's lock (a lock file per key,
+a PostgreSQL advisory lock: other processes wait too), re-reads, calls, stores. Waiters then read
+the stored answer; when the leader's call raised they raise the *same* error (no queue of repeats);
+when its answer may not be stored (a refusal, a tool call...) each makes its own call. A leader that
 hangs past ``flight_timeout_s`` lets one waiter through (the next leader), not all.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ragcache.backend import (
-    FINISH_REASONS,
-    LAYERS,
-    BackendResult,
-    CacheUsage,
-    FinishReason,
-    Layer,
-)
+from ragcache.backend import FINISH_REASONS, LAYERS, BackendResult, CacheUsage, FinishReason, Layer
 
 if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey
 
-log = logging.getLogger("ragcache.answering")
 
 PROVENANCE_KEY = "ragcache_provenance"
 """Key of :meth:`Provenance.to_json` in a stored entry's metadata."""
@@ -77,18 +57,16 @@ class Provenance:
     """Where a stored answer came from: the one record every entry point writes and reads.
 
     Attributes:
-        layer: the :data:`~ragcache.backend.Layer` that computed it (never ``semantic``: that is how
-            it is served later).
+        layer: the :data:`~ragcache.backend.Layer` that computed it (never ``semantic``, how it is served).
         finish_reason: why it ended (:data:`~ragcache.backend.FinishReason`).
         approximate / recompute_ratio: computed from blended chunk KV (CacheBlend) at this ratio.
-        model: the model that wrote it (provider model id or engine fingerprint), when known.
-        stop_reason / stop_sequence: the provider's native end reason and matched stop sequence
-            (Anthropic ``stop_reason`` / ``stop_sequence``, OpenAI ``finish_reason``), for replaying
-            the native response.
+        model: the model that wrote it (``backend:model id``), when known.
+        stop_reason / stop_sequence: the provider's native end reason (Anthropic ``stop_reason``,
+            OpenAI ``finish_reason``) and matched stop sequence, for replaying the native response.
 
     Raises:
-        ValueError: a layer that is not a :data:`~ragcache.backend.Layer` (or is ``semantic``), an
-            unknown finish reason, a ratio outside [0, 1].
+        ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
+            reason, a ratio outside [0, 1]. TypeError: a non-str model / stop reason / sequence.
     """
 
     layer: Layer
@@ -107,25 +85,21 @@ class Provenance:
                              f"{', '.join(x for x in LAYERS if x != 'semantic')}; got {self.layer!r}")
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)}")
-        r = self.recompute_ratio
-        if r is not None and (isinstance(r, bool) or not isinstance(r, int | float) or not 0.0 <= r <= 1.0):
-            raise ValueError(f"recompute_ratio must be a number in [0, 1] or None, got {r!r}")
+        if self.recompute_ratio is not None and not _ratio(self.recompute_ratio):
+            raise ValueError(f"recompute_ratio must be a number in [0, 1] or None, got {self.recompute_ratio!r}")
         for name in ("model", "stop_reason", "stop_sequence"):
-            v = getattr(self, name)
-            if v is not None and not isinstance(v, str):
-                raise TypeError(f"provenance {name} must be a str or None, got {type(v).__name__}")
+            if not isinstance(getattr(self, name), str | None):
+                raise TypeError(f"provenance {name} must be a str or None, got {type(getattr(self, name)).__name__}")
 
     @classmethod
     def of(cls, result: BackendResult, *, model: str | None = None) -> Provenance:
         """The provenance of a fresh backend result (``model``: else ``result.details["model"]``;
         the native stop reason from ``details["stop_reason"]`` / ``details["finish_reason"]``)."""
         d = result.details or {}
-        native = d.get("stop_reason", d.get("finish_reason"))
-        seq = d.get("stop_sequence")
-        m = model if model is not None else d.get("model")
+        facts = (model if model is not None else d.get("model"), d.get("stop_reason", d.get("finish_reason")),
+                 d.get("stop_sequence"))
         return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
-                   m if isinstance(m, str) else None, native if isinstance(native, str) else None,
-                   seq if isinstance(seq, str) else None)
+                   *(v if isinstance(v, str) else None for v in facts))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`)."""
@@ -139,17 +113,10 @@ class Provenance:
         earlier releases (the pipeline, the proxy, LangChain's generations). A value that cannot be
         read falls back to its default rather than failing the hit: an unknown layer is
         ``provider``, an unknown finish reason ``stop`` (only finished answers were stored).
-
-        Raises:
-            ValueError: a version newer than this release reads (written by a newer ragcache).
-        """
+        A newer version (``v``) is read by the same fields (versions only add fields)."""
         meta = dict(metadata or {})
         rec = meta.get(PROVENANCE_KEY)
         if isinstance(rec, Mapping):
-            v = rec.get("v")
-            if not isinstance(v, int) or v > cls.VERSION:
-                raise ValueError(f"answer provenance version {v!r} is newer than this ragcache reads "
-                                 f"({cls.VERSION}): upgrade ragcache")
             return cls._lenient(rec)
         flat = {k: meta[k] for k in ("layer", "finish_reason", "approximate", "recompute_ratio", "model",
                                       "stop_reason", "stop_sequence") if k in meta}
@@ -167,14 +134,12 @@ class Provenance:
         finish = rec.get("finish_reason")
         finish = finish if finish in FINISH_REASONS else "stop"
         ratio = rec.get("recompute_ratio")
-        ok_ratio = isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0.0 <= ratio <= 1.0
+        text = [v if isinstance(v := rec.get(k), str) else None for k in ("model", "stop_reason", "stop_sequence")]
+        return cls(layer, finish, bool(rec.get("approximate", False)), float(ratio) if _ratio(ratio) else None, *text)
 
-        def text(k: str) -> str | None:
-            v = rec.get(k)
-            return v if isinstance(v, str) else None
 
-        return cls(layer, finish, bool(rec.get("approximate", False)), float(ratio) if ok_ratio else None,
-                   text("model"), text("stop_reason"), text("stop_sequence"))
+def _ratio(r: Any) -> bool:
+    return isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
 
 
 def _from_generations(raw: str) -> dict[str, Any]:
@@ -187,14 +152,9 @@ def _from_generations(raw: str) -> dict[str, Any]:
     except (ValueError, KeyError, IndexError, TypeError):
         return {}
     own = meta.get("ragcache") if isinstance(meta.get("ragcache"), Mapping) else {}
-    out: dict[str, Any] = {k: own[k] for k in ("layer", "approximate", "recompute_ratio") if k in own}
-    for k in ("stop_reason", "stop_sequence"):
-        if isinstance(meta.get(k), str):
-            out[k] = meta[k]
-    name = meta.get("model_name") or meta.get("model")
-    if isinstance(name, str):
-        out["model"] = name
-    return out
+    out = {k: own[k] for k in ("layer", "approximate", "recompute_ratio") if k in own}
+    return {**out, "model": meta.get("model_name") or meta.get("model"),
+            **{k: meta[k] for k in ("stop_reason", "stop_sequence") if k in meta}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,9 +236,8 @@ def cacheable(result: BackendResult, *, cache_truncated: bool = False) -> bool:
     window, a cut stream, an error). The one rule of every entry point."""
     if not isinstance(result, BackendResult):
         raise TypeError(f"cacheable needs a BackendResult, got {type(result).__name__}")
-    if not result.text.strip():
-        return False
-    return result.finish_reason == "stop" or (result.finish_reason == "length" and bool(cache_truncated))
+    return bool(result.text.strip()) and (result.finish_reason == "stop" or
+                                          (result.finish_reason == "length" and bool(cache_truncated)))
 
 
 def hit_answer(question: str, hit: Any, elapsed_s: float) -> Answer:
@@ -299,12 +258,11 @@ class AnswerPath:
         semantic: the answer cache, or ``None``.
         cache_truncated: store answers cut at their token budget (:func:`cacheable`).
         single_flight: concurrent identical misses make one call (see the module docstring).
-        flight_timeout_s: longest wait (seconds, finite, >= 0) for a flight's leader before one waiter
-            takes over.
+        flight_timeout_s: longest wait (seconds, finite, >= 0) for a leader before one waiter takes over.
         ttl_s: time to live of stored answers (``None``: the cache's default).
 
     Raises:
-        ValueError: ``semantic`` without ``lookup`` / ``store``; a bad ``flight_timeout_s``.
+        TypeError: ``semantic`` without ``lookup`` / ``store``. ValueError: a bad ``flight_timeout_s``.
     """
 
     def __init__(self, semantic: Any = None, *, cache_truncated: bool = False, single_flight: bool = True,
@@ -312,8 +270,7 @@ class AnswerPath:
         from ragcache.semantic.flight import check_timeout
 
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
-            raise ValueError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
-                             f"{type(semantic).__name__}")
+            raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got {type(semantic).__name__}")
         self.semantic = semantic
         self.cache_truncated = bool(cache_truncated)
         self.single_flight = bool(single_flight)
@@ -343,35 +300,26 @@ class AnswerPath:
         return await asyncio.to_thread(self.lookup, question, partition, max_tokens=max_tokens,
                                        threshold=threshold, started=started)
 
-    def _store_args(self, question: str, partition: Any, result: BackendResult, max_tokens: int | None,
-                    model: str | None, metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        if self.semantic is None or partition is None or not self.cacheable(result):
-            return None
-        meta = {**dict(metadata or {}), PROVENANCE_KEY: Provenance.of(result, model=model).to_json()}
-        out = result.usage.completion_tokens or None
-        return {"question": question, "answer": result.text, "partition": partition, "metadata": meta,
-                "ttl_s": self.ttl_s, "finish_reason": result.finish_reason, "max_tokens": max_tokens,
-                "output_tokens": out, "store_truncated": self.cache_truncated}
-
     def record(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
                max_tokens: int | None = None, model: str | None = None, started: float | None = None,
                metadata: Mapping[str, Any] | None = None) -> Answer:
-        """Store ``result`` when :meth:`cacheable` (with its :class:`Provenance`) and return its Answer."""
-        args = self._store_args(question, partition, result, max_tokens, model, metadata)
-        if args is not None:
-            self.semantic.store(args.pop("question"), args.pop("answer"), **args)
+        """Store ``result`` when :meth:`cacheable` (with its :class:`Provenance` under
+        :data:`PROVENANCE_KEY`, its finish reason, budget and length) and return its :class:`Answer`."""
+        if self.semantic is not None and partition is not None and self.cacheable(result):
+            meta = {**dict(metadata or {}), PROVENANCE_KEY: Provenance.of(result, model=model).to_json()}
+            self.semantic.store(question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
+                                finish_reason=result.finish_reason, max_tokens=max_tokens,
+                                output_tokens=result.usage.completion_tokens or None,
+                                store_truncated=self.cache_truncated)
         total = None if started is None else time.perf_counter() - started
         return Answer.of(question, result, total_s=total, model=model)
 
-    async def arecord(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
-                      max_tokens: int | None = None, model: str | None = None, started: float | None = None,
-                      metadata: Mapping[str, Any] | None = None) -> Answer:
-        """Async :meth:`record`."""
-        args = self._store_args(question, partition, result, max_tokens, model, metadata)
-        if args is not None:
-            await self.semantic.astore(args.pop("question"), args.pop("answer"), **args)
-        total = None if started is None else time.perf_counter() - started
-        return Answer.of(question, result, total_s=total, model=model)
+    async def arecord(self, question: str, partition: PartitionKey | None, result: BackendResult,
+                      **kwargs: Any) -> Answer:
+        """Async :meth:`record` (the store in a worker thread)."""
+        import asyncio  # lazily: the sync hit path never needs it
+
+        return await asyncio.to_thread(self.record, question, partition, result, **kwargs)
 
     # -- the path ---------------------------------------------------------------------------------
     def _flies(self, partition: Any, lookup: bool, store: bool) -> bool:
@@ -399,35 +347,18 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        if lookup:
-            hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-            if hit is not None:
-                return hit
-        if not self._flies(partition, lookup, store):
-            return self.record(question, partition if store else None, call(), **kw)
-        key = flight_key(partition, question)
-        while True:
-            seat = FLIGHTS.join(key, self.flight_timeout_s)
-            outcome = seat.wait()  # "lead", "done", or "retry"; raises the leader's error
-            if outcome == "retry":
-                continue  # the leader was cancelled or abandoned: a new flight
-            if outcome == "done":
-                hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-                if hit is not None:
-                    return hit
-                # the leader's answer may not be stored (a refusal, a tool call...): each caller its own
-                return self.record(question, partition, call(), **kw)
-            # the store's lock spans processes (a lock file per key, a PostgreSQL advisory lock)
-            with FLIGHTS.lead(seat), self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:
-                if locked:  # another process may have answered while this one waited
-                    hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-                    if hit is not None:
-                        return hit
-                else:
-                    log.warning("single flight: waited %.1f s for another process answering %r; "
-                                "answering here", self.flight_timeout_s, question[:60])
-                return self.record(question, partition, call(), **kw)
+
+        def look() -> Answer | None:
+            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+
+        def answer() -> Answer:
+            return self.record(question, partition if store else None, call(), max_tokens=max_tokens, model=model,
+                               started=t0, metadata=metadata)
+
+        hit = look() if lookup else None
+        if hit is not None or not self._flies(partition, lookup, store):
+            return hit or answer()
+        return FLIGHTS.fly(self.semantic, flight_key(partition, question), self.flight_timeout_s, look, answer)
 
     async def arun(self, question: str, partition: PartitionKey | None,
                    call: Callable[[], Awaitable[BackendResult]], *, max_tokens: int | None = None,
@@ -438,36 +369,18 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        if lookup:
-            hit = await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-            if hit is not None:
-                return hit
-        if not self._flies(partition, lookup, store):
-            return await self.arecord(question, partition if store else None, await call(), **kw)
-        key = flight_key(partition, question)
-        while True:
-            seat = FLIGHTS.join(key, self.flight_timeout_s)
-            outcome = await seat.await_()
-            if outcome == "retry":
-                continue
-            if outcome == "done":
-                hit = await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold,
-                                         started=t0)
-                if hit is not None:
-                    return hit
-                return await self.arecord(question, partition, await call(), **kw)
-            with FLIGHTS.lead(seat):
-                async with self.semantic.aflight_lock(key, seat.lock_timeout_s) as locked:
-                    if locked:
-                        hit = await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold,
-                                                 started=t0)
-                        if hit is not None:
-                            return hit
-                    else:
-                        log.warning("single flight: waited %.1f s for another process answering %r; "
-                                    "answering here", self.flight_timeout_s, question[:60])
-                    return await self.arecord(question, partition, await call(), **kw)
+
+        async def look() -> Answer | None:
+            return await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+
+        async def answer() -> Answer:
+            return await self.arecord(question, partition if store else None, await call(), max_tokens=max_tokens,
+                                      model=model, started=t0, metadata=metadata)
+
+        hit = await look() if lookup else None
+        if hit is not None or not self._flies(partition, lookup, store):
+            return hit or await answer()
+        return await FLIGHTS.afly(self.semantic, flight_key(partition, question), self.flight_timeout_s, look, answer)
 
     def stream(self, question: str, partition: PartitionKey | None,
                call: Callable[[], Iterable[str | BackendResult]], *, max_tokens: int | None = None,
@@ -477,45 +390,40 @@ class AnswerPath:
 
         ``call()`` returns an iterable of ``str`` pieces ending with the :class:`BackendResult`. A hit
         yields its whole text as one piece. A stream that ends without a result (cut before its end
-        event) or that the consumer closes early is ``incomplete``: its text is not stored. The
+        event) is ``incomplete`` and not stored; one the consumer closes early stores nothing. The
         leader holds the flight while it streams; waiters get the stored answer as a hit.
         """
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        if lookup:
-            hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-            if hit is not None:
-                yield hit.text
-                yield hit
-                return
         kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        if not self._flies(partition, lookup, store):
+
+        def look() -> Answer | None:
+            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+
+        hit = look() if lookup else None
+        if hit is None and not self._flies(partition, lookup, store):
             yield from self._streamed(question, partition if store else None, call, t0, kw)
             return
-        key = flight_key(partition, question)
-        while True:
+        key = None if hit is not None else flight_key(partition, question)
+        while hit is None:
             seat = FLIGHTS.join(key, self.flight_timeout_s)
             outcome = seat.wait()
             if outcome == "retry":
                 continue
             if outcome == "done":
-                hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-                if hit is not None:
-                    yield hit.text
-                    yield hit
+                hit = look()
+                if hit is None:
+                    yield from self._streamed(question, partition, call, t0, kw)
                     return
-                yield from self._streamed(question, partition, call, t0, kw)
-                return
+                break
             with FLIGHTS.lead(seat), self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:
-                if locked:
-                    hit = self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
-                    if hit is not None:
-                        yield hit.text
-                        yield hit
-                        return
-                yield from self._streamed(question, partition, call, t0, kw)
-                return
+                hit = look() if locked else None
+                if hit is None:
+                    yield from self._streamed(question, partition, call, t0, kw)
+                    return
+        yield hit.text
+        yield hit
 
     def _streamed(self, question: str, partition: Any, call: Callable[[], Iterable[str | BackendResult]],
                   t0: float, kw: dict[str, Any]) -> Iterator[str | Answer]:

@@ -198,7 +198,7 @@ def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
     # blend even small documents, at an explicit r (without a calibration record an engine prefills exactly)
     engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
     assert cc.precompute(engine, DOCS[:2], progress=False) == 2
-    rag = RagCache(LocalBackend(engine), max_new_tokens=3)
+    rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=3)
     a = rag.answer("How long do refunds take?", DOCS)
     u = a.usage
     assert a.details["docs_hit"] == 2 and a.details["docs_missed"] == 2
@@ -210,10 +210,10 @@ def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
 
 def test_async_answer_matches_sync(lm):
     engine = LocalEngine(lm)
-    rag = RagCache(LocalBackend(engine), max_new_tokens=4)
+    rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=4)
     sync = rag.answer("When do orders ship?", DOCS[:2])
     engine2 = LocalEngine(lm)
-    rag2 = RagCache(LocalBackend(engine2), max_new_tokens=4)
+    rag2 = RagCache(LocalBackend(engine2), semantic=None, max_new_tokens=4)
     got = asyncio.run(rag2.aanswer("When do orders ship?", DOCS[:2]))
     assert got.text == sync.text and got.usage == sync.usage
 

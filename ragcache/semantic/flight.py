@@ -32,12 +32,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.text import exact_form, normalize_question
 
 logger = logging.getLogger("ragcache.semantic.flight")
+T = TypeVar("T")
 
 
 def check_timeout(timeout_s: Any) -> float:
@@ -333,6 +334,46 @@ class FlightTable:
     def __len__(self) -> int:
         with self._guard:
             return len(self._flights)
+
+    def fly(self, cache: Any, key: str, timeout_s: float, look: Callable[[], T | None], call: Callable[[], T]) -> T:
+        """The flight protocol for one miss: join the key's flight; a waiter returns ``look()`` once the
+        leader is done (or ``call()`` when the leader's answer was not stored); the leader holds
+        ``cache.flight_lock`` (across processes), re-reads with ``look()`` and else runs ``call()``.
+
+        Raises:
+            the leader's error in every waiter; whatever ``look`` / ``call`` raise."""
+        while True:
+            seat = self.join(key, timeout_s)
+            outcome = seat.wait()
+            if outcome == "retry":  # the leader was cancelled or its stream closed: a new flight
+                continue
+            if outcome == "done":
+                return look() or call()
+            with self.lead(seat), cache.flight_lock(key, seat.lock_timeout_s) as locked:
+                if not locked:
+                    _slow(key, timeout_s)
+                return (look() if locked else None) or call()
+
+    async def afly(self, cache: Any, key: str, timeout_s: float, look: Callable[[], Awaitable[T | None]],
+                   call: Callable[[], Awaitable[T]]) -> T:
+        """Async :meth:`fly` (waits on the event loop; ``cache.aflight_lock``), sharing flights with sync callers."""
+        while True:
+            seat = self.join(key, timeout_s)
+            outcome = await seat.await_()
+            if outcome == "retry":
+                continue
+            if outcome == "done":
+                return await look() or await call()
+            with self.lead(seat):
+                async with cache.aflight_lock(key, seat.lock_timeout_s) as locked:
+                    if not locked:
+                        _slow(key, timeout_s)
+                    return (await look() if locked else None) or await call()
+
+
+def _slow(key: str, timeout_s: float) -> None:
+    logger.warning("single flight: waited %.1f s for another process answering the same question (%s); "
+                   "answering here", timeout_s, key[:12])
 
 
 FLIGHTS = FlightTable()
