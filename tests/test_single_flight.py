@@ -153,3 +153,57 @@ def test_flight_key_separates_partitions():
     a, b = partition_key(model="a"), partition_key(model="b")
     assert flight_key(a, "What is X?") == flight_key(a, "What is X?")
     assert flight_key(a, "What is X?") != flight_key(b, "What is X?")
+
+
+def test_async_streams_share_one_call_and_a_cut_stream_is_not_stored():
+    import asyncio
+
+    path = _path()
+    calls: list[int] = []
+
+    def pieces(cut: bool):
+        async def gen():
+            calls.append(1)
+            for w in ("Orders ", "ship ", "Monday."):
+                await asyncio.sleep(0.05)
+                yield w
+            if not cut:
+                yield _result("Orders ship Monday.")
+        return gen
+
+    async def consume(q: str, cut: bool) -> tuple[str, object]:
+        text, final = "", None
+        async for item in path.astream(q, PK, pieces(cut)):
+            if isinstance(item, str):
+                text += item
+            else:
+                final = item
+        return text, final
+
+    async def main():
+        whole = await asyncio.gather(*(consume("When do orders ship?", False) for _ in range(5)))
+        cut = [await consume("When is the cut?", True) for _ in range(2)]
+        return whole, cut
+
+    whole, cut = asyncio.run(main())
+    assert len([1 for _ in whole]) == 5 and all(t == "Orders ship Monday." for t, _ in whole)
+    assert sorted(a.layer for _, a in whole) == ["provider"] + ["semantic"] * 4
+    assert all(a.finish_reason == "incomplete" and a.layer == "provider" for _, a in cut)
+    assert len(calls) == 3 and len(path.semantic) == 1 and len(FLIGHTS) == 0
+
+
+def test_sync_stream_of_identical_misses_makes_one_call():
+    path = _path()
+    calls: list[int] = []
+
+    def pieces():
+        calls.append(1)
+        yield "Refunds "
+        time.sleep(0.2)
+        yield "take 14 days."
+        yield _result("Refunds take 14 days.")
+
+    out, errors = _together(4, lambda: list(path.stream("How long do refunds take?", PK, pieces)))
+    assert not errors and len(calls) == 1
+    assert all("".join(x for x in items if isinstance(x, str)) == "Refunds take 14 days." for items in out)
+    assert sorted(items[-1].layer for items in out) == ["provider"] + ["semantic"] * 3
