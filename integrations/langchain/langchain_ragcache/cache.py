@@ -23,6 +23,7 @@ persist under ``$RAGCACHE_HOME`` (the store ``ragcache ask`` uses); ``path=None`
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import time
 import uuid
@@ -141,10 +142,17 @@ class RagCacheSemanticCache(BaseCache):
     @staticmethod
     def budget(llm_string: str) -> int | None:
         """The new-token budget an ``llm_string`` names (``max_tokens`` / ``max_new_tokens`` /
-        ``max_output_tokens``), or ``None``: an answer cut at its budget is served only to that budget."""
-        _, params, _ = model_identity(llm_string)
+        ``max_output_tokens`` among its parameters: LangChain's ``str(sorted(params.items()))``, after
+        the serialised model and ``---`` for a serialisable one), or ``None``. An answer cut at its budget
+        is served only to that budget."""
+        tail = llm_string.rsplit("---", 1)[-1]
+        try:
+            pairs = ast.literal_eval(tail) if tail.startswith("[") else None
+            params = dict(pairs) if isinstance(pairs, list) else {}
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
         for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
-            v = params.get(k) if isinstance(params, dict) else None
+            v = params.get(k)
             if isinstance(v, int) and not isinstance(v, bool):
                 return v
         return None
