@@ -27,7 +27,27 @@ engine ``prefix`` / ``chunk`` / ``prefix+chunk`` (which KV caches supplied reuse
 ``model`` (nothing reused); for a provider ``provider-cache`` (the provider read part of the
 prompt from its cache) or ``provider``."""
 
-FinishReason = Literal["stop", "length", "error"]
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal", "context_window",
+                       "incomplete", "error"]
+"""Why an answer ended, the same words for every backend (each provider adapter maps its native
+value in one table: :data:`ragcache.providers.openai.backend.FINISH_REASONS`,
+:data:`ragcache.providers.anthropic.usage.FINISH_REASONS`):
+
+- ``stop``: a normal end (end of turn, a stop string / sequence);
+- ``length``: cut at the request's token budget (``max_new_tokens`` / ``max_tokens``);
+- ``content_filter``: the provider withheld or cut the content;
+- ``tool_calls``: the model asked for a tool instead of answering;
+- ``pause_turn``: the provider paused a long turn (Anthropic server tools), to be continued;
+- ``refusal``: the model refused (Anthropic ``refusal``);
+- ``context_window``: the prompt plus the answer reached the model's context window;
+- ``incomplete``: the response never said how it ended (a null finish reason, a stream cut
+  before its end event, an unknown native value);
+- ``error``: the backend failed part-way.
+
+Only ``stop`` (and ``length`` where an entry point's budget rule allows it) is ever stored as an
+answer (:func:`ragcache.answering.cacheable`)."""
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal",
+                                   "context_window", "incomplete", "error")
 LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 
 
@@ -181,7 +201,9 @@ class BackendResult:
         layer: which cache layer served the prefill (see :data:`Layer`).
         usage: token accounting (:class:`CacheUsage`).
         ttft_s: seconds to the first token (for a non-streamed provider call: to the whole response).
-        finish_reason: ``stop`` (end of answer or a stop string) or ``length`` (hit ``max_new_tokens``).
+        finish_reason: why the answer ended (:data:`FinishReason`: ``stop``, ``length``,
+            ``content_filter``, ``tool_calls``, ``pause_turn``, ``refusal``, ``context_window``,
+            ``incomplete``, ``error``).
         approximate: True when the prefill reused chunk KV with selective recomputation
             (CacheBlend), so the logits are close to, not equal to, a full prefill's.
         recompute_ratio: CacheBlend's r for an approximate answer, else ``None``.
@@ -201,6 +223,9 @@ class BackendResult:
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
             raise ValueError(f"unknown layer {self.layer!r}; one of {', '.join(LAYERS)}")
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)} "
+                             "(map the provider's native value with its adapter's FINISH_REASONS table)")
 
 
 @runtime_checkable
@@ -226,5 +251,5 @@ class AsyncBackend(Protocol):
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FinishReason", "LAYERS", "Layer", "model_with_fields",
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
            "provider_layer"]

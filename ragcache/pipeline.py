@@ -3,22 +3,24 @@
     prepare   question + documents -> Request (stable-first PromptLayout + semantic partition key)
     lookup    semantic response cache (hit -> Answer, no model call)
     generate  backend: local engine (prefix + chunk KV cache) or a provider (prompt caching)
-    record    store the answer in the semantic cache; build the Answer
+    record    store the answer in the semantic cache when it may be stored; build the Answer
 
-``answer()`` / ``aanswer()`` run the four steps. The CLI, the LangChain adapters and the
-LlamaIndex query engine call the same steps, so one request has one layout and one partition
-whatever the entry point.
+``answer()`` / ``aanswer()`` run the steps through the one answer path
+(:class:`ragcache.answering.AnswerPath`: lookup, single flight, the call, ``cacheable``, store with
+the :class:`~ragcache.answering.Provenance`), which the CLI, the LangChain adapters, the LlamaIndex
+query engine and the proxy call too, so one request has one layout, one partition and one storage
+rule whatever the entry point.
 """
 
 from __future__ import annotations
 
 import numbers
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ragcache.backend import AsyncBackend, Backend, BackendResult, CacheUsage, FinishReason, Layer
+from ragcache.answering import Answer, AnswerPath
+from ragcache.backend import AsyncBackend, Backend, BackendResult
 from ragcache.layout import LintMode, PromptLayout
 from ragcache.text_checks import checked_question
 
@@ -50,66 +52,16 @@ class Request:
     temperature: float
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """One answered question and what each layer did.
-
-    Attributes:
-        question / text: the question and the answer.
-        layer: ``semantic`` for a semantic-cache hit, else the backend's layer (:data:`ragcache.backend.Layer`).
-        usage: token accounting (:class:`~ragcache.backend.CacheUsage`; all zero on a semantic hit).
-        ttft_s: seconds to the first token (a semantic hit: the lookup time).
-        total_s: wall time of the request, seconds.
-        similarity / matched_question: cosine similarity and stored question of a semantic hit.
-        finish_reason: ``stop`` or ``length`` (the answer hit ``max_new_tokens``).
-        approximate / recompute_ratio: the prefill blended cached document KV (CacheBlend) at
-            this recompute ratio, so the answer may differ from a full prefill's.
-        details: the backend's extras (engine timings, provider breakpoints); display only.
-    """
-
-    question: str
-    text: str
-    layer: Layer
-    usage: CacheUsage = field(default_factory=CacheUsage)
-    ttft_s: float = 0.0
-    total_s: float = 0.0
-    similarity: float | None = None
-    matched_question: str | None = None
-    finish_reason: FinishReason = "stop"
-    approximate: bool = False
-    recompute_ratio: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.usage.prompt_tokens
-
-    @property
-    def tokens_reused(self) -> int:
-        return self.usage.reused
-
-    @property
-    def tokens_computed(self) -> int:
-        return self.usage.computed
-
-    @property
-    def tokens_recomputed(self) -> int:
-        return self.usage.recomputed
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        out["usage"] = self.usage.to_dict()
-        out["details"] = dict(self.details)
-        return out
-
-
 class RagCache:
     """Runs the caching layers for each question.
 
     Args:
         backend: :class:`ragcache.engine.backend.LocalBackend`, :class:`ragcache.providers.anthropic.AnthropicBackend`,
             or any :class:`~ragcache.backend.Backend`.
-        semantic: a :class:`ragcache.semantic.SemanticCache`, or ``None`` to skip that layer.
+        semantic: the answer cache: ``"default"`` (the default) the persistent store every entry point
+            shares (:func:`ragcache.semantic.defaults.default_cache`: ``$RAGCACHE_SEMANTIC_URL``, else
+            ``$RAGCACHE_ANSWERS_DIR``, default ``$RAGCACHE_HOME/answers``); a
+            :class:`ragcache.semantic.SemanticCache` / ``PgSemanticCache``; or ``None`` for no answer cache.
         system: default system text (stable: it goes first and is cached).
         namespace: tenant; answers never cross namespaces.
         doc_order: ``canonical`` (by id, then content: stable bytes) or ``given``.
@@ -120,11 +72,13 @@ class RagCache:
             ``stop``, ``seed``...); ``None`` values are left out. Part of the partition.
         cache_truncated: also store answers cut at ``max_new_tokens`` (``finish_reason == "length"``);
             off by default. A stored truncated answer is only ever served within its own
-            ``max_new_tokens`` (the budget is in the partition).
-        single_flight: concurrent identical misses (same partition, same question words) make one
-            backend call; the others wait (at most ``flight_timeout_s`` seconds) and get the stored
-            answer. Across processes with a PostgreSQL semantic cache (advisory lock), within this
-            process otherwise (:func:`ragcache.semantic.flight.flight_hold`); ``aanswer`` too.
+            ``max_new_tokens`` (the budget is in the partition). No other unfinished answer
+            (content filter, tool call, refusal, pause, context window, a cut stream) is ever stored
+            (:func:`ragcache.answering.cacheable`).
+        single_flight: concurrent identical misses (same partition, same question) make one backend
+            call; the others wait (at most ``flight_timeout_s`` seconds per leader) and get the stored
+            answer, or the leader's error when its call raised (:class:`ragcache.answering.AnswerPath`;
+            across processes through the cache's store lock); ``aanswer`` too.
             ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
 
     Raises:
@@ -133,7 +87,7 @@ class RagCache:
             number (with a semantic cache).
     """
 
-    def __init__(self, backend: Backend | AsyncBackend, *, semantic: SemanticCache | None = None,
+    def __init__(self, backend: Backend | AsyncBackend, *, semantic: SemanticCache | str | None = "default",
                  system: str = DEFAULT_SYSTEM, namespace: str = "default", doc_order: str = "canonical",
                  lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
@@ -147,6 +101,10 @@ class RagCache:
                 raise ValueError(f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} "
                                  "(the provider name and model id key the semantic cache, so that one model's "
                                  "answers are never served for another's)")
+        if isinstance(semantic, str) and semantic == "default":
+            from ragcache.semantic.defaults import default_cache
+
+            semantic = default_cache()
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise ValueError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
                              f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
@@ -166,6 +124,9 @@ class RagCache:
             from ragcache.semantic.flight import check_timeout
 
             self.flight_timeout_s = check_timeout(flight_timeout_s)
+        self.path = AnswerPath(semantic, cache_truncated=cache_truncated, single_flight=single_flight,
+                               flight_timeout_s=self.flight_timeout_s if semantic is not None else 60.0)
+        """The answer path this facade runs (:class:`ragcache.answering.AnswerPath`)."""
 
     # -- step 1 ----------------------------------------------------------------------------------
     def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
@@ -225,18 +186,10 @@ class RagCache:
 
     # -- step 2 ----------------------------------------------------------------------------------
     def lookup(self, request: Request, *, threshold: float | None = None) -> Answer | None:
-        """The semantic cache's answer for ``request``, or ``None`` (also without a semantic cache)."""
-        if self.semantic is None or request.partition is None:
-            return None
-        t0 = time.perf_counter()
-        hit = self.semantic.lookup(request.question, partition=request.partition, threshold=threshold)
-        if hit is None:
-            return None
-        dt = time.perf_counter() - t0
-        meta = dict(hit.metadata or {})
-        return Answer(request.question, hit.answer, "semantic", CacheUsage(), dt, dt, hit.similarity, hit.question,
-                      meta.get("finish_reason", "stop"), bool(meta.get("approximate", False)),
-                      meta.get("recompute_ratio"), {"entry_id": hit.entry_id})
+        """The semantic cache's answer for ``request`` (a hit :class:`Answer`: zero usage, the stored
+        provenance), or ``None`` (also without a semantic cache)."""
+        return self.path.lookup(request.question, request.partition, max_tokens=request.max_new_tokens,
+                                threshold=threshold)
 
     # -- step 3 ----------------------------------------------------------------------------------
     def generate(self, request: Request) -> BackendResult:
@@ -253,38 +206,39 @@ class RagCache:
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        """``backend name:model id``, recorded in each stored answer's provenance."""
+        return f"{self.backend.name}:{self.backend.model_id}"
+
     def cacheable(self, result: BackendResult) -> bool:
-        """Whether an answer may be stored: non-empty, and not cut at the token budget unless
-        ``cache_truncated``."""
-        return bool(result.text.strip()) and (result.finish_reason != "length" or self.cache_truncated)
+        """Whether an answer may be stored (:func:`ragcache.answering.cacheable` with ``cache_truncated``)."""
+        return self.path.cacheable(result)
 
     def record(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
-        """Store the backend's answer in the semantic cache (when :meth:`cacheable`) and build the
+        """Store the backend's answer (when :meth:`cacheable`, with its provenance) and build the
         :class:`Answer`. ``started``: ``time.perf_counter()`` at the start of the request."""
-        if self.semantic is not None and request.partition is not None and self.cacheable(result):
-            self.semantic.store(request.question, result.text, partition=request.partition,
-                                metadata=self._entry_metadata(result))
-        total = time.perf_counter() - started if started is not None else result.ttft_s
-        return self._answer(request, result, total)
+        return self.path.record(request.question, request.partition, result, max_tokens=request.max_new_tokens,
+                                model=self.model, started=started)
 
     async def arecord(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
         """Async :meth:`record`."""
-        if self.semantic is not None and request.partition is not None and self.cacheable(result):
-            await self.semantic.astore(request.question, result.text, partition=request.partition,
-                                       metadata=self._entry_metadata(result))
-        total = time.perf_counter() - started if started is not None else result.ttft_s
-        return self._answer(request, result, total)
+        return await self.path.arecord(request.question, request.partition, result,
+                                       max_tokens=request.max_new_tokens, model=self.model, started=started)
 
-    @staticmethod
-    def _entry_metadata(result: BackendResult) -> dict[str, Any]:
-        return {"finish_reason": result.finish_reason, "layer": result.layer, "approximate": result.approximate,
-                "recompute_ratio": result.recompute_ratio}
+    def run(self, request: Request, *, use_semantic: bool = True, store: bool = True,
+            threshold: float | None = None) -> Answer:
+        """Answer a prepared request through the answer path (lookup, single flight, generate, store)."""
+        return self.path.run(request.question, request.partition, lambda: self.generate(request),
+                             max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
+                             store=store, model=self.model)
 
-    @staticmethod
-    def _answer(request: Request, result: BackendResult, total_s: float) -> Answer:
-        return Answer(request.question, result.text, result.layer, result.usage, result.ttft_s, total_s,
-                      finish_reason=result.finish_reason, approximate=result.approximate,
-                      recompute_ratio=result.recompute_ratio, details=result.details)
+    async def arun(self, request: Request, *, use_semantic: bool = True, store: bool = True,
+                   threshold: float | None = None) -> Answer:
+        """Async :meth:`run` (the backend's async path; waits on the event loop)."""
+        return await self.path.arun(request.question, request.partition, lambda: self.agenerate(request),
+                                    max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
+                                    store=store, model=self.model)
 
     # -- all steps -------------------------------------------------------------------------------
     def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
@@ -299,23 +253,9 @@ class RagCache:
             ValueError: empty question, bad documents, or a prompt longer than the model's context
                 window (the message states both token counts).
         """
-        t0 = time.perf_counter()
         req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
                            namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)
-        if use_semantic:
-            hit = self.lookup(req, threshold=threshold)
-            if hit is not None:
-                return hit
-        if not (self.single_flight and use_semantic and req.partition is not None):
-            return self.record(req, self.generate(req), started=t0)
-        from ragcache.semantic.flight import flight_hold
-
-        with flight_hold(self.semantic, req.partition, req.question, self.flight_timeout_s) as locked:
-            if locked:  # another caller may have answered the same question while this one waited
-                hit = self.lookup(req, threshold=threshold)
-                if hit is not None:
-                    return hit
-            return self.record(req, self.generate(req), started=t0)
+        return self.run(req, use_semantic=use_semantic, threshold=threshold)
 
     async def aanswer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
                       tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
@@ -323,26 +263,11 @@ class RagCache:
                       temperature: float | None = None, use_semantic: bool = True,
                       threshold: float | None = None) -> Answer:
         """Async :meth:`answer` (semantic lookup and store in worker threads; the backend's async path).
-        Single flight as in :meth:`answer`, waited for on the event loop
-        (:func:`ragcache.semantic.flight.aflight_hold`), shared with sync callers of the same question."""
-        import asyncio  # lazily: the sync hit path never needs it
-        t0 = time.perf_counter()
+        Single flight as in :meth:`answer`, waited for on the event loop, shared with sync callers of
+        the same question."""
         req = self.prepare(question, documents, system=system, tools=tools, history=history, volatile=volatile,
                            namespace=namespace, max_new_tokens=max_new_tokens, temperature=temperature)
-        if use_semantic:
-            hit = await asyncio.to_thread(self.lookup, req, threshold=threshold)
-            if hit is not None:
-                return hit
-        if not (self.single_flight and use_semantic and req.partition is not None):
-            return await self.arecord(req, await self.agenerate(req), started=t0)
-        from ragcache.semantic.flight import aflight_hold
-
-        async with aflight_hold(self.semantic, req.partition, req.question, self.flight_timeout_s) as locked:
-            if locked:  # another caller (sync or async) may have answered while this one waited
-                hit = await asyncio.to_thread(self.lookup, req, threshold=threshold)
-                if hit is not None:
-                    return hit
-            return await self.arecord(req, await self.agenerate(req), started=t0)
+        return await self.arun(req, use_semantic=use_semantic, threshold=threshold)
 
 
 __all__ = ["Answer", "DEFAULT_SYSTEM", "RagCache", "Request"]

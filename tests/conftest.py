@@ -1,9 +1,32 @@
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _test_home() -> str:
+    """A throwaway $RAGCACHE_HOME for the session: answers, indexes and KV written by tests never
+    reach the user's home. The converted embedded model (and its digest memo) are shared with the
+    real home through links, so a session does not convert the model again."""
+    real = Path(os.environ.get("RAGCACHE_HOME") or "~/.cache/ragcache").expanduser()
+    home = Path(tempfile.mkdtemp(prefix="ragcache-test-home-"))
+    (real / "models").mkdir(parents=True, exist_ok=True)
+    (home / "models").symlink_to(real / "models", target_is_directory=True)
+    if (real / "file-digests.json").is_file():
+        (home / "file-digests.json").symlink_to(real / "file-digests.json")
+    atexit.register(shutil.rmtree, home, True)  # links are removed, never followed
+    return str(home)
+
+
+for _var in ("RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR", "RAGCACHE_SEMANTIC_URL", "RAGCACHE_KV_URL"):
+    os.environ.pop(_var, None)
+os.environ["RAGCACHE_HOME"] = _test_home()
 
 
 @pytest.fixture(scope="session")

@@ -198,7 +198,7 @@ def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
     # blend even small documents, at an explicit r (without a calibration record an engine prefills exactly)
     engine = LocalEngine(lm, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
     assert cc.precompute(engine, DOCS[:2], progress=False) == 2
-    rag = RagCache(LocalBackend(engine), max_new_tokens=3)
+    rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=3)
     a = rag.answer("How long do refunds take?", DOCS)
     u = a.usage
     assert a.details["docs_hit"] == 2 and a.details["docs_missed"] == 2
@@ -210,10 +210,10 @@ def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
 
 def test_async_answer_matches_sync(lm):
     engine = LocalEngine(lm)
-    rag = RagCache(LocalBackend(engine), max_new_tokens=4)
+    rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=4)
     sync = rag.answer("When do orders ship?", DOCS[:2])
     engine2 = LocalEngine(lm)
-    rag2 = RagCache(LocalBackend(engine2), max_new_tokens=4)
+    rag2 = RagCache(LocalBackend(engine2), semantic=None, max_new_tokens=4)
     got = asyncio.run(rag2.aanswer("When do orders ship?", DOCS[:2]))
     assert got.text == sync.text and got.usage == sync.usage
 
@@ -731,3 +731,53 @@ def test_no_cross_module_import_of_a_private_name(root):
 def test_no_import_cycle_in_the_integrations(root):
     cycles = import_cycles(import_graph(root))
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+# -- one answer path (issue 29): only answering.py and semantic/ touch a semantic cache's lookup / store / flight ---
+_CACHE_METHODS = {"lookup", "alookup", "store", "astore", "store_many", "flight_lock", "aflight_lock"}
+_ANSWER_PATH_OWNERS = ("ragcache/answering.py", "ragcache/semantic/")
+# LangChain's framework-owned BaseCache: the framework calls lookup / alookup and update / aupdate itself
+_FRAMEWORK_OWNED = {("integrations/langchain/langchain_ragcache/cache.py", "lookup"),
+                    ("integrations/langchain/langchain_ragcache/cache.py", "alookup")}
+
+
+def semantic_cache_calls(source: str) -> list[tuple[str, int, str]]:
+    """``(function, line, call)`` for each call of a semantic cache's lookup / store / flight lock in
+    ``source``: a ``flight_lock`` / ``aflight_lock`` call on anything, or one of :data:`_CACHE_METHODS`
+    on a receiver whose expression names a semantic cache (``self.semantic``, ``rag.semantic``,
+    ``self.semantic_cache``, ``semantic``...)."""
+    tree = ast.parse(source)
+    out: list[tuple[str, int, str]] = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else func
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) \
+                    and child.func.attr in _CACHE_METHODS:
+                receiver = ast.unparse(child.func.value)
+                if child.func.attr.endswith("flight_lock") or "semantic" in receiver.lower():
+                    out.append((func, child.lineno, f"{receiver}.{child.func.attr}"))
+            visit(child, name)
+
+    visit(tree, "<module>")
+    return out
+
+
+def test_the_answer_path_scan_finds_direct_cache_calls():
+    src = ("def f(self, q):\n    hit = self.semantic.lookup(q)\n    with cache.flight_lock(k, 1):\n"
+           "        rag.semantic_cache.astore(q, a)\n    return self.path.run(q, None, g)\n")
+    assert [c[2] for c in semantic_cache_calls(src)] == ["self.semantic.lookup", "cache.flight_lock",
+                                                         "rag.semantic_cache.astore"]
+
+
+def test_only_the_answer_path_calls_a_semantic_cache():
+    found = []
+    for root in _PACKAGES:
+        for f in sorted(root.rglob("*.py")):
+            rel = f.relative_to(_ROOT).as_posix()
+            if rel.startswith(_ANSWER_PATH_OWNERS):
+                continue
+            found += [f"{rel}:{line} {call} (in {func})" for func, line, call in
+                      semantic_cache_calls(f.read_text(encoding="utf-8")) if (rel, func) not in _FRAMEWORK_OWNED]
+    assert not found, ("lookup / store / flight lock of a semantic cache outside ragcache.answering "
+                       "(answer through AnswerPath instead):\n" + "\n".join(found))

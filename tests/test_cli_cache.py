@@ -60,7 +60,8 @@ def test_cache_commands(populated):
     assert json.loads(cli("cache", "ls", "--layer", "index", "--json").stdout)[0]["source"] == str(notes.resolve())
 
     one = json.loads(cli("cache", "show", str(rows[0]["id"]), "--json").stdout)
-    assert one["answer"].startswith("answer to [") and one["metadata"]["finish_reason"] == "stop"
+    assert one["answer"].startswith("answer to [") and one["provenance"]["finish_reason"] == "stop"
+    assert one["budget"]["finish_reason"] == "stop" and one["budget"]["max_tokens"] is not None  # not null (issue 29)
     kv = json.loads(cli("cache", "show", chunks[0]["key"], "--json").stdout)
     assert kv["metadata"]["format"] == "ragcache-chunk-kv-v2"
     r = runner.invoke(app, ["cache", "show", "99999"])

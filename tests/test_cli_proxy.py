@@ -71,7 +71,7 @@ def test_proxy_round_trip(proxy):
     client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
     raw = client.messages.with_raw_response.create(**kw(client.messages.create, body("How do I fix the brakes?")))
     msg = raw.parse()
-    assert raw.headers["x-ragcache-layer"] == "upstream" and int(raw.headers["x-ragcache-breakpoints"]) >= 1
+    assert raw.headers["x-ragcache-layer"] == "provider" and int(raw.headers["x-ragcache-breakpoints"]) >= 1
     u = msg.usage
     assert u.cache_creation_input_tokens > 0 and u.cache_read_input_tokens == 0  # breakpoints placed by the proxy
     assert float(raw.headers["x-ragcache-cost-usd"]) > 0
@@ -80,6 +80,7 @@ def test_proxy_round_trip(proxy):
 
     raw2 = client.messages.with_raw_response.create(**kw(client.messages.create, body("Which tool adjusts the headset?")))
     assert raw2.parse().usage.cache_read_input_tokens > 0  # the stable prefix was read back
+    assert raw2.headers["x-ragcache-layer"] == "provider-cache"  # a Layer value
     stats = httpx.get(f"{url}/v1/ragcache/stats").json()
     assert stats["models"][MODEL]["cache_read_tokens"] > 0 and stats["models"][MODEL]["cost_usd"] > 0
 

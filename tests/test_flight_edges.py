@@ -1,6 +1,7 @@
-"""Single flight under failure (ragcache.semantic.flight, RagCache.answer / aanswer): a backend that
-raises or a holder that is cancelled releases the flight and the next waiter computes; timeouts that
-the locks would read differently are refused by name."""
+"""Single flight under failure (ragcache.answering.AnswerPath through RagCache.answer / aanswer): the
+waiters of a leader whose backend raises get its error (one call, not a queue of repeats); a
+leader that is cancelled hands the flight on and the next waiter computes; timeouts that the locks
+would read differently are refused by name."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import time
 import pytest
 from test_architecture import DOCS, EchoBackend, _rag
 
-from ragcache.semantic.flight import _LOCAL, aflight_hold, check_timeout, flight_hold, single_flight
+from ragcache.answering import AnswerPath
+from ragcache.semantic.flight import _LOCAL, FLIGHTS, check_timeout
 
 Q = "When do orders ship?"
 
@@ -45,18 +47,20 @@ def _layers(results):
     return sorted(r.layer if hasattr(r, "layer") else type(r).__name__ for r in results)
 
 
-def test_async_holder_that_raises_hands_the_flight_to_the_next_waiter():
+def test_async_holder_that_raises_gives_its_error_to_every_waiter():
     backend = FailsOnce()
     rag = _rag(backend)
 
     async def main():
         return await asyncio.gather(*(rag.aanswer(Q, DOCS[:2]) for _ in range(4)), return_exceptions=True)
 
-    assert _layers(asyncio.run(main())) == ["RuntimeError", "model", "semantic", "semantic"]
-    assert backend.calls == 2 and not _LOCAL._locks
+    got = asyncio.run(main())
+    assert _layers(got) == ["RuntimeError"] * 4 and len({id(e) for e in got}) == 1
+    assert backend.calls == 1 and not _LOCAL._locks and len(FLIGHTS) == 0
+    assert rag.answer(Q, DOCS[:2]).layer == "model" and backend.calls == 2  # the next flight calls again
 
 
-def test_sync_holder_that_raises_hands_the_flight_to_sync_and_async_waiters():
+def test_sync_holder_that_raises_gives_its_error_to_sync_and_async_waiters():
     backend = FailsOnce(delay=0.3)
     rag = _rag(backend)
     out: list = []
@@ -78,8 +82,8 @@ def test_sync_holder_that_raises_hands_the_flight_to_sync_and_async_waiters():
     got = asyncio.run(main())
     for t in threads:
         t.join()
-    assert _layers(out + got) == ["RuntimeError", "model"] + ["semantic"] * 4
-    assert backend.calls == 2 and not _LOCAL._locks
+    assert _layers(out + got) == ["RuntimeError"] * 6
+    assert backend.calls == 1 and not _LOCAL._locks and len(FLIGHTS) == 0
 
 
 def test_cancelled_or_timed_out_holder_hands_the_flight_on():
@@ -113,19 +117,11 @@ def test_bad_flight_timeouts_are_refused_by_name(bad):
     with pytest.raises(ValueError, match="flight timeout must be a finite number of seconds >= 0"):
         _rag(flight_timeout_s=bad)
     rag = _rag()
-    pk = rag.prepare(Q, DOCS[:2]).partition
     with pytest.raises(ValueError, match="flight timeout"):
-        single_flight(rag.semantic, Q, lambda: "never", partition=pk, timeout_s=bad)
-    with pytest.raises(ValueError, match="flight timeout"), flight_hold(rag.semantic, pk, Q, bad):
-        pass
-
-    async def hold():
-        async with aflight_hold(rag.semantic, pk, Q, bad):
-            pass
-
+        AnswerPath(rag.semantic, flight_timeout_s=bad)
     with pytest.raises(ValueError, match="flight timeout"):
-        asyncio.run(hold())
-    assert len(rag.semantic) == 0 and not _LOCAL._locks
+        FLIGHTS.join("ab" * 32, bad)
+    assert len(rag.semantic) == 0 and not _LOCAL._locks and len(FLIGHTS) == 0
 
 
 @pytest.mark.parametrize("ok", [0, 0.0, 2, 0.25])

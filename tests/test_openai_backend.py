@@ -108,7 +108,7 @@ def test_ragcache_over_the_endpoint_provider_cache_from_the_second_request(clien
     system = f"{tag.title()} responses. You answer for Northwind Bikes, using the documents."
     docs = [{**d, "text": f"{d['text']} ({tag} edition)"} for d in DOCS]  # bytes no other test cached
     backend = OpenAIBackend(client, "tiny-llama", stream=stream, price=(0.15, 0.075, 0.60))
-    rag = RagCache(backend, system=system, max_new_tokens=3)
+    rag = RagCache(backend, semantic=None, system=system, max_new_tokens=3)
     first = rag.answer("How long do refunds take?", docs)
     check_usage(first, engine.generations[-1])
     assert first.layer == "provider" and first.usage.cache_read == 0
@@ -130,7 +130,7 @@ def test_ragcache_over_the_endpoint_provider_cache_from_the_second_request(clien
 
 
 def test_length_finish_and_volatile_history(client, engine):
-    rag = RagCache(OpenAIBackend(client, "tiny-llama"), system="Support desk of Northwind Bikes, history kept.",
+    rag = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Support desk of Northwind Bikes, history kept.",
                    max_new_tokens=2)
     history = [{"role": "user", "content": "I bought a bike."}, {"role": "assistant", "content": "Great choice."}]
     rag.answer("When will my refund arrive?", DOCS[:2], history=history, volatile="Today is 2026-11-30.")
@@ -145,14 +145,14 @@ async def test_async_client_and_thread_fallback(base_url, client, engine):
     async with openai.AsyncOpenAI(base_url=base_url, api_key="local", max_retries=0) as ac:
         for stream in (True, False):
             backend = OpenAIBackend(async_client=ac, model="tiny-llama", stream=stream)
-            rag = RagCache(backend, system=f"Async Northwind desk, stream={stream}.", max_new_tokens=3)
+            rag = RagCache(backend, semantic=None, system=f"Async Northwind desk, stream={stream}.", max_new_tokens=3)
             await rag.aanswer("How long do refunds take?", DOCS)
             a = await rag.aanswer("Can I return a bike I rode?", DOCS)
             check_usage(a, engine.generations[-1])
             assert a.layer == "provider-cache" and a.ttft_s > 0
             with pytest.raises(ValueError, match="no sync client"):
                 backend.generate(PromptLayout.build(question="Q?"), max_new_tokens=1)
-    sync_only = RagCache(OpenAIBackend(client, "tiny-llama"), system="Async Northwind desk, stream=True.",
+    sync_only = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Async Northwind desk, stream=True.",
                          max_new_tokens=3)
     a = await sync_only.aanswer("Is crash damage covered?", DOCS)  # the sync client, in a worker thread
     check_usage(a, engine.generations[-1])
@@ -175,7 +175,7 @@ def test_precomputed_documents_are_chunk_hits_over_the_endpoint(client, engine):
     # tokenises parts as document pieces: the chunk keys RagCache would use locally hold over HTTP too.
     docs = [{**d, "text": d["text"] + " (precomputed edition)"} for d in DOCS]
     assert engine.chunk_cache.precompute(engine, docs, progress=False) == 3
-    a = RagCache(OpenAIBackend(client, "tiny-llama"), system="Precomputed desk.", max_new_tokens=2).answer(
+    a = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Precomputed desk.", max_new_tokens=2).answer(
         "How long do refunds take?", docs)
     g = engine.generations[-1]
     check_usage(a, g)

@@ -15,9 +15,22 @@ pytest.importorskip("pgvector", reason="pip install 'ragcache[shared]'")
 from ragcache.remote import RemoteStoreError  # noqa: E402
 from ragcache.semantic import SemanticCache, partition_key  # noqa: E402
 from ragcache.semantic.pg_cache import PgSemanticCache  # noqa: E402
+from ragcache.answering import AnswerPath  # noqa: E402
+from ragcache.backend import BackendResult, CacheUsage  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
 
 EMB = HashingEmbedder(64)
+FPK = partition_key(model="flight")
+
+
+def _call(text: str, delay: float = 0.0, calls: list | None = None):
+    """A model call for the answer path: ``() -> BackendResult`` after ``delay`` seconds."""
+    def call() -> BackendResult:
+        if calls is not None:
+            calls.append(1)
+        time.sleep(delay)
+        return BackendResult(text, "provider", CacheUsage.provider(input_tokens=5, completion_tokens=2))
+    return call
 
 
 @pytest.fixture()
@@ -129,43 +142,39 @@ def test_schema_is_versioned(pg_server, open_cache, schema):
 
 
 def test_single_flight_threads(open_cache):
-    cache = open_cache()
-    calls = []
-
-    def compute() -> str:
-        calls.append(1)
-        time.sleep(0.3)
-        return "the answer"
+    open_cache()
+    calls: list = []
+    compute = _call("the answer", 0.3, calls)
 
     out = [None] * 8
     def worker(k: int) -> None:
-        out[k] = open_cache().single_flight("What is single flight?", compute)
+        out[k] = AnswerPath(open_cache()).run("What is single flight?", FPK, compute)
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     assert len(calls) == 1
-    assert all(r.answer == "the answer" for r in out) and sum(r.computed for r in out) == 1
+    assert all(r.text == "the answer" for r in out) and sum(r.layer == "provider" for r in out) == 1
 
 
 def _flight_worker(url: str, schema: str, barrier, q) -> None:
     cache = PgSemanticCache(url, schema=schema, embedder=EMB)
     barrier.wait()
-    r = cache.single_flight("same question everywhere", lambda: (time.sleep(0.3), "once")[1])
-    q.put((r.answer, r.computed))
+    r = AnswerPath(cache).run("same question everywhere", FPK, _call("once", 0.3))
+    q.put((r.text, r.layer == "provider"))
     cache.close()
 
 
 def _crash_holder(url: str, schema: str, started) -> None:
     cache = PgSemanticCache(url, schema=schema, embedder=EMB)
 
-    def compute() -> str:
+    def compute() -> BackendResult:
         started.set()
         time.sleep(60)
-        return "never"
+        return _call("never")()
 
-    cache.single_flight("crashy question", compute)
+    AnswerPath(cache).run("crashy question", FPK, compute)
 
 
 def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schema):
@@ -187,8 +196,8 @@ def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schem
     holder.kill()
     holder.join()
     t0 = time.perf_counter()
-    r = open_cache().single_flight("crashy question", lambda: "recovered", timeout_s=30)
-    assert r.computed and r.answer == "recovered" and time.perf_counter() - t0 < 10
+    r = AnswerPath(open_cache(), flight_timeout_s=30).run("crashy question", FPK, _call("recovered"))
+    assert r.layer == "provider" and r.text == "recovered" and time.perf_counter() - t0 < 10
 
 
 def test_unreachable_server_is_a_clear_error():
@@ -221,7 +230,10 @@ def test_async_flight_shares_the_advisory_lock_and_cancelled_waiters_leave_none(
     import psycopg
 
     from ragcache.semantic import partition_key
-    from ragcache.semantic.flight import aflight_hold
+    from ragcache.semantic.flight import flight_key
+
+    def aflight_hold(cache, pk, question, timeout_s):
+        return cache.aflight_lock(flight_key(pk, question), timeout_s)
 
     cache = open_cache()
     pk = partition_key(model="m")

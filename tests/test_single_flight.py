@@ -1,63 +1,209 @@
-"""Single flight over the embedded cache (threads of one process); the PostgreSQL flight is in test_pg_store."""
+"""Single flight over the embedded cache (threads of one process) through the one answer path
+(:class:`ragcache.answering.AnswerPath`); the PostgreSQL flight is in test_pg_store.
+
+Issue 32, "single flight when the call fails": waiters get the leader's error (not a queue of
+repeats), and a leader hanging past the flight timeout lets one waiter through, not all."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
+
+from ragcache.answering import AnswerPath
+from ragcache.backend import BackendResult, CacheUsage
 from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.flight import flight_key, single_flight
+from ragcache.semantic.flight import FLIGHTS, flight_key
 from ragcache.testing import HashingEmbedder
 
+PK = partition_key(model="m")
 
-def test_threads_share_one_compute_and_failures_pass_the_turn():
-    cache = SemanticCache(embedder=HashingEmbedder(64))
-    pk = partition_key(model="m")
-    calls: list[int] = []
-    attempts: list[int] = []
 
-    def compute() -> str:
-        attempts.append(1)
-        if len(attempts) == 1:
-            time.sleep(0.1)
-            raise RuntimeError("model call failed")
-        calls.append(1)
-        time.sleep(0.2)
-        return "answer"
+def _path(**kw) -> AnswerPath:
+    return AnswerPath(SemanticCache(embedder=HashingEmbedder(64)), **kw)
 
+
+def _result(text: str, finish: str = "stop") -> BackendResult:
+    return BackendResult(text, "provider", CacheUsage.provider(input_tokens=10, completion_tokens=3), 0.01,
+                         finish)  # type: ignore[arg-type]
+
+
+def _together(n: int, fn) -> tuple[list, list]:
     out, errors = [], []
 
     def worker() -> None:
         try:
-            out.append(single_flight(cache, "What is a flight?", compute, partition=pk))
-        except RuntimeError as e:
+            out.append(fn())
+        except Exception as e:  # noqa: BLE001 - collected for the assertions
             errors.append(e)
 
-    ts = [threading.Thread(target=worker) for _ in range(8)]
+    ts = [threading.Thread(target=worker) for _ in range(n)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    assert len(errors) == 1 and len(calls) == 1 and len(out) == 7
-    assert all(r.answer == "answer" for r in out) and sum(r.computed for r in out) == 1
-    hit = single_flight(cache, "what is a flight", compute, partition=pk)
-    assert hit.hit is not None and not hit.computed and len(attempts) == 2
+    return out, errors
 
 
-def test_hung_holder_times_out():
-    cache = SemanticCache(embedder=HashingEmbedder(64))
+@pytest.mark.parametrize("error", [RuntimeError("model call failed"), TimeoutError("upstream timed out"),
+                                   ValueError("bad request")])
+def test_waiters_get_the_leaders_error_not_a_queue_of_repeats(error):
+    path = _path()
+    attempts: list[int] = []
+
+    def call() -> BackendResult:
+        attempts.append(1)
+        time.sleep(0.3)
+        raise error
+
+    out, errors = _together(6, lambda: path.run("What is a flight?", PK, call))
+    assert attempts == [1] and out == [] and len(errors) == 6
+    assert all(e is error for e in errors)  # the leader's own error object, once
+    assert len(FLIGHTS) == 0
+    # the flight is over: the next caller calls again (and succeeds), then it is a hit
+    a = path.run("What is a flight?", PK, lambda: _result("answer"))
+    assert a.layer == "provider" and a.text == "answer" and len(attempts) == 1
+    hit = path.run("What is a flight?", PK, lambda: _result("never"))
+    assert hit.layer == "semantic" and hit.text == "answer"
+
+
+def test_threads_share_one_call_and_get_a_zero_usage_hit():
+    path = _path()
+    calls: list[int] = []
+
+    def call() -> BackendResult:
+        calls.append(1)
+        time.sleep(0.3)
+        return _result("answer")
+
+    out, errors = _together(8, lambda: path.run("What is a flight?", PK, call, max_tokens=64))
+    assert not errors and len(calls) == 1 and all(a.text == "answer" for a in out)
+    assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * 7
+    for a in out:
+        if a.layer == "semantic":
+            assert a.usage == CacheUsage() and a.ttft_s > 0 and a.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("waiters", [3, 6])
+def test_a_hung_leader_lets_one_waiter_through_not_all(waiters):
+    path = _path(flight_timeout_s=0.3)
     release = threading.Event()
-    t = threading.Thread(target=lambda: single_flight(cache, "slow one?", lambda: (release.wait(10), "late")[1]))
+    calls: list[str] = []
+
+    def hung() -> BackendResult:
+        calls.append("hung")
+        release.wait(20)
+        return _result("late")
+
+    leader = threading.Thread(target=lambda: path.run("slow one?", PK, hung))
+    leader.start()
+    time.sleep(0.1)
+
+    def call() -> BackendResult:
+        calls.append("waiter")
+        time.sleep(0.2)
+        return _result("mine")
+
+    out, errors = _together(waiters, lambda: path.run("slow one?", PK, call))
+    assert not errors and calls.count("waiter") == 1 and len(out) == waiters
+    assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * (waiters - 1)
+    assert all(a.text == "mine" for a in out)
+    release.set()
+    leader.join()
+    assert len(FLIGHTS) == 0
+
+
+@pytest.mark.parametrize("finish", ["content_filter", "tool_calls", "refusal", "incomplete"])
+def test_an_answer_that_may_not_be_stored_is_not_served_to_the_waiters(finish):
+    path = _path()
+    calls: list[int] = []
+
+    def call() -> BackendResult:
+        calls.append(1)
+        time.sleep(0.2)
+        return _result(f"cut {len(calls)}", finish)
+
+    out, errors = _together(4, lambda: path.run("What is a flight?", PK, call))
+    assert not errors and len(calls) == 4 and all(a.finish_reason == finish and a.layer == "provider" for a in out)
+    assert len(path.semantic) == 0
+
+
+def test_a_closed_stream_hands_the_flight_on():
+    path = _path()
+
+    def pieces():
+        yield "par"
+        time.sleep(0.3)
+        yield "tial"
+        yield _result("partial")
+
+    it = path.stream("Stream me?", PK, pieces)
+    assert next(it) == "par"
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(path.run("Stream me?", PK, lambda: _result("whole"))))
     t.start()
     time.sleep(0.1)
-    t0 = time.perf_counter()
-    r = single_flight(cache, "slow one?", lambda: "mine", timeout_s=0.3)
-    assert r.computed and r.answer == "mine" and 0.25 < time.perf_counter() - t0 < 5
-    release.set()
+    it.close()  # the consumer stops reading: nothing stored, the waiter starts a new flight
     t.join()
+    assert got[0].layer == "provider" and got[0].text == "whole" and len(FLIGHTS) == 0
 
 
-def test_flight_key_ignores_case_and_punctuation_not_partition():
+def test_flight_key_separates_partitions():
     a, b = partition_key(model="a"), partition_key(model="b")
-    assert flight_key(a, "What is X?") == flight_key(a, "what is x")
+    assert flight_key(a, "What is X?") == flight_key(a, "What is X?")
     assert flight_key(a, "What is X?") != flight_key(b, "What is X?")
+
+
+def test_async_streams_share_one_call_and_a_cut_stream_is_not_stored():
+    import asyncio
+
+    path = _path()
+    calls: list[int] = []
+
+    def pieces(cut: bool):
+        async def gen():
+            calls.append(1)
+            for w in ("Orders ", "ship ", "Monday."):
+                await asyncio.sleep(0.05)
+                yield w
+            if not cut:
+                yield _result("Orders ship Monday.")
+        return gen
+
+    async def consume(q: str, cut: bool) -> tuple[str, object]:
+        text, final = "", None
+        async for item in path.astream(q, PK, pieces(cut)):
+            if isinstance(item, str):
+                text += item
+            else:
+                final = item
+        return text, final
+
+    async def main():
+        whole = await asyncio.gather(*(consume("When do orders ship?", False) for _ in range(5)))
+        cut = [await consume("When is the cut?", True) for _ in range(2)]
+        return whole, cut
+
+    whole, cut = asyncio.run(main())
+    assert len([1 for _ in whole]) == 5 and all(t == "Orders ship Monday." for t, _ in whole)
+    assert sorted(a.layer for _, a in whole) == ["provider"] + ["semantic"] * 4
+    assert all(a.finish_reason == "incomplete" and a.layer == "provider" for _, a in cut)
+    assert len(calls) == 3 and len(path.semantic) == 1 and len(FLIGHTS) == 0
+
+
+def test_sync_stream_of_identical_misses_makes_one_call():
+    path = _path()
+    calls: list[int] = []
+
+    def pieces():
+        calls.append(1)
+        yield "Refunds "
+        time.sleep(0.2)
+        yield "take 14 days."
+        yield _result("Refunds take 14 days.")
+
+    out, errors = _together(4, lambda: list(path.stream("How long do refunds take?", PK, pieces)))
+    assert not errors and len(calls) == 1
+    assert all("".join(x for x in items if isinstance(x, str)) == "Refunds take 14 days." for items in out)
+    assert sorted(items[-1].layer for items in out) == ["provider"] + ["semantic"] * 3

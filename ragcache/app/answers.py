@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragcache.provenance import PROVENANCE_KEY, Provenance
+
 DB_NAME = "semantic.sqlite3"  # ragcache.semantic.store.DB_NAME (not imported: that pulls in FAISS)
+BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.budget.META_KEY (not imported, as above)
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerRow:
-    """One stored answer (times are Unix seconds)."""
+    """One stored answer (times are Unix seconds). ``metadata`` is the entry's own (the caller's)
+    metadata; where the answer came from is :attr:`provenance` (:class:`ragcache.provenance.Provenance`,
+    read from this or an earlier release's keys) and how it ended under which budget is :attr:`budget`."""
 
     id: int
     partition: str
@@ -34,10 +39,24 @@ class AnswerRow:
     expires: float | None
     hits: int
 
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance.from_metadata(self.metadata)
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        """``finish_reason``, ``max_tokens`` (the budget it was generated under), ``output_tokens``."""
+        b = self.metadata.get(BUDGET_KEY)
+        return dict(b) if isinstance(b, dict) else {"finish_reason": None, "max_tokens": None, "output_tokens": None}
+
     def to_dict(self, full: bool = True) -> dict[str, Any]:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["metadata"] = {k: v for k, v in self.metadata.items() if k not in (BUDGET_KEY, PROVENANCE_KEY)}
+        d["provenance"] = self.provenance.to_json()
+        d["budget"] = self.budget
         if not full:
             d.pop("metadata")
+            d.pop("budget")
             d["answer"] = self.answer if len(self.answer) <= 80 else self.answer[:79] + "…"
         return d
 

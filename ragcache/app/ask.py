@@ -14,10 +14,12 @@ is part of the semantic partition, so it is served only to a request with the sa
 the second ask of a question is a semantic hit at the defaults.
 
 Concurrent runs on one ``$RAGCACHE_HOME`` (several shells, a script in parallel) share the work:
-the index update holds a file lock on the index folder, and a miss holds the single-flight lock
-of (partition, question words) across processes (the answer store's lock: :class:`ragcache.semantic.flight.FileFlightLocks`),
-re-reads the answer cache once it has the lock, and only then calls the model: N identical
-concurrent asks make one model call and store one answer.
+the index update holds a file lock on the index folder, and a miss goes through the one answer
+path (:class:`ragcache.answering.AnswerPath`), whose single flight holds the answer store's lock of
+(partition, question) across processes (a lock file per key,
+:class:`ragcache.semantic.flight.FileFlightLocks`, or PostgreSQL's advisory lock with
+``RAGCACHE_SEMANTIC_URL``), re-reads the answer cache once it has the lock, and only then calls the
+model: N identical concurrent asks make one model call and store one answer.
 """
 
 from __future__ import annotations
@@ -28,15 +30,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from rich.console import Console
 from rich.text import Text
-
-from filelock import FileLock
 
 from ragcache.app.corpus import scan_folder
 from ragcache.app.output import clean, say, warn
 from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
-from ragcache.app.runtime import LazyLocalBackend, answer_cache, build_engine, bulk_embedder, query_embedder
+from ragcache.app.runtime import (
+    LazyLocalBackend,
+    answer_cache,
+    build_engine,
+    bulk_embedder,
+    query_embedder,
+)
 from ragcache.config import Config
 from ragcache.hashing import hash_value
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
@@ -163,7 +170,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     semantic = answer_cache(cfg, emb)
     rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                   cache_truncated=cache_truncated)
+                   cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     reasons: list[str] = []
     try:
         req = rag.prepare(question, documents)
@@ -172,9 +179,10 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             reasons = explain_miss(semantic, question, req.partition, threshold)
             for r in reasons:
                 log.info("semantic miss: %s", r)
-        if a is None:
-            a = _answer_miss(rag, req, cfg, emb, lookup=lookup, store=store, threshold=threshold, t0=t0,
-                             console=None if quiet else console, timeout_s=flight_timeout_s)
+        if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
+            a = rag.path.run(req.question, req.partition, lambda: _generate(rag, req, None if quiet else console),
+                             max_tokens=req.max_new_tokens, threshold=threshold, lookup=lookup, store=store,
+                             model=rag.model)
     finally:
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
@@ -182,31 +190,6 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     if not quiet:
         print_answer(console, out)
     return out
-
-
-def _answer_miss(rag: RagCache, req: Any, cfg: Config, emb: Any, *, lookup: bool, store: bool,
-                 threshold: float | None, t0: float, console: Console | None, timeout_s: float) -> Answer:
-    """A miss: under the cross-process single-flight lock of (partition, question words) (a lock file,
-    or PostgreSQL's advisory lock with ``RAGCACHE_SEMANTIC_URL``), re-read the answer cache (another
-    ``ask`` may have just stored the answer), else call the model and store its answer before the
-    lock is released. ``--refresh`` (``lookup=False``) replaces the stored
-    answer; ``--no-cache`` (``store=False``) takes no lock and stores nothing."""
-    from ragcache.semantic.flight import flight_key
-
-    if not store:
-        return RagCache._answer(req, _generate(rag, req, console), time.perf_counter() - t0)
-    # the store's lock spans processes: a lock file per key for the embedded folder, an advisory lock
-    # in PostgreSQL; a lookup after it sees what another process stored meanwhile (SQLite data_version)
-    with rag.semantic.flight_lock(flight_key(req.partition, req.question), timeout_s) as locked:
-        if not locked:
-            log.warning("waited %.0f s for another process answering the same question; answering here", timeout_s)
-        if lookup and locked:
-            hit = rag.lookup(req, threshold=threshold)
-            if hit is not None:
-                return hit
-        a = rag.record(req, _generate(rag, req, console), started=t0)
-        rag.semantic.flush()
-        return a
 
 
 def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:

@@ -1,25 +1,25 @@
-"""Single flight: concurrent identical misses (same partition, same question words) make one model call.
+"""Single flight: concurrent identical misses (same partition, same question text) make one model call.
 
-:func:`single_flight` looks the question up; on a miss it takes a lock keyed by (partition,
-question words), looks up once more (another caller may have just stored the answer), and only
-then calls ``compute()`` and stores its answer. Callers with the same question wait on the lock
-and find the stored answer. The lock is the cache's store's (``cache.flight_lock``, which is
-``VectorAnswerStore.lock``):
+The answer path (:class:`ragcache.answering.AnswerPath`) is the only user. Two levels, one API for
+sync and async callers:
 
-- PostgreSQL (:class:`~ragcache.semantic.pg_store.PgAnswerStore`): a session advisory lock, so the
-  flight spans every process and machine on that database. It belongs to the holder's connection:
-  a holder that crashes releases it at once.
-- FAISS + SQLite (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`): a lock in this process
-  (:data:`LOCAL_LOCKS`) and, for a folder on disk, a lock file per key (:class:`FileFlightLocks`),
-  so processes sharing one folder (``ragcache ask`` runs) share the flight.
+- In this process, :data:`FLIGHTS` (:class:`FlightTable`) seats callers of one key on one
+  :class:`Seat`: the first is the leader, the others wait (``Seat.wait`` blocks a thread,
+  ``Seat.await_`` sleeps on the event loop). When the leader's call raises, every waiter raises the
+  *same* error (the leader's); when it returns, they read its stored answer; when the leader was
+  cancelled they start a new flight. A leader that hangs past the flight timeout lets **one**
+  waiter through (it becomes the next leader; the others wait for it), not all.
+- Across processes, the leader holds the cache's store lock of the key (``cache.flight_lock`` /
+  ``aflight_lock``, which is ``VectorAnswerStore.lock``):
 
-A holder that hangs blocks the others for at most ``timeout_s`` seconds; then they compute
-themselves (logged). If ``compute`` raises, the lock is released and the next waiter computes.
+  - PostgreSQL (:class:`~ragcache.semantic.pg_store.PgAnswerStore`): a session advisory lock, so the
+    flight spans every process and machine on that database; a holder that crashes releases it.
+  - FAISS + SQLite (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`): a lock in this process
+    (:data:`LOCAL_LOCKS`) and, for a folder on disk, a lock file per key (:class:`FileFlightLocks`),
+    so processes sharing one folder (``ragcache ask`` runs) share the flight.
 
-Async callers (:func:`aflight_hold`, used by ``RagCache.aanswer``) take the *same* locks without
-blocking a thread while they wait: they try the lock (``pg_try_advisory_lock``, or a non-blocking
-acquire of the process lock) and sleep on the event loop between tries, so sync and async callers
-of one question share one flight, and a cancelled waiter holds nothing.
+  A leader in another process that fails cannot hand its error over: the next process's leader
+  re-reads the cache and calls once (one retry per process, never one per caller).
 """
 
 from __future__ import annotations
@@ -29,36 +29,16 @@ import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ragcache.semantic.checks import checked_partition
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.records import SemanticHit
 from ragcache.semantic.text import exact_form, normalize_question
 
 logger = logging.getLogger("ragcache.semantic.flight")
-
-
-
-@dataclass(frozen=True, slots=True)
-class FlightResult:
-    """Outcome of :func:`single_flight`.
-
-    Attributes:
-        answer: the answer text (served or computed).
-        hit: the cache hit that served it, or ``None`` when this caller ran ``compute``.
-        computed: ``compute`` ran in this call.
-        waited_s: seconds spent waiting for another caller's ``compute``.
-    """
-
-    answer: str
-    hit: SemanticHit | None
-    computed: bool
-    waited_s: float = 0.0
+T = TypeVar("T")
 
 
 def check_timeout(timeout_s: Any) -> float:
@@ -217,35 +197,6 @@ class FileFlightLocks:
                     lock.release()
 
 
-@contextmanager
-def flight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0) -> Iterator[bool]:
-    """Hold the single-flight lock of (partition, question words) for ``cache`` (its store's lock,
-    ``cache.flight_lock``: a PostgreSQL advisory lock for every process on that database, a lock in
-    this process for the embedded store). Yields whether the lock was taken (``False`` after waiting ``timeout_s`` seconds for a
-    holder that did not finish: the caller then computes anyway). Used by :func:`single_flight` and by
-    ``RagCache.answer``.
-
-    Raises:
-        ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
-    timeout_s = check_timeout(timeout_s)
-    with cache.flight_lock(flight_key(partition, question), timeout_s) as locked:
-        yield locked
-
-
-@asynccontextmanager
-async def aflight_hold(cache: Any, partition: PartitionKey, question: str, timeout_s: float = 60.0
-                       ) -> AsyncIterator[bool]:
-    """Async :func:`flight_hold`: the same lock (``cache.aflight_lock``, shared with sync callers),
-    waited for on the event loop. Yields whether the lock was taken (``False`` after ``timeout_s``
-    seconds).
-
-    Raises:
-        ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
-    timeout_s = check_timeout(timeout_s)
-    async with cache.aflight_lock(flight_key(partition, question), timeout_s) as locked:
-        yield locked
-
-
 async def enter_in_thread(cm: Any) -> Any:
     """``cm.__enter__()`` run in a worker thread; returns its value. If the awaiting task is
     cancelled meanwhile, the context is left (``__exit__`` in a thread) as soon as the enter
@@ -260,36 +211,170 @@ async def enter_in_thread(cm: Any) -> Any:
         raise
 
 
-def single_flight(cache: Any, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
-                  threshold: float | None = None, timeout_s: float = 60.0,
-                  metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
-    """Serve ``question`` from ``cache`` or run ``compute()`` once among concurrent identical misses.
+class _Flight:
+    """One flight of a key in this process: set ``done`` when its leader leaves, with its error."""
 
-    Args:
-        cache: a semantic cache (``lookup`` / ``store`` / ``flight_lock``): over PostgreSQL the flight
-            spans processes, over the embedded store this process's threads.
-        compute: the model call, ``() -> answer text``.
-        timeout_s: longest wait for another caller's ``compute`` before computing here.
+    __slots__ = ("done", "error", "successor")
 
-    Raises:
-        ValueError: ``timeout_s`` not a finite number >= 0, before any lookup.
-        whatever ``cache.lookup`` / ``cache.store`` / ``compute`` raise (e.g. RemoteStoreError).
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.successor: _Flight | None = None
+
+
+class Seat:
+    """A caller's place in a flight (:meth:`FlightTable.join`).
+
+    Attributes:
+        leader: this caller makes the call.
+        lock_timeout_s: how long the leader waits for the store's cross-process lock: the flight
+            timeout, or 0 for a caller that took over from a hung leader (that leader still holds
+            this process's lock of the key).
     """
-    pk = checked_partition(partition)
-    check_timeout(timeout_s)
-    hit = cache.lookup(question, partition=pk, threshold=threshold)
-    if hit is not None:
-        return FlightResult(hit.answer, hit, False)
-    t0 = time.perf_counter()
-    with flight_hold(cache, pk, question, timeout_s) as locked:
-        waited = time.perf_counter() - t0
-        if locked:
-            hit = cache.lookup(question, partition=pk, threshold=threshold)
-            if hit is not None:
-                return FlightResult(hit.answer, hit, False, waited)
-        else:
-            logger.warning("single flight: waited %.1f s for another caller of %r; computing here",
-                           timeout_s, question[:60])
-        answer = compute()
-        cache.store(question, answer, partition=pk, metadata=metadata, ttl_s=ttl_s)
-        return FlightResult(answer, None, True, waited)
+
+    __slots__ = ("_table", "flight", "key", "leader", "lock_timeout_s", "timeout_s")
+
+    def __init__(self, table: FlightTable, key: str, flight: _Flight, leader: bool, timeout_s: float) -> None:
+        self._table, self.key, self.flight, self.leader = table, key, flight, leader
+        self.timeout_s = self.lock_timeout_s = timeout_s
+
+    def _finished(self) -> str:
+        err = self.flight.error
+        if err is None:
+            return "done"
+        if isinstance(err, Exception):
+            raise err  # the leader's own error: the waiters do not repeat a failing call
+        return "retry"  # the leader was cancelled (or its stream closed): a new flight
+
+    def _next(self) -> str | None:
+        """After a wait that timed out: become the next leader (the first to time out) or follow it."""
+        nxt, lead = self._table._take_over(self.key, self.flight)
+        self.flight = nxt
+        if lead:
+            self.leader, self.lock_timeout_s = True, 0.0
+            logger.warning("single flight: the leader of %s did not finish in %.1f s; one caller answers now",
+                           self.key[:12], self.timeout_s)
+            return "lead"
+        return None
+
+    def wait(self) -> str:
+        """``"lead"`` (make the call), ``"done"`` (the leader finished: read the cache) or ``"retry"``
+        (join a new flight). Blocks at most the flight timeout per leader.
+
+        Raises:
+            the leader's error (the same exception object) when its call raised.
+        """
+        while not self.leader:
+            if self.flight.done.wait(self.timeout_s):
+                return self._finished()
+            if self._next() is not None:
+                break
+        return "lead"
+
+    async def await_(self) -> str:
+        """Async :meth:`wait`, sleeping on the event loop between checks (:func:`poll_lock`)."""
+        while not self.leader:
+            async def finished(done: threading.Event = self.flight.done) -> bool:
+                return done.is_set()
+
+            if await poll_lock(finished, self.timeout_s):
+                return self._finished()
+            if self._next() is not None:
+                break
+        return "lead"
+
+
+class FlightTable:
+    """This process's flights by key (see the module docstring). ``join`` seats a caller; the
+    leader runs its call inside ``lead(seat)``, which hands its outcome to the waiters."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._flights: dict[str, _Flight] = {}
+
+    def join(self, key: str, timeout_s: float) -> Seat:
+        """A seat on the key's current flight, as its leader when there is none.
+
+        Raises:
+            ValueError: ``timeout_s`` not a finite number >= 0 (:func:`check_timeout`)."""
+        timeout_s = check_timeout(timeout_s)
+        with self._guard:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                return Seat(self, key, flight, True, timeout_s)
+        return Seat(self, key, flight, False, timeout_s)
+
+    def _take_over(self, key: str, hung: _Flight) -> tuple[_Flight, bool]:
+        with self._guard:
+            if hung.successor is not None:
+                return hung.successor, False
+            hung.successor = nxt = _Flight()
+            if self._flights.get(key) is hung:
+                self._flights[key] = nxt
+            return nxt, True
+
+    @contextmanager
+    def lead(self, seat: Seat) -> Iterator[None]:
+        """Run the leader's call; on exit the waiters get its outcome (its error, if it raised)."""
+        if not seat.leader:
+            raise RuntimeError("only a flight's leader leads it")
+        flight = seat.flight
+        try:
+            yield
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._guard:
+                if self._flights.get(seat.key) is flight:
+                    del self._flights[seat.key]
+            flight.done.set()
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._flights)
+
+    def fly(self, cache: Any, key: str, timeout_s: float, look: Callable[[], T | None], call: Callable[[], T]) -> T:
+        """The flight protocol for one miss: join the key's flight; a waiter returns ``look()`` once the
+        leader is done (or ``call()`` when the leader's answer was not stored); the leader holds
+        ``cache.flight_lock`` (across processes), re-reads with ``look()`` and else runs ``call()``.
+
+        Raises:
+            the leader's error in every waiter; whatever ``look`` / ``call`` raise."""
+        while True:
+            seat = self.join(key, timeout_s)
+            outcome = seat.wait()
+            if outcome == "retry":  # the leader was cancelled or its stream closed: a new flight
+                continue
+            if outcome == "done":
+                return look() or call()
+            with self.lead(seat), cache.flight_lock(key, seat.lock_timeout_s) as locked:
+                if not locked:
+                    _slow(key, timeout_s)
+                return (look() if locked else None) or call()
+
+    async def afly(self, cache: Any, key: str, timeout_s: float, look: Callable[[], Awaitable[T | None]],
+                   call: Callable[[], Awaitable[T]]) -> T:
+        """Async :meth:`fly` (waits on the event loop; ``cache.aflight_lock``), sharing flights with sync callers."""
+        while True:
+            seat = self.join(key, timeout_s)
+            outcome = await seat.await_()
+            if outcome == "retry":
+                continue
+            if outcome == "done":
+                return await look() or await call()
+            with self.lead(seat):
+                async with cache.aflight_lock(key, seat.lock_timeout_s) as locked:
+                    if not locked:
+                        _slow(key, timeout_s)
+                    return (await look() if locked else None) or await call()
+
+
+def _slow(key: str, timeout_s: float) -> None:
+    logger.warning("single flight: waited %.1f s for another process answering the same question (%s); "
+                   "answering here", timeout_s, key[:12])
+
+
+FLIGHTS = FlightTable()
+"""This process's flights (used by :class:`ragcache.answering.AnswerPath`)."""

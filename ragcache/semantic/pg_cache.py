@@ -4,8 +4,8 @@ The same policy as :class:`~ragcache.semantic.cache.SemanticCache` (it is
 :class:`~ragcache.semantic.policy.SemanticPolicy`: long-question keying, typo correction, answer
 budget, guards with the similarity, statistics, single flight) over a
 :class:`~ragcache.semantic.pg_store.PgAnswerStore`: no entry is held in the process, so another
-process's store or ``invalidate`` is seen on the next lookup, and :meth:`single_flight` spans every
-process on the database (a session advisory lock per (partition, question)).
+process's store or ``invalidate`` is seen on the next lookup, and single flight spans every
+process on the database (its :meth:`flight_lock` is a session advisory lock per (partition, question)).
 """
 
 from __future__ import annotations

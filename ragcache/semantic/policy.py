@@ -14,7 +14,8 @@ similarity is ``>= threshold`` and that the decider accepts. The decider is
 
 The same code runs for every store: :class:`~ragcache.semantic.cache.SemanticCache` (FAISS +
 SQLite, embedded) and :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (PostgreSQL + pgvector,
-shared). Statistics are counted here; single flight takes the store's lock (:meth:`flight_lock`).
+shared). Statistics are counted here; single flight (:class:`ragcache.answering.AnswerPath`) takes the
+store's lock (:meth:`flight_lock` / :meth:`aflight_lock`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from ragcache.semantic.checks import (
     checked_partition,
 )
 from ragcache.semantic.embedding import QuestionEmbedder
-from ragcache.semantic.flight import FlightResult, single_flight
 from ragcache.semantic.guards import GuardSet, GuardVerdict
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.partition import PartitionKey
@@ -275,13 +275,14 @@ class SemanticPolicy(ErrorBoundAPI):
     def store(self, question: str, answer: str, *, partition: PartitionKey | None = None,
               metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
               finish_reason: str | None = None, max_tokens: int | None = None,
-              output_tokens: int | None = None) -> int | None:
+              output_tokens: int | None = None, store_truncated: bool | None = None) -> int | None:
         """Store ``answer`` for ``question`` in ``partition``; returns the entry id.
 
         A stored question with the same words in the same partition is replaced. ``finish_reason``,
         ``max_tokens`` (the budget it was generated under) and ``output_tokens`` describe how the
         answer ended: a truncated answer (``"length"`` / ``"max_tokens"``) is not stored unless the
-        cache has ``store_truncated=True``, and then ``None`` is returned.
+        cache has ``store_truncated=True`` (or this call passes ``store_truncated=True``: an entry
+        point's own budget rule), and then ``None`` is returned.
 
         Raises:
             ValueError: empty question, non-str answer, ``ttl_s <= 0``, metadata not JSON-like,
@@ -290,18 +291,18 @@ class SemanticPolicy(ErrorBoundAPI):
         """
         ids = self._store([(question, answer)], partition=partition, metadata=metadata, ttl_s=ttl_s,
                           finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens,
-                          single=True)
+                          single=True, store_truncated=store_truncated)
         return ids[0] if ids else None
 
     async def astore(self, question: str, answer: str, *, partition: PartitionKey | None = None,
                      metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
                      finish_reason: str | None = None, max_tokens: int | None = None,
-                     output_tokens: int | None = None) -> int | None:
+                     output_tokens: int | None = None, store_truncated: bool | None = None) -> int | None:
         """Async :meth:`store`."""
         import asyncio  # lazily: the sync hit path never needs it
         return await asyncio.to_thread(self.store, question, answer, partition=partition, metadata=metadata,
                                        ttl_s=ttl_s, finish_reason=finish_reason, max_tokens=max_tokens,
-                                       output_tokens=output_tokens)
+                                       output_tokens=output_tokens, store_truncated=store_truncated)
 
     def store_many(self, items: Sequence[tuple[str, str]], *, partition: PartitionKey | None = None,
                    metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,
@@ -321,7 +322,7 @@ class SemanticPolicy(ErrorBoundAPI):
     def _store(self, items: Sequence[tuple[str, str]], *, partition: PartitionKey | None,
                metadata: Mapping[str, Any] | None, ttl_s: float | None, vectors: np.ndarray | None = None,
                finish_reason: str | None, max_tokens: int | None, output_tokens: int | None,
-               single: bool = False) -> list[int]:
+               single: bool = False, store_truncated: bool | None = None) -> list[int]:
         pk = checked_partition(partition)
         ttl = self.ttl_s if ttl_s is None else check_ttl(ttl_s)
         budget = AnswerBudget(finish_reason, max_tokens, output_tokens)
@@ -331,7 +332,7 @@ class SemanticPolicy(ErrorBoundAPI):
                 raise ValueError(f"answer must be a str, got {type(a).__name__}")
         meta = check_metadata(metadata)  # before anything is written: the store below must not fail half-way
         merge_metadata(meta, budget)  # refuses the reserved key
-        if budget.truncated and not self.store_truncated:
+        if budget.truncated and not (self.store_truncated if store_truncated is None else store_truncated):
             logger.debug("semantic cache: not storing %d truncated answer(s) (finish_reason=%r)", len(items),
                          finish_reason)
             return []
@@ -406,14 +407,6 @@ class SemanticPolicy(ErrorBoundAPI):
         """Async :meth:`flight_lock`, waited for on the event loop."""
         async with self.answer_store.alock(key, timeout_s) as locked:
             yield locked
-
-    def single_flight(self, question: str, compute: Callable[[], str], *, partition: PartitionKey | None = None,
-                      threshold: float | None = None, timeout_s: float = 60.0,
-                      metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None) -> FlightResult:
-        """Serve ``question`` or run ``compute()`` once among concurrent identical misses
-        (:func:`ragcache.semantic.flight.single_flight` over :meth:`flight_lock`)."""
-        return single_flight(self, question, compute, partition=partition, threshold=threshold,
-                             timeout_s=timeout_s, metadata=metadata, ttl_s=ttl_s)
 
     # ================================================================= housekeeping
     @property

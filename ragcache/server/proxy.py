@@ -12,7 +12,10 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    the exact partition (:func:`ragcache.semantic.request_partition`); a body field the partition
    does not know bypasses the cache (logged). The tenant is a digest of the caller's credential,
    or an operator-named header (:mod:`ragcache.server.auth`), so caller B is never served caller
-   A's answer. A hit is answered without calling upstream (zero usage, ``x-ragcache-layer: semantic``);
+   A's answer. A hit is answered without calling upstream (zero usage, ``x-ragcache-layer: semantic``).
+   The request goes through ragcache's one answer path (:class:`ragcache.answering.AnswerPath`):
+   identical concurrent requests of one tenant make one upstream call (streamed ones: lookup and
+   store only);
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
    (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator chose
@@ -20,9 +23,11 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk as it
    arrives, and parsed on the side for text and usage;
 4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
-   caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals, and a
-   complete text-only answer (``end_turn`` or ``stop_sequence``; never one cut at ``max_tokens``)
-   is stored in the semantic cache.
+   caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals; an answer is
+   stored by the one rule (:func:`ragcache.answering.cacheable`: text that ended normally; never
+   one cut at ``max_tokens``, a tool use, a refusal, a pause or a cut stream). ``x-ragcache-layer``
+   is a :data:`ragcache.backend.Layer`: ``provider-cache`` when upstream read part of the prompt
+   from its cache, else ``provider``; ``semantic`` for a hit.
 
 Also ``GET /health``, ``GET /v1/models``, ``POST /v1/messages/count_tokens`` (forwarded).
 """
@@ -46,10 +51,13 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
-from ragcache.backend import CacheUsage, provider_layer
+from ragcache.answering import Answer, AnswerPath
+from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import PromptLayout
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
+from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
+from ragcache.providers.anthropic.usage import MessageRead, finish_reason, read_message
 from ragcache.metrics import CacheMetrics
 from ragcache.semantic.partition import shaping_fields
 from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
@@ -59,7 +67,6 @@ if TYPE_CHECKING:
     from ragcache.semantic import SemanticCache
 
 _FORWARD = ("anthropic-version", "anthropic-beta", "content-type")
-_COMPLETE = ("end_turn", "stop_sequence")  # complete answers; "max_tokens" cut ones are never stored
 log = logging.getLogger(__name__)
 
 
@@ -127,6 +134,21 @@ def _refused(e: Exception) -> JSONResponse:
                         status_code=400)
 
 
+def upstream_result(read: MessageRead, kinds: list[str], usage: CacheUsage, ttft_s: float,
+                    details: Mapping[str, Any]) -> BackendResult:
+    """An upstream Anthropic response (read by :func:`~ragcache.providers.anthropic.usage.read_message`,
+    or a stream by :meth:`SSEParser.read`) as :class:`~ragcache.backend.BackendResult`, which the one
+    rule (:func:`ragcache.answering.cacheable`) judges. A normal end with blocks beside text is not a
+    text answer: ``tool_calls`` when a block is a (server) tool's, else ``incomplete`` (thinking and
+    other blocks the cache cannot replay as text). ``details`` gets the model and native stop reason /
+    sequence (the provenance keeps them, so a hit replays them)."""
+    finish = read.finish_reason
+    if finish == "stop" and not read.only_text:
+        finish = "tool_calls" if any("tool" in k for k in kinds) else "incomplete"
+    return BackendResult(read.text, provider_layer(usage.cache_read), usage, ttft_s, finish, details={
+        **details, "model": read.model, "stop_reason": read.stop_reason, "stop_sequence": read.stop_sequence})
+
+
 class _Accounts:
     """Per-model :class:`AnthropicCaching` (breakpoint placement + usage/cost accounting)."""
 
@@ -157,7 +179,8 @@ class SSEParser:
         self.usage: dict[str, Any] = {}
         self.stop_reason: str | None = None
         self.stop_sequence: str | None = None
-        self.only_text = True
+        self.kinds: list[str] = []  # content block types, in order
+        self.model: str | None = None
         self.error = False
         self.first_token_at: float | None = None
 
@@ -176,21 +199,27 @@ class SSEParser:
         kind = ev.get("type")
         if kind == "message_start":
             self.usage.update(ev.get("message", {}).get("usage") or {})
-        elif kind == "content_block_start" and ev.get("content_block", {}).get("type") != "text":
-            self.only_text = False
+            self.model = ev.get("message", {}).get("model") or self.model
+        elif kind == "content_block_start":
+            self.kinds.append(str(ev.get("content_block", {}).get("type")))
         elif kind == "content_block_delta":
             d = ev.get("delta", {})
             if d.get("type") == "text_delta":
                 self.first_token_at = self.first_token_at or time.perf_counter()
                 self.text += d.get("text", "")
-            else:
-                self.only_text = False
         elif kind == "message_delta":
             self.stop_reason = ev.get("delta", {}).get("stop_reason") or self.stop_reason
             self.stop_sequence = ev.get("delta", {}).get("stop_sequence") or self.stop_sequence
             self.usage.update({k: v for k, v in (ev.get("usage") or {}).items() if v is not None})
         elif kind == "error":
             self.error = True
+
+    def read(self) -> MessageRead:
+        """What the stream said so far, as :func:`ragcache.providers.anthropic.usage.read_message` reads a
+        message: a stream cut before its ``message_delta`` has no stop reason (``incomplete``); an error
+        event makes it ``error``."""
+        return MessageRead(self.text, "error" if self.error else finish_reason(self.stop_reason), self.stop_reason,
+                           self.stop_sequence, all(k == "text" for k in self.kinds), self.model)
 
 
 class AnthropicProxy:
@@ -234,6 +263,9 @@ class AnthropicProxy:
             raise ValueError("upstream_auth='operator' needs the operator's key: set ANTHROPIC_API_KEY")
         self.upstream_auth = mode
         self.metrics = metrics or CacheMetrics("off")
+        self.path = AnswerPath(semantic)
+        """The one answer path (:class:`ragcache.answering.AnswerPath`): lookup, single flight (identical
+        concurrent requests of one tenant make one upstream call), the one storage rule, the store."""
         self.accounts = _Accounts(min_tokens)
         self.client = httpx.AsyncClient(base_url=self.upstream, timeout=timeout_s, transport=transport)
         self.routes_app = Starlette(routes=[
@@ -328,46 +360,61 @@ class AnthropicProxy:
             return _refused(e)
         self.accounts.requests += 1
         split = split_question(body, request.headers) if self.semantic is not None else None
-        pk = None
-        if split is not None:
-            question, spec = split
-            pk = self._partition(spec, tenant)
-            l0 = time.perf_counter()
-            hit = await self.semantic.alookup(question, partition=pk)
-            self.metrics.lookup(time.perf_counter() - l0, hit is not None)
-            if hit is not None:
-                self.accounts.semantic_hits += 1
-                self.metrics.request("semantic", None, time.perf_counter() - t0)
-                return self._replay(body, hit)
+        question, pk = (split[0], self._partition(split[1], tenant)) if split is not None else (None, None)
         caching = self.accounts.get(body["model"])
         try:
             req = caching.prepare(body)
         except ValueError as e:
-            return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": str(e)}},
-                                status_code=400)
+            return _refused(e)
         out = json.dumps(req.kwargs).encode()
+        budget = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         if body.get("stream"):
-            return await self._stream(out, headers, caching, req, split, pk, t0)
-        r = await self.client.post("/v1/messages", content=out, headers=headers)
-        extra = {"x-ragcache-layer": "upstream"}
-        if r.status_code == 200:
+            return await self._stream(out, headers, caching, req, body, question, pk, budget, t0)
+        called: list[float] = []
+
+        async def call() -> BackendResult:
+            called.append(time.perf_counter())
+            r = await self.client.post("/v1/messages", content=out, headers=headers)
+            if r.status_code != 200:  # relayed as is, never stored
+                return BackendResult("", "provider", CacheUsage(), finish_reason="error", details={"response": r})
             msg = r.json()
             usage = self._account(caching, req, msg.get("usage") or {}, time.perf_counter() - t0)
-            extra.update({"x-ragcache-cache-read": str(usage.cache_read), "x-ragcache-cache-write": str(usage.cache_write),
-                          "x-ragcache-cost-usd": f"{usage.cost_usd or 0:.6f}",
-                          "x-ragcache-breakpoints": str(len(req.placed))})
-            blocks = msg.get("content") or []
-            if split is not None and msg.get("stop_reason") in _COMPLETE and blocks and \
-                    all(b.get("type") == "text" for b in blocks):
-                await self._store(split[0], "".join(b.get("text", "") for b in blocks), pk, body["model"],
-                                  msg.get("stop_reason"), msg.get("stop_sequence"))
+            return upstream_result(read_message(msg), [b.get("type") for b in msg.get("content") or []], usage,
+                                   time.perf_counter() - t0, {"response": r})
+
+        answer = await self.path.arun(question or "", pk, call, max_tokens=budget, model=body["model"],
+                                      lookup=question is not None, store=question is not None)
+        if question is not None:  # the lookup's time (and any wait for another caller's identical request)
+            self.metrics.lookup((called[0] if called else time.perf_counter()) - t0, answer.hit)
+        if answer.hit:
+            self.accounts.semantic_hits += 1
+            self.metrics.request("semantic", None, time.perf_counter() - t0)
+            return self._replay(body, answer)
+        r = answer.details["response"]
+        extra = {}
+        if r.status_code == 200:
+            u = answer.usage
+            extra = {"x-ragcache-layer": answer.layer, "x-ragcache-cache-read": str(u.cache_read),
+                     "x-ragcache-cache-write": str(u.cache_write), "x-ragcache-cost-usd": f"{u.cost_usd or 0:.6f}",
+                     "x-ragcache-breakpoints": str(len(req.placed))}
         rid = r.headers.get("request-id")
         if rid:
             extra["request-id"] = rid
         return Response(r.content, status_code=r.status_code, media_type="application/json", headers=extra)
 
     async def _stream(self, out: bytes, headers: dict[str, str], caching: AnthropicCaching, req: Any,
-                      split: Any, pk: Any, t0: float) -> Response:
+                      body: Mapping[str, Any], question: str | None, pk: Any, budget: int | None,
+                      t0: float) -> Response:
+        """A streamed request: a stored answer replayed as events, else the upstream stream relayed as it
+        arrives (the headers wait for its first event, whose usage names the layer) and stored through
+        the answer path when it ended normally (:func:`ragcache.answering.cacheable`)."""
+        if question is not None:
+            hit = await self.path.alookup(question, pk, max_tokens=budget, started=t0)
+            self.metrics.lookup(time.perf_counter() - t0, hit is not None)
+            if hit is not None:
+                self.accounts.semantic_hits += 1
+                self.metrics.request("semantic", None, time.perf_counter() - t0)
+                return self._replay(body, hit)
         up = self.client.build_request("POST", "/v1/messages", content=out, headers=headers)
         r = await self.client.send(up, stream=True)
         if r.status_code != 200:
@@ -375,24 +422,33 @@ class AnthropicProxy:
             await r.aclose()
             return Response(content, status_code=r.status_code, media_type="application/json")
         parser = SSEParser()
+        chunks = r.aiter_raw()
+        head: list[bytes] = []
+        async for chunk in chunks:  # up to the first event (message_start: the usage says the layer)
+            parser.feed(chunk)
+            head.append(chunk)
+            if parser.usage or parser.error:
+                break
+        layer = provider_layer(CacheUsage.from_anthropic(parser.usage).cache_read)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
-                async for chunk in r.aiter_raw():
+                for chunk in head:
+                    yield chunk
+                async for chunk in chunks:
                     parser.feed(chunk)
                     yield chunk
             finally:
                 await r.aclose()
             if parser.usage and not parser.error:
                 ttft = (parser.first_token_at or time.perf_counter()) - t0
-                self._account(caching, req, parser.usage, ttft)
-                if split is not None and parser.stop_reason in _COMPLETE and parser.only_text and parser.text:
-                    await self._store(split[0], parser.text, pk, req.kwargs.get("model", ""), parser.stop_reason,
-                                      parser.stop_sequence)
+                usage = self._account(caching, req, parser.usage, ttft)
+                if question is not None:
+                    result = upstream_result(parser.read(), parser.kinds, usage, ttft, {})
+                    await self.path.arecord(question, pk, result, max_tokens=budget, model=body["model"])
 
         return StreamingResponse(relay(), media_type="text/event-stream",
-                                 headers={"x-ragcache-layer": "upstream",
-                                          "x-ragcache-breakpoints": str(len(req.placed))})
+                                 headers={"x-ragcache-layer": layer, "x-ragcache-breakpoints": str(len(req.placed))})
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
@@ -400,22 +456,21 @@ class AnthropicProxy:
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
 
-    async def _store(self, question: str, answer: str, pk: Any, model: str, stop_reason: str | None,
-                     stop_sequence: str | None) -> None:
-        if not answer.strip():
-            return
-        await self.semantic.astore(question, answer, partition=pk, metadata={
-            "finish_reason": "stop", "model": model, "stop_reason": stop_reason, "stop_sequence": stop_sequence})
-
-    def _replay(self, body: Mapping[str, Any], hit: Any) -> Response:
+    def _replay(self, body: Mapping[str, Any], hit: Answer) -> Response:
+        """A semantic hit as an Anthropic message (or its events): zero usage, the stored answer's
+        stop reason (its :class:`~ragcache.answering.Provenance`)."""
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        headers = {"x-ragcache-layer": "semantic", "x-ragcache-similarity": f"{hit.similarity:.4f}",
+        headers = {"x-ragcache-layer": "semantic", "x-ragcache-similarity": f"{hit.similarity or 0:.4f}",
                    "request-id": "req_" + msg_id[4:]}
-        meta = dict(hit.metadata or {})
-        stop_reason, stop_seq = meta.get("stop_reason") or "end_turn", meta.get("stop_sequence")
+        prov = hit.provenance
+        native = prov.stop_reason if prov is not None else None
+        stop_reason = native if native in ANTHROPIC_FINISH and ANTHROPIC_FINISH[native] == hit.finish_reason else \
+            ("max_tokens" if hit.finish_reason == "length" else "end_turn")
+        stop_seq = prov.stop_sequence if prov is not None and stop_reason == "stop_sequence" else None
+        text = hit.text
         message = {"id": msg_id, "type": "message", "role": "assistant", "model": body["model"],
-                   "content": [{"type": "text", "text": hit.answer}], "stop_reason": stop_reason,
+                   "content": [{"type": "text", "text": text}], "stop_reason": stop_reason,
                    "stop_sequence": stop_seq, "usage": usage}
         if not body.get("stream"):
             return JSONResponse(message, headers=headers)
@@ -428,7 +483,7 @@ class AnthropicProxy:
             yield sse("content_block_start", {"type": "content_block_start", "index": 0,
                                               "content_block": {"type": "text", "text": ""}})
             yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                              "delta": {"type": "text_delta", "text": hit.answer}})
+                                              "delta": {"type": "text_delta", "text": text}})
             yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
             yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
                                                                            "stop_sequence": stop_seq},

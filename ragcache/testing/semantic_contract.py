@@ -225,22 +225,25 @@ class SemanticCacheContract:
     def test_single_flight_threads(self, open_cache: Opener) -> None:
         import threading
 
-        c = open_cache()
+        from ragcache.answering import AnswerPath
+        from ragcache.backend import BackendResult, CacheUsage
+
+        path = AnswerPath(open_cache())
         calls: list[int] = []
 
-        def compute() -> str:
+        def compute() -> BackendResult:
             calls.append(1)
             time.sleep(0.3)
-            return "the answer"
+            return BackendResult("the answer", "provider", CacheUsage())
 
         out: list[Any] = [None] * 6
 
         def worker(k: int) -> None:
-            out[k] = c.single_flight("What is single flight?", compute, partition=PK)
+            out[k] = path.run("What is single flight?", PK, compute)
 
         ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-        assert len(calls) == 1 and all(r.answer == "the answer" for r in out)
+        assert len(calls) == 1 and all(r.text == "the answer" for r in out)

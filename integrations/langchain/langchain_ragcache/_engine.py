@@ -1,13 +1,12 @@
-"""Process-wide engines, and the one mapping from ragcache's records onto LangChain's usage and metadata."""
+"""Process-wide engines, and ragcache's record of a local answer as LangChain response metadata
+(usage: :mod:`langchain_ragcache.usage`)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from langchain_core.messages import UsageMetadata
-
-from ragcache.backend import BackendResult, CacheUsage
+from ragcache.backend import BackendResult
 from ragcache.engine.engine import LocalEngine
 from ragcache.models import DEFAULT_MODEL
 
@@ -48,22 +47,6 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
                               decode_cache=cfg.decode_cache, home=cfg.paths)
             _ENGINES[key] = eng
         return eng
-
-
-def usage_metadata(usage: CacheUsage) -> UsageMetadata:
-    """LangChain's ``UsageMetadata`` of a :class:`ragcache.backend.CacheUsage`: the one mapping.
-
-    ``input_tokens`` = prompt tokens, ``output_tokens`` = generated tokens,
-    ``input_token_details.cache_read`` = tokens read from a cache (local: prefix and chunk KV
-    reused; provider: cache reads), ``cache_creation`` = tokens written to a provider's prompt
-    cache (0 for the local engine, whose KV writes cost nothing extra).
-    """
-    return UsageMetadata(
-        input_tokens=int(usage.prompt_tokens),
-        output_tokens=int(usage.completion_tokens),
-        total_tokens=int(usage.prompt_tokens + usage.completion_tokens),
-        input_token_details={"cache_read": int(usage.cache_read), "cache_creation": int(usage.cache_write)},
-    )
 
 
 def ragcache_metadata(result: BackendResult) -> dict[str, Any]:

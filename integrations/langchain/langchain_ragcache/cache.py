@@ -23,7 +23,9 @@ persist under ``$RAGCACHE_HOME`` (the store ``ragcache ask`` uses); ``path=None`
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import time
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -32,11 +34,14 @@ from typing import Any
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
-from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, Generation
 
 from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
 from langchain_ragcache._messages import parse_cache_prompt
+from langchain_ragcache.results import answer_message, answer_record, message_result
+from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
+from ragcache.answering import Answer, AnswerPath, hit_answer
+from ragcache.backend import BackendResult
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.checks import check_path
 from ragcache.config import Config
@@ -71,12 +76,14 @@ class RagCacheSemanticCache(BaseCache):
             :class:`ragcache.RagCache`).
         **kwargs: other :class:`SemanticCache` options (``guards``, ``max_entries``...).
 
-    A hit returns the stored generations (a ``list``; LangChain treats anything else
-    as a miss) and marks chat messages with
-    ``response_metadata["ragcache"] = {"layer": "semantic", "similarity": s,
-    "matched_question": q}`` and a fresh message id on every hit. Plain completion ``Generation`` objects are returned
-    unchanged. ``alookup`` / ``aupdate`` / ``aclear`` are native (the embedding and
-    FAISS search run in a worker thread, same code and threshold as the sync path).
+    A hit returns the stored generations (a ``list``; LangChain treats anything else as a miss)
+    with zero usage (no model call was made) and, on chat messages, a fresh message id and
+    ``response_metadata["ragcache"]`` (:func:`~langchain_ragcache.results.answer_record`:
+    ``layer="semantic"``, ``similarity``, ``matched_question``, ``finish_reason``, ``approximate``,
+    ``recompute_ratio``, ``usage``) read from the entry's :class:`ragcache.answering.Provenance`.
+    Plain completion ``Generation`` objects are returned unchanged. Only generations that ended
+    normally are stored (:meth:`update`). ``alookup`` / ``aupdate`` / ``aclear`` are native (the
+    embedding and FAISS search run in a worker thread, same code and threshold as the sync path).
     """
 
     def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = DEFAULT_LOCATION,
@@ -106,6 +113,9 @@ class RagCacheSemanticCache(BaseCache):
         self.ttl_s = ttl_s
         self.question_extractor = question_extractor
         self.cache_truncated = cache_truncated
+        self.path = AnswerPath(semantic_cache, cache_truncated=cache_truncated, ttl_s=ttl_s)
+        """The one answer path over this cache (:class:`ragcache.answering.AnswerPath`): the middleware and
+        ``ChatRagCache``'s stream answer through it; :meth:`update` stores through it."""
 
     # ------------------------------------------------------------------ keys
     def keyed(self, prompt: str) -> KeyedRequest:
@@ -121,30 +131,58 @@ class RagCacheSemanticCache(BaseCache):
         The question is :data:`~langchain_ragcache._keys.EXACT_QUESTION` when the whole prompt
         is matched exactly (then lookups use threshold 1.0).
         """
-        req = self.keyed(prompt)
-        model, params, tools = model_identity(llm_string)
-        return req.question, req.partition(namespace=self.namespace, model=model, params=params, tools=tools)
+        question, pk, _ = self.request_key(prompt, llm_string)
+        return question, pk
 
-    def _key(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey, float | None]:
+    def request_key(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey, float | None]:
+        """``(question, partition, threshold)`` of a LangChain ``(prompt, llm_string)`` pair: the
+        threshold is 1.0 when the whole prompt is matched exactly, else this cache's."""
         req = self.keyed(prompt)
         model, params, tools = model_identity(llm_string)
         pk = req.partition(namespace=self.namespace, model=model, params=params, tools=tools)
         return req.question, pk, (1.0 if req.exact else self.threshold)
 
+    @staticmethod
+    def budget(llm_string: str) -> int | None:
+        """The new-token budget an ``llm_string`` names (``max_tokens`` / ``max_new_tokens`` /
+        ``max_output_tokens`` among its parameters: LangChain's ``str(sorted(params.items()))``, after
+        the serialised model and ``---`` for a serialisable one), or ``None``. An answer cut at its budget
+        is served only to that budget."""
+        tail = llm_string.rsplit("---", 1)[-1]
+        try:
+            pairs = ast.literal_eval(tail) if tail.startswith("[") else None
+            params = dict(pairs) if isinstance(pairs, list) else {}
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+        for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
+            v = params.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return None
+
     # ------------------------------------------------------------------ BaseCache
+    # LangChain owns this loop (lookup, then update after the model call), so it reads and writes the
+    # semantic cache itself; what may be stored and what a hit says are ragcache's one rule
+    # (:func:`ragcache.answering.cacheable`) and record (:class:`ragcache.answering.Provenance`).
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
         """Cached generations for a semantically equal question in the same partition, else ``None``."""
-        question, pk, threshold = self._key(prompt, llm_string)
-        return self._to_generations(self.semantic_cache.lookup(question, partition=pk, threshold=threshold))
+        question, pk, threshold = self.request_key(prompt, llm_string)
+        t0 = time.perf_counter()
+        hit = self.semantic_cache.lookup(question, partition=pk, threshold=threshold, max_tokens=self.budget(llm_string))
+        return None if hit is None else self._to_generations(hit_answer(question, hit, time.perf_counter() - t0), hit)
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
-        """Store generations for this prompt's question (a same-words entry is replaced).
-        An answer cut at the token budget is not stored unless ``cache_truncated``."""
-        if not self.cacheable(return_val):
-            return
-        question, pk, _ = self._key(prompt, llm_string)
-        answer, meta = self._payload(return_val)
-        self.semantic_cache.store(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
+        """Store generations for this prompt's question (a same-words entry is replaced), when every
+        generation ended normally (:func:`ragcache.answering.cacheable`; cut at the token budget only
+        with ``cache_truncated``). Not stored: ``content_filter``, tool calls, a null or missing
+        finish reason on a chat message (a cut stream), refusals, pauses, context-window stops.
+
+        Raises:
+            ValueError: ``return_val`` is empty.
+        """
+        stored = self._storable(prompt, llm_string, return_val)
+        if stored is not None:
+            self.path.record(*stored[:3], **stored[3])
 
     def clear(self, **kwargs: Any) -> None:
         """Drop this cache's entries (``namespace=`` another namespace; ``all=True`` every namespace)."""
@@ -154,75 +192,62 @@ class RagCacheSemanticCache(BaseCache):
             self.semantic_cache.clear(kwargs.get("namespace", self.namespace))
 
     async def alookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
-        question, pk, threshold = self._key(prompt, llm_string)
-        hit = await self.semantic_cache.alookup(question, partition=pk, threshold=threshold)
-        return self._to_generations(hit)
+        question, pk, threshold = self.request_key(prompt, llm_string)
+        t0 = time.perf_counter()
+        hit = await self.semantic_cache.alookup(question, partition=pk, threshold=threshold,
+                                                max_tokens=self.budget(llm_string))
+        return None if hit is None else self._to_generations(hit_answer(question, hit, time.perf_counter() - t0), hit)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
-        if not self.cacheable(return_val):
-            return
-        question, pk, _ = self._key(prompt, llm_string)
-        answer, meta = self._payload(return_val)
-        await self.semantic_cache.astore(question, answer, partition=pk, metadata=meta, ttl_s=self.ttl_s)
+        stored = self._storable(prompt, llm_string, return_val)
+        if stored is not None:
+            await self.path.arecord(*stored[:3], **stored[3])
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.clear, **kwargs)
 
     # ------------------------------------------------------------------ helpers
-    def cacheable(self, return_val: Sequence[Generation]) -> bool:
-        """Whether generations may be stored: not cut at the token budget (``finish_reason``
-        ``length`` / ``stop_reason`` ``max_tokens``), unless ``cache_truncated`` (as
-        :meth:`ragcache.RagCache.cacheable`). The budget is in the partition, so a stored
-        truncated answer is never served to a request with a larger one."""
-        if self.cache_truncated:
-            return True
-        for g in return_val:
-            info = dict(g.generation_info or {})
-            info.update(getattr(getattr(g, "message", None), "response_metadata", None) or {})
-            if info.get("finish_reason") == "length" or info.get("stop_reason") == "max_tokens":
-                return False
-        return True
-
-    @staticmethod
-    def _payload(return_val: Sequence[Generation]) -> tuple[str, dict[str, Any]]:
+    def _storable(self, prompt: str, llm_string: str, return_val: Sequence[Generation]
+                  ) -> tuple[str, PartitionKey, BackendResult, dict[str, Any]] | None:
         gens = list(return_val)
         if not gens:
             raise ValueError("update() needs at least one generation to store")
+        results = [message_result(g) for g in gens]
+        if not all(self.path.cacheable(r) for r in results):
+            return None
+        question, pk, _ = self.request_key(prompt, llm_string)
+        model, _, _ = model_identity(llm_string)
         gens = [ChatGeneration(message=g.message.model_copy(update={"id": None}), generation_info=g.generation_info)
                 if isinstance(g, ChatGeneration) else g for g in gens]
-        return gens[0].text, {_GENERATIONS_KEY: dumps(gens)}
+        return question, pk, results[0], {"model": results[0].details.get("model") or model,
+                                          "metadata": {_GENERATIONS_KEY: dumps(gens)},
+                                          "max_tokens": self.budget(llm_string)}
 
     @staticmethod
-    def _to_generations(hit: SemanticHit | None) -> list[Generation] | None:
-        if hit is None:
-            return None
+    def _to_generations(answer: Answer, hit: SemanticHit) -> list[Generation] | None:
+        """The generations of a hit: the stored LangChain generations (chat messages marked with
+        :func:`~langchain_ragcache.results.answer_record`, zero usage, fresh ids), or for an answer stored
+        by another entry point (``RagCache``, the proxy, the middleware) one message built from the
+        :class:`~ragcache.answering.Answer`."""
         raw = hit.metadata.get(_GENERATIONS_KEY)
-        if raw is None:  # stored by ragcache's own pipeline (RagCache.answer): plain answer text
-            gens: list[Generation] = [ChatGeneration(message=AIMessage(
-                content=hit.answer, response_metadata={"finish_reason": hit.metadata.get("finish_reason", "stop")}))]
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                gens = loads(raw, allowed_objects="core")
-            if not isinstance(gens, list):
-                return None
-        mark = {"layer": "semantic", "similarity": round(float(hit.similarity), 6),
-                "matched_question": hit.question, "entry_id": hit.entry_id}
+        if raw is None:
+            return [ChatGeneration(message=answer_message(answer))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gens = loads(raw, allowed_objects="core")
+        if not isinstance(gens, list):
+            return None
+        record = answer_record(answer)
         out: list[Generation] = []
         for g in gens:
             if isinstance(g, ChatGeneration):
                 msg = g.message
-                # whether the stored answer came from a blended (approximate) prefill, and at which r
-                origin = {**dict(hit.metadata), **(msg.response_metadata.get("ragcache") or {})}
-                meta = {**msg.response_metadata, "ragcache": {
-                    **mark, "approximate": bool(origin.get("approximate", False)),
-                    "recompute_ratio": origin.get("recompute_ratio")}}
-                update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}"}
-                calls = getattr(msg, "tool_calls", None)
-                if calls:  # a served tool call gets fresh call ids too (ToolMessages answer by id)
-                    update["tool_calls"] = [{**c, "id": f"call_{uuid.uuid4().hex[:24]}"} for c in calls]
-                g = ChatGeneration(message=msg.model_copy(update=update),
-                                   generation_info=g.generation_info)
+                meta = {k: v for k, v in msg.response_metadata.items() if k not in PROVIDER_USAGE_KEYS}
+                meta["ragcache"] = record
+                # a hit made no model call: zero tokens, so usage callbacks do not count the stored call again
+                update: dict[str, Any] = {"response_metadata": meta, "id": f"lc_ragcache-{uuid.uuid4()}",
+                                          "usage_metadata": dict(HIT_USAGE)}
+                g = ChatGeneration(message=msg.model_copy(update=update), generation_info=g.generation_info)
             out.append(g)
         return out
 

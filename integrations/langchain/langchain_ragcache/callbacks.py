@@ -19,6 +19,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 
+from langchain_ragcache.usage import cache_usage
 from ragcache.backend import provider_layer
 
 
@@ -59,21 +60,15 @@ class RagCacheCallbackHandler(BaseCallbackHandler):
                 msg = getattr(g, "message", None)
                 meta = dict(getattr(msg, "response_metadata", None) or {})
                 rc = dict(meta.get("ragcache") or {})
-                usage = getattr(msg, "usage_metadata", None) or {}
-                details = usage.get("input_token_details") or {}
-                layer = rc.get("layer")
-                if layer is None:
-                    layer = provider_layer(int(details.get("cache_read") or 0))
-                # langchain-anthropic reports cache writes per TTL when the API gives the breakdown
-                written = details.get("cache_creation") or sum(
-                    int(details.get(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"))
+                usage = cache_usage(msg)  # the one LangChain -> CacheUsage mapping
+                layer = rc.get("layer") or provider_layer(usage.cache_read if usage else 0)
                 rec = CallRecord(layer=layer, wall_s=wall, model=meta.get("model_name") or meta.get("model"),
                                  similarity=rc.get("similarity"))
                 if layer != "semantic":  # a semantic hit made no model call: no tokens, no TTFT to report
                     rec.ttft_s = rc.get("ttft_s")
-                    rec.input_tokens = usage.get("input_tokens")
-                    rec.cache_read = details.get("cache_read")
-                    rec.cache_creation = written if details else None
+                    if usage is not None:
+                        rec.input_tokens, rec.cache_read = usage.prompt_tokens, usage.cache_read
+                        rec.cache_creation = usage.cache_write
                     rec.tokens_recomputed = rc.get("tokens_recomputed")
                     rec.recompute_ratio = rc.get("recompute_ratio")
                 with self._lock:

@@ -16,9 +16,12 @@ KV was reused (``cache_creation`` is 0: local KV writes cost nothing), and
 ``recompute_ratio`` (CacheBlend reused document KV), TTFT and the whole ``CacheUsage``.
 
 Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
-(``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``):
-a cached answer is streamed back as word chunks marked ``layer="semantic"``, and a
-streamed answer is stored on completion.
+(``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``). With
+:class:`~langchain_ragcache.RagCacheSemanticCache` the stream goes through ragcache's one answer path
+(:class:`ragcache.answering.AnswerPath`): a cached answer comes back as one text chunk and a closing
+chunk marked ``layer="semantic"`` with zero usage; a streamed answer is stored on completion only
+when it ended normally (or at its budget with ``cache_truncated``). Another LangChain cache is used
+with LangChain's own loop (a hit is replayed as word chunks).
 """
 
 from __future__ import annotations
@@ -41,9 +44,13 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine, usage_metadata
+from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine
 from langchain_ragcache._messages import to_layout
 from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
+from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.results import answer_message, message_result
+from langchain_ragcache.usage import HIT_USAGE, usage_metadata
+from ragcache.answering import Answer
 from ragcache.backend import BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
@@ -290,22 +297,16 @@ class ChatRagCache(BaseChatModel):
         normalized = [m.model_copy(update={"id": None}) if getattr(m, "id", None) is not None else m for m in messages]
         return dumps(normalized), self._get_llm_string(stop=stop, **kwargs)
 
-    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        opts = self._options(stop, kwargs)
-        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
-        cache = self._llm_cache()
-        key = self._cache_key(messages, stop, kwargs) if cache is not None else None
-        if cache is not None:
-            cached = cache.lookup(*key)
-            if isinstance(cached, list) and cached:
-                yield from self._replay(cached[0], run_manager)
-                return
+    def _pieces(self, messages: list[BaseMessage], stop: list[str] | None, opts: dict[str, Any],
+                kwargs: dict[str, Any], box: dict[str, Any]) -> Iterator[str | BackendResult]:
+        """The engine's answer as text pieces, then its :class:`BackendResult` (the shape
+        :meth:`ragcache.answering.AnswerPath.stream` reads). With tools, one whole answer (tool calls are
+        parsed from all of it); its message is kept in ``box["message"]``, the result in ``box["result"]``."""
         if kwargs.get("tools"):
             msg = self._generate(messages, stop, None, **kwargs).generations[0].message
-            yield self._tool_chunk(msg)
-            if cache is not None:
-                cache.update(*key, [ChatGeneration(message=msg)])
+            box["message"] = msg
+            box["result"] = message_result(msg)
+            yield box["result"]
             return
         backend, budget, temperature = self._backend(opts)
         prompt = backend.engine.build_prompt(to_layout(messages))
@@ -313,15 +314,80 @@ class ChatRagCache(BaseChatModel):
         for ev in backend.stream(prompt, max_new_tokens=budget, temperature=temperature):
             final = ev.generation or final
             if ev.text:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=ev.text))
-                if run_manager:
-                    run_manager.on_llm_new_token(ev.text, chunk=chunk)
-                yield chunk
-        assert final is not None
-        last, msg = self._final(result_of(final))
-        yield last
-        if cache is not None:
-            cache.update(*key, [ChatGeneration(message=msg)])
+                yield ev.text
+        if final is not None:
+            box["result"] = result_of(final)
+            yield box["result"]
+
+    async def _apieces(self, messages: list[BaseMessage], stop: list[str] | None, opts: dict[str, Any],
+                       kwargs: dict[str, Any], box: dict[str, Any]) -> AsyncIterator[str | BackendResult]:
+        """Async :meth:`_pieces`: the engine's token stream through :meth:`LocalEngine.astream`
+        (:func:`ragcache.aio.iterate_in_thread`; leaving early stops generation within one decode step)."""
+        if kwargs.get("tools"):
+            msg = (await self._agenerate(messages, stop, None, **kwargs)).generations[0].message
+            box["message"] = msg
+            box["result"] = message_result(msg)
+            yield box["result"]
+            return
+        backend, budget, temperature = self._backend(opts)
+        prompt = backend.engine.build_prompt(to_layout(messages))  # tokenising: milliseconds
+        final: Generation | None = None
+        async for ev in backend.astream(prompt, max_new_tokens=budget, temperature=temperature):
+            final = ev.generation or final
+            if ev.text:
+                yield ev.text
+        if final is not None:
+            box["result"] = result_of(final)
+            yield box["result"]
+
+    def _chunk(self, item: str | BackendResult | Answer, box: dict[str, Any]) -> ChatGenerationChunk:
+        """The LangChain chunk of one item of an answer stream: a text piece, or the closing chunk
+        (tool calls, usage and ragcache's record; a semantic hit's with zero usage)."""
+        if isinstance(item, str):
+            return ChatGenerationChunk(message=AIMessageChunk(content=item))
+        if isinstance(item, Answer) and item.layer == "semantic":
+            hit = answer_message(item, model_name=self.model_name)
+            return ChatGenerationChunk(message=AIMessageChunk(
+                content="", response_metadata=hit.response_metadata, usage_metadata=hit.usage_metadata,
+                chunk_position="last"), generation_info={"finish_reason": item.finish_reason})
+        if "message" in box:
+            return self._tool_chunk(box["message"])
+        return self._final(box["result"])[0]
+
+    def _path_key(self, cache: RagCacheSemanticCache, messages: list[BaseMessage], stop: list[str] | None,
+                  kwargs: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+        prompt, llm_string = self._cache_key(messages, stop, kwargs)
+        question, pk, threshold = cache.request_key(prompt, llm_string)
+        return question, pk, {"threshold": threshold, "max_tokens": cache.budget(llm_string),
+                              "model": self.model_name}
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        """Token chunks, then one closing chunk. With ragcache's semantic cache as the LLM cache, through
+        the one answer path (:meth:`ragcache.answering.AnswerPath.stream`: a hit is one text chunk and a
+        closing chunk with zero usage; concurrent identical misses make one engine call; only an answer that
+        ended normally is stored). With another LangChain cache, LangChain's own loop (lookup, replay, update)."""
+        opts = self._options(stop, kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        cache, box = self._llm_cache(), {}
+        if isinstance(cache, RagCacheSemanticCache):
+            question, pk, kw = self._path_key(cache, messages, stop, kwargs)
+            items: Iterator[Any] = cache.path.stream(
+                question, pk, lambda: self._pieces(messages, stop, opts, kwargs, box), **kw)
+        else:
+            key = self._cache_key(messages, stop, kwargs) if cache is not None else None
+            cached = cache.lookup(*key) if cache is not None else None
+            if isinstance(cached, list) and cached:
+                yield from self._replay(cached[0], run_manager)
+                return
+            items = self._pieces(messages, stop, opts, kwargs, box)
+        for item in items:
+            chunk = self._chunk(item, box)
+            if run_manager and isinstance(item, str):
+                run_manager.on_llm_new_token(item, chunk=chunk)
+            yield chunk
+        if cache is not None and not isinstance(cache, RagCacheSemanticCache) and "result" in box:
+            cache.update(*key, [ChatGeneration(message=box.get("message") or self._final(box["result"])[1])])
 
     def _final(self, result: BackendResult) -> tuple[ChatGenerationChunk, AIMessage]:
         """The closing chunk of a stream (usage and metadata) and the whole message for the cache."""
@@ -352,22 +418,25 @@ class ChatRagCache(BaseChatModel):
         meta = dict(getattr(message, "response_metadata", None) or {})
         meta.setdefault("ragcache", {"layer": "semantic"})
         meta["ragcache"] = {**meta["ragcache"], "layer": "semantic", "ttft_s": 0.0}
-        yield ChatGenerationChunk(
+        yield ChatGenerationChunk(  # a hit made no model call: zero tokens
             message=AIMessageChunk(content="", response_metadata=meta, chunk_position="last",
-                                   usage_metadata=getattr(message, "usage_metadata", None)),
+                                   usage_metadata=dict(HIT_USAGE)),
         )
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        """Native async streaming: the engine's token stream through :meth:`LocalEngine.astream`
-        (:func:`ragcache.aio.iterate_in_thread`, the one sync-to-async bridge; leaving early stops
-        generation within one decode step). The LLM cache is consulted with its async methods."""
+        """Native async :meth:`_stream`. With ragcache's semantic cache: the answer path's lookup, the
+        stream, and its store (:meth:`ragcache.answering.AnswerPath.arecord`, the one storage rule)."""
         opts = self._options(stop, kwargs)
         kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
-        cache = self._llm_cache()
-        key = self._cache_key(messages, stop, kwargs) if cache is not None else None
-        if cache is not None:
+        cache, box = self._llm_cache(), {}
+        hit: Answer | None = None
+        if isinstance(cache, RagCacheSemanticCache):
+            question, pk, kw = self._path_key(cache, messages, stop, kwargs)
+            hit = await cache.path.alookup(question, pk, threshold=kw["threshold"], max_tokens=kw["max_tokens"])
+        elif cache is not None:
+            key = self._cache_key(messages, stop, kwargs)
             cached = await cache.alookup(*key)
             if isinstance(cached, list) and cached:
                 for chunk in self._replay(cached[0], None):
@@ -375,27 +444,23 @@ class ChatRagCache(BaseChatModel):
                         await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                     yield chunk
                 return
-        if kwargs.get("tools"):
-            msg = (await self._agenerate(messages, stop, None, **kwargs)).generations[0].message
-            yield self._tool_chunk(msg)
-            if cache is not None:
-                await cache.aupdate(*key, [ChatGeneration(message=msg)])
-            return
-        backend, budget, temperature = self._backend(opts)
-        prompt = backend.engine.build_prompt(to_layout(messages))  # tokenising: milliseconds
-        final: Generation | None = None
-        async for ev in backend.astream(prompt, max_new_tokens=budget, temperature=temperature):
-            final = ev.generation or final
-            if ev.text:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=ev.text))
-                if run_manager:
-                    await run_manager.on_llm_new_token(ev.text, chunk=chunk)
+        if hit is not None:
+            for item in (hit.text, hit):
+                chunk = self._chunk(item, box)
+                if run_manager and isinstance(item, str):
+                    await run_manager.on_llm_new_token(item, chunk=chunk)
                 yield chunk
-        assert final is not None
-        last, msg = self._final(result_of(final))
-        yield last
-        if cache is not None:
-            await cache.aupdate(*key, [ChatGeneration(message=msg)])
-
+            return
+        async for item in self._apieces(messages, stop, opts, kwargs, box):
+            chunk = self._chunk(item, box)
+            if run_manager and isinstance(item, str):
+                await run_manager.on_llm_new_token(item, chunk=chunk)
+            yield chunk
+        if "result" not in box:  # the stream was cut before its end: never stored
+            return
+        if isinstance(cache, RagCacheSemanticCache):
+            await cache.path.arecord(question, pk, box["result"], max_tokens=kw["max_tokens"], model=kw["model"])
+        elif cache is not None:
+            await cache.aupdate(*key, [ChatGeneration(message=box.get("message") or self._final(box["result"])[1])])
 
 __all__ = ["ChatRagCache", "TINY_RANDOM_MODEL", "shared_engine"]

@@ -10,9 +10,12 @@ is the last human turn (its question part, see :mod:`langchain_ragcache._keys`);
 is ragcache's one partition function over the model and its settings, the system prompt, the
 tools, the earlier turns and documents, and every message after the last human turn (tool calls
 by name and arguments, tool results): so a turn inside a tool loop is only served when the
-cached turn made the same tool calls and got the same results. A hit is a new ``AIMessage``
-(fresh message id, fresh tool-call ids) with ``response_metadata["ragcache"]`` giving the layer
-and similarity.
+cached turn made the same tool calls and got the same results. The call goes through ragcache's
+one answer path (:class:`ragcache.answering.AnswerPath`): lookup, single flight (concurrent
+identical misses make one model call), the call, the one storage rule (only an answer that ended
+normally; never a tool call, a filtered, refused or cut answer), store. A hit is a new ``AIMessage``
+(fresh id, zero usage) with ``response_metadata["ragcache"]`` giving the layer, similarity and the
+stored answer's provenance.
 
 :class:`RagPromptLayoutMiddleware` lays the request out stable-first for a provider prompt cache:
 volatile text (dates, times, ids) leaves the system prompt for a block after the last breakpoint,
@@ -28,6 +31,7 @@ provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -43,8 +47,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
 from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.results import answer_message, message_result
+from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
-from ragcache.backend import CacheUsage
+from ragcache.answering import Answer
+from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey
 from ragcache.volatile import move_volatile
@@ -94,66 +101,65 @@ class RagCacheMiddleware(AgentMiddleware):
                            tools=[_tool_schema(t) for t in request.tools])
         return req.question, pk, (1.0 if req.exact else self.cache.threshold)
 
-    def _served(self, hit: Any) -> ModelResponse | None:
-        gens = self.cache._to_generations(hit)
-        if not gens or not isinstance(getattr(gens[0], "message", None), AIMessage):
-            return None
-        self.hits += 1
-        return ModelResponse(result=[gens[0].message])
-
-    def _storable(self, request: ModelRequest, response: Any) -> AIMessage | None:
+    def _result(self, request: ModelRequest, response: Any) -> BackendResult:
+        """The handler's response as ragcache's :class:`BackendResult` (:func:`~langchain_ragcache.results.message_result`),
+        which the one rule (:func:`ragcache.answering.cacheable`) then judges. A response that is not one
+        ``AIMessage`` is ``incomplete``; an answer by another model than the requested one (a
+        ``ModelFallbackMiddleware`` fallback, a router) is the requested model's ``error``: the partition
+        names the requested model, so it is not stored under it."""
         msg = response if isinstance(response, AIMessage) else None
         if isinstance(response, ModelResponse) and len(response.result) == 1 and isinstance(response.result[0], AIMessage):
             msg = response.result[0]
-        if msg is None or request.response_format is not None or msg.invalid_tool_calls:
-            return None
+        if msg is None:
+            return BackendResult("", "provider", CacheUsage(), finish_reason="incomplete")
+        result = message_result(msg)
         answered = answering_model(msg)
         if answered is not None and not same_model(_declared_model(request.model), answered):
-            # a fallback (ModelFallbackMiddleware, a router) answered: the partition names the requested
-            # model, so this answer is not stored under it
             self.fallback_answers += 1
             log.info("answer not stored: model %r answered a request for %r (a fallback); the partition names "
                      "the requested model", answered, _declared_model(request.model))
-            return None
-        from langchain_core.outputs import ChatGeneration
+            return replace(result, finish_reason="error")
+        return result
 
-        gens = [ChatGeneration(message=msg)]
-        return msg if self.cache.cacheable(gens) else None
+    def _served(self, answer: Answer, response: list[Any]) -> Any:
+        if answer.layer != "semantic":
+            return response[0]
+        self.hits += 1
+        return ModelResponse(result=[answer_message(answer)])
 
     # -- hooks ----------------------------------------------------------------------------------
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        """The model call through the one answer path (:class:`ragcache.answering.AnswerPath`): a stored
+        answer, else one handler call among concurrent identical misses, stored when it ended normally."""
         if request.response_format is not None:
             return handler(request)
         question, pk, threshold = self.key(request)
-        hit = self.cache.semantic_cache.lookup(question, partition=pk, threshold=threshold)
-        served = self._served(hit) if hit is not None else None
-        if served is not None:
-            return served
-        self.model_calls += 1
-        response = handler(request)
-        msg = self._storable(request, response)
-        if msg is not None:
-            answer, meta = self.cache._payload([_generation(msg)])
-            self.cache.semantic_cache.store(question, answer, partition=pk, metadata=meta, ttl_s=self.cache.ttl_s)
-        return response
+        response: list[Any] = []
+
+        def call() -> BackendResult:
+            self.model_calls += 1
+            response.append(handler(request))
+            return self._result(request, response[0])
+
+        answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model))
+        return self._served(answer, response)
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
+        """Async :meth:`wrap_model_call`."""
         if request.response_format is not None:
             return await handler(request)
         question, pk, threshold = self.key(request)
-        hit = await self.cache.semantic_cache.alookup(question, partition=pk, threshold=threshold)
-        served = self._served(hit) if hit is not None else None
-        if served is not None:
-            return served
-        self.model_calls += 1
-        response = await handler(request)
-        msg = self._storable(request, response)
-        if msg is not None:
-            answer, meta = self.cache._payload([_generation(msg)])
-            await self.cache.semantic_cache.astore(question, answer, partition=pk, metadata=meta,
-                                                   ttl_s=self.cache.ttl_s)
-        return response
+        response: list[Any] = []
+
+        async def call() -> BackendResult:
+            self.model_calls += 1
+            response.append(await handler(request))
+            return self._result(request, response[0])
+
+        answer = await self.cache.path.arun(question, pk, call, threshold=threshold,
+                                            model=_declared_model(request.model))
+        return self._served(answer, response)
 
 
 def _unbound(model: Any) -> Any:
@@ -203,12 +209,6 @@ def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
     if not isinstance(model, BaseChatModel):
         raise ValueError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
     return model._get_llm_string(**{**bound, **settings})
-
-
-def _generation(msg: AIMessage) -> Any:
-    from langchain_core.outputs import ChatGeneration
-
-    return ChatGeneration(message=msg)
 
 
 def _tool_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
@@ -402,23 +402,14 @@ def _with_usage(msg: Any, placed: list[str]) -> Any:
     if isinstance(own, Mapping) and own.get("layer"):
         return msg.model_copy(update={"response_metadata": {
             **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed)}}})
-    if not msg.usage_metadata:
+    usage = cache_usage(msg)
+    if usage is None:
         return msg
-    um = msg.usage_metadata
-    details = dict(um.get("input_token_details") or {})
-    read = int(details.get("cache_read") or 0)
-    by_ttl = {k: int(details.pop(k) or 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
-              if k in details}
-    # langchain-anthropic reports writes per TTL and then zeroes the total; one total here
-    write = int(details.get("cache_creation") or 0) + sum(by_ttl.values())
-    usage = CacheUsage.provider(input_tokens=max(int(um["input_tokens"]) - read - write, 0), cache_read=read,
-                                cache_write=write, completion_tokens=int(um.get("output_tokens") or 0))
-    details.update({"cache_read": read, "cache_creation": write})
     return msg.model_copy(update={
-        "usage_metadata": {**um, "input_token_details": details},
+        "usage_metadata": with_one_write_total(msg.usage_metadata, usage.cache_write),
         "response_metadata": {**msg.response_metadata, "ragcache": {
-            "layer": "provider-cache" if read else "provider", "breakpoints": list(placed),
-            "usage": usage.to_dict(), "cache_creation_by_ttl": by_ttl}}})
+            "layer": provider_layer(usage.cache_read), "breakpoints": list(placed),
+            "usage": usage.to_dict(), "cache_creation_by_ttl": cache_write_by_ttl(msg.usage_metadata)}}})
 
 
 __all__ = ["MAX_BREAKPOINTS", "RagCacheMiddleware", "RagPromptLayoutMiddleware", "canonical_documents"]

@@ -18,7 +18,7 @@ key prefix and deletes them at the end):
    pairs of the dev set, Zipf-distributed; 3 documents per question): per-process caches
    (4 in-memory SemanticCache + 4 MemoryChunkStore) vs the shared PostgreSQL + Valkey.
 4. Single flight: model calls for 8 processes missing the same question at once, with
-   ``single_flight`` and with plain lookup -> compute -> store.
+   through the answer path (:class:`ragcache.answering.AnswerPath`) with its single flight and without.
 
 Run: ``ragcache bench shared`` (about 10 minutes with the 100k scale on a shared 2-core CPU).
 """
@@ -218,22 +218,23 @@ def replica_hit_rate(pairs_path: str, emb: Any, pg_url: str, schema: str, kv_url
 
 
 def _flight_worker(url: str, schema: str, question: str, mode: str, barrier: Any, calls: Any) -> None:
+    from ragcache.answering import AnswerPath
+    from ragcache.backend import BackendResult, CacheUsage
+    from ragcache.semantic.checks import DEFAULT_PARTITION
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder
 
     cache = PgSemanticCache(url, schema=schema, embedder=HashingEmbedder(64), pool_size=2)
 
-    def compute() -> str:
+    def compute() -> BackendResult:
         with calls.get_lock():
             calls.value += 1
         time.sleep(0.5)  # a model call
-        return "computed answer"
+        return BackendResult("computed answer", "provider", CacheUsage())
 
     barrier.wait()
-    if mode == "single_flight":
-        cache.single_flight(question, compute)
-    elif cache.lookup(question) is None:
-        cache.store(question, compute())
+    # the answer path with and without its single flight (lookup -> call -> store either way)
+    AnswerPath(cache, single_flight=mode == "single_flight").run(question, DEFAULT_PARTITION, compute)
     cache.close()
 
 

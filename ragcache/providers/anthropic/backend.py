@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
+from ragcache.backend import BackendResult, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
 from ragcache.providers.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.providers.anthropic.pricing import ModelPrice
-from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord
+from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord, read_message
 
 
 class AnthropicCaching:
@@ -85,22 +85,25 @@ class AnthropicCaching:
         """The pipeline record of a response: usage read back into :class:`~ragcache.backend.CacheUsage`
         (``input_tokens`` computed, ``cache_creation_input_tokens`` written, ``cache_read_input_tokens``
         read), layer ``provider-cache`` when anything was read, else ``provider``. ``details`` holds
-        the usage record, the breakpoints placed and skipped, notes and the miss diagnosis."""
-        rec = self.record(req, message.usage)
-        text = "".join(getattr(b, "text", "") for b in message.content if getattr(b, "type", "") == "text")
-        usage = CacheUsage.from_anthropic(message.usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        the usage record, the breakpoints placed and skipped, notes and the miss diagnosis. The finish
+        reason is :func:`~ragcache.providers.anthropic.usage.finish_reason` of ``stop_reason`` (a
+        tool use, refusal, pause, context-window stop or a cut stream is never a finished answer)."""
+        rec = self.record(req, getattr(message, "usage", None))
+        read = read_message(message)
+        usage = rec.usage()
         details = {
             **{k: v for k, v in rec.to_dict().items() if k != "diagnosis"},
             "diagnosis": list(rec.diagnosis),
             "model": self.model,
-            "stop_reason": getattr(message, "stop_reason", None),
+            "stop_reason": read.stop_reason,
+            "stop_sequence": read.stop_sequence,
             "breakpoints": [p.where for p in req.placed],
             "skipped_breakpoints": [s.detail for s in req.skipped],
             "dropped_breakpoints": [d.where for d in req.dropped],  # the caller's own markers taken off
             "notes": list(req.notes),
         }
-        finish = "length" if getattr(message, "stop_reason", None) == "max_tokens" else "stop"
-        return BackendResult(text, provider_layer(usage.cache_read), usage, ttft_s, finish, details=details)
+        return BackendResult(read.text, provider_layer(usage.cache_read), usage, ttft_s, read.finish_reason,
+                             details=details)
 
 
 def sdk_kwargs(method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:

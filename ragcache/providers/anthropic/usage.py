@@ -20,10 +20,59 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ragcache.backend import CacheUsage, FinishReason
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
 from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
+
+
+FINISH_REASONS: Mapping[str, FinishReason] = {
+    "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+    "pause_turn": "pause_turn", "refusal": "refusal", "model_context_window_exceeded": "context_window",
+}
+"""Anthropic Messages ``stop_reason`` -> :data:`ragcache.backend.FinishReason`: the one mapping of
+this adapter (the backend, the proxy and the local server's metrics read it). A null stop reason
+(a stream cut before its ``message_delta``) and any value not listed are ``incomplete``."""
+
+
+def finish_reason(stop_reason: Any) -> FinishReason:
+    """:data:`FINISH_REASONS` of an Anthropic ``stop_reason`` (``None`` or unknown: ``incomplete``)."""
+    return FINISH_REASONS.get(stop_reason, "incomplete") if isinstance(stop_reason, str) else "incomplete"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRead:
+    """What a Messages response says, read once (:func:`read_message`).
+
+    Attributes:
+        text: the text blocks joined.
+        finish_reason: :func:`finish_reason` of ``stop_reason``.
+        stop_reason / stop_sequence: the native values.
+        only_text: every content block is text (no tool use, thinking, server tool blocks).
+        model: the model the response names.
+    """
+
+    text: str
+    finish_reason: FinishReason
+    stop_reason: str | None
+    stop_sequence: str | None
+    only_text: bool
+    model: str | None
+
+
+def read_message(message: Any) -> MessageRead:
+    """Read an Anthropic message (SDK ``Message`` or its dict; also a stream's final snapshot, whose
+    ``stop_reason`` is ``None`` when the stream was cut before its end)."""
+    blocks = _get(message, "content", None) or []
+    kinds = [_get(b, "type", "") for b in blocks]
+    text = "".join(_get(b, "text", "") for b, k in zip(blocks, kinds, strict=True) if k == "text")
+    stop = _get(message, "stop_reason", None)
+    seq = _get(message, "stop_sequence", None)
+    model = _get(message, "model", None)
+    return MessageRead(text, finish_reason(stop), stop if isinstance(stop, str) else None,
+                       seq if isinstance(seq, str) else None, all(k == "text" for k in kinds),
+                       model if isinstance(model, str) else None)
 
 
 def _get(obj: Any, name: str, default: Any = 0) -> Any:
@@ -53,16 +102,22 @@ class UsageRecord:
 
     @classmethod
     def from_usage(cls, usage: Any, price: ModelPrice) -> UsageRecord:
-        """From an SDK ``Usage`` object or its dict form."""
-        inp = int(_get(usage, "input_tokens"))
-        write = int(_get(usage, "cache_creation_input_tokens"))
-        read = int(_get(usage, "cache_read_input_tokens"))
+        """From an SDK ``Usage`` object or its dict form. The token fields are read by
+        :meth:`ragcache.backend.CacheUsage.from_anthropic` (the one mapping); only the TTL split of
+        the cache write (``cache_creation``) is read here."""
+        u = CacheUsage.from_anthropic(usage)
+        inp, write, read, out = u.computed - u.cache_write, u.cache_write, u.cache_read, u.completion_tokens
         split = _get(usage, "cache_creation", None)
         w1 = int(_get(split, "ephemeral_1h_input_tokens")) if split is not None else 0
         w5 = int(_get(split, "ephemeral_5m_input_tokens")) if split is not None else write
-        out = int(_get(usage, "output_tokens"))
         cost, uncached = request_cost(price, input_tokens=inp, write_5m=w5, write_1h=w1, read=read, output_tokens=out)
         return cls(inp, write, read, w5, w1, out, cost, uncached)
+
+    def usage(self) -> CacheUsage:
+        """This record as :class:`~ragcache.backend.CacheUsage` (with its costs)."""
+        return CacheUsage.provider(input_tokens=self.input_tokens, cache_read=self.cache_read_tokens,
+                                   cache_write=self.cache_write_tokens, completion_tokens=self.output_tokens,
+                                   cost_usd=self.cost_usd, uncached_cost_usd=self.uncached_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "prompt_tokens": self.prompt_tokens}

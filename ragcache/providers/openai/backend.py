@@ -25,8 +25,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage, model_with_fields, provider_layer
+from ragcache.backend import BackendResult, CacheUsage, FinishReason, model_with_fields, provider_layer
 from ragcache.layout import PromptLayout
+
+FINISH_REASONS: Mapping[str, FinishReason] = {
+    "stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_calls",
+    "function_call": "tool_calls",  # the pre-tools name of a tool call
+}
+"""OpenAI Chat Completions ``finish_reason`` -> :data:`ragcache.backend.FinishReason`: the one mapping
+of this adapter. A null finish reason (a stream cut before its last chunk, a server that did not
+say) and any value not listed are ``incomplete``: never stored as an answer."""
+
+
+def finish_reason(native: Any) -> FinishReason:
+    """:data:`FINISH_REASONS` of an OpenAI ``finish_reason`` (``None`` or unknown: ``incomplete``)."""
+    return FINISH_REASONS.get(native, "incomplete") if isinstance(native, str) else "incomplete"
 
 
 def openai_tools(tools: list[dict]) -> list[dict]:
@@ -179,11 +192,13 @@ class OpenAIBackend:
             kwargs["tools"] = openai_tools(layout.tools)
         return {**kwargs, **self.extra}
 
-    def result(self, text: str, usage: Any, finish_reason: str | None, ttft_s: float,
-               response_model: str | None = None) -> BackendResult:
+    def result(self, text: str, usage: Any, native_finish: str | None, ttft_s: float,
+               response_model: str | None = None, refusal: str | None = None) -> BackendResult:
         """The pipeline record of a response: ``usage`` (SDK object or dict) read into
         :class:`~ragcache.backend.CacheUsage` (``cached_tokens`` read from cache, the rest of the
-        prompt computed); layer ``provider-cache`` when anything was read, else ``provider``."""
+        prompt computed); layer ``provider-cache`` when anything was read, else ``provider``;
+        ``native_finish`` mapped by :func:`finish_reason` (and kept in ``details["finish_reason"]``); a
+        ``refusal`` (the message's refusal text, structured outputs) makes it ``refusal``."""
         u = CacheUsage.from_openai(usage)
         if self.price is not None:
             p_in, p_cached, p_out = self.price
@@ -191,10 +206,12 @@ class OpenAIBackend:
             uncached = (u.prompt_tokens * p_in + u.completion_tokens * p_out) / 1e6
             u = CacheUsage.from_openai(usage, cost_usd=cost, uncached_cost_usd=uncached)
         self.stats.add(u)
-        details = {"model": response_model or self.model, "finish_reason": finish_reason,
+        details = {"model": response_model or self.model, "finish_reason": native_finish,
                    "usage_reported": usage is not None}
+        if refusal:
+            details["refusal"] = refusal
         return BackendResult(text, provider_layer(u.cache_read), u, ttft_s,
-                             "length" if finish_reason == "length" else "stop", details=details)
+                             "refusal" if refusal else finish_reason(native_finish), details=details)
 
     def _streaming(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         opts = {**dict(kwargs.get("stream_options") or {}), "include_usage": True}
@@ -213,7 +230,7 @@ class OpenAIBackend:
         with self.client.chat.completions.create(**self._streaming(kwargs)) as chunks:
             for chunk in chunks:
                 acc.add(chunk)
-        return self.result(acc.text, acc.usage, acc.finish_reason, acc.ttft(), acc.model)
+        return self.result(acc.text, acc.usage, acc.finish_reason, acc.ttft(), acc.model, acc.refusal)
 
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int = 256,
                         temperature: float = 0.0) -> BackendResult:
@@ -230,13 +247,13 @@ class OpenAIBackend:
         async with await self.async_client.chat.completions.create(**self._streaming(kwargs)) as chunks:
             async for chunk in chunks:
                 acc.add(chunk)
-        return self.result(acc.text, acc.usage, acc.finish_reason, acc.ttft(), acc.model)
+        return self.result(acc.text, acc.usage, acc.finish_reason, acc.ttft(), acc.model, acc.refusal)
 
     def _complete(self, response: Any, elapsed: float) -> BackendResult:
         choice = (_get(response, "choices") or [None])[0]
         message = _get(choice, "message")
         return self.result(_get(message, "content") or "", _get(response, "usage"), _get(choice, "finish_reason"),
-                           elapsed, _get(response, "model"))
+                           elapsed, _get(response, "model"), _get(message, "refusal"))
 
 
 class _Chunks:
@@ -249,6 +266,7 @@ class _Chunks:
         self.finish_reason: str | None = None
         self.usage: Any = None
         self.model: str | None = None
+        self.refusal: str | None = None
 
     def add(self, chunk: Any) -> None:
         self.model = _get(chunk, "model") or self.model
@@ -257,7 +275,11 @@ class _Chunks:
         for choice in _get(chunk, "choices") or []:
             if _get(choice, "index") not in (0, None):
                 continue
-            text = _get(_get(choice, "delta"), "content")
+            delta = _get(choice, "delta")
+            refusal = _get(delta, "refusal")
+            if refusal:
+                self.refusal = (self.refusal or "") + refusal
+            text = _get(delta, "content")
             if text:
                 if self.first is None:
                     self.first = time.perf_counter()
@@ -272,4 +294,4 @@ class _Chunks:
         return (self.first if self.first is not None else time.perf_counter()) - self.t0
 
 
-__all__ = ["OpenAIBackend", "OpenAIStats", "layout_messages", "openai_tools"]
+__all__ = ["FINISH_REASONS", "OpenAIBackend", "OpenAIStats", "finish_reason", "layout_messages", "openai_tools"]

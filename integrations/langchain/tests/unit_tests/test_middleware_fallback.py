@@ -39,7 +39,7 @@ class NamedChat(BaseChatModel):
             raise ConnectionError(f"{self.model_name} is down")
         self.calls += 1
         msg = AIMessage(f"{self.model_name} answer #{self.calls}",
-                        response_metadata={"model_name": self.reported or self.model_name})
+                        response_metadata={"model_name": self.reported or self.model_name, "finish_reason": "stop"})
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 

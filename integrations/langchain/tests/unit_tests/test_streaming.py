@@ -1,8 +1,9 @@
 """Streaming: token chunks, final metadata chunk, and the LLM cache when streaming.
 
 LangChain's ``stream()`` skips the LLM cache; ChatRagCache consults it itself
-(``stream_cache=True``): a cached answer streams back as word chunks marked
-``layer="semantic"``; a streamed miss is stored for later calls.
+(``stream_cache=True``): a cached answer streams back marked ``layer="semantic"`` (one text
+chunk through ragcache's answer path, word chunks from another LangChain cache); a streamed miss
+is stored for later calls.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def test_stream_yields_tokens_then_a_final_chunk(tiny_engine_plain) -> None:
 
 def test_streaming_serves_and_fills_the_semantic_cache(tiny_engine_plain, embedder) -> None:
     sem = RagCacheSemanticCache(embedder=embedder, cache_truncated=True)
-    llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=6, cache=sem)
+    # seeded sampling: the tiny random model's greedy answer is blank, and a blank answer is never stored
+    llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=6, cache=sem, temperature=1.0, seed=3)
     _, first = collect(llm.stream(Q))
     assert first.response_metadata["ragcache"]["layer"] != "semantic"
     assert len(sem.semantic_cache) == 1  # the streamed answer was stored

@@ -115,7 +115,17 @@ class LlamaIndexBackend:
         return laid
 
     def result(self, response: Any, text: str, ttft_s: float) -> BackendResult:
-        """Map the LLM's final response onto :class:`ragcache.BackendResult`."""
+        """Map the LLM's final response onto :class:`ragcache.BackendResult`: the one mapping from a
+        LlamaIndex response (plain or the last of a stream).
+
+        The finish reason is the provider's, in ragcache's words: RagCacheLLM's engine record; for
+        Anthropic the ``stop_reason`` (the message's, or on a stream the last event's, which LlamaIndex
+        copies into ``additional_kwargs``; a stream cut before its ``message_delta`` has none:
+        ``incomplete``), mapped by :data:`ragcache.providers.anthropic.usage.FINISH_REASONS`; for other
+        LLMs an OpenAI-style ``finish_reason`` when the response carries one
+        (:data:`ragcache.providers.openai.backend.FINISH_REASONS`), else ``stop``: LlamaIndex has no
+        common end-reason field, so an LLM that reports none is taken as finished (labelled
+        approximation)."""
         raw = getattr(response, "raw", None) or {}
         if self.kind == "ragcache" and isinstance(raw, Mapping) and raw.get("generation") is not None:
             from ragcache.engine.backend import result_of
@@ -123,10 +133,22 @@ class LlamaIndexBackend:
             r = result_of(raw["generation"])
             return replace(r, details={**r.details, "prompt_sha256": raw.get("prompt_sha256")})
         usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
-        stop = raw.get("stop_reason") if isinstance(raw, Mapping) else None
-        finish = "length" if stop in ("max_tokens", "length") else "stop"
-        u = CacheUsage.from_anthropic(usage) if self.kind == "anthropic" else CacheUsage.from_openai(usage)
-        return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish)
+        extra = getattr(getattr(response, "message", None), "additional_kwargs", None) or {}
+        if self.kind == "anthropic":
+            from ragcache.providers.anthropic.usage import finish_reason
+
+            native = _native(raw, "stop_reason") or extra.get("stop_reason")
+            finish = finish_reason(native)
+            u = CacheUsage.from_anthropic(usage)
+        else:
+            from ragcache.providers.openai.backend import finish_reason
+
+            native = _native(raw, "finish_reason") or extra.get("finish_reason")
+            finish = "stop" if native is None else finish_reason(native)
+            u = CacheUsage.from_openai(usage)
+        model = str(getattr(self.llm, "model", None) or "") or None
+        details = {k: v for k, v in (("model", model), ("stop_reason", native)) if isinstance(v, str)}
+        return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish, details=details)
 
     # -- Backend protocol ----------------------------------------------------------------------
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
@@ -139,8 +161,9 @@ class LlamaIndexBackend:
         resp = await self.llm.achat(self.messages(layout).messages)
         return self.result(resp, resp.message.content or "", time.perf_counter() - t0)
 
-    def stream(self, layout: PromptLayout, sink: list[BackendResult]) -> Iterator[str]:
-        """Text deltas; the final :class:`ragcache.BackendResult` is appended to ``sink`` at the end."""
+    def stream(self, layout: PromptLayout) -> Iterator[str | BackendResult]:
+        """Text deltas, then the final :class:`ragcache.BackendResult` (the shape
+        :meth:`ragcache.answering.AnswerPath.stream` reads)."""
         t0, first, text, last = time.perf_counter(), None, "", None
         for r in self.llm.stream_chat(self.messages(layout).messages):
             if r.delta:
@@ -148,9 +171,9 @@ class LlamaIndexBackend:
                 text += r.delta
                 yield r.delta
             last = r
-        sink.append(self.result(last, text, (first or time.perf_counter()) - t0))
+        yield self.result(last, text, (first or time.perf_counter()) - t0)
 
-    async def astream(self, layout: PromptLayout, sink: list[BackendResult]) -> AsyncIterator[str]:
+    async def astream(self, layout: PromptLayout) -> AsyncIterator[str | BackendResult]:
         """Async :meth:`stream`."""
         t0, first, text, last = time.perf_counter(), None, "", None
         async for r in await self.llm.astream_chat(self.messages(layout).messages):
@@ -159,7 +182,19 @@ class LlamaIndexBackend:
                 text += r.delta
                 yield r.delta
             last = r
-        sink.append(self.result(last, text, (first or time.perf_counter()) - t0))
+        yield self.result(last, text, (first or time.perf_counter()) - t0)
 
+
+def _native(raw: Any, name: str) -> str | None:
+    """A response's native end reason: ``raw[name]`` (a message), ``raw["delta"].stop_reason`` (an
+    Anthropic ``message_delta`` event) or ``raw.choices[0].finish_reason`` (an OpenAI completion)."""
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+    v = get(raw, name) or get(get(raw, "delta"), name)
+    choices = get(raw, "choices")
+    if v is None and choices:
+        v = get(choices[0], name)
+    return v if isinstance(v, str) else None
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "LlamaIndexBackend"]

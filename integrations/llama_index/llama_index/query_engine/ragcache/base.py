@@ -49,8 +49,10 @@ from llama_index.postprocessor.ragcache import StableOrderPostprocessor, node_se
 from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
 from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
+from ragcache.answering import Answer
+from ragcache.backend import BackendResult
 from ragcache.layout import LintMode, PromptLayout
-from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
+from ragcache.pipeline import DEFAULT_SYSTEM, RagCache, Request
 from ragcache.semantic import PartitionKey, SemanticCache
 from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
@@ -302,26 +304,41 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     def _answer(self, query_bundle: QueryBundle, nodes: list[NodeWithScore], t0: float,
                 retrieve_s: float) -> RESPONSE_TYPE:
+        """Answer through ragcache's one answer path (:class:`ragcache.answering.AnswerPath`, as
+        ``RagCache.run``): lookup, single flight (concurrent identical misses make one LLM call), the
+        call, the one storage rule, store."""
         rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
-        hit = rag.lookup(prep.request, threshold=self._threshold)
-        if hit is not None:
-            meta = self._answer_meta(meta, hit, t0)
-            if self._streaming:
-                return StreamingResponse(iter([hit.text]), source_nodes=prep.nodes, metadata=meta, response_txt=None)
-            return Response(hit.text, source_nodes=prep.nodes, metadata=meta)
+        called: list[float] = []  # when the LLM was called (so ttft_s counts retrieval and lookup)
         if self._streaming:
-            return StreamingResponse(self._stream(rag, prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
-        t_call = time.perf_counter()
-        answer = rag.record(prep.request, rag.generate(prep.request), started=t_call)
-        self._answer_meta(meta, answer, t0, t_call - t0)
+            items = rag.path.stream(prep.question, prep.partition,
+                                    lambda: _timed(called, self._backend.stream(prep.layout)), **self._path_kw(rag, prep))
+            gen = self._stream(items, meta, t0, called)
+            first = next(gen, None)  # the lookup runs now; a hit fills the metadata at once
+            if first is not None and not called:
+                rest = list(gen)  # a hit: its text, then its Answer
+                return StreamingResponse(iter([first, *rest]), source_nodes=prep.nodes, metadata=meta)
+            return StreamingResponse(_chain(first, gen), source_nodes=prep.nodes, metadata=meta)
+
+        def call() -> BackendResult:
+            called.append(time.perf_counter())
+            return rag.generate(prep.request)
+
+        answer = rag.path.run(prep.question, prep.partition, call, **self._path_kw(rag, prep))
+        self._answer_meta(meta, answer, t0, called[0] - t0 if called else None)
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
-    def _stream(self, rag: RagCache, prep: PreparedQuery, meta: dict[str, Any], t0: float) -> Iterator[str]:
-        t_call, sink = time.perf_counter(), []
-        yield from self._backend.stream(prep.layout, sink)
-        self._answer_meta(meta, rag.record(prep.request, sink[0], started=t_call), t0, t_call - t0)
+    def _path_kw(self, rag: RagCache, prep: PreparedQuery) -> dict[str, Any]:
+        return {"max_tokens": prep.request.max_new_tokens, "threshold": self._threshold, "model": rag.model}
+
+    def _stream(self, items: Iterator[str | Answer], meta: dict[str, Any], t0: float,
+                called: list[float]) -> Iterator[str]:
+        for item in items:
+            if isinstance(item, Answer):
+                self._answer_meta(meta, item, t0, called[0] - t0 if called else None)
+            else:
+                yield item
 
     # ------------------------------------------------------------------ async
     async def asynthesize(self, query_bundle: QueryBundle, nodes: list[NodeWithScore],
@@ -338,28 +355,50 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     async def _aanswer(self, query_bundle: QueryBundle, nodes: list[NodeWithScore], t0: float,
                        retrieve_s: float) -> RESPONSE_TYPE:
+        """Async :meth:`_answer` (``AnswerPath.arun``: waits on the event loop, shares flights with sync
+        callers). Streaming: the path's lookup, the LLM's stream, and its store (``AnswerPath.arecord``)."""
         rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
-        hit = await asyncio.to_thread(rag.lookup, prep.request, threshold=self._threshold)
-        if hit is not None:
-            meta = self._answer_meta(meta, hit, t0)
-            if self._streaming:
-                return AsyncStreamingResponse(_one(hit.text), source_nodes=prep.nodes, metadata=meta)
-            return Response(hit.text, source_nodes=prep.nodes, metadata=meta)
+        kw = self._path_kw(rag, prep)
         if self._streaming:
+            hit = await rag.path.alookup(prep.question, prep.partition, max_tokens=kw["max_tokens"],
+                                         threshold=self._threshold, started=t0)
+            if hit is not None:
+                meta = self._answer_meta(meta, hit, t0)
+                return AsyncStreamingResponse(_one(hit.text), source_nodes=prep.nodes, metadata=meta)
             return AsyncStreamingResponse(self._astream(rag, prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
-        t_call = time.perf_counter()
-        answer = await rag.arecord(prep.request, await rag.agenerate(prep.request), started=t_call)
-        self._answer_meta(meta, answer, t0, t_call - t0)
+        called: list[float] = []
+
+        async def call() -> BackendResult:
+            called.append(time.perf_counter())
+            return await rag.agenerate(prep.request)
+
+        answer = await rag.path.arun(prep.question, prep.partition, call, **kw)
+        self._answer_meta(meta, answer, t0, called[0] - t0 if called else None)
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
     async def _astream(self, rag: RagCache, prep: PreparedQuery, meta: dict[str, Any],
                        t0: float) -> AsyncIterator[str]:
-        t_call, sink = time.perf_counter(), []
-        async for delta in self._backend.astream(prep.layout, sink):
-            yield delta
-        self._answer_meta(meta, await rag.arecord(prep.request, sink[0], started=t_call), t0, t_call - t0)
+        t_call, result = time.perf_counter(), None
+        async for item in self._backend.astream(prep.layout):
+            if isinstance(item, BackendResult):
+                result = item
+            else:
+                yield item
+        if result is not None:  # a stream cut before its end is never stored
+            self._answer_meta(meta, await rag.arecord(prep.request, result, started=t_call), t0, t_call - t0)
+
+
+def _timed(called: list[float], items: Iterator[Any]) -> Iterator[Any]:
+    called.append(time.perf_counter())
+    yield from items
+
+
+def _chain(first: str | None, rest: Iterator[str]) -> Iterator[str]:
+    if first is not None:
+        yield first
+    yield from rest
 
 
 async def _one(text: str) -> AsyncIterator[str]:

@@ -1,0 +1,206 @@
+"""Where an answer came from: :class:`Provenance` (stored with every answer) and :class:`Answer`
+(what every entry point returns). The answer path (:mod:`ragcache.answering`) writes and reads them;
+nothing here imports the rest of ragcache but :mod:`ragcache.backend`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ragcache.backend import FINISH_REASONS, LAYERS, BackendResult, CacheUsage, FinishReason, Layer
+
+PROVENANCE_KEY = "ragcache_provenance"
+"""Key of :meth:`Provenance.to_json` in a stored entry's metadata."""
+
+_LEGACY_LAYERS = {"upstream": "provider"}  # the proxy labelled forwarded answers so before 0.3
+_LEGACY_GENERATIONS = "langchain_generations"  # RagCacheSemanticCache's serialised generations
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a stored answer came from: the one record every entry point writes and reads.
+
+    Attributes:
+        layer: the :data:`~ragcache.backend.Layer` that computed it (never ``semantic``, how it is served).
+        finish_reason: why it ended (:data:`~ragcache.backend.FinishReason`).
+        approximate / recompute_ratio: computed from blended chunk KV (CacheBlend) at this ratio.
+        model: the model that wrote it (``backend:model id``), when known.
+        stop_reason / stop_sequence: the provider's native end reason (Anthropic ``stop_reason``,
+            OpenAI ``finish_reason``) and matched stop sequence, for replaying the native response.
+
+    Raises:
+        ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
+            reason, a ratio outside [0, 1]. TypeError: a non-str model / stop reason / sequence.
+    """
+
+    layer: Layer
+    finish_reason: FinishReason = "stop"
+    approximate: bool = False
+    recompute_ratio: float | None = None
+    model: str | None = None
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+
+    VERSION: ClassVar[int] = 1
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS or self.layer == "semantic":
+            raise ValueError(f"provenance layer must be the layer that computed the answer, one of "
+                             f"{', '.join(x for x in LAYERS if x != 'semantic')}; got {self.layer!r}")
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)}")
+        if self.recompute_ratio is not None and not _ratio(self.recompute_ratio):
+            raise ValueError(f"recompute_ratio must be a number in [0, 1] or None, got {self.recompute_ratio!r}")
+        for name in ("model", "stop_reason", "stop_sequence"):
+            if not isinstance(getattr(self, name), str | None):
+                raise TypeError(f"provenance {name} must be a str or None, got {type(getattr(self, name)).__name__}")
+
+    @classmethod
+    def of(cls, result: BackendResult, *, model: str | None = None) -> Provenance:
+        """The provenance of a fresh backend result (``model``: else ``result.details["model"]``;
+        the native stop reason from ``details["stop_reason"]`` / ``details["finish_reason"]``)."""
+        d = result.details or {}
+        facts = (model if model is not None else d.get("model"), d.get("stop_reason", d.get("finish_reason")),
+                 d.get("stop_sequence"))
+        return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
+                   *(v if isinstance(v, str) else None for v in facts))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`)."""
+        return {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
+                "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
+                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> Provenance:
+        """Read an entry's metadata: :data:`PROVENANCE_KEY` (version 1), else the flat keys stored by
+        earlier releases (the pipeline, the proxy, LangChain's generations). A value that cannot be
+        read falls back to its default rather than failing the hit: an unknown layer is
+        ``provider``, an unknown finish reason ``stop`` (only finished answers were stored).
+        A newer version (``v``) is read by the same fields (versions only add fields)."""
+        meta = dict(metadata or {})
+        rec = meta.get(PROVENANCE_KEY)
+        if isinstance(rec, Mapping):
+            return cls._lenient(rec)
+        flat = {k: meta[k] for k in ("layer", "finish_reason", "approximate", "recompute_ratio", "model",
+                                      "stop_reason", "stop_sequence") if k in meta}
+        gens = meta.get(_LEGACY_GENERATIONS)
+        if isinstance(gens, str):
+            flat = {**_from_generations(gens), **flat}
+        return cls._lenient(flat)
+
+    @classmethod
+    def _lenient(cls, rec: Mapping[str, Any]) -> Provenance:
+        layer = rec.get("layer")
+        layer = _LEGACY_LAYERS.get(layer, layer)
+        if layer not in LAYERS or layer == "semantic":
+            layer = "provider"
+        finish = rec.get("finish_reason")
+        finish = finish if finish in FINISH_REASONS else "stop"
+        ratio = rec.get("recompute_ratio")
+        text = [v if isinstance(v := rec.get(k), str) else None for k in ("model", "stop_reason", "stop_sequence")]
+        return cls(layer, finish, bool(rec.get("approximate", False)), float(ratio) if _ratio(ratio) else None, *text)
+
+
+def _ratio(r: Any) -> bool:
+    return isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0
+
+
+def _from_generations(raw: str) -> dict[str, Any]:
+    """The provenance facts inside LangChain generations serialised by ``RagCacheSemanticCache``
+    (JSON from ``langchain_core.load.dumps``; read as plain JSON, never loaded as objects)."""
+    try:
+        gens = json.loads(raw)
+        msg = gens[0]["kwargs"]["message"]["kwargs"]
+        meta = msg.get("response_metadata") or {}
+    except (ValueError, KeyError, IndexError, TypeError):
+        return {}
+    own = meta.get("ragcache") if isinstance(meta.get("ragcache"), Mapping) else {}
+    out = {k: own[k] for k in ("layer", "approximate", "recompute_ratio") if k in own}
+    return {**out, "model": meta.get("model_name") or meta.get("model"),
+            **{k: meta[k] for k in ("stop_reason", "stop_sequence") if k in meta}}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One answered question and what each layer did.
+
+    Attributes:
+        question / text: the question and the answer.
+        layer: ``semantic`` for a semantic-cache hit, else the backend's layer (:data:`ragcache.backend.Layer`).
+        usage: token accounting (:class:`~ragcache.backend.CacheUsage`; all zero on a semantic hit).
+        ttft_s: seconds to the first token (a semantic hit: the lookup time).
+        total_s: wall time of the request, seconds.
+        similarity / matched_question: cosine similarity and stored question of a semantic hit.
+        finish_reason: why the answer ended (:data:`~ragcache.backend.FinishReason`); on a hit, the
+            stored answer's.
+        approximate / recompute_ratio: the prefill blended cached document KV (CacheBlend) at
+            this recompute ratio, so the answer may differ from a full prefill's.
+        details: the backend's extras (engine timings, provider breakpoints); display only.
+        provenance: where the answer came from (:class:`Provenance`: on a hit, the stored record).
+    """
+
+    question: str
+    text: str
+    layer: Layer
+    usage: CacheUsage = field(default_factory=CacheUsage)
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    similarity: float | None = None
+    matched_question: str | None = None
+    finish_reason: FinishReason = "stop"
+    approximate: bool = False
+    recompute_ratio: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    @property
+    def hit(self) -> bool:
+        """Served by the semantic cache (no model call)."""
+        return self.layer == "semantic"
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.usage.prompt_tokens
+
+    @property
+    def tokens_reused(self) -> int:
+        return self.usage.reused
+
+    @property
+    def tokens_computed(self) -> int:
+        return self.usage.computed
+
+    @property
+    def tokens_recomputed(self) -> int:
+        return self.usage.recomputed
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out["usage"] = self.usage.to_dict()
+        out["details"] = dict(self.details)
+        out["provenance"] = None if self.provenance is None else self.provenance.to_json()
+        return out
+
+    @classmethod
+    def of(cls, question: str, result: BackendResult, *, total_s: float | None = None,
+           model: str | None = None) -> Answer:
+        """The :class:`Answer` of a fresh backend result (``total_s``: else ``result.ttft_s``)."""
+        return cls(question, result.text, result.layer, result.usage, result.ttft_s,
+                   result.ttft_s if total_s is None else total_s, finish_reason=result.finish_reason,
+                   approximate=result.approximate, recompute_ratio=result.recompute_ratio, details=result.details,
+                   provenance=Provenance.of(result, model=model))
+
+
+def hit_answer(question: str, hit: Any, elapsed_s: float) -> Answer:
+    """A semantic hit as an :class:`Answer`: layer ``semantic``, zero usage, TTFT = ``elapsed_s``
+    (the lookup), the stored answer's provenance."""
+    prov = Provenance.from_metadata(hit.metadata)
+    return Answer(question, hit.answer, "semantic", CacheUsage(), elapsed_s, elapsed_s, float(hit.similarity),
+                  hit.question, prov.finish_reason, prov.approximate, prov.recompute_ratio,
+                  {"entry_id": hit.entry_id}, prov)
+
+
+__all__ = ["PROVENANCE_KEY", "Answer", "Provenance", "hit_answer"]

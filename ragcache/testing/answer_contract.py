@@ -1,0 +1,167 @@
+"""The answer-path contract: what every entry point must do with a question (needs ``pytest``).
+
+Every entry point (``RagCache``, ``ragcache ask``, ``ChatRagCache``, the LlamaIndex query engine, the
+LangChain middleware, the proxy) answers through :class:`ragcache.answering.AnswerPath`; this
+suite checks that each one, seen from outside, behaves as that path says:
+
+- a miss calls the backend once and stores the answer; the same question again is a hit with
+  ``layer="semantic"``, zero usage and the stored finish reason;
+- an answer that did not finish (a content filter, a cut stream) is never stored, and an answer
+  cut at the token budget is stored only where the entry point's documented budget rule says so
+  (:attr:`EntryPoint.stores_length`);
+- 8 concurrent identical misses make one backend call;
+- an answer stored through one entry point is served through another with equal
+  :class:`~ragcache.answering.Answer` fields (layer, approximate, recompute ratio, finish reason).
+
+Use it by subclassing :class:`AnswerPathContract` and providing two fixtures, ``make_entry`` and
+``make_other``: each a factory ``backend -> EntryPoint`` over the *same* answer store for the test
+(parametrize them over your entry points; ``make_other`` is the entry point that reads what
+``make_entry`` stored)::
+
+    ENTRIES = {"ragcache": RagCacheEntry, "ask": AskEntry}
+
+    @pytest.fixture(params=sorted(ENTRIES))
+    def make_entry(request): return ENTRIES[request.param]
+
+    @pytest.fixture(params=sorted(ENTRIES))
+    def make_other(request): return ENTRIES[request.param]
+
+    class TestAnswerPath(AnswerPathContract):
+        pass
+
+Entry points answer one fixed request shape: a question over the documents the test module
+chose (the same documents, system text, model and budget everywhere, so every entry point keys
+the same partition), with :class:`ScriptedBackend` as the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import pytest
+
+from ragcache.answering import Answer
+from ragcache.backend import BackendResult, CacheUsage
+
+
+class ScriptedBackend:
+    """A :class:`~ragcache.backend.Backend` that answers ``text`` with ``finish`` after ``delay_s``
+    seconds and counts its calls (thread-safe). ``approximate`` / ``recompute_ratio`` are reported
+    as a blended local prefill would (so provenance equality across entry points is checked)."""
+
+    name = "scripted"
+    model_id = "scripted-1"
+    loaded = True
+
+    def __init__(self, text: str = "Backups run nightly at 02:30 UTC.", finish: str = "stop", delay_s: float = 0.0,
+                 approximate: bool = True, recompute_ratio: float | None = 0.15) -> None:
+        self.text, self.finish, self.delay_s = text, finish, delay_s
+        self.approximate, self.recompute_ratio = approximate, recompute_ratio
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        with self._lock:
+            self.calls += 1
+        time.sleep(self.delay_s)
+        n = len(layout.render().split())
+        return BackendResult(self.text, "prefix+chunk", CacheUsage.local(prompt_tokens=n, prefix_reused=min(n, 4),
+                                                                         completion_tokens=7),
+                             0.001, self.finish, self.approximate, self.recompute_ratio)  # type: ignore[arg-type]
+
+    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+        return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+
+class EntryPoint(Protocol):
+    """One entry point under test.
+
+    Attributes:
+        name: shown in test ids and messages.
+        stores_length: the entry point's documented budget rule stores answers cut at the token
+            budget (``ragcache ask``: yes; ``RagCache``: only with ``cache_truncated=True``).
+    """
+
+    name: str
+    stores_length: bool
+
+    def ask(self, question: str) -> Answer:
+        """Answer ``question`` through the entry point (the fixed documents, the scripted backend)."""
+
+
+Factory = Callable[[ScriptedBackend], EntryPoint]
+
+QUESTION = "When do the backups run?"
+FIELDS = ("layer", "approximate", "recompute_ratio", "finish_reason", "text")
+
+
+def _fields(a: Answer) -> tuple:
+    return tuple(getattr(a, f) for f in FIELDS)
+
+
+class AnswerPathContract:
+    """The checks; see the module docstring for the fixtures a subclass provides."""
+
+    def test_miss_then_store_then_hit(self, make_entry: Factory) -> None:
+        backend = ScriptedBackend()
+        entry = make_entry(backend)
+        first = entry.ask(QUESTION)
+        assert first.layer != "semantic" and first.text == backend.text and backend.calls == 1, entry.name
+        assert first.finish_reason == "stop" and first.usage.prompt_tokens > 0
+        hit = entry.ask(QUESTION)
+        assert hit.layer == "semantic" and backend.calls == 1, f"{entry.name}: the repeat called the backend"
+        assert hit.text == first.text and hit.usage == CacheUsage(), f"{entry.name}: a hit replays usage"
+        assert (hit.finish_reason, hit.approximate, hit.recompute_ratio) == ("stop", True, 0.15)
+
+    @pytest.mark.parametrize("finish", ["content_filter", "incomplete", "refusal", "length"])
+    def test_an_unfinished_answer_is_not_stored(self, make_entry: Factory, finish: str) -> None:
+        backend = ScriptedBackend(finish=finish)
+        entry = make_entry(backend)
+        first = entry.ask(QUESTION)
+        assert first.finish_reason == finish and first.layer != "semantic", entry.name
+        second = entry.ask(QUESTION)
+        if finish == "length" and entry.stores_length:  # the documented budget rule: served to the same budget
+            assert second.layer == "semantic" and second.finish_reason == "length" and backend.calls == 1
+        else:
+            assert second.layer != "semantic" and backend.calls == 2, f"{entry.name} stored a {finish} answer"
+
+    def test_eight_concurrent_identical_misses_make_one_call(self, make_entry: Factory) -> None:
+        backend = ScriptedBackend(delay_s=0.5)
+        entry = make_entry(backend)
+        out: list[Answer] = []
+        errors: list[BaseException] = []
+
+        def one() -> None:
+            try:
+                out.append(entry.ask(QUESTION))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert backend.calls == 1, f"{entry.name}: {backend.calls} backend calls for 8 identical misses"
+        assert sorted(a.layer == "semantic" for a in out) == [False] + [True] * 7
+        assert all(a.text == backend.text for a in out)
+
+    def test_an_answer_stored_through_one_entry_point_is_served_through_another(
+            self, make_entry: Factory, make_other: Factory) -> None:
+        backend = ScriptedBackend()
+        writer, reader = make_entry(backend), make_other(backend)
+        first = writer.ask(QUESTION)
+        hit = reader.ask(QUESTION)
+        assert hit.layer == "semantic" and backend.calls == 1, f"{writer.name} -> {reader.name}: not served"
+        again = writer.ask(QUESTION)
+        assert _fields(hit) == _fields(again), f"{writer.name} -> {reader.name}: {_fields(hit)} != {_fields(again)}"
+        assert (hit.approximate, hit.recompute_ratio, hit.finish_reason, hit.text) == \
+            (first.approximate, first.recompute_ratio, first.finish_reason, first.text)
+
+
+__all__ = ["AnswerPathContract", "EntryPoint", "QUESTION", "ScriptedBackend"]

@@ -1,0 +1,407 @@
+"""The answer-path contract (:mod:`ragcache.testing.answer_contract`) over the adapters: the LlamaIndex
+query engine (plain, streamed, async), the LangChain middleware (sync, async), ChatRagCache's stream
+(and the LangChain LLM cache reading what it stored), and the Anthropic proxy (plain and streamed, the
+real anthropic SDK over loopback HTTP).
+
+Each entry point answers the contract's question with the contract's scripted model behind it: a
+LlamaIndex backend, a LangChain chat model and an Anthropic-compatible upstream server that call
+:class:`~ragcache.testing.answer_contract.ScriptedBackend` (the model is the one part replaced).
+The answer store is a real in-memory SemanticCache (FAISS) with the hashing embedder. An answer is
+read back from what each entry point returns (LlamaIndex ``Response.metadata``, LangChain
+``response_metadata["ragcache"]``, the proxy's message and ``x-ragcache-layer``) into an
+:class:`~ragcache.answering.Answer`.
+
+Cross-entry pairs share a partition: the query engine's three modes; the middleware's two; ChatRagCache's
+stream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests. Async streams
+(ChatRagCache ``astream``, LlamaIndex ``astream``, the proxy's streamed requests) look up and store through
+the path without a flight, so they are readers here, not writers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import reduce
+from operator import add
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+pytest.importorskip("langchain")
+anthropic = pytest.importorskip("anthropic")
+
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+
+from ragcache.answering import Answer  # noqa: E402
+from ragcache.backend import CacheUsage  # noqa: E402
+from ragcache.semantic import SemanticCache  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
+from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend  # noqa: E402
+
+DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
+        "Deploys go out on Tuesdays after the change review meeting."]
+SYSTEM = "Answer from the documents. Be brief."
+
+
+class Text:
+    """What ScriptedBackend reads of a prompt (``render()``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def render(self) -> str:
+        return self.text
+
+
+def _usage(d: Any) -> CacheUsage:
+    return CacheUsage(**{k: v for k, v in dict(d or {}).items() if k in CacheUsage.__dataclass_fields__})
+
+
+# ---------------------------------------------------------------------------------------------- LlamaIndex
+class LlamaIndexEntry:
+    """RagCacheQueryEngine over two fixed nodes; its LLM backend calls the scripted model."""
+
+    stores_length = False  # cache_truncated=False by default
+
+    def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
+        from llama_index.core.llms import MockLLM
+        from llama_index.core.retrievers import BaseRetriever
+        from llama_index.core.schema import NodeWithScore, TextNode
+        from llama_index.query_engine.ragcache import RagCacheQueryEngine
+        from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
+
+        nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(DOCS)]
+
+        class Fixed(BaseRetriever):
+            def _retrieve(self, query_bundle: Any) -> list:
+                return list(nodes)
+
+        class Scripted(LlamaIndexBackend):
+            name = property(lambda self: backend.name)  # type: ignore[assignment]
+            model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
+
+            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
+                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
+                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+
+            def stream(self, layout: Any) -> Any:
+                r = backend.generate(layout, max_new_tokens=0, temperature=0.0)
+                yield r.text[:7]
+                yield r.text[7:]
+                yield r
+
+            async def astream(self, layout: Any) -> Any:
+                for item in self.stream(layout):
+                    yield item
+
+        self.name, self.mode = f"LlamaIndex {mode}", mode
+        self.engine = RagCacheQueryEngine(Fixed(), MockLLM(), semantic_cache=store, system_prompt=SYSTEM, lint="off",
+                                          streaming=mode in ("stream", "astream"))
+        self.engine._backend = Scripted(MockLLM())
+
+    def ask(self, question: str) -> Answer:
+        if self.mode == "query":
+            resp = self.engine.query(question)
+            text = str(resp)
+        elif self.mode == "stream":
+            resp = self.engine.query(question)
+            text = "".join(resp.response_gen)
+        else:
+            async def run() -> tuple[Any, str]:
+                r = await self.engine.aquery(question)
+                if self.mode == "astream":
+                    return r, "".join([t async for t in r.async_response_gen()])
+                return r, str(r)
+
+            resp, text = asyncio.run(run())
+        m = resp.metadata
+        return Answer(question, text, m["layer"], _usage(m["usage"]), finish_reason=m["finish_reason"],
+                      approximate=m["approximate"], recompute_ratio=m["recompute_ratio"])
+
+
+# ---------------------------------------------------------------------------------------------- LangChain
+NATIVE = {"stop": ("finish_reason", "stop"), "length": ("finish_reason", "length"),
+          "content_filter": ("finish_reason", "content_filter"), "refusal": ("stop_reason", "refusal"),
+          "incomplete": ("finish_reason", None)}
+
+
+class ScriptedChat(BaseChatModel):
+    """A LangChain chat model over the scripted model: provider-style native end reasons, and
+    ragcache's record of the layer (as ChatRagCache reports it)."""
+
+    backend: Any = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-chat"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": "scripted-1", "max_tokens": 64}
+
+    def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        from langchain_ragcache.usage import usage_metadata
+
+        r = self.backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=64, temperature=0.0)
+        key, native = NATIVE[r.finish_reason]
+        msg = AIMessage(r.text, usage_metadata=usage_metadata(r.usage), response_metadata={
+            key: native, "model_name": "scripted-1",
+            "ragcache": {"layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
+                         "usage": r.usage.to_dict()}})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def lc_answer(question: str, msg: Any) -> Answer:
+    """An Answer read from a LangChain message: ragcache's record, the finish reason in ragcache's words."""
+    from langchain_ragcache.results import finish_reason_of
+
+    rec = msg.response_metadata["ragcache"]
+    finish = rec.get("finish_reason") or finish_reason_of(msg)
+    return Answer(question, msg.text, rec["layer"], _usage(rec.get("usage")), finish_reason=finish,
+                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"))
+
+
+class MiddlewareEntry:
+    """An agent (``create_agent``) whose model is the scripted chat model, with RagCacheMiddleware."""
+
+    stores_length = False
+
+    def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
+        from langchain.agents import create_agent
+        from langchain_ragcache import RagCacheSemanticCache
+        from langchain_ragcache.middleware import RagCacheMiddleware
+
+        self.name, self.mode = f"middleware {mode}", mode
+        self.agent = create_agent(ScriptedChat(backend=backend), [], system_prompt=SYSTEM,
+                                  middleware=[RagCacheMiddleware(RagCacheSemanticCache(store))])
+
+    def ask(self, question: str) -> Answer:
+        inp = {"messages": [HumanMessage(question)]}
+        out = self.agent.invoke(inp) if self.mode == "sync" else asyncio.run(self.agent.ainvoke(inp))
+        return lc_answer(question, out["messages"][-1])
+
+
+class ChatRagCacheEntry:
+    """ChatRagCache (the tiny random engine for its identity) whose answer pieces come from the scripted
+    model; ``stream`` goes through the answer path, ``astream`` through its lookup and record, ``invoke``
+    through the LangChain LLM cache (the framework's loop)."""
+
+    stores_length = False
+
+    def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
+        from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
+        from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
+
+        class Scripted(ChatRagCache):
+            def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
+                r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
+                yield r.text
+                box["result"] = r
+                yield r
+
+            async def _apieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
+                for item in self._pieces(messages, stop, opts, kwargs, box):
+                    yield item
+
+            def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+                box: dict = {}
+                *_, r = self._pieces(messages, stop, {}, kw, box)
+                return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
+
+        self.name, self.mode = f"ChatRagCache {mode}", mode
+        self.model = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), max_tokens=64,
+                              cache=RagCacheSemanticCache(store))
+
+    def ask(self, question: str) -> Answer:
+        msgs = [HumanMessage(question)]
+        if self.mode == "stream":
+            msg = reduce(add, self.model.stream(msgs))
+        elif self.mode == "astream":
+            async def run() -> Any:
+                return reduce(add, [c async for c in self.model.astream(msgs)])
+
+            msg = asyncio.run(run())
+        else:
+            msg = self.model.invoke(msgs)
+        return lc_answer(question, msg)
+
+
+# ---------------------------------------------------------------------------------------------- proxy
+ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
+
+
+def scripted_upstream(backend: ScriptedBackend) -> Any:
+    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
+    null stop reason (JSON) or a stream cut before its ``message_delta``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def messages(request: Request) -> Any:
+        body = await request.json()
+        text = json.dumps(body["messages"])
+        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
+        stop = ANTHROPIC_STOP[r.finish_reason]
+        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
+               "usage": usage}
+        if not body.get("stream"):
+            return JSONResponse(msg)
+
+        def ev(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> Any:
+            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
+            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}})
+            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": r.text}})
+            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if stop is not None:  # else: cut before the end
+                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
+                                                                              "stop_sequence": None},
+                                           "usage": {"output_tokens": r.usage.completion_tokens}})
+                yield ev("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+
+
+class ProxyEntry:
+    """The proxy in front of the scripted upstream, called with the real anthropic SDK. An Anthropic
+    upstream reports no blended prefill, so the scripted model here reports none either; Anthropic
+    has no ``content_filter`` stop reason (its kind is ``refusal``)."""
+
+    stores_length = False
+
+    def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str, servers: list) -> None:
+        from ragcache.server.app import running_server
+        from ragcache.server.proxy import AnthropicProxy
+
+        backend.approximate, backend.recompute_ratio = False, None
+        self.name, self.mode = f"proxy {mode}", mode
+        if not servers:
+            up = running_server(None, app=scripted_upstream(backend))
+            upstream = up.__enter__()
+            proxy = AnthropicProxy(upstream, semantic=store, api_key="k")
+            down = running_server(None, app=proxy.app)
+            servers += [up, down, down.__enter__()]
+        self.client = anthropic.Anthropic(base_url=servers[2], api_key="k", max_retries=0)
+
+    def ask(self, question: str) -> Answer:
+        from ragcache.providers.anthropic.backend import sdk_kwargs
+        from ragcache.providers.anthropic.usage import finish_reason
+
+        content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": question}]
+        body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "temperature": 0, "system": SYSTEM,
+                "messages": [{"role": "user", "content": content}]}
+        if self.mode == "plain":
+            raw = self.client.messages.with_raw_response.create(**sdk_kwargs(self.client.messages.create, body))
+            msg, layer = raw.parse(), raw.headers["x-ragcache-layer"]
+        else:
+            with self.client.messages.stream(**sdk_kwargs(self.client.messages.stream, body)) as s:
+                layer = s.response.headers["x-ragcache-layer"]
+                "".join(s.text_stream)
+                msg = s.get_final_message()
+        usage = CacheUsage.from_anthropic(msg.usage)
+        return Answer(question, "".join(b.text for b in msg.content if b.type == "text"), layer, usage,
+                      finish_reason=finish_reason(msg.stop_reason))
+
+
+# ---------------------------------------------------------------------------------------------- wiring
+WRITERS = {  # entry point -> (factory, the peer that reads what it stored)
+    "llamaindex-query": (lambda b, s, x: LlamaIndexEntry(b, s, "query"), "llamaindex-stream"),
+    "llamaindex-stream": (lambda b, s, x: LlamaIndexEntry(b, s, "stream"), "llamaindex-astream"),
+    "llamaindex-aquery": (lambda b, s, x: LlamaIndexEntry(b, s, "aquery"), "llamaindex-query"),
+    "middleware-sync": (lambda b, s, x: MiddlewareEntry(b, s, "sync"), "middleware-async"),
+    "middleware-async": (lambda b, s, x: MiddlewareEntry(b, s, "async"), "middleware-sync"),
+    "chatragcache-stream": (lambda b, s, x: ChatRagCacheEntry(b, s, "stream"), "chatragcache-invoke"),
+    "proxy-plain": (lambda b, s, x: ProxyEntry(b, s, "plain", x), "proxy-stream"),
+}
+READERS = {
+    "llamaindex-astream": lambda b, s, x: LlamaIndexEntry(b, s, "astream"),
+    "chatragcache-invoke": lambda b, s, x: ChatRagCacheEntry(b, s, "invoke"),
+    "chatragcache-astream": lambda b, s, x: ChatRagCacheEntry(b, s, "astream"),
+    "proxy-stream": lambda b, s, x: ProxyEntry(b, s, "stream", x),
+}
+
+
+@pytest.fixture()
+def store() -> SemanticCache:
+    return SemanticCache(None, embedder=HashingEmbedder())
+
+
+@pytest.fixture()
+def servers():
+    """The proxy's two loopback servers (upstream, proxy), started by the first proxy entry of a test."""
+    held: list = []
+    yield held
+    if held:
+        held[1].__exit__(None, None, None)
+        held[0].__exit__(None, None, None)
+
+
+@pytest.fixture(params=sorted(WRITERS))
+def make_entry(request, store, servers):
+    def make(backend: ScriptedBackend) -> Any:
+        return WRITERS[request.param][0](backend, store, servers)
+
+    make.writer = request.param  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.fixture(params=["itself", "peer"])
+def make_other(request, make_entry, store, servers):
+    name = make_entry.writer if request.param == "itself" else WRITERS[make_entry.writer][1]
+    factory = WRITERS[name][0] if name in WRITERS else READERS[name]
+    return lambda backend: factory(backend, store, servers)
+
+
+class TestAdaptersAnswerPath(AnswerPathContract):
+    """Every check of the contract over the adapters' entry points."""
+
+    def test_miss_then_store_then_hit(self, make_entry) -> None:
+        if not make_entry.writer.startswith("proxy"):
+            return super().test_miss_then_store_then_hit(make_entry)
+        backend = ScriptedBackend()
+        entry = make_entry(backend)  # an Anthropic upstream: no blending reported
+        first = entry.ask("When do the backups run?")
+        hit = entry.ask("When do the backups run?")
+        assert first.layer == "provider" and hit.layer == "semantic" and backend.calls == 1
+        assert hit.text == first.text and hit.usage == CacheUsage()
+        assert (hit.finish_reason, hit.approximate, hit.recompute_ratio) == ("stop", False, None)
+
+    @pytest.mark.parametrize("finish", ["content_filter", "incomplete", "refusal", "length"])
+    def test_an_unfinished_answer_is_not_stored(self, make_entry, finish: str) -> None:
+        if make_entry.writer.startswith("proxy") and finish == "content_filter":
+            pytest.skip("the Anthropic Messages API has no content_filter stop reason (its kind is refusal)")
+        super().test_an_unfinished_answer_is_not_stored(make_entry, finish)
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_async_stream_readers_serve_what_a_writer_stored(reader, store, servers) -> None:
+    """The async streams (no flight) read and write through the path: a miss is stored, the writer
+    serves it, and it serves what the writer stored."""
+    writer = next(k for k, (_, peer) in WRITERS.items() if peer == reader) if reader != "chatragcache-astream" \
+        else "chatragcache-stream"
+    backend = ScriptedBackend()
+    if reader.startswith("proxy"):
+        backend.approximate, backend.recompute_ratio = False, None
+    r = READERS[reader](backend, store, servers)
+    first = r.ask("When do the backups run?")
+    assert first.layer != "semantic" and backend.calls == 1
+    hit = WRITERS[writer][0](backend, store, servers).ask("When do the backups run?")
+    assert hit.layer == "semantic" and backend.calls == 1 and hit.text == first.text
+    assert (hit.approximate, hit.recompute_ratio, hit.finish_reason) == (first.approximate, first.recompute_ratio,
+                                                                         "stop")
+    assert r.ask("When do the backups run?").layer == "semantic" and backend.calls == 1
