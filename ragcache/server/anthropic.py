@@ -42,7 +42,7 @@ from ragcache.providers.anthropic.blocks import (
     prefix_hashes,
 )
 from ragcache.providers.anthropic.pricing import PRICES, model_family
-from ragcache.server.auth import tenant_of
+from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
 from ragcache.server.openai import prompt_tokens_in
@@ -142,17 +142,20 @@ class AnthropicLocalServer:
             caching rules this server emulates (:data:`ragcache.anthropic.pricing.PRICES` families)
             are accepted too. Any other name gets the API's 404 ``not_found_error``.
         tenant_header: header naming the caller's tenant (:func:`ragcache.server.auth.tenant_of`);
-            prompt-cache entries are kept per tenant, so one caller never reads another's.
+            prompt-cache entries and the engine's prefix and chunk KV are kept per tenant, so one
+            caller never reads another's (nor learns from usage or timing what another sent).
+        share_kv_across_namespaces: let tenants reuse each other's engine KV (default False; see
+            :func:`ragcache.server.auth.kv_namespace` for the risk). Usage stays per tenant.
         min_tokens: minimum cacheable length overrides (int for all models, or by family).
         clock: seconds, for cache TTLs (tests pass a fake clock).
     """
 
     def __init__(self, engine: Any, *, models: Sequence[str] = (), tenant_header: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, share_kv_across_namespaces: bool = False) -> None:
         self.engine = engine
         self.models = tuple(models)
-        self.tenant_header = tenant_header
+        self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.cache = ProviderPromptCache(min_tokens=min_tokens, clock=clock)
         self.app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
@@ -211,6 +214,9 @@ class AnthropicLocalServer:
         outcome = self.cache.apply(model, blocks, toks, prefix_hashes(salt, blocks, body.get("tool_choice")))
         kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
                   "stop": body.get("stop_sequences") or None}
+        ns = kv_namespace(tenant, share=self.share_kv)
+        if ns is not None:
+            kwargs["namespace"] = ns
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         events = self._run(_engine_messages(body), kwargs)
         if body.get("stream"):

@@ -36,6 +36,7 @@ from typing import Any
 from ragcache.text_checks import is_blank
 from ragcache.engine.backend import result_of
 from ragcache.engine.records import ContextWindowError
+from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.server.sse import event_stream, openai_event
 
 try:
@@ -260,13 +261,20 @@ class OpenAILocalServer:
             :func:`default_model_id`. Give aliases (``["gpt-4o-mini"]``) for clients with a fixed name.
         default_max_tokens: the decode budget when a request gives neither ``max_tokens`` nor
             ``max_completion_tokens``.
+        tenant_header: header naming the caller's tenant (else a digest of its key or bearer token,
+            :func:`ragcache.server.auth.tenant_of`); the tenant salts the request's KV keys.
+        share_kv_across_namespaces: let tenants reuse each other's prefix and chunk KV (default
+            False; True lets a caller learn from ``cached_tokens`` and time-to-first-token whether
+            another sent the same text: only when every caller may see every prompt).
 
     Raises:
         ValueError: an empty ``models`` list or ``default_max_tokens < 1``.
     """
 
-    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256) -> None:
+    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
+                 tenant_header: str | None = None, share_kv_across_namespaces: bool = False) -> None:
         self.engine = engine
+        self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.models = tuple(models) if models is not None else (default_model_id(engine),)
         if not self.models or not all(isinstance(m, str) and m for m in self.models):
             raise ValueError("models must be a non-empty list of model id strings")
@@ -296,6 +304,12 @@ class OpenAILocalServer:
             return error_response(400, "We could not parse the JSON body of your request: send valid JSON.")
         except OpenAIRequestError as e:
             return e.response()
+        try:
+            ns = kv_namespace(tenant_of(request.headers, tenant_header=self.tenant_header), share=self.share_kv)
+        except PermissionError as e:
+            return error_response(400, str(e), code="missing_tenant")
+        if ns is not None:
+            req["kwargs"]["namespace"] = ns
         limit = int(getattr(self.engine, "context_window", 1 << 30))
         budget, param = req["kwargs"]["max_new_tokens"], req["budget_param"]
         if budget >= limit:
