@@ -189,7 +189,8 @@ class LocalEngine(EngineKeys):
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
                 recompute_ratio: float | None = None, max_new_tokens: int = 0,
-                store_missed_chunks: bool = True, namespace: str | None = None) -> PrefillResult:
+                store_missed_chunks: bool = True, namespace: str | None = None,
+                prefix_limit: int | None = None) -> PrefillResult:
         """Compute the KV cache of ``prompt`` and the logits of its last token, reusing cached KV.
 
         Args:
@@ -198,6 +199,8 @@ class LocalEngine(EngineKeys):
                 :meth:`store_chunks` and ``result.missed_docs``, as :meth:`stream` does after decode).
             namespace: the request's namespace (tenant), hashed into its prefix and chunk KV keys
                 (:meth:`kv_salt`): no KV is reused across namespaces unless ``share_kv_across_namespaces``.
+            prefix_limit: reuse at most this many leading prompt tokens from the prefix cache (the
+                local Anthropic server passes what its emulated prompt cache read); ``None``: no limit.
 
         Raises:
             ValueError: for an empty prompt.
@@ -224,7 +227,8 @@ class LocalEngine(EngineKeys):
         stats = RequestStats(prompt_tokens=n)
         t0 = time.perf_counter()
         salt, fp = self.kv_salt(namespace), self.fingerprint.digest
-        match = self.prefix_cache.match(ids, namespace=salt, max_tokens=n - 1, fingerprint=fp) if use_prefix_cache else None
+        limit = n - 1 if prefix_limit is None else max(0, min(n - 1, prefix_limit))
+        match = self.prefix_cache.match(ids, namespace=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
@@ -374,7 +378,7 @@ class LocalEngine(EngineKeys):
     def stream(self, prompt: Any, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                stop: Sequence[str] | None = None, seed: int | None = None, use_prefix_cache: bool = True,
                use_chunk_cache: bool | None = None, recompute_ratio: float | None = None,
-               namespace: str | None = None) -> Iterator[StreamEvent]:
+               namespace: str | None = None, prefix_limit: int | None = None) -> Iterator[StreamEvent]:
         """Stream text deltas; the last event carries the full :class:`Generation`. The deltas join
         to the generation's text (text that may begin a stop string is held back until the next
         token decides). ``stop``: a str or a list of str.
@@ -392,7 +396,7 @@ class LocalEngine(EngineKeys):
             t0 = time.perf_counter()
             pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
-                               store_missed_chunks=False, namespace=namespace)
+                               store_missed_chunks=False, namespace=namespace, prefix_limit=prefix_limit)
             stats, cache = pre.stats, pre.cache
             spec = self._decode_spec()
             cache = spec.hand_over(self.model, cache)
@@ -404,6 +408,7 @@ class LocalEngine(EngineKeys):
             for ev in decode(self.model, self.tokenizer, cache, pre.last_logits, len(ids),
                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
                              eos=self._eos, rng=gen_rng, result=res):
+                ev.stats = stats  # prefill facts are final: a server's headers can go out with the first event
                 yield ev
             out = res.tokens
             t_first = res.t_first if res.t_first is not None else res.t_end
@@ -419,7 +424,7 @@ class LocalEngine(EngineKeys):
                 self.prefix_cache.insert(seq, keys, values, namespace=self.kv_salt(namespace), upto=len(seq),
                                         fingerprint=self.fingerprint.digest)
             stats.chunk_store_s = self.store_chunks(pre.missed_docs, namespace=namespace)
-        yield StreamEvent("", None, Generation(res.text, out, stats, first_logits))
+        yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Async :meth:`stream` (same arguments): the blocking forward passes run in a worker thread
