@@ -50,6 +50,7 @@ from ragcache.providers.anthropic.blocks import (
     flatten_request,
     nearest_cacheable,
     prefix_hashes,
+    thinking_setting,
 )
 from ragcache.providers.anthropic.pricing import PRICES, model_family
 from ragcache.server.auth import kv_namespace, tenant_of
@@ -104,12 +105,11 @@ def _engine_messages(body: Mapping[str, Any]) -> list[dict]:
 def _message_settings(body: Mapping[str, Any]) -> Any:
     """What is folded into the prefix hashes where the messages start (a change invalidates the cached
     messages, not tools or system, per the API's prompt-caching docs): ``tool_choice``, and the thinking
-    settings when thinking is on (type and ``budget_tokens``). Off (absent or ``disabled``) hashes as before."""
-    thinking = body.get("thinking")
-    if not isinstance(thinking, Mapping) or thinking.get("type") in (None, "disabled"):
-        return body.get("tool_choice")
-    return {"tool_choice": body.get("tool_choice"), "thinking": {k: v for k, v in thinking.items() if k in
-                                                                 ("type", "budget_tokens", "display")}}
+    settings when thinking is on (:func:`~ragcache.providers.anthropic.blocks.thinking_setting`).
+    Thinking off hashes as before."""
+    thinking = thinking_setting(body)
+    return body.get("tool_choice") if thinking is None else {"tool_choice": body.get("tool_choice"),
+                                                             "thinking": thinking}
 
 
 def _replaced(body: Mapping[str, Any], later: Sequence[Any]) -> dict:
