@@ -18,6 +18,13 @@ timestamp. Where the platform has no change time (Windows, whose ``st_ctime`` is
 time) nothing is cached and every file is hashed at every load. What the cache still trusts:
 that the system clock is not set back and that nothing writes the disk below the file system.
 
+The chat template is part of the identity too (:func:`template_digest`): it decides the prompt
+the model sees, so a template edited in the folder (``chat_template.jinja``,
+``additional_chat_templates/``, or ``chat_template`` in ``tokenizer_config.json``) or set in memory
+(``tokenizer.chat_template = ...``) gives another fingerprint, answer partition and KV keys.
+:func:`folder_chat_template` reads it from a folder the way transformers loads it, so the
+fingerprint can be known before the model is loaded.
+
 What no digest can see: weights changed in memory after loading (``merge_and_unload``,
 training steps, ``model.load_state_dict``). Such a model needs a new ``namespace``.
 """
@@ -31,6 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +246,127 @@ def folder_digest(folder: str | Path, cache_file: str | Path | None = None) -> s
             log.warning("cannot write the file digest cache %s: %s", cache_file, e)
 
 
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def template_digest(template: Any) -> str:
+    """Hex sha256 of a chat template as a tokenizer holds it (``tokenizer.chat_template``): a string,
+    a dict of named templates (order-free), or ``None`` (no template: a digest of its own).
+
+    Raises:
+        TypeError: anything else.
+    """
+    if template is not None and not isinstance(template, str | dict):
+        raise TypeError(f"a chat template is a string, a dict of named strings or None; got {type(template).__name__}")
+    return hash_value(["ragcache-chat-template-v1", template])
+
+
+def folder_chat_template(folder: str | Path) -> str | dict[str, str] | None:
+    """The chat template transformers' tokenizer will hold when loaded from ``folder``
+    (transformers 5, ``PreTrainedTokenizerBase.from_pretrained``): ``chat_template.jinja`` (name
+    ``default``) and every ``additional_chat_templates/<name>.jinja``; a lone default is a string,
+    several a dict. Without template files, ``chat_template`` of ``tokenizer_config.json`` (a string,
+    or a list of ``{"name", "template"}``, made a dict). ``None`` when the folder has no template.
+
+    Raises:
+        ValueError: ``tokenizer_config.json`` is not valid JSON.
+    """
+    folder = Path(folder)
+    found: dict[str, str] = {}
+    if (folder / CHAT_TEMPLATE_FILE).is_file():
+        found["default"] = (folder / CHAT_TEMPLATE_FILE).read_text(encoding="utf-8")
+    extra = folder / CHAT_TEMPLATE_DIR
+    for f in sorted(extra.glob("*.jinja")) if extra.is_dir() else ():
+        found[f.name.removesuffix(".jinja")] = f.read_text(encoding="utf-8")
+    if found:
+        return found["default"] if list(found) == ["default"] else found
+    cfg_file = folder / TOKENIZER_CONFIG
+    if not cfg_file.is_file():
+        return None
+    try:
+        template = json.loads(cfg_file.read_text(encoding="utf-8")).get("chat_template")
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{cfg_file} is not a JSON object ({e})") from None
+    if isinstance(template, list | tuple):
+        return {t["name"]: t["template"] for t in template}
+    return template
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFingerprint:
+    """Identity of a loaded model: every KV and answer cache key starts from :attr:`digest`.
+
+    Attributes:
+        name: model name or path as given.
+        revision: for a local folder, the digest of every weight file and ``config.json``
+            (:func:`ragcache.identity.folder_digest`); for a hub id, the commit hash.
+        dtype: compute dtype, e.g. ``"float32"``.
+        adapters: one entry per PEFT / LoRA adapter on the model (name, config digest and
+            weights digest, :func:`ragcache.identity.adapter_identities`); ``()`` without adapters.
+        template: digest of the chat template the tokenizer holds
+            (:func:`ragcache.identity.template_digest`); ``None``: not known (left out of the digest).
+
+    A model whose weights are changed in memory after loading (merged adapters, training,
+    ``load_state_dict``) keeps its fingerprint: give such an engine a new ``namespace``.
+    """
+
+    name: str
+    revision: str
+    dtype: str
+    adapters: tuple[str, ...] = ()
+    template: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """Hex sha256 of (name, revision, dtype[, adapters][, chat template]): every KV and answer key."""
+        if self.template is None:
+            return self.weights_digest
+        fields = [self.name, self.revision, self.dtype, list(self.adapters), {"chat_template": self.template}]
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+    @property
+    def weights_digest(self) -> str:
+        """Hex sha256 of (name, revision, dtype[, adapters]), the chat template left out: the key of
+        records that measure the weights alone (blend calibration), unchanged since 0.2."""
+        fields: list = [self.name, self.revision, self.dtype]
+        if self.adapters:
+            fields.append(list(self.adapters))
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+    def with_template(self, chat_template: Any) -> ModelFingerprint:
+        """This fingerprint for a tokenizer holding ``chat_template`` (``tokenizer.chat_template``:
+        a string, a dict of named templates, or ``None``)."""
+        t = template_digest(chat_template)
+        return self if t == self.template else replace(self, template=t)
+
+    def with_adapters_of(self, model: Any) -> ModelFingerprint:
+        """This fingerprint with :attr:`adapters` read from ``model`` (a PeftModel or a
+        transformers model with loaded adapters); unchanged when they already match."""
+        adapters = adapter_identities(model)
+        return self if adapters == self.adapters else replace(self, adapters=adapters)
+
+    def __str__(self) -> str:
+        extra = f"+{len(self.adapters)} adapter(s)" if self.adapters else ""
+        tpl = f"+template {self.template[:8]}" if self.template else ""
+        return f"{self.name}@{self.revision[:12]}/{self.dtype}{extra}{tpl}"
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A causal LM, its tokenizer and its fingerprint (its chat template filled in from the
+    tokenizer when the fingerprint does not say it, :meth:`ModelFingerprint.with_template`)."""
+
+    model: Any
+    tokenizer: Any
+    fingerprint: ModelFingerprint
+
+    def __post_init__(self) -> None:
+        if self.fingerprint.template is None and self.tokenizer is not None:
+            self.fingerprint = self.fingerprint.with_template(getattr(self.tokenizer, "chat_template", None))
+
+
 def _tensor_digest(state: dict[str, Any]) -> str:
     """sha256 over (name, dtype, shape, bytes) of each tensor, in name order."""
     import torch
@@ -310,6 +439,6 @@ def adapter_identities(model: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-__all__ = ["CONFIG_FILES", "DigestCache", "EMBEDDER_SKIPPED", "RACY_SECONDS", "STAT_TRUSTED", "WEIGHT_SUFFIXES",
+__all__ = ["LoadedModel", "ModelFingerprint", "CHAT_TEMPLATE_DIR", "CHAT_TEMPLATE_FILE", "CONFIG_FILES", "folder_chat_template", "template_digest", "DigestCache", "EMBEDDER_SKIPPED", "RACY_SECONDS", "STAT_TRUSTED", "WEIGHT_SUFFIXES",
            "adapter_identities", "embedder_folder_digest", "embedder_identity_files", "files_digest", "folder_digest",
            "identity_files", "module_identity", "sha256_file"]

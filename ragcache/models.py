@@ -21,7 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,8 @@ import numpy as np
 
 from ragcache.config import DEFAULT_EMBEDDER, DEFAULT_MODEL  # each default is stated once, in the settings
 from ragcache.home import Home
-from ragcache.identity import adapter_identities, embedder_folder_digest, folder_digest, module_identity, sha256_file
+from ragcache.identity import (LoadedModel, ModelFingerprint, embedder_folder_digest,
+                               folder_chat_template, folder_digest, module_identity, sha256_file)
 
 log = logging.getLogger(__name__)
 
@@ -51,55 +52,6 @@ def _package_dir(module: str, install: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFoundError(f"the embedded model package {module!r} is not installed; install it with: {install}")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFingerprint:
-    """Identity of a loaded model: every KV and answer cache key starts from :attr:`digest`.
-
-    Attributes:
-        name: model name or path as given.
-        revision: for a local folder, the digest of every weight file and ``config.json``
-            (:func:`ragcache.identity.folder_digest`); for a hub id, the commit hash.
-        dtype: compute dtype, e.g. ``"float32"``.
-        adapters: one entry per PEFT / LoRA adapter on the model (name, config digest and
-            weights digest, :func:`ragcache.identity.adapter_identities`); ``()`` without adapters.
-
-    A model whose weights are changed in memory after loading (merged adapters, training,
-    ``load_state_dict``) keeps its fingerprint: give such an engine a new ``namespace``.
-    """
-
-    name: str
-    revision: str
-    dtype: str
-    adapters: tuple[str, ...] = ()
-
-    @property
-    def digest(self) -> str:
-        """Hex sha256 of (name, revision, dtype[, adapters])."""
-        fields: list = [self.name, self.revision, self.dtype]
-        if self.adapters:
-            fields.append(list(self.adapters))
-        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
-
-    def with_adapters_of(self, model: Any) -> ModelFingerprint:
-        """This fingerprint with :attr:`adapters` read from ``model`` (a PeftModel or a
-        transformers model with loaded adapters); unchanged when they already match."""
-        adapters = adapter_identities(model)
-        return self if adapters == self.adapters else replace(self, adapters=adapters)
-
-    def __str__(self) -> str:
-        extra = f"+{len(self.adapters)} adapter(s)" if self.adapters else ""
-        return f"{self.name}@{self.revision[:12]}/{self.dtype}{extra}"
-
-
-@dataclass(slots=True)
-class LoadedModel:
-    """A causal LM, its tokenizer and its fingerprint."""
-
-    model: Any
-    tokenizer: Any
-    fingerprint: ModelFingerprint
 
 
 def unwrap_adapters(model: Any) -> Any:
@@ -239,11 +191,16 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
         target = Home.of(home).model_dir(DEFAULT_MODEL)
         if not (target / "ragcache_source.json").is_file():
             return None
-        return ModelFingerprint(DEFAULT_MODEL, folder_digest(target, cache), dtype)
-    folder = _local_folder(str(name_or_path))
-    if folder is None or not (folder / "config.json").is_file():
+        name, folder = DEFAULT_MODEL, target
+    else:
+        name, folder = str(name_or_path), _local_folder(str(name_or_path))
+        if folder is None or not (folder / "config.json").is_file():
+            return None
+    try:
+        template = folder_chat_template(folder)  # what the tokenizer will hold (the template is in the key)
+    except ValueError:
         return None
-    return ModelFingerprint(str(name_or_path), folder_digest(folder, cache), dtype)
+    return ModelFingerprint(name, folder_digest(folder, cache), dtype).with_template(template)
 
 
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu", adapter: str | None = None,
@@ -325,7 +282,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         model = _attach_adapter(model, adapter)
     model.to(device).eval()
     fp = ModelFingerprint(name, revision, _dtype_name(dtype)).with_adapters_of(model)
-    return LoadedModel(model, tokenizer, fp)
+    return LoadedModel(model, tokenizer, fp.with_template(getattr(tokenizer, "chat_template", None)))
 
 
 class Embedder:

@@ -28,7 +28,7 @@ def packaged(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("r", "allowed"), [(0.3, True), (None, False)])
 def test_packaged_record_is_read_when_home_has_none(tiny, packaged, r, allowed):
-    fp = tiny.fingerprint.digest
+    fp = tiny.fingerprint.weights_digest  # records measure the weights: keyed without the chat template
     (packaged / f"{fp}.json").write_text(json.dumps(_record(fp, r, allowed).to_dict()))
     got = load_calibration(tiny.fingerprint)
     assert got is not None and got.recompute_ratio == r and got.blend_allowed is allowed
@@ -39,7 +39,7 @@ def test_packaged_record_is_read_when_home_has_none(tiny, packaged, r, allowed):
 
 
 def test_a_home_record_wins_over_the_packaged_one(tiny, packaged):
-    fp = tiny.fingerprint.digest
+    fp = tiny.fingerprint.weights_digest  # records measure the weights: keyed without the chat template
     (packaged / f"{fp}.json").write_text(json.dumps(_record(fp, 0.3, True).to_dict()))
     home = calibration_path(tiny.fingerprint)
     home.parent.mkdir(parents=True)
@@ -50,7 +50,7 @@ def test_a_home_record_wins_over_the_packaged_one(tiny, packaged):
 
 
 def test_a_packaged_record_of_another_model_is_ignored(tiny, packaged):
-    fp = tiny.fingerprint.digest
+    fp = tiny.fingerprint.weights_digest  # records measure the weights: keyed without the chat template
     (packaged / f"{fp}.json").write_text(json.dumps(_record("0" * 64, 0.3, True).to_dict()))
     assert load_calibration(tiny.fingerprint) is None
 

@@ -130,8 +130,10 @@ class LazyLocalBackend:
             self._model_id = self._load().model_id
         return self._model_id
 
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
-        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                 namespace: str | None = None) -> BackendResult:
+        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     namespace=namespace)
 
 
 def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:

@@ -72,27 +72,44 @@ class LocalBackend:
         day = (pinned or datetime.now()).date().isoformat()
         return f"{digest}@template-date={day}"
 
-    def generate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> BackendResult:
-        """Answer a layout (or messages / a Prompt) on the engine; blocking."""
-        g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+    def _opts(self, namespace: str | None) -> dict[str, Any]:
+        return {**self.options, "namespace": namespace} if namespace is not None else dict(self.options)
+
+    def generate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
+                 namespace: str | None = None) -> BackendResult:
+        """Answer a layout (or messages / a Prompt) on the engine; blocking.
+
+        Args:
+            namespace: the request's namespace (tenant): salts its prefix and chunk KV keys
+                (:meth:`ragcache.engine.engine.LocalEngine.kv_salt`), so no KV is reused across
+                namespaces unless the engine has ``share_kv_across_namespaces=True``.
+        """
+        g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                 **self._opts(namespace))
         return result_of(g)
 
-    async def agenerate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    async def agenerate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
+                        namespace: str | None = None) -> BackendResult:
         """:meth:`generate` off the event loop (through the engine's one async bridge)."""
         gen = None
         async for ev in self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                            **self.options):
+                                            **self._opts(namespace)):
             gen = ev.generation or gen
         assert gen is not None
         return result_of(gen)
 
-    def stream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> Any:
-        """The engine's stream events (``StreamEvent``; the last carries the ``Generation``)."""
-        return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+    def stream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
+               namespace: str | None = None) -> Any:
+        """The engine's stream events (``StreamEvent``; the last carries the ``Generation``); ``namespace``
+        as in :meth:`generate`."""
+        return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  **self._opts(namespace))
 
-    def astream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float) -> AsyncIterator[Any]:
+    def astream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
+                namespace: str | None = None) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
-        return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature, **self.options)
+        return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   **self._opts(namespace))
 
 
 __all__ = ["LocalBackend", "layer_of", "result_of", "usage_of"]

@@ -123,7 +123,7 @@ class Calibration:
 
 
 def _digest(fingerprint: Any) -> str:
-    return fingerprint if isinstance(fingerprint, str) else str(fingerprint.digest)
+    return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "weights_digest", fingerprint.digest))
 
 
 def calibration_path(fingerprint: Any, home: Home | str | Path | None = None) -> Path:

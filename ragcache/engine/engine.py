@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
+from ragcache.engine.chunk import ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
 from ragcache.engine.engine_config import EngineConfig
@@ -37,8 +37,8 @@ from ragcache.engine.prefix import PrefixCache
 from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
 from ragcache.engine.reuse import PrefillRate
+from ragcache.engine.keys import EngineKeys
 from ragcache.engine.windowed import kv_reuse_blocker
-from ragcache.hashing import canonical_json
 from ragcache.layout import PromptLayout
 from ragcache.limits import check_recompute_ratio, context_window_of
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
@@ -50,7 +50,7 @@ messages (:meth:`~ragcache.layout.PromptLayout.from_messages`) or token ids."""
 log = logging.getLogger(__name__)
 
 
-class LocalEngine:
+class LocalEngine(EngineKeys):
     """Local transformers backend with an exact prefix KV cache and an optional CacheBlend chunk cache.
 
     Args:
@@ -66,7 +66,9 @@ class LocalEngine:
             :meth:`recompute_ratio`); ``namespace`` (cache salt, in every prefix and chunk KV
             key and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
             namespaces; a model whose weights were changed in memory after loading keeps its
-            fingerprint and needs a new namespace); ``reuse_policy`` / ``min_reuse_tokens`` (default:
+            fingerprint and needs a new namespace); ``share_kv_across_namespaces`` (default False:
+            a request's own ``namespace=``, its tenant, salts its KV too, :mod:`ragcache.engine.salt`;
+            True lets tenants reuse each other's KV, and so learn from timing what others sent); ``reuse_policy`` / ``min_reuse_tokens`` (default:
             blend when it saves >= 0.1 s at the measured prefill rate); ``calibration``;
             ``template_date`` (default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE`, pinned, so
             prefixes repeat across days); ``decode_cache`` (``"dynamic"`` exact, or ``"quantized"``:
@@ -91,7 +93,7 @@ class LocalEngine:
         cfg = self.config = EngineConfig.of(config, **settings)
         self.decode = DecodeCacheSpec(cfg.decode_cache, cfg.decode_backend, cfg.decode_nbits, cfg.residual_length,
                                       cfg.decode_sink_tokens)
-        self.fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
+        self._loaded_fingerprint = loaded.fingerprint.with_adapters_of(loaded.model)  # a PEFT wrap after load_model
         self.model = unwrap_adapters(loaded.model)
         self.tokenizer = loaded.tokenizer
         kv.use_fast_attention(self.model)
@@ -124,16 +126,6 @@ class LocalEngine:
         """``"quantized"`` or ``"dynamic"`` (so configured, or the quantized format failed :meth:`check_decode`)."""
         return self._decode_spec().kind
 
-    @property
-    def answer_identity(self) -> str:
-        """What decides this engine's answers besides the request: the model fingerprint digest, plus
-        the namespace and the decode format when set (canonical JSON). The semantic partition's
-        model part (:attr:`ragcache.engine.backend.LocalBackend.model_id`)."""
-        spec = self._decode_spec()
-        extra = {k: v for k, v, on in (("namespace", self.namespace, self.namespace is not None),
-                                       ("decode", spec.tag, spec.quantized)) if on}
-        return self.fingerprint.digest + (f"@{canonical_json(extra)}" if extra else "")
-
     def _decode_spec(self) -> DecodeCacheSpec:
         check = self.decode_check
         failed = check is not None and check.decode == self.decode.tag and not check.allowed
@@ -144,12 +136,6 @@ class LocalEngine:
         :class:`~ragcache.engine.decode_cache.DecodeCheck` is recorded, returned and obeyed from now on."""
         self.decode_check = check_decode(self, prompts, **kwargs)
         return self.decode_check
-
-    @property
-    def chunks(self) -> BoundChunkCache | None:
-        """The chunk cache bound to this engine's model, fingerprint and namespace (``None`` without one)."""
-        cc = self.chunk_cache
-        return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.namespace)
 
     @property
     def recompute_ratio(self) -> float | None:
@@ -202,13 +188,18 @@ class LocalEngine:
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
                 recompute_ratio: float | None = None, max_new_tokens: int = 0,
-                store_missed_chunks: bool = True) -> PrefillResult:
+                store_missed_chunks: bool = True, namespace: str | None = None,
+                prefix_limit: int | None = None) -> PrefillResult:
         """Compute the KV cache of ``prompt`` and the logits of its last token, reusing cached KV.
 
         Args:
             store_missed_chunks: compute and store the chunk KV of documents that missed the
                 chunk cache before returning (``False``: the caller does it later with
                 :meth:`store_chunks` and ``result.missed_docs``, as :meth:`stream` does after decode).
+            namespace: the request's namespace (tenant), hashed into its prefix and chunk KV keys
+                (:meth:`kv_salt`): no KV is reused across namespaces unless ``share_kv_across_namespaces``.
+            prefix_limit: reuse at most this many leading prompt tokens from the prefix cache (the
+                local Anthropic server passes what its emulated prompt cache read); ``None``: no limit.
 
         Raises:
             ValueError: for an empty prompt.
@@ -233,7 +224,9 @@ class LocalEngine:
             raise ValueError("use_chunk_cache=True needs an engine built with chunk_cache=ChunkCache(...)")
         stats = RequestStats(prompt_tokens=n)
         t0 = time.perf_counter()
-        match = self.prefix_cache.match(ids, namespace=self.namespace, max_tokens=n - 1) if use_prefix_cache else None
+        salt, fp = self.kv_salt(namespace), self.fingerprint.digest
+        limit = n - 1 if prefix_limit is None else max(0, min(n - 1, prefix_limit))
+        match = self.prefix_cache.match(ids, namespace=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
@@ -242,7 +235,7 @@ class LocalEngine:
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             if use_chunks and spans:
-                plan = self.chunks.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
+                plan = self.chunks_for(namespace).lookup_many([(s, e, piece.ids) for s, e, piece in spans])
                 stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
                 missed = [m.token_ids for m in plan.missed]
                 blend = self._decide(plan, r, stats)
@@ -267,34 +260,23 @@ class LocalEngine:
                 self.prefix_cache.release(match)
         if use_prefix_cache:
             keys, values = kv.cache_tensors(cache)
-            self.prefix_cache.insert(ids, keys, values, namespace=self.namespace, upto=exact_upto)
+            self.prefix_cache.insert(ids, keys, values, namespace=salt, upto=exact_upto, fingerprint=fp)
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
-            stats.chunk_store_s = self.store_chunks(missed)
+            stats.chunk_store_s = self.store_chunks(missed, namespace=namespace)
             missed = []
         return PrefillResult(cache, logits, stats, exact_upto, missed)
 
-    def store_chunks(self, docs: Sequence[Sequence[int]]) -> float:
-        """Compute and store the chunk KV of documents (token ids) that missed the chunk cache.
-
-        A missed document is computed in its request's context at every layer (exact), but
-        what is stored for next time is its KV computed on its own after the chunk cache's sink
-        (:meth:`BoundChunkCache.compute <ragcache.engine.chunk.BoundChunkCache.compute>`), not the KV taken from the request: taken from the request
-        it would carry the first request's preceding documents in every layer's V and K, so a
-        chunk's content would depend on which request happened to store it first, and the
-        blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
-        CacheBlend stores them, §5) would not hold for it. The price is one extra forward pass
-        over the document with short attention, paid after the answer: ``chunk_store_s``
-        in the stats (measured by ``ragcache bench prefix``).
-
-        Returns:
-            Seconds spent (0 when there is no chunk cache or nothing to store).
-        """
+    def store_chunks(self, docs: Sequence[Sequence[int]], *, namespace: str | None = None) -> float:
+        """Compute and store, under the KV salt of ``namespace``, the chunk KV of documents (token ids)
+        that missed the chunk cache: each on its own after the sink, never taken from the request
+        (why: :meth:`BoundChunkCache.add_many <ragcache.engine.chunk.BoundChunkCache.add_many>`), after
+        the answer (``chunk_store_s`` in the stats). Returns seconds spent (0 when nothing is stored)."""
         if self.chunk_cache is None or not docs:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            self.chunks.add_many(docs)
+            self.chunks_for(namespace).add_many(docs)
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
@@ -380,6 +362,7 @@ class LocalEngine:
             stop: stop strings; generation ends before the first one.
             seed: RNG seed for sampling.
             use_prefix_cache / use_chunk_cache / recompute_ratio: cache controls.
+            namespace: the request's tenant, salting its KV keys (see :meth:`prefill`).
 
         Raises:
             ValueError / ContextWindowError: for bad input (see :meth:`prefill`).
@@ -392,7 +375,8 @@ class LocalEngine:
 
     def stream(self, prompt: Any, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
                stop: Sequence[str] | None = None, seed: int | None = None, use_prefix_cache: bool = True,
-               use_chunk_cache: bool | None = None, recompute_ratio: float | None = None) -> Iterator[StreamEvent]:
+               use_chunk_cache: bool | None = None, recompute_ratio: float | None = None,
+               namespace: str | None = None, prefix_limit: int | None = None) -> Iterator[StreamEvent]:
         """Stream text deltas; the last event carries the full :class:`Generation`. The deltas join
         to the generation's text (text that may begin a stop string is held back until the next
         token decides). ``stop``: a str or a list of str.
@@ -410,7 +394,7 @@ class LocalEngine:
             t0 = time.perf_counter()
             pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
-                               store_missed_chunks=False)
+                               store_missed_chunks=False, namespace=namespace, prefix_limit=prefix_limit)
             stats, cache = pre.stats, pre.cache
             spec = self._decode_spec()
             cache = spec.hand_over(self.model, cache)
@@ -422,6 +406,7 @@ class LocalEngine:
             for ev in decode(self.model, self.tokenizer, cache, pre.last_logits, len(ids),
                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
                              eos=self._eos, rng=gen_rng, result=res):
+                ev.stats = stats  # prefill facts are final: a server's headers can go out with the first event
                 yield ev
             out = res.tokens
             t_first = res.t_first if res.t_first is not None else res.t_end
@@ -434,9 +419,10 @@ class LocalEngine:
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)
-                self.prefix_cache.insert(seq, keys, values, namespace=self.namespace, upto=len(seq))
-            stats.chunk_store_s = self.store_chunks(pre.missed_docs)
-        yield StreamEvent("", None, Generation(res.text, out, stats, first_logits))
+                self.prefix_cache.insert(seq, keys, values, namespace=self.kv_salt(namespace), upto=len(seq),
+                                        fingerprint=self.fingerprint.digest)
+            stats.chunk_store_s = self.store_chunks(pre.missed_docs, namespace=namespace)
+        yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:
         """Async :meth:`stream` (same arguments): the blocking forward passes run in a worker thread

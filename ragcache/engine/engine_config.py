@@ -32,6 +32,10 @@ class EngineConfig:
         selection: the blend's selection rule (``blend_prefill``'s ``rank_by``); ``None``: the
             calibration record's rule, else :data:`ragcache.engine.selection.DEFAULT_SELECTION`.
         namespace: cache salt; KV never crosses namespaces.
+        share_kv_across_namespaces: let requests of different namespaces (tenants) reuse each other's
+            prefix and chunk KV (default False: a request's namespace salts its KV keys; sharing lets a
+            tenant learn from cached-token counts and time-to-first-token what another sent,
+            :mod:`ragcache.engine.keys`).
         reuse_policy / min_reuse_tokens: the rule that chooses blending or exact prefill (one of them).
         calibration: ``True`` (load the recorded one), ``False`` / ``None`` (ignore), or a Calibration.
         template_date: the date a clock-reading chat template renders (``"live"``: the real clock).
@@ -50,6 +54,7 @@ class EngineConfig:
     recompute_ratio: float | None = None
     selection: str | None = None
     namespace: str | None = None
+    share_kv_across_namespaces: bool = False
     reuse_policy: ReusePolicy | None = None
     min_reuse_tokens: int | None = None
     calibration: bool | Calibration | None = True
@@ -69,6 +74,8 @@ class EngineConfig:
             if self.selection not in RANKINGS or self.selection == "given":
                 raise ValueError(f"selection must be one of {[r for r in RANKINGS if r != 'given']}; "
                                  f"got {self.selection!r}")
+        if not isinstance(self.share_kv_across_namespaces, bool):
+            raise TypeError(f"share_kv_across_namespaces must be True or False, got {self.share_kv_across_namespaces!r}")
         if self.reuse_policy is not None and self.min_reuse_tokens is not None:
             raise ValueError("give reuse_policy or min_reuse_tokens, not both")
         if self.prefix_cache_bytes < 1 or self.block_size < 1:

@@ -70,11 +70,14 @@ class Generation:
 
 @dataclass(slots=True)
 class StreamEvent:
-    """One streamed delta; ``generation`` is set on the final event only."""
+    """One streamed delta; ``generation`` is set on the final event only. ``stats`` is set on the first
+    event: the request's :class:`RequestStats`, whose prefill part (prompt, reused, recomputed tokens,
+    approximate) is final by then, so a server can send headers before decoding ends."""
 
     text: str
     token_id: int | None = None
     generation: Generation | None = None
+    stats: RequestStats | None = None
 
 
 @dataclass(slots=True)

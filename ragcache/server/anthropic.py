@@ -13,13 +13,23 @@ cacheable length, 5m / 1h TTL refreshed on hit, at most 4 breakpoints, 1h
 before 5m) and the ``usage`` object has the real API's fields. Token counts
 are the engine tokenizer's counts of each block's text (tools as canonical
 JSON); chat-template tokens are not counted. The engine's own exact prefix KV
-cache does the work the provider's cache stands for (response header
-``x-ragcache-prefill-reused``: prompt tokens whose KV was reused).
+cache does the work the provider's cache stands for, and no more: the engine
+reuses prefix KV only up to the end of what the emulated cache read (its
+``prefix_limit``; found as the common token prefix of the prompt and the prompt
+with every later block replaced), and no chunk KV (the API has no
+position-independent cache). So the ``x-ragcache-*`` headers and the ``usage``
+come from one record (:class:`ragcache.server.record.LocalRecord`) and agree:
+no cache read, no reused KV.
 
-The engine needs ``count_tokens(text) -> int``, ``tokenizer.decode`` and
-``stream(messages, max_new_tokens=, temperature=, stop=) -> Iterator[StreamEvent]``
-whose last event carries a ``Generation`` (``text``, ``token_ids``,
-``stats.finish_reason`` "stop" | "length", ``stats.prefill_tokens_reused``).
+Thinking settings (``thinking``: enabled or not, and its ``budget_tokens``) are
+folded into the prefix hashes where the messages start, as ``tool_choice`` is:
+after a change the API reads from cache only the tools and system part and
+writes the messages again, and so does this server.
+
+The engine needs ``count_tokens(text) -> int``, ``tokenizer.decode``,
+``build_prompt(messages).input_ids`` and ``astream(messages, max_new_tokens=,
+temperature=, stop=, prefix_limit=, use_chunk_cache=[, namespace=])`` whose
+events carry the request's ``stats`` and whose last carries a ``Generation``.
 """
 
 from __future__ import annotations
@@ -40,12 +50,14 @@ from ragcache.providers.anthropic.blocks import (
     flatten_request,
     nearest_cacheable,
     prefix_hashes,
+    thinking_setting,
 )
 from ragcache.providers.anthropic.pricing import PRICES, model_family
-from ragcache.server.auth import tenant_of
+from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
 from ragcache.server.openai import prompt_tokens_in
+from ragcache.server.record import LocalRecord
 from ragcache.server.sse import anthropic_event, event_stream
 
 try:
@@ -67,10 +79,9 @@ def anthropic_error(status: int, kind: str, message: str) -> JSONResponse:
 def _engine_messages(body: Mapping[str, Any]) -> list[dict]:
     """Anthropic request -> the engine's chat messages (system text + tools, text blocks)."""
     system = body.get("system")
-    parts = [system] if isinstance(system, str) else [b["text"] for b in system or []]
-    if body.get("tools"):
-        parts.append("Tools:\n" + "\n".join(canonical_json({k: v for k, v in t.items() if k != "cache_control"})
-                                           for t in body["tools"]))
+    parts = [] if not body.get("tools") else [  # tools first: the provider's prefix order (tools, system, messages)
+        "Tools:\n" + "\n".join(canonical_json({k: v for k, v in t.items() if k != "cache_control"}) for t in body["tools"])]
+    parts += [system] if isinstance(system, str) else [b["text"] for b in system or []]
     msgs = [{"role": "system", "content": "\n\n".join(p for p in parts if p)}] if any(parts) else []
     for m in body["messages"]:
         content = m["content"]
@@ -91,8 +102,64 @@ def _engine_messages(body: Mapping[str, Any]) -> list[dict]:
     return msgs
 
 
+def _message_settings(body: Mapping[str, Any]) -> Any:
+    """What is folded into the prefix hashes where the messages start (a change invalidates the cached
+    messages, not tools or system, per the API's prompt-caching docs): ``tool_choice``, and the thinking
+    settings when thinking is on (:func:`~ragcache.providers.anthropic.blocks.thinking_setting`).
+    Thinking off hashes as before."""
+    thinking = thinking_setting(body)
+    return body.get("tool_choice") if thinking is None else {"tool_choice": body.get("tool_choice"),
+                                                             "thinking": thinking}
+
+
+def _replaced(body: Mapping[str, Any], later: Sequence[Any]) -> dict:
+    """A copy of ``body`` with every block in ``later`` (flat blocks) replaced by a one-character text
+    that differs from the block's own first character (see ``AnthropicLocalServer._prefix_limit``)."""
+    out = json.loads(json.dumps(body))
+
+    def mark(text: str) -> str:
+        return "\u00b6" if text.startswith("\u00a4") else "\u00a4"
+
+    for b in later:
+        section, i = b.path[0], b.path[1]
+        if section == "tools":
+            out["tools"][i] = {"name": mark(""), "input_schema": {}}
+        elif section == "system":
+            if isinstance(out["system"], str):
+                out["system"] = mark(out["system"])
+            else:
+                out["system"][i] = {"type": "text", "text": mark(out["system"][i].get("text", ""))}
+        else:
+            msg = out["messages"][i]
+            if isinstance(msg["content"], str):
+                msg["content"] = mark(msg["content"])
+            else:
+                old = msg["content"][b.path[2]]
+                msg["content"][b.path[2]] = {"type": "text", "text": mark(old.get("text", "") if old.get(
+                    "type") == "text" else "{")}
+    return out
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_thinking(thinking: Any, max_tokens: int) -> None:
+    """The API's checks of ``thinking`` (the local model does not think; the setting changes caching)."""
+    if thinking is None:
+        return
+    if not isinstance(thinking, Mapping) or thinking.get("type") not in ("enabled", "disabled", "adaptive"):
+        raise RequestError("thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled', "
+                           "'adaptive'")
+    if thinking["type"] == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not _is_int(budget):
+            raise RequestError("thinking.enabled.budget_tokens: Field required (an integer >= 1024)")
+        if budget < 1024:
+            raise RequestError(f"thinking.enabled.budget_tokens: Input should be greater than or equal to 1024, "
+                               f"got {budget}")
+        if budget >= max_tokens:
+            raise RequestError(f"`max_tokens` must be greater than `thinking.budget_tokens` ({max_tokens} <= {budget})")
 
 
 def _check_params(body: Any) -> None:
@@ -116,6 +183,7 @@ def _check_params(body: Any) -> None:
         raise RequestError("stop_sequences: Input should be a list of strings")
     if not isinstance(body.get("stream", False), bool):
         raise RequestError("stream: Input should be a valid boolean")
+    _check_thinking(body.get("thinking"), mt)
     msgs = body.get("messages")
     for i, m in enumerate(msgs if isinstance(msgs, list) else []):
         final_assistant = isinstance(m, Mapping) and m.get("role") == "assistant" and i == len(msgs) - 1
@@ -142,17 +210,20 @@ class AnthropicLocalServer:
             caching rules this server emulates (:data:`ragcache.anthropic.pricing.PRICES` families)
             are accepted too. Any other name gets the API's 404 ``not_found_error``.
         tenant_header: header naming the caller's tenant (:func:`ragcache.server.auth.tenant_of`);
-            prompt-cache entries are kept per tenant, so one caller never reads another's.
+            prompt-cache entries and the engine's prefix and chunk KV are kept per tenant, so one
+            caller never reads another's (nor learns from usage or timing what another sent).
+        share_kv_across_namespaces: let tenants reuse each other's engine KV (default False; see
+            :func:`ragcache.server.auth.kv_namespace` for the risk). Usage stays per tenant.
         min_tokens: minimum cacheable length overrides (int for all models, or by family).
         clock: seconds, for cache TTLs (tests pass a fake clock).
     """
 
     def __init__(self, engine: Any, *, models: Sequence[str] = (), tenant_header: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, share_kv_across_namespaces: bool = False) -> None:
         self.engine = engine
         self.models = tuple(models)
-        self.tenant_header = tenant_header
+        self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.cache = ProviderPromptCache(min_tokens=min_tokens, clock=clock)
         self.app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
@@ -208,29 +279,59 @@ class AnthropicLocalServer:
             return anthropic_error(400, "invalid_request_error", f"prompt is too long: {sum(toks)} tokens + max_tokens "
                                    f"{body['max_tokens']} > {limit} (the local model's context window)")
         salt = f"{tenant}\x00{model}"  # entries per tenant, as the real API keeps them per organization
-        outcome = self.cache.apply(model, blocks, toks, prefix_hashes(salt, blocks, body.get("tool_choice")))
+        hashes = prefix_hashes(salt, blocks, _message_settings(body))
+        outcome = self.cache.apply(model, blocks, toks, hashes)
+        messages = _engine_messages(body)
         kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
-                  "stop": body.get("stop_sequences") or None}
+                  "stop": body.get("stop_sequences") or None, "use_chunk_cache": False}
+        ns = kv_namespace(tenant, share=self.share_kv)
+        if ns is not None:
+            kwargs["namespace"] = ns
+        try:
+            kwargs["prefix_limit"] = self._prefix_limit(body, blocks, outcome, messages)
+        except ValueError as e:
+            return anthropic_error(400, "invalid_request_error", self._words(e, body["max_tokens"]))
         msg_id = "msg_" + uuid.uuid4().hex[:24]
-        events = self._run(_engine_messages(body), kwargs)
+        events = self._run(messages, kwargs)
+        first = await anext(events)  # prefill done (or the request's error), before any header goes out
+        if isinstance(first, ValueError):
+            return anthropic_error(400, "invalid_request_error", self._words(first, body["max_tokens"]))
+        if isinstance(first, Exception):
+            return anthropic_error(500, "api_error", f"{type(first).__name__}: {first}")
+        headers = {"request-id": "req_" + msg_id[4:], **LocalRecord.of(first.stats, outcome).headers()}
         if body.get("stream"):
-            return event_stream(self._sse(events, msg_id, model, outcome, kwargs["stop"]),
-                                headers={"request-id": "req_" + msg_id[4:]})
-        text, gen = "", None
-        async for ev in events:
-            if isinstance(ev, ValueError):
-                return anthropic_error(400, "invalid_request_error", self._words(ev, body["max_tokens"]))
+            return event_stream(self._sse(first, events, msg_id, model, outcome, kwargs["stop"]), headers=headers)
+        gen, ev = None, first
+        while True:
             if isinstance(ev, Exception):
                 return anthropic_error(500, "api_error", f"{type(ev).__name__}: {ev}")
-            text += ev.text
             gen = ev.generation or gen
+            if gen is not None:
+                break
+            ev = await anext(events)
+        await events.aclose()
+        record = LocalRecord.of(gen.stats, outcome)
         stop_reason, stop_seq = self._stop(gen, kwargs["stop"])
         return JSONResponse({
             "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": gen.text}], "stop_reason": stop_reason, "stop_sequence": stop_seq,
-            "usage": outcome.usage(len(gen.token_ids)),
-        }, headers={"request-id": "req_" + msg_id[4:],
-                    "x-ragcache-prefill-reused": str(getattr(gen.stats, "prefill_tokens_reused", 0))})
+            "usage": record.anthropic_usage(len(gen.token_ids)),
+        }, headers={**headers, **record.headers()})
+
+    def _prefix_limit(self, body: dict, blocks: list, outcome: CacheOutcome, messages: list[dict]) -> int | None:
+        """How many leading engine prompt tokens may come from the prefix KV cache: those of the blocks
+        the emulated cache read (0 on a miss; ``None``: the whole prompt was read). The end of the read
+        in engine tokens is where the prompt first differs from the prompt with every later block
+        replaced (a token earlier at most where the tokenizer merges across the boundary: less reuse,
+        never more)."""
+        if outcome.read_at is None:
+            return 0
+        later = [b for b in blocks if b.index > outcome.read_at]
+        if not later:
+            return None
+        full = self.engine.build_prompt(messages).input_ids
+        cut = self.engine.build_prompt(_engine_messages(_replaced(body, later))).input_ids
+        return next((i for i, (a, b) in enumerate(zip(full, cut)) if a != b), min(len(full), len(cut)))
 
     async def _run(self, messages: list[dict], kwargs: dict) -> AsyncIterator[Any]:
         """The engine's stream through its one async bridge (:meth:`LocalEngine.astream`); an engine
@@ -260,18 +361,17 @@ class AnthropicLocalServer:
                 return "stop_sequence", hits[0][1]
         return "end_turn", None
 
-    async def _sse(self, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
+    async def _sse(self, first: Any, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
                    stops: list[str] | None) -> AsyncIterator[Any]:
         sse = anthropic_event
-        start_usage = outcome.usage(1)
         yield sse("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": start_usage}})
+            "stop_reason": None, "stop_sequence": None, "usage": outcome.usage(1)}})
         yield sse("content_block_start", {"type": "content_block_start", "index": 0,
                                           "content_block": {"type": "text", "text": ""}})
         yield sse("ping", {"type": "ping"})
-        gen = None
-        async for ev in events:
+        gen, ev = None, first
+        while True:
             if isinstance(ev, Exception):
                 kind = "invalid_request_error" if isinstance(ev, ValueError) else "api_error"
                 yield sse("error", {"type": "error", "error": {"type": kind, "message": self._words(ev, None)}})
@@ -280,9 +380,13 @@ class AnthropicLocalServer:
                 yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                   "delta": {"type": "text_delta", "text": ev.text}})
             gen = ev.generation or gen
+            if gen is not None:
+                break
+            ev = await anext(events)
+        await events.aclose()
         stop_reason, stop_seq = self._stop(gen, stops)
         yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-        usage = {k: v for k, v in outcome.usage(len(gen.token_ids)).items()
+        usage = {k: v for k, v in LocalRecord.of(gen.stats, outcome).anthropic_usage(len(gen.token_ids)).items()
                  if k not in ("cache_creation", "service_tier")}
         yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
                                                                        "stop_sequence": stop_seq}, "usage": usage})

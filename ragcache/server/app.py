@@ -43,7 +43,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 def create_local_app(engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
                      keys: str | Iterable[str] | None = None, tenant_header: str | None = None,
-                     **anthropic: Any) -> Any:
+                     share_kv_across_namespaces: bool = False, **anthropic: Any) -> Any:
     """One ASGI app answering ``POST /v1/messages``, ``POST /v1/messages/count_tokens``,
     ``POST /v1/chat/completions`` and ``GET /v1/models`` with ``engine``.
 
@@ -53,13 +53,17 @@ def create_local_app(engine: Any, *, models: Sequence[str] | None = None, defaul
             prompt-caching rules it emulates.
         keys: serve keys callers must send (:class:`~ragcache.server.auth.ServeKeyMiddleware`);
             ``None``: open (fine on loopback, see :func:`~ragcache.server.auth.check_bind`).
-        tenant_header: header naming the caller's tenant (else a digest of its key): the prompt
-            cache's entries are kept per tenant.
+        tenant_header: header naming the caller's tenant (else a digest of its key or bearer token):
+            the prompt cache's entries and the engine's prefix and chunk KV are kept per tenant.
+        share_kv_across_namespaces: let tenants reuse each other's prefix and chunk KV (default False:
+            sharing lets one caller learn from cached-token counts and time-to-first-token whether
+            another sent the same system text or document; :mod:`ragcache.engine.keys`).
         **anthropic: keyword arguments of :class:`~ragcache.server.anthropic.AnthropicLocalServer`
             (``min_tokens``, ``clock``).
     """
-    chat = OpenAILocalServer(engine, models=models, default_max_tokens=default_max_tokens)
-    messages = AnthropicLocalServer(engine, models=chat.models, tenant_header=tenant_header, **anthropic)
+    tenancy = {"tenant_header": tenant_header, "share_kv_across_namespaces": share_kv_across_namespaces}
+    chat = OpenAILocalServer(engine, models=models, default_max_tokens=default_max_tokens, **tenancy)
+    messages = AnthropicLocalServer(engine, models=chat.models, **tenancy, **anthropic)
     app = Starlette(routes=[*messages.app.routes, *chat.routes], exception_handlers={HTTPException: http_error})
     parsed = parse_keys(keys)
     return ServeKeyMiddleware(app, parsed) if parsed else app
@@ -87,7 +91,7 @@ def running_server(engine: Any, *, host: str = "127.0.0.1", app: Any = None, **k
     """Run the server in a background thread on a free port; yields its base URL.
 
     Keyword arguments go to :func:`create_local_app` (``min_tokens``, ``clock``, ``models``, ``keys``,
-    ``tenant_header``); ``app`` serves another ASGI app instead (the caching proxy in tests).
+    ``tenant_header``, ``share_kv_across_namespaces``); ``app`` serves another ASGI app instead (the caching proxy in tests).
 
     Raises:
         RuntimeError: the server did not start within 30 s.

@@ -11,7 +11,8 @@ One module decides, for the local server and the caching proxy alike:
 - **tenant** (:func:`tenant_of`): a digest of the credential (never the secret itself), or the
   value of a header the operator names (``RAGCACHE_TENANT_HEADER``, for a gateway that
   authenticates callers and sets it). Everything the servers cache for a caller (semantic answers
-  in the proxy, prompt-cache entries in the local server) is keyed by it, whatever the bind address;
+  in the proxy, prompt-cache entries and the engine's prefix and chunk KV in the local server,
+  :func:`kv_namespace`) is keyed by it, whatever the bind address;
 - **bind** (:func:`check_bind`): a server on an address other than loopback refuses to start
   without a serve key unless the operator passes ``--insecure``.
 """
@@ -64,6 +65,16 @@ def tenant_of(headers: Mapping[str, str], *, tenant_header: str | None = None) -
         return "h:" + value
     cred = credential(headers)
     return "k:" + digest(cred) if cred else ANONYMOUS
+
+
+def kv_namespace(tenant: str, *, share: bool = False) -> str | None:
+    """The namespace a local server passes to the engine for a request of ``tenant``
+    (:func:`tenant_of`): the tenant itself, which the engine hashes into the request's prefix and
+    chunk KV keys (:func:`ragcache.engine.keys.kv_salt`), so one caller's cached tokens and
+    time-to-first-token say nothing about what another sent; ``None`` (the engine's own KV) for
+    :data:`ANONYMOUS` callers or when the operator opted into ``share``
+    (``share_kv_across_namespaces``, which gives that side channel back)."""
+    return None if share or tenant == ANONYMOUS else tenant
 
 
 def parse_keys(raw: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -158,5 +169,6 @@ class ServeKeyMiddleware:
         await send({"type": "http.response.body", "body": raw})
 
 
-__all__ = ["ANONYMOUS", "ServeKeyMiddleware", "check_bind", "credential", "digest", "is_loopback", "parse_keys",
+__all__ = ["ANONYMOUS", "ServeKeyMiddleware", "check_bind", "credential", "digest", "is_loopback", "kv_namespace",
+           "parse_keys",
            "tenant_of"]

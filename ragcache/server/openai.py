@@ -15,8 +15,10 @@ part is the question); plain-string content is one block. Earlier turns are hist
 ``usage.prompt_tokens`` is the engine's prompt length (chat-template tokens included) and
 ``usage.prompt_tokens_details.cached_tokens`` the engine's own reuse count for the request:
 prefix-cache tokens plus chunk-cache tokens kept (CacheBlend's recomputed tokens are not counted:
-they were computed). Response headers ``x-ragcache-layer`` / ``x-ragcache-prefix-reused`` /
-``x-ragcache-chunk-reused`` / ``x-ragcache-recomputed`` give the split (JSON responses).
+they were computed). The ``x-ragcache-*`` response headers (JSON and streamed responses) and the
+usage are views of one record (:class:`ragcache.server.record.LocalRecord`). A request's tenant
+(:func:`ragcache.server.auth.tenant_of`: its key or bearer token, hashed, or the operator's tenant
+header) salts its KV keys, so ``cached_tokens`` never counts another tenant's KV.
 
 Errors use OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400
 ``invalid_request_error`` for bad or unsupported parameters (``n > 1``, tools, images, logprobs,
@@ -36,6 +38,8 @@ from typing import Any
 from ragcache.text_checks import is_blank
 from ragcache.engine.backend import result_of
 from ragcache.engine.records import ContextWindowError
+from ragcache.server.auth import kv_namespace, tenant_of
+from ragcache.server.record import LocalRecord
 from ragcache.server.sse import event_stream, openai_event
 
 try:
@@ -224,14 +228,9 @@ def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) 
 
 
 def usage_body(gen: Any) -> dict[str, Any]:
-    """OpenAI's ``usage`` for an engine :class:`~ragcache.engine.engine.Generation`: ``cached_tokens``
-    is the engine's reuse count (prefix + chunk tokens reused, :func:`~ragcache.engine.backend.result_of`)."""
-    u = result_of(gen).usage
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.prompt_tokens + u.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": u.reused, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+    """OpenAI's ``usage`` for an engine :class:`~ragcache.engine.engine.Generation`
+    (:meth:`ragcache.server.record.LocalRecord.openai_usage`: ``cached_tokens`` is the engine's reuse)."""
+    return LocalRecord.of(gen.stats).openai_usage()
 
 
 def prompt_tokens_in(engine_message: str) -> int | None:
@@ -260,13 +259,20 @@ class OpenAILocalServer:
             :func:`default_model_id`. Give aliases (``["gpt-4o-mini"]``) for clients with a fixed name.
         default_max_tokens: the decode budget when a request gives neither ``max_tokens`` nor
             ``max_completion_tokens``.
+        tenant_header: header naming the caller's tenant (else a digest of its key or bearer token,
+            :func:`ragcache.server.auth.tenant_of`); the tenant salts the request's KV keys.
+        share_kv_across_namespaces: let tenants reuse each other's prefix and chunk KV (default
+            False; True lets a caller learn from ``cached_tokens`` and time-to-first-token whether
+            another sent the same text: only when every caller may see every prompt).
 
     Raises:
         ValueError: an empty ``models`` list or ``default_max_tokens < 1``.
     """
 
-    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256) -> None:
+    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
+                 tenant_header: str | None = None, share_kv_across_namespaces: bool = False) -> None:
         self.engine = engine
+        self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.models = tuple(models) if models is not None else (default_model_id(engine),)
         if not self.models or not all(isinstance(m, str) and m for m in self.models):
             raise ValueError("models must be a non-empty list of model id strings")
@@ -296,6 +302,12 @@ class OpenAILocalServer:
             return error_response(400, "We could not parse the JSON body of your request: send valid JSON.")
         except OpenAIRequestError as e:
             return e.response()
+        try:
+            ns = kv_namespace(tenant_of(request.headers, tenant_header=self.tenant_header), share=self.share_kv)
+        except PermissionError as e:
+            return error_response(400, str(e), code="missing_tenant")
+        if ns is not None:
+            req["kwargs"]["namespace"] = ns
         limit = int(getattr(self.engine, "context_window", 1 << 30))
         budget, param = req["kwargs"]["max_new_tokens"], req["budget_param"]
         if budget >= limit:
@@ -315,8 +327,10 @@ class OpenAILocalServer:
             return error_response(400, str(e), param="messages")
         except Exception as e:  # noqa: BLE001 - reported to the client as OpenAI's server_error
             return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
+        stats = first.stats if first.stats is not None else first.generation.stats
+        headers = LocalRecord.of(stats).headers()  # the prefill part of the request's one record
         if req["stream"]:
-            return event_stream(self._sse(first, events, cid, req))
+            return event_stream(self._sse(first, events, cid, req), headers=headers)
         gen = first.generation
         try:
             async for ev in events:
@@ -325,16 +339,14 @@ class OpenAILocalServer:
             return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
         finally:
             await events.aclose()
-        r = result_of(gen)
+        r, record = result_of(gen), LocalRecord.of(gen.stats)
         return JSONResponse({
             "id": cid, "object": "chat.completion", "created": int(time.time()), "model": req["model"],
             "system_fingerprint": self.system_fingerprint,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text, "refusal": None},
                          "logprobs": None, "finish_reason": r.finish_reason}],
-            "usage": usage_body(gen),
-        }, headers={"x-ragcache-layer": r.layer, "x-ragcache-prefix-reused": str(r.usage.prefix_reused),
-                    "x-ragcache-chunk-reused": str(r.usage.chunk_reused),
-                    "x-ragcache-recomputed": str(r.usage.recomputed)})
+            "usage": record.openai_usage(),
+        }, headers=record.headers())
 
     async def _sse(self, first: Any, events: AsyncIterator[Any], cid: str, req: dict) -> AsyncIterator[Any]:
         created = int(time.time())
@@ -368,7 +380,8 @@ class OpenAILocalServer:
         yield chunk({}, result_of(gen).finish_reason)
         if include_usage:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
-                    "system_fingerprint": self.system_fingerprint, "choices": [], "usage": usage_body(gen)}
+                    "system_fingerprint": self.system_fingerprint, "choices": [],
+                    "usage": LocalRecord.of(gen.stats).openai_usage()}
             yield openai_event(data)
         yield openai_event("[DONE]")
 

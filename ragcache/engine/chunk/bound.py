@@ -161,6 +161,15 @@ class BoundChunkCache:
         One batched read checks them all (another process may have stored some meanwhile), then
         each missing document is computed on its own after the sink and all are written with one
         ``put_many``. Returns how many chunks were computed.
+
+        Why on its own: a document that missed was computed in its request's context at every
+        layer (exact), but the KV stored for next time is computed after the sink only
+        (:meth:`compute`), not taken from the request: taken from the request it would carry the
+        first request's preceding documents in every layer's V and K, so a chunk's content would
+        depend on which request happened to store it first, and the blend fidelity measured by
+        ``LocalEngine.calibrate`` (on independently computed chunks, as CacheBlend stores them,
+        §5) would not hold for it. The price is one extra forward pass over the document with
+        short attention, paid after the answer (``chunk_store_s``, measured by ``ragcache bench prefix``).
         """
         ids = list(dict.fromkeys(tuple(int(t) for t in d) for d in docs))  # each document once
         keys = [self.key(d) for d in ids]

@@ -106,12 +106,14 @@ class PrefixCache:
 
     # -- hashing -------------------------------------------------------------
     def block_hashes(self, token_ids: Sequence[int], namespace: str | None = None,
-                     max_blocks: int | None = None) -> list[BlockHash]:
-        """Chained hashes of the full blocks of ``token_ids`` (at most ``max_blocks``)."""
+                     max_blocks: int | None = None, *, fingerprint: str | None = None) -> list[BlockHash]:
+        """Chained hashes of the full blocks of ``token_ids`` (at most ``max_blocks``); the root is
+        :func:`~ragcache.hashing.root_hash` of ``fingerprint`` (default: this cache's) and ``namespace``
+        (the request's KV salt, :func:`ragcache.engine.keys.kv_salt`)."""
         n = len(token_ids) // self.block_size
         if max_blocks is not None:
             n = min(n, max_blocks)
-        parent = root_hash(self.fingerprint, namespace)
+        parent = root_hash(self.fingerprint if fingerprint is None else fingerprint, namespace)
         out: list[BlockHash] = []
         for i in range(n):
             parent = hash_block(parent, token_ids[i * self.block_size:(i + 1) * self.block_size])
@@ -120,15 +122,17 @@ class PrefixCache:
 
     # -- lookup --------------------------------------------------------------
     def match(self, token_ids: Sequence[int], *, namespace: str | None = None,
-              max_tokens: int | None = None) -> PrefixMatch:
+              max_tokens: int | None = None, fingerprint: str | None = None) -> PrefixMatch:
         """Longest cached prefix of ``token_ids`` in whole blocks, pinned.
 
         Args:
             max_tokens: reuse at most this many tokens; the engine passes ``len(prompt) - 1`` so the
                 last prompt token is always computed and the first new token comes from fresh logits.
+            namespace / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
         """
         limit = len(token_ids) if max_tokens is None else min(max_tokens, len(token_ids))
-        hashes = self.block_hashes(token_ids, namespace, max_blocks=max(limit, 0) // self.block_size)
+        hashes = self.block_hashes(token_ids, namespace, max_blocks=max(limit, 0) // self.block_size,
+                                   fingerprint=fingerprint)
         with self._lock:
             self.stats.lookups += 1
             self.stats.tokens_looked_up += len(token_ids)
@@ -173,13 +177,14 @@ class PrefixCache:
 
     # -- insert --------------------------------------------------------------
     def insert(self, token_ids: Sequence[int], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-               *, namespace: str | None = None, upto: int | None = None) -> int:
+               *, namespace: str | None = None, upto: int | None = None, fingerprint: str | None = None) -> int:
         """Store the full blocks of ``token_ids[:upto]`` that are not cached yet.
 
         Args:
             token_ids: ids whose KV is given, starting at position 0.
             keys / values: per layer ``[1, kv_heads, >= upto, head_dim]`` exact KV of those ids.
             upto: number of leading tokens whose KV is exact (default all).
+            namespace / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
 
         Returns:
             The number of blocks added.
@@ -187,7 +192,7 @@ class PrefixCache:
         upto = len(token_ids) if upto is None else min(upto, len(token_ids))
         if keys and keys[0].shape[-2] < upto:
             raise ValueError(f"KV covers {keys[0].shape[-2]} tokens, fewer than the {upto} to insert")
-        hashes = self.block_hashes(token_ids[:upto], namespace)
+        hashes = self.block_hashes(token_ids[:upto], namespace, fingerprint=fingerprint)
         added = 0
         bs = self.block_size
         with self._lock:

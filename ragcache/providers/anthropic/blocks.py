@@ -255,6 +255,17 @@ def check_breakpoints(blocks: list[FlatBlock]) -> None:
             )
 
 
+def thinking_setting(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The part of a request's ``thinking`` that the prompt cache depends on: ``None`` when thinking is
+    off (absent or ``{"type": "disabled"}``), else its ``type`` and ``budget_tokens``. Per Anthropic's
+    prompt-caching docs ("What invalidates the cache"), turning thinking on or off or changing its
+    budget invalidates the cached messages; tools and system stay cached."""
+    t = request.get("thinking")
+    if not isinstance(t, Mapping) or t.get("type") in (None, "disabled"):
+        return None
+    return {k: t[k] for k in ("type", "budget_tokens") if k in t}
+
+
 def prefix_hashes(model: str, blocks: list[FlatBlock], tool_choice: Any = None) -> list[str]:
     """Chained sha256 per block: ``hashes[i]`` identifies model + ``blocks[:i + 1]``.
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragcache.backend import CacheUsage, FinishReason
-from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS
+from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, thinking_setting
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
 from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
@@ -181,6 +181,13 @@ class _Known:
     last_used: float
 
 
+def _thinking_words(setting: Mapping[str, Any] | None) -> str:
+    if setting is None:
+        return "off"
+    budget = setting.get("budget_tokens")
+    return str(setting.get("type")) + (f", budget {budget} tokens" if budget is not None else "")
+
+
 class CacheMonitor:
     """Keeps :class:`CacheStats` and diagnoses misses for one model.
 
@@ -236,9 +243,18 @@ class CacheMonitor:
             reachable = any(0 <= p.index - i <= LOOKBACK_BLOCKS for p in req.placed)
             if rec.cache_read_tokens < 0.9 * k.tokens:
                 age = now - k.last_used
+                before = thinking_setting(self._last.kwargs) if self._last is not None else None
+                after = thinking_setting(req.kwargs)
                 if age > TTL_SECONDS[k.ttl]:
                     out.append(f"expected a cache read up to {req.blocks[i].where} ({k.tokens} tokens) but it was "
                                f"written again: its {k.ttl} TTL expired ({age:.0f} s since last use)")
+                elif before != after and req.blocks[i].section == "messages":
+                    out.append(f"expected a cache read up to {req.blocks[i].where} ({k.tokens} tokens), got "
+                               f"{rec.cache_read_tokens}: the thinking settings changed ({_thinking_words(before)} -> "
+                               f"{_thinking_words(after)}) since the previous request, and a change of thinking "
+                               "settings invalidates the cached messages: the API reads only the tools and system "
+                               "part and writes the messages again (keep thinking settings fixed within a "
+                               "conversation)")
                 elif not reachable:
                     out.append(f"the entry cached up to {req.blocks[i].where} is more than {LOOKBACK_BLOCKS} blocks "
                                "before every breakpoint of this request (the lookback cannot reach it)")
