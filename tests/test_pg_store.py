@@ -67,7 +67,8 @@ def test_threshold_and_guards_run_on_candidates(open_cache):
     assert cache.lookup("Is the API not rate limited?") is None
     assert cache.stats.rejected_lookups == 1 and cache.stats.rejections == {"negation": 1}
     assert cache.lookup("is the api rate limited") is not None
-    assert cache.lookup("Is the API rate limited", threshold=1.0) is not None
+    assert cache.lookup(" Is the  API rate limited?", threshold=1.0) is not None  # whitespace alone differs
+    assert cache.lookup("Is the API rate limited", threshold=1.0) is None  # exact: the same text only
     assert cache.lookup("Is API rate limited?", threshold=1.0) is None  # other words: exact mode misses
 
 

@@ -18,6 +18,7 @@ from ragcache.semantic.text import (
     STOPWORDS,
     abbreviation,
     content_words,
+    spelled_as_digits,
     split_words,
     stem,
     tokens_match,
@@ -205,7 +206,8 @@ class SubstitutionGuard:
     below: float | None = None
 
     def _words(self, text: str) -> list[str]:
-        return [self.synonyms.get(w, w) for w in content_words(text) if w != "one"]
+        """Content words, numbers in words as digits ("thirty" = "30": the number guard compares values)."""
+        return [self.synonyms.get(w, w) for w in content_words(spelled_as_digits(text)) if w != "one"]
 
     def check(self, query: str, candidate: str) -> str | None:
         ca = self._words(query)
