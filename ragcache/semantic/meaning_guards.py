@@ -4,7 +4,8 @@ Part of :mod:`ragcache.semantic.guards` (which re-exports them and documents the
 Each names a reason when the two questions ask different things:
 
 - ``bound``: a quantifier or bound ("at most", "at least", "up to", "no more than", "minimum",
-  "maximum", "on average", "in total", "per day" ...) added, removed or exchanged for another kind.
+  "maximum", "largest", "on average", "in total", "per day" ...) added, removed or exchanged for
+  another kind ("a month" after "for", "in", "within" ... is a duration, not a rate).
   Phrasings of one kind are equal ("at most" = "maximum" = "up to" = "no more than"; "per day" =
   "a day" = "daily").
 - ``complement``: a spatial or set complement ("outside", "beyond", "without", "excluding",
@@ -35,9 +36,11 @@ _BOUND_PHRASES: tuple[tuple[str, str], ...] = (
     # (regex over the lower-cased text, kind)
     (r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
      r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
-     r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b", "upper"),
+     r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|"
+     r"\b(?:largest|biggest|longest|highest|greatest)\b", "upper"),
     (r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
-     r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b", "lower"),
+     r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|"
+     r"\b(?:smallest|shortest|lowest|fewest|least)\b", "lower"),
     (r"\bon\s+average\b|\baverages?\b|\bavg\b|\bmean\b(?!\s+(?:by|that|when|in|for))|\bmedian\b|\btypically\b", "average"),
     (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bcombined\b|\bin\s+all\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
     (r"\bexactly\b|\bprecisely\b", "exact"),
@@ -47,7 +50,8 @@ _BOUND = [(re.compile(p), k) for p, k in _BOUND_PHRASES]
 _RATE_UNITS = ("second", "minute", "hour", "day", "night", "week", "month", "quarter", "year", "user", "seat",
                "request", "call", "person", "head", "customer", "employee", "device", "account", "transaction",
                "order", "item", "gb", "mb", "token", "page", "mile", "km", "kilometer", "kilometre", "unit")
-_RATE = re.compile(r"\b(?:per|a|an|each|every)\s+(" + "|".join(_RATE_UNITS) + r")s?\b|/(" + "|".join(_RATE_UNITS)
+_RATE = re.compile(r"(?<!\bfor )(?<!\bin )(?<!\bwithin )(?<!\bafter )(?<!\bover )(?<!\bthan )(?<!\bof )"
+                   r"(?<!\bunder )(?<!\bfrom )(?<!\bto )(?<!\bby )\b(?:per|a|an|each|every)\s+(" + "|".join(_RATE_UNITS) + r")s?\b|/(" + "|".join(_RATE_UNITS)
                    + r")s?\b|\b(hour|dai|week|month|quarter|year|night)ly\b|\bannual(?:ly)?\b|\bper\s+annum\b")
 _RATE_ADVERB = {"dai": "day"}
 
@@ -83,7 +87,7 @@ class BoundGuard:
 
 _COMPLEMENT = re.compile(
     r"\b(?:outside(?:\s+of)?|beyond|without(?!\s+[a-z]+ing\b)|w/o|excluding|exclude[sd]?|exclusive\s+of|except(?:\s+for)?|excepting|"
-    r"other\s+than|apart\s+from|aside\s+from|not\s+including|non-[a-z]+|elsewhere|abroad|offsite|off-site|"
+    r"other\s+than|apart\s+from|aside\s+from|not\s+including|non-[a-z]+|offsite|off-site|"
     r"out\s+of\s+(?:state|network|country|office|region|area|scope|hours))\b")
 
 
