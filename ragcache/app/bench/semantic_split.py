@@ -122,7 +122,7 @@ def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: s
 
     import torch
 
-    from ragcache.app.bench.semantic import _machine
+    from ragcache.app.bench.semantic import OWN_KINDS, _machine
     from ragcache.app.bench.semantic_pairs import memo_embedder
     from ragcache.semantic.embedding import resolve_embedder
     from ragcache.semantic.text import embed_form, normalize_question
@@ -134,11 +134,18 @@ def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: s
     emb = resolve_embedder(None)
     memo = memo_embedder(emb, [embed_form(normalize_question(t)) for r in rows for t in (r["a"], r["b"])])
     now = decisions(rows, memo)
+    own_rows = [json.loads(x) for x in Path(OWN_KINDS).read_text().splitlines() if x.strip()] \
+        if Path(OWN_KINDS).is_file() else []
+    own = decisions(own_rows, resolve_embedder(None)) if own_rows else {}
     if record_baseline:
         out = {"sha256": sha, "pairs": len(rows), "split": split(rows), "decisions": now, "machine": _machine()}
         path = Path(BASELINE)
     else:
         out = {"sha256": sha, "machine": _machine(), **report(rows, now, load_baseline(BASELINE, sha))}
+        out["own_kinds"] = {name: {"all": part_scores(own_rows, hits, list(range(len(own_rows)))),
+                                   "by_kind": changes(own_rows, [False] * len(own_rows), hits,
+                                                      list(range(len(own_rows))))}
+                            for name, hits in own.items()}  # by_kind "miss_to_hit": the hits per kind
         path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
