@@ -57,7 +57,9 @@ def test_hung_holder_times_out():
     t.join()
 
 
-def test_flight_key_ignores_case_and_punctuation_not_partition():
+def test_flight_key_is_the_same_text_and_partition():
     a, b = partition_key(model="a"), partition_key(model="b")
-    assert flight_key(a, "What is X?") == flight_key(a, "what is x")
+    assert flight_key(a, "What is X?") == flight_key(a, "  What is\tX? ")  # whitespace alone
+    for other in ("what is x", "What is x?", "What is X", "What is -X?"):  # case and symbols count
+        assert flight_key(a, "What is X?") != flight_key(a, other)
     assert flight_key(a, "What is X?") != flight_key(b, "What is X?")
