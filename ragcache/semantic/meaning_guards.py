@@ -41,9 +41,10 @@ _BOUND_PHRASES: tuple[tuple[str, str], ...] = (
     (r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
      r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|"
      r"\b(?:smallest|shortest|lowest|fewest|least)\b", "lower"),
-    (r"\bon\s+average\b|\baverages?\b|\bavg\b|\bmean\b(?!\s+(?:by|that|when|in|for))|\bmedian\b|\btypically\b", "average"),
-    (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bcombined\b|\bin\s+all\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
-    (r"\bexactly\b|\bprecisely\b", "exact"),
+    (r"\bon\s+average\b|\baverages?\b|\bavg\b|\b(?:the|a|its|their|arithmetic|geometric)\s+mean\b|\bmedian\b",
+     "average"),
+    (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
+    (r"\b(?:exactly|precisely)\b(?=\s+\$?\d)", "exact"),
     (r"\b(?:approximately|roughly|about|around|circa|approx)\b(?=\s+\$?\d)", "approximate"),
 )
 _BOUND = [(re.compile(p), k) for p, k in _BOUND_PHRASES]
@@ -87,7 +88,7 @@ class BoundGuard:
 
 _COMPLEMENT = re.compile(
     r"\b(?:outside(?:\s+of)?|beyond|without(?!\s+[a-z]+ing\b)|w/o|excluding|exclude[sd]?|exclusive\s+of|except(?:\s+for)?|excepting|"
-    r"other\s+than|apart\s+from|aside\s+from|not\s+including|non-[a-z]+|offsite|off-site|"
+    r"other\s+than|apart\s+from|aside\s+from|not\s+including|offsite|off-site|"
     r"out\s+of\s+(?:state|network|country|office|region|area|scope|hours))\b")
 
 
@@ -119,7 +120,7 @@ _TIME_UNITS = ("day", "week", "weekend", "month", "quarter", "year", "sprint", "
                "winter", "holiday", "holidays")
 _REL = re.compile(r"\b(" + "|".join(_DEIXIS) + r")\s+(?:(?:fiscal|calendar|financial|academic|school|business|"
                   r"billing|tax)\s+)?(" + "|".join(_TIME_UNITS) + r")s?\b")
-_REL_WORD = re.compile(r"\b(today|tonight|tomorrow|yesterday|now|currently|nowadays|ago|recently|soon|"
+_REL_WORD = re.compile(r"\b(today|tonight|tomorrow|yesterday|currently|nowadays|ago|recently|soon|"
                        r"this\s+time|right\s+now|at\s+the\s+moment)\b")
 _REL_CANON = {"currently": "now", "nowadays": "now", "right now": "now", "at the moment": "now", "this time": "now"}
 
