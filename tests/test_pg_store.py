@@ -80,7 +80,8 @@ def test_threshold_and_guards_run_on_candidates(open_cache):
     assert cache.lookup("Is the API not rate limited?") is None
     assert cache.stats.rejected_lookups == 1 and cache.stats.rejections == {"negation": 1}
     assert cache.lookup("is the api rate limited") is not None
-    assert cache.lookup("Is the API rate limited", threshold=1.0) is not None
+    assert cache.lookup(" Is the  API rate limited?", threshold=1.0) is not None  # whitespace alone differs
+    assert cache.lookup("Is the API rate limited", threshold=1.0) is None  # exact: the same text only
     assert cache.lookup("Is API rate limited?", threshold=1.0) is None  # other words: exact mode misses
 
 
@@ -135,7 +136,7 @@ def test_schema_is_versioned(pg_server, open_cache, schema):
 
     open_cache()
     with psycopg.connect(pg_server.url) as c:
-        assert c.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 3
+        assert c.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 4
         idx = {r[0] for r in c.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s", (schema,))}
     assert any("hnsw" in d for d in idx) and any("gin" in d for d in idx)
     open_cache()  # a second open migrates nothing and agrees on the embedder

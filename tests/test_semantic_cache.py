@@ -37,7 +37,10 @@ def test_exact_repeat_scores_one_and_threshold_one_is_exact_only(cache):
     assert isinstance(hit, SemanticHit)
     assert 1 - 1e-5 <= hit.similarity <= 1 + 1e-5
     assert hit.answer == "Click 'Forgot password'."
-    assert cache.lookup("how do I reset my password", partition=PK, threshold=1.0) is not None
+    # exact means the same text after whitespace and Unicode (NFKC) normalisation alone
+    assert cache.lookup("  How do I  reset my password?\u00a0", partition=PK, threshold=1.0) is not None
+    assert cache.lookup("how do I reset my password", partition=PK, threshold=1.0) is None
+    assert cache.lookup("how do I reset my password", partition=PK) is not None  # a rewording: the guards pass it
     # a paraphrase that hits at the default is refused when exact is asked for
     para = "What's the way to reset my password?"
     assert cache.lookup(para, partition=PK) is not None
@@ -175,9 +178,11 @@ def test_ttl_lru_invalidate_clear(embedder):
 
 def test_store_replaces_same_question_and_validates(cache):
     i1 = cache.store("Where is my order?", "old", partition=PK)
-    i2 = cache.store("where is my order", "new", partition=PK)
+    i2 = cache.store(" Where  is my order?", "new", partition=PK)  # the same text: replaced
     assert i1 != i2 and len(cache) == 1
     assert cache.lookup("Where is my order?", partition=PK).answer == "new"
+    cache.store("where is my order", "other", partition=PK)  # another text (case, no "?"): its own entry
+    assert len(cache) == 2
     with pytest.raises(ValueError, match="answer"):
         cache.store("q?", 3, partition=PK)
     with pytest.raises(ValueError, match="ttl_s"):

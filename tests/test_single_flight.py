@@ -149,9 +149,11 @@ def test_a_closed_stream_hands_the_flight_on():
     assert got[0].layer == "provider" and got[0].text == "whole" and len(FLIGHTS) == 0
 
 
-def test_flight_key_separates_partitions():
+def test_flight_key_is_the_same_text_and_partition():
     a, b = partition_key(model="a"), partition_key(model="b")
-    assert flight_key(a, "What is X?") == flight_key(a, "What is X?")
+    assert flight_key(a, "What is X?") == flight_key(a, "  What is\tX? ")  # whitespace alone
+    for other in ("what is x", "What is x?", "What is X", "What is -X?"):  # case and symbols count
+        assert flight_key(a, "What is X?") != flight_key(a, other)
     assert flight_key(a, "What is X?") != flight_key(b, "What is X?")
 
 

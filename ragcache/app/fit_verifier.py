@@ -89,9 +89,18 @@ def _digest(rows: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([FEATURE_NAMES, [(r["a"], r["b"], r["same"]) for r in rows]]).encode()).hexdigest()
 
 
-DEFAULT_VETOES: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
-                                   "direction")
-"""Guards that refuse outright by default (the substitution guard is a feature only)."""
+def _default_vetoes() -> tuple[str, ...]:
+    from ragcache.semantic.features import GUARD_FEATURES
+    from ragcache.semantic.guards import DIFFERENT_QUESTION
+
+    return tuple(g for g in DIFFERENT_QUESTION if g in GUARD_FEATURES)
+
+
+DEFAULT_VETOES: tuple[str, ...] = _default_vetoes()
+"""Guards that refuse outright by default while fitting: the "different question" guards
+(:data:`ragcache.semantic.guards.DIFFERENT_QUESTION`, the one list) that are features too (the
+substitution guard is a feature only). At run time the verifier vetoes on every guard of that list
+(:attr:`~ragcache.semantic.verifier.LearnedVerifier.veto_names`), feature or not."""
 
 TIE = 0.005
 """Choose-split precisions closer than this (3 hits in 600) count as equal; the hard-pair recall decides."""

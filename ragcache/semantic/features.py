@@ -90,12 +90,14 @@ def text_features(query: str, candidate: str, findings: dict[str, bool]) -> np.n
 
 
 def feature_guards() -> list[Guard]:
-    """The guards whose findings :func:`pair_features` reads (the default :class:`GuardSet`'s)."""
-    gs = GuardSet.default().guards
-    names = [g.name for g in gs]
-    if tuple(names) != GUARD_FEATURES:
-        raise RuntimeError(f"the default guards {names} are not the verifier's features {GUARD_FEATURES}")
-    return gs
+    """The guards whose findings :func:`pair_features` reads: the default :class:`GuardSet`'s named in
+    :data:`GUARD_FEATURES`, in that order (the shipped head was fitted on these; guards added since
+    refuse through the verifier's hard vetoes, :data:`ragcache.semantic.guards.DIFFERENT_QUESTION`)."""
+    by_name = {g.name: g for g in GuardSet.default().guards}
+    missing = [n for n in GUARD_FEATURES if n not in by_name]
+    if missing:
+        raise RuntimeError(f"the verifier's feature guards {missing} are not among the default guards {list(by_name)}")
+    return [by_name[n] for n in GUARD_FEATURES]
 
 
 __all__ = ["EMBEDDING_FEATURES", "FEATURE_NAMES", "GUARD_FEATURES", "feature_guards", "guard_findings", "pair_features",

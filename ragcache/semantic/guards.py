@@ -22,6 +22,10 @@ Guards, in the order they run (the first failing one names the reason):
 - ``direction``: the same words with two spans swapped around a connective
   ("from Boston to Denver" vs "from Denver to Boston") change the direction;
   moving a whole clause ("Using pandas, how ..." vs "How ... using pandas") does not.
+- ``bound``, ``complement``, ``relative_time``, ``symbol``: a quantifier or bound ("at most",
+  "per day"), a complement ("outside", "without"), a time relative to now ("next week") or a
+  code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
+  that differs (:mod:`ragcache.semantic.meaning_guards`).
 - ``substitution``: when most content words are shared, a content word replaced
   (disk -> memory, pandas -> polars) or a modifier inserted between two shared
   words ("all running containers" vs "all containers") changes the question.
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ragcache.semantic.lexicon import lexicon
+from ragcache.semantic.meaning_guards import BoundGuard, ComplementGuard, RelativeTimeGuard, SymbolGuard
 from ragcache.semantic.order_guards import SYNONYMS, DirectionGuard, SubstitutionGuard  # noqa: F401 (re-exported)
 from ragcache.semantic.qtype import QuestionFocusGuard, QuestionTypeGuard
 from ragcache.semantic.text import (
@@ -62,10 +67,22 @@ GUARD_REASONS: tuple[str, ...] = (
     "scope",
     "entity",
     "direction",
+    "bound",
+    "complement",
+    "relative_time",
+    "symbol",
     "substitution",
     "verifier",
 )
 """Every rejection reason a default :class:`GuardSet` can report."""
+
+DIFFERENT_QUESTION: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
+                                       "direction", "bound", "complement", "relative_time", "symbol")
+"""The guards whose finding marks a different question (a number, a negation, a bound, a symbol ...
+that changes what a correct answer is). The one list: the learned verifier refuses outright on each
+of them (its hard vetoes), so it only adds hits the guards refuse for being too strict. Not in it:
+``substitution`` (a replaced or inserted word: often a true paraphrase, which the verifier may
+overrule) and ``verifier``."""
 
 
 @runtime_checkable
@@ -302,7 +319,8 @@ class GuardSet:
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
                 disable: Iterable[str] = ()) -> GuardSet:
         gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), QuestionFocusGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
-                           DirectionGuard(), SubstitutionGuard()]
+                           DirectionGuard(), BoundGuard(), ComplementGuard(), RelativeTimeGuard(), SymbolGuard(),
+                           SubstitutionGuard()]
         if verifier is not None:
             gs.append(VerifierGuard(verifier))
         off = set(disable)

@@ -18,6 +18,7 @@ from ragcache.semantic.text import (
     STOPWORDS,
     abbreviation,
     content_words,
+    spelled_as_digits,
     split_words,
     stem,
     tokens_match,
@@ -140,9 +141,13 @@ PHRASAL: dict[str, frozenset[str]] = {k: frozenset(v.split(",")) for k, v in {
 
 
 def phrasal_synonyms(verb: str, particle: str, word: str) -> bool:
-    """Whether the phrasal verb ``verb particle`` means ``word`` (the table above, then WordNet)."""
+    """Whether the phrasal verb ``verb particle`` means ``word`` (the table above, then WordNet), or
+    ``word`` with the same particle is a phrasal verb of the same meaning ("switch on" / "turn on":
+    both mean "enable" in the table)."""
     key = f"{stem(verb)}_{particle}"
     if word in PHRASAL.get(key, ()) or stem(word) in PHRASAL.get(key, ()):
+        return True
+    if PHRASAL.get(key, frozenset()) & PHRASAL.get(f"{stem(word)}_{particle}", frozenset()):
         return True
     lex = lexicon()
     return word.isalpha() and (lex.synonyms(f"{verb}_{particle}", word) or lex.synonyms(key, word))
@@ -156,7 +161,8 @@ def _drop_phrasal_pairs(seq: list[str], only: list[str], other: list[str]) -> tu
         if not (p in PARTICLES or f"{stem(v)}_{p}" in PHRASAL):
             continue
         mine = [u for u in (v, p) if u not in STOPWORDS]
-        if mine and all(u in only for u in mine):
+        if mine and (all(u in only for u in mine) or (v in mine and v in only and p in mine and p not in only)):
+            mine = [u for u in mine if u in only]  # a particle on both sides stays shared
             w = next((w for w in other if phrasal_synonyms(v, p, w)), None)
             if w is not None:
                 for u in mine:
@@ -205,7 +211,8 @@ class SubstitutionGuard:
     below: float | None = None
 
     def _words(self, text: str) -> list[str]:
-        return [self.synonyms.get(w, w) for w in content_words(text) if w != "one"]
+        """Content words, numbers in words as digits ("thirty" = "30": the number guard compares values)."""
+        return [self.synonyms.get(w, w) for w in content_words(spelled_as_digits(text)) if w != "one"]
 
     def check(self, query: str, candidate: str) -> str | None:
         ca = self._words(query)

@@ -64,6 +64,9 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
         f"ALTER TABLE {s}.entries ADD COLUMN IF NOT EXISTS state jsonb",
         # 3: a partition's rows by id (typo correction reads the rows added since its last look)
         f"CREATE INDEX IF NOT EXISTS entries_partition_id ON {s}.entries (partition, id)",
+        # 4: "the same words" is the same text (case and symbols count): qhash is the sha256 of the
+        # stored (already normalised) question itself, no longer of its lower-cased words
+        f"UPDATE {s}.entries SET qhash = encode(sha256(convert_to(question, 'UTF8')), 'hex')",
     ]
 
 

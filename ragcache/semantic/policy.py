@@ -10,7 +10,8 @@ fit the request (:func:`~ragcache.semantic.budget.servable`), and serves the fir
 similarity is ``>= threshold`` and that the decider accepts. The decider is
 ``decider.check(query_text, candidate_text, similarity) -> GuardVerdict`` (today the guards,
 :class:`~ragcache.semantic.guards.GuardSet`; a learned verifier plugs in at the same seam).
-``threshold=1.0`` means exact: only a stored question with the same words is served.
+``threshold=1.0`` means exact: only a stored question with the same text is served (after Unicode and
+whitespace normalisation alone, :func:`~ragcache.semantic.text.exact_form`: case and symbols count).
 
 The same code runs for every store: :class:`~ragcache.semantic.cache.SemanticCache` (FAISS +
 SQLite, embedded) and :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (PostgreSQL + pgvector,

@@ -104,7 +104,8 @@ class VectorAnswerStore(Protocol):
 
     def search(self, query: Query, k: int) -> list[StoredAnswer]:
         """The ``k`` nearest live entries of the query's partition, best first, plus every live entry
-        whose question has the same words as ``query.question`` (so an exact repeat is never missed)."""
+        whose question is the same text as ``query.question`` (:func:`~ragcache.semantic.text.exact_form`;
+        so an exact repeat is never missed)."""
         ...
 
     def search_many(self, queries: Sequence[Query], k: int) -> list[list[StoredAnswer]]:
@@ -112,7 +113,7 @@ class VectorAnswerStore(Protocol):
         ...
 
     def exact(self, query: Query) -> list[StoredAnswer]:
-        """Only the live entries whose question has the same words (case and punctuation aside)."""
+        """Only the live entries whose question is the same text (:func:`~ragcache.semantic.text.exact_form`)."""
         ...
 
     def may_hold(self, partition: str) -> bool:

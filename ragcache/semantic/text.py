@@ -77,8 +77,13 @@ def embed_form(text: str) -> str:
 
 
 def exact_form(text: str) -> str:
-    """Case- and punctuation-insensitive form used for exact matching (``threshold=1.0``)."""
-    return " ".join(words(text))
+    """The form two questions must share to be "the same words" (an exact repeat: ``threshold=1.0``,
+    the entry always among the candidates, the replaced entry on store, the single-flight key).
+
+    Only Unicode (NFKC) and whitespace normalisation: case and symbols are kept, because they change
+    the question ("%Y" / "%y", "-v" / "-V", "MB" / "Mb", "10 / 2" / "10 * 2", "a[1:]" / "a[:1]").
+    """
+    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 @lru_cache(maxsize=65536)
@@ -169,6 +174,20 @@ def numbers_in_order(text: str) -> list[tuple[int, str]]:
         out.extend((m.start(), v) for v in _spelled(re.sub(r"[\s-]+", " ", m.group(0))))
     out.extend((m.start(), _COUNT_WORDS[m.group(0)]) for m in re.finditer(r"[a-z]+", low) if m.group(0) in _COUNT_WORDS)
     return sorted(out)
+
+
+def spelled_as_digits(text: str) -> str:
+    """``text`` with each run of English cardinal words replaced by its digits, as :func:`numbers`
+    reads it ("thirty days" -> "30 days", "twenty-one" -> "21"; a lone "one" stays, it mostly reads
+    as "a"), lower-cased. The word guards compare this form, so a number written in words equals
+    the same number in digits."""
+    low = text.lower()
+
+    def sub(m: re.Match[str]) -> str:
+        vals = _spelled(re.sub(r"[\s-]+", " ", m.group(0)))
+        return " ".join(vals) if vals else m.group(0)
+
+    return _CARDINAL_RUN.sub(sub, low)
 
 
 def damerau(a: str, b: str, limit: int = 3) -> int:

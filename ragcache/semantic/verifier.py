@@ -2,7 +2,9 @@
 
 A candidate at or above the cache's cosine gate is served when the head's probability that the
 two questions want the same answer reaches the head's ``threshold``, and no hard-veto guard refuses
-it. The features (:mod:`ragcache.semantic.features`) are the pooled cosine, BERTScore-style token
+it: every guard whose finding marks a different question
+(:data:`~ragcache.semantic.guards.DIFFERENT_QUESTION`) is a hard veto, so the head only adds hits the
+guards refuse for being too strict. The features (:mod:`ragcache.semantic.features`) are the pooled cosine, BERTScore-style token
 alignment from the embedder already loaded, each guard's finding, and length / overlap. The
 shipped head (``verifier_minilm.json``, a few KB) was fitted for all-MiniLM-L6-v2 on development
 data only, by ``python -m ragcache.app.fit_verifier --data ../shared/data`` (the README's data card
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ragcache.semantic.features import FEATURE_NAMES, feature_guards, guard_findings, pair_features
-from ragcache.semantic.guards import GuardSet, GuardVerdict
+from ragcache.semantic.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
 from ragcache.semantic.text import embed_form, exact_form, words
 
 HEAD_FILE = "verifier_minilm.json"
@@ -155,13 +157,19 @@ class LearnedVerifier:
         self.head = head
         self.floor = head.floor
         self.guards = feature_guards()
-        self._vetoes = [g for g in self.guards if g.name in head.vetoes]
-        self._all = GuardSet(list(self.guards))
+        self._all = GuardSet.default()
+        self._vetoes = [g for g in self._all.guards if g.name in self.veto_names]
+
+    @property
+    def veto_names(self) -> tuple[str, ...]:
+        """The guards that refuse outright: every guard whose finding marks a different question
+        (:data:`~ragcache.semantic.guards.DIFFERENT_QUESTION`, the one list) and any more the head names."""
+        return (*DIFFERENT_QUESTION, *(v for v in self.head.vetoes if v not in DIFFERENT_QUESTION))
 
     @property
     def names(self) -> list[str]:
-        """Guards run (every one is a feature; ``head.vetoes`` also refuse outright), then the head."""
-        return [*(g.name for g in self.guards), "verifier"]
+        """Guards run (the feature guards, and the hard vetoes :attr:`veto_names`), then the head."""
+        return [*dict.fromkeys([*(g.name for g in self.guards), *self.veto_names]), "verifier"]
 
     def features(self, query: str, candidate: str, similarity: float | None = None) -> np.ndarray:
         """The pair's feature vector (see :mod:`ragcache.semantic.features`)."""
@@ -194,7 +202,7 @@ class LearnedVerifier:
 
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
         if exact_form(query) == exact_form(candidate):
-            return GuardVerdict()  # the same words: an exact repeat is always served
+            return GuardVerdict()  # the same text (case and symbols included): an exact repeat is served
         if self._too_long(query, candidate):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
         for g in self._vetoes:

@@ -63,7 +63,8 @@ class SemanticCacheContract:
     def test_threshold_one_is_same_words_only(self, open_cache: Opener) -> None:
         c = open_cache(threshold=0.5)
         c.store("Is the API rate limited?", "yes, 100 rpm", partition=PK)
-        assert c.lookup("is the api rate limited", partition=PK, threshold=1.0) is not None
+        assert c.lookup(" Is the  API rate limited?", partition=PK, threshold=1.0) is not None  # whitespace only
+        assert c.lookup("is the api rate limited", partition=PK, threshold=1.0) is None  # case and "?" count
         assert c.lookup("Is API rate limited?", partition=PK, threshold=1.0) is None
 
     def test_guards_run_on_candidates_with_the_similarity(self, open_cache: Opener) -> None:

@@ -67,9 +67,18 @@ def _load_pairs(path: str) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+OWN_KINDS = "bench/data/semantic_kinds_dev.jsonl"
+"""The project's own labelled development rows for the near-miss kinds of issue 32 (bound, complement,
+relative time, same words in another case or with another symbol) and the paraphrases beside them
+(numbers in words, phrasal verbs, "how come"); hand-written, run from the repository root."""
+
+
 def pair_sets(pairs: str, qqp: str | None) -> dict[str, list[dict]]:
-    """``{file name: rows}`` of the hard pairs and, with ``qqp`` (the data folder), the QQP held-out split."""
+    """``{file name: rows}`` of the hard pairs, the project's own kind rows (:data:`OWN_KINDS`) and, with
+    ``qqp`` (the data folder), the QQP held-out split."""
     sets = {Path(pairs).name: _load_pairs(pairs)}
+    if Path(OWN_KINDS).is_file():
+        sets[Path(OWN_KINDS).name] = _load_pairs(OWN_KINDS)
     if qqp:
         from ragcache.app.verifier_data import qqp_splits, read_pairs
 

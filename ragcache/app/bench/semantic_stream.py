@@ -20,6 +20,11 @@ explorations (``max_error`` only). Methods: ragcache with guards at static thres
 with ``max_error`` (0.01 / 0.02 / 0.05), GPTCache 0.1.x at its default setting with the same
 embedder, and a "verifier" decider when one is importable (``ragcache.semantic.verifier``).
 
+The project's own labelled rows of the near-miss kinds (:data:`ragcache.app.bench.semantic.OWN_KINDS`:
+bounds, complements, relative times, the same words in another case or with another symbol, and
+paraphrases beside them) are inserted into the stream, each ``b`` after its ``a``; their labels join
+the clusters, so a near miss served counts as a labelled wrong hit.
+
 Run: ``ragcache bench semantic --stream`` or ``python -m ragcache.app.bench.semantic_stream``.
 """
 
@@ -39,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.app.bench.plotting import draw, save_figure
-from ragcache.app.bench.semantic import fmt, machine_info, print_table, memo_embedder
+from ragcache.app.bench.semantic import OWN_KINDS, fmt, machine_info, memo_embedder, print_table
 from ragcache.semantic import SemanticCache
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.text import embed_form, normalize_question
@@ -69,6 +74,19 @@ def clusters(rows: list[dict]) -> tuple[dict[str, int], set[frozenset[int]]]:
     cid = {q: ids.setdefault(find(q), len(ids)) for q in parent}
     linked = {frozenset((cid[r["a"]], cid[r["b"]])) for r in rows if not r["same"]}
     return cid, linked
+
+
+def add_kind_rows(stream: list[str], kinds: list[dict], seed: int) -> list[str]:
+    """``stream`` with the two questions of each labelled kind row inserted (``a`` at a random place,
+    ``b`` later), so each ``b`` is looked up after its ``a`` was seen: a near miss served is a labelled
+    wrong hit, a paraphrase served a true one."""
+    rng = random.Random(f"{seed}:kinds")
+    out = list(stream)
+    for r in kinds:
+        i = rng.randrange(len(out) + 1)
+        out.insert(i, r["a"])
+        out.insert(rng.randrange(i + 1, len(out) + 1), r["b"])
+    return out
 
 
 def build_stream(rows: list[dict], cid: dict[str, int], n_rows: int, repeat: float, seed: int) -> list[str]:
@@ -279,7 +297,7 @@ def _methods(memo: QuestionEmbedder, static: tuple[float, ...], bounds: tuple[fl
 def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench/results/semantic_stream.json",
          plot_path: str | None = None, *, rows: int = 3000, repeat: float = 0.2, seed: int = 0, half: str = "second",
          static: tuple[float, ...] = STATIC, bounds: tuple[float, ...] = BOUNDS, gptcache: bool = True,
-         extra: bool = True, embedder: Any = None) -> dict[str, Any]:
+         extra: bool = True, embedder: Any = None, kinds: str | None = OWN_KINDS) -> dict[str, Any]:
     """Run the stream benchmark, print the table, write JSON to ``json_path`` and the PNG to
     ``plot_path`` (default: ``json_path`` with ``.png``). Returns the result dict.
 
@@ -297,9 +315,11 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
     pairs = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
     if half not in ("first", "second"):
         raise ValueError(f"half must be 'first' (tuning) or 'second' (reporting), got {half!r}")
-    cid, linked = clusters(pairs)  # over the whole file: every label links its clusters
+    own = [json.loads(x) for x in Path(kinds).read_text().splitlines() if x.strip()] \
+        if kinds and Path(kinds).is_file() else []  # the project's labelled near-miss kinds (development rows)
+    cid, linked = clusters(pairs + own)  # over the whole file: every label links its clusters
     pool = pairs[: len(pairs) // 2] if half == "first" else pairs[len(pairs) // 2:]
-    stream = build_stream(pool, cid, rows, repeat, seed)
+    stream = add_kind_rows(build_stream(pool, cid, rows, repeat, seed), own, seed)
     emb = resolve_embedder(embedder)
     t0 = time.perf_counter()
     memo = memo_embedder(emb, list(dict.fromkeys(embed_form(normalize_question(q)) for q in stream)))
@@ -308,6 +328,7 @@ def main(data: str = "../shared/data/qqp_dev_20k.jsonl", json_path: str = "bench
         "data": {"path": str(data), "pairs": len(pairs), "sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
                  "clusters": len(set(cid.values()))},
         "stream": {"rows": rows, "repeat": repeat, "seed": seed, "half": half, "lookups": len(stream),
+                   "kind_rows": {"path": kinds, "pairs": len(own), "same": sum(bool(r["same"]) for r in own)},
                    "unique_questions": len(set(stream)), "clusters": len({cid[q] for q in stream}),
                    "embed_seconds": time.perf_counter() - t0},
         "methods": {}, "notes": {},
@@ -350,7 +371,7 @@ def _write(result: dict[str, Any], json_path: str) -> Path:
 
 def _print(result: dict[str, Any]) -> None:
     s = result["stream"]
-    print_table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, "
+    printprint_table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, "
                 f"{s['clusters']} clusters",
                 ["method", "hits", "error", "wrong (labelled)", "wrong (unlabelled)", "recall", "paraphrase recall",
                  "explorations", "s"],

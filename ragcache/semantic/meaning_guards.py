@@ -1,0 +1,235 @@
+"""Guards for differences that words alone miss: symbols and case, bounds, complements, relative times.
+
+Part of :mod:`ragcache.semantic.guards` (which re-exports them and documents the guard order).
+Each names a reason when the two questions ask different things:
+
+- ``bound``: a quantifier or bound ("at most", "at least", "up to", "no more than", "minimum",
+  "maximum", "largest", "on average", "in total", "per day" ...) added, removed or exchanged for
+  another kind ("a month" after "for", "in", "within" ... is a duration, not a rate).
+  Phrasings of one kind are equal ("at most" = "maximum" = "up to" = "no more than"; "per day" =
+  "a day" = "daily").
+- ``complement``: a spatial or set complement ("outside", "beyond", "without", "excluding",
+  "except", "other than" ...) on one side more often than on the other ("in Europe" / "outside Europe").
+- ``relative_time``: a time relative to now ("this" / "next" / "last" week, month, quarter, year;
+  "today" / "tomorrow" / "yesterday"; "tonight") that points elsewhere or is on one side only.
+- ``symbol``: code-like spans (format codes ``%Y``, flags ``-v``, ``$HOME``, operators ``10 / 2``,
+  slices ``a[1:]``) must be equal, case and symbols included; and a word written in both questions
+  in two cases differs when case carries meaning: a single letter (a constant ``G`` / ``g``), a
+  word of one or two letters (units ``MB`` / ``mb``, ``IT`` / ``it``) or two forms that both use
+  capitals (``MB`` / ``Mb``, ``mW`` / ``MW``). A lower-cased rewording of a longer word ("api" /
+  "API", "paris" / "Paris"), a capital that only starts a sentence, and a question written wholly
+  in capitals (no case information) pass.
+
+All four are lexical rules (tables below), symmetric and pure; like the other guards they prefer a
+miss to a wrong answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------- bound
+
+_BOUND_PHRASES: tuple[tuple[str, str], ...] = (
+    # (regex over the lower-cased text, kind)
+    (r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
+     r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
+     r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|"
+     r"\b(?:largest|biggest|longest|highest|greatest)\b", "upper"),
+    (r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
+     r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|"
+     r"\b(?:smallest|shortest|lowest|fewest|least)\b", "lower"),
+    (r"\bon\s+average\b|\baverages?\b|\bavg\b|\b(?:the|a|its|their|arithmetic|geometric)\s+mean\b|\bmedian\b",
+     "average"),
+    (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
+    (r"\b(?:exactly|precisely)\b(?=\s+\$?\d)", "exact"),
+    (r"\b(?:approximately|roughly|about|around|circa|approx)\b(?=\s+\$?\d)", "approximate"),
+)
+_BOUND = [(re.compile(p), k) for p, k in _BOUND_PHRASES]
+_RATE_UNITS = ("second", "minute", "hour", "day", "night", "week", "month", "quarter", "year", "user", "seat",
+               "request", "call", "person", "head", "customer", "employee", "device", "account", "transaction",
+               "order", "item", "gb", "mb", "token", "page", "mile", "km", "kilometer", "kilometre", "unit")
+_RATE = re.compile(r"(?<!\bfor )(?<!\bin )(?<!\bwithin )(?<!\bafter )(?<!\bover )(?<!\bthan )(?<!\bof )"
+                   r"(?<!\bunder )(?<!\bfrom )(?<!\bto )(?<!\bby )\b(?:per|a|an|each|every)\s+(" + "|".join(_RATE_UNITS) + r")s?\b|/(" + "|".join(_RATE_UNITS)
+                   + r")s?\b|\b(hour|dai|week|month|quarter|year|night)ly\b|\bannual(?:ly)?\b|\bper\s+annum\b")
+_RATE_ADVERB = {"dai": "day"}
+
+
+def bounds(text: str) -> Counter[str]:
+    """The quantifier and bound kinds in ``text`` (``upper``, ``lower``, ``average``, ``total``,
+    ``exact``, ``approximate``, ``rate/<unit>``), counted."""
+    low = text.lower()
+    out: Counter[str] = Counter()
+    for rx, kind in _BOUND:
+        out[kind] += len(rx.findall(low))
+    for m in _RATE.finditer(low):
+        unit = m.group(1) or m.group(2) or _RATE_ADVERB.get(m.group(3) or "", m.group(3)) or "year"
+        if m.group(0).startswith(("a ", "an ")) and unit not in ("second", "minute", "hour", "day", "night", "week",
+                                                                  "month", "quarter", "year"):
+            continue  # "a user", "an account": an article, not a rate
+        out[f"rate/{unit}"] += 1
+    return +out
+
+
+@dataclass(slots=True)
+class BoundGuard:
+    """Quantifier and bound kinds must agree ("how many copies" vs "how many copies at most")."""
+
+    name: str = "bound"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = set(bounds(query)), set(bounds(candidate))
+        return None if a == b else f"bounds {sorted(a)} vs {sorted(b)}"
+
+
+# --------------------------------------------------------------------------- complement
+
+_COMPLEMENT = re.compile(
+    r"\b(?:outside(?:\s+of)?|beyond|without(?!\s+[a-z]+ing\b)|w/o|excluding|exclude[sd]?|exclusive\s+of|except(?:\s+for)?|excepting|"
+    r"other\s+than|apart\s+from|aside\s+from|not\s+including|offsite|off-site|"
+    r"out\s+of\s+(?:state|network|country|office|region|area|scope|hours))\b")
+
+
+def complements(text: str) -> int:
+    """How many spatial or set complement cues ``text`` holds."""
+    return len(_COMPLEMENT.findall(text.lower()))
+
+
+@dataclass(slots=True)
+class ComplementGuard:
+    """Complement cues ("outside", "without", "excluding" ...) must be as many on both sides."""
+
+    name: str = "complement"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = complements(query), complements(candidate)
+        return None if a == b else f"complement cues {a} vs {b}"
+
+
+# --------------------------------------------------------------------------- relative time
+
+_DEIXIS = {"this": "this", "current": "this", "next": "next", "coming": "next", "upcoming": "next",
+           "following": "next", "last": "last", "previous": "last", "past": "last", "prior": "last",
+           "preceding": "last"}
+_TIME_UNITS = ("day", "week", "weekend", "month", "quarter", "year", "sprint", "season", "semester", "term", "night",
+               "morning", "afternoon", "evening", "release", "cycle", "monday", "tuesday", "wednesday", "thursday",
+               "friday", "saturday", "sunday", "january", "february", "march", "april", "may", "june", "july",
+               "august", "september", "october", "november", "december", "spring", "summer", "autumn", "fall",
+               "winter", "holiday", "holidays")
+_REL = re.compile(r"\b(" + "|".join(_DEIXIS) + r")\s+(?:(?:fiscal|calendar|financial|academic|school|business|"
+                  r"billing|tax)\s+)?(" + "|".join(_TIME_UNITS) + r")s?\b")
+_REL_WORD = re.compile(r"\b(today|tonight|tomorrow|yesterday|currently|nowadays|ago|recently|soon|"
+                       r"this\s+time|right\s+now|at\s+the\s+moment)\b")
+_REL_CANON = {"currently": "now", "nowadays": "now", "right now": "now", "at the moment": "now", "this time": "now"}
+
+
+def relative_times(text: str) -> set[str]:
+    """Times relative to now in ``text``: ``"<this|next|last> <unit>"`` and the words (today, tomorrow ...)."""
+    low = re.sub(r"\s+", " ", text.lower())
+    out = {f"{_DEIXIS[m.group(1)]} {m.group(2)}" for m in _REL.finditer(low)}
+    out |= {_REL_CANON.get(m.group(1), m.group(1)) for m in _REL_WORD.finditer(low)}
+    return out
+
+
+@dataclass(slots=True)
+class RelativeTimeGuard:
+    """Times relative to now must be the same ("this week" vs "next week"; "today" vs none)."""
+
+    name: str = "relative_time"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = relative_times(query), relative_times(candidate)
+        return None if a == b else f"relative time {sorted(a)} vs {sorted(b)}"
+
+
+# --------------------------------------------------------------------------- symbols and case
+
+_EDGE_L = "\"'(“‘«"
+_EDGE_R = "?!.,;:\"'”’»"
+_SOFT = re.compile(r"(?<=[^\W\d_])[-'’](?=[^\W\d_])|(?<=\w)\.(?=\w)|(?<=\d),(?=\d{3})")
+_CODE = re.compile(r"[^\w\s]|_")
+_DASHES = frozenset({"-", "--", "—", "–", "-.", "&"})
+
+
+def _chunk_core(chunk: str) -> str:
+    core = chunk.lstrip(_EDGE_L).rstrip(_EDGE_R)
+    if core.endswith(")") and "(" not in core:
+        core = core.rstrip(")")
+    return core
+
+
+def code_spans(text: str) -> list[str]:
+    """Whitespace-separated spans that hold a symbol beyond sentence punctuation, a hyphen inside a
+    word, an apostrophe, a dot inside a name or a thousands comma; sorted, case kept."""
+    chunks = text.split()
+    out = []
+    for i, ch in enumerate(chunks):
+        core = _chunk_core(ch)
+        if not core or not _CODE.search(_SOFT.sub("", core)):
+            continue
+        if core in _DASHES:  # a dash between words is punctuation; between numbers an operator
+            near = [_chunk_core(c) for c in chunks[max(i - 1, 0):i] + chunks[i + 1:i + 2]]
+            if not (len(near) == 2 and all(re.fullmatch(r"[\d.]+|\w", n) for n in near)):
+                continue
+        out.append(core)
+    return sorted(out)
+
+
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def _case_forms(text: str) -> dict[str, Counter[str]]:
+    """``{lower-cased word: forms as written}`` outside code spans; a sentence's first word written
+    with a capital first letter alone is lower-cased (such a capital only starts the sentence)."""
+    forms: dict[str, Counter[str]] = {}
+    initial = True
+    for ch in text.split():
+        core = _chunk_core(ch)
+        code = bool(_CODE.search(_SOFT.sub("", core)))
+        for tok in [] if code else _TOKEN.findall(core):
+            forms.setdefault(tok.lower(), Counter())[tok.lower() if initial and tok[1:] == tok[1:].lower() else tok] += 1
+            initial = False
+        if code:
+            initial = False
+        if ch.rstrip("\"')”’»").endswith((".", "?", "!", ":")):
+            initial = True
+    return forms
+
+
+def _case_matters(x: str, y: str) -> bool:
+    if x.lower() == "i":
+        return False
+    if len(x) == 1:
+        return True
+    up_x, up_y = x != x.lower(), y != y.lower()
+    return (up_x and up_y) or len(x) <= 2
+
+
+@dataclass(slots=True)
+class SymbolGuard:
+    """Code-like spans must be equal (case and symbols kept); a word in two cases differs where case
+    carries meaning (see the module)."""
+
+    name: str = "symbol"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = code_spans(query), code_spans(candidate)
+        if a != b:
+            return f"code or operators {a} vs {b}"
+        if not re.search(r"[a-z]", query) or not re.search(r"[a-z]", candidate):
+            return None  # written in capitals: no case information
+        fa, fb = _case_forms(query), _case_forms(candidate)
+        for w in fa.keys() & fb.keys():
+            xa, xb = fa[w] - fb[w], fb[w] - fa[w]  # forms written more often on one side
+            if not xa or not xb:
+                continue
+            x, y = min(xa), min(xb)
+            if _case_matters(x, y):
+                return f"case {x!r} vs {y!r}"
+        return None
+
+
+__all__ = ["BoundGuard", "ComplementGuard", "RelativeTimeGuard", "SymbolGuard", "bounds", "code_spans", "complements",
+           "relative_times"]
