@@ -122,7 +122,7 @@ def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: s
 
     import torch
 
-    from ragcache.app.bench.semantic import OWN_KINDS, _machine
+    from ragcache.app.bench.semantic import OWN_KINDS, machine_info
     from ragcache.app.bench.semantic_pairs import memo_embedder
     from ragcache.semantic.embedding import resolve_embedder
     from ragcache.semantic.text import embed_form, normalize_question
@@ -138,10 +138,10 @@ def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: s
         if Path(OWN_KINDS).is_file() else []
     own = decisions(own_rows, resolve_embedder(None)) if own_rows else {}
     if record_baseline:
-        out = {"sha256": sha, "pairs": len(rows), "split": split(rows), "decisions": now, "machine": _machine()}
+        out = {"sha256": sha, "pairs": len(rows), "split": split(rows), "decisions": now, "machine": machine_info()}
         path = Path(BASELINE)
     else:
-        out = {"sha256": sha, "machine": _machine(), **report(rows, now, load_baseline(BASELINE, sha))}
+        out = {"sha256": sha, "machine": machine_info(), **report(rows, now, load_baseline(BASELINE, sha))}
         out["own_kinds"] = {name: {"all": part_scores(own_rows, hits, list(range(len(own_rows)))),
                                    "by_kind": changes(own_rows, [False] * len(own_rows), hits,
                                                       list(range(len(own_rows))))}

@@ -371,7 +371,7 @@ def _write(result: dict[str, Any], json_path: str) -> Path:
 
 def _print(result: dict[str, Any]) -> None:
     s = result["stream"]
-    printprint_table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, "
+    print_table(f"QQP cluster stream: {s['lookups']} lookups, {s['unique_questions']} questions, "
                 f"{s['clusters']} clusters",
                 ["method", "hits", "error", "wrong (labelled)", "wrong (unlabelled)", "recall", "paraphrase recall",
                  "explorations", "s"],
