@@ -57,9 +57,9 @@ def test_second_ask_at_defaults_is_a_semantic_hit_even_when_cut(home, notes, tin
 @pytest.mark.slow
 def test_second_ask_with_the_real_embedded_model_is_a_semantic_hit(tmp_path, monkeypatch, notes):
     """The new user's trial: the default model, budget and system text; the second ask is a hit."""
-    from ragcache.models import ragcache_home
+    from ragcache.config import Config
 
-    real_models = ragcache_home() / "models"
+    real_models = Config.from_env().models_dir  # the home this test process was started with
     h = tmp_path / "home"
     h.mkdir()
     if real_models.is_dir():  # reuse the converted SmolLM2 copy instead of converting it again
