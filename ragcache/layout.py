@@ -52,6 +52,7 @@ from ragcache.volatile import (
     first_divergence,
     move_volatile,
     normalize_text,
+    warn_kept_dates,
     word_tokens,
 )
 
@@ -107,6 +108,8 @@ def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segme
                           VolatileTextMoved, stacklevel=3)
             docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
     certain = [f for f in findings if f.certain]
+    if system_text and lint == "raise" and not certain:
+        warn_kept_dates(system_text, findings)  # a bare date is named with its line, not raised on
     if certain and lint == "raise":
         raise ValueError("volatile text in stable prompt segments breaks the cache prefix: "
                          + "; ".join(f.describe() for f in certain)
