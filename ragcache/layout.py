@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from ragcache.volatile import (
     first_divergence,
     move_volatile,
     normalize_text,
+    warn_at_caller,
     warn_kept_dates,
     word_tokens,
 )
@@ -104,8 +104,8 @@ def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segme
         bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
         findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
         if bad and lint == "move":
-            warnings.warn(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
-                          VolatileTextMoved, stacklevel=3)
+            warn_at_caller(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
+                           VolatileTextMoved)
             docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
     certain = [f for f in findings if f.certain]
     if system_text and lint == "raise" and not certain:
@@ -116,12 +116,12 @@ def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segme
                          + ". Move it into volatile=..., or build with lint='move'.")
     if findings and lint == "warn":
         for f in certain:
-            warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
-                          "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=3)
+            warn_at_caller(f"ragcache layout: {f.describe()} breaks the cache prefix; "
+                           "pass it as volatile=... or use lint='move'", UserWarning)
         if len(certain) < len(findings):
-            warnings.warn("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
-                          + " may change per request (lint='move' leaves it in place); if it does, pass it "
-                          "as volatile=...", UserWarning, stacklevel=3)
+            warn_at_caller("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
+                           + " may change per request (lint='move' leaves it in place); if it does, pass it "
+                           "as volatile=...", UserWarning)
     return system_text, moved, findings
 
 

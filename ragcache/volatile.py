@@ -301,9 +301,57 @@ def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list
     return out
 
 
+_PASS_THROUGH = ("ragcache", "langchain_ragcache", "llama_index_ragcache", "langchain_core", "langchain",
+                 "langchain_anthropic", "langchain_openai", "langgraph", "langsmith", "llama_index", "pydantic",
+                 "anthropic", "openai")
+"""Packages whose frames a lint warning passes through to reach the caller's line (the adapters
+call ragcache from inside LangChain's, LangGraph's, LangSmith's or LlamaIndex's own code)."""
+_SKIP_DIRS: tuple[str, ...] | None = None
+
+
+def _skip_dirs() -> tuple[str, ...]:
+    """Folders of :data:`_PASS_THROUGH` (found without importing them) and of the standard library's
+    wrappers, each ending in a separator."""
+    global _SKIP_DIRS
+    if _SKIP_DIRS is None:
+        import importlib.util
+        import os
+        import threading
+
+        dirs = {os.path.dirname(threading.__file__)}  # stdlib: threading, asyncio, contextlib, concurrent
+        for name in _PASS_THROUGH:
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                continue
+            dirs.update(spec.submodule_search_locations or [] if spec else [])
+        _SKIP_DIRS = tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+    return _SKIP_DIRS
+
+
 def warn_at_caller(message: str, category: type[Warning]) -> None:
-    """``warnings.warn`` attributed to the code that called into ragcache."""
-    warnings.warn(message, category, stacklevel=4)
+    """``warnings.warn(message, category)`` attributed to the first frame outside ragcache, its
+    adapters and the frameworks they run inside (:data:`_PASS_THROUGH`, the standard library), so
+    the warning names the user's line (``chain.invoke(...)``, ``PromptLayout.build(...)``), not
+    ``langsmith/run_helpers.py``. The stack is walked on every Python version (``warnings.warn``'s
+    ``skip_file_prefixes`` needs 3.12). With no such frame (the caller's line is not on this stack:
+    LangChain runs each step of an async chain in its own task) the first frame outside ragcache's own
+    package is named, i.e. the adapter step that built the prompt."""
+    import os
+    import sys
+
+    skip = _skip_dirs()
+    own = os.path.join(os.path.dirname(os.path.realpath(__file__)), "")
+    frame, level, fallback = sys._getframe(1), 2, None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        real = os.path.realpath(path) if not path.startswith("<") else path
+        if fallback is None and not real.startswith(own):
+            fallback = level
+        if not path.startswith("<") and not real.startswith(skip):
+            break
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else (fallback or 2))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
