@@ -60,13 +60,14 @@ LintMode = Literal["off", "warn", "move", "raise"]
 
 
 def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint: str, **texts: Any) -> None:
-    """The argument checks of :meth:`PromptLayout.build` (ValueError naming the fix)."""
+    """The argument checks of :meth:`PromptLayout.build`: TypeError for a wrong type, ValueError for a
+    wrong value, each naming the fix."""
     if not isinstance(question, str):
-        raise ValueError(f"question must be a str, got {type(question).__name__}")
+        raise TypeError(f"question must be a str, got {type(question).__name__}")
     if not question.strip():
         raise ValueError("question must be a non-empty string")
     if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
-        raise ValueError(f"documents must be a list of documents, got {type(documents).__name__}: "
+        raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}: "
                          "wrap a single document as [text] (or pass () for none)")
     if doc_order not in ("canonical", "given"):
         raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
@@ -74,12 +75,12 @@ def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint
         raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
     for name, value in texts.items():
         if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name} must be a str (or None), got {type(value).__name__}")
+            raise TypeError(f"{name} must be a str (or None), got {type(value).__name__}")
     if isinstance(tools, str | bytes | Mapping) or not hasattr(tools, "__iter__"):
-        raise ValueError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
+        raise TypeError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
     for i, t in enumerate(tools):
         if not isinstance(t, Mapping):
-            raise ValueError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
+            raise TypeError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
 
 
 def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segment],

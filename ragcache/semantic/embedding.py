@@ -375,7 +375,7 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
         if not isinstance(fp, str):
             fp = hashlib.sha256(f"callable:{getattr(embedder, '__module__', '')}.{name}".encode()).hexdigest()
         return QuestionEmbedder(embedder, name=str(name), fingerprint=fp, **_window_kwargs(embedder))
-    raise ValueError(
+    raise TypeError(
         f"embedder must be None, a sentence-transformers name or path, an object with encode(), "
         f"or a callable list[str] -> array; got {type(embedder).__name__}"
     )

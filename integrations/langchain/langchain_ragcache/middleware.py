@@ -201,7 +201,7 @@ def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
         bound = {**dict(getattr(model, "kwargs", None) or {}), **bound}
         model = model.bound
     if not isinstance(model, BaseChatModel):
-        raise ValueError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
+        raise TypeError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
     return model._get_llm_string(**{**bound, **settings})
 
 
