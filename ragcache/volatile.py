@@ -425,6 +425,17 @@ def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-__all__ = ["VOLATILE_METADATA_KEYS", "PossiblyVolatileDate", "VolatileFinding", "VolatileTextMoved", "find_volatile",
-           "first_divergence", "kept_date_lines", "move_volatile", "warn_at_caller", "warn_kept_dates",
-           "normalize_text", "word_tokens"]
+__all__ = [
+    "VOLATILE_METADATA_KEYS",
+    "PossiblyVolatileDate",
+    "VolatileFinding",
+    "VolatileTextMoved",
+    "find_volatile",
+    "first_divergence",
+    "kept_date_lines",
+    "move_volatile",
+    "normalize_text",
+    "warn_at_caller",
+    "warn_kept_dates",
+    "word_tokens",
+]

@@ -5,9 +5,9 @@ unread with a warning that says how to include it, and the skipped bytes are cou
 import json
 
 import pytest
+from cli_doubles import fixed_answer, home, tiny_dir, write_notes
 from typer.testing import CliRunner
 
-from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.cli import app
 from ragcache.app.corpus import scan_folder
 from ragcache.config import Config

@@ -8,7 +8,12 @@ import warnings
 import pytest
 
 from ragcache.layout import PromptLayout
-from ragcache.volatile import PossiblyVolatileDate, VolatileTextMoved, find_volatile, move_volatile
+from ragcache.volatile import (
+    PossiblyVolatileDate,
+    VolatileTextMoved,
+    find_volatile,
+    move_volatile,
+)
 
 LLAMA_31 = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nYou are a helpful assistant."
 
@@ -33,7 +38,7 @@ CUED = [
 @pytest.mark.parametrize(("text", "sentence"), CUED)
 def test_a_date_after_a_per_request_cue_is_moved(text, sentence):
     with pytest.warns(VolatileTextMoved) as rec:
-        stable, moved, findings = move_volatile(text)
+        stable, moved, _ = move_volatile(text)
     assert moved == sentence and sentence not in stable
     assert any(sentence in str(w.message) for w in rec)
     lay = PromptLayout.build(question="When do backups run?", system=text, lint="move")

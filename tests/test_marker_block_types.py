@@ -8,8 +8,13 @@ import copy
 import pytest
 
 from ragcache.providers.anthropic import AnthropicCaching, add_breakpoints
-from ragcache.providers.anthropic.blocks import (MARKER_TYPES, NOT_CACHEABLE_TYPES, RequestError, carries_marker,
-                                                 flatten_request)
+from ragcache.providers.anthropic.blocks import (
+    MARKER_TYPES,
+    NOT_CACHEABLE_TYPES,
+    RequestError,
+    carries_marker,
+    flatten_request,
+)
 
 SYSTEM = "You are a research agent. " * 60
 REFUSED = {

@@ -9,9 +9,22 @@ import math
 import pytest
 from test_architecture import EchoBackend
 
-from ragcache import LocalBackend, LocalEngine, PromptLayout, RagCache, SemanticCache, partition_key
+from ragcache import (
+    LocalBackend,
+    LocalEngine,
+    PromptLayout,
+    RagCache,
+    SemanticCache,
+    partition_key,
+)
 from ragcache.providers.openai import OpenAIBackend
-from ragcache.semantic.checks import check_count, check_path, check_threshold, check_ttl, checked_partition
+from ragcache.semantic.checks import (
+    check_count,
+    check_path,
+    check_threshold,
+    check_ttl,
+    checked_partition,
+)
 from ragcache.semantic.flight import check_timeout
 from ragcache.testing import HashingEmbedder
 from ragcache.text_checks import checked_question

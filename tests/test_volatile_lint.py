@@ -10,7 +10,12 @@ import pytest
 
 from ragcache.app.bench.lint import evaluate, load_prompts, markdown_table
 from ragcache.layout import PromptLayout
-from ragcache.volatile import PossiblyVolatileDate, VolatileTextMoved, find_volatile, move_volatile
+from ragcache.volatile import (
+    PossiblyVolatileDate,
+    VolatileTextMoved,
+    find_volatile,
+    move_volatile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

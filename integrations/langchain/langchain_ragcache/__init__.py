@@ -48,7 +48,10 @@ if TYPE_CHECKING:
     from langchain_ragcache.chat_models import ChatRagCache
     from langchain_ragcache.embeddings import RagCacheEmbeddings
     from langchain_ragcache.graph_cache import RagCacheGraphCache
-    from langchain_ragcache.middleware import RagCacheMiddleware, RagPromptLayoutMiddleware
+    from langchain_ragcache.middleware import (
+        RagCacheMiddleware,
+        RagPromptLayoutMiddleware,
+    )
     from langchain_ragcache.prompts import RagPrompt
 
 

@@ -15,7 +15,10 @@ def test_all_imports() -> None:
 
 def test_agent_classes_load_lazily() -> None:
     from langchain_ragcache.graph_cache import RagCacheGraphCache
-    from langchain_ragcache.middleware import RagCacheMiddleware, RagPromptLayoutMiddleware
+    from langchain_ragcache.middleware import (
+        RagCacheMiddleware,
+        RagPromptLayoutMiddleware,
+    )
 
     assert langchain_ragcache.RagCacheMiddleware is RagCacheMiddleware
     assert langchain_ragcache.RagPromptLayoutMiddleware is RagPromptLayoutMiddleware

@@ -12,8 +12,8 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
-
 from langchain_ragcache import RagPrompt, RagPromptLayoutMiddleware
+
 from ragcache.layout import PromptLayout
 from ragcache.volatile import PossiblyVolatileDate, VolatileTextMoved, move_volatile
 
@@ -78,5 +78,5 @@ def test_through_the_layout_middleware() -> None:
                        system_message=SystemMessage(SYSTEM), tools=[], model_settings={})
     mw = RagPromptLayoutMiddleware()
     _assert_here(*_where(VolatileTextMoved, lambda: mw.layout(req)))
-    handler = lambda r: ModelResponse(result=[AIMessage("ok")])  # noqa: E731
+    handler = lambda r: ModelResponse(result=[AIMessage("ok")])
     _assert_here(*_where(VolatileTextMoved, lambda: mw.wrap_model_call(req, handler)))
