@@ -55,7 +55,7 @@ def split_messages(messages: Any) -> tuple[list[str], list[dict], Any]:
         content = m.get("content")
         if not (content is None or isinstance(content, str | Segment | Mapping | CachePoint)
                 or isinstance(content, Sequence) and not isinstance(content, bytes)):
-            raise ValueError(f"messages[{i}]['content'] has type {type(content).__name__}: give a str or a list of "
+            raise TypeError(f"messages[{i}]['content'] has type {type(content).__name__}: give a str or a list of "
                              "text blocks ({'type': 'text', 'text': ...})")
         check_encodable(content, f"messages[{i}]['content']")
         if _has_text(m.get("content")) or set(m) - {"role", "content"}:  # e.g. a tool call with no text

@@ -133,6 +133,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "labelled approximate)", RECOMPUTE_RATIO_UNSET),
     EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens",
            "reusable document tokens needed to blend chunk KV (none: what saves 0.1 s at the measured prefill rate)"),
+    EnvVar("RAGCACHE_MAX_FILE_BYTES", "max_file_bytes",
+           "ask: a --docs file larger than this is skipped with a warning (about 750 chunks to embed); 0: no limit"),
     EnvVar("RAGCACHE_TOP_K", "top_k", "documents retrieved per question (ask, demo)"),
     EnvVar("RAGCACHE_MAX_NEW_TOKENS", "max_new_tokens", "decode budget per answer (ask)"),
     EnvVar("RAGCACHE_HOST", "host", "serve: address to bind"),
@@ -201,6 +203,7 @@ class Config:
     semantic_ttl_s: float | None = None
     recompute_ratio: float | None = None
     min_reuse_tokens: int | None = None
+    max_file_bytes: int = 1 << 20
     top_k: int = 4
     max_new_tokens: int = 128
     host: str = "127.0.0.1"
@@ -235,6 +238,7 @@ class Config:
         for var, value, least in (("RAGCACHE_KV_MAX_BYTES", self.kv_max_bytes, 0),
                                   ("RAGCACHE_PREFIX_MAX_BYTES", self.prefix_max_bytes, 1),
                                   ("RAGCACHE_SEMANTIC_MAX_ENTRIES", self.semantic_max_entries, 1),
+                                  ("RAGCACHE_MAX_FILE_BYTES", self.max_file_bytes, 0),
                                   ("RAGCACHE_TOP_K", self.top_k, 1), ("RAGCACHE_MAX_NEW_TOKENS", self.max_new_tokens, 1)):
             if value < least:  # name only the variable that is wrong
                 raise ValueError(f"{var} must be >= {least}, got {value}")

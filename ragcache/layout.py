@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,6 +51,8 @@ from ragcache.volatile import (
     first_divergence,
     move_volatile,
     normalize_text,
+    warn_at_caller,
+    warn_kept_dates,
     word_tokens,
 )
 
@@ -59,13 +60,14 @@ LintMode = Literal["off", "warn", "move", "raise"]
 
 
 def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint: str, **texts: Any) -> None:
-    """The argument checks of :meth:`PromptLayout.build` (ValueError naming the fix)."""
+    """The argument checks of :meth:`PromptLayout.build`: TypeError for a wrong type, ValueError for a
+    wrong value, each naming the fix."""
     if not isinstance(question, str):
-        raise ValueError(f"question must be a str, got {type(question).__name__}")
+        raise TypeError(f"question must be a str, got {type(question).__name__}")
     if not question.strip():
         raise ValueError("question must be a non-empty string")
     if isinstance(documents, str | bytes) or not isinstance(documents, Sequence):
-        raise ValueError(f"documents must be a list of documents, got {type(documents).__name__}: "
+        raise TypeError(f"documents must be a list of documents, got {type(documents).__name__}: "
                          "wrap a single document as [text] (or pass () for none)")
     if doc_order not in ("canonical", "given"):
         raise ValueError(f"doc_order must be 'canonical' or 'given', got {doc_order!r}")
@@ -73,12 +75,12 @@ def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint
         raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
     for name, value in texts.items():
         if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name} must be a str (or None), got {type(value).__name__}")
+            raise TypeError(f"{name} must be a str (or None), got {type(value).__name__}")
     if isinstance(tools, str | bytes | Mapping) or not hasattr(tools, "__iter__"):
-        raise ValueError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
+        raise TypeError(f"tools must be a list of tool definitions (dicts), got {type(tools).__name__}")
     for i, t in enumerate(tools):
         if not isinstance(t, Mapping):
-            raise ValueError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
+            raise TypeError(f"tools[{i}] must be a tool definition (a dict), got {type(t).__name__}")
 
 
 def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segment],
@@ -103,22 +105,24 @@ def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segme
         bad = sorted(k for k in d.metadata if str(k).lower() in VOLATILE_METADATA_KEYS)
         findings += [VolatileFinding("document", i, "metadata", f"{k}={d.metadata[k]!r}", 0, 0) for k in bad]
         if bad and lint == "move":
-            warnings.warn(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
-                          VolatileTextMoved, stacklevel=3)
+            warn_at_caller(f"ragcache layout: dropped per-request metadata {', '.join(bad)} from document {i}",
+                           VolatileTextMoved)
             docs[i] = Segment("document", d.text, d.id, {k: v for k, v in d.metadata.items() if k not in bad})
     certain = [f for f in findings if f.certain]
+    if system_text and lint == "raise" and not certain:
+        warn_kept_dates(system_text, findings)  # a bare date is named with its line, not raised on
     if certain and lint == "raise":
         raise ValueError("volatile text in stable prompt segments breaks the cache prefix: "
                          + "; ".join(f.describe() for f in certain)
                          + ". Move it into volatile=..., or build with lint='move'.")
     if findings and lint == "warn":
         for f in certain:
-            warnings.warn(f"ragcache layout: {f.describe()} breaks the cache prefix; "
-                          "pass it as volatile=... or use lint='move'", UserWarning, stacklevel=3)
+            warn_at_caller(f"ragcache layout: {f.describe()} breaks the cache prefix; "
+                           "pass it as volatile=... or use lint='move'", UserWarning)
         if len(certain) < len(findings):
-            warnings.warn("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
-                          + " may change per request (lint='move' leaves it in place); if it does, pass it "
-                          "as volatile=...", UserWarning, stacklevel=3)
+            warn_at_caller("ragcache layout: " + "; ".join(f.describe() for f in findings if not f.certain)
+                           + " may change per request (lint='move' leaves it in place); if it does, pass it "
+                           "as volatile=...", UserWarning)
     return system_text, moved, findings
 
 

@@ -351,6 +351,38 @@ def embedder_revision(path: str | Path, model: Any = None, home: Home | str | Pa
 _EMBEDDERS: dict[str, Embedder] = {}
 
 
+def _embedder_path(name_or_path: str | None) -> tuple[Path | str, str]:
+    """(local folder, or the hub id as given; the embedder's name) for ``load_embedder``'s argument."""
+    if name_or_path in (None, "", DEFAULT_EMBEDDER):
+        return _package_dir(_MINILM_PACKAGE, _MINILM_INSTALL) / "model", DEFAULT_EMBEDDER
+    path = Path(str(name_or_path)).expanduser()
+    return (path if path.exists() else str(name_or_path)), str(name_or_path)
+
+
+def embedder_fingerprint(name_or_path: str | None = None) -> tuple[str, str, int] | None:
+    """``(name, fingerprint, dim)`` of the embedder :func:`load_embedder` would load, without
+    loading it (no torch import): the same :attr:`Embedder.fingerprint`, from the folder's files,
+    and the width from its config. Only for a local folder whose pipeline is BERT -> mean pooling
+    [-> Normalize] (:func:`ragcache.bert_numpy.check_pipeline`, so the width is the hidden size);
+    ``None`` otherwise (a hub id, another pipeline: its identity comes from the loaded modules).
+
+    Raises:
+        ModelNotFoundError: the packaged embedder is not installed.
+    """
+    from ragcache.bert_numpy import check_pipeline
+
+    path, name = _embedder_path(name_or_path)
+    folder = Path(str(path))
+    if not folder.is_dir():
+        return None
+    try:
+        check_pipeline(folder)
+        dim = int(json.loads((folder / "config.json").read_text(encoding="utf-8"))["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name, Embedder(None, name, embedder_revision(folder)).fingerprint, dim
+
+
 def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,
                   runtime: str = "torch", home: Home | str | Path | None = None) -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
@@ -375,13 +407,7 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
     key = f"{name_or_path or DEFAULT_EMBEDDER}|{runtime}"
     if key in _EMBEDDERS:
         return _EMBEDDERS[key]
-    if name_or_path in (None, "", DEFAULT_EMBEDDER):
-        path = _package_dir(_MINILM_PACKAGE, _MINILM_INSTALL) / "model"
-        name = DEFAULT_EMBEDDER
-    else:
-        path, name = Path(name_or_path).expanduser(), str(name_or_path)
-        if not path.exists():
-            path = name_or_path
+    path, name = _embedder_path(name_or_path)
     try:
         if runtime == "numpy":
             from ragcache.bert_numpy import NumpyBertEncoder

@@ -82,9 +82,9 @@ class RagCache:
             ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
 
     Raises:
-        ValueError: ``backend`` without ``generate()`` / ``agenerate()`` or without str ``name`` and
-            ``model_id``; ``semantic`` not a cache; ``flight_timeout_s`` negative, NaN, infinite or not a
-            number (with a semantic cache).
+        TypeError: ``backend`` without ``generate()`` / ``agenerate()`` or without str ``name`` and
+            ``model_id``; ``semantic`` not a cache. ValueError: an empty ``name`` / ``model_id``;
+            ``flight_timeout_s`` negative, NaN, infinite or not a number (with a semantic cache).
     """
 
     def __init__(self, backend: Backend | AsyncBackend, *, semantic: SemanticCache | str | None = "default",
@@ -93,12 +93,12 @@ class RagCache:
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
                  cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0) -> None:
         if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):
-            raise ValueError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
+            raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                              f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
                              "AnthropicBackend / OpenAIBackend")
         for attr in ("name", "model_id"):  # both go into the semantic cache's partition key
             if not isinstance(getattr(backend, attr, None), str) or not getattr(backend, attr):
-                raise ValueError(f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} "
+                raise (ValueError if isinstance(getattr(backend, attr, None), str) else TypeError)(f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} "
                                  "(the provider name and model id key the semantic cache, so that one model's "
                                  "answers are never served for another's)")
         if isinstance(semantic, str) and semantic == "default":
@@ -106,7 +106,7 @@ class RagCache:
 
             semantic = default_cache()
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
-            raise ValueError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
+            raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
                              f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
         self.backend = backend
         self.semantic = semantic
@@ -161,8 +161,9 @@ class RagCache:
         that are not rendered into the prompt).
 
         Raises:
-            ValueError: empty question, malformed document, history, system text or tools,
-                ``max_new_tokens`` not an integer >= 1, ``temperature`` not a number >= 0.
+            TypeError: a question, document, system text or tools of the wrong type, ``max_new_tokens``
+                not an integer, ``temperature`` not a number. ValueError: empty question, malformed
+                document or history, ``max_new_tokens`` < 1, ``temperature`` < 0 or NaN.
         """
         checked_question(question)
         if documents is None:
@@ -170,12 +171,16 @@ class RagCache:
         ns = self.namespace if namespace is None else namespace
         mnt = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         temp = self.temperature if temperature is None else temperature
-        if isinstance(mnt, bool) or not (hasattr(type(mnt), "__index__") or isinstance(mnt, float) and mnt.is_integer()):
+        if isinstance(mnt, bool) or not (hasattr(type(mnt), "__index__") or isinstance(mnt, float)):
+            raise TypeError(f"max_new_tokens must be an integer >= 1 (a token budget), got {type(mnt).__name__} {mnt!r:.40}")
+        if isinstance(mnt, float) and not mnt.is_integer():
             raise ValueError(f"max_new_tokens must be an integer >= 1 (a token budget), got {mnt!r}")
         mnt = int(mnt)
         if mnt < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {mnt}")
-        if isinstance(temp, bool) or not isinstance(temp, numbers.Real) or not temp >= 0:  # NaN refused too
+        if isinstance(temp, bool) or not isinstance(temp, numbers.Real):
+            raise TypeError(f"temperature must be a number >= 0 (0: greedy), got {type(temp).__name__} {temp!r:.40}")
+        if not temp >= 0:  # NaN refused too
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temp!r}")
         temp = float(temp)
         layout = self.layout(question, documents, system=system, tools=tools, history=history, volatile=volatile)

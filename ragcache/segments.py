@@ -148,8 +148,9 @@ def as_document(doc: Any) -> Segment:
     if isinstance(doc, Mapping):
         text = next((doc[k] for k in ("text", "page_content", "content") if k in doc), None)
         if not isinstance(text, str):
-            raise ValueError("a document dict needs a string 'text' (or 'page_content'/'content') key; got keys "
-                             + str(sorted(map(str, doc))))
+            raise (ValueError if text is None else TypeError)(
+                "a document dict needs a string 'text' (or 'page_content'/'content') key; got keys "
+                + str(sorted(map(str, doc))) + ("" if text is None else f" with text of type {type(text).__name__}"))
         meta = dict(doc.get("metadata") or {})
         reserved = ("text", "page_content", "content", "metadata", "id", "doc_id")
         meta.update({k: v for k, v in doc.items() if k not in reserved})
@@ -165,7 +166,7 @@ def as_document(doc: Any) -> Segment:
     if hasattr(doc, "get_content") and hasattr(doc, "node_id"):  # LlamaIndex BaseNode
         return Segment("document", doc.get_content(), str(doc.node_id),
                        canonicalize(dict(getattr(doc, "metadata", None) or {})))
-    raise ValueError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
+    raise TypeError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
                      f"LlamaIndex node; got {type(doc).__name__}")
 
 

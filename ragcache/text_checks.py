@@ -51,10 +51,10 @@ def checked_question(question: Any, *, hint: str = "ask something") -> str:
     """``question`` itself when it is a str with visible text and a UTF-8 encoding.
 
     Raises:
-        ValueError: not a str, blank (whitespace / control characters only), or a lone surrogate.
+        TypeError: not a str. ValueError: blank (whitespace / control characters only), or a lone surrogate.
     """
     if not isinstance(question, str):
-        raise ValueError(f"question must be a str, got {type(question).__name__}")
+        raise TypeError(f"question must be a str, got {type(question).__name__}")
     if is_blank(question):
         raise ValueError(f"question is empty (only whitespace or control characters): {hint}")
     check_encodable(question, "question")

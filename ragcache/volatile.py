@@ -15,10 +15,11 @@ parse reads "Python 3.10", "$10.00" and "page 10.5" as dates.
 
 Each finding is *certain* or only *possible*. Moving text changes what the model reads, so
 :func:`move_volatile` (``lint="move"``) moves only sentences with certain findings and warns
-(:class:`VolatileTextMoved`) for each. Certain by form: UUIDs, labelled request / trace / session ids,
+(:class:`VolatileTextMoved`) for each; a line with a date left in place (no per-request cue) is named in a
+:class:`PossiblyVolatileDate` warning. Certain by form: UUIDs, labelled request / trace / session ids,
 prefixed ids (``req_...``), timestamps to the second. Certain by context: a date, time, weekday or
-epoch right after a "now" cue ("Current date:", "The time is", "Today is", "Now:", "timestamp:",
-a ``Date:`` line), unless an example cue ("e.g.", "for example", "format") comes
+epoch right after a per-request cue ("Current date:", "The time is", "Today is", "Today Date:" as
+Llama 3.1's chat template writes it, "Date today:", "Now:", "as of", "timestamp:", a ``Date:`` line), unless an example cue ("e.g.", "for example", "format") comes
 first. Everything else is possible: a date in a rule, "Office hours 09:00-17:00", "Friday", a
 counter with an explicit marker ("turn #12"). Ordinals in instructions ("step 12", "attempt 2",
 "request 42") are not findings. Measured on 113 real agent-framework prompts by
@@ -182,12 +183,14 @@ _VOLATILE_PATTERNS: tuple[tuple[str, re.Pattern[str], _Validator | None, bool], 
         ("epoch", r"\b1[5-9]\d{8}(?:\d{3})?\b", re.IGNORECASE, None, False),
     )
 )
-# A "now" cue right before a match makes it certain: "Current date: ...", "The time is ...",
-# "Today is ...", "Now: ...", "Date: ..." at the start of a line, "timestamp=...". Not "as of",
-# "updated on", "valid from": those name a fixed revision date as often as the current one.
+# A per-request cue right before a match makes it certain: "Current date: ...", "The time is ...",
+# "Today is ...", "Today Date: ..." (Llama 3.1's chat template), "Date today:", "Today: ...", "Now: ...",
+# "as of ...", "Date: ..." at the start of a line, "timestamp=...". Not "updated on", "valid from",
+# "last revised": those name a fixed revision date as often as the current one.
 _NOW_CUE = re.compile(
-    r"(?:\b(?:current|today'?s|the|local|server|system)\s+(?:local\s+)?(?:date|time|datetime|date\s+and\s+time"
-    r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow"
+    r"(?:\b(?:current|today(?:'?s)?|the|local|server|system)\s+(?:local\s+)?(?:date|time|datetime|date\s+and\s+time"
+    r"|timestamp|day)(?:\s+(?:is|now))?|\b(?:today|now|it)\s+is(?:\s+now)?|\bnow|\btoday|\bas\s+of"
+    r"|\b(?:date|time|datetime|day)\s+(?:today|now)(?:\s+is)?"
     r"|\b(?:timestamp|ts|epoch|unix\s+time)"
     r"|(?:^|[.!?]\s+)[ \t>*-]*(?:date|time|datetime|day))\s*(?:\([\w ]{1,12}\))?\s*[:=]?\s*$",
     re.IGNORECASE | re.MULTILINE)
@@ -207,6 +210,41 @@ VOLATILE_METADATA_KEYS = frozenset(
 class VolatileTextMoved(UserWarning):
     """Warned by :func:`move_volatile` (and so by ``lint="move"``) for each sentence it moved out of the
     stable text: moving text changes what the model reads, so it is never silent."""
+
+
+class PossiblyVolatileDate(UserWarning):
+    """Warned by :func:`move_volatile` (``lint="move"``) and ``lint="raise"`` for each line of the stable
+    text that holds a date without a per-request cue ("today", "current date", "now", "as of"): left
+    in place (it may be a fixed date, "Released 2024-07-26"), but named with its line, since a date
+    that does change per request rewrites the cached prefix every day."""
+
+
+_DATE_KINDS = frozenset({"date", "datetime", "timestamp"})
+
+
+def kept_date_lines(text: str, findings: Sequence[VolatileFinding]) -> list[tuple[str, list[VolatileFinding]]]:
+    """``(line, findings)`` for each line of ``text`` holding a possible (not certain) date, datetime or
+    timestamp that was not moved and is not an example ("e.g. 2024-07-26", "in the format ...")."""
+    out: dict[int, tuple[str, list[VolatileFinding]]] = {}
+    for f in findings:
+        if f.certain or f.moved is not None or f.kind not in _DATE_KINDS or f.segment != "system":
+            continue
+        start = text.rfind("\n", 0, f.start) + 1
+        if _EXAMPLE_CUE.search(text[max(start, f.start - 80):f.start]):
+            continue
+        end = text.find("\n", f.end)
+        line = text[start:] if end < 0 else text[start:end]
+        out.setdefault(start, (line.strip(), []))[1].append(f)
+    return list(out.values())
+
+
+def warn_kept_dates(text: str, findings: Sequence[VolatileFinding]) -> None:
+    """One :class:`PossiblyVolatileDate` warning per line of :func:`kept_date_lines`."""
+    for line, group in kept_date_lines(text, findings):
+        warn_at_caller(f"ragcache lint: left {line!r} in the stable prompt: "
+                       f"{', '.join(f'{f.kind} {f.text!r}' for f in group)} has no per-request cue (\"today\", "
+                       "\"current date\", \"now\", \"as of\"); if it changes per request, pass it as volatile=... "
+                       "or write it after such a cue", PossiblyVolatileDate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +301,59 @@ def find_volatile(text: str, *, segment: str = "system", index: int = 0) -> list
     return out
 
 
+_PASS_THROUGH = ("ragcache", "langchain_ragcache", "llama_index_ragcache", "langchain_core", "langchain",
+                 "langchain_anthropic", "langchain_openai", "langgraph", "langsmith", "llama_index", "pydantic",
+                 "anthropic", "openai")
+"""Packages whose frames a lint warning passes through to reach the caller's line (the adapters
+call ragcache from inside LangChain's, LangGraph's, LangSmith's or LlamaIndex's own code)."""
+_SKIP_DIRS: tuple[str, ...] | None = None
+
+
+def _skip_dirs() -> tuple[str, ...]:
+    """Folders of :data:`_PASS_THROUGH` (found without importing them) and of the standard library's
+    wrappers, each ending in a separator."""
+    global _SKIP_DIRS
+    if _SKIP_DIRS is None:
+        import importlib.util
+        import os
+        import threading
+
+        dirs = {os.path.dirname(threading.__file__)}  # stdlib: threading, asyncio, contextlib, concurrent
+        for name in _PASS_THROUGH:
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                continue
+            dirs.update(spec.submodule_search_locations or [] if spec else [])
+        _SKIP_DIRS = tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+    return _SKIP_DIRS
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn(message, category)`` attributed to the first frame outside ragcache, its
+    adapters and the frameworks they run inside (:data:`_PASS_THROUGH`, the standard library), so
+    the warning names the user's line (``chain.invoke(...)``, ``PromptLayout.build(...)``), not
+    ``langsmith/run_helpers.py``. The stack is walked on every Python version (``warnings.warn``'s
+    ``skip_file_prefixes`` needs 3.12). With no such frame (the caller's line is not on this stack:
+    LangChain runs each step of an async chain in its own task) the first frame outside ragcache's own
+    package is named, i.e. the adapter step that built the prompt."""
+    import os
+    import sys
+
+    skip = _skip_dirs()
+    own = os.path.join(os.path.dirname(os.path.realpath(__file__)), "")
+    frame, level, fallback = sys._getframe(1), 2, None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        real = os.path.realpath(path) if not path.startswith("<") else path
+        if fallback is None and not real.startswith(own):
+            fallback = level
+        if not path.startswith("<") and not real.startswith(skip):
+            break
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else (fallback or 2))
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
 
@@ -274,6 +365,8 @@ def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[Volat
     a :class:`VolatileTextMoved` warning, naming what made it volatile."""
     findings = find_volatile(text)
     if not any(f.certain for f in findings):
+        if warn:
+            warn_kept_dates(text, findings)
         return text, "", findings
     kept_lines: list[str] = []
     moved: list[tuple[int, int]] = []
@@ -296,9 +389,10 @@ def move_volatile(text: str, *, warn: bool = True) -> tuple[str, str, list[Volat
         marked.append(f if span is None else _replace(f, text[span[0]:span[1]].strip()))
     if warn:
         for sentence, group in _by_sentence(marked):
-            warnings.warn(f"ragcache lint: moved {sentence!r} out of the stable prompt into the volatile text "
-                          f"(certainly per-request: {', '.join(f'{f.kind} {f.text!r}' for f in group)})",
-                          VolatileTextMoved, stacklevel=4)
+            warn_at_caller(f"ragcache lint: moved {sentence!r} out of the stable prompt into the volatile text "
+                           f"(certainly per-request: {', '.join(f'{f.kind} {f.text!r}' for f in group)})",
+                           VolatileTextMoved)
+        warn_kept_dates(text, marked)
     return normalize_text("\n".join(kept_lines)), " ".join(text[s:e].strip() for s, e in moved), marked
 
 
@@ -331,6 +425,17 @@ def first_divergence(a: Sequence[Any], b: Sequence[Any]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-__all__ = ["VOLATILE_METADATA_KEYS", "VolatileFinding", "VolatileTextMoved", "find_volatile", "first_divergence",
-           "move_volatile",
-           "normalize_text", "word_tokens"]
+__all__ = [
+    "VOLATILE_METADATA_KEYS",
+    "PossiblyVolatileDate",
+    "VolatileFinding",
+    "VolatileTextMoved",
+    "find_volatile",
+    "first_divergence",
+    "kept_date_lines",
+    "move_volatile",
+    "normalize_text",
+    "warn_at_caller",
+    "warn_kept_dates",
+    "word_tokens",
+]

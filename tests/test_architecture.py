@@ -304,13 +304,13 @@ def test_concurrent_identical_misses_make_one_backend_call(flight):
 @pytest.mark.parametrize("question, match", [(None, "must be a str, got NoneType"), (42, "must be a str, got int"),
                                              (b"bytes?", "must be a str, got bytes"), ("   ", "question is empty")])
 def test_questions_that_are_not_text_are_named(question, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError if isinstance(question, str) else TypeError, match=match):
         _rag().answer(question, DOCS[:1])
 
 
 @pytest.mark.parametrize("documents", ["Keys rotate every 90 days.", b"raw bytes", 42])
 def test_documents_must_be_a_list(documents):
-    with pytest.raises(ValueError, match="documents must be a list"):
+    with pytest.raises(TypeError, match="documents must be a list"):
         _rag().answer("How often do keys rotate?", documents)
 
 

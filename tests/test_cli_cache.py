@@ -82,7 +82,7 @@ def test_cache_commands(populated):
     ev = json.loads(cli("cache", "evict", "--layer", "chunks", "--max-bytes", "0", "--json").stdout)
     assert ev["removed"] == len(chunks) and ev["bytes_freed"] > 0
 
-    out = json.loads(cli("cache", "clear", "--json").stdout)
+    out = json.loads(cli("cache", "clear", "--json", "--yes").stdout)
     assert set(out) == {"answers", "chunks", "index"}
     s = json.loads(cli("cache", "stats", "--json").stdout)
     assert s["answers"]["entries"] == 0 and s["chunks"]["files"] == 0 and s["index"]["folders"] == 0

@@ -123,11 +123,33 @@ def test_clear_asks_on_a_terminal_unless_yes(home, monkeypatch, extra):
         assert json.loads(r.stdout)["answers"]["bytes_freed"] == 7
 
 
-def test_clear_json_off_a_terminal_needs_no_answer(home, monkeypatch):
-    (home / "index").mkdir(parents=True)
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--layer", "answers"], ["--layer", "chunks", "--json"],
+                                   ["--layer", "index", "--json"]])
+@pytest.mark.parametrize("piped", [None, "y\n", "yes\n", "n\n"])
+def test_clear_off_a_terminal_without_yes_refuses_in_every_mode(home, monkeypatch, extra, piped):
+    for d in ("answers", "kv/chunks", "index"):
+        (home / d).mkdir(parents=True, exist_ok=True)
+        (home / d / "x").write_text("keep me")
     monkeypatch.setattr("ragcache.app.cache_cmd.interactive", lambda: False)
-    r = runner.invoke(app, ["cache", "clear", "--json"])
-    assert r.exit_code == 0 and not (home / "index").exists() and "index" in json.loads(r.stdout)
+    r = runner.invoke(app, ["cache", "clear", *extra], input=piped)
+    assert r.exit_code == 2 and "--yes" in r.stderr and r.stdout == "", (r.stdout, r.stderr)
+    assert all((home / d / "x").exists() for d in ("answers", "kv/chunks", "index"))  # nothing deleted
+    if "--json" in extra:
+        err = json.loads(r.stderr)
+        assert err["exit_code"] == 2 and "--yes" in err["error"]
+    r = runner.invoke(app, ["cache", "clear", "--yes", *extra], input=piped)
+    assert r.exit_code == 0
+
+
+def test_clear_in_a_real_pipe_refuses(home):
+    (home / "answers").mkdir(parents=True)
+    (home / "answers" / "x").write_text("keep me")
+    env = {**os.environ, "RAGCACHE_HOME": str(home), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for args, stdin in ((["--json"], "y\n"), ([], "y\n"), ([], "")):
+        r = subprocess.run([sys.executable, "-m", "ragcache.app.entry", "cache", "clear", *args], input=stdin, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 2 and "--yes" in r.stderr and r.stdout == "", (args, r.stdout, r.stderr)
+        assert (home / "answers" / "x").exists()
 
 
 @pytest.mark.parametrize("missing", ["notes/gone.md", "./gone.txt", "~/nothing-here/x.md", "gone.markdown",

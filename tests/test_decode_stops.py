@@ -70,7 +70,7 @@ def test_a_str_stop_is_one_stop_string(engine):
 
 @pytest.mark.parametrize("stop", [[None], [3], ["ok", b"x"], 7, {"a": 1}.keys()])
 def test_stops_that_are_not_strings_are_named(engine, stop):
-    with pytest.raises(ValueError, match="stop must be a str or a list of str"):
+    with pytest.raises(TypeError, match="stop must be a str or a list of str"):
         engine.generate(msgs("hi"), max_new_tokens=2, stop=stop)
 
 

@@ -1,5 +1,6 @@
-"""Request options a caller may get wrong (RagCache.prepare, PromptLayout.build): each is a ValueError
-naming the option, before any lookup or backend call, and nothing stored is touched."""
+"""Request options a caller may get wrong (RagCache.prepare, PromptLayout.build): a TypeError for a
+wrong type, a ValueError for a wrong value, each naming the option, before any lookup or backend call,
+and nothing stored is touched."""
 
 from __future__ import annotations
 
@@ -15,27 +16,30 @@ from ragcache import PromptLayout
 Q = "When do orders ship?"
 
 
-@pytest.mark.parametrize("bad", [1.5, "abc", "64", math.nan, math.inf, True, [64]])
-def test_max_new_tokens_that_is_not_an_integer_is_named(bad):
+@pytest.mark.parametrize(("bad", "exc"), [(1.5, ValueError), ("abc", TypeError), ("64", TypeError),
+                                          (math.nan, ValueError), (math.inf, ValueError), (True, TypeError),
+                                          ([64], TypeError)])
+def test_max_new_tokens_that_is_not_an_integer_is_named(bad, exc):
     backend = EchoBackend()
     rag = _rag(backend)
-    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+    with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
         rag.answer(Q, DOCS[:1], max_new_tokens=bad)
-    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+    with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
         asyncio.run(rag.aanswer(Q, DOCS[:1], max_new_tokens=bad))
-    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+    with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
         _rag(max_new_tokens=bad).answer(Q, DOCS[:1])
     assert backend.calls == 0 and len(rag.semantic) == 0
 
 
-@pytest.mark.parametrize("bad", [math.nan, -0.1, -1, "hot", None, True])
-def test_temperature_that_is_not_a_number_at_least_zero_is_named(bad):
+@pytest.mark.parametrize(("bad", "exc"), [(math.nan, ValueError), (-0.1, ValueError), (-1, ValueError),
+                                          ("hot", TypeError), (None, TypeError), (True, TypeError)])
+def test_temperature_that_is_not_a_number_at_least_zero_is_named(bad, exc):
     backend = EchoBackend()
     rag = _rag(backend)
     if bad is not None:  # None means "the RagCache default" per call
-        with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+        with pytest.raises(exc, match="temperature must be a number >= 0"):
             rag.answer(Q, DOCS[:1], temperature=bad)
-    with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+    with pytest.raises(exc, match="temperature must be a number >= 0"):
         _rag(backend, temperature=bad).answer(Q, DOCS[:1])
     assert backend.calls == 0
 
@@ -57,10 +61,10 @@ def test_numpy_and_integral_values_still_work(ok):
     (dict(tools=5), "tools must be a list"),
 ])
 def test_layout_parts_of_the_wrong_type_are_named(kw, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(TypeError, match=match):
         PromptLayout.build(question=Q, **kw)
     backend = EchoBackend()
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(TypeError, match=match):
         _rag(backend).answer(Q, DOCS[:1], **kw)
     assert backend.calls == 0
 

@@ -41,7 +41,7 @@ def reopened(c):
 
 @pytest.mark.parametrize("metadata", [{"x": object()}, {"x": {1, 2}}, {"x": b"bytes"}, [("x", 1)], "meta", 5])
 def test_bad_metadata_is_named_and_the_old_answer_stays(cache, metadata):
-    with pytest.raises(ValueError, match="metadata must be"):
+    with pytest.raises(TypeError, match="metadata must be"):
         cache.store("What is a canary?", "new canary", partition=PK, metadata=metadata)
     assert served(cache) == OLD and len(cache) == 2
     assert reopened(cache) == (OLD, 2)
@@ -49,7 +49,7 @@ def test_bad_metadata_is_named_and_the_old_answer_stays(cache, metadata):
 
 @pytest.mark.parametrize("ttl", ["5", math.nan, -1, 0, True])
 def test_bad_ttl_is_named_and_nothing_changes(cache, ttl):
-    with pytest.raises(ValueError, match="ttl_s must be > 0 seconds"):
+    with pytest.raises(TypeError if isinstance(ttl, str | bool) else ValueError, match="ttl_s must be > 0 seconds"):
         cache.store("What is a canary?", "new canary", partition=PK, ttl_s=ttl)
     assert served(cache) == OLD and len(cache) == 2
 
@@ -91,7 +91,8 @@ def test_replacing_and_batch_twins_still_work(cache):
     (dict(ttl_s="60"), "ttl_s must be > 0 seconds or None"), (dict(ttl_s=math.nan), "ttl_s must be > 0 seconds"),
 ])
 def test_bad_cache_settings_are_named(kw, match):
-    with pytest.raises(ValueError, match=match):
+    wrong_value = "max_entries" in kw and kw["max_entries"] == 0 or "ttl_s" in kw and isinstance(kw["ttl_s"], float)
+    with pytest.raises(ValueError if wrong_value else TypeError, match=match):
         SemanticCache(None, embedder=HashingEmbedder(), **kw)
 
 

@@ -10,7 +10,12 @@ import pytest
 
 from ragcache.app.bench.lint import evaluate, load_prompts, markdown_table
 from ragcache.layout import PromptLayout
-from ragcache.volatile import VolatileTextMoved, find_volatile, move_volatile
+from ragcache.volatile import (
+    PossiblyVolatileDate,
+    VolatileTextMoved,
+    find_volatile,
+    move_volatile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +107,7 @@ INSTRUCTIONS = [
     "Answer in at most 500 tokens, with no more than 3 tool calls and 5 retries.",
     "Follow rules 4.2 and 4.3. Cite sections 12.03 and page 10.5.",
     "Prices valid from 26.07.2024. Only orders after 2024-01-01 are eligible.",
-    "Prices as of 2024-07-26 apply. Policy updated on Jul 26, created 2023-05-01.",
+    "Prices valid until 2024-07-26 apply. Policy updated on Jul 26, created 2023-05-01.",
     "Office hours are 09:00-17:00, Monday to Friday. We are closed on Sunday.",
     "Write dates as ISO 8601, for example 2024-07-26 or 2024-07-26T10:00.",
     "HTTP 404 means not found (RFC 9110, section 15.5.5). Return error E1234.",
@@ -115,6 +120,7 @@ INSTRUCTIONS = [
 def test_move_never_rewrites_an_instruction(text):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        warnings.simplefilter("ignore", PossiblyVolatileDate)  # a bare date is named, not moved (test_lint_dates.py)
         stable, moved, findings = move_volatile(text)
         lay = PromptLayout.build(question="q?", system=text, lint="move")
     assert (stable, moved) == (text, "") and not any(f.certain or f.moved for f in findings)

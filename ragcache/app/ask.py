@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ragcache.app.corpus import scan_folder
-from ragcache.app.output import clean, say, warn
+from ragcache.app.output import clean, err_console, say, warn
 from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
 from ragcache.app.runtime import (
     LazyLocalBackend,
@@ -64,6 +64,7 @@ class AskResult:
     model_loaded: bool
     miss_reasons: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    skipped_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -72,7 +73,7 @@ class AskResult:
             "matched_question": a.matched_question, "finish_reason": a.finish_reason,
             "approximate": a.approximate, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
-            "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped],
+            "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
         }
@@ -105,20 +106,25 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
     return out
 
 
-def _read_folder(docs: str | Path, console: Console, quiet: bool) -> tuple[Any, list[tuple[str, str]]]:
-    """The scanned ``--docs`` folder and its skipped files ``(path, reason)``, reported unless ``quiet``.
+def _read_folder(docs: str | Path, console: Console, quiet: bool,
+                 max_file_bytes: int | None = None) -> tuple[Any, list[tuple[str, str]]]:
+    """The scanned ``--docs`` folder and its skipped files ``(path, reason)``, reported on stderr
+    unless ``quiet`` (stdout carries only the answer).
 
     Raises:
         ValueError: no readable non-empty text file in the folder.
     """
-    folder = scan_folder(docs)
+    folder = scan_folder(docs, max_file_bytes=max_file_bytes)
     skipped = [(s.rel, s.reason) for s in folder.skipped]
     if not quiet:
         for rel, reason in skipped:
             warn(console, f"skipped {rel}: {reason}")
+        if skipped:
+            say(err_console(), ("note: ", "dim"), f"skipped {len(skipped)} file(s), {folder.skipped_bytes:,} bytes; "
+                                                  f"answering from {len(folder.files)} file(s)")
         for f in folder.files:
             if f.encoding != "utf-8":
-                say(console, ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
+                say(err_console(), ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
     if not folder.files:
         raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files")
     return folder, skipped
@@ -148,7 +154,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     top_k = cfg.top_k if top_k is None else top_k
     if top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {top_k}")
-    folder, skipped = _read_folder(docs, console, quiet)
+    folder, skipped = _read_folder(docs, console, quiet, cfg.max_file_bytes)
     timings: dict[str, float] = {"read_s": time.perf_counter() - t0}
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
@@ -187,6 +193,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
     out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
+    out.skipped_bytes = folder.skipped_bytes
     if not quiet:
         print_answer(console, out)
     return out

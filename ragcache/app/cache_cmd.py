@@ -318,11 +318,16 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Delete a cache layer from disk (converted models under $RAGCACHE_HOME/models are kept).
-    Asks first unless --yes (with --json too, when stdin is a terminal)."""
+    Asks first unless --yes (on stderr, with --json too); with no terminal to ask on (a script, a
+    pipe) and no --yes it deletes nothing and exits with code 2."""
     cfg = _cfg()
     dirs = {"answers": cfg.answers_dir, "chunks": cfg.kv_dir, "index": cfg.index_dir}
     chosen = list(dirs) if layer is ClearLayer.all else [layer.value]
-    if not yes and (not as_json or interactive()):  # --json on a terminal asks too (on stderr)
+    if not yes and not interactive():  # a piped "y" is not a person's answer: refuse in every output mode
+        error(console, f"cache clear would delete {', '.join(chosen)} and stdin is not a terminal to confirm on: "
+                       "nothing was deleted; add --yes to delete without asking")
+        raise typer.Exit(2)
+    if not yes:
         typer.confirm(clean(f"delete {', '.join(str(dirs[c]) for c in chosen)}?", newlines=False), abort=True,
                       err=True)
     out = {}

@@ -16,6 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ragcache.app.output import err_console
+
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
 QUESTION = ("Answer the question directly based on the given passages. Do NOT repeat the question. "
@@ -71,7 +73,7 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
                                          home=cfg.paths)
     cal = engine.calibrate(prompts, ratios=ratios, min_agreement=min_agreement,
                            confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
-                           rank_by=selection, progress=lambda line: console.print(line))
+                           rank_by=selection, progress=lambda line: err_console().print(line))  # progress is a diagnostic: stderr
     t = Table(title=f"blend fidelity ({cal.rank_by} selection) vs full prefill, {cal.model}: items {start}-{end - 1}, "
                     f"{answer_tokens} teacher-forced tokens, chunk KV {cal.chunk_dtype}")
     for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "pooled (tokens)",

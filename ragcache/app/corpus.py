@@ -158,10 +158,12 @@ class SourceFile:
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
-    """A file left out of a folder, and why (shown to the user, one line per file)."""
+    """A file left out of a folder, and why (shown to the user, one line per file); ``bytes``: its
+    size on disk (0 when it could not be read)."""
 
     rel: str
     reason: str
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,11 @@ class Folder:
     def chunks(self, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
         """Chunks of every file (ids ``rel#n``), in file order."""
         return [c for f in self.files for c in pack_chunks([f.text], f.rel, max_chars)]
+
+    @property
+    def skipped_bytes(self) -> int:
+        """Bytes on disk of the skipped files (too large, binary, undecodable, empty)."""
+        return sum(s.bytes for s in self.skipped)
 
     @property
     def file_hashes(self) -> dict[str, str]:
@@ -223,13 +230,39 @@ def decode_bytes(data: bytes) -> tuple[str | None, str]:
     return text, best.encoding
 
 
-def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> Folder:
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} bytes"
+
+
+def too_large(size: int, limit: int) -> str:
+    """The skip reason of a file of ``size`` bytes above ``limit`` (``RAGCACHE_MAX_FILE_BYTES``), with
+    what embedding it would cost and how to include it anyway."""
+    return (f"{_size(size)}, larger than RAGCACHE_MAX_FILE_BYTES={limit} ({_size(limit)}): about "
+            f"{max(1, size // MAX_CHUNK_CHARS):,} chunks to embed; to include it, set RAGCACHE_MAX_FILE_BYTES={size} "
+            "(or 0 for no limit)")
+
+
+def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES, *,
+                max_file_bytes: int | None = None) -> Folder:
     """Read every file with one of ``suffixes`` under ``path`` (recursively, sorted), decoding
     non-UTF-8 text with detection; files that cannot be read are listed with the reason.
 
+    Args:
+        max_file_bytes: a file larger than this (bytes on disk) is skipped unread, with a reason
+            naming the setting (a 10 MB note is ~7,000 chunks, over half an hour to embed on a CPU);
+            ``0``: no limit; ``None``: ``RAGCACHE_MAX_FILE_BYTES`` (default 1 MiB).
+
     Raises:
-        ValueError: the path does not exist.
+        ValueError: the path does not exist; TypeError / ValueError: ``max_file_bytes`` is not an int >= 0.
     """
+    if max_file_bytes is None:
+        from ragcache.config import env_setting
+
+        max_file_bytes = env_setting("max_file_bytes")
+    if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int):
+        raise TypeError(f"max_file_bytes must be an int (bytes; 0: no limit), got {type(max_file_bytes).__name__}")
+    if max_file_bytes < 0:
+        raise ValueError(f"max_file_bytes must be >= 0 bytes (0: no limit), got {max_file_bytes}")
     root = Path(path).expanduser()
     if not root.exists():
         raise ValueError(f"--docs path {str(root)!r} does not exist: give a folder of .txt or .md files")
@@ -248,16 +281,20 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES) -> 
         if not f.is_file():
             continue
         try:
+            size = f.stat().st_size
+            if max_file_bytes and size > max_file_bytes:  # never read: the file may be huge
+                skipped.append(Skipped(rel, too_large(size, max_file_bytes), size))
+                continue
             data = f.read_bytes()
         except OSError as e:
             skipped.append(Skipped(rel, f"cannot read: {e.strerror or e.__class__.__name__}"))
             continue
         text, how = decode_bytes(data)
         if text is None:
-            skipped.append(Skipped(rel, how))
+            skipped.append(Skipped(rel, how, len(data)))
             continue
         if not text.strip():
-            skipped.append(Skipped(rel, "empty"))
+            skipped.append(Skipped(rel, "empty", len(data)))
             continue
         files.append(SourceFile(rel, text, how, content_hash(text)))
     return Folder(root, tuple(files), tuple(skipped))

@@ -98,7 +98,7 @@ def run_lint(path: str, against: str | None = None, *, console: Console | None =
     try:
         blocks = _blocks(path)
         other = _blocks(against) if against else None
-    except ValueError as e:
+    except (ValueError, TypeError) as e:
         error(console, str(e))
         return 2
     last_msg = blocks[-1].path[1] if blocks[-1].section == "messages" else None

@@ -51,7 +51,7 @@ class LocalBackend:
 
     def __init__(self, engine: LocalEngine, **options: Any) -> None:
         if not callable(getattr(engine, "generate", None)) or not hasattr(engine, "answer_identity"):
-            raise ValueError(f"LocalBackend needs a LocalEngine, got {type(engine).__name__}: "
+            raise TypeError(f"LocalBackend needs a LocalEngine, got {type(engine).__name__}: "
                              "LocalBackend(LocalEngine.from_pretrained())")
         self.engine = engine
         self.options = options

@@ -93,14 +93,14 @@ def check_stops(stop: str | Sequence[str] | None) -> list[str]:
     API), else a sequence of str; empty strings are dropped.
 
     Raises:
-        ValueError: an entry that is not a str, or a value that is not a str or a sequence.
+        TypeError: an entry that is not a str, or a value that is not a str or a sequence.
     """
     if stop is None:
         return []
     if isinstance(stop, str):
         return [stop] if stop else []
     if not isinstance(stop, Sequence | set | frozenset) or any(not isinstance(s, str) for s in stop):
-        raise ValueError(f"stop must be a str or a list of str, got {stop!r:.80}")
+        raise TypeError(f"stop must be a str or a list of str, got {stop!r:.80}")
     return [s for s in stop if s]
 
 

@@ -88,7 +88,7 @@ class LocalEngine(EngineKeys):
         from ragcache.engine.calibration import Calibration, load_calibration
 
         if not all(hasattr(loaded, a) for a in ("model", "tokenizer", "fingerprint")):
-            raise ValueError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
+            raise TypeError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
                              "or folder use LocalEngine.from_pretrained('HuggingFaceTB/SmolLM2-135M-Instruct' | path)")
         cfg = self.config = EngineConfig.of(config, **settings)
         self.decode = DecodeCacheSpec(cfg.decode_cache, cfg.decode_backend, cfg.decode_nbits, cfg.residual_length,

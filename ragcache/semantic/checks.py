@@ -30,46 +30,67 @@ def checked_partition(partition: PartitionKey | None) -> PartitionKey:
     """``partition`` itself, or the default partition for ``None``.
 
     Raises:
-        ValueError: not a :class:`PartitionKey` (build one with ``partition_key(...)``).
+        TypeError: not a :class:`PartitionKey` (build one with ``partition_key(...)``).
     """
     if partition is None:
         return DEFAULT_PARTITION
     if not isinstance(partition, PartitionKey):
-        raise ValueError(f"partition must be a PartitionKey from ragcache.semantic.partition_key(...), "
+        raise TypeError(f"partition must be a PartitionKey from ragcache.semantic.partition_key(...), "
                          f"got {type(partition).__name__} {partition!r:.60}")
     return partition
 
 
 def check_threshold(t: Any) -> float:
-    """A cosine threshold in [-1, 1] (1.0 = exact only), as float; NaN, non-numbers refused."""
-    if isinstance(t, bool) or not isinstance(t, numbers.Real) or not -1.0 <= float(t) <= 1.0:
+    """A cosine threshold in [-1, 1] (1.0 = exact only), as float.
+
+    Raises:
+        TypeError: not a real number (a bool, a str); ValueError: outside [-1, 1] or NaN.
+    """
+    if isinstance(t, bool) or not isinstance(t, numbers.Real):
+        raise TypeError(f"threshold must be a cosine similarity in [-1, 1] (1.0 = exact only), a number; "
+                        f"got {type(t).__name__} {t!r:.40}")
+    if not -1.0 <= float(t) <= 1.0:
         raise ValueError(f"threshold must be a cosine similarity in [-1, 1] (1.0 = exact only); got {t!r}")
     return float(t)
 
 
 def check_path(name: str, v: Any) -> Any:
     """``None`` or a non-empty ``str`` / ``os.PathLike`` (returned as given); anything else is refused
-    before a file or folder is made from it (``path=123`` must not create ``./123``)."""
+    before a file or folder is made from it (``path=123`` must not create ``./123``).
+
+    Raises:
+        TypeError: neither a str nor a path; ValueError: an empty or blank str.
+    """
     if v is None or isinstance(v, os.PathLike) or (isinstance(v, str) and v.strip()):
         return v
-    raise ValueError(f"{name} must be a folder path (str or pathlib.Path) or None for memory only; got "
+    raise (ValueError if isinstance(v, str) else TypeError)(f"{name} must be a folder path (str or pathlib.Path) or None for memory only; got "
                      f"{type(v).__name__} {v!r:.60}")
 
 
 def check_count(name: str, v: Any) -> int:
-    """An integer >= 1 (int or NumPy int; not a bool, 1.5 or NaN), as int."""
+    """An integer >= 1 (int or NumPy int), as int.
+
+    Raises:
+        TypeError: not an integer (a bool, 1.5, NaN, a str); ValueError: < 1.
+    """
     if isinstance(v, bool) or not hasattr(type(v), "__index__"):
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        raise TypeError(f"{name} must be an integer >= 1, got {type(v).__name__} {v!r:.40}")
     if int(v) < 1:
         raise ValueError(f"{name} must be >= 1, got {v!r}")
     return int(v)
 
 
 def check_ttl(ttl_s: Any, *, name: str = "ttl_s") -> float | None:
-    """``None`` (no expiry) or a number of seconds > 0 (NaN and inf refused)."""
+    """``None`` (no expiry) or a number of seconds > 0.
+
+    Raises:
+        TypeError: not a real number; ValueError: <= 0, NaN or inf.
+    """
     if ttl_s is None:
         return None
-    if isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real) or not 0 < ttl_s < math.inf:
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, numbers.Real):
+        raise TypeError(f"{name} must be > 0 seconds or None (a number), got {type(ttl_s).__name__} {ttl_s!r:.40}")
+    if not 0 < ttl_s < math.inf:
         raise ValueError(f"{name} must be > 0 seconds or None (finite), got {ttl_s!r}")
     return float(ttl_s)
 
@@ -79,11 +100,14 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
-        raise ValueError(f"metadata must be a dict (JSON-like values) or None, got {type(metadata).__name__}")
+        raise TypeError(f"metadata must be a dict (JSON-like values) or None, got {type(metadata).__name__}")
     meta = dict(metadata)
     try:
         json.dumps(meta, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except TypeError as e:
+        raise TypeError(f"metadata must be JSON-like (str, finite numbers, bools, None, lists, dicts with str "
+                        f"keys): {e}") from None
+    except ValueError as e:
         raise ValueError(f"metadata must be JSON-like (str, finite numbers, bools, None, lists, dicts with str "
                          f"keys): {e}") from None
     return meta

@@ -242,14 +242,94 @@ def shared_embedder(name: str | None = None) -> QuestionEmbedder:
     Raises:
         ragcache.models.ModelNotFoundError: the model cannot be loaded offline.
     """
-    from ragcache.models import DEFAULT_EMBEDDER, load_embedder
+    from ragcache.models import DEFAULT_EMBEDDER, embedder_fingerprint, load_embedder
 
     key = name or DEFAULT_EMBEDDER
     with _SHARED_LOCK:
         emb = _SHARED.get(key)
         if emb is None:
-            emb = _SHARED[key] = _wrap(load_embedder(name))  # the same object as for the loaded model
+            known = embedder_fingerprint(name)
+            if known is None:  # a hub id: its identity is the loaded modules'
+                emb = _wrap(load_embedder(name))  # the same object as for the loaded model
+            else:  # a local folder: the identity is its files', the model loads on first embedding
+                emb = LazyQuestionEmbedder(lambda: _wrap(load_embedder(name)), name=known[0], fingerprint=known[1],
+                                           dim=known[2])
+            _SHARED[key] = emb
         return emb
+
+
+class LazyQuestionEmbedder(QuestionEmbedder):
+    """A :class:`QuestionEmbedder` whose model is loaded on first use (an embedding, a token count,
+    the vocabulary), so opening a cache (``RagCacheSemanticCache()``, ``SemanticCache()``) does not
+    import torch and sentence-transformers. ``name`` and ``fingerprint`` are known before loading
+    (:func:`ragcache.models.embedder_fingerprint`), and so is ``dim`` (a FAISS index is opened with it);
+    the loaded model must have the same fingerprint and width.
+
+    Raises (on first use):
+        ragcache.models.ModelNotFoundError: the model cannot be loaded offline.
+        RuntimeError: the loaded model's fingerprint differs from the one announced.
+    """
+
+    def __init__(self, load: Callable[[], QuestionEmbedder], *, name: str, fingerprint: str, dim: int) -> None:
+        self._load = load
+        self._known_dim = int(dim)
+        self._real: QuestionEmbedder | None = None
+        self._load_lock = threading.Lock()
+        self.name = name
+        self.fingerprint = fingerprint
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._real is not None
+
+    def _model(self) -> QuestionEmbedder:
+        if self._real is None:
+            with self._load_lock:
+                if self._real is None:
+                    real = self._load()
+                    if real.fingerprint != self.fingerprint or real.dim != self._known_dim:
+                        raise RuntimeError(f"embedder {self.name!r} changed while loading (fingerprint "
+                                           f"{real.fingerprint[:12]} != {self.fingerprint[:12]} or width {real.dim} "
+                                           f"!= {self._known_dim}); open the cache again")
+                    self._real = real
+        return self._real
+
+    @property
+    def known_words(self) -> Container[str] | None:  # type: ignore[override]
+        return self._model().known_words
+
+    @property
+    def window(self) -> int:  # type: ignore[override]
+        return self._model().window
+
+    @property
+    def exact_window(self) -> bool:  # type: ignore[override]
+        return self._model().exact_window
+
+    @property
+    def dim(self) -> int:
+        return self._known_dim
+
+    @property
+    def token_fn(self) -> TokenFn | None:
+        return self._model().token_fn
+
+    @property
+    def has_tokens(self) -> bool:
+        return self._model().has_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self._model().count_tokens(text)
+
+    def token_states(self, text: str) -> np.ndarray | None:
+        return self._model().token_states(text)
+
+    def encode_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        return self._model().encode_tokens(texts)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self._model().encode(texts)
 
 
 def _wrap(embedder: Any) -> QuestionEmbedder:
@@ -295,7 +375,7 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
         if not isinstance(fp, str):
             fp = hashlib.sha256(f"callable:{getattr(embedder, '__module__', '')}.{name}".encode()).hexdigest()
         return QuestionEmbedder(embedder, name=str(name), fingerprint=fp, **_window_kwargs(embedder))
-    raise ValueError(
+    raise TypeError(
         f"embedder must be None, a sentence-transformers name or path, an object with encode(), "
         f"or a callable list[str] -> array; got {type(embedder).__name__}"
     )

@@ -46,11 +46,14 @@ def check_timeout(timeout_s: Any) -> float:
     another caller's model call, compute at once).
 
     Raises:
-        ValueError: a negative, NaN or infinite number, or not a number (``None``, a str). The
-            locks read these differently (-1 is "forever" to ``threading.Lock``, NaN never times out
-            on the event loop, PostgreSQL rounds both to 1 ms), so none of them is accepted.
+        TypeError: not a number (``None``, a str, a bool). ValueError: a negative, NaN or infinite
+            number. The locks read these differently (-1 is "forever" to ``threading.Lock``, NaN never
+            times out on the event loop, PostgreSQL rounds both to 1 ms), so none of them is accepted.
     """
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 <= timeout_s < math.inf:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise TypeError(f"flight timeout must be a finite number of seconds >= 0 (0: never wait for another "
+                        f"caller), got {type(timeout_s).__name__} {timeout_s!r:.40}")
+    if not 0 <= timeout_s < math.inf:
         raise ValueError(f"flight timeout must be a finite number of seconds >= 0 (0: never wait for another "
                          f"caller), got {timeout_s!r}")
     return float(timeout_s)

@@ -82,17 +82,20 @@ def partition_key(
     Raises:
         ValueError: a field is not JSON-like, or ``model``/``namespace`` is empty.
     """
-    if not isinstance(namespace, str) or not namespace:
+    for name, v in (("namespace", namespace), ("model", model)):
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a non-empty str, got {type(v).__name__}")
+    if not namespace:
         raise ValueError("namespace must be a non-empty str (use 'default' for a single tenant)")
-    if not isinstance(model, str) or not model:
+    if not model:
         raise ValueError("model must be the model fingerprint or name, a non-empty str")
     if isinstance(documents, str | bytes) or isinstance(documents, Mapping):
-        raise ValueError("documents must be a list of documents, got a single "
+        raise TypeError("documents must be a list of documents, got a single "
                          f"{type(documents).__name__}: wrap a single document as [text]")
     if system is not None and not isinstance(system, str):
-        raise ValueError(f"system must be a str or None, got {type(system).__name__}")
+        raise TypeError(f"system must be a str or None, got {type(system).__name__}")
     if params is not None and not isinstance(params, Mapping):
-        raise ValueError(f"params must be a mapping of generation parameters, got {type(params).__name__}")
+        raise TypeError(f"params must be a mapping of generation parameters, got {type(params).__name__}")
     pairs = [_doc_hash_and_id(d) for d in documents]
     hashes = tuple(sorted({h for h, _ in pairs}))
     ids = tuple(sorted({i for _, i in pairs if i is not None}))

@@ -330,7 +330,7 @@ class SemanticPolicy(ErrorBoundAPI):
         keys = [question_key(normalize_question(q), pk, self.embedder) for q, _ in items]
         for _, a in items:
             if not isinstance(a, str):
-                raise ValueError(f"answer must be a str, got {type(a).__name__}")
+                raise TypeError(f"answer must be a str, got {type(a).__name__}")
         meta = check_metadata(metadata)  # before anything is written: the store below must not fail half-way
         merge_metadata(meta, budget)  # refuses the reserved key
         if budget.truncated and not (self.store_truncated if store_truncated is None else store_truncated):
@@ -378,7 +378,10 @@ class SemanticPolicy(ErrorBoundAPI):
         every process that shares the store. Returns the number of entries removed."""
         from ragcache.hashing import content_hash
 
-        if not isinstance(document, str) or not document.strip():
+        if not isinstance(document, str):
+            raise TypeError(f"invalidate needs a document id, content hash or text (a non-empty str); got "
+                            f"{type(document).__name__}")
+        if not document.strip():
             raise ValueError(f"invalidate needs a document id, content hash or text (a non-empty str); got {document!r:.80}")
         n = self.answer_store.remove_documents({document, content_hash(document)})
         with self._stats_lock:

@@ -241,10 +241,10 @@ def calibrated_verifier(embedder: Any, *, home: Any = None) -> LearnedVerifier |
     decides with it."""
     from ragcache.semantic.calibration import record_path, recorded_threshold
 
+    if not record_path(str(getattr(embedder, "fingerprint", "")), home).is_file():
+        return None  # the usual case: no record, so neither the head nor a lazy embedder's model is loaded
     if not getattr(embedder, "has_tokens", False):
         return None
-    if not record_path(str(getattr(embedder, "fingerprint", "")), home).is_file():
-        return None  # the usual case: no record, so the head is not read at every cache construction
     head = load_head()
     if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
         return None

@@ -323,7 +323,7 @@ class OpenAILocalServer:
         except ContextWindowError as e:
             return error_response(400, _context_message(str(e), budget, limit), param="messages",
                                   code="context_length_exceeded")
-        except ValueError as e:  # bad prompt
+        except (ValueError, TypeError) as e:  # bad prompt
             return error_response(400, str(e), param="messages")
         except Exception as e:  # noqa: BLE001 - reported to the client as OpenAI's server_error
             return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")

@@ -121,7 +121,7 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
                 else [_strip(b) for b in m.get("content") or []]} for m in msgs]
     try:
         layout = PromptLayout.from_messages(messages, system=system_text or None, tools=[_strip(t) for t in tools])
-    except ValueError:  # a final turn that is not all text (images, tool results): not answered from the cache
+    except (ValueError, TypeError):  # a final turn that is not all text (images, tool results): not answered from the cache
         return None
     h = {k: (headers or {}).get(k) for k in ("anthropic-version", "anthropic-beta")}
     spec = {"layout": layout, "model": f"anthropic:{body.get('model')}", "params": params,
@@ -364,7 +364,7 @@ class AnthropicProxy:
         caching = self.accounts.get(body["model"])
         try:
             req = caching.prepare(body)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             return _refused(e)
         out = json.dumps(req.kwargs).encode()
         budget = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None

@@ -10,18 +10,16 @@
 - :func:`with_cache_info`: the step after a chat model that keeps which layer answered past the
   output parser (``{"answer": ..., "cache": {...}}``).
 - :class:`RagCacheMiddleware` / :class:`RagPromptLayoutMiddleware` (``langchain`` 1.x agents) and
-  :class:`RagCacheGraphCache` (a LangGraph node cache in SQLite): imported on first use, so
-  ``langchain`` and ``langgraph`` are needed only for them (``pip install langchain-ragcache[agents]``).
+  :class:`RagCacheGraphCache` (a LangGraph node cache in SQLite): ``langchain`` and ``langgraph``
+  are needed only for them (``pip install langchain-ragcache[agents]``).
+
+Every name is imported on first use from its own module, so ``from langchain_ragcache import
+RagCacheGraphCache`` (or ``RagCacheSemanticCache``) does not import torch or transformers; only
+:class:`ChatRagCache` and the local engine need them.
 """
 
 from importlib import metadata
-
-from langchain_ragcache.cache import RagCacheSemanticCache
-from langchain_ragcache.cache_info import cache_info, with_cache_info
-from langchain_ragcache.callbacks import CallRecord, RagCacheCallbackHandler
-from langchain_ragcache.chat_models import ChatRagCache
-from langchain_ragcache.embeddings import RagCacheEmbeddings
-from langchain_ragcache.prompts import RagPrompt
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = metadata.version("langchain-ragcache")
@@ -29,17 +27,48 @@ except metadata.PackageNotFoundError:  # running from a source checkout without 
     __version__ = ""
 del metadata
 
-_LAZY = {"RagCacheMiddleware": "langchain_ragcache.middleware",
+# Each public name is imported on first use, from its own module only: a SQLite node cache or the
+# semantic cache must not pay for torch and transformers (``ChatRagCache`` needs them, they don't).
+_LAZY = {"CallRecord": "langchain_ragcache.callbacks",
+         "ChatRagCache": "langchain_ragcache.chat_models",
+         "RagCacheCallbackHandler": "langchain_ragcache.callbacks",
+         "RagCacheEmbeddings": "langchain_ragcache.embeddings",
+         "RagCacheGraphCache": "langchain_ragcache.graph_cache",
+         "RagCacheMiddleware": "langchain_ragcache.middleware",
+         "RagCacheSemanticCache": "langchain_ragcache.cache",
+         "RagPrompt": "langchain_ragcache.prompts",
          "RagPromptLayoutMiddleware": "langchain_ragcache.middleware",
-         "RagCacheGraphCache": "langchain_ragcache.graph_cache"}
+         "cache_info": "langchain_ragcache.cache_info",
+         "with_cache_info": "langchain_ragcache.cache_info"}
+
+if TYPE_CHECKING:
+    from langchain_ragcache.cache import RagCacheSemanticCache
+    from langchain_ragcache.cache_info import cache_info, with_cache_info
+    from langchain_ragcache.callbacks import CallRecord, RagCacheCallbackHandler
+    from langchain_ragcache.chat_models import ChatRagCache
+    from langchain_ragcache.embeddings import RagCacheEmbeddings
+    from langchain_ragcache.graph_cache import RagCacheGraphCache
+    from langchain_ragcache.middleware import (
+        RagCacheMiddleware,
+        RagPromptLayoutMiddleware,
+    )
+    from langchain_ragcache.prompts import RagPrompt
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langchain_ragcache' has no attribute {name!r}")
+    import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'langchain_ragcache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "CallRecord",

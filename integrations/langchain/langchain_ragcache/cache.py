@@ -90,7 +90,10 @@ class RagCacheSemanticCache(BaseCache):
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
                  cache_truncated: bool = False, **kwargs: Any) -> None:
-        if not isinstance(namespace, str) or not namespace:
+        if not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a non-empty str (use 'default' for a single tenant), "
+                            f"got {type(namespace).__name__}")
+        if not namespace:
             raise ValueError("namespace must be a non-empty string (use 'default' for a single tenant)")
         if semantic_cache is None:
             if hasattr(embedder, "embedder") and hasattr(embedder, "embed_query"):

@@ -139,7 +139,7 @@ class ChatRagCache(BaseChatModel):
             raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
         if self.engine is not None:
             if not isinstance(self.engine, LocalEngine):
-                raise ValueError(f"engine must be a ragcache LocalEngine, got {type(self.engine).__name__}")
+                raise TypeError(f"engine must be a ragcache LocalEngine, got {type(self.engine).__name__}")
             if "model_name" not in self.model_fields_set:
                 self.model_name = self.engine.fingerprint.name
         return self

@@ -123,7 +123,7 @@ def graph_namespace(graph: Any) -> str:
     builder = getattr(graph, "builder", graph)
     nodes = getattr(builder, "nodes", None)
     if not isinstance(nodes, Mapping):
-        raise ValueError(f"graph_namespace needs a StateGraph or a compiled graph, got {type(graph).__name__}")
+        raise TypeError(f"graph_namespace needs a StateGraph or a compiled graph, got {type(graph).__name__}")
     spec = {
         "nodes": {name: _describe(getattr(getattr(n, "runnable", n), "func", None) or getattr(n, "runnable", n))
                   for name, n in sorted(nodes.items())},
@@ -152,7 +152,9 @@ class RagCacheGraphCache(BaseCache):
     def __init__(self, path: str | Path | None = None, *, serde: SerializerProtocol | None = None,
                  clock: Callable[[], float] = time.time, namespace: str | None = None) -> None:
         super().__init__(serde=serde)
-        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        if namespace is not None and not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a non-empty str or None, got {type(namespace).__name__}")
+        if namespace is not None and not namespace:
             raise ValueError("namespace must be a non-empty str or None")
         self.namespace = namespace
         self._warned = False

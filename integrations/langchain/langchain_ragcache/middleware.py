@@ -207,7 +207,7 @@ def _llm_string(model: Any, settings: Mapping[str, Any]) -> str:
         bound = {**dict(getattr(model, "kwargs", None) or {}), **bound}
         model = model.bound
     if not isinstance(model, BaseChatModel):
-        raise ValueError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
+        raise TypeError(f"RagCacheMiddleware needs a chat model, got {type(model).__name__}")
     return model._get_llm_string(**{**bound, **settings})
 
 
@@ -372,26 +372,38 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
             overrides["system_message"] = system
         return request.override(**overrides), placed
 
+    def notes(self, request: ModelRequest, placed: list[str]) -> list[str]:
+        """What the layout changed that the caller did not ask for, worded as ``prepare()`` words it
+        (:attr:`~ragcache.providers.anthropic.CachedRequest.notes`): each breakpoint whose TTL was raised
+        from this middleware's ``"5m"`` to ``"1h"`` because the caller's own ``"1h"`` marker comes at or
+        after it (the API refuses a ``"1h"`` breakpoint after a ``"5m"`` one)."""
+        if self.ttl == "1h" or not placed:
+            return []
+        hour_until = _caller_hour(request)
+        pos = {"tools": 0.0, "system": 1.0}
+        return [f"{p}: ttl raised to '1h' (a '1h' breakpoint may not follow a '5m' one)" for p in placed
+                if pos.get(p, 2.0 + float(p[8:-1]) if p.startswith("message[") else -1.0) <= hour_until]
+
     @staticmethod
-    def _read_back(response: Any, placed: list[str]) -> Any:
+    def _read_back(response: Any, placed: list[str], notes: Sequence[str] = ()) -> Any:
         """A copy of the response whose AI messages carry the usage as ragcache's :class:`CacheUsage`
-        (``response_metadata["ragcache"]``) and one ``cache_creation`` total."""
+        (``response_metadata["ragcache"]``, with the layout's ``notes``) and one ``cache_creation`` total."""
         if isinstance(response, ModelResponse):
-            return ModelResponse(result=[_with_usage(m, placed) for m in response.result],
+            return ModelResponse(result=[_with_usage(m, placed, notes) for m in response.result],
                                  structured_response=response.structured_response)
-        return _with_usage(response, placed)
+        return _with_usage(response, placed, notes)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         laid, placed = self.layout(request)
-        return self._read_back(handler(laid), placed)
+        return self._read_back(handler(laid), placed, self.notes(request, placed))
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> Any:
         laid, placed = self.layout(request)
-        return self._read_back(await handler(laid), placed)
+        return self._read_back(await handler(laid), placed, self.notes(request, placed))
 
 
-def _with_usage(msg: Any, placed: list[str]) -> Any:
+def _with_usage(msg: Any, placed: list[str], notes: Sequence[str] = ()) -> Any:
     """``msg`` with the provider's usage read back as ragcache's record. An answer that already
     carries ragcache's record (a local :class:`~langchain_ragcache.ChatRagCache`, a semantic hit) keeps
     its layer and usage: only the breakpoints are added, so a local prefix hit is never called
@@ -401,14 +413,14 @@ def _with_usage(msg: Any, placed: list[str]) -> Any:
     own = msg.response_metadata.get("ragcache")
     if isinstance(own, Mapping) and own.get("layer"):
         return msg.model_copy(update={"response_metadata": {
-            **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed)}}})
+            **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed), "notes": list(notes)}}})
     usage = cache_usage(msg)
     if usage is None:
         return msg
     return msg.model_copy(update={
         "usage_metadata": with_one_write_total(msg.usage_metadata, usage.cache_write),
         "response_metadata": {**msg.response_metadata, "ragcache": {
-            "layer": provider_layer(usage.cache_read), "breakpoints": list(placed),
+            "layer": provider_layer(usage.cache_read), "breakpoints": list(placed), "notes": list(notes),
             "usage": usage.to_dict(), "cache_creation_by_ttl": cache_write_by_ttl(msg.usage_metadata)}}})
 
 

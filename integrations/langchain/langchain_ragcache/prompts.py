@@ -49,8 +49,8 @@ def _documents(context: Any, metadata_keys: Sequence[str] | None) -> list[Segmen
     for i, d in enumerate(context):
         try:
             seg = as_document(d)
-        except ValueError as e:
-            raise ValueError(f"context[{i}]: {e}") from None
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"context[{i}]: {e}") from None
         if metadata_keys is not None:
             seg = Segment("document", seg.text, seg.id, {k: seg.metadata[k] for k in metadata_keys if k in seg.metadata})
         docs.append(seg)
@@ -156,9 +156,12 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
     def layout(self, inputs: Mapping[str, Any]) -> PromptLayout:
         """The :class:`PromptLayout` for one input dict."""
         if not isinstance(inputs, Mapping):
-            raise ValueError(f"RagPrompt takes a dict with {self.question_key!r} and {self.context_key!r}, "
-                             f"got {type(inputs).__name__}")
+            raise TypeError(f"RagPrompt takes a dict with {self.question_key!r} and {self.context_key!r}, "
+                            f"got {type(inputs).__name__}")
         question = inputs.get(self.question_key)
+        if question is not None and not isinstance(question, str):
+            raise TypeError(f"RagPrompt input needs a non-empty string under {self.question_key!r}, "
+                            f"got {type(question).__name__}")
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"RagPrompt input needs a non-empty string under {self.question_key!r}")
         return PromptLayout.build(

@@ -5,7 +5,10 @@ first ask of the question answers with the model (a miss, unless an earlier run 
 next ``repeats`` are semantic hits, the number the issue's target (<= 1.0 s on an idle machine)
 is about, and as many asks of a paraphrase (:data:`PARAPHRASE`), a hit whose differing words the
 guards look up in WordNet. Alongside, ``python -c pass`` (the interpreter's own start) and the import of the CLI
-alone, interleaved with the asks so load changes hit all alike.
+alone and ``ragcache cache stats`` (another command run just before each ask, as a user does),
+interleaved with the asks so load changes hit all alike. One more hit runs under ``python -X
+importtime``: what a hit imports (:func:`hit_imports`; torch, transformers and sentence-transformers
+must not be among them).
 
 Reported per run: wall time, and CPU time (user + system of the child, from ``getrusage``). On a
 loaded machine wall time also counts the time the process waited for a core; the CPU time is
@@ -77,6 +80,8 @@ def _commands(ask: list[str], paraphrase: list[str], env: dict[str, str], root: 
     """Name -> (command, environment) of every timed run."""
     cmds = {"python -c pass": ([sys.executable, "-c", "pass"], env),
             "import ragcache.app.cli": ([sys.executable, "-c", "import ragcache.app.cli"], env),
+            # another command first, as a user runs one (``ragcache cache stats``), then the ask
+            "ragcache cache stats": ([sys.executable, "-m", "ragcache.app.entry", "cache", "stats"], env),
             "ask repeat": (ask, env), "ask paraphrase": (paraphrase, env)}
     for other in against:
         if not (Path(other) / "ragcache" / "__init__.py").is_file():
@@ -85,6 +90,34 @@ def _commands(ask: list[str], paraphrase: list[str], env: dict[str, str], root: 
         cmds[f"ask repeat [{other}]"] = (ask, other_env)
         cmds[f"ask paraphrase [{other}]"] = (paraphrase, other_env)
     return cmds
+
+
+HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "numpy", "pydantic", "typer", "tokenizers",
+         "rapidfuzz", "sqlite3", "rich")
+"""Top-level packages whose import time a semantic hit reports (torch, transformers and
+sentence-transformers must be absent: the question is embedded by the NumPy runtime)."""
+
+
+def hit_imports(ask: list[str], env: dict[str, str], top: int = 12) -> dict[str, Any]:
+    """One more hit under ``python -X importtime``: the total import time, the cumulative import time
+    of each :data:`HEAVY` package imported (absent ones are not listed), and the ``top`` modules by
+    their own import time (microseconds, as ``-X importtime`` prints them; inflated under load alike)."""
+    cwd = env["PYTHONPATH"].split(os.pathsep)[0]
+    r = subprocess.run([sys.executable, "-X", "importtime", *ask[1:]], capture_output=True, text=True, env=env,
+                       check=False, cwd=cwd)
+    rows = []
+    for line in r.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+            own, cum, name = line[len("import time:"):].split("|", 2)
+            rows.append((name.strip(), int(own), int(cum), len(name) - len(name.lstrip())))
+    package = {}
+    for n, _, c, _ in rows:  # a package's own row (at whatever depth it was first imported)
+        package.setdefault(n, c)
+    return {"total_import_us": sum(c for _, _, c, indent in rows if indent <= 1),
+            "heavy_us": {h: package[h] for h in HEAVY if h in package},
+            "torch_free": not any(n.split(".")[0] in ("torch", "transformers", "sentence_transformers")
+                                  for n, *_ in rows),
+            "top_self_us": [[n, own] for n, own, _, _ in sorted(rows, key=lambda x: -x[1])[:top]]}
 
 
 def _run_all(cmds: dict[str, tuple[list[str], dict[str, str]]], repeats: int) -> dict[str, list[dict[str, Any]]]:
@@ -131,6 +164,7 @@ def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: st
     first = _timed([*ask, question], env)
     first["layer"] = json.loads(first.pop("stdout"))["layer"]
     runs = _run_all(_commands([*ask, question], [*ask, paraphrase], env, root, against or []), repeats)
+    imports = hit_imports([*ask, question], env)
     load_after = os.getloadavg()
     summary: dict[str, dict[str, Any]] = {}
     for n, rs in runs.items():
@@ -147,9 +181,13 @@ def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: st
         print(f"{n:<{width}} {s['wall_s_median']:>9.2f} {s['cpu_s_median']:>8.2f} {inside}")
     print(f"medians of {repeats}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
           f"{os.cpu_count()} CPUs; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(f"imports of a hit (-X importtime): {imports['total_import_us'] / 1e6:.2f} s; torch, transformers and "
+          f"sentence-transformers {'not ' if imports['torch_free'] else ''}imported; "
+          + ", ".join(f"{k} {v / 1e6:.2f} s" for k, v in imports["heavy_us"].items()))
     result = {"question": question, "paraphrase": paraphrase, "docs": docs, "repeats": repeats,
               "cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
               "load_avg_before": load_before, "load_avg_after": load_after, "first": first, "runs": summary,
+              "hit_imports": imports,
               "target_s": 1.0}
     if json_path:
         from ragcache.atomic import atomic_write_json

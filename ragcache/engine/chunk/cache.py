@@ -63,7 +63,7 @@ class ChunkCache:
                  dtype: torch.dtype = torch.float16, kv_format: str | None = None,
                  group_size: int | None = None) -> None:
         if store is not None and not all(callable(getattr(store, m, None)) for m in ("get_many", "put")):
-            raise ValueError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore) or "
+            raise TypeError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore) or "
                              f"None, got {type(store).__name__}: e.g. ChunkCache(DiskChunkStore('~/kv'))")
         self.store: ChunkStore = store if store is not None else MemoryChunkStore()
         self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]

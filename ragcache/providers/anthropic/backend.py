@@ -167,7 +167,7 @@ class AnthropicBackend:
 
     def _request(self, layout: PromptLayout, max_new_tokens: int, temperature: float) -> CachedRequest:
         if not isinstance(layout, PromptLayout):
-            raise ValueError(f"AnthropicBackend needs a PromptLayout, got {type(layout).__name__}; "
+            raise TypeError(f"AnthropicBackend needs a PromptLayout, got {type(layout).__name__}; "
                              "build one with PromptLayout.build(question=..., documents=...)")
         return self.caching.build(layout, max_tokens=max_new_tokens, temperature=temperature, extra=self.extra)
 

@@ -28,9 +28,23 @@ TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
 Section = Literal["tools", "system", "messages"]
 
 
-NOT_CACHEABLE_TYPES = frozenset({"thinking", "redacted_thinking"})
-"""Block types the API does not accept ``cache_control`` on (besides empty text blocks and the
-code-execution tool blocks of :func:`carries_marker`)."""
+MARKER_TYPES = frozenset({"text", "image", "document", "search_result", "tool_use", "tool_result"})
+"""Message content block types that may carry ``cache_control``: the ones Anthropic's prompt-caching
+guide lists as cacheable ("What can be cached": text in user and assistant turns, images and
+documents, tool use and tool results; search results with their ``cache_control`` field). ragcache
+places a marker on no other message block (an unknown or future type included: when in doubt the
+marker moves to the nearest earlier block that may carry one, which caches a slightly shorter prefix
+and never makes the API refuse the request)."""
+
+NOT_CACHEABLE_TYPES = frozenset({
+    "thinking", "redacted_thinking",  # "Thinking blocks cannot be cached directly with cache_control"
+    "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+    "bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result",
+    "mcp_tool_use", "mcp_tool_result", "container_upload",  # server-side tool turns: the API refuses a marker
+})
+"""Message block types the API refuses ``cache_control`` on (a 400, which ragcache's local server
+answers too): thinking blocks and the blocks of server-run tools. Empty text blocks and the
+code-execution tool blocks of :func:`carries_marker` are refused as well."""
 
 
 class RequestError(ValueError):
@@ -91,13 +105,14 @@ def code_execution_tool_ids(messages: Any) -> frozenset[str]:
 
 
 def carries_marker(block: Mapping[str, Any], code_execution_ids: frozenset[str] = frozenset()) -> bool:
-    """Whether the API accepts ``cache_control`` on this message content block: not an empty
-    text block, not a thinking block, and not a ``tool_use`` / ``tool_result`` block of a tool
+    """Whether a ``cache_control`` marker may go on this message content block: one of
+    :data:`MARKER_TYPES` (so never a thinking block, a ``server_tool_use`` block or a server tool's
+    result), not an empty text block, and not a ``tool_use`` / ``tool_result`` block of a tool
     called by code execution (the API answers 400: "Tool use result ... called by code execution
     cannot have cache_control. These blocks are not rendered in Claude's context"; Anthropic's
     programmatic tool calling docs, and langchain-anthropic's fix for the same error)."""
     kind = block.get("type")
-    if kind in NOT_CACHEABLE_TYPES or is_empty_text(block):
+    if kind not in MARKER_TYPES or is_empty_text(block):
         return False
     if kind == "tool_use":
         return str(block.get("id")) not in code_execution_ids
@@ -107,10 +122,11 @@ def carries_marker(block: Mapping[str, Any], code_execution_ids: frozenset[str] 
 
 
 def cacheable(block: FlatBlock) -> bool:
-    """Whether a ``cache_control`` marker may go on this block: not an empty (or
-    whitespace-only) text block, not a thinking block, not a code-execution tool block."""
-    return block.markable and block.type not in NOT_CACHEABLE_TYPES and not (
-        block.type == "text" and not block.text.strip())
+    """Whether a ``cache_control`` marker may go on this block: a tool definition, a non-empty
+    system text block, or a message block that :func:`carries_marker` accepts."""
+    if block.section == "tools":
+        return True
+    return block.markable and block.type in MARKER_TYPES and not (block.type == "text" and not block.text.strip())
 
 
 def nearest_cacheable(blocks: list[FlatBlock], index: int | None) -> int | None:
@@ -187,12 +203,14 @@ def flatten_request(body: Mapping[str, Any]) -> list[FlatBlock]:
         bare = {k: v for k, v in b.items() if k != "cache_control"}
         key = canonical_json({"s": section, "r": role, "b": bare})
         text = block_text(b) if section != "tools" else canonical_json(bare)
-        markable = not (section == "messages" and b.get("type") in ("tool_use", "tool_result")
-                        and not carries_marker(b, code_ids))
-        if cc is not None and not markable:
+        markable = section == "tools" or carries_marker(b, code_ids)
+        if cc is not None and section == "messages" and b.get("type") in ("tool_use", "tool_result") and not markable:
             tool_id = b.get("id") or b.get("tool_use_id")
             raise RequestError(f"{where}: Tool use result for {tool_id} called by code execution cannot have "
                                "cache_control. These blocks are not rendered in Claude's context.")
+        if cc is not None and b.get("type") in NOT_CACHEABLE_TYPES:
+            raise RequestError(f"{where}: cache_control cannot be set on a {b['type']} block; put it on an "
+                               "earlier text, image, document, tool_use or tool_result block")
         blocks.append(FlatBlock(len(blocks), section, path, role, str(b.get("type", "tool")), text, key, cc, markable))
 
     tools = body.get("tools") or []

@@ -128,8 +128,9 @@ the stable part (the question) only for an identical request."""
 
 
 def _move_empty_markers(kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """Take caller markers off blocks that cannot carry them (empty text, code-execution tool
-    blocks: the API rejects them, :func:`~ragcache.anthropic.blocks.carries_marker`); return (path, marker)."""
+    """Take caller markers off blocks that cannot carry them (empty text, thinking, server tool and
+    code-execution tool blocks: the API rejects them, :func:`~ragcache.providers.anthropic.blocks.carries_marker`);
+    return (path, marker)."""
     moved: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     code_ids = code_execution_tool_ids(kwargs.get("messages") or [])
     system = kwargs.get("system")
@@ -147,7 +148,9 @@ def _move_empty_markers(kwargs: dict[str, Any]) -> list[tuple[tuple[Any, ...], d
 
 
 def _what(block: Any) -> str:
-    return "empty text block" if block.type == "text" else f"code-execution {block.type} block"
+    if block.type == "text":
+        return "empty text block"
+    return f"code-execution {block.type} block" if block.type in ("tool_use", "tool_result") else f"{block.type} block"
 
 
 def add_breakpoints(

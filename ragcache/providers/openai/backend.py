@@ -153,7 +153,10 @@ class OpenAIBackend:
                  price: tuple[float, float, float] | None = None, extra: Mapping[str, Any] | None = None) -> None:
         if client is None and async_client is None:
             raise ValueError("give client=openai.OpenAI(...) and/or async_client=openai.AsyncOpenAI(...)")
-        if not isinstance(model, str) or not model:
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a str, the id the server serves (GET /v1/models lists them); "
+                            f"got {type(model).__name__}")
+        if not model:
             raise ValueError("model is required: the id the server serves (GET /v1/models lists them)")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError(f"max_tokens_param must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_param!r}")
@@ -181,7 +184,7 @@ class OpenAIBackend:
             ValueError: not a PromptLayout, or ``max_new_tokens < 1``.
         """
         if not isinstance(layout, PromptLayout):
-            raise ValueError(f"OpenAIBackend needs a PromptLayout, got {type(layout).__name__}; "
+            raise TypeError(f"OpenAIBackend needs a PromptLayout, got {type(layout).__name__}; "
                              "build one with PromptLayout.build(question=..., documents=...)")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
