@@ -105,7 +105,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "100000", "answers kept (LRU)"),
     EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "none", "seconds an answer lives (none: no expiry)"),
     EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio", "none",
-           "CacheBlend recompute ratio r (none: the model's `ragcache calibrate` record, else 0.15)"),
+           "CacheBlend recompute ratio r (none: the ratio the model's calibration record licenses; without a record, or "
+           "when the record licenses none, exact prefill)"),
     EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens", "none",
            "reusable document tokens needed to blend chunk KV (none: what saves 0.1 s at the measured prefill rate)"),
     EnvVar("RAGCACHE_TOP_K", "top_k", "4", "documents retrieved per question (ask, demo)"),

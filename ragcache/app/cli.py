@@ -72,7 +72,8 @@ def demo(
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
     recompute_ratio: Optional[float] = typer.Option(None, min=0.0, max=1.0,
-                                                    help="CacheBlend recompute ratio r (default $RAGCACHE_RECOMPUTE_RATIO, 0.15)."),
+                                                    help="CacheBlend recompute ratio r (default $RAGCACHE_RECOMPUTE_RATIO, else the "
+                                                         "model's calibration record: exact prefill where it licenses none)."),
 ) -> None:
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run
