@@ -16,6 +16,36 @@ from __future__ import annotations
 import dataclasses
 
 
+CLI_NOTES = """
+## Behaviour common to every command
+
+**Output.** Errors go to stderr as one `error:` line, or under `--json` as one JSON object
+`{"error": "...", "exit_code": 2}` on stderr (usage errors too); stdout then stays empty. Nothing
+untrusted (answers, questions, file names, document text) is printed as Rich markup, and its control
+characters are printed as visible escapes (`\\x1b`, `\\u202e`), so a stored answer or a file name
+cannot move the cursor or recolour the terminal.
+
+**Exit codes.** 0 on success; 2 for bad input (`cache invalidate` of a path that does not exist names
+it); 130 after Ctrl-C at any point, start-up included (`ragcache: interrupted`, never a traceback).
+`cache clear` asks first unless `--yes`. Flags also accept a value (`--json=true`, `--yes=false`).
+
+**`ask` and its caches.** `ask` reads `.txt` / `.md` files (text that is not UTF-8 is decoded with
+charset-normalizer; every skipped file is named with the reason). A repeated or paraphrased question is
+answered from `$RAGCACHE_HOME/answers` without loading the model (the embedder runs in NumPy on this
+path). An answer cut at the token budget is stored too (`--cache-truncated`, on by default) and served
+only to the same budget. An edit re-embeds only the chunks that changed. Each document's KV is kept
+under `$RAGCACHE_HOME/kv/chunks` (2 GiB budget, least recently used evicted first).
+
+**Concurrent runs.** Several `ask` runs on one `$RAGCACHE_HOME` share the work: the index update holds
+a file lock (one process embeds, the others read its index), and a miss holds a per-question lock
+across processes, so identical concurrent asks make one model call.
+
+**Benchmarks** (`ragcache bench NAME`) print their table, write JSON under `bench/results/` and draw a
+PNG (matplotlib comes with the `bench` extra; without it the plot is skipped with one line). Their
+results are the [evaluation pages](../evaluation/index.md).
+"""
+
+
 def _commands(cmd, path: list[str], parent=None):
     """(name path, command, context) for ``cmd`` and every visible sub-command, depth first. Typer
     ships its own copy of click, so contexts are made with the command's own ``context_class``."""
@@ -41,7 +71,7 @@ def cli_page() -> str:
     for path, cmd, ctx in _commands(typer.main.get_command(app), ["ragcache"]):
         level = "#" * min(len(path) + 1, 4)
         out += [f"{level} `{' '.join(path)}`", "", "```text", cmd.get_help(ctx).rstrip(), "```", ""]
-    return "\n".join(out)
+    return "\n".join(out) + CLI_NOTES
 
 
 def configuration_page() -> str:
