@@ -300,5 +300,5 @@ def main() -> None:
             f.write(study_page(p.stem))
 
 
-if __name__ in {"__main__", "<run_path>"}:
+if __name__ == "<run_path>":  # run by mkdocs-gen-files at build time only
     main()

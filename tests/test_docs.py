@@ -19,12 +19,12 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 @pytest.fixture(scope="module")
 def gen_eval():
-    return runpy.run_path(str(ROOT / "docs" / "gen_eval.py"))
+    return runpy.run_path(str(ROOT / "docs" / "gen_eval.py"), run_name="gen_eval")
 
 
 @pytest.fixture(scope="module")
 def gen_reference():
-    return runpy.run_path(str(ROOT / "docs" / "gen_reference.py"))
+    return runpy.run_path(str(ROOT / "docs" / "gen_reference.py"), run_name="gen_reference")
 
 
 def test_readme_is_a_landing_page():
