@@ -235,6 +235,53 @@ def _machine_and_load(d: dict) -> tuple[str, str]:
     return m, load
 
 
+def _md(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+            + ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows] + [""])
+
+
+def _blend_summary(d: dict) -> list[str]:
+    s = d.get("summary") or {}
+    r0 = s.get("full reuse (r=0)", {}).get("tf_mean_kl")
+    rows = [[k, v.get("mean_cpu_s"), v.get("median_item_cpu_speedup"), v.get("mean_tokens_computed"),
+             v.get("tf_top1_agreement"), v.get("tf_mean_kl"),
+             (v["tf_mean_kl"] / r0) if r0 and v.get("tf_mean_kl") is not None else None]
+            for k, v in s.items() if isinstance(v, dict)]
+    return _md(["method", "CPU s (mean)", "CPU speed-up (median item)", "tokens computed", "teacher-forced top-1",
+                "teacher-forced mean KL", "KL / full reuse's"], rows)
+
+
+def _semantic_summary(d: dict) -> list[str]:
+    out: list[str] = []
+    for set_name, st in (d.get("sets") or {}).items():
+        rows = [[f"plain cosine >= {t}", r["precision"], r["recall"]] for t, r in (st.get("plain_cosine") or {}).items()]
+        rows += [[f"guards, cos >= {t}" + (" (default)" if t == "0.94" else ""), r["precision"], r["recall"]]
+                 for t, r in (st.get("guards") or {}).items()]
+        v = st.get("verifier") or {}
+        if "precision" in v:
+            rows.append([f"learned verifier, gate {v.get('gate')}, score >= {v.get('threshold')}", v["precision"],
+                         v["recall"]])
+        for k, r in ((st.get("gptcache") or {}).get("results") or {}).items():
+            rows.append([f"GPTCache {k}", r["precision"], r["recall"]])
+        out += [f"### {set_name} ({st.get('n')} pairs, {st.get('same')} labelled same)", ""]
+        out += _md(["system", "precision", "recall"], rows)
+    return out
+
+
+def _provider_summary(d: dict) -> list[str]:
+    rows = [[k, v.get("read_share"), v.get("write_share"), v.get("uncached_share"), v.get("read_share_from_request_2"),
+             v.get("cost_ratio")] for k, v in (d.get("configs") or {}).items()]
+    return _md(["config", "read", "written", "uncached", "read from request 2 on", "cost vs uncached"], rows)
+
+
+SUMMARIES: dict[str, Callable[[dict], list[str]]] = {
+    **{n: _blend_summary for n in ("blend", "blend_items50-57", "blend_items58-83", "blend_items84-109",
+                                   "blend_cacheblend_v1", "blend_dev", "blend_items30-39")},
+    "semantic": _semantic_summary, "semantic_hard": _semantic_summary, "provider": _provider_summary,
+}
+"""Hand-picked columns shown first for the studies the guides quote; the full data follows."""
+
+
 def study_page(name: str) -> str:
     """The Markdown page of study ``name`` (``bench/results/<name>.json``)."""
     d = _load(name)
@@ -255,6 +302,8 @@ def study_page(name: str) -> str:
         out += [f"Plot: `bench/results/{name}.png` in the repository.", ""]
     if not isinstance(d, dict):
         return "\n".join(out + _section("Data", d))
+    if name in SUMMARIES:
+        out += ["## Summary", ""] + SUMMARIES[name](d)
     notes = [f"{k}: {v}" for k, v in d.items() if k in ("note", "notes") and isinstance(v, str)]
     out += [f"> {n}" for n in notes] + ([""] if notes else [])
     scalars = {k: v for k, v in d.items() if not isinstance(v, (dict, list)) or
