@@ -55,12 +55,23 @@ def _docs_servers(tmp_path_factory):
         yield url
 
 
+def _home_state(home: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file under ``home`` except the shared ``models`` folder."""
+    if not home.is_dir():
+        return {}
+    return {str(p.relative_to(home)): (p.stat().st_size, p.stat().st_mtime_ns) for p in home.rglob("*")
+            if p.is_file() and p.relative_to(home).parts[0] != "models"}
+
+
 @pytest.fixture()
 def docs_env(tmp_path, monkeypatch, _docs_servers):
-    """A page's environment: its own working directory and RAGCACHE_HOME, SDKs pointed at the local servers."""
+    """A page's environment: its own working directory and RAGCACHE_HOME, SDKs pointed at the local servers.
+    Fails the page if anything under the real cache home (outside ``models``) changed while it ran."""
     from ragcache.config import env_setting
 
-    real_models = Path(env_setting("home")).expanduser() / "models"
+    real_home = Path(env_setting("home")).expanduser()
+    before = _home_state(real_home)
+    real_models = real_home / "models"
     real_models.mkdir(parents=True, exist_ok=True)
     home = tmp_path / "ragcache-home"
     home.mkdir()
@@ -84,6 +95,9 @@ def docs_env(tmp_path, monkeypatch, _docs_servers):
         set_llm_cache(None)
     except ImportError:
         pass
+    after = _home_state(real_home)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"a docs snippet wrote to the real RAGCACHE_HOME ({real_home}): {changed[:10]}"
 
 
 @pytest.fixture()

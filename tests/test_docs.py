@@ -96,3 +96,33 @@ def test_api_reference_names_every_public_name(gen_reference):
     for name, module in ragcache._EXPORTS.items():
         if not name.isupper():
             assert f"::: {module}.{name}" in page
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+def test_every_dotted_name_the_docs_cite_exists():
+    """A `ragcache.x.y` / `langchain_ragcache.x` name in the README or a docs page (the "which function
+    decides each fact" table among them) is a real module or attribute, so a rename cannot leave a
+    page pointing at nothing."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    missing = []
+    for page in pages:
+        for name in set(re.findall(r"`((?:langchain_)?ragcache(?:\.[A-Za-z_]\w*)+)", page.read_text(encoding="utf-8"))):
+            try:
+                _resolve(name)
+            except (ImportError, AttributeError):
+                missing.append(f"{page.relative_to(ROOT)}: {name}")
+    assert not missing, missing
