@@ -88,9 +88,10 @@ def configuration_page() -> str:
     for v in ENV_VARS:
         typ = types[v.field].replace("|", "or")
         out.append(f"| `{v.name}` | {v.default} | `{typ}` | {v.doc.replace('|', '/')} |")
-    out += ["", "Library code does not read the environment: `SemanticCache`, `LocalEngine`, `ChunkCache`",
-            "and the backends take explicit keyword arguments, and the command line passes these settings",
-            "to them. A value that does not parse is refused with the variable's name and the expected form.", ""]
+    out += ["", "In the library, explicit keyword arguments win. Where one is left out, a few library defaults",
+            "come from this same table through `ragcache.config.env_setting`: the cache home (`RAGCACHE_HOME`),",
+            "the chunk KV format and group size, the decode cache, the WordNet folder and the shared-store URLs.",
+            "A value that does not parse is refused with the variable's name and the expected form.", ""]
     return "\n".join(out)
 
 
