@@ -3,8 +3,8 @@
     cfg = Config.from_env()          # reads os.environ (never writes it)
     cfg.home, cfg.kv_max_bytes, cfg.threshold ...
 
-:data:`ENV_VARS` lists each variable with its field, default and meaning (the README's table
-is generated from it: ``python -c "from ragcache.config import env_table; print(env_table())"``).
+:data:`ENV_VARS` lists each variable with its field, default and meaning (the docs' configuration
+page is generated from it by ``docs/gen_reference.py``; :func:`env_table` prints it as Markdown).
 Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home) and
 :mod:`ragcache.limits` (the ranges checked once).
 Library code below the app takes explicit keyword arguments; only the app layer (CLI, servers,
@@ -382,7 +382,7 @@ def default_help(name: str) -> str:
 
 
 def env_table() -> str:
-    """The README's Markdown table of :data:`ENV_VARS`."""
+    """The Markdown table of :data:`ENV_VARS` (variable, default, what it sets)."""
     rows = ["| variable | default | what it sets |", "| --- | --- | --- |"]
     rows += [f"| `{v.name}` | {v.default} | {v.doc} |" for v in ENV_VARS]
     return "\n".join(rows)

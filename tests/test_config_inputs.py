@@ -1,5 +1,5 @@
-"""Settings a user may get wrong (ragcache.config): ~user paths, upstream timeouts; and the README's
-variable table is the one generated from ENV_VARS (no variable missing)."""
+"""Settings a user may get wrong (ragcache.config): ~user paths, upstream timeouts; and the docs'
+configuration page is the one generated from ENV_VARS (no variable missing, no hand-copied table)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,18 @@ def test_upstream_timeout_must_be_positive_and_finite(tmp_path, value):
     assert Config.from_env({"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_UPSTREAM_TIMEOUT_S": "0.5"}).upstream_timeout_s == 0.5
 
 
-def test_readme_variable_table_is_the_generated_one():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert env_table() in readme, "README's RAGCACHE_* table differs from ragcache.config.env_table(): paste it"
+def test_configuration_page_is_generated_from_env_vars():
+    import runpy
+
+    from ragcache.config import ENV_VARS
+
+    root = Path(__file__).resolve().parents[1]
+    page = runpy.run_path(str(root / "docs" / "gen_reference.py"), run_name="gen_reference")["configuration_page"]()
+    for v in ENV_VARS:
+        assert f"| `{v.name}` | {v.default} |" in page and v.doc.replace("|", "/") in page, v.name
+    header = env_table().splitlines()[0]
+    for md in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:  # one source: no hand-copied table
+        assert header not in md.read_text(encoding="utf-8"), f"{md} copies the RAGCACHE_* table: link the page"
 
 
 @pytest.mark.parametrize("var", ["RAGCACHE_HOME", "RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR"])

@@ -181,8 +181,8 @@ def test_metadata_drop_is_reported():
 
 def test_real_agent_prompts_no_false_move_and_recorded_detection():
     """The set of real agent-framework prompts (tests/data/system_prompts): no instruction is moved,
-    every labelled date is, and the counts are those recorded in bench/results/lint.json (and the
-    README table, written from it by ``ragcache bench lint``)."""
+    every labelled date is, and the counts are those recorded in bench/results/lint.json (from which
+    the docs' evaluation page is generated)."""
     rows = load_prompts()
     assert len(rows) >= 50 and len({r["repo"] for r in rows}) >= 5
     assert all(r["license"] in ("MIT", "Apache-2.0", "BSD-3-Clause") and len(r["commit"]) == 40 for r in rows)
@@ -191,7 +191,7 @@ def test_real_agent_prompts_no_false_move_and_recorded_detection():
     assert result["total"]["missed"] == 0 and result["total"]["moved"] == result["total"]["certain"] >= 10
     recorded = json.loads((ROOT / "bench" / "results" / "lint.json").read_text())
     assert result["total"] == recorded["total"] and result["by_repo"] == recorded["by_repo"]
-    assert markdown_table(result) in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert markdown_table(result).count("\n") == len(result["by_repo"]) + 2  # header, rule, repositories, total
 
 
 @pytest.mark.parametrize("day1,day2", [("Current time 10.00 UTC.", "Current time 11.00 UTC."),

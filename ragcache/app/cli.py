@@ -23,7 +23,7 @@ from ragcache.config import Config, default_help
 
 app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
-                       "environment variables (see the README); options override them.")
+                       "environment variables (`ragcache config` shows them); options override them.")
 app.add_typer(bench_app, name="bench")
 app.add_typer(cache_app, name="cache")
 app.add_typer(calibrate_app, name="calibrate")

@@ -1,0 +1,353 @@
+"""Generate the evaluation pages from the benchmark data at build time (mkdocs-gen-files).
+
+One page per study file ``bench/results/<name>.json``: headed by the command that produced it, the
+commit that last wrote the file, the machine and its load (as recorded in the JSON; "not recorded"
+where the JSON has none), then every table the JSON holds. ``evaluation/index.md`` lists the studies
+by topic with the headline figures (:data:`HEADLINES`), which the README quotes; a test checks that
+the README's figures equal these, so a number cannot go stale silently.
+
+Importable without mkdocs (the tests call :func:`headline_values`, :func:`study_page`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BLEND = ("ragcache bench blend --data ../shared/data/musique_s.json --start 50 --end 150 --rules cacheblend,infoflow "
+         "--ratios 0.05,0.10,0.15,0.20,0.30 --threads 1")
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study file: its page title, topic, and the command that produced it when the JSON does not
+    record one (from the release notes of the run)."""
+
+    title: str
+    topic: str
+    command: str
+
+
+STUDIES: dict[str, Study] = {
+    "prefix": Study("Prefix cache: TTFT after a hit", "Local engine", "ragcache bench prefix"),
+    "prefix_hits": Study("Prefix cache: attention after a hit", "Local engine", "ragcache bench prefix-hits"),
+    "blend": Study("Chunk reuse (CacheBlend / query-aware), evaluation items 50-109", "Local engine",
+                   BLEND + "  (three runs merged: items 50-57, 58-83, 84-109)"),
+    "blend_items50-57": Study("Chunk reuse, evaluation items 50-57 (part)", "Local engine", BLEND),
+    "blend_items58-83": Study("Chunk reuse, evaluation items 58-83 (part)", "Local engine", BLEND),
+    "blend_items84-109": Study("Chunk reuse, evaluation items 84-109 (part)", "Local engine", BLEND),
+    "blend_cacheblend_v1": Study("Chunk reuse, CacheBlend's rule only (previous release), items 50-121",
+                                 "Local engine", "ragcache bench blend --start 50 --end 150 --threads 2"),
+    "blend_dev": Study("Chunk reuse, development runs", "Local engine", "ragcache bench blend (development items)"),
+    "blend_items30-39": Study("Chunk reuse, development items 30-39", "Local engine", "ragcache bench blend --start 30 --end 40"),
+    "blend_peer": Study("Chunk reuse against kvboost", "Local engine", "ragcache bench blend-peer"),
+    "blend_variants_dev": Study("Selection study (query-aware rules), development items 0-1", "Local engine",
+                                "ragcache bench blend-variants"),
+    "blend_variants_cacheblend_dev": Study("Selection study (CacheBlend variants), development items 0-2",
+                                           "Local engine", "ragcache bench blend-variants"),
+    "blend_variants_attention_dev": Study("Selection study (attention-weighted deviation), development items 0-7",
+                                          "Local engine", "ragcache bench blend-variants"),
+    "blend_variants_check_dev": Study("Selection study (check layer), development items 0-7", "Local engine",
+                                      "ragcache bench blend-variants"),
+    "calibration_smollm2": Study("Calibration record of the embedded model (shipped)", "Local engine",
+                                 "ragcache calibrate --start 4 --end 20 --ratios 0.15,0.30,0.50 --selection infoflow "
+                                 "--threads 1"),
+    "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",
+                                            "ragcache calibrate --selection deviation"),
+    "calibration_smollm2_dev0-3": Study("Calibration on development items 0-3 only", "Local engine",
+                                        "ragcache calibrate --start 0 --end 4"),
+    "kvquant": Study("Quantized chunk KV (fp16 / int8 / int4)", "Quantized KV", "ragcache bench kvquant"),
+    "kvquant_items3-5": Study("Quantized chunk KV, items 3-5", "Quantized KV", "ragcache bench kvquant --start 3 --end 6"),
+    "decode_check": Study("Quantized decode cache fidelity", "Quantized KV", "ragcache bench decode-check"),
+    "semantic": Study("Semantic cache: hard pairs and QQP held-out", "Semantic cache", "ragcache bench semantic"),
+    "semantic_hard": Study("Semantic cache: hard pairs (rerun)", "Semantic cache", "ragcache bench semantic"),
+    "semantic_qqp": Study("Semantic cache: QQP pairs (previous release)", "Semantic cache", "ragcache bench semantic"),
+    "semantic_stream": Study("Semantic cache: QQP question stream, max_error", "Semantic cache",
+                             "ragcache bench semantic --stream"),
+    "verifier_ablation": Study("Learned verifier: guard ablation", "Semantic cache",
+                               "python -m ragcache.app.fit_verifier --data ../shared/data --ablation "
+                               "bench/results/verifier_ablation.json"),
+    "verifier_interactions": Study("Learned verifier: interaction features", "Semantic cache",
+                                   "python -m ragcache.app.verifier_interactions"),
+    "lexicon": Study("WordNet lookup cost", "Semantic cache", "ragcache bench lexicon"),
+    "stemmers": Study("Stemmers: own against nltk", "Semantic cache", "ragcache bench stemmers"),
+    "provider": Study("Anthropic prompt caching: layout and breakpoints", "Providers", "ragcache bench provider"),
+    "lint": Study("Volatile-text lint on real system prompts", "Providers", "ragcache bench lint"),
+    "shared": Study("Shared stores: PostgreSQL + pgvector, Valkey", "Scaling out", "ragcache bench shared"),
+    "ask_latency": Study("Repeated `ragcache ask`", "Command line", "ragcache bench ask"),
+}
+TOPICS = ("Local engine", "Quantized KV", "Semantic cache", "Providers", "Scaling out", "Command line")
+
+
+# --------------------------------------------------------------------------------------- headlines
+def _blend_row(rule: str) -> dict:
+    return _load("blend")["summary"][rule]
+
+
+def _kl_share(rule: str) -> float:
+    s = _load("blend")["summary"]
+    return s[rule]["tf_mean_kl"] / s["full reuse (r=0)"]["tf_mean_kl"]
+
+
+def _guards_default(split: str) -> dict:
+    return _load("semantic")["sets"][split]["guards"]["0.94"]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One measured figure the README and the index quote: a label, the study, how to read it from
+    the JSON, and its printed form."""
+
+    label: str
+    study: str
+    value: Callable[[], float]
+    fmt: str
+
+
+HEADLINES: tuple[Headline, ...] = (
+    Headline("prefix-cache hit, 2,000 cached + 64 new tokens: TTFT speed-up", "prefix",
+             lambda: _load("prefix")["ttft_ratio"], "{:.1f}x"),
+    Headline("chunk reuse, query-aware r = 0.15: CPU speed-up (median item)", "blend",
+             lambda: _blend_row("infoflow r=0.15")["median_item_cpu_speedup"], "{:.2f}x"),
+    Headline("chunk reuse, query-aware r = 0.15: teacher-forced top-1 agreement", "blend",
+             lambda: _blend_row("infoflow r=0.15")["tf_top1_agreement"], "{:.3f}"),
+    Headline("chunk reuse, query-aware r = 0.15: mean KL / full reuse's", "blend",
+             lambda: _kl_share("infoflow r=0.15"), "{:.2f}x"),
+    Headline("semantic cache, default guards: hard-pair precision", "semantic",
+             lambda: _guards_default("semantic_pairs_dev.jsonl")["precision"], "{:.3f}"),
+    Headline("semantic cache, default guards: QQP held-out precision", "semantic",
+             lambda: _guards_default("qqp held-out split")["precision"], "{:.3f}"),
+    Headline("Anthropic layout + breakpoints: cost against uncached", "provider",
+             lambda: _load("provider")["configs"]["ragcache"]["cost_ratio"], "{:.2f}x"),
+    Headline("4 replicas, shared PostgreSQL + Valkey: answer hit rate", "shared",
+             lambda: 100 * _load("shared")["replicas"]["shared"]["answer_hit_rate"], "{:.1f}%"),
+    Headline("repeated `ragcache ask` (semantic hit), wall seconds", "ask_latency",
+             lambda: _load("ask_latency")["runs"]["ask repeat"]["wall_s_median"], "{:.2f} s"),
+)
+
+
+def headline_values() -> list[tuple[str, str, str]]:
+    """``(label, study, printed value)`` of every headline, read from the JSON now."""
+    return [(h.label, h.study, h.fmt.format(h.value())) for h in HEADLINES]
+
+
+# --------------------------------------------------------------------------------------- rendering
+def _load(name: str) -> Any:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _commit(path: Path) -> str:
+    """The commit that last wrote ``path`` (``git log``), or "not recorded" outside a checkout."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h (%cs)", "--", str(path)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"`{out.split()[0]}` {' '.join(out.split()[1:])}" if out else "not recorded"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if v is not None else "-"
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+    if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
+        s = ", ".join(_fmt(x) for x in v)
+        return s if len(s) <= 60 else f"{len(v)} values"
+    s = str(v).replace("|", "/").replace("\n", " ")
+    return s if len(s) <= 200 else s[:197] + "..."
+
+
+def _flat(d: dict, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and depth < 1 and all(not isinstance(x, (dict, list)) or isinstance(x, list)
+                                                     for x in v.values()):
+            out.update(_flat(v, key + ".", depth + 1))
+        elif not isinstance(v, (dict,)) and not (isinstance(v, list) and v and isinstance(v[0], (dict, list))):
+            out[key] = v
+    return out
+
+
+def _table(rows: list[tuple[str, dict]], first: str, max_cols: int = 24) -> list[str]:
+    cols: list[str] = []
+    for _, r in rows:
+        cols += [c for c in r if c not in cols]
+    cols = cols[:max_cols]
+    if not cols:
+        return []
+    lines = [f"| {first} | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    lines += [f"| {_fmt(name)} | " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for name, r in rows]
+    return lines + [""]
+
+
+def _section(title: str, value: Any, level: int = 2) -> list[str]:
+    """Markdown for one top-level value of a study: a table where the JSON holds one."""
+    h = "#" * level
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        if len(value) > 40:
+            return [f"{h} {title}", "", f"{len(value)} rows in the JSON (per item; not shown).", ""]
+        return [f"{h} {title}", ""] + _table([(str(i), _flat(x)) for i, x in enumerate(value)], "#")
+    if isinstance(value, dict) and value and all(isinstance(x, dict) for x in value.values()):
+        flat = [(k, _flat(v)) for k, v in value.items()]
+        if any(flat_row for _, flat_row in flat) and len(flat) <= 60:
+            out = [f"{h} {title}", ""] + _table(flat, "")
+            for k, v in value.items():  # one level deeper: dicts of dicts inside (e.g. sets -> guards -> threshold)
+                for kk, vv in v.items():
+                    if isinstance(vv, dict) and vv and all(isinstance(x, dict) for x in vv.values()) and level < 4:
+                        out += _section(f"{title}: {k}: {kk}", vv, level + 1)
+            return out
+    if isinstance(value, dict) and value:
+        flat = _flat(value)
+        if flat:
+            return [f"{h} {title}", "", "| field | value |", "|---|---|"] + [
+                f"| {k} | {_fmt(v)} |" for k, v in flat.items()] + [""]
+    return []
+
+
+def _machine_and_load(d: dict) -> tuple[str, str]:
+    machine = d.get("machine")
+    if isinstance(machine, dict):
+        m = ", ".join(f"{k} {_fmt(v)}" for k, v in machine.items() if "load" not in k)
+    else:
+        m = _fmt(machine) if machine else "not recorded"
+    loads = {k: v for k, v in d.items() if "load" in k.lower()}
+    if isinstance(machine, dict):
+        loads.update({f"machine.{k}": v for k, v in machine.items() if "load" in k.lower()})
+    runs = d.get("runs")
+    if isinstance(runs, dict):
+        loads.update({f"{k}: {kk}": vv for k, r in runs.items() if isinstance(r, dict)
+                      for kk, vv in r.items() if "load" in kk.lower()})
+    load = "; ".join(f"{k.replace('_', ' ')} {_fmt(v)}" for k, v in loads.items()) or "not recorded"
+    return m, load
+
+
+def _md(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+            + ["| " + " | ".join(_fmt(c) if not isinstance(c, str) else c for c in r) + " |" for r in rows] + [""])
+
+
+def _blend_summary(d: dict) -> list[str]:
+    s = d.get("summary") or {}
+    r0 = s.get("full reuse (r=0)", {}).get("tf_mean_kl")
+    rows = [[k, v.get("mean_cpu_s"), v.get("median_item_cpu_speedup"), v.get("mean_tokens_computed"),
+             v.get("tf_top1_agreement"), v.get("tf_mean_kl"),
+             (v["tf_mean_kl"] / r0) if r0 and v.get("tf_mean_kl") is not None else None]
+            for k, v in s.items() if isinstance(v, dict)]
+    return _md(["method", "CPU s (mean)", "CPU speed-up (median item)", "tokens computed", "teacher-forced top-1",
+                "teacher-forced mean KL", "KL / full reuse's"], rows)
+
+
+def _semantic_summary(d: dict) -> list[str]:
+    out: list[str] = []
+    for set_name, st in (d.get("sets") or {}).items():
+        rows = [[f"plain cosine >= {t}", r["precision"], r["recall"]] for t, r in (st.get("plain_cosine") or {}).items()]
+        rows += [[f"guards, cos >= {t}" + (" (default)" if t == "0.94" else ""), r["precision"], r["recall"]]
+                 for t, r in (st.get("guards") or {}).items()]
+        v = st.get("verifier") or {}
+        if "precision" in v:
+            rows.append([f"learned verifier, gate {v.get('gate')}, score >= {v.get('threshold')}", v["precision"],
+                         v["recall"]])
+        for k, r in ((st.get("gptcache") or {}).get("results") or {}).items():
+            rows.append([f"GPTCache {k}", r["precision"], r["recall"]])
+        out += [f"### {set_name} ({st.get('n')} pairs, {st.get('same')} labelled same)", ""]
+        out += _md(["system", "precision", "recall"], rows)
+    return out
+
+
+def _provider_summary(d: dict) -> list[str]:
+    rows = [[k, v.get("read_share"), v.get("write_share"), v.get("uncached_share"), v.get("read_share_from_request_2"),
+             v.get("cost_ratio")] for k, v in (d.get("configs") or {}).items()]
+    return _md(["config", "read", "written", "uncached", "read from request 2 on", "cost vs uncached"], rows)
+
+
+SUMMARIES: dict[str, Callable[[dict], list[str]]] = {
+    **{n: _blend_summary for n in ("blend", "blend_items50-57", "blend_items58-83", "blend_items84-109",
+                                   "blend_cacheblend_v1", "blend_dev", "blend_items30-39")},
+    "semantic": _semantic_summary, "semantic_hard": _semantic_summary, "provider": _provider_summary,
+}
+"""Hand-picked columns shown first for the studies the guides quote; the full data follows."""
+
+
+def study_page(name: str) -> str:
+    """The Markdown page of study ``name`` (``bench/results/<name>.json``)."""
+    d = _load(name)
+    study = STUDIES.get(name, Study(name.replace("_", " "), "Other", "not recorded"))
+    path = RESULTS / f"{name}.json"
+    command = d.get("command") if isinstance(d, dict) and isinstance(d.get("command"), str) else study.command
+    machine, load = _machine_and_load(d) if isinstance(d, dict) else ("not recorded", "not recorded")
+    out = [f"# {study.title}", "",
+           "Generated from the data at build time; do not edit (docs/gen_eval.py).", "",
+           "| | |", "|---|---|",
+           f"| command | `{command}` |",
+           f"| data file | `bench/results/{name}.json` |",
+           f"| commit | {_commit(path)} |",
+           f"| machine | {machine} |",
+           f"| load average | {load} |", ""]
+    png = RESULTS / f"{name}.png"
+    if png.exists():
+        out += [f"Plot: `bench/results/{name}.png` in the repository.", ""]
+    if not isinstance(d, dict):
+        return "\n".join(out + _section("Data", d))
+    if name in SUMMARIES:
+        out += ["## Summary", ""] + SUMMARIES[name](d)
+    notes = [f"{k}: {v}" for k, v in d.items() if k in ("note", "notes") and isinstance(v, str)]
+    out += [f"> {n}" for n in notes] + ([""] if notes else [])
+    scalars = {k: v for k, v in d.items() if not isinstance(v, (dict, list)) or
+               (isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v))}
+    scalars = {k: v for k, v in scalars.items() if k not in ("machine", "command", "note") and "load" not in k.lower()}
+    if scalars:
+        out += ["## Settings", "", "| field | value |", "|---|---|"]
+        out += [f"| {k} | {_fmt(v)} |" for k, v in scalars.items()] + [""]
+    for k, v in d.items():
+        if k == "machine":
+            continue
+        if isinstance(v, (dict, list)) and k not in scalars:
+            out += _section(k.replace("_", " "), v)
+    return "\n".join(out)
+
+
+def index_page() -> str:
+    """``evaluation/index.md``: the headline figures and every study by topic."""
+    out = ["# Evaluation", "",
+           "Every page here is generated at build time from a benchmark's JSON under `bench/results/`,",
+           "headed by the command that produced it, the commit that last wrote it, and the machine and its",
+           "load as recorded. Benchmarks are scripts (`ragcache bench NAME`): each prints a table, writes",
+           "the JSON and draws a PNG. Timings on the project's shared 2-core CPU are indicative; the",
+           "load average is part of every result.", "",
+           "## Headline figures", "", "| measured | value | study |", "|---|---|---|"]
+    out += [f"| {label} | {value} | [{STUDIES[study].title}]({study}.md) |" for label, study, value in headline_values()]
+    out.append("")
+    names = sorted(p.stem for p in RESULTS.glob("*.json"))
+    for topic in (*TOPICS, "Other"):
+        members = [n for n in names if STUDIES.get(n, Study("", "Other", "")).topic == topic]
+        if members:
+            out += [f"## {topic}", ""] + [f"- [{STUDIES[n].title if n in STUDIES else n}]({n}.md)" for n in members] + [""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    import mkdocs_gen_files
+
+    with mkdocs_gen_files.open("evaluation/index.md", "w") as f:
+        f.write(index_page())
+    for p in sorted(RESULTS.glob("*.json")):
+        with mkdocs_gen_files.open(f"evaluation/{p.stem}.md", "w") as f:
+            f.write(study_page(p.stem))
+
+
+if __name__ == "<run_path>":  # run by mkdocs-gen-files at build time only
+    main()
