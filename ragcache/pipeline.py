@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ragcache.answering import Answer, AnswerPath
+from ragcache.config import Config
 from ragcache.backend import AsyncBackend, Backend, BackendResult
 from ragcache.layout import LintMode, PromptLayout
 from ragcache.text_checks import checked_question
@@ -62,6 +63,9 @@ class RagCache:
             shares (:func:`ragcache.semantic.defaults.default_cache`: ``$RAGCACHE_SEMANTIC_URL``, else
             ``$RAGCACHE_ANSWERS_DIR``, default ``$RAGCACHE_HOME/answers``); a
             :class:`ragcache.semantic.SemanticCache` / ``PgSemanticCache``; or ``None`` for no answer cache.
+        config: the settings the default answer cache is opened with (:class:`ragcache.config.Config`);
+            ``None``: :meth:`Config.from_env() <ragcache.config.Config.from_env>`. ``RagCache`` is the
+            library's facade, so it is the one library class that reads the environment, and only here.
         system: default system text (stable: it goes first and is cached).
         namespace: tenant; answers never cross namespaces.
         doc_order: ``canonical`` (by id, then content: stable bytes) or ``given``.
@@ -91,7 +95,8 @@ class RagCache:
                  system: str = DEFAULT_SYSTEM, namespace: str = "default", doc_order: str = "canonical",
                  lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
-                 cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0) -> None:
+                 cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0,
+                 config: Config | None = None) -> None:
         if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):
             raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                              f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
@@ -104,7 +109,7 @@ class RagCache:
         if isinstance(semantic, str) and semantic == "default":
             from ragcache.semantic.defaults import default_cache
 
-            semantic = default_cache()
+            semantic = default_cache(config=Config.from_env() if config is None else config)
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
                              f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
