@@ -113,9 +113,9 @@ def test_corrupt_model_cache_is_rebuilt_or_clear(tmp_path):
         (dst / f.name).symlink_to(f)
     (dst / "ragcache_source.json").unlink()
     (dst / "ragcache_source.json").write_text("{not json")
-    code = "from ragcache.models import embedded_model_dir; import json; p = embedded_model_dir(); print(json.loads((p / 'ragcache_source.json').read_text())['gguf'])"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "RAGCACHE_HOME": str(home)}, timeout=600)
+    code = ("import json, sys; from ragcache.models import embedded_model_dir; p = embedded_model_dir(home=sys.argv[1]); "
+            "print(json.loads((p / 'ragcache_source.json').read_text())['gguf'])")
+    r = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().endswith(".gguf")
     assert "corrupt" in r.stderr
