@@ -46,17 +46,17 @@ def test_default_store_is_shared_persistent_and_none_is_memory(index, tmp_path):
 
 @pytest.mark.parametrize("bad", ["yes", 3, object()])
 def test_a_bad_semantic_cache_argument_names_the_choices(index, bad):
-    with pytest.raises(ValueError, match="'default'"):
+    with pytest.raises(ValueError if isinstance(bad, str) else TypeError, match="'default'"):
         RagCacheQueryEngine.from_index(index, llm=MockLLM(), semantic_cache=bad)
 
 
 @pytest.mark.parametrize("bad", [None, "index", 3, object()])
 def test_from_index_refuses_what_is_no_index_at_once(bad):
-    with pytest.raises(ValueError, match="index must be a LlamaIndex index"):
+    with pytest.raises(TypeError, match="index must be a LlamaIndex index"):
         RagCacheQueryEngine.from_index(bad, llm=MockLLM())
 
 
 @pytest.mark.parametrize("bad", [None, "retriever", object()])
 def test_a_retriever_without_retrieve_is_refused_at_construction(bad):
-    with pytest.raises(ValueError, match="retriever must be a LlamaIndex retriever"):
+    with pytest.raises(TypeError, match="retriever must be a LlamaIndex retriever"):
         RagCacheQueryEngine(bad, llm=MockLLM())

@@ -115,9 +115,10 @@ def test_chat_rag_cache_reads_block_kinds(tiny_engine_plain) -> None:
     assert len(prompt.document_spans()) == 2
 
 
-@pytest.mark.parametrize("bad", [{"context": DOCS}, {"question": "", "context": DOCS}, "just a string"])
-def test_bad_input_is_a_clear_error(bad) -> None:
-    with pytest.raises(ValueError, match="question"):
+@pytest.mark.parametrize(("bad", "exc"), [({"context": DOCS}, ValueError), ({"question": "", "context": DOCS}, ValueError),
+                                          ("just a string", TypeError), ({"question": 5, "context": DOCS}, TypeError)])
+def test_bad_input_is_a_clear_error(bad, exc) -> None:
+    with pytest.raises(exc, match="question"):
         RagPrompt().invoke(bad)
 
 

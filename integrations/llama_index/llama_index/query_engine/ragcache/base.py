@@ -135,7 +135,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  token_counter: Callable[[str], int] | None = None,
                  callback_manager: CallbackManager | None = None) -> None:
         if not callable(getattr(retriever, "retrieve", None)):
-            raise ValueError(f"retriever must be a LlamaIndex retriever (e.g. index.as_retriever()), got "
+            raise TypeError(f"retriever must be a LlamaIndex retriever (e.g. index.as_retriever()), got "
                              f"{type(retriever).__name__}; to start from an index use RagCacheQueryEngine.from_index(index)")
         if lint not in ("off", "warn", "move", "raise"):
             raise ValueError(f"lint must be one of off, warn, move, raise; got {lint!r}")
@@ -146,7 +146,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         elif semantic_cache is False:
             semantic_cache = None
         elif not hasattr(semantic_cache, "lookup"):
-            raise ValueError("semantic_cache must be 'default' (persistent, the default), None (in memory), "
+            raise (ValueError if isinstance(semantic_cache, str) else TypeError)("semantic_cache must be 'default' (persistent, the default), None (in memory), "
                              "a ragcache.semantic.SemanticCache, or False (no semantic layer)")
         if llm is None:
             from llama_index.core import Settings
@@ -188,7 +188,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
             ValueError: ``index`` has no ``as_retriever`` (not a LlamaIndex index).
         """
         if not callable(getattr(index, "as_retriever", None)):
-            raise ValueError(f"index must be a LlamaIndex index (e.g. VectorStoreIndex.from_documents(docs)), got "
+            raise TypeError(f"index must be a LlamaIndex index (e.g. VectorStoreIndex.from_documents(docs)), got "
                              f"{type(index).__name__}")
         return cls(LiveIndexRetriever(index, similarity_top_k=similarity_top_k, **dict(retriever_kwargs or {})),
                    llm, **kwargs)
