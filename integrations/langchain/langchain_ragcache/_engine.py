@@ -40,7 +40,9 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
                 from ragcache.engine.chunk_cache import ChunkCache
 
                 cc = ChunkCache()
-            loaded = tiny_llama() if model_name == TINY_RANDOM_MODEL else load_model(model_name)
+            # wide init: the random model writes varied text (a blank answer is never stored, and the
+            # default init writes only newlines)
+            loaded = tiny_llama(seed=1, initializer_range=0.2) if model_name == TINY_RANDOM_MODEL else load_model(model_name)
             eng = LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=prefix_cache_bytes)
             _ENGINES[key] = eng
         return eng
