@@ -50,11 +50,12 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
 
 def ragcache_metadata(result: BackendResult) -> dict[str, Any]:
     """``response_metadata["ragcache"]`` of a backend answer: the layer (:data:`ragcache.backend.Layer`),
-    whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
+    why it ended (:data:`ragcache.backend.FinishReason`), whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
     :class:`~ragcache.backend.CacheUsage` and the engine's details (timings, documents hit / missed)."""
     d = dict(result.details)
     return {
         "layer": result.layer,
+        "finish_reason": result.finish_reason,
         "approximate": result.approximate,
         "recompute_ratio": result.recompute_ratio,
         "ttft_s": result.ttft_s,
