@@ -42,7 +42,9 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
                 from ragcache.engine.chunk_cache import ChunkCache
 
                 cc = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
-            loaded = tiny_llama() if model_name == TINY_RANDOM_MODEL else load_model(model_name, home=cfg.paths)
+            # wide init: the random model writes varied text (a blank answer is never stored, and the
+            # default init writes only newlines)
+            loaded = tiny_llama(seed=1, initializer_range=0.2) if model_name == TINY_RANDOM_MODEL else load_model(model_name, home=cfg.paths)
             eng = LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=prefix_cache_bytes,
                               decode_cache=cfg.decode_cache, home=cfg.paths)
             _ENGINES[key] = eng
@@ -51,11 +53,12 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
 
 def ragcache_metadata(result: BackendResult) -> dict[str, Any]:
     """``response_metadata["ragcache"]`` of a backend answer: the layer (:data:`ragcache.backend.Layer`),
-    whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
+    why it ended (:data:`ragcache.backend.FinishReason`), whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
     :class:`~ragcache.backend.CacheUsage` and the engine's details (timings, documents hit / missed)."""
     d = dict(result.details)
     return {
         "layer": result.layer,
+        "finish_reason": result.finish_reason,
         "approximate": result.approximate,
         "recompute_ratio": result.recompute_ratio,
         "ttft_s": result.ttft_s,

@@ -121,6 +121,10 @@ class RagCacheMiddleware(AgentMiddleware):
             return replace(result, finish_reason="error")
         return result
 
+    def _budget(self, request: ModelRequest) -> int | None:
+        """The request's new-token budget (an answer cut at it is served only to the same budget)."""
+        return self.cache.budget(_llm_string(request.model, request.model_settings))
+
     def _served(self, answer: Answer, response: list[Any]) -> Any:
         if answer.layer != "semantic":
             return response[0]
@@ -141,7 +145,8 @@ class RagCacheMiddleware(AgentMiddleware):
             response.append(handler(request))
             return self._result(request, response[0])
 
-        answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model))
+        answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model),
+                                     max_tokens=self._budget(request))
         return self._served(answer, response)
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -158,7 +163,7 @@ class RagCacheMiddleware(AgentMiddleware):
             return self._result(request, response[0])
 
         answer = await self.cache.path.arun(question, pk, call, threshold=threshold,
-                                            model=_declared_model(request.model))
+                                            model=_declared_model(request.model), max_tokens=self._budget(request))
         return self._served(answer, response)
 
 

@@ -82,7 +82,7 @@ def test_anything_but_the_question_changed_misses(tiny_engine_plain, sem, change
 def test_other_model_name_misses(sem) -> None:
     prompt = dumps([HumanMessage("What is the refund window?")])
     sem.update(prompt, "[('model_name', 'model-a'), ('temperature', 0.0)]",
-               [ChatGeneration(message=AIMessage("14 days"))])
+               [ChatGeneration(message=AIMessage("14 days", response_metadata={"finish_reason": "stop"}))])
     assert sem.lookup(prompt, "[('model_name', 'model-a'), ('temperature', 0.0)]") is not None
     assert sem.lookup(prompt, "[('model_name', 'model-b'), ('temperature', 0.0)]") is None
 

@@ -61,6 +61,9 @@ def test_with_cache_info_keeps_the_layer_past_the_parser(tiny_engine_plain, pars
     assert [o["cache"]["layer"] == "semantic" for o in outs] == [False, True]
     assert all(isinstance(o["answer"], expect) for o in outs)
     assert outs[1]["cache"]["similarity"] == pytest.approx(1.0)
+    # why the answer ended, on the miss and on the hit (the stored answer's): the tiny model hits its budget
+    assert [o["cache"]["finish_reason"] for o in outs] == ["length", "length"]
+    assert outs[1]["cache"]["usage"]["prompt_tokens"] == 0 < outs[0]["cache"]["usage"]["prompt_tokens"]
 
 
 def test_cache_info_placed_after_the_parser_says_where_it_goes(tiny_engine_plain) -> None:
