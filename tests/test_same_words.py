@@ -197,7 +197,7 @@ def test_postgresql_migration_rehashes_old_rows(pg_server):
     c = PgSemanticCache(pg_server.url, embedder=EMB, schema=s)
     try:
         c.store("What does %Y print in strftime?", "A", partition=PK)
-        old = hashlib.sha256(" ".join(["what", "does", "y", "print", "in", "strftime"]).encode()).hexdigest()
+        old = hashlib.sha256(b"what does y print in strftime").hexdigest()  # the old words form
         with psycopg.connect(pg_server.url, autocommit=True) as conn:
             conn.execute(f"UPDATE {s}.entries SET qhash = %s", (old,))
             conn.execute(f"DELETE FROM {s}.schema_version WHERE version = 4")

@@ -34,11 +34,13 @@ from dataclasses import dataclass
 
 _BOUND_PHRASES: tuple[tuple[str, str], ...] = (
     # (regex over the lower-cased text, kind)
-    (r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
-     r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
-     r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|\b(?:largest|biggest)\b", "upper"),
-    (r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
-     r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|\bsmallest\b", "lower"),
+    ((r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
+      r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
+      r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|\b(?:largest|biggest)\b"),
+     "upper"),
+    ((r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
+      r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|\bsmallest\b"),
+     "lower"),
     (r"\bon\s+average\b|\baverages?\b|\bavg\b|\b(?:the|a|its|their|arithmetic|geometric)\s+mean\b|\bmedian\b",
      "average"),
     (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
