@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 _BOUND_PHRASES: tuple[tuple[str, str], ...] = (
     # (regex over the lower-cased text, kind)
-    (r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
-     r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
-     r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|"
-     r"\b(?:largest|biggest|longest|highest|greatest)\b", "upper"),
-    (r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
-     r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|"
-     r"\b(?:smallest|shortest|lowest|fewest|least)\b", "lower"),
+    ((r"\bat\s+(?:the\s+)?most\b|\bup\s+to\b(?!\s+(?:date|speed|scratch|you|me|us|them|him|her))|"
+      r"\bno\s+more\s+than\b|\bnot\s+more\s+than\b|\bno\s+later\s+than\b|\bmax(?:imum|imal|imally)?\b|"
+      r"\bor\s+(?:less|fewer)\b|\blimits?\b|\bcap(?:ped|s)?\b|\bceiling\b|\bupper\s+bound\b|\b(?:largest|biggest)\b"),
+     "upper"),
+    ((r"\bat\s+(?:the\s+)?least\b|\bno\s+(?:less|fewer)\s+than\b|\bnot\s+(?:less|fewer)\s+than\b|"
+      r"\bmin(?:imum|imal|imally)?\b|\bor\s+more\b|\bor\s+longer\b|\blower\s+bound\b|\bno\s+earlier\s+than\b|\bsmallest\b"),
+     "lower"),
     (r"\bon\s+average\b|\baverages?\b|\bavg\b|\b(?:the|a|its|their|arithmetic|geometric)\s+mean\b|\bmedian\b",
      "average"),
     (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
@@ -87,7 +87,7 @@ class BoundGuard:
 # --------------------------------------------------------------------------- complement
 
 _COMPLEMENT = re.compile(
-    r"\b(?:outside(?:\s+of)?|beyond|without(?!\s+[a-z]+ing\b)|w/o|excluding|exclude[sd]?|exclusive\s+of|except(?:\s+for)?|excepting|"
+    r"\b(?:outside(?:\s+of)?|beyond|without(?!\s+(?:any\s+|a\s+|the\s+)?[a-z]+ing\b)|w/o|excluding|exclude[sd]?|exclusive\s+of|except(?:\s+for)?|excepting|"
     r"other\s+than|apart\s+from|aside\s+from|not\s+including|offsite|off-site|"
     r"out\s+of\s+(?:state|network|country|office|region|area|scope|hours))\b")
 
@@ -120,7 +120,7 @@ _TIME_UNITS = ("day", "week", "weekend", "month", "quarter", "year", "sprint", "
                "winter", "holiday", "holidays")
 _REL = re.compile(r"\b(" + "|".join(_DEIXIS) + r")\s+(?:(?:fiscal|calendar|financial|academic|school|business|"
                   r"billing|tax)\s+)?(" + "|".join(_TIME_UNITS) + r")s?\b")
-_REL_WORD = re.compile(r"\b(today|tonight|tomorrow|yesterday|currently|nowadays|ago|recently|soon|"
+_REL_WORD = re.compile(r"\b(today|tonight|tomorrow|yesterday|currently|nowadays|ago|"
                        r"this\s+time|right\s+now|at\s+the\s+moment)\b")
 _REL_CANON = {"currently": "now", "nowadays": "now", "right now": "now", "at the moment": "now", "this time": "now"}
 
@@ -148,7 +148,9 @@ class RelativeTimeGuard:
 
 _EDGE_L = "\"'(“‘«"
 _EDGE_R = "?!.,;:\"'”’»"
-_SOFT = re.compile(r"(?<=[^\W\d_])[-'’](?=[^\W\d_])|(?<=\w)\.(?=\w)|(?<=\d),(?=\d{3})")
+_SOFT = re.compile(r"(?<=[^\W\d_])[-'’/](?=[^\W\d_])|(?<=\w)\.(?=\w)|(?<=\d),(?=\d{3})|(?<=\d)%|\$(?=\d)|"
+                   r"(?<=\d)-(?=\d)")  # numbers, "%" and "$" amounts and ranges: the number guard's
+_OPERATOR_SPACE = re.compile(r"\s*(==|!=|<=|>=|\*\*|[=<>+*/^])\s*")
 _CODE = re.compile(r"[^\w\s]|_")
 _DASHES = frozenset({"-", "--", "—", "–", "-.", "&"})
 
@@ -163,7 +165,8 @@ def _chunk_core(chunk: str) -> str:
 def code_spans(text: str) -> list[str]:
     """Whitespace-separated spans that hold a symbol beyond sentence punctuation, a hyphen inside a
     word, an apostrophe, a dot inside a name or a thousands comma; sorted, case kept."""
-    chunks = text.split()
+    # "10 / 2" = "10/2", "f(x) =sin" = "f(x)=sin", "11 %" = "11%"
+    chunks = _OPERATOR_SPACE.sub(r"\1", re.sub(r"(?<=\d)\s+%", "%", text)).split()
     out = []
     for i, ch in enumerate(chunks):
         core = _chunk_core(ch)
@@ -203,8 +206,14 @@ def _case_matters(x: str, y: str) -> bool:
         return False
     if len(x) == 1:
         return True
+    if len(x) >= 3 and {_shape(x), _shape(y)} == {"title", "upper"}:
+        return False  # "Seo" / "SEO": a title-cased acronym
     up_x, up_y = x != x.lower(), y != y.lower()
     return (up_x and up_y) or len(x) <= 2
+
+
+def _shape(w: str) -> str:
+    return "upper" if w.isupper() else "title" if w[:1].isupper() and w[1:].islower() else "other"
 
 
 @dataclass(slots=True)

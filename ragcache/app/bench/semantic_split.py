@@ -66,6 +66,27 @@ def decisions(rows: list[dict], emb: Any) -> dict[str, list[bool]]:
     return out
 
 
+GATES = (0.94, 0.90, 0.85, 0.82, 0.80, 0.78, 0.75, 0.70)
+"""Cosine gates of the guard sweep (0.94: the guards' default)."""
+
+
+def gate_sweep(rows: list[dict], emb: Any) -> dict[str, dict[str, Any]]:
+    """The default guards at each cosine gate of :data:`GATES`, scored per part: what lowering the gate
+    would buy (the hard pairs alone; the QQP price is measured separately)."""
+    from ragcache.semantic import SemanticCache, partition_key
+
+    c = SemanticCache(embedder=emb, threshold=min(GATES))
+    best = []
+    for i, r in enumerate(rows):
+        pk = partition_key(namespace=f"sweep-{i}", model=emb.fingerprint)
+        c.store(r["a"], "A", partition=pk)
+        cand = c.candidates_for(r["b"], partition=pk)[0]
+        best.append((cand.similarity, cand.verdict.ok))
+    parts = split(rows)
+    return {f"{g:.2f}": {p: part_scores(rows, [s >= g and ok for s, ok in best], idx) for p, idx in parts.items()}
+            for g in GATES}
+
+
 def part_scores(rows: list[dict], hits: list[bool], idx: list[int]) -> dict[str, Any]:
     """Precision, recall, true and wrong hits over the pairs ``idx``."""
     tp = sum(1 for i in idx if hits[i] and rows[i]["same"])
@@ -110,7 +131,8 @@ def load_baseline(path: str | Path = BASELINE, sha256: str | None = None) -> dic
     return d if sha256 is None or d.get("sha256") == sha256 else None
 
 
-__all__ = ["BASELINE", "HELDOUT_SHARE", "SEED", "changes", "decisions", "load_baseline", "part_scores", "report", "split"]
+__all__ = ["BASELINE", "GATES", "HELDOUT_SHARE", "SEED", "changes", "decisions", "gate_sweep", "load_baseline", "part_scores",
+           "report", "split"]
 
 
 def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: str = "bench/results/semantic_split.json",
@@ -146,6 +168,7 @@ def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: s
                                    "by_kind": changes(own_rows, [False] * len(own_rows), hits,
                                                       list(range(len(own_rows))))}
                             for name, hits in own.items()}  # by_kind "miss_to_hit": the hits per kind
+        out["guards_by_gate"] = gate_sweep(rows, memo)
         path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
