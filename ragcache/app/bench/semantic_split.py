@@ -135,7 +135,7 @@ __all__ = ["BASELINE", "GATES", "HELDOUT_SHARE", "SEED", "changes", "decisions",
            "report", "split"]
 
 
-def main(pairs: str = "/work/shared/data/semantic_pairs_dev.jsonl", json_path: str = "bench/results/semantic_split.json",
+def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str = "bench/results/semantic_split.json",
          *, record_baseline: bool = False) -> dict[str, Any]:
     """Decide every pair at the defaults and with the verifier; write the split's scores and the per-kind
     changes against :data:`BASELINE` to ``json_path`` (``record_baseline``: write :data:`BASELINE` instead)."""
