@@ -87,11 +87,12 @@ class TestAnswerPath(AnswerPathContract):
 
 def test_the_default_answer_store_is_under_ragcache_home_and_none_means_none(notes, tmp_path):
     from ragcache import RagCache
+    from ragcache.config import Config
     from ragcache.semantic.defaults import default_cache
 
     backend = ScriptedBackend()
     rag = RagCache(backend)
-    assert rag.semantic is default_cache()  # the one store every entry point opens by default
+    assert rag.semantic is default_cache(config=Config.from_env())  # the one store every entry point opens
     rag.answer("When do the backups run?", ["Backups run nightly."])
     assert rag.answer("When do the backups run?", ["Backups run nightly."]).layer == "semantic"
     assert (tmp_path / "home" / "answers" / "semantic.sqlite3").is_file() and backend.calls == 1
