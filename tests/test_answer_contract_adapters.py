@@ -11,10 +11,10 @@ read back from what each entry point returns (LlamaIndex ``Response.metadata``, 
 ``response_metadata["ragcache"]``, the proxy's message and ``x-ragcache-layer``) into an
 :class:`~ragcache.answering.Answer`.
 
-Cross-entry pairs share a partition: the query engine's three modes; the middleware's two; ChatRagCache's
-stream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests. Async streams
-(ChatRagCache ``astream``, LlamaIndex ``astream``, the proxy's streamed requests) look up and store through
-the path without a flight, so they are readers here, not writers.
+Cross-entry pairs share a partition: the query engine's four modes; the middleware's two; ChatRagCache's
+stream, astream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests. The
+LLM cache (LangChain's own loop) and the proxy's streamed requests (the path's lookup and store, no
+flight: the proxy relays upstream bytes as they come) are readers here, not writers.
 """
 
 from __future__ import annotations
@@ -323,15 +323,15 @@ WRITERS = {  # entry point -> (factory, the peer that reads what it stored)
     "llamaindex-query": (lambda b, s, x: LlamaIndexEntry(b, s, "query"), "llamaindex-stream"),
     "llamaindex-stream": (lambda b, s, x: LlamaIndexEntry(b, s, "stream"), "llamaindex-astream"),
     "llamaindex-aquery": (lambda b, s, x: LlamaIndexEntry(b, s, "aquery"), "llamaindex-query"),
+    "llamaindex-astream": (lambda b, s, x: LlamaIndexEntry(b, s, "astream"), "llamaindex-stream"),
     "middleware-sync": (lambda b, s, x: MiddlewareEntry(b, s, "sync"), "middleware-async"),
     "middleware-async": (lambda b, s, x: MiddlewareEntry(b, s, "async"), "middleware-sync"),
     "chatragcache-stream": (lambda b, s, x: ChatRagCacheEntry(b, s, "stream"), "chatragcache-invoke"),
+    "chatragcache-astream": (lambda b, s, x: ChatRagCacheEntry(b, s, "astream"), "chatragcache-stream"),
     "proxy-plain": (lambda b, s, x: ProxyEntry(b, s, "plain", x), "proxy-stream"),
 }
 READERS = {
-    "llamaindex-astream": lambda b, s, x: LlamaIndexEntry(b, s, "astream"),
     "chatragcache-invoke": lambda b, s, x: ChatRagCacheEntry(b, s, "invoke"),
-    "chatragcache-astream": lambda b, s, x: ChatRagCacheEntry(b, s, "astream"),
     "proxy-stream": lambda b, s, x: ProxyEntry(b, s, "stream", x),
 }
 
@@ -390,10 +390,9 @@ class TestAdaptersAnswerPath(AnswerPathContract):
 
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_async_stream_readers_serve_what_a_writer_stored(reader, store, servers) -> None:
-    """The async streams (no flight) read and write through the path: a miss is stored, the writer
-    serves it, and it serves what the writer stored."""
-    writer = next(k for k, (_, peer) in WRITERS.items() if peer == reader) if reader != "chatragcache-astream" \
-        else "chatragcache-stream"
+    """The readers (the LLM cache's framework loop; the proxy's streamed requests, which look up and store
+    through the path without a flight) store a miss that the writer serves, and serve what it stored."""
+    writer = next(k for k, (_, peer) in WRITERS.items() if peer == reader)
     backend = ScriptedBackend()
     if reader.startswith("proxy"):
         backend.approximate, backend.recompute_ratio = False, None

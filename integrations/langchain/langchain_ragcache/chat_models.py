@@ -426,41 +426,31 @@ class ChatRagCache(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        """Native async :meth:`_stream`. With ragcache's semantic cache: the answer path's lookup, the
-        stream, and its store (:meth:`ragcache.answering.AnswerPath.arecord`, the one storage rule)."""
+        """Native async :meth:`_stream` (:meth:`ragcache.answering.AnswerPath.astream` with ragcache's
+        semantic cache: the flight is waited for on the event loop, shared with sync callers)."""
         opts = self._options(stop, kwargs)
         kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
         cache, box = self._llm_cache(), {}
-        hit: Answer | None = None
         if isinstance(cache, RagCacheSemanticCache):
             question, pk, kw = self._path_key(cache, messages, stop, kwargs)
-            hit = await cache.path.alookup(question, pk, threshold=kw["threshold"], max_tokens=kw["max_tokens"])
-        elif cache is not None:
-            key = self._cache_key(messages, stop, kwargs)
-            cached = await cache.alookup(*key)
+            items: AsyncIterator[Any] = cache.path.astream(
+                question, pk, lambda: self._apieces(messages, stop, opts, kwargs, box), **kw)
+        else:
+            key = self._cache_key(messages, stop, kwargs) if cache is not None else None
+            cached = await cache.alookup(*key) if cache is not None else None
             if isinstance(cached, list) and cached:
                 for chunk in self._replay(cached[0], None):
                     if run_manager and chunk.text:
                         await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                     yield chunk
                 return
-        if hit is not None:
-            for item in (hit.text, hit):
-                chunk = self._chunk(item, box)
-                if run_manager and isinstance(item, str):
-                    await run_manager.on_llm_new_token(item, chunk=chunk)
-                yield chunk
-            return
-        async for item in self._apieces(messages, stop, opts, kwargs, box):
+            items = self._apieces(messages, stop, opts, kwargs, box)
+        async for item in items:
             chunk = self._chunk(item, box)
             if run_manager and isinstance(item, str):
                 await run_manager.on_llm_new_token(item, chunk=chunk)
             yield chunk
-        if "result" not in box:  # the stream was cut before its end: never stored
-            return
-        if isinstance(cache, RagCacheSemanticCache):
-            await cache.path.arecord(question, pk, box["result"], max_tokens=kw["max_tokens"], model=kw["model"])
-        elif cache is not None:
+        if cache is not None and not isinstance(cache, RagCacheSemanticCache) and "result" in box:
             await cache.aupdate(*key, [ChatGeneration(message=box.get("message") or self._final(box["result"])[1])])
 
 __all__ = ["ChatRagCache", "TINY_RANDOM_MODEL", "shared_engine"]

@@ -355,19 +355,22 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     async def _aanswer(self, query_bundle: QueryBundle, nodes: list[NodeWithScore], t0: float,
                        retrieve_s: float) -> RESPONSE_TYPE:
-        """Async :meth:`_answer` (``AnswerPath.arun``: waits on the event loop, shares flights with sync
-        callers). Streaming: the path's lookup, the LLM's stream, and its store (``AnswerPath.arecord``)."""
+        """Async :meth:`_answer` (``AnswerPath.arun`` / ``astream``: waits on the event loop, shares flights
+        with sync callers)."""
         rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
         kw = self._path_kw(rag, prep)
         if self._streaming:
-            hit = await rag.path.alookup(prep.question, prep.partition, max_tokens=kw["max_tokens"],
-                                         threshold=self._threshold, started=t0)
-            if hit is not None:
-                meta = self._answer_meta(meta, hit, t0)
-                return AsyncStreamingResponse(_one(hit.text), source_nodes=prep.nodes, metadata=meta)
-            return AsyncStreamingResponse(self._astream(rag, prep, meta, t0), source_nodes=prep.nodes, metadata=meta)
+            called: list[float] = []
+            items = rag.path.astream(prep.question, prep.partition,
+                                     lambda: _atimed(called, self._backend.astream(prep.layout)), **kw)
+            gen = self._astream(items, meta, t0, called)
+            first = await anext(gen, None)  # the lookup runs now; a hit fills the metadata at once
+            if first is not None and not called:
+                rest = [t async for t in gen]  # a hit: its text, then its Answer
+                return AsyncStreamingResponse(_aiter([first, *rest]), source_nodes=prep.nodes, metadata=meta)
+            return AsyncStreamingResponse(_achain(first, gen), source_nodes=prep.nodes, metadata=meta)
         called: list[float] = []
 
         async def call() -> BackendResult:
@@ -378,16 +381,13 @@ class RagCacheQueryEngine(BaseQueryEngine):
         self._answer_meta(meta, answer, t0, called[0] - t0 if called else None)
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
-    async def _astream(self, rag: RagCache, prep: PreparedQuery, meta: dict[str, Any],
-                       t0: float) -> AsyncIterator[str]:
-        t_call, result = time.perf_counter(), None
-        async for item in self._backend.astream(prep.layout):
-            if isinstance(item, BackendResult):
-                result = item
+    async def _astream(self, items: AsyncIterator[str | Answer], meta: dict[str, Any], t0: float,
+                       called: list[float]) -> AsyncIterator[str]:
+        async for item in items:
+            if isinstance(item, Answer):
+                self._answer_meta(meta, item, t0, called[0] - t0 if called else None)
             else:
                 yield item
-        if result is not None:  # a stream cut before its end is never stored
-            self._answer_meta(meta, await rag.arecord(prep.request, result, started=t_call), t0, t_call - t0)
 
 
 def _timed(called: list[float], items: Iterator[Any]) -> Iterator[Any]:
@@ -395,11 +395,25 @@ def _timed(called: list[float], items: Iterator[Any]) -> Iterator[Any]:
     yield from items
 
 
+async def _atimed(called: list[float], items: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    called.append(time.perf_counter())
+    async for item in items:
+        yield item
+
+
+async def _aiter(items: list[str]) -> AsyncIterator[str]:
+    for item in items:
+        yield item
+
+
+async def _achain(first: str | None, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    if first is not None:
+        yield first
+    async for item in rest:
+        yield item
+
+
 def _chain(first: str | None, rest: Iterator[str]) -> Iterator[str]:
     if first is not None:
         yield first
     yield from rest
-
-
-async def _one(text: str) -> AsyncIterator[str]:
-    yield text
