@@ -204,3 +204,13 @@ def test_missing_tenant_header_is_refused_in_each_apis_shape(server_engine):
         with pytest.raises(anthropic.BadRequestError, match="x-tenant"):
             anthropic.Anthropic(base_url=url, api_key="local", max_retries=0).messages.create(
                 model="claude-sonnet-4-6", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("ns", [None, "default", "acme"])
+def test_precompute_for_a_tenant_serves_that_tenant_only(tiny, ns):
+    eng = make(tiny)
+    docs = [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)]
+    assert eng.chunk_cache.precompute(eng, docs, namespace=ns, progress=False) == 3
+    assert eng.chunk_cache.precompute(eng, docs, namespace=ns, progress=False) == 0
+    others = {None: "acme", "default": "acme", "acme": None}
+    assert eng.chunk_cache.precompute(eng, docs, namespace=others[ns], progress=False) == 3  # another tenant's own

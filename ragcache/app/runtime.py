@@ -132,8 +132,8 @@ class LazyLocalBackend:
 
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
                  namespace: str | None = None) -> BackendResult:
-        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                     namespace=namespace)
+        tenant = {} if namespace is None else {"namespace": namespace}  # the request's KV salt (LocalBackend)
+        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, **tenant)
 
 
 def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:

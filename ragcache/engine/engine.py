@@ -196,10 +196,8 @@ class LocalEngine(EngineKeys):
             store_missed_chunks: compute and store the chunk KV of documents that missed the
                 chunk cache before returning (``False``: the caller does it later with
                 :meth:`store_chunks` and ``result.missed_docs``, as :meth:`stream` does after decode).
-            namespace: the request's namespace (tenant), hashed into its prefix and chunk KV keys
-                (:meth:`kv_salt`): no KV is reused across namespaces unless ``share_kv_across_namespaces``.
-            prefix_limit: reuse at most this many leading prompt tokens from the prefix cache (the
-                local Anthropic server passes what its emulated prompt cache read); ``None``: no limit.
+            namespace: the request's tenant, hashed into its KV keys (:meth:`kv_salt`).
+            prefix_limit: reuse at most this many prompt tokens from the prefix cache (``None``: no limit).
 
         Raises:
             ValueError: for an empty prompt.

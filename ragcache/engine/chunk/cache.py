@@ -144,8 +144,10 @@ class ChunkCache:
                 rendered and tokenised as in a prompt
                 (:func:`ragcache.engine.prompt.document_token_ids`), so id and metadata must match;
                 or lists of token ids, used as they are.
-            namespace: the cache salt the chunks are keyed under (default: the engine's
-                ``namespace``; with a bare model, ``None``).
+            namespace: with an engine, the namespace (tenant) the documents will be asked in
+                (``RagCache.answer(namespace=...)``): the chunks are keyed under that request's KV
+                salt (``engine.kv_salt(namespace)``; default: the engine's own). With a bare model,
+                the salt itself (default ``None``).
             progress: show a tqdm progress bar.
 
         Returns:
@@ -161,9 +163,10 @@ class ChunkCache:
         is_model = isinstance(engine_or_model, torch.nn.Module)
         model = engine_or_model if is_model else engine_or_model.model
         tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
-        fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))
-        if namespace is None and not is_model:
-            namespace = getattr(engine_or_model, "namespace", None)
+        fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))  # live
+        if not is_model:
+            salt = getattr(engine_or_model, "kv_salt", None)
+            namespace = salt(namespace) if callable(salt) else (namespace or getattr(engine_or_model, "namespace", None))
         if fingerprint is None:
             raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
         bound = self.bind(model, fingerprint, namespace)

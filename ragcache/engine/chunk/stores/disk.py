@@ -9,6 +9,14 @@ counted against the budget, and removed when a store opens the folder and can te
 :data:`STALE_TEMP_S`). A live writer in another process keeps its file; if its file is removed
 anyway (another host's opener, after :data:`STALE_TEMP_S`), that ``put`` logs and returns
 ``False`` instead of raising.
+
+Several processes may share one folder (``ragcache serve`` workers, a CLI run beside a server).
+The folder is the store: its entries, their sizes and their order live in the file system, not
+in a process. Every write and eviction runs under one file lock (``.lock`` in the folder,
+:mod:`filelock`), and the byte budget is checked against every entry in the folder, evicting the
+least recently used (oldest modification time: a read touches its file) whoever wrote it, so
+the budget holds for the folder, not per process. Reads take no lock (an entry is replaced
+atomically); a chunk another process evicts between the lookup and the read is a miss.
 """
 
 from __future__ import annotations
@@ -20,9 +28,9 @@ import socket
 import tempfile
 import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
 
 from ragcache.engine.chunk.stores.base import BatchedStore, ChunkKV, StoreStats, check_budget, chunk_from_payload
 from ragcache.hashing import ChunkHash
@@ -36,12 +44,6 @@ STALE_TEMP_S = 600.0
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.safetensors$")
 _TEMP_PREFIX = ".tmp-"
 _HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
-
-
-@dataclass(slots=True)
-class _DiskEntry:
-    path: Path
-    nbytes: int = field(default=0)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -69,41 +71,37 @@ def _stale_temp(path: Path, now: float) -> bool:
 
 
 class DiskChunkStore(BatchedStore):
-    """One safetensors file per chunk under ``root``, LRU (by access order) under ``max_bytes``.
+    """One safetensors file per chunk under ``root``, LRU under ``max_bytes`` for the whole folder.
 
     Metadata is :meth:`ChunkKV.to_payload`'s (container version, key, model fingerprint, KV
     format tag, shape, start position); a file whose metadata or tensors fail
     :func:`chunk_from_payload`'s check (truncated, corrupt, another key) is a miss: it is
     logged, deleted, and rewritten by the next ``put``. Nothing is unpickled. Temporary files
-    of interrupted writes are never entries (module docstring).
+    of interrupted writes are never entries, and processes sharing the folder share its budget
+    (module docstring).
 
     Args:
         root: directory (created if missing).
-        max_bytes: byte budget over file sizes; ``None`` = unbounded.
+        max_bytes: byte budget over the sizes of every entry in the folder; ``None`` = unbounded.
 
     Attributes:
         stale_temps_removed: leftover temporary files removed when this store opened ``root``.
+
+    Raises:
+        ValueError: ``max_bytes`` is not positive.
     """
+
+    LOCK_NAME = ".lock"
 
     def __init__(self, root: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.root = Path(root).expanduser()
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = check_budget(max_bytes)
         self._lock = threading.Lock()
+        self._folder_lock = FileLock(str(self.root / self.LOCK_NAME))
         self.stats = StoreStats()
-        self.stale_temps_removed = self._remove_stale_temps()
-        self._index: OrderedDict[str, _DiskEntry] = OrderedDict()
-        entries = []
-        for p in self.root.iterdir():
-            if _ENTRY.match(p.name):
-                try:
-                    st = p.stat()
-                except FileNotFoundError:  # evicted by another process meanwhile
-                    continue
-                entries.append((st.st_mtime, p, st.st_size))
-        for _, p, size in sorted(entries, key=lambda e: e[0]):  # oldest first = least recently used first
-            self._index[p.name[:64]] = _DiskEntry(p, size)
-        self._bytes = sum(e.nbytes for e in self._index.values())
+        with self._folder_lock:
+            self.stale_temps_removed = self._remove_stale_temps()
 
     def _remove_stale_temps(self) -> int:
         now, removed = time.time(), 0
@@ -118,102 +116,119 @@ class DiskChunkStore(BatchedStore):
             log.warning("removed %d temporary file(s) of interrupted chunk writes from %s", removed, self.root)
         return removed
 
+    def _entries(self) -> list[tuple[int, str, int]]:
+        """``(mtime_ns, key, bytes)`` of every entry in the folder, least recently used first."""
+        out = []
+        for p in self.root.iterdir():
+            if _ENTRY.match(p.name):
+                try:
+                    st = p.stat()
+                except FileNotFoundError:  # removed by another process meanwhile
+                    continue
+                out.append((st.st_mtime_ns, p.name[:64], st.st_size))
+        return sorted(out)
+
     def _path(self, key: str) -> Path:
         if len(key) != 64 or not all(c in "0123456789abcdef" for c in key):
             raise ValueError(f"chunk key must be a lower-case sha256 hex digest (64 characters); got {key!r}")
         return self.root / f"{key}.safetensors"
 
-    def _drop(self, key: str) -> None:
-        entry = self._index.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry.nbytes
-        self._path(key).unlink(missing_ok=True)
-
     def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None:
         from safetensors import safe_open
 
         path = self._path(key)
-        with self._lock:
-            if not path.is_file():
-                self._index.pop(key, None)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
+            kv = chunk_from_payload(tensors, meta, key)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, then rewritten
+            with self._lock:
                 self.stats.misses += 1
-                return None
-            try:
-                with safe_open(str(path), framework="pt") as f:
-                    meta = f.metadata() or {}
-                    tensors = {name: f.get_tensor(name) for name in f.keys()}
-                kv = chunk_from_payload(tensors, meta, key)
-            except Exception as e:  # noqa: BLE001 - any unreadable file is a miss, then rewritten
-                log.warning("chunk file %s failed its check (%s); treating as a miss and deleting it", path, e)
+                if not path.is_file():  # never stored, or evicted (by any process) since: a plain miss
+                    return None
                 self.stats.corrupt += 1
+            log.warning("chunk file %s failed its check (%s); treating as a miss and deleting it", path, e)
+            with self._folder_lock:
+                path.unlink(missing_ok=True)
+            return None
+        if fingerprint is not None and kv.fingerprint != fingerprint:
+            log.warning("chunk file %s belongs to model %s..., not %s...; miss",
+                        path, kv.fingerprint[:12], fingerprint[:12])
+            with self._lock:
                 self.stats.misses += 1
-                self._drop(key)
-                return None
-            if fingerprint is not None and kv.fingerprint != fingerprint:
-                log.warning("chunk file %s belongs to model %s..., not %s...; miss",
-                            path, kv.fingerprint[:12], fingerprint[:12])
-                self.stats.misses += 1
-                return None
+            return None
+        with self._lock:
             self.stats.hits += 1
-            entry = self._index.pop(key, None) or _DiskEntry(path, path.stat().st_size)
-            self._index[key] = entry
-            try:
-                os.utime(path)  # keeps LRU order across restarts
-            except OSError:
-                pass
-            return kv
+        try:
+            os.utime(path)  # the folder's LRU order, for every process and across restarts
+        except OSError:  # evicted by another process since the read: the KV read is still whole
+            pass
+        return kv
 
     def put(self, kv: ChunkKV) -> bool:
-        """Write ``kv`` atomically; ``False`` when it alone exceeds ``max_bytes`` or its temporary
-        file was removed under it (see the module docstring)."""
+        """Write ``kv`` atomically and evict the folder's least recently used entries above
+        ``max_bytes``; ``False`` when it alone exceeds ``max_bytes`` or its temporary file was removed
+        under it (see the module docstring)."""
         from safetensors.torch import save_file
 
         path = self._path(kv.key)
         tensors, meta = kv.to_payload()
-        with self._lock:
-            fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{_HOST}-{os.getpid()}-", suffix=".part", dir=self.root)
-            os.close(fd)
-            try:
-                save_file(tensors, tmp, metadata=meta)
-                size = os.path.getsize(tmp)
-                if self.max_bytes is not None and size > self.max_bytes:
-                    log.warning("chunk %s (%d bytes) exceeds the disk budget of %d bytes; not cached",
-                                kv.key[:12], size, self.max_bytes)
-                    return False
-                os.replace(tmp, path)
-            except FileNotFoundError as e:
-                log.warning("temporary file of chunk %s was removed during the write (%s); not cached", kv.key[:12], e)
+        fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{_HOST}-{os.getpid()}-", suffix=".part", dir=self.root)
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata=meta)  # written outside the lock; moved into place under it
+            size = os.path.getsize(tmp)
+            if self.max_bytes is not None and size > self.max_bytes:
+                log.warning("chunk %s (%d bytes) exceeds the disk budget of %d bytes; not cached",
+                            kv.key[:12], size, self.max_bytes)
                 return False
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            old = self._index.pop(kv.key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._index[kv.key] = _DiskEntry(path, size)
-            self._bytes += size
-            self.stats.puts += 1
-            while self.max_bytes is not None and self._bytes > self.max_bytes and len(self._index) > 1:
-                victim = next(iter(self._index))
-                self._drop(victim)
-                self.stats.evictions += 1
-            return True
+            with self._lock, self._folder_lock:
+                os.replace(tmp, path)
+                self.stats.puts += 1
+                self._evict(keep=kv.key)
+        except FileNotFoundError as e:
+            log.warning("temporary file of chunk %s was removed during the write (%s); not cached", kv.key[:12], e)
+            return False
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return True
+
+    def _evict(self, keep: str) -> None:
+        """Remove the folder's least recently used entries (any process's) until it fits ``max_bytes``,
+        never ``keep``; called under the folder lock."""
+        if self.max_bytes is None:
+            return
+        entries = self._entries()
+        total = sum(size for _, _, size in entries)
+        for _, key, size in entries:
+            if total <= self.max_bytes:
+                break
+            if key == keep:
+                continue
+            self._path(key).unlink(missing_ok=True)
+            total -= size
+            self.stats.evictions += 1
 
     def contains(self, key: ChunkHash) -> bool:
         return self._path(key).is_file()
 
     def remove(self, key: ChunkHash) -> bool:
-        with self._lock:
-            existed = self._path(key).is_file()
-            self._drop(key)
+        path = self._path(key)
+        with self._lock, self._folder_lock:
+            existed = path.is_file()
+            path.unlink(missing_ok=True)
             return existed
 
     def close(self) -> None:
         """Nothing to flush (every put is already on disk)."""
 
     def __len__(self) -> int:
-        return len(self._index)
+        """Entries in the folder (every process's)."""
+        return len(self._entries())
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        """Bytes of every entry in the folder (what the budget is checked against)."""
+        return sum(size for _, _, size in self._entries())
