@@ -117,6 +117,7 @@ class RagCache:
         self.semantic = semantic
         self.system = system
         self.namespace = namespace
+        self._takes_namespace: dict[str, bool] = {}
         self.doc_order = doc_order
         self.lint = lint
         self.max_new_tokens = max_new_tokens
@@ -202,17 +203,34 @@ class RagCache:
                                 threshold=threshold)
 
     # -- step 3 ----------------------------------------------------------------------------------
+    def _kv_salt(self, request: Request, method: str) -> dict[str, Any]:
+        """``{"namespace": request.namespace}`` when the backend's ``method`` takes a ``namespace``
+        (a local engine salts its prefix and chunk KV keys with it, so tenants never share KV unless the
+        engine opts in with ``share_kv_across_namespaces``); ``{}`` for a backend without KV of its own
+        (a provider keeps its cache per API key)."""
+        accepts = self._takes_namespace.get(method)
+        if accepts is None:
+            import inspect
+
+            try:
+                params = inspect.signature(getattr(self.backend, method)).parameters
+            except (TypeError, ValueError):  # a builtin or C callable: no signature, pass nothing extra
+                params = {}
+            accepts = "namespace" in params
+            self._takes_namespace[method] = accepts
+        return {"namespace": request.namespace} if accepts else {}
+
     def generate(self, request: Request) -> BackendResult:
         """Run the backend on the request's layout (blocking)."""
         return self.backend.generate(request.layout, max_new_tokens=request.max_new_tokens,
-                                     temperature=request.temperature)
+                                     temperature=request.temperature, **self._kv_salt(request, "generate"))
 
     async def agenerate(self, request: Request) -> BackendResult:
         """Async :meth:`generate`: the backend's own async path, else a worker thread."""
         import asyncio  # lazily: the sync hit path never needs it
         if isinstance(self.backend, AsyncBackend):
             return await self.backend.agenerate(request.layout, max_new_tokens=request.max_new_tokens,
-                                                temperature=request.temperature)
+                                                temperature=request.temperature, **self._kv_salt(request, "agenerate"))
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------

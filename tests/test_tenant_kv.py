@@ -104,6 +104,45 @@ def test_backend_passes_the_namespace(tiny):
     assert events[-1].generation.stats.prefix_tokens_reused == 0
 
 
+@pytest.mark.parametrize("a,b", [("acme", "globex"), ("default", "globex"), ("team-1", "Team-1")])
+def test_ragcache_namespace_salts_the_kv_of_its_request(tiny, a, b):
+    """``RagCache.answer(namespace=...)`` partitions the answers *and* salts the prefix / chunk KV: a
+    second tenant sending the same system text and documents reuses none of the first one's KV."""
+    from ragcache import RagCache
+
+    rag_ = RagCache(LocalBackend(make(tiny)), semantic=None, system=SYSTEM, max_new_tokens=2)
+    rag_.answer("How long does the canary last?", DOCS, namespace=a)
+    # canonical document order: the system text and the documents are one cached prefix of this tenant
+    own = rag_.answer("When do rollbacks happen?", DOCS[::-1], namespace=a)
+    assert own.usage.prefix_reused > 0
+    other = rag_.answer("When do rollbacks happen?", DOCS[::-1], namespace=b)
+    assert other.usage.reused == 0 and other.usage.prefix_reused == 0 and other.usage.chunk_reused == 0
+
+
+def test_ragcache_tenants_share_kv_only_with_the_opt_in(tiny):
+    from ragcache import RagCache
+
+    rag_ = RagCache(LocalBackend(make(tiny, share_kv_across_namespaces=True)), semantic=None, system=SYSTEM,
+                    max_new_tokens=2)
+    rag_.answer("How long does the canary last?", DOCS, namespace="acme")
+    other = rag_.answer("When do rollbacks happen?", DOCS[::-1], namespace="globex")
+    assert other.usage.prefix_reused > 0
+
+
+def test_ragcache_passes_no_namespace_to_a_backend_without_kv():
+    """A provider backend keeps its cache per API key: it is not given a ``namespace`` it does not take."""
+    from ragcache import RagCache
+    from ragcache.backend import BackendResult, CacheUsage
+
+    class Provider:
+        name, model_id = "provider", "m"
+
+        def generate(self, layout, *, max_new_tokens, temperature):
+            return BackendResult("ok", "provider", CacheUsage())
+
+    assert RagCache(Provider(), semantic=None).answer("Why?", ["doc"], namespace="acme").text == "ok"
+
+
 # ------------------------------------------------------------------ end to end: the local servers
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
