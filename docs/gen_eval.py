@@ -59,6 +59,8 @@ STUDIES: dict[str, Study] = {
     "calibration_smollm2": Study("Calibration record of the embedded model (shipped)", "Local engine",
                                  "ragcache calibrate --start 4 --end 20 --ratios 0.15,0.30,0.50 --selection infoflow "
                                  "--threads 1"),
+    "calibration_plan_settings": Study("Calibration plan: the settings, fixed before the run (input)", "Local engine",
+                                       "ragcache calibrate --plan bench/results/calibration_plan_settings.json"),
     "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",
                                             "ragcache calibrate --selection deviation"),
     "calibration_smollm2_dev0-3": Study("Calibration on development items 0-3 only", "Local engine",
@@ -69,6 +71,14 @@ STUDIES: dict[str, Study] = {
     "semantic": Study("Semantic cache: hard pairs and QQP held-out", "Semantic cache", "ragcache bench semantic"),
     "semantic_hard": Study("Semantic cache: hard pairs (rerun)", "Semantic cache", "ragcache bench semantic"),
     "semantic_qqp": Study("Semantic cache: QQP pairs (previous release)", "Semantic cache", "ragcache bench semantic"),
+    "semantic_split": Study("Semantic cache: tuning and held-out parts of the hard pairs (split by kind, seed 32)",
+                            "Semantic cache", "python -m ragcache.app.bench.semantic_split"),
+    "semantic_pairs_baseline": Study("Semantic cache: per-pair decisions before the kind-by-kind changes (baseline)",
+                                     "Semantic cache", "python -m ragcache.app.bench.semantic_split --baseline"),
+    "semantic_qqp900_before_after": Study("Semantic cache: QQP held-out sample (900 pairs), before / after the guard changes",
+                                          "Semantic cache",
+                                          "a one-off run recorded in the JSON's `what` field (no script): "
+                                          "SemanticCache() defaults and guards='verifier' on ragcache.app.verifier_data.qqp_splits"),
     "semantic_stream": Study("Semantic cache: QQP question stream, max_error", "Semantic cache",
                              "ragcache bench semantic --stream"),
     "verifier_ablation": Study("Learned verifier: guard ablation", "Semantic cache",
@@ -96,6 +106,11 @@ def _kl_share(rule: str) -> float:
     return s[rule]["tf_mean_kl"] / s["full reuse (r=0)"]["tf_mean_kl"]
 
 
+def _split(system: str, part: str) -> str:
+    r = _load("semantic_split")[system]["after"][part]
+    return f"{r['recall']:.3f} recall, {r['wrong_hits']} wrong hits"
+
+
 def _guards_default(split: str) -> dict:
     return _load("semantic")["sets"][split]["guards"]["0.94"]
 
@@ -107,7 +122,7 @@ class Headline:
 
     label: str
     study: str
-    value: Callable[[], float]
+    value: Callable[[], Any]
     fmt: str
 
 
@@ -124,12 +139,16 @@ HEADLINES: tuple[Headline, ...] = (
              lambda: _guards_default("semantic_pairs_dev.jsonl")["precision"], "{:.3f}"),
     Headline("semantic cache, default guards: QQP held-out precision", "semantic",
              lambda: _guards_default("qqp held-out split")["precision"], "{:.3f}"),
+    Headline("semantic cache, default guards: held-out hard pairs", "semantic_split",
+             lambda: _split("default", "heldout"), "{}"),
+    Headline("semantic cache, learned verifier: held-out hard pairs", "semantic_split",
+             lambda: _split("verifier", "heldout"), "{}"),
     Headline("Anthropic layout + breakpoints: cost against uncached", "provider",
              lambda: _load("provider")["configs"]["ragcache"]["cost_ratio"], "{:.2f}x"),
     Headline("4 replicas, shared PostgreSQL + Valkey: answer hit rate", "shared",
              lambda: 100 * _load("shared")["replicas"]["shared"]["answer_hit_rate"], "{:.1f}%"),
-    Headline("repeated `ragcache ask` (semantic hit), wall seconds", "ask_latency",
-             lambda: _load("ask_latency")["runs"]["ask repeat"]["wall_s_median"], "{:.2f} s"),
+    Headline("repeated `ragcache ask` (semantic hit), CPU seconds", "ask_latency",
+             lambda: _load("ask_latency")["runs"]["ask repeat"]["cpu_s_median"], "{:.2f} s"),
 )
 
 

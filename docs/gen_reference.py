@@ -27,10 +27,16 @@ cannot move the cursor or recolour the terminal.
 
 **Exit codes.** 0 on success; 2 for bad input (`cache invalidate` of a path that does not exist names
 it); 130 after Ctrl-C at any point, start-up included (`ragcache: interrupted`, never a traceback).
-`cache clear` asks first unless `--yes`. Flags also accept a value (`--json=true`, `--yes=false`).
+`cache clear` asks first unless `--yes`; with no terminal to ask on (a script, a pipe) and no `--yes` it
+deletes nothing and exits with code 2. Flags also accept a value (`--json=true`, `--yes=false`).
+Diagnostics (warnings, skipped files, progress) go to stderr, so stdout holds only the answer or the
+`--json` object. `cache show ID --json` prints everything stored for an answer, its provenance (the
+layer that computed it, the real finish reason, approximate / recompute ratio, the model) and its token
+budget among them.
 
 **`ask` and its caches.** `ask` reads `.txt` / `.md` files (text that is not UTF-8 is decoded with
-charset-normalizer; every skipped file is named with the reason). A repeated or paraphrased question is
+charset-normalizer; every skipped file is named with the reason). A file larger than
+`RAGCACHE_MAX_FILE_BYTES` (default 1 MiB; 0: no limit) is skipped with a warning. A repeated or paraphrased question is
 answered from `$RAGCACHE_HOME/answers` without loading the model (the embedder runs in NumPy on this
 path). An answer cut at the token budget is stored too (`--cache-truncated`, on by default) and served
 only to the same budget. An edit re-embeds only the chunks that changed. Each document's KV is kept
@@ -82,23 +88,33 @@ def configuration_page() -> str:
     out = ["# Configuration", "",
            "Generated from `ragcache/config.py` (`ENV_VARS`, the one registry of settings) at build time.",
            "The command line and the servers read these variables through `Config.from_env()`; command-line",
-           "options win. `ragcache config` prints the settings in effect (`--json` for a machine-readable",
-           "form). Unset or empty means the default; `none` is accepted where the default is none.", "",
+           "options win. `ragcache config` prints the settings in effect, the embedded defaults (model and",
+           "embedder) by name, and what an unset setting means (`--json` for a machine-readable form). Unset",
+           "or empty means the default; `none` is accepted where the default is none.", "",
            "| variable | default | type | what it sets |", "| --- | --- | --- | --- |"]
     for v in ENV_VARS:
         typ = types[v.field].replace("|", "or")
         out.append(f"| `{v.name}` | {v.default} | `{typ}` | {v.doc.replace('|', '/')} |")
-    out += ["", "In the library, explicit keyword arguments win. Where one is left out, a few library defaults",
-            "come from this same table through `ragcache.config.env_setting`: the cache home (`RAGCACHE_HOME`),",
-            "the chunk KV format and group size, the decode cache, the WordNet folder and the shared-store URLs.",
-            "A value that does not parse is refused with the variable's name and the expected form.", ""]
+    out += ["", "The library reads no environment, with one exception: `RagCache` (the facade) opens its default",
+            "answer cache with `Config.from_env()` (`RAGCACHE_SEMANTIC_URL`, else `RAGCACHE_ANSWERS_DIR`, default",
+            "`$RAGCACHE_HOME/answers`; `RagCache(backend, config=...)` passes other settings, `semantic=None` keeps",
+            "no answers). Every other class takes its settings as keyword arguments, and every path through",
+            "`home=` (`ragcache.home.Home`, which owns every path under the home; a folder; or `None` for",
+            "`~/.cache/ragcache`). To use `$RAGCACHE_HOME` from library code, pass it:",
+            "`LocalEngine.from_pretrained(home=Config.from_env().paths)`. Ranges (the recompute ratio, a model's",
+            "context window) are checked once, in `ragcache.limits`. The command line, the servers, the demo and",
+            "the LangChain / LlamaIndex adapters read this table through `Config.from_env()`. A value that does",
+            "not parse is refused with the variable's name and the expected form.", ""]
     return "\n".join(out)
 
 
 EXTRA_API = {  # public names outside ``ragcache.__all__`` that the guides use
     "Scaling out": ["ragcache.semantic.pg_cache.PgSemanticCache", "ragcache.engine.chunk.stores.redis_store.RedisChunkStore",
-                    "ragcache.semantic.flight.single_flight", "ragcache.remote.RemoteStoreError"],
-    "Settings": ["ragcache.config.Config", "ragcache.config.env_setting"],
+                    "ragcache.remote.RemoteStoreError"],
+    "The answer path": ["ragcache.answering.AnswerPath", "ragcache.answering.cacheable",
+                        "ragcache.provenance.Provenance"],
+    "Settings": ["ragcache.config.Config", "ragcache.config.env_setting",
+                 "ragcache.limits.check_recompute_ratio", "ragcache.limits.context_window_of"],
     "Servers": ["ragcache.server.app.running_server"],
     "LangChain (`langchain_ragcache`)": [
         "langchain_ragcache.cache.RagCacheSemanticCache", "langchain_ragcache.chat_models.ChatRagCache",
