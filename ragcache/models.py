@@ -359,7 +359,8 @@ def _embedder_path(name_or_path: str | None) -> tuple[Path | str, str]:
     return (path if path.exists() else str(name_or_path)), str(name_or_path)
 
 
-def embedder_fingerprint(name_or_path: str | None = None) -> tuple[str, str, int] | None:
+def embedder_fingerprint(name_or_path: str | None = None, *,
+                         home: Home | str | Path | None = None) -> tuple[str, str, int] | None:
     """``(name, fingerprint, dim)`` of the embedder :func:`load_embedder` would load, without
     loading it (no torch import): the same :attr:`Embedder.fingerprint`, from the folder's files,
     and the width from its config. Only for a local folder whose pipeline is BERT -> mean pooling
@@ -380,7 +381,7 @@ def embedder_fingerprint(name_or_path: str | None = None) -> tuple[str, str, int
         dim = int(json.loads((folder / "config.json").read_text(encoding="utf-8"))["hidden_size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return name, Embedder(None, name, embedder_revision(folder)).fingerprint, dim
+    return name, Embedder(None, name, embedder_revision(folder, home=home)).fingerprint, dim
 
 
 def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,

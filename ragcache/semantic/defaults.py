@@ -62,7 +62,7 @@ def default_cache(embedder: Any = None, *, config: Config, **options: Any) -> An
     cfg = config
     use_wordnet_dir(cfg.wordnet_dir)
     location = default_location(cfg)
-    emb = resolve_embedder(embedder)
+    emb = resolve_embedder(embedder, home=cfg.paths)
     opts = {"threshold": cfg.threshold, "max_entries": cfg.semantic_max_entries, "ttl_s": cfg.semantic_ttl_s,
             "home": cfg.paths, **options}
     key = (location, emb.fingerprint, id(emb), tuple(sorted((k, repr(v)) for k, v in opts.items())))

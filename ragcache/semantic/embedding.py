@@ -215,8 +215,10 @@ def _window_kwargs(model: Any) -> dict[str, Any]:
     return {} if win is None else {"window": win, "count_tokens": count}
 
 
-def resolve_embedder(embedder: Any = None) -> QuestionEmbedder:
+def resolve_embedder(embedder: Any = None, *, home: Any = None) -> QuestionEmbedder:
     """Turn the ``embedder`` argument of :class:`SemanticCache` into a :class:`QuestionEmbedder`.
+    ``home``: the :class:`~ragcache.home.Home` (or folder) where the embedder's file digests are
+    remembered (``None``: the default home), as :func:`shared_embedder`'s.
 
     Raises:
         ValueError: ``embedder`` is none of the accepted kinds.
@@ -225,7 +227,7 @@ def resolve_embedder(embedder: Any = None) -> QuestionEmbedder:
     if isinstance(embedder, QuestionEmbedder):
         return embedder
     if embedder is None or isinstance(embedder, str):
-        return shared_embedder(embedder)
+        return shared_embedder(embedder, home=home)
     return _wrap(embedder)
 
 
@@ -233,11 +235,13 @@ _SHARED: dict[str, QuestionEmbedder] = {}
 _SHARED_LOCK = threading.RLock()
 
 
-def shared_embedder(name: str | None = None) -> QuestionEmbedder:
+def shared_embedder(name: str | None = None, *, home: Any = None) -> QuestionEmbedder:
     """The process-wide :class:`QuestionEmbedder` of a sentence-transformers model (``None``: the
     packaged all-MiniLM-L6-v2), loaded once and then shared by every cache in the process
     (``SemanticCache()``, LangChain's ``RagCacheSemanticCache`` / ``RagCacheMiddleware``, the
-    LlamaIndex query engine): the model is read and its vocabulary indexed once.
+    LlamaIndex query engine): the model is read and its vocabulary indexed once. ``home``: where the
+    first caller's embedder remembers its file digests (:func:`ragcache.models.digest_cache_file`;
+    ``None``: the default home); it never changes the vectors or the fingerprint.
 
     Raises:
         ragcache.models.ModelNotFoundError: the model cannot be loaded offline.
@@ -248,11 +252,12 @@ def shared_embedder(name: str | None = None) -> QuestionEmbedder:
     with _SHARED_LOCK:
         emb = _SHARED.get(key)
         if emb is None:
-            known = embedder_fingerprint(name)
+            known = embedder_fingerprint(name, home=home)
             if known is None:  # a hub id: its identity is the loaded modules'
-                emb = _wrap(load_embedder(name))  # the same object as for the loaded model
+                emb = _wrap(load_embedder(name, home=home))  # the same object as for the loaded model
             else:  # a local folder: the identity is its files', the model loads on first embedding
-                emb = LazyQuestionEmbedder(lambda: _wrap(load_embedder(name)), name=known[0], fingerprint=known[1],
+                emb = LazyQuestionEmbedder(lambda: _wrap(load_embedder(name, home=home)), name=known[0],
+                                           fingerprint=known[1],
                                            dim=known[2])
             _SHARED[key] = emb
         return emb

@@ -40,7 +40,9 @@ class RagCacheEmbeddings(Embeddings):
     def embedder(self) -> Embedder:
         """The shared ragcache :class:`~ragcache.models.Embedder` (loaded once per process)."""
         if self._embedder is None:
-            self._embedder = load_embedder(self.model)
+            from ragcache.config import Config  # this facade reads the settings and passes the home down
+
+            self._embedder = load_embedder(self.model, home=Config.from_env().paths)
         return self._embedder
 
     @property

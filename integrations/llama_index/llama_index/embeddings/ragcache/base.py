@@ -39,7 +39,11 @@ class RagCacheEmbedding(BaseEmbedding):
 
     def __init__(self, model_name: str | None = None, *, embedder: Any = None, embed_batch_size: int = 64,
                  **kwargs: Any) -> None:
-        emb = embedder if embedder is not None else load_embedder(model_name)
+        if embedder is None:
+            from ragcache.config import Config  # this facade reads the settings and passes the home down
+
+            embedder = load_embedder(model_name, home=Config.from_env().paths)
+        emb = embedder
         super().__init__(model_name=str(getattr(emb, "name", model_name or DEFAULT_EMBEDDER)),
                          embed_batch_size=embed_batch_size, **kwargs)
         self._embedder = emb
