@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
+from ragcache.engine.blend_engine import blend_request, chunk_view
 from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
@@ -243,8 +244,9 @@ class LocalEngine:
             cache = kv.cache_from_tensors(self.model, *tensors, copy=False) if tensors else kv.new_cache(self.model)
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
-            if use_chunks and spans:
-                plan = self.chunks.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
+            view = chunk_view(self, ids, [(s, e) for s, e, _ in prompt.document_spans()], r) if use_chunks else None
+            if use_chunks and spans:  # the setting's chunk context: BOS sink or the request's stable prefix
+                plan = view.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
                 stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
                 missed = [m.token_ids for m in plan.missed]
                 blend = self._decide(plan, r, stats)
@@ -272,11 +274,10 @@ class LocalEngine:
             self.prefix_cache.insert(ids, keys, values, namespace=self.namespace, upto=exact_upto)
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
-            stats.chunk_store_s = self.store_chunks(missed)
-            missed = []
-        return PrefillResult(cache, logits, stats, exact_upto, missed)
+            stats.chunk_store_s, missed = self.store_chunks(missed, view), []
+        return PrefillResult(cache, logits, stats, exact_upto, missed, view)
 
-    def store_chunks(self, docs: Sequence[Sequence[int]]) -> float:
+    def store_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None) -> float:
         """Compute and store the chunk KV of documents (token ids) that missed the chunk cache.
 
         A missed document is computed in its request's context at every layer (exact), but
@@ -289,14 +290,14 @@ class LocalEngine:
         over the document with short attention, paid after the answer: ``chunk_store_s``
         in the stats (measured by ``ragcache bench prefix``).
 
-        Returns:
-            Seconds spent (0 when there is no chunk cache or nothing to store).
+        ``view``: the chunk cache view of the request's setting (:attr:`PrefillResult.chunk_view`); default the
+        BOS-sink one. Returns: seconds spent (0 when there is no chunk cache or nothing to store).
         """
         if self.chunk_cache is None or not docs:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            self.chunks.add_many(docs)
+            (view or self.chunks).add_many(docs)
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
@@ -338,21 +339,8 @@ class LocalEngine:
         return d.blend
 
     def _blend(self, ids: list[int], p: int, cache: Any, plan: ChunkPlan, r: float, stats: RequestStats):
-        from ragcache.engine.blend import blend_prefill
-
-        # Only hit documents are blended; missed documents are plain uncached tokens to
-        # blend_prefill, computed in this request's context at every layer.
-        rule = self.selection if plan.hits[-1][1] < len(ids) else "deviation"  # query rules need a question
-        res = blend_prefill(self.model, ids, prefix_len=p, prefix_cache=cache if p else None,
-                            doc_spans=[(s, e) for s, e, _ in plan.hits], chunk_kvs=[c for _, _, c in plan.hits],
-                            recompute_ratio=r, check_layer=self.reuse_policy.check_layer, rank_by=rule)
-        stats.recompute_ratio = r
-        stats.approximate = True
-        stats.chunk_tokens_reused = res.chunk_tokens_reused
-        stats.tokens_recomputed = res.tokens_recomputed
-        stats.prefill_tokens_computed = len(res.selected)
-        # everything before the first hit document is exact (prefix, missed documents, separators)
-        return res.last_logits.float(), plan.hits[0][0], res.cache
+        # Only hit documents are blended; missed ones are computed in this request's context (exact).
+        return blend_request(self, ids, p, cache, plan, r, stats)
 
     def calibrate(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
         """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
@@ -437,7 +425,7 @@ class LocalEngine:
                 seq = ids + out[:-1]
                 keys, values = kv.cache_tensors(cache)
                 self.prefix_cache.insert(seq, keys, values, namespace=self.namespace, upto=len(seq))
-            stats.chunk_store_s = self.store_chunks(pre.missed_docs)
+            stats.chunk_store_s = self.store_chunks(pre.missed_docs, pre.chunk_view)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits))
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:

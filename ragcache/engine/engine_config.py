@@ -16,6 +16,7 @@ from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.reuse import ReusePolicy
 
 if TYPE_CHECKING:
+    from ragcache.engine.blend_setting import BlendSetting
     from ragcache.engine.calibration import Calibration
 
 
@@ -36,6 +37,8 @@ class EngineConfig:
         decode_cache: ``"dynamic"`` or ``"quantized"`` (``None``: ``RAGCACHE_DECODE_CACHE``, default dynamic).
         decode_backend / decode_nbits / residual_length / decode_sink_tokens: the quantized decode
             cache's backend, bits, and the recent and first (attention sink) tokens kept in full precision.
+        blend_setting: a :class:`~ragcache.engine.blend_setting.BlendSetting` (rule, budget, chunk
+            context) that wins over the calibration record's; ``None``: the record's licensed setting.
 
     Raises:
         ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
@@ -55,8 +58,11 @@ class EngineConfig:
     decode_nbits: int = 4
     residual_length: int = 128
     decode_sink_tokens: int = 0
+    blend_setting: BlendSetting | None = None
 
     def __post_init__(self) -> None:
+        if self.blend_setting is not None and type(self.blend_setting).__name__ != "BlendSetting":
+            raise TypeError(f"blend_setting must be a BlendSetting or None; got {type(self.blend_setting).__name__}")
         if self.recompute_ratio is not None and not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
         if self.selection is not None:
