@@ -93,11 +93,10 @@ def test_prefix_conditioned_first_document_is_exact_at_its_true_global_positions
     other = blend(lm, ids, first, sink_chunks(lm, ids, first), 0.0)
     _, ref = full_prefill(lm, ids)
     assert (other.last_logits - ref).abs().max().item() > 1e-4
-    # later documents are re-rotated from their computed positions to their true ones; a wrong
-    # rotation would show as a large deviation from the r = 1 result at r = 0 on the last document only
-    last = spans[-1:]
-    pk = prefix_chunks(lm, ids, last)
-    assert pk[0].start == spans[0][0] and last[0][0] > pk[0].start
+    # a later document's chunk is computed right after the stable prefix (start = prefix length), and
+    # the blend re-rotates it to its true global start
+    pk = prefix_chunks(lm, ids, spans)
+    assert all(k.start == spans[0][0] for k in pk) and spans[-1][0] > pk[-1].start
 
 
 @pytest.mark.parametrize("other_system", ["System: answer briefly.\n", "System: answer from the passages!\n",
@@ -172,8 +171,10 @@ def test_plan_recompute_documents_mass_and_ceiling():
     assert set(keep.tolist()) - {0, 4, 7, 11} == {1, 8}
     keep, exact = plan_recompute(scores, doc, spans, 0.0, mass_bound=0.01, max_share=0.5)
     assert exact and set(keep.tolist()) == set(range(12))
-    keep, exact = plan_recompute(scores, doc, spans, 0.0, mass_bound=0.99, max_share=0.5)
-    assert not exact and set(keep.tolist()) == {0, 4, 7, 11}
+    keep, exact = plan_recompute(scores, doc, spans, 0.0, mass_bound=0.99, max_share=0.5)  # all mass left > 0.99
+    assert not exact and set(keep.tolist()) == {0, 4, 7, 8, 11}
+    keep, exact = plan_recompute(scores * 0, doc, spans, 0.0, mass_bound=0.99, max_share=0.5)  # no signal: uniform
+    assert not exact and set(keep.tolist()) == {0, 4, 7, 1, 11}
     for bad, match in (({"doc_top": -1}, "doc_top"), ({"mass_bound": 1.0}, "mass_bound"),
                        ({"max_share": 1.5}, "max_share")):
         with pytest.raises(ValueError, match=match):

@@ -32,7 +32,7 @@ def messages(system="Answer from the passages.", question="Where is Paris?"):
     return [{"role": "system", "content": system}, {"role": "user", "content": blocks}]
 
 
-def engine(lm, **kw):
+def engine(lm, **kw):  # requests below skip the prefix cache: it would serve the repeated documents exactly
     return LocalEngine(lm, chunk_cache=ChunkCache(MemoryChunkStore(), dtype=torch.float32), min_reuse_tokens=0,
                        **kw)
 
@@ -51,10 +51,10 @@ def test_the_licensed_setting_blends_by_default_and_labels_every_answer(lm, how)
     kw = {"calibration": record(lm, PREFIX_SETTING)} if how == "record" else \
         {"calibration": False, "blend_setting": PREFIX_SETTING}
     eng = engine(lm, **kw)
-    first = eng.generate(messages(), max_new_tokens=3).stats
+    first = eng.generate(messages(), max_new_tokens=3, use_prefix_cache=False).stats
     assert first.docs_missed == 3 and not first.approximate and first.blend_setting is None
     for question in ("Where is Paris?", "What flows through Paris?", "Where did the cat sit?"):
-        st = eng.generate(messages(question=question), max_new_tokens=3).stats
+        st = eng.generate(messages(question=question), max_new_tokens=3, use_prefix_cache=False).stats
         assert st.docs_hit == 3 and st.approximate and st.blend_setting == PREFIX_SETTING.name
         assert st.recompute_ratio == 0.2 and st.chunk_tokens_reused > 0
 
@@ -62,25 +62,25 @@ def test_the_licensed_setting_blends_by_default_and_labels_every_answer(lm, how)
 @pytest.mark.parametrize("other", ["Answer briefly.", "Answer from the passages!", "You are a helpful assistant."])
 def test_prefix_conditioned_chunks_are_not_read_under_another_system_prompt(lm, other):
     eng = engine(lm, calibration=record(lm, PREFIX_SETTING))
-    eng.generate(messages(), max_new_tokens=2)
-    st = eng.generate(messages(system=other), max_new_tokens=2).stats
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(system=other), max_new_tokens=2, use_prefix_cache=False).stats
     assert st.docs_hit == 0 and st.docs_missed == 3 and not st.approximate
-    again = eng.generate(messages(), max_new_tokens=2).stats  # the first prefix still finds its own chunks
+    again = eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False).stats  # the first prefix still finds its own chunks
     assert again.docs_hit == 3 and again.approximate
 
 
 def test_sink_setting_shares_chunks_across_system_prompts(lm):
     sink = BlendSetting(recompute_ratio=0.2)
     eng = engine(lm, calibration=record(lm, sink))
-    eng.generate(messages(), max_new_tokens=2)
-    st = eng.generate(messages(system="Answer briefly."), max_new_tokens=2).stats
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(system="Answer briefly."), max_new_tokens=2, use_prefix_cache=False).stats
     assert st.docs_hit == 3 and st.approximate and st.blend_setting == sink.name
 
 
 def test_ceiling_fallback_is_exact_and_not_labelled(lm):
     setting = BlendSetting(recompute_ratio=0.1, chunk_context="prefix", mass_bound=0.05, max_share=0.1)
     eng = engine(lm, calibration=record(lm, setting))
-    eng.generate(messages(), max_new_tokens=2)
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
     pre = eng.prefill(eng.build_prompt(messages()), use_prefix_cache=False)
     assert pre.stats.docs_hit == 3 and not pre.stats.approximate and "exact" in pre.stats.reuse_decision
     ids = eng.build_prompt(messages()).input_ids
@@ -92,12 +92,12 @@ def test_no_licensed_setting_means_exact_prefill(lm):
     off = Calibration(fingerprint=lm.fingerprint.digest, model="tiny", recompute_ratio=None, blend_allowed=False,
                       min_agreement=0.95, max_ratio=0.3)
     eng = engine(lm, calibration=off)
-    eng.generate(messages(), max_new_tokens=2)
-    st = eng.generate(messages(), max_new_tokens=2).stats
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False).stats
     assert st.docs_hit == 3 and not st.approximate and st.blend_setting is None
     # a caller's ratio still blends, with sink-context chunks and the engine's rule, labelled
-    st = eng.generate(messages(), max_new_tokens=2, recompute_ratio=0.3).stats
-    assert st.approximate and st.blend_setting == "infoflow r=0.3"
+    st = eng.generate(messages(), max_new_tokens=2, recompute_ratio=0.3, use_prefix_cache=False).stats
+    assert st.approximate and st.blend_setting == f"{eng.selection} r=0.3"
 
 
 def test_blend_setting_config_is_type_checked(lm):
@@ -106,14 +106,14 @@ def test_blend_setting_config_is_type_checked(lm):
 
 
 @pytest.mark.slow
-def test_embedded_model_end_to_end_at_the_packaged_setting(tmp_path, monkeypatch):
-    """The real SmolLM2-135M with its packaged record: a second request over the same documents blends at
-    the licensed setting and says so, or (no setting licensed) is prefilled exactly and says why."""
-    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+def test_embedded_model_end_to_end_at_the_packaged_setting():
+    """The real SmolLM2-135M with the record in force (the packaged one unless the home has its own): a
+    second request over the same documents blends at the licensed setting and says so, or (no setting
+    licensed) is prefilled exactly and says why."""
     eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache())
     setting = eng.calibration.blend_setting() if eng.calibration else None
-    eng.generate(messages(), max_new_tokens=4)
-    st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4).stats
+    eng.generate(messages(), max_new_tokens=4, use_prefix_cache=False)
+    st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4, use_prefix_cache=False).stats
     assert st.docs_hit == 3
     if setting is None:
         assert not st.approximate and st.blend_setting is None and "calibration" in st.reuse_decision

@@ -157,6 +157,8 @@ class LocalEngine:
         (exact prefill: without a record no blending unless the caller sets an r or runs ``ragcache calibrate``)."""
         if self._recompute_ratio is not None:
             return self._recompute_ratio
+        if self.config.blend_setting is not None:  # a configured blend setting wins over the record
+            return self.config.blend_setting.recompute_ratio
         if self.calibration is not None and self.calibration.recompute_ratio is not None:
             return self.calibration.recompute_ratio
         return None
