@@ -10,7 +10,8 @@ from test_blend import DOCS, build, full_prefill, prefix_cache
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill
-from ragcache.engine.blend_setting import BlendSetting, choose_setting, compute_after, context_view
+from ragcache.engine.blend_setting import (BlendSetting, choose_setting, compute_after, context_view,
+                                           licensed_setting)
 from ragcache.engine.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
@@ -203,13 +204,13 @@ def test_blend_setting_round_trip_validation_and_record():
         BlendSetting.from_dict([("recompute_ratio", 0.1)])
     cal = Calibration(fingerprint="f", model="m", recompute_ratio=0.1, blend_allowed=True, min_agreement=0.95,
                       max_ratio=0.3, setting=s.to_dict())
-    assert Calibration.from_dict(cal.to_dict()).blend_setting() == s
+    assert licensed_setting(Calibration.from_dict(cal.to_dict())) == s
     old = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
                       max_ratio=0.5, rank_by="infoflow")
-    assert old.blend_setting() == BlendSetting(recompute_ratio=0.3, rank_by="infoflow")
+    assert licensed_setting(old) == BlendSetting(recompute_ratio=0.3, rank_by="infoflow")
     off = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
                       max_ratio=0.3)
-    assert off.blend_setting() is None
+    assert licensed_setting(off) is None
 
 
 def test_choose_setting_needs_both_the_bound_and_the_share_cap():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend_setting import BlendSetting
+from ragcache.engine.blend_setting import BlendSetting, licensed_setting
 from ragcache.engine.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
@@ -111,7 +111,7 @@ def test_embedded_model_end_to_end_at_the_packaged_setting():
     second request over the same documents blends at the licensed setting and says so, or (no setting
     licensed) is prefilled exactly and says why."""
     eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache())
-    setting = eng.calibration.blend_setting() if eng.calibration else None
+    setting = licensed_setting(eng.calibration)
     eng.generate(messages(), max_new_tokens=4, use_prefix_cache=False)
     st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4, use_prefix_cache=False).stats
     assert st.docs_hit == 3

@@ -3,8 +3,8 @@
 The setting in force (:func:`setting_for`): the engine config's ``blend_setting``; else, when the
 caller gave a recompute ratio (config or request), that ratio with the engine's selection rule
 and sink-context chunks (the behaviour before settings existed); else the setting the model's
-calibration record licenses (:meth:`Calibration.blend_setting
-<ragcache.engine.calibration.Calibration.blend_setting>`), or none (exact prefill).
+calibration record licenses (:func:`licensed_setting
+<ragcache.engine.blend_setting.licensed_setting>`), or none (exact prefill).
 
 The setting decides which chunk KV a request reads and stores (:func:`chunk_view`: the chunk
 cache itself, or its view keyed by the request's stable prefix,
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ragcache.engine.blend_setting import BlendSetting, context_view
+from ragcache.engine.blend_setting import BlendSetting, context_view, licensed_setting
 
 
 def setting_for(engine: Any, r: float | None) -> BlendSetting | None:
@@ -30,8 +30,7 @@ def setting_for(engine: Any, r: float | None) -> BlendSetting | None:
     if r is not None and (engine._recompute_ratio is not None or engine.calibration is None
                           or engine.calibration.recompute_ratio != r):
         return BlendSetting(recompute_ratio=r, rank_by=engine.selection)
-    cal = engine.calibration
-    return None if cal is None else cal.blend_setting()
+    return licensed_setting(engine.calibration)
 
 
 def chunk_view(engine: Any, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None) -> Any:

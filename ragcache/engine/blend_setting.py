@@ -125,6 +125,17 @@ class BlendSetting:
                       for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def licensed_setting(cal: Any) -> BlendSetting | None:
+    """The :class:`BlendSetting` a :class:`~ragcache.engine.calibration.Calibration` record licenses
+    (``None`` when blending is not allowed); a record without ``setting`` (written before settings
+    existed) licenses its ``rank_by`` at ``recompute_ratio`` with sink-context chunks."""
+    if cal is None or not cal.blend_allowed or cal.recompute_ratio is None:
+        return None
+    if cal.setting:
+        return BlendSetting.from_dict(cal.setting)
+    return BlendSetting(recompute_ratio=cal.recompute_ratio, rank_by=cal.rank_by)
+
+
 def stable_prefix_len(doc_spans: Sequence[tuple[int, int]]) -> int:
     """Tokens before the first document (the stable prefix a prefix-conditioned chunk is computed after)."""
     return min((s for s, _ in doc_spans), default=0)
@@ -350,4 +361,4 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
 
 __all__ = ["CHUNK_CONTEXTS", "BlendSetting", "SettingsPlan", "calibrate_settings", "choose_setting", "compute_after",
            "context_view",
-           "measure_settings", "setting_row", "stable_prefix_len"]
+           "licensed_setting", "measure_settings", "setting_row", "stable_prefix_len"]
