@@ -10,8 +10,13 @@ from test_blend import DOCS, build, full_prefill, prefix_cache
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend import blend_prefill
-from ragcache.engine.blend_setting import (BlendSetting, choose_setting, compute_after, context_view,
-                                           licensed_setting)
+from ragcache.engine.blend_setting import (
+    BlendSetting,
+    choose_setting,
+    compute_after,
+    context_view,
+    licensed_setting,
+)
 from ragcache.engine.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
@@ -76,7 +81,7 @@ def test_each_option_at_full_budget_reproduces_full_prefill(lm, context, name, r
 def test_below_full_budget_is_approximate_and_not_exact(lm):
     ids, _, spans, _ = build(lm, DOCS)
     res = blend(lm, ids, spans, prefix_chunks(lm, ids, spans), 0.1, rank_by="infoflow", doc_top=1)
-    full, ref = full_prefill(lm, ids)
+    _full, ref = full_prefill(lm, ids)
     assert not res.exact and (res.last_logits - ref).abs().max().item() > 1e-5
 
 

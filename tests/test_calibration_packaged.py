@@ -7,7 +7,12 @@ import json
 import pytest
 
 from ragcache.engine import calibration as calmod
-from ragcache.engine.calibration import Calibration, agreement_lower_bound, calibration_path, load_calibration
+from ragcache.engine.calibration import (
+    Calibration,
+    agreement_lower_bound,
+    calibration_path,
+    load_calibration,
+)
 from ragcache.engine.engine import LocalEngine
 
 

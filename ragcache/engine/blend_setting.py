@@ -318,10 +318,10 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
     Raises:
         ValueError: no prompts or no settings, a prompt without documents, a bad ``confidence``.
     """
-    from datetime import datetime, timezone
 
-    from ragcache.engine.calibration import Calibration, _digest, check_confidence, save_calibration
-    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.calibration import (
+        check_confidence,
+    )
 
     if not prompts or not plan.settings:
         raise ValueError("calibrate_settings needs at least one prompt with documents and one setting")
