@@ -8,7 +8,12 @@ import pytest
 
 from ragcache.home import Home
 from ragcache.engine import calibration as calmod
-from ragcache.engine.calibration import Calibration, agreement_lower_bound, calibration_path, load_calibration
+from ragcache.engine.calibration import (
+    Calibration,
+    agreement_lower_bound,
+    calibration_path,
+    load_calibration,
+)
 from ragcache.engine.engine import LocalEngine
 
 
@@ -61,6 +66,13 @@ def test_the_embedded_models_record_ships_and_follows_its_own_rule():
     for f in files:
         cal = Calibration.from_dict(json.loads(f.read_text()))
         assert f.stem == cal.fingerprint and cal.confidence > 0
+        if cal.settings:  # a record of named blend settings (issue 31): the rule picks its setting
+            from ragcache.engine.blend_setting import choose_setting
+
+            chosen = choose_setting(cal.settings, cal.min_agreement, cal.max_mean_share)
+            assert cal.setting == (chosen["setting"] if chosen else None) and cal.blend_allowed == bool(chosen)
+            assert all(row["answer_tokens"] >= 100 for row in cal.settings)
+            continue
         ok = [row["r"] for row in cal.ratios if row["r"] <= cal.max_ratio and
               agreement_lower_bound(row["pooled_top1_agreement"], row["answer_tokens"], cal.confidence)
               >= cal.min_agreement]

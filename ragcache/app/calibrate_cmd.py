@@ -35,6 +35,11 @@ def calibrate(
                                                   "(default: the ragcache home, where engines read it)."),
     selection: Optional[str] = typer.Option(None, help="Selection rule to measure (blend_prefill rank_by: infoflow, "
                                             "prophet, deviation, ...); default the engine's."),
+    plan: Optional[str] = typer.Option(None, help="Calibrate named blend settings instead of ratios: a JSON plan "
+                                       '{"settings": [BlendSetting fields], "min_agreement", "confidence", '
+                                       '"max_mean_share"} (e.g. bench/results/calibration_plan_settings.json).'),
+    json_out: Optional[str] = typer.Option(None, "--json", help="With --plan: write every measurement here, after "
+                                           "every item."),
 ) -> None:
     """Measure CacheBlend fidelity against full prefill for a model and record the r to use
     (``ragcache calibrate semantic``: the semantic cache's hit decision on your labelled pairs)."""
@@ -42,6 +47,13 @@ def calibrate(
         return
     from ragcache.app.bench_cmd import data_dir
     from ragcache.app.calibrate import main as run
+
+    if plan is not None:
+        from ragcache.app.calibrate_settings import main as run_plan
+
+        run_or_exit(console, run_plan, plan=plan, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
+                    docs=docs, threads=threads, save=save, home=home, json_path=json_out, model=model, console=console)
+        return
 
     run_or_exit(console, run, model=model, data=data or str(data_dir() / "musique_s.json"), start=start, end=end,
                 docs=docs, ratios=[r.strip() for r in ratios.split(",") if r.strip()], min_agreement=min_agreement,

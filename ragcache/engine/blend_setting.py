@@ -125,6 +125,17 @@ class BlendSetting:
                       for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
+def licensed_setting(cal: Any) -> BlendSetting | None:
+    """The :class:`BlendSetting` a :class:`~ragcache.engine.calibration.Calibration` record licenses
+    (``None`` when blending is not allowed); a record without ``setting`` (written before settings
+    existed) licenses its ``rank_by`` at ``recompute_ratio`` with sink-context chunks."""
+    if cal is None or not cal.blend_allowed or cal.recompute_ratio is None:
+        return None
+    if cal.setting:
+        return BlendSetting.from_dict(cal.setting)
+    return BlendSetting(recompute_ratio=cal.recompute_ratio, rank_by=cal.rank_by)
+
+
 def stable_prefix_len(doc_spans: Sequence[tuple[int, int]]) -> int:
     """Tokens before the first document (the stable prefix a prefix-conditioned chunk is computed after)."""
     return min((s for s, _ in doc_spans), default=0)
@@ -307,10 +318,10 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
     Raises:
         ValueError: no prompts or no settings, a prompt without documents, a bad ``confidence``.
     """
-    from datetime import datetime, timezone
 
-    from ragcache.engine.calibration import Calibration, _digest, check_confidence, save_calibration
-    from ragcache.engine.chunk.cache import ChunkCache
+    from ragcache.engine.calibration import (
+        check_confidence,
+    )
 
     if not prompts or not plan.settings:
         raise ValueError("calibrate_settings needs at least one prompt with documents and one setting")
@@ -350,4 +361,4 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
 
 __all__ = ["CHUNK_CONTEXTS", "BlendSetting", "SettingsPlan", "calibrate_settings", "choose_setting", "compute_after",
            "context_view",
-           "measure_settings", "setting_row", "stable_prefix_len"]
+           "licensed_setting", "measure_settings", "setting_row", "stable_prefix_len"]

@@ -73,7 +73,8 @@ class Calibration:
             this field existed read as ``"deviation"``, CacheBlend's rule); the engine blends with it.
         created: UTC time of the run (ISO 8601).
         setting: the licensed :class:`~ragcache.engine.blend_setting.BlendSetting` as a dict (records of
-            :func:`~ragcache.engine.blend_setting.calibrate_settings`; ``None`` otherwise).
+            :func:`~ragcache.engine.blend_setting.calibrate_settings`; ``None`` otherwise; read it with
+            :func:`~ragcache.engine.blend_setting.licensed_setting`).
         settings: every candidate setting measured, with its pooled agreement, lower bound, mean
             recomputed share and CPU speed-up (:func:`~ragcache.engine.blend_setting.setting_row`).
         max_mean_share: the cap on the mean recomputed share a licensed setting must meet.
@@ -100,18 +101,6 @@ class Calibration:
     settings: list[dict] = field(default_factory=list)
     max_mean_share: float | None = None
     note: str = ""
-
-    def blend_setting(self) -> Any:
-        """The licensed :class:`~ragcache.engine.blend_setting.BlendSetting` (``None`` when blending is not
-        allowed); a record without ``setting`` (written before settings existed) licenses its
-        ``rank_by`` at ``recompute_ratio`` with sink-context chunks."""
-        from ragcache.engine.blend_setting import BlendSetting
-
-        if not self.blend_allowed or self.recompute_ratio is None:
-            return None
-        if self.setting:
-            return BlendSetting.from_dict(self.setting)
-        return BlendSetting(recompute_ratio=self.recompute_ratio, rank_by=self.rank_by)
 
     def to_dict(self) -> dict:
         return asdict(self)

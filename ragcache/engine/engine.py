@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.chunk import ChunkCache, ChunkPlan
+from ragcache.engine.blend_engine import blend_request, chunk_view
+from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
 from ragcache.engine.engine_config import EngineConfig
@@ -143,6 +144,8 @@ class LocalEngine(EngineKeys):
         (exact prefill: without a record no blending unless the caller sets an r or runs ``ragcache calibrate``)."""
         if self._recompute_ratio is not None:
             return self._recompute_ratio
+        if self.config.blend_setting is not None:  # a configured blend setting wins over the record
+            return self.config.blend_setting.recompute_ratio
         if self.calibration is not None and self.calibration.recompute_ratio is not None:
             return self.calibration.recompute_ratio
         return None
@@ -232,8 +235,10 @@ class LocalEngine(EngineKeys):
             cache = kv.cache_from_tensors(self.model, *tensors, copy=False) if tensors else kv.new_cache(self.model)
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
-            if use_chunks and spans:
-                plan = self.chunks_for(namespace).lookup_many([(s, e, piece.ids) for s, e, piece in spans])
+            view = chunk_view(self, ids, [(s, e) for s, e, _ in prompt.document_spans()], r, namespace) \
+                if use_chunks else None
+            if use_chunks and spans:  # the setting's chunk context: BOS sink or the request's stable prefix
+                plan = view.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
                 stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
                 missed = [m.token_ids for m in plan.missed]
                 blend = self._decide(plan, r, stats)
@@ -261,20 +266,31 @@ class LocalEngine(EngineKeys):
             self.prefix_cache.insert(ids, keys, values, namespace=salt, upto=exact_upto, fingerprint=fp)
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
-            stats.chunk_store_s = self.store_chunks(missed, namespace=namespace)
-            missed = []
-        return PrefillResult(cache, logits, stats, exact_upto, missed)
+            stats.chunk_store_s, missed = self.store_chunks(missed, view), []
+        return PrefillResult(cache, logits, stats, exact_upto, missed, view)
 
-    def store_chunks(self, docs: Sequence[Sequence[int]], *, namespace: str | None = None) -> float:
-        """Compute and store, under the KV salt of ``namespace``, the chunk KV of documents (token ids)
-        that missed the chunk cache: each on its own after the sink, never taken from the request
-        (why: :meth:`BoundChunkCache.add_many <ragcache.engine.chunk.BoundChunkCache.add_many>`), after
-        the answer (``chunk_store_s`` in the stats). Returns seconds spent (0 when nothing is stored)."""
+    def store_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
+                     namespace: str | None = None) -> float:
+        """Compute and store the chunk KV of documents (token ids) that missed the chunk cache.
+
+        A missed document is computed in its request's context at every layer (exact), but
+        what is stored for next time is its KV computed on its own after the chunk cache's sink
+        (:meth:`BoundChunkCache.compute <ragcache.engine.chunk.BoundChunkCache.compute>`), not the KV taken from the request: taken from the request
+        it would carry the first request's preceding documents in every layer's V and K, so a
+        chunk's content would depend on which request happened to store it first, and the
+        blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
+        CacheBlend stores them, §5) would not hold for it. The price is one extra forward pass
+        over the document with short attention, paid after the answer: ``chunk_store_s``
+        in the stats (measured by ``ragcache bench prefix``).
+
+        ``view``: the chunk cache view of the request's setting (:attr:`PrefillResult.chunk_view`, already
+        under the request's KV salt); default the BOS-sink one under the KV salt of ``namespace``. Returns: seconds spent (0 when there is no chunk cache or nothing to store).
+        """
         if self.chunk_cache is None or not docs:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            self.chunks_for(namespace).add_many(docs)
+            (view or self.chunks_for(namespace)).add_many(docs)
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
@@ -316,21 +332,8 @@ class LocalEngine(EngineKeys):
         return d.blend
 
     def _blend(self, ids: list[int], p: int, cache: Any, plan: ChunkPlan, r: float, stats: RequestStats):
-        from ragcache.engine.blend import blend_prefill
-
-        # Only hit documents are blended; missed documents are plain uncached tokens to
-        # blend_prefill, computed in this request's context at every layer.
-        rule = self.selection if plan.hits[-1][1] < len(ids) else "deviation"  # query rules need a question
-        res = blend_prefill(self.model, ids, prefix_len=p, prefix_cache=cache if p else None,
-                            doc_spans=[(s, e) for s, e, _ in plan.hits], chunk_kvs=[c for _, _, c in plan.hits],
-                            recompute_ratio=r, check_layer=self.reuse_policy.check_layer, rank_by=rule)
-        stats.recompute_ratio = r
-        stats.approximate = True
-        stats.chunk_tokens_reused = res.chunk_tokens_reused
-        stats.tokens_recomputed = res.tokens_recomputed
-        stats.prefill_tokens_computed = len(res.selected)
-        # everything before the first hit document is exact (prefix, missed documents, separators)
-        return res.last_logits.float(), plan.hits[0][0], res.cache
+        # Only hit documents are blended; missed ones are computed in this request's context (exact).
+        return blend_request(self, ids, p, cache, plan, r, stats)
 
     def calibrate(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
         """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
@@ -419,7 +422,7 @@ class LocalEngine(EngineKeys):
                 keys, values = kv.cache_tensors(cache)
                 self.prefix_cache.insert(seq, keys, values, namespace=self.kv_salt(namespace), upto=len(seq),
                                         fingerprint=self.fingerprint.digest)
-            stats.chunk_store_s = self.store_chunks(pre.missed_docs, namespace=namespace)
+            stats.chunk_store_s = self.store_chunks(pre.missed_docs, pre.chunk_view, namespace=namespace)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:

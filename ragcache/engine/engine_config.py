@@ -18,6 +18,7 @@ from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.reuse import ReusePolicy
 
 if TYPE_CHECKING:
+    from ragcache.engine.blend_setting import BlendSetting
     from ragcache.engine.calibration import Calibration
 
 
@@ -44,6 +45,8 @@ class EngineConfig:
             cache's backend, bits, and the recent and first (attention sink) tokens kept in full precision.
         home: the ragcache home the calibration and decode-check records are read from (a
             :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
+        blend_setting: a :class:`~ragcache.engine.blend_setting.BlendSetting` (rule, budget, chunk
+            context) that wins over the calibration record's; ``None``: the record's licensed setting.
 
     Raises:
         ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
@@ -65,9 +68,12 @@ class EngineConfig:
     residual_length: int = 128
     decode_sink_tokens: int = 0
     home: Home | str | Path | None = None
+    blend_setting: BlendSetting | None = None
 
     def __post_init__(self) -> None:
         check_recompute_ratio(self.recompute_ratio)
+        if self.blend_setting is not None and type(self.blend_setting).__name__ != "BlendSetting":
+            raise TypeError(f"blend_setting must be a BlendSetting or None; got {type(self.blend_setting).__name__}")
         if self.selection is not None:
             from ragcache.engine.hkvd import RANKINGS
 

@@ -22,7 +22,8 @@ class RequestStats:
     ``approximate`` is True when document KV from the chunk cache was blended (CacheBlend) or
     the answer was decoded from a quantized KV cache (``decode_cache`` is then its format tag,
     else ``"dynamic"``): the answer may then differ from exact prefill and decoding;
-    ``recompute_ratio`` is the r used for blending and ``None`` without it. ``reuse_decision`` says why the path was taken.
+    ``recompute_ratio`` is the r used for blending and ``None`` without it; ``blend_setting`` names the
+    blend setting (rule, budget, chunk context) of a blended answer. ``reuse_decision`` says why the path was taken.
     ``chunk_store_s`` is the time spent computing and storing missed documents' chunk KV
     (after the answer, off the TTFT path).
     """
@@ -37,6 +38,7 @@ class RequestStats:
     docs_missed: int = 0
     recompute_ratio: float | None = None
     approximate: bool = False
+    blend_setting: str | None = None  # the blend setting's name when blended (BlendSetting.name)
     decode_cache: str = "dynamic"
     reuse_decision: str = ""
     chunk_store_s: float = 0.0
@@ -90,6 +92,7 @@ class PrefillResult:
     stats: RequestStats
     exact_upto: int
     missed_docs: list[list[int]] = field(default_factory=list)
+    chunk_view: Any = None  # the chunk cache view (chunk context) the request's documents are read from / stored in
 
 
 __all__ = ["ContextWindowError", "Generation", "PrefillResult", "RequestStats", "StreamEvent"]

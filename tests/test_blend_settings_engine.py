@@ -1,0 +1,121 @@
+"""LocalEngine under a blend setting (issue 31) on a tiny random float32 Llama: the setting licensed by a
+calibration record is the default, its chunk context decides which chunk KV is read and stored, every
+blended answer is labelled with the setting, a ceiling fallback is exact; and (slow) the real embedded
+model end to end at the packaged record's setting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragcache.engine import kv as kvb
+from ragcache.engine.blend_setting import BlendSetting, licensed_setting
+from ragcache.engine.calibration import Calibration
+from ragcache.engine.chunk.cache import ChunkCache
+from ragcache.engine.chunk.stores import MemoryChunkStore
+from ragcache.engine.engine import LocalEngine
+from ragcache.testing import tiny_llama
+
+DOCS = ["The cat sat on the mat and looked at the garden for a long while.",
+        "Paris is the capital of France; the Seine flows through it to the sea.",
+        "Rivers carry water from mountains to the ocean, shaping valleys on the way."]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_llama(0)
+
+
+def messages(system="Answer from the passages.", question="Where is Paris?"):
+    blocks = [{"type": "text", "text": d, "ragcache_kind": "document"} for d in DOCS]
+    blocks.append({"type": "text", "text": question, "ragcache_kind": "question"})
+    return [{"role": "system", "content": system}, {"role": "user", "content": blocks}]
+
+
+def engine(lm, **kw):  # requests below skip the prefix cache: it would serve the repeated documents exactly
+    return LocalEngine(lm, chunk_cache=ChunkCache(MemoryChunkStore(), dtype=torch.float32), min_reuse_tokens=0,
+                       **kw)
+
+
+def record(lm, setting):
+    return Calibration(fingerprint=lm.fingerprint.digest, model="tiny", recompute_ratio=setting.recompute_ratio,
+                       blend_allowed=True, min_agreement=0.95, max_ratio=0.3, rank_by=setting.rank_by,
+                       setting=setting.to_dict())
+
+
+PREFIX_SETTING = BlendSetting(recompute_ratio=0.2, chunk_context="prefix", doc_top=1)
+
+
+@pytest.mark.parametrize("how", ["record", "config"])
+def test_the_licensed_setting_blends_by_default_and_labels_every_answer(lm, how):
+    kw = {"calibration": record(lm, PREFIX_SETTING)} if how == "record" else \
+        {"calibration": False, "blend_setting": PREFIX_SETTING}
+    eng = engine(lm, **kw)
+    first = eng.generate(messages(), max_new_tokens=3, use_prefix_cache=False).stats
+    assert first.docs_missed == 3 and not first.approximate and first.blend_setting is None
+    for question in ("Where is Paris?", "What flows through Paris?", "Where did the cat sit?"):
+        st = eng.generate(messages(question=question), max_new_tokens=3, use_prefix_cache=False).stats
+        assert st.docs_hit == 3 and st.approximate and st.blend_setting == PREFIX_SETTING.name
+        assert st.recompute_ratio == 0.2 and st.chunk_tokens_reused > 0
+
+
+@pytest.mark.parametrize("other", ["Answer briefly.", "Answer from the passages!", "You are a helpful assistant."])
+def test_prefix_conditioned_chunks_are_not_read_under_another_system_prompt(lm, other):
+    eng = engine(lm, calibration=record(lm, PREFIX_SETTING))
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(system=other), max_new_tokens=2, use_prefix_cache=False).stats
+    assert st.docs_hit == 0 and st.docs_missed == 3 and not st.approximate
+    again = eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False).stats  # the first prefix still finds its own chunks
+    assert again.docs_hit == 3 and again.approximate
+
+
+def test_sink_setting_shares_chunks_across_system_prompts(lm):
+    sink = BlendSetting(recompute_ratio=0.2)
+    eng = engine(lm, calibration=record(lm, sink))
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(system="Answer briefly."), max_new_tokens=2, use_prefix_cache=False).stats
+    assert st.docs_hit == 3 and st.approximate and st.blend_setting == sink.name
+
+
+def test_ceiling_fallback_is_exact_and_not_labelled(lm):
+    setting = BlendSetting(recompute_ratio=0.1, chunk_context="prefix", mass_bound=0.05, max_share=0.1)
+    eng = engine(lm, calibration=record(lm, setting))
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    pre = eng.prefill(eng.build_prompt(messages()), use_prefix_cache=False)
+    assert pre.stats.docs_hit == 3 and not pre.stats.approximate and "exact" in pre.stats.reuse_decision
+    ids = eng.build_prompt(messages()).input_ids
+    ref = kvb.forward(lm.model, ids, kvb.new_cache(lm.model), 0)[-1]
+    assert (pre.last_logits - ref).abs().max().item() < 1e-4
+
+
+def test_no_licensed_setting_means_exact_prefill(lm):
+    off = Calibration(fingerprint=lm.fingerprint.digest, model="tiny", recompute_ratio=None, blend_allowed=False,
+                      min_agreement=0.95, max_ratio=0.3)
+    eng = engine(lm, calibration=off)
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False)
+    st = eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False).stats
+    assert st.docs_hit == 3 and not st.approximate and st.blend_setting is None
+    # a caller's ratio still blends, with sink-context chunks and the engine's rule, labelled
+    st = eng.generate(messages(), max_new_tokens=2, recompute_ratio=0.3, use_prefix_cache=False).stats
+    assert st.approximate and st.blend_setting == f"{eng.selection} r=0.3"
+
+
+def test_blend_setting_config_is_type_checked(lm):
+    with pytest.raises(TypeError, match="BlendSetting"):
+        LocalEngine(lm, blend_setting={"recompute_ratio": 0.2})
+
+
+@pytest.mark.slow
+def test_embedded_model_end_to_end_at_the_packaged_setting():
+    """The real SmolLM2-135M with the record in force (the packaged one unless the home has its own): a
+    second request over the same documents blends at the licensed setting and says so, or (no setting
+    licensed) is prefilled exactly and says why."""
+    eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache())
+    setting = licensed_setting(eng.calibration)
+    eng.generate(messages(), max_new_tokens=4, use_prefix_cache=False)
+    st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4, use_prefix_cache=False).stats
+    assert st.docs_hit == 3
+    if setting is None:
+        assert not st.approximate and st.blend_setting is None and "calibration" in st.reuse_decision
+    else:
+        assert st.approximate and st.blend_setting == setting.name
