@@ -69,6 +69,20 @@ def test_prefix_conditioned_chunks_are_not_read_under_another_system_prompt(lm, 
     assert again.docs_hit == 3 and again.approximate
 
 
+@pytest.mark.parametrize("setting", [PREFIX_SETTING, BlendSetting(recompute_ratio=0.2)], ids=["prefix", "sink"])
+def test_chunks_of_either_context_stay_with_their_tenant(lm, setting):
+    """The setting's chunk view is taken under the request's KV salt: another tenant with the same
+    system text and documents finds none of them (and finds them with share_kv_across_namespaces)."""
+    eng = engine(lm, calibration=False, blend_setting=setting)
+    eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False, namespace="acme")
+    assert eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False, namespace="acme").stats.docs_hit == 3
+    other = eng.generate(messages(), max_new_tokens=2, use_prefix_cache=False, namespace="globex").stats
+    assert other.docs_hit == 0 and not other.approximate
+    shared = engine(lm, calibration=False, blend_setting=setting, share_kv_across_namespaces=True)
+    shared.generate(messages(), max_new_tokens=2, use_prefix_cache=False, namespace="acme")
+    assert shared.generate(messages(), max_new_tokens=2, use_prefix_cache=False, namespace="globex").stats.docs_hit == 3
+
+
 def test_sink_setting_shares_chunks_across_system_prompts(lm):
     sink = BlendSetting(recompute_ratio=0.2)
     eng = engine(lm, calibration=record(lm, sink))

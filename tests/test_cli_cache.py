@@ -34,7 +34,7 @@ def populated(tmp_path, monkeypatch):
     base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
     cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV on disk
 
-    def generate(self, layout, *, max_new_tokens, temperature):
+    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
         q = layout.question
         return BackendResult(f"answer to [{q}]", "model", CacheUsage.local(prompt_tokens=5))
 
