@@ -24,6 +24,7 @@ persist under ``$RAGCACHE_HOME`` (the store ``ragcache ask`` uses); ``path=None`
 from __future__ import annotations
 
 import ast
+import json
 import asyncio
 import time
 import uuid
@@ -151,16 +152,22 @@ class RagCacheSemanticCache(BaseCache):
         ``max_output_tokens`` among its parameters: LangChain's ``str(sorted(params.items()))``, after
         the serialised model and ``---`` for a serialisable one), or ``None``. An answer cut at its budget
         is served only to that budget."""
-        tail = llm_string.rsplit("---", 1)[-1]
+        head, _, tail = llm_string.rpartition("---")
         try:
             pairs = ast.literal_eval(tail) if tail.startswith("[") else None
             params = dict(pairs) if isinstance(pairs, list) else {}
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
-        for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
-            v = params.get(k)
-            if isinstance(v, int) and not isinstance(v, bool):
-                return v
+        try:  # a serialisable model (ChatAnthropic, ChatOpenAI): its constructor kwargs hold the budget
+            model = json.loads(head) if head.startswith("{") else {}
+            kwargs = model.get("kwargs") if isinstance(model, dict) else None
+        except (ValueError, RecursionError):
+            kwargs = None
+        for source in (params, kwargs if isinstance(kwargs, dict) else {}):
+            for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
+                v = source.get(k)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    return v
         return None
 
     # ------------------------------------------------------------------ BaseCache

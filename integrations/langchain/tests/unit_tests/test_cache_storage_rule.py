@@ -140,3 +140,21 @@ def test_a_plain_completion_generation_without_a_reason_is_finished():
     assert finish_reason_of(Generation(text="x")) == "stop"
     assert finish_reason_of(Generation(text="x", generation_info={"finish_reason": "length"})) == "length"
     assert finish_reason_of(Generation(text="x", generation_info={"finish_reason": None})) == "incomplete"
+
+
+@pytest.mark.parametrize("budget", [4, 64, 1024])
+def test_the_budget_is_read_from_a_serialisable_models_kwargs(budget):
+    """ChatAnthropic / ChatOpenAI write their parameters into the serialised model before ``---``, not
+    into the parameter list after it: the budget of a cut answer is found there too (else a cut answer
+    stored with ``cache_truncated`` could never be served)."""
+    from langchain_anthropic import ChatAnthropic
+    from langchain_openai import ChatOpenAI
+
+    from langchain_ragcache import RagCacheSemanticCache
+
+    for llm in (ChatAnthropic(model="claude-sonnet-4-6", api_key="k", max_tokens=budget),
+                ChatOpenAI(model="gpt-4o-mini", api_key="k", max_tokens=budget)):
+        assert RagCacheSemanticCache.budget(llm._get_llm_string()) == budget
+    assert RagCacheSemanticCache.budget("[('max_tokens', 7), ('stop', None)]") == 7
+    assert RagCacheSemanticCache.budget('{"kwargs": {"temperature": 0}}---[]') is None
+    assert RagCacheSemanticCache.budget("not json---[('stop', None)]") is None
