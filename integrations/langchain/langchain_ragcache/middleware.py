@@ -237,7 +237,7 @@ def _strip_markers(content: Any) -> Any:
 
 def _mark(content: Any, cc: Mapping[str, str], code_ids: frozenset[str] = frozenset()) -> Any | None:
     """Content with ``cache_control`` on its last non-empty text or tool-result block that can carry
-    it (:func:`ragcache.anthropic.blocks.carries_marker`: never a code-execution tool result), or
+    it (:func:`ragcache.providers.anthropic.blocks.carries_marker`: never a code-execution tool result), or
     None if there is none."""
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     for i in range(len(blocks) - 1, -1, -1):

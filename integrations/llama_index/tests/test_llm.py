@@ -15,7 +15,7 @@ from llama_index.llms.ragcache import RagCacheLLM, to_engine_messages, to_layout
 
 from ragcache.layout import PromptLayout
 
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 
 DOCS = [

@@ -176,7 +176,7 @@ class RagCacheLLM(LLM):
                  **kwargs: Any) -> None:
         if engine is None:
             from ragcache.config import Config
-            from ragcache.engine.chunk_cache import ChunkCache
+            from ragcache.engine.chunk.cache import ChunkCache
             from ragcache.engine.engine import LocalEngine
 
             cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
