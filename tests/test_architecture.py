@@ -644,7 +644,7 @@ def test_same_messages_same_kinds_through_every_adapter(case):
 
 
 def test_from_messages_rule_and_errors():
-    from ragcache.layout import CACHE_POINT, Segment
+    from ragcache.prompt.layout import CACHE_POINT, Segment
 
     lay = PromptLayout.from_messages([{"role": "user", "content": ["d1", CACHE_POINT, "as of 09:14", "q?"]}])
     assert [b.kind for b in lay.blocks()] == ["document", "volatile", "question"]

@@ -15,7 +15,7 @@ from ragcache.backend import BackendResult
 from ragcache.config import Config
 
 if TYPE_CHECKING:
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
 log = logging.getLogger(__name__)
 
