@@ -29,10 +29,10 @@ _EXPORTS = {
     "BackendResult": "ragcache.backend",
     "CacheUsage": "ragcache.backend",
     "Layer": "ragcache.backend",
-    "Block": "ragcache.layout",
-    "PromptLayout": "ragcache.layout",
-    "Segment": "ragcache.layout",
-    "as_document": "ragcache.layout",
+    "Block": "ragcache.prompt.layout",
+    "PromptLayout": "ragcache.prompt.layout",
+    "Segment": "ragcache.prompt.layout",
+    "as_document": "ragcache.prompt.layout",
     "SemanticCache": "ragcache.semantic",
     "PartitionKey": "ragcache.semantic",
     "partition_key": "ragcache.semantic",
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
     from ragcache.engine.engine import LocalEngine
-    from ragcache.layout import Block, PromptLayout, Segment, as_document
+    from ragcache.prompt.layout import Block, PromptLayout, Segment, as_document
     from ragcache.models import load_embedder, load_model
     from ragcache.providers.openai import OpenAIBackend
     from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request

@@ -1,7 +1,7 @@
 """The one record every layer and entry point shares: what served an answer and what it cost.
 
 A backend (the local engine, Anthropic, an OpenAI-compatible server) answers a
-:class:`~ragcache.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
+:class:`~ragcache.prompt.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
 :class:`CacheUsage`. The pipeline builds an :class:`~ragcache.pipeline.Answer` on them, and the
 LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. Nothing
 here imports the rest of ragcache.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
 Layer = Literal["semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider"]
 """Which layer served an answer: ``semantic`` (a stored answer, no model call); for the local

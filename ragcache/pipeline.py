@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ragcache.answering import Answer, AnswerPath
 from ragcache.config import Config
 from ragcache.backend import AsyncBackend, Backend, BackendResult
-from ragcache.layout import LintMode, PromptLayout
+from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.text_checks import checked_question
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class RagCache:
     # -- step 1 ----------------------------------------------------------------------------------
     def layout(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
                tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None) -> PromptLayout:
-        """The stable-first layout of one request (see :class:`ragcache.layout.PromptLayout`)."""
+        """The stable-first layout of one request (see :class:`ragcache.prompt.layout.PromptLayout`)."""
         return PromptLayout.build(question=question, system=self.system if system is None else system,
                                   tools=tools, documents=documents, history=history, volatile=volatile,
                                   doc_order=self.doc_order, lint=self.lint)  # type: ignore[arg-type]
@@ -162,7 +162,7 @@ class RagCache:
         """Lay out a request and compute its partition key.
 
         ``documents``: strings, dicts with ``text``/``id``/``metadata``, layout Segments, LangChain
-        Documents or LlamaIndex nodes (:func:`ragcache.layout.as_document`). ``document_ids``: more
+        Documents or LlamaIndex nodes (:func:`ragcache.prompt.layout.as_document`). ``document_ids``: more
         ids that ``SemanticCache.invalidate`` should accept for this answer (source document ids
         that are not rendered into the prompt).
 

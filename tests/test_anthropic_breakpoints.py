@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, RequestError, check_breakpoints, flatten_request, prefix_hashes
 from ragcache.providers.anthropic.breakpoints import add_breakpoints, layout_request
 from ragcache.server.cache_rules import ProviderPromptCache

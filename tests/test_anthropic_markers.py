@@ -10,7 +10,7 @@ import pytest
 
 from ragcache.providers.anthropic import AnthropicCaching, PromptCacheWarning, add_breakpoints
 from ragcache.providers.anthropic.blocks import check_breakpoints, flatten_request, prefix_hashes
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.breakpoints import layout_request
 from ragcache.server.cache_rules import ProviderPromptCache
 

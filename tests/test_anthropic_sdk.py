@@ -10,7 +10,7 @@ anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("starlette")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
-from ragcache.layout import PromptLayout  # noqa: E402
+from ragcache.prompt.layout import PromptLayout  # noqa: E402
 from ragcache.testing import tiny_llama  # noqa: E402
 from ragcache.providers.anthropic.backend import AnthropicBackend  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402

@@ -16,7 +16,7 @@ from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.layout import PromptLayout  # noqa: E402
+from ragcache.prompt.layout import PromptLayout  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
 from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
 

@@ -97,7 +97,7 @@ def test_a_paraphrase_hit_through_the_cli_reads_a_few_synsets(home, tiny_dir, tm
     from typer.testing import CliRunner
 
     from ragcache.app.cli import app
-    from ragcache.semantic.lexicon import Lexicon
+    from ragcache.semantic.decision.lexicon import Lexicon
 
     notes = tmp_path / "notes"
     notes.mkdir()

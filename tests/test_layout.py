@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from ragcache.layout import (
+from ragcache.prompt.layout import (
     PromptLayout,
     Segment,
     render_document,
 )
 from ragcache.app.lint import run_lint as lint_cli
-from ragcache.volatile import find_volatile, first_divergence, move_volatile
+from ragcache.prompt.volatile import find_volatile, first_divergence, move_volatile
 
 DOCS = [
     {"id": "b", "text": "Bees make honey.", "metadata": {"source": "wiki", "lang": "en"}},

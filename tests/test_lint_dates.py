@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from ragcache.layout import PromptLayout
-from ragcache.volatile import (
+from ragcache.prompt.layout import PromptLayout
+from ragcache.prompt.volatile import (
     PossiblyVolatileDate,
     VolatileTextMoved,
     find_volatile,

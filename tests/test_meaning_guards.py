@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.guards import DIFFERENT_QUESTION, GuardSet
+from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet
 from ragcache.semantic.text import normalize_question
 
 BOUND = [
@@ -132,8 +132,8 @@ SAMPLES = [*(p for ps in KINDS.values() for p in ps), *PARAPHRASES,
 
 
 def test_vetoes_are_a_superset_of_the_guards_different_question_findings(embedder):
-    from ragcache.semantic.features import guard_findings
-    from ragcache.semantic.verifier import default_verifier
+    from ragcache.semantic.decision.features import guard_findings
+    from ragcache.semantic.decision.verifier import default_verifier
 
     v = default_verifier(embedder)
     assert v is not None

@@ -78,7 +78,7 @@ def _lc_doc(text, id):
 ])
 def test_two_documents_with_one_id_and_different_text_are_refused(make):
     from ragcache import RagCache
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
     from ragcache.testing import HashingEmbedder
 
     docs = [make("Backups run at 02:00 UTC.", "ops#1"), make("Deploys go out on Tuesdays.", "ops#2"),

@@ -52,7 +52,7 @@ def test_ask_help_states_the_real_default_threshold():
     r = runner.invoke(app, ["ask", "--help"], env={"COLUMNS": "400"})
     assert r.exit_code == 0
     text = " ".join(r.output.split())
-    from ragcache.semantic.verifier import load_head
+    from ragcache.semantic.decision.verifier import load_head
 
     assert f"$RAGCACHE_THRESHOLD, else the decider's gate: {load_head().floor:.2f} with the learned verifier, " \
            f"{DEFAULT_THRESHOLD:.2f} with the guards alone" in text, text

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
+from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.flight import flight_key
-from ragcache.semantic.guards import GuardSet
 from ragcache.semantic.text import exact_form, normalize_question
 from ragcache.testing import HashingEmbedder
 
@@ -148,7 +148,7 @@ def test_case_without_meaning_passes_the_symbol_guard(a, b):
 
 
 def test_the_learned_verifier_serves_no_same_words_pair():
-    from ragcache.semantic.verifier import LearnedVerifier, load_head
+    from ragcache.semantic.decision.verifier import LearnedVerifier, load_head
 
     head = load_head()
     v = LearnedVerifier(EMB, head)

@@ -9,7 +9,7 @@ from pathlib import Path
 from ragcache.app.bench.semantic import OWN_KINDS
 from ragcache.app.bench.semantic_split import HELDOUT_SHARE, changes, part_scores, split
 from ragcache.app.bench.semantic_stream import add_kind_rows, clusters
-from ragcache.semantic.guards import GuardSet
+from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.text import normalize_question
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,7 +48,7 @@ def test_exact_repeat_scores_one_and_threshold_one_is_exact_only(cache):
 
 
 def test_threshold_convention_is_inclusive_and_override_is_used(cache):
-    from ragcache.semantic.guards import GuardSet
+    from ragcache.semantic.decision.guards import GuardSet
 
     # the convention, with the guards alone (the learned verifier refuses this pair at cosine 0.52)
     cache = SemanticCache(embedder=cache.embedder, guards=GuardSet.default(), threshold=FAQ_THRESHOLD)
@@ -62,7 +62,7 @@ def test_threshold_convention_is_inclusive_and_override_is_used(cache):
 
 
 def test_sync_and_async_agree(cache):
-    from ragcache.semantic.guards import GuardSet
+    from ragcache.semantic.decision.guards import GuardSet
 
     # sync and async must agree whatever decides; with the guards alone the first query hits
     cache = SemanticCache(embedder=cache.embedder, guards=GuardSet.default(), threshold=FAQ_THRESHOLD)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ragcache.app.cli import app
-from ragcache.semantic.calibration import (
+from ragcache.semantic.decision.calibration import (
     calibrate_pairs,
     head_digest,
     load_record,
@@ -19,7 +19,7 @@ from ragcache.semantic.calibration import (
     save_record,
     wilson_lower,
 )
-from ragcache.semantic.verifier import load_head
+from ragcache.semantic.decision.verifier import load_head
 
 runner = CliRunner()
 
@@ -106,7 +106,7 @@ def test_cli_refuses_too_few_pairs_before_loading_a_model(tmp_path):
 @pytest.mark.slow
 def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     from ragcache.semantic import SemanticCache
-    from ragcache.semantic.calibration import SemanticCalibration
+    from ragcache.semantic.decision.calibration import SemanticCalibration
     from ragcache.semantic.embedding import resolve_embedder
 
     from ragcache.home import Home

@@ -1,6 +1,6 @@
 """The user-set error bound (``max_error``): vCache's per-entry thresholds learned online.
 
-Pure functions of :mod:`ragcache.semantic.vcache`; the cache on a synthetic stream whose truth is
+Pure functions of :mod:`ragcache.semantic.decision.vcache`; the cache on a synthetic stream whose truth is
 known (the observed error among hits stays under the bound); explorations never hit and are
 counted; the per-entry state survives reopen in SQLite and PostgreSQL; bad arguments.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from ragcache.semantic import SemanticCache
-from ragcache.semantic import vcache as V
-from ragcache.semantic.bound import make_equivalence, normalize_answer
+from ragcache.semantic.decision import vcache as V
+from ragcache.semantic.decision.bound import make_equivalence, normalize_answer
 
 DIM = 32
 _Q = re.compile(r"topic (\d+) form (\d+)")

@@ -3,7 +3,11 @@
 import pytest
 
 from ragcache.semantic import GuardSet, normalize_question
-from ragcache.semantic.guards import DirectionGuard, SubstitutionGuard, VerifierGuard
+from ragcache.semantic.decision.guards import (
+    DirectionGuard,
+    SubstitutionGuard,
+    VerifierGuard,
+)
 
 GS = GuardSet.default()
 
@@ -93,7 +97,7 @@ def test_substitution_synonyms_are_configurable():
 
 
 def test_entity_guard_reads_quotes_not_apostrophes():
-    from ragcache.semantic.guards import EntityGuard
+    from ragcache.semantic.decision.guards import EntityGuard
 
     g = EntityGuard()
     assert g.check("What's the largest file I'm allowed to upload?", "What's the biggest file I'm allowed to upload?") is None

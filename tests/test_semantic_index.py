@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ragcache.semantic.index import PartitionIndex
-from ragcache.semantic.speller import PartitionSpeller
+from ragcache.semantic.decision.speller import PartitionSpeller
+from ragcache.semantic.stores.index import PartitionIndex
 from ragcache.testing import HashingEmbedder
 
 

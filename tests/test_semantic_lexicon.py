@@ -3,7 +3,7 @@
 import pytest
 
 from ragcache.app.bench.lexicon import full_parse
-from ragcache.semantic.lexicon import _RULES, POS, Lexicon, LexiconUnavailable, lexicon, wordnet_dir
+from ragcache.semantic.decision.lexicon import _RULES, POS, Lexicon, LexiconUnavailable, lexicon, wordnet_dir
 
 
 @pytest.fixture(scope="module")

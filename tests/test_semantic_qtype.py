@@ -7,7 +7,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ragcache.semantic import GuardSet, SemanticCache, normalize_question, partition_key
-from ragcache.semantic.qtype import compatible, question_type
+from ragcache.semantic.decision.qtype import compatible, question_type
 
 TYPES = [
     ("Who founded the Acme company?", "who"),
@@ -115,7 +115,7 @@ def test_cache_misses_other_type_with_minilm(embedder, a, b):
     ("How much does a monthly pass cost?", "What is the price of a monthly pass?"),
 ])
 def test_cache_hits_paraphrase_keeping_type_with_minilm(embedder, a, b):
-    from ragcache.semantic.guards import GuardSet
+    from ragcache.semantic.decision.guards import GuardSet
 
     pk = partition_key(namespace="qtype", model="m")
     # the type guard lets these through; the guards alone decide here (the learned verifier, the

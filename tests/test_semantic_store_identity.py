@@ -170,7 +170,7 @@ def test_snapshot_not_matching_sqlite_is_rebuilt(tmp_path, caplog, damage):
         _filled(x, QS_X, "x")  # a new database: ids 1..5 again, the snapshot left from y
         shutil.copy(y / "index" / snap.name, snap)
     else:
-        from ragcache.semantic.index import PartitionIndex
+        from ragcache.semantic.stores.index import PartitionIndex
 
         idx = PartitionIndex.from_bytes(snap.read_bytes(), EMB.dim)
         ids, vecs = idx.vectors()

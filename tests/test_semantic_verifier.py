@@ -9,10 +9,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ragcache.semantic.guards import GuardSet, NumberGuard
-from ragcache.semantic.order_guards import SubstitutionGuard
-from ragcache.semantic.qtype import QuestionFocusGuard, question_focus
-from ragcache.semantic.verifier import VerifierHead, fit_logistic, load_head
+from ragcache.semantic.decision.guards import GuardSet, NumberGuard
+from ragcache.semantic.decision.order_guards import SubstitutionGuard
+from ragcache.semantic.decision.qtype import QuestionFocusGuard, question_focus
+from ragcache.semantic.decision.verifier import VerifierHead, fit_logistic, load_head
 
 # ------------------------------------------------------------------ guard fixes (no model)
 
@@ -157,7 +157,7 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def verifier(embedder):
-    from ragcache.semantic.verifier import default_verifier
+    from ragcache.semantic.decision.verifier import default_verifier
 
     v = default_verifier(embedder)
     assert v is not None, "the packaged embedder must get the learned verifier"

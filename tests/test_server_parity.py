@@ -166,7 +166,7 @@ def test_from_openai(usage, expect):
 def test_an_uncached_openai_compatible_call_is_provider_everywhere(url):
     """The same uncached call through the OpenAI backend, the LangChain callbacks and the
     LlamaIndex backend gets one label: ``provider`` (never ``model``, the local engine's label)."""
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
     from ragcache.providers.openai.backend import OpenAIBackend
 
     usage = {"prompt_tokens": 30, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}}

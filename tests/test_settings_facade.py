@@ -48,7 +48,7 @@ def test_every_record_path_goes_through_the_home(tmp_path):
     from ragcache.engine.calibration import calibration_path
     from ragcache.engine.decode_cache import decode_check_path
     from ragcache.models import digest_cache_file
-    from ragcache.semantic.calibration import record_path
+    from ragcache.semantic.decision.calibration import record_path
 
     h = Home(tmp_path)
     for path in (calibration_path("a" * 64, h), decode_check_path("a" * 64, "tag", tmp_path),
@@ -101,7 +101,7 @@ def test_the_app_layer_passes_the_same_settings_down(monkeypatch, tmp_path, tiny
 def test_the_wordnet_folder_is_passed_not_read(tmp_path):
     from importlib import import_module
 
-    lx = import_module("ragcache.semantic.lexicon")  # the package exports a function of the same name
+    lx = import_module("ragcache.semantic.decision.lexicon")  # the package exports a function of the same name
     real = lx.wordnet_dir()
     copy = tmp_path / "wordnet"
     copy.mkdir()

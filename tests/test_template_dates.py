@@ -14,7 +14,7 @@ from ragcache.engine import prompt as prompt_mod
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.prompt import DEFAULT_TEMPLATE_DATE, render_messages, resolve_template_date
 from ragcache.models import LoadedModel, embedded_model_dir
-from ragcache.volatile import first_divergence
+from ragcache.prompt.volatile import first_divergence
 
 # Llama 3.x style: "Cutting Knowledge Date / Today Date" in the system header, even without a
 # system message; date_string from strftime_now when the caller gives none (3.2 and later).

@@ -5,7 +5,7 @@ a ValueError that names the problem and the fix, and nothing already cached is t
 import pytest
 
 from ragcache import ChunkCache, LocalBackend, LocalEngine, RagCache, SemanticCache
-from ragcache.chat_turns import split_messages
+from ragcache.prompt.chat_turns import split_messages
 from ragcache.semantic.text import normalize_question
 from ragcache.text_checks import check_encodable, checked_question, is_blank
 

@@ -18,7 +18,7 @@ from ragcache import (
     partition_key,
 )
 from ragcache.providers.openai import OpenAIBackend
-from ragcache.semantic.checks import (
+from ragcache.semantic.decision.checks import (
     check_count,
     check_path,
     check_threshold,

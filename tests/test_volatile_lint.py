@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ragcache.app.bench.lint import evaluate, load_prompts, markdown_table
-from ragcache.layout import PromptLayout
-from ragcache.volatile import (
+from ragcache.prompt.layout import PromptLayout
+from ragcache.prompt.volatile import (
     PossiblyVolatileDate,
     VolatileTextMoved,
     find_volatile,

@@ -1,6 +1,6 @@
 """Read and prune a persisted semantic answer cache without loading an embedder.
 
-SQLite is the semantic cache's source of truth (:mod:`ragcache.semantic.store`): its FAISS
+SQLite is the semantic cache's source of truth (:mod:`ragcache.semantic.stores.store`): its FAISS
 snapshots are checked against SQLite's ids when a cache opens, and rows removed here are
 dropped from the snapshot then. So ``ragcache cache ls|show|evict`` work on the database
 directly, in one transaction each. A process that has the cache open (``ragcache serve``)
@@ -18,8 +18,8 @@ from typing import Any
 
 from ragcache.provenance import PROVENANCE_KEY, Provenance
 
-DB_NAME = "semantic.sqlite3"  # ragcache.semantic.store.DB_NAME (not imported: that pulls in FAISS)
-BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.budget.META_KEY (not imported, as above)
+DB_NAME = "semantic.sqlite3"  # ragcache.semantic.stores.store.DB_NAME (not imported: that pulls in FAISS)
+BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.decision.budget.META_KEY (not imported, as above)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
 def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float = 0.95, embedder: str | None = None,
                   save: bool = True, home: str | None = None, console: Console | None = None) -> Any:
     """``ragcache calibrate semantic``: fit the learned verifier's threshold to labelled pairs
-    (:func:`ragcache.semantic.calibration.calibrate_pairs`), print it and record it for the embedder.
+    (:func:`ragcache.semantic.decision.calibration.calibrate_pairs`), print it and record it for the embedder.
 
     Raises:
         ValueError: bad pairs file, too few pairs for the confidence rule (the message says how
@@ -106,9 +106,9 @@ def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float 
     """
     from ragcache.app.verifier_data import read_pairs
     from ragcache.config import Config
-    from ragcache.semantic.calibration import calibrate_pairs, check_enough, record_path, save_record, z_of
+    from ragcache.semantic.decision.calibration import calibrate_pairs, check_enough, record_path, save_record, z_of
+    from ragcache.semantic.decision.verifier import LearnedVerifier, load_head
     from ragcache.semantic.embedding import resolve_embedder
-    from ragcache.semantic.verifier import LearnedVerifier, load_head
 
     if not 0.0 < precision < 1.0:
         raise ValueError(f"--precision must be in (0, 1), got {precision}")

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ragcache.app.verifier_data import featurize, precision_recall, qqp_splits, read_pairs
-from ragcache.semantic.features import FEATURE_NAMES, GUARD_FEATURES
+from ragcache.semantic.decision.features import FEATURE_NAMES, GUARD_FEATURES
 
 HEAD_PATH = Path(__file__).resolve().parents[1] / "semantic" / "data" / "verifier_minilm.json"
 FIT_PAIRS = Path(__file__).resolve().parents[2] / "tests" / "data" / "verifier_fit_pairs.jsonl"
@@ -70,7 +70,7 @@ def features(sets: dict[str, list[dict[str, Any]]], cache: Path | None) -> dict[
 
 def refresh_text_features(rows: list[dict[str, Any]], x: np.ndarray) -> np.ndarray:
     """``x`` with every feature after the embedding ones recomputed from the texts (cheap)."""
-    from ragcache.semantic.features import EMBEDDING_FEATURES, feature_guards, guard_findings, text_features
+    from ragcache.semantic.decision.features import EMBEDDING_FEATURES, feature_guards, guard_findings, text_features
     from ragcache.semantic.text import normalize_question
 
     guards = feature_guards()
@@ -84,23 +84,23 @@ def refresh_text_features(rows: list[dict[str, Any]], x: np.ndarray) -> np.ndarr
 def _digest(rows: list[dict[str, Any]]) -> str:
     import hashlib
 
-    from ragcache.semantic.features import FEATURE_NAMES
+    from ragcache.semantic.decision.features import FEATURE_NAMES
 
     return hashlib.sha256(json.dumps([FEATURE_NAMES, [(r["a"], r["b"], r["same"]) for r in rows]]).encode()).hexdigest()
 
 
 def _default_vetoes() -> tuple[str, ...]:
-    from ragcache.semantic.features import GUARD_FEATURES
-    from ragcache.semantic.guards import DIFFERENT_QUESTION
+    from ragcache.semantic.decision.features import GUARD_FEATURES
+    from ragcache.semantic.decision.guards import DIFFERENT_QUESTION
 
     return tuple(g for g in DIFFERENT_QUESTION if g in GUARD_FEATURES)
 
 
 DEFAULT_VETOES: tuple[str, ...] = _default_vetoes()
 """Guards that refuse outright by default while fitting: the "different question" guards
-(:data:`ragcache.semantic.guards.DIFFERENT_QUESTION`, the one list) that are features too (the
+(:data:`ragcache.semantic.decision.guards.DIFFERENT_QUESTION`, the one list) that are features too (the
 substitution guard is a feature only). At run time the verifier vetoes on every guard of that list
-(:attr:`~ragcache.semantic.verifier.LearnedVerifier.veto_names`), feature or not."""
+(:attr:`~ragcache.semantic.decision.verifier.LearnedVerifier.veto_names`), feature or not."""
 
 TIE = 0.005
 """Choose-split precisions closer than this (3 hits in 600) count as equal; the hard-pair recall decides."""
@@ -120,7 +120,7 @@ def choose_threshold(p_choose: np.ndarray, y_choose: np.ndarray, p_hard: np.ndar
 
 
 def blank_head(floor: float, vetoes: tuple[str, ...]) -> Any:
-    from ragcache.semantic.verifier import VerifierHead
+    from ragcache.semantic.decision.verifier import VerifierHead
 
     n = len(FEATURE_NAMES)
     return VerifierHead(FEATURE_NAMES, np.zeros(n), np.ones(n), np.zeros(n), 0.0, 0.5, floor, vetoes, "all-MiniLM-L6-v2")
@@ -130,7 +130,7 @@ def fit(feats: dict[str, tuple[np.ndarray, np.ndarray]], *, floors: list[float],
         min_recall: float, vetoes: tuple[str, ...], l2: float, drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """Fit and choose (module docstring). Returns the head and every measured figure. ``drop``:
     feature names left out (their columns zeroed; a dropped guard is no veto either), for ablations."""
-    from ragcache.semantic.verifier import VerifierHead, fit_logistic
+    from ragcache.semantic.decision.verifier import VerifierHead, fit_logistic
 
     if drop:
         cols = [FEATURE_NAMES.index(n) for n in drop]
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             "vetoes": tuple(v for v in a.vetoes.split(",") if v), "l2": a.l2}
     res = fit(feats, **opts)
     from ragcache.atomic import atomic_write_json
-    from ragcache.semantic.verifier import VerifierHead
+    from ragcache.semantic.decision.verifier import VerifierHead
 
     if a.ablation is not None:
         table = ablation(feats, **opts)

@@ -3,7 +3,7 @@
 Reads a JSON file holding a chat messages list or a request object (Anthropic
 style ``{"system", "tools", "messages"}``, or OpenAI style with ``system``
 messages). It reports volatile text (dates, times, weekdays, UUIDs,
-request ids, counters) found by :func:`ragcache.volatile.find_volatile`: certainly
+request ids, counters) found by :func:`ragcache.prompt.volatile.find_volatile`: certainly
 volatile text (an id, a timestamp, a date or time after a "now" cue) in the system
 text and tools is an error (it changes the prefix every request); text that may be
 fixed (a date in a rule, "Friday") and anything in the document blocks of the final
@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragcache.app.output import clean, error, say
-from ragcache.volatile import find_volatile, first_divergence, word_tokens
+from ragcache.prompt.volatile import find_volatile, first_divergence, word_tokens
 from ragcache.providers.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
 

@@ -15,7 +15,7 @@ from ragcache.backend import BackendResult
 from ragcache.config import Config
 
 if TYPE_CHECKING:
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
     else the persistent :class:`~ragcache.semantic.SemanticCache` under ``cfg.answers_dir`` (``path=None``:
     in memory). Its guards read WordNet from ``cfg.wordnet_dir`` and a calibration record from ``cfg.paths``."""
     from ragcache.semantic import SemanticCache
-    from ragcache.semantic.lexicon import use_wordnet_dir
+    from ragcache.semantic.decision.lexicon import use_wordnet_dir
 
     use_wordnet_dir(cfg.wordnet_dir)
     if cfg.semantic_url and path == "default":

@@ -90,7 +90,11 @@ def featurize(rows: Sequence[dict[str, Any]], embedder: Any, *, batch: int = 64)
     """``(features [n, len(FEATURE_NAMES)], labels [n])`` for pairs, as the cache computes them at
     lookup (normalised questions, :func:`~ragcache.semantic.text.embed_form` embedded, token states
     from ``embedder``, a :class:`~ragcache.semantic.embedding.QuestionEmbedder`)."""
-    from ragcache.semantic.features import feature_guards, guard_findings, pair_features
+    from ragcache.semantic.decision.features import (
+        feature_guards,
+        guard_findings,
+        pair_features,
+    )
     from ragcache.semantic.text import embed_form, normalize_question
 
     norm = {q: normalize_question(q) for r in rows for q in (r["a"], r["b"])}

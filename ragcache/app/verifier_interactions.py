@@ -4,7 +4,7 @@
 
 Siamese classifiers (InferSent, Conneau et al., EMNLP 2017, section 3.2) read a pair through
 ``u * v`` and ``|u - v|`` of the two sentence vectors. This refits the verifier's logistic head
-(:func:`ragcache.semantic.verifier.fit_logistic`, the same gate, hard vetoes and hard-pair weight as
+(:func:`ragcache.semantic.decision.verifier.fit_logistic`, the same gate, hard vetoes and hard-pair weight as
 :mod:`ragcache.app.fit_verifier`) on its 19 features alone, plus ``u * v`` (384 more), plus both
 (768 more), at several L2 penalties, and for each picks the threshold of highest ``choose``-split
 precision with ``choose`` recall >= 0.30 and hard-pair precision >= 0.99; only then is the
@@ -66,7 +66,7 @@ def study(sets: dict[str, list[dict[str, Any]]], feats: dict[str, tuple[np.ndarr
           vec: dict[str, np.ndarray], *, floor: float = 0.80, l2s: tuple[float, ...] = (0.3, 30.0, 300.0, 3000.0),
           hard_weight: float = 2.0, min_recall: float = 0.30) -> list[dict[str, Any]]:
     """One row per (inputs, L2): the chosen threshold's choose / hard / held-out precision and recall."""
-    from ragcache.semantic.verifier import fit_logistic
+    from ragcache.semantic.decision.verifier import fit_logistic
 
     rows = []
     for name, kind in KINDS.items():

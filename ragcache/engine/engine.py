@@ -40,13 +40,13 @@ from ragcache.engine.records import ContextWindowError, Generation, PrefillResul
 from ragcache.engine.reuse import PrefillRate
 from ragcache.engine.keys import EngineKeys
 from ragcache.engine.windowed import kv_reuse_blocker
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 from ragcache.limits import check_recompute_ratio, context_window_of
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 PromptSource = PromptLayout | Prompt | str | Sequence[Mapping[str, Any]] | Sequence[int]
 """What :meth:`LocalEngine.build_prompt` renders: a layout, a built prompt, one user turn, chat
-messages (:meth:`~ragcache.layout.PromptLayout.from_messages`) or token ids."""
+messages (:meth:`~ragcache.prompt.layout.PromptLayout.from_messages`) or token ids."""
 
 log = logging.getLogger(__name__)
 

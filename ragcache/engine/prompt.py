@@ -30,7 +30,7 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from ragcache.layout import Block
+    from ragcache.prompt.layout import Block
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +178,14 @@ class Prompt:
 def render_messages(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
                     template_date: TemplateDate | None = None) -> Prompt:
     """Render chat ``messages`` with the tokenizer's chat template into tokenised pieces: the
-    messages' layout (:meth:`ragcache.layout.PromptLayout.from_messages`, the one rule for which
+    messages' layout (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`, the one rule for which
     text is system, history, document, volatile or question) rendered by :func:`render_blocks`.
 
     Raises:
-        ValueError: as :meth:`~ragcache.layout.PromptLayout.from_messages` (empty list, unknown role,
+        ValueError: as :meth:`~ragcache.prompt.layout.PromptLayout.from_messages` (empty list, unknown role,
             non-text content, no question).
     """
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
     return render_blocks(tokenizer, PromptLayout.from_messages(messages).blocks(),
                          add_generation_prompt=add_generation_prompt, template_date=template_date)
@@ -193,7 +193,7 @@ def render_messages(tokenizer: Any, messages: Sequence[Mapping[str, Any]], *, ad
 
 def render_blocks(tokenizer: Any, blocks: Sequence[Block], *, add_generation_prompt: bool = True,
                   template_date: TemplateDate | None = None) -> Prompt:
-    """Render :meth:`ragcache.layout.PromptLayout.blocks` with the chat template.
+    """Render :meth:`ragcache.prompt.layout.PromptLayout.blocks` with the chat template.
 
     Consecutive blocks of one role form one message (joined by :data:`DOC_SEPARATOR`; each history
     block is a message of its own); every block becomes a piece of its own kind, tokenised on its
@@ -239,15 +239,15 @@ def render_blocks(tokenizer: Any, blocks: Sequence[Block], *, add_generation_pro
 
 
 def document_token_ids(tokenizer: Any, document: Any) -> list[int]:
-    """The token ids a document has in every prompt: its :func:`ragcache.layout.render_document`
+    """The token ids a document has in every prompt: its :func:`ragcache.prompt.layout.render_document`
     bytes (``<document id=...>`` wrapper included), tokenised on their own without special tokens,
     exactly as :func:`render_blocks` tokenises a document piece. ``document``: anything
-    :func:`ragcache.layout.as_document` takes. Chunk-cache keys hash these ids.
+    :func:`ragcache.prompt.layout.as_document` takes. Chunk-cache keys hash these ids.
 
     Raises:
-        ValueError: a document :func:`~ragcache.layout.as_document` cannot read.
+        ValueError: a document :func:`~ragcache.prompt.layout.as_document` cannot read.
     """
-    from ragcache.layout import as_document, render_document
+    from ragcache.prompt.layout import as_document, render_document
 
     return list(tokenizer.encode(render_document(as_document(document)), add_special_tokens=False))
 
@@ -267,14 +267,14 @@ def raw_prompt(tokenizer: Any, text: str) -> Prompt:
 
 
 def build_prompt(tokenizer: Any, source: Any, *, template_date: TemplateDate | None = None) -> Prompt:
-    """Render a :class:`~ragcache.layout.PromptLayout` (its :meth:`~ragcache.layout.PromptLayout.blocks`),
+    """Render a :class:`~ragcache.prompt.layout.PromptLayout` (its :meth:`~ragcache.prompt.layout.PromptLayout.blocks`),
     a chat messages list, a plain string (one user turn) or a list of token ids (a :class:`Prompt`
     is returned as it is).
 
     Raises:
         ValueError: for empty or malformed input.
     """
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
     if isinstance(source, Prompt):
         return source

@@ -9,7 +9,7 @@ cosine ``>= threshold`` and every guard (numbers, negation, question type,
 antonyms, scope, entities, direction, substitution, optional verifier) to pass.
 A question longer than the embedder's window is matched exactly up to its last
 sentence (:mod:`ragcache.semantic.keying`); an answer cut at its token budget is
-not stored by default and never served to another budget (:mod:`ragcache.semantic.budget`).
+not stored by default and never served to another budget (:mod:`ragcache.semantic.decision.budget`).
 
     from ragcache.semantic import SemanticCache, partition_key
 
@@ -21,7 +21,7 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
         cache.store("How do I reset my password?", answer, partition=pk)
 """
 
-from ragcache.semantic.budget import AnswerBudget
+from ragcache.semantic.decision.budget import AnswerBudget
 from ragcache.semantic.cache import (
     DEFAULT_THRESHOLD,
     Candidate,
@@ -29,7 +29,7 @@ from ragcache.semantic.cache import (
     SemanticHit,
 )
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
-from ragcache.semantic.guards import (
+from ragcache.semantic.decision.guards import (
     ANTONYM_PAIRS,
     GUARD_REASONS,
     SCOPE_GROUPS,
@@ -45,13 +45,13 @@ from ragcache.semantic.guards import (
     SubstitutionGuard,
     VerifierGuard,
 )
-from ragcache.semantic.faiss_store import FaissAnswerStore
+from ragcache.semantic.stores.faiss_store import FaissAnswerStore
 from ragcache.semantic.keying import QuestionKey, question_key
-from ragcache.semantic.lexicon import Lexicon, LexiconUnavailable, lexicon
+from ragcache.semantic.decision.lexicon import Lexicon, LexiconUnavailable, lexicon
 from ragcache.semantic.partition import PartitionKey, partition_key, request_partition
-from ragcache.semantic.policy import SemanticPolicy
-from ragcache.semantic.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
-from ragcache.semantic.qtype import QuestionTypeGuard, question_type
+from ragcache.semantic.decision.policy import SemanticPolicy
+from ragcache.semantic.stores.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
+from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
 

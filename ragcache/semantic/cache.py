@@ -1,9 +1,9 @@
 """SemanticCache: the embedded semantic cache, :class:`SemanticPolicy` over FAISS + SQLite.
 
 The decision (keying, typo correction, budget, guards, statistics, single flight) is
-:class:`~ragcache.semantic.policy.SemanticPolicy`'s; the entries live in a
-:class:`~ragcache.semantic.faiss_store.FaissAnswerStore` (FAISS indexes in memory over one SQLite
-file), or in any :class:`~ragcache.semantic.protocol.VectorAnswerStore` given as ``answer_store=``.
+:class:`~ragcache.semantic.decision.policy.SemanticPolicy`'s; the entries live in a
+:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore` (FAISS indexes in memory over one SQLite
+file), or in any :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore` given as ``answer_store=``.
 :meth:`SemanticCache.from_url` opens the cache a URL names (:mod:`ragcache.semantic.urls`).
 """
 
@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragcache.semantic.bound import error_bound
-from ragcache.semantic.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_path,
+from ragcache.semantic.decision.bound import error_bound
+from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_path,
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
-from ragcache.semantic.faiss_store import FaissAnswerStore
-from ragcache.semantic.guards import GuardSet
-from ragcache.semantic.policy import SemanticPolicy, make_decider, reembedder
-from ragcache.semantic.protocol import VectorAnswerStore
+from ragcache.semantic.stores.faiss_store import FaissAnswerStore
+from ragcache.semantic.decision.guards import GuardSet
+from ragcache.semantic.decision.policy import SemanticPolicy, make_decider, reembedder
+from ragcache.semantic.stores.protocol import VectorAnswerStore
 from ragcache.semantic.records import Candidate, SemanticHit
 
 __all__ = ["DEFAULT_PARTITION", "DEFAULT_THRESHOLD", "Candidate", "SemanticCache", "SemanticHit",
@@ -59,7 +59,7 @@ class SemanticCache(SemanticPolicy):
             arguments are then unused); its vectors must come from ``embedder``.
         max_error: a bound in (0, 1) on the error rate among served hits (``0.02``: at most 2%
             wrong), kept by per-entry thresholds learned online as in vCache (arXiv 2502.03771;
-            :mod:`ragcache.semantic.vcache`); ``threshold`` then no longer decides. A lookup whose
+            :mod:`ragcache.semantic.decision.vcache`); ``threshold`` then no longer decides. A lookup whose
             best guard-accepted candidate is uncertain returns a miss (an *exploration*, counted in
             ``stats.explorations``) and, when the fresh answer for that question is stored, the two
             answers are compared and the entry's state updated (persisted). ``None``: the threshold.

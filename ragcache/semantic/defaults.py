@@ -56,8 +56,8 @@ def default_cache(embedder: Any = None, *, config: Config, **options: Any) -> An
         ValueError: the folder holds a cache built with another embedder.
     """
     from ragcache.semantic.cache import SemanticCache
+    from ragcache.semantic.decision.lexicon import use_wordnet_dir
     from ragcache.semantic.embedding import resolve_embedder
-    from ragcache.semantic.lexicon import use_wordnet_dir
 
     cfg = config
     use_wordnet_dir(cfg.wordnet_dir)

@@ -12,9 +12,9 @@ sync and async callers:
 - Across processes, the leader holds the cache's store lock of the key (``cache.flight_lock`` /
   ``aflight_lock``, which is ``VectorAnswerStore.lock``):
 
-  - PostgreSQL (:class:`~ragcache.semantic.pg_store.PgAnswerStore`): a session advisory lock, so the
+  - PostgreSQL (:class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`): a session advisory lock, so the
     flight spans every process and machine on that database; a holder that crashes releases it.
-  - FAISS + SQLite (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`): a lock in this process
+  - FAISS + SQLite (:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`): a lock in this process
     (:data:`LOCAL_LOCKS`) and, for a folder on disk, a lock file per key (:class:`FileFlightLocks`),
     so processes sharing one folder (``ragcache ask`` runs) share the flight.
 
@@ -141,8 +141,8 @@ class FileFlightLocks:
     ``directory`` (``filelock``: ``fcntl.flock`` / ``msvcrt.locking``, released by the OS when the
     holder exits or crashes), taken after this process's own lock of the same key (threads).
     ``hold(key, timeout_s)`` / ``ahold`` yield whether both were taken within ``timeout_s`` seconds,
-    the shape of :meth:`~ragcache.semantic.protocol.VectorAnswerStore.lock`. The embedded store
-    (:class:`~ragcache.semantic.faiss_store.FaissAnswerStore`) uses it for a folder on disk.
+    the shape of :meth:`~ragcache.semantic.stores.protocol.VectorAnswerStore.lock`. The embedded store
+    (:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`) uses it for a folder on disk.
     """
 
     def __init__(self, directory: str | Path) -> None:

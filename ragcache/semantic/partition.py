@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragcache.hashing import hash_value
-from ragcache.layout import PromptLayout, as_document
+from ragcache.prompt.layout import PromptLayout, as_document
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -44,7 +44,7 @@ class PartitionKey:
 
 
 def _doc_hash_and_id(doc: Any) -> tuple[str, str | None]:
-    """A document given as a content hash (64 hex) or anything :func:`ragcache.layout.as_document` takes."""
+    """A document given as a content hash (64 hex) or anything :func:`ragcache.prompt.layout.as_document` takes."""
     if isinstance(doc, str) and _HEX64.match(doc):
         return doc, None
     if isinstance(doc, Mapping) and doc.get("content_hash"):
@@ -155,7 +155,7 @@ def request_partition(layout: PromptLayout, *, namespace: str, model: str, param
     is never served to another.
 
     Args:
-        layout: the request's :class:`~ragcache.layout.PromptLayout`.
+        layout: the request's :class:`~ragcache.prompt.layout.PromptLayout`.
         namespace: tenant / cache salt.
         model: ``"<backend name>:<model id>"`` (model fingerprint or provider model name).
         params: generation parameters that change the answer (temperature, max_tokens, stop...).

@@ -1,9 +1,9 @@
 """PgSemanticCache: the semantic cache in PostgreSQL + pgvector, shared by every process that opens it.
 
 The same policy as :class:`~ragcache.semantic.cache.SemanticCache` (it is
-:class:`~ragcache.semantic.policy.SemanticPolicy`: long-question keying, typo correction, answer
+:class:`~ragcache.semantic.decision.policy.SemanticPolicy`: long-question keying, typo correction, answer
 budget, guards with the similarity, statistics, single flight) over a
-:class:`~ragcache.semantic.pg_store.PgAnswerStore`: no entry is held in the process, so another
+:class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`: no entry is held in the process, so another
 process's store or ``invalidate`` is seen on the next lookup, and single flight spans every
 process on the database (its :meth:`flight_lock` is a session advisory lock per (partition, question)).
 """
@@ -15,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.budget import AnswerBudget
-from ragcache.semantic.bound import error_bound
-from ragcache.semantic.checks import check_count, checked_partition
+from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.decision.bound import error_bound
+from ragcache.semantic.decision.checks import check_count, checked_partition
 from ragcache.semantic.embedding import resolve_embedder
-from ragcache.semantic.guards import GuardSet
+from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.keying import question_key
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.pg_store import PgAnswerStore
-from ragcache.semantic.policy import SemanticPolicy, make_decider
-from ragcache.semantic.protocol import NewEntry
+from ragcache.semantic.stores.pg_store import PgAnswerStore
+from ragcache.semantic.decision.policy import SemanticPolicy, make_decider
+from ragcache.semantic.stores.protocol import NewEntry
 from ragcache.semantic.text import normalize_question
 
 

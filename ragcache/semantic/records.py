@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragcache.semantic.budget import AnswerBudget
-from ragcache.semantic.guards import GuardVerdict
-from ragcache.semantic.index import PartitionIndex
-from ragcache.semantic.speller import PartitionSpeller
+from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.decision.guards import GuardVerdict
+from ragcache.semantic.decision.speller import PartitionSpeller
+from ragcache.semantic.stores.index import PartitionIndex
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The semantic cache embeds the question alone, after :func:`normalize_question`
 (Unicode NFKC, whitespace collapsed, runs of ``?!.`` collapsed, a leading
 greeting such as "Hi team," and a trailing "Thanks!" dropped). The guards in
-:mod:`ragcache.semantic.guards` compare questions word by word with the
+:mod:`ragcache.semantic.decision.guards` compare questions word by word with the
 helpers here; everything is pure and deterministic.
 """
 

@@ -3,14 +3,14 @@
 ``postgresql://`` / ``postgres://`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (shared by
 every process on that database); a directory path or ``file://DIR`` -> the embedded cache on disk;
 ``None`` -> an in-memory embedded cache (the app layer passes ``RAGCACHE_SEMANTIC_URL``). Both are the same
-:class:`~ragcache.semantic.policy.SemanticPolicy` over different stores.
+:class:`~ragcache.semantic.decision.policy.SemanticPolicy` over different stores.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ragcache.semantic.policy import SemanticPolicy
+from ragcache.semantic.decision.policy import SemanticPolicy
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

@@ -207,7 +207,7 @@ class AnthropicLocalServer:
     Args:
         engine: a LocalEngine (or any object with the API in the module docstring).
         models: the local model ids requests may name (case-insensitively); Claude model ids whose
-            caching rules this server emulates (:data:`ragcache.anthropic.pricing.PRICES` families)
+            caching rules this server emulates (:data:`ragcache.providers.anthropic.pricing.PRICES` families)
             are accepted too. Any other name gets the API's 404 ``not_found_error``.
         tenant_header: header naming the caller's tenant (:func:`ragcache.server.auth.tenant_of`);
             prompt-cache entries and the engine's prefix and chunk KV are kept per tenant, so one

@@ -5,7 +5,7 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 
 1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
    replayed): the request's layout is ragcache's one rule
-   (:meth:`ragcache.layout.PromptLayout.from_messages`): the question is the last text block of the
+   (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`): the question is the last text block of the
    last user turn, the blocks before it are documents; everything else (model, system, tools,
    earlier turns, the documents' identities, every answer-shaping field and the
    ``anthropic-version`` / ``anthropic-beta`` headers, and the caller's tenant as the namespace) is
@@ -53,7 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ragcache.answering import Answer, AnswerPath
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
@@ -86,7 +86,7 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
                    ) -> tuple[str, dict[str, Any]] | None:
     """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
 
-    Which text is what is ragcache's one rule (:meth:`ragcache.layout.PromptLayout.from_messages`):
+    Which text is what is ragcache's one rule (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`):
     the last text block of the final user message is the question, the text blocks before it are
     documents (so ``invalidate(document)`` reaches the answer), earlier turns are history. The spec
     holds the keyword arguments of :func:`ragcache.semantic.request_partition` but the namespace:

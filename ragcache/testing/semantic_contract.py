@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ragcache.semantic.guards import GuardSet
+from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.partition import partition_key
 from ragcache.testing import HashingEmbedder
 

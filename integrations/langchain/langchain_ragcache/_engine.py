@@ -39,7 +39,7 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
             cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
             cc = None
             if chunk_cache:
-                from ragcache.engine.chunk_cache import ChunkCache
+                from ragcache.engine.chunk.cache import ChunkCache
 
                 cc = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
             # wide init: the random model writes varied text (a blank answer is never stored, and the

@@ -4,7 +4,7 @@ One rule for every LangChain entry point (:class:`~langchain_ragcache.RagCacheSe
 :class:`~langchain_ragcache.middleware.RagCacheMiddleware`): every byte that reaches the model
 is either the embedded question or in the exact partition key, and the partition is ragcache's
 one partition function, :func:`ragcache.semantic.partition.request_partition`, over the
-request's :class:`~ragcache.layout.PromptLayout`. A request laid out by
+request's :class:`~ragcache.prompt.layout.PromptLayout`. A request laid out by
 :class:`~langchain_ragcache.RagPrompt` and answered by
 :class:`~langchain_ragcache.ChatRagCache` therefore has the same partition as the same
 request sent through :class:`ragcache.RagCache`.
@@ -38,7 +38,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ragcache.layout import PromptLayout, Segment, as_document, parse_document
+from ragcache.prompt.layout import PromptLayout, Segment, as_document, parse_document
 from ragcache.semantic.partition import PartitionKey, request_partition
 
 METADATA_KEY = "ragcache"

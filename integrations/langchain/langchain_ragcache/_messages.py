@@ -5,8 +5,8 @@ which text is the question, which blocks are documents, and what is "everything
 else":
 
 * :func:`to_layout` maps LangChain messages to the request's
-  :class:`~ragcache.layout.PromptLayout` (through :func:`to_engine_messages`, the chat messages
-  :meth:`ragcache.layout.PromptLayout.from_messages` reads), which
+  :class:`~ragcache.prompt.layout.PromptLayout` (through :func:`to_engine_messages`, the chat messages
+  :meth:`ragcache.prompt.layout.PromptLayout.from_messages` reads), which
   :meth:`ragcache.engine.engine.LocalEngine.build_prompt` renders (documents as documents, so the
   chunk cache reuses their KV);
 * :mod:`langchain_ragcache._keys` splits messages into the question and the
@@ -18,8 +18,8 @@ Which block is what: :class:`~langchain_ragcache.prompts.RagPrompt` records the
 kind and id of every block of its user message in
 ``HumanMessage.additional_kwargs["ragcache"]["blocks"]`` (provider adapters do not
 send ``additional_kwargs``, so the content blocks stay plain); this module maps those records to
-typed :class:`~ragcache.layout.Segment` blocks. A block may also carry ``"ragcache_kind"`` itself.
-The kind of unmarked text is decided by :meth:`~ragcache.layout.PromptLayout.from_messages` alone
+typed :class:`~ragcache.prompt.layout.Segment` blocks. A block may also carry ``"ragcache_kind"`` itself.
+The kind of unmarked text is decided by :meth:`~ragcache.prompt.layout.PromptLayout.from_messages` alone
 (in a final user message of several text blocks, every block but the last is a document).
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from ragcache.layout import PromptLayout, Segment
+from ragcache.prompt.layout import PromptLayout, Segment
 
 from langchain_ragcache._keys import METADATA_KEY, marked_block
 
@@ -105,7 +105,7 @@ def _marked_blocks(message: BaseMessage, blocks: list[dict[str, Any]]) -> list[s
 
 def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """The chat messages :meth:`PromptLayout.from_messages` reads: ``{"role", "content"}`` with
-    content a string or a list of texts and typed :class:`~ragcache.layout.Segment` blocks (kinds
+    content a string or a list of texts and typed :class:`~ragcache.prompt.layout.Segment` blocks (kinds
     from RagPrompt's record or a ``ragcache_kind`` key). Consecutive system messages are joined;
     tool calls and results become text turns (the local chat template has no tool role).
 
@@ -135,7 +135,7 @@ def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 
 def to_layout(messages: Sequence[BaseMessage]) -> PromptLayout:
-    """The :class:`~ragcache.layout.PromptLayout` of LangChain chat messages (what the local engine
+    """The :class:`~ragcache.prompt.layout.PromptLayout` of LangChain chat messages (what the local engine
     renders): :func:`to_engine_messages` read by :meth:`PromptLayout.from_messages`.
 
     Raises:

@@ -44,7 +44,7 @@ from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
 from ragcache.answering import Answer, AnswerPath, hit_answer
 from ragcache.backend import BackendResult
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
-from ragcache.semantic.checks import check_path
+from ragcache.semantic.decision.checks import check_path
 from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 

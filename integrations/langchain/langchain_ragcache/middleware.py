@@ -20,7 +20,7 @@ stored answer's provenance.
 :class:`RagPromptLayoutMiddleware` lays the request out stable-first for a provider prompt cache:
 volatile text (dates, times, ids) leaves the system prompt for a block after the last breakpoint,
 documents in tool results (a retriever tool's ``Document`` artifacts) are rendered canonically
-(:func:`ragcache.layout.render_document`, sorted), and for ``ChatAnthropic`` at most 4
+(:func:`ragcache.prompt.layout.render_document`, sorted), and for ``ChatAnthropic`` at most 4
 ``cache_control`` breakpoints go on the last tool, the system prompt, the end of the stable
 history and the last message (history is append-only, so the next turn reads all of it). The
 provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage`
@@ -52,9 +52,9 @@ from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_w
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.layout import as_document, canonicalize, render_document
+from ragcache.prompt.layout import as_document, canonicalize, render_document
 from ragcache.semantic import PartitionKey
-from ragcache.volatile import move_volatile
+from ragcache.prompt.volatile import move_volatile
 
 MAX_BREAKPOINTS = 4
 log = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ def _strip_markers(content: Any) -> Any:
 
 def _mark(content: Any, cc: Mapping[str, str], code_ids: frozenset[str] = frozenset()) -> Any | None:
     """Content with ``cache_control`` on its last non-empty text or tool-result block that can carry
-    it (:func:`ragcache.anthropic.blocks.carries_marker`: never a code-execution tool result), or
+    it (:func:`ragcache.providers.anthropic.blocks.carries_marker`: never a code-execution tool result), or
     None if there is none."""
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     for i in range(len(blocks) - 1, -1, -1):
@@ -282,7 +282,7 @@ def _caller_hour(request: ModelRequest) -> float:
 def canonical_documents(message: BaseMessage) -> BaseMessage:
     """A tool result whose artifact is a list of ``Document`` (a retriever tool with
     ``response_format="content_and_artifact"``), rendered canonically: one
-    :func:`~ragcache.layout.render_document` block per document, sorted by id then content,
+    :func:`~ragcache.prompt.layout.render_document` block per document, sorted by id then content,
     duplicates dropped. Other messages are returned unchanged."""
     art = getattr(message, "artifact", None)
     if not isinstance(message, ToolMessage) or not isinstance(art, Sequence) or not art or \

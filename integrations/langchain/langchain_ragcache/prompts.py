@@ -2,7 +2,7 @@
 
 ``{"question": str, "context": list[Document]}`` (plus optional ``history`` and
 ``volatile``) becomes a ``ChatPromptValue`` laid out stable-first by
-:class:`ragcache.layout.PromptLayout`::
+:class:`ragcache.prompt.layout.PromptLayout`::
 
     SystemMessage(system text)
     ...history...
@@ -32,14 +32,14 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict, Field
 
 from langchain_ragcache._keys import METADATA_KEY
-from ragcache.layout import PromptLayout, Segment, as_document
+from ragcache.prompt.layout import PromptLayout, Segment, as_document
 from ragcache.providers.anthropic.breakpoints import CachedRequest, layout_request
 
 Provider = Literal["plain", "anthropic"]
 
 
 def _documents(context: Any, metadata_keys: Sequence[str] | None) -> list[Segment]:
-    """Documents as layout Segments (:func:`ragcache.layout.as_document`, the one normaliser),
+    """Documents as layout Segments (:func:`ragcache.prompt.layout.as_document`, the one normaliser),
     keeping only ``metadata_keys`` of their metadata (``None``: all)."""
     if context is None:
         return []

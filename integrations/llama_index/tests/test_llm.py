@@ -13,9 +13,9 @@ from llama_index.core.llms import (
 )
 from llama_index.llms.ragcache import RagCacheLLM, to_engine_messages, to_layout
 
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 
 DOCS = [

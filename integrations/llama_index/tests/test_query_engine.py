@@ -12,7 +12,7 @@ from llama_index.core.schema import QueryBundle
 from llama_index.llms.ragcache import RagCacheLLM
 from llama_index.query_engine.ragcache import RagCacheQueryEngine
 
-from ragcache.engine.chunk_cache import ChunkCache
+from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.semantic import SemanticCache
 

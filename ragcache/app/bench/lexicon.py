@@ -1,6 +1,6 @@
 """``ragcache bench lexicon``: the first WordNet lookup of a process, lazy reads against a full parse.
 
-The guards ask WordNet (:mod:`ragcache.semantic.lexicon`) about a handful of words per candidate.
+The guards ask WordNet (:mod:`ragcache.semantic.decision.lexicon`) about a handful of words per candidate.
 The lexicon used to parse the whole database on first use; it now binary-searches the sorted
 ``index.<pos>`` files and reads only the ``data.<pos>`` lines of the synsets asked about. Each
 method runs in a fresh Python process (the cost a CLI hit pays once), ``repeats`` times, back to
@@ -78,7 +78,7 @@ def full_parse(d: Path) -> FullParse:
 
 _CHILD = """
 import json, sys, time
-from ragcache.semantic.lexicon import Lexicon, wordnet_dir
+from ragcache.semantic.decision.lexicon import Lexicon, wordnet_dir
 from ragcache.app.bench.lexicon import PAIRS, full_parse
 t = time.perf_counter()
 if sys.argv[1] == "lazy":

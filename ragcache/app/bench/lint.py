@@ -4,7 +4,7 @@ The set (``tests/data/system_prompts/prompts.jsonl``, sources and licences in ``
 holds the system, tool-use and planning prompts of open-source agent frameworks (aider, smolagents,
 SWE-agent, crewAI, CAMEL, LangChain's open_deep_research, OpenHands, Anthropic's computer-use demo), each as shipped and as the framework
 renders it at run time (its own date format in its own date placeholder), with hand labels of what
-changes per request. Each rendered prompt goes through :func:`ragcache.volatile.move_volatile`
+changes per request. Each rendered prompt goes through :func:`ragcache.prompt.volatile.move_volatile`
 (what ``lint="move"`` does) and is scored against the labels:
 
 * false move: a sentence moved out of the stable text that holds no span labelled volatile
@@ -61,7 +61,7 @@ def score_prompt(row: dict[str, Any]) -> dict[str, Any]:
     Returns counts (``false_moves``, ``moved``, ``missed``, ``counters``, ``counters_reported``,
     ``possible_flags``) and the texts behind them (``false_move_texts``, ``missed_texts``,
     ``possible_texts``)."""
-    from ragcache.volatile import move_volatile
+    from ragcache.prompt.volatile import move_volatile
 
     text = row["rendered"]
     with warnings.catch_warnings():

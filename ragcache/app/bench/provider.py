@@ -13,7 +13,7 @@ reports the usage fields. Every question sends the whole corpus:
 * **naive + auto cache** -- the same prompt with the request-level
   ``cache_control`` (automatic caching marks the last block): every request
   writes its prefix at 1.25x and none reads it, because the prefix changes;
-* **ragcache** -- :class:`~ragcache.layout.PromptLayout` (lint moves the date into
+* **ragcache** -- :class:`~ragcache.prompt.layout.PromptLayout` (lint moves the date into
   the volatile segment, canonical document order) with
   :class:`~ragcache.providers.anthropic.backend.AnthropicBackend` breakpoints.
 
@@ -197,7 +197,7 @@ def main(json_path: str = "bench/results/provider.json", *, plot_path: str | Non
     import anthropic
 
     from ragcache.engine.engine import LocalEngine
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
     from ragcache.models import load_model
     from ragcache.testing import tiny_llama
     from ragcache.providers.anthropic.backend import AnthropicBackend, AnthropicCaching, sdk_kwargs

@@ -6,7 +6,7 @@ project's hard pairs; the held-out split of the QQP development pairs,
 :func:`ragcache.app.verifier_data.qqp_splits`, never fitted or chosen on):
 
 - plain cosine (no guards, no typo correction) at thresholds 0.80 / 0.85 / 0.90 / 0.95;
-- the guards alone (:class:`~ragcache.semantic.guards.GuardSet`, today's rules) at cosine 0.70 /
+- the guards alone (:class:`~ragcache.semantic.decision.guards.GuardSet`, today's rules) at cosine 0.70 /
   0.80 / 0.90 / 0.94 (0.94 was the previous default);
 - the learned verifier, the shipped default (``SemanticCache()``: gate and threshold from the head);
 - GPTCache (``pip install gptcache``) with the same embedder, FAISS and SQLite. Its FAISS store is
@@ -28,8 +28,8 @@ import numpy as np
 
 from ragcache.app.bench.plotting import save_figure
 from ragcache.semantic import SemanticCache, partition_key
+from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.embedding import QuestionEmbedder
-from ragcache.semantic.guards import GuardSet
 
 THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
 GUARDED_THRESHOLDS = (0.70, 0.80, 0.90, 0.94)

@@ -18,7 +18,7 @@ reported in their own column); the recall against the questions that could have 
 cluster was seen before), overall and for paraphrases alone (verbatim repeats excluded); and
 explorations (``max_error`` only). Methods: ragcache with guards at static thresholds, ragcache
 with ``max_error`` (0.01 / 0.02 / 0.05), GPTCache 0.1.x at its default setting with the same
-embedder, and a "verifier" decider when one is importable (``ragcache.semantic.verifier``).
+embedder, and a "verifier" decider when one is importable (``ragcache.semantic.decision.verifier``).
 
 The project's own labelled rows of the near-miss kinds (:data:`ragcache.app.bench.semantic.OWN_KINDS`:
 bounds, complements, relative times, the same words in another case or with another symbol, and
@@ -207,20 +207,20 @@ def run_gptcache(stream: list[str], cid: dict[str, int], linked: set[frozenset[i
 
 
 def verifier_decider() -> tuple[Any | None, str]:
-    """A decider named "verifier" (``ragcache.semantic.verifier``: ``default_decider()``,
+    """A decider named "verifier" (``ragcache.semantic.decision.verifier``: ``default_decider()``,
     ``load_default()`` or ``Verifier.default()``), or ``None`` with the reason it is skipped."""
     try:
-        mod = importlib.import_module("ragcache.semantic.verifier")
+        mod = importlib.import_module("ragcache.semantic.decision.verifier")
     except ImportError as e:
         return None, f"skipped: no verifier decider in this build ({e})"
     for name in ("default_decider", "load_default"):
         fn = getattr(mod, name, None)
         if callable(fn):
-            return fn(), f"ragcache.semantic.verifier.{name}()"
+            return fn(), f"ragcache.semantic.decision.verifier.{name}()"
     cls = getattr(mod, "Verifier", None)
     if cls is not None and callable(getattr(cls, "default", None)):
-        return cls.default(), "ragcache.semantic.verifier.Verifier.default()"
-    return None, "skipped: ragcache.semantic.verifier has no default_decider / load_default / Verifier.default"
+        return cls.default(), "ragcache.semantic.decision.verifier.Verifier.default()"
+    return None, "skipped: ragcache.semantic.decision.verifier has no default_decider / load_default / Verifier.default"
 
 
 def matched_static(result: dict[str, Any], bound_key: str) -> dict[str, Any] | None:
@@ -286,8 +286,8 @@ def _methods(memo: QuestionEmbedder, static: tuple[float, ...], bounds: tuple[fl
     if decider is None:
         out["verifier"] = note
     else:
-        from ragcache.semantic.faiss_store import FaissAnswerStore
-        from ragcache.semantic.policy import SemanticPolicy
+        from ragcache.semantic.stores.faiss_store import FaissAnswerStore
+        from ragcache.semantic.decision.policy import SemanticPolicy
 
         out[f"verifier ({note})"] = lambda: SemanticPolicy(FaissAnswerStore(None, embedder=memo), embedder=memo,
                                                            threshold=-1.0, ttl_s=None, decider=decider, candidates=4)

@@ -220,7 +220,7 @@ def replica_hit_rate(pairs_path: str, emb: Any, pg_url: str, schema: str, kv_url
 def _flight_worker(url: str, schema: str, question: str, mode: str, barrier: Any, calls: Any) -> None:
     from ragcache.answering import AnswerPath
     from ragcache.backend import BackendResult, CacheUsage
-    from ragcache.semantic.checks import DEFAULT_PARTITION
+    from ragcache.semantic.decision.checks import DEFAULT_PARTITION
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder
 

@@ -73,7 +73,7 @@ def main(json_path: str | None = "bench/results/stemmers.json", repeats: int = 3
     from nltk.stem.porter import PorterStemmer
     from nltk.stem.snowball import SnowballStemmer
 
-    from ragcache.semantic.lexicon import Lexicon, wordnet_dir
+    from ragcache.semantic.decision.lexicon import Lexicon, wordnet_dir
     from ragcache.semantic.text import stem
 
     if repeats < 1:

@@ -1,9 +1,9 @@
-"""Anthropic prompt caching: cached requests from a :class:`~ragcache.layout.PromptLayout`,
+"""Anthropic prompt caching: cached requests from a :class:`~ragcache.prompt.layout.PromptLayout`,
 usage read back, cost accounted; and the pipeline backend that calls the official SDK.
 
 >>> import anthropic
 >>> from ragcache.backend import BackendResult, CacheUsage
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 >>> from ragcache.providers.anthropic.backend import AnthropicBackend
 >>> backend = AnthropicBackend(anthropic.Anthropic(), model="claude-sonnet-4-6")  # doctest: +SKIP
 >>> layout = PromptLayout.build(question="...", system="...", documents=docs)      # doctest: +SKIP
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragcache.backend import BackendResult, model_with_fields, provider_layer
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
 from ragcache.providers.anthropic.pricing import ModelPrice
 from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord, read_message

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ragcache.layout import PromptLayout, render_document
+from ragcache.prompt.layout import PromptLayout, render_document
 from ragcache.providers.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, carries_marker,
                                                  code_execution_tool_ids, flatten_request, is_empty_text, nearest_cacheable,
                                                  prefix_hashes)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragcache.backend import BackendResult, CacheUsage, FinishReason, model_with_fields, provider_layer
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_calls",

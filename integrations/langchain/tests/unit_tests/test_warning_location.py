@@ -14,8 +14,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_ragcache import RagPrompt, RagPromptLayoutMiddleware
 
-from ragcache.layout import PromptLayout
-from ragcache.volatile import PossiblyVolatileDate, VolatileTextMoved, move_volatile
+from ragcache.prompt.layout import PromptLayout
+from ragcache.prompt.volatile import PossiblyVolatileDate, VolatileTextMoved, move_volatile
 
 SYSTEM = "You are the ops assistant. Today is 2026-12-01. Answer from the runbook only."
 DOCS = [Document(id="b", page_content="Backups run nightly at 02:30 UTC.")]

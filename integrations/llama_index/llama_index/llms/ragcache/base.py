@@ -12,7 +12,7 @@ intact: system text, earlier turns and, in the last user message, one document p
   whose KV deviates most recomputed.
 
 Block roles in the last user message are decided by ragcache's one rule,
-:meth:`ragcache.layout.PromptLayout.from_messages` (a ``CachePoint`` maps to its ``CACHE_POINT``):
+:meth:`ragcache.prompt.layout.PromptLayout.from_messages` (a ``CachePoint`` maps to its ``CACHE_POINT``):
 
 - no ``CachePoint``: every text block but the last is a document, the last is the question;
 - with ``CachePoint`` blocks: the text blocks before the last ``CachePoint`` are
@@ -91,16 +91,16 @@ def prompt_digest(input_ids: Sequence[int]) -> str:
 
 
 def to_engine_messages(messages: Sequence[ChatMessage]) -> list[dict]:
-    """LlamaIndex chat messages -> the chat messages :meth:`ragcache.layout.PromptLayout.from_messages`
+    """LlamaIndex chat messages -> the chat messages :meth:`ragcache.prompt.layout.PromptLayout.from_messages`
     reads: roles mapped, text blocks as strings, each ``CachePoint`` as
-    :data:`ragcache.layout.CACHE_POINT`. Which block is a document, volatile text or the question is
+    :data:`ragcache.prompt.layout.CACHE_POINT`. Which block is a document, volatile text or the question is
     decided there (see the module docstring). Empty text blocks are skipped.
 
     Raises:
         ValueError: a tool / function message, or a non-text block (image, audio,
             document, tool call): the local engine takes text only.
     """
-    from ragcache.layout import CACHE_POINT
+    from ragcache.prompt.layout import CACHE_POINT
 
     if not messages:
         raise ValueError("messages is empty: give at least one user message")
@@ -131,12 +131,12 @@ def to_engine_messages(messages: Sequence[ChatMessage]) -> list[dict]:
 
 
 def to_layout(messages: Sequence[ChatMessage]) -> Any:
-    """The :class:`ragcache.layout.PromptLayout` of LlamaIndex chat messages (what the engine renders).
+    """The :class:`ragcache.prompt.layout.PromptLayout` of LlamaIndex chat messages (what the engine renders).
 
     Raises:
-        ValueError: as :func:`to_engine_messages` and :meth:`~ragcache.layout.PromptLayout.from_messages`.
+        ValueError: as :func:`to_engine_messages` and :meth:`~ragcache.prompt.layout.PromptLayout.from_messages`.
     """
-    from ragcache.layout import PromptLayout
+    from ragcache.prompt.layout import PromptLayout
 
     return PromptLayout.from_messages(to_engine_messages(messages))
 
@@ -176,7 +176,7 @@ class RagCacheLLM(LLM):
                  **kwargs: Any) -> None:
         if engine is None:
             from ragcache.config import Config
-            from ragcache.engine.chunk_cache import ChunkCache
+            from ragcache.engine.chunk.cache import ChunkCache
             from ragcache.engine.engine import LocalEngine
 
             cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down

@@ -8,7 +8,7 @@ nodes into a canonical order (by content hash by default, or by node id / source
 document id) and drops duplicates, so the same set always gives the same bytes.
 
 :func:`node_segment` is the one place a node becomes prompt text: a ragcache layout
-:class:`~ragcache.layout.Segment` whose :attr:`~ragcache.layout.Segment.content_hash`
+:class:`~ragcache.prompt.layout.Segment` whose :attr:`~ragcache.prompt.layout.Segment.content_hash`
 is the sha256 of the exact document bytes the LLM sees. The ordering, the
 de-duplication and the semantic-cache partition key all use that hash.
 """
@@ -22,7 +22,7 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from ragcache.layout import Segment
+from ragcache.prompt.layout import Segment
 
 OrderBy = Literal["content_hash", "node_id", "ref_doc_id"]
 IdSource = Literal["none", "node_id", "ref_doc_id"]
@@ -37,7 +37,7 @@ def _json_like(value: Any) -> bool:
 
 
 def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
-    """A node as a layout document :class:`~ragcache.layout.Segment`.
+    """A node as a layout document :class:`~ragcache.prompt.layout.Segment`.
 
     The text is the node content without metadata; the metadata kept is what
     LlamaIndex shows the LLM (``excluded_llm_metadata_keys`` removed), JSON-like

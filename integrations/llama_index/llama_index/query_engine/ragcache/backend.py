@@ -1,6 +1,6 @@
 """Any LlamaIndex LLM as a ragcache pipeline backend, so the query engine runs ``RagCache``'s steps.
 
-The backend turns a :class:`~ragcache.layout.PromptLayout` into LlamaIndex chat messages for
+The backend turns a :class:`~ragcache.prompt.layout.PromptLayout` into LlamaIndex chat messages for
 the LLM's kind (:func:`.messages.layout_messages`), calls the LLM, and maps what came back onto
 ragcache's one record (:class:`ragcache.BackendResult` with a :class:`ragcache.CacheUsage`):
 
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.layout import PromptLayout
+from ragcache.prompt.layout import PromptLayout
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
 

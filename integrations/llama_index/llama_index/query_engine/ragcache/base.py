@@ -51,7 +51,7 @@ from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult
-from ragcache.layout import LintMode, PromptLayout
+from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, RagCache, Request
 from ragcache.semantic import PartitionKey, SemanticCache
 from ragcache.config import Config

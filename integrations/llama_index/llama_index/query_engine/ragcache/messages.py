@@ -1,4 +1,4 @@
-"""A ragcache :class:`~ragcache.layout.PromptLayout` as LlamaIndex chat messages, per LLM kind.
+"""A ragcache :class:`~ragcache.prompt.layout.PromptLayout` as LlamaIndex chat messages, per LLM kind.
 
 - :class:`~llama_index.llms.ragcache.RagCacheLLM`: system message, then one user message
   with one ``TextBlock`` per document, a ``CachePoint`` after the last document (it tells
@@ -26,7 +26,7 @@ from llama_index.core.base.llms.types import (
     TextBlock,
 )
 
-from ragcache.layout import PromptLayout, render_document
+from ragcache.prompt.layout import PromptLayout, render_document
 
 LLMKind = Literal["ragcache", "anthropic", "generic"]
 MAX_MARKERS = 4

@@ -1,4 +1,4 @@
-"""Pair features for the learned hit decision (:mod:`ragcache.semantic.verifier`).
+"""Pair features for the learned hit decision (:mod:`ragcache.semantic.decision.verifier`).
 
 For a query and a cached candidate question the verifier reads one float vector
 (:data:`FEATURE_NAMES`, all symmetric in the two questions):
@@ -10,14 +10,14 @@ For a query and a cached candidate question the verifier reads one float vector
   (:meth:`~ragcache.semantic.embedding.QuestionEmbedder.token_states`). ``tok_f`` is the F1 of the
   two mean best matches, ``tok_min`` the worst-matched piece on either side (one replaced word
   shows here when the pooled cosine stays high), ``tok_low`` the share of pieces matched below 0.6;
-- ``g_<guard>``: 1.0 when that guard of :class:`~ragcache.semantic.guards.GuardSet` refuses the pair;
+- ``g_<guard>``: 1.0 when that guard of :class:`~ragcache.semantic.decision.guards.GuardSet` refuses the pair;
 - ``len_ratio``, ``len_max``: |log| word-count ratio, longer length / 20;
 - ``jac_words``, ``jac_content``, ``shared_min``: word-set Jaccard, content-stem Jaccard, shared
   content stems over the shorter side's.
 
 Without token states (an embedder that exposes none) the three ``tok_*`` features are computed
 from the pooled cosine alone (``tok_f = cos``, ``tok_min = cos``, ``tok_low = 0``): a head fitted
-with token states must not be used then, and :func:`ragcache.semantic.verifier.default_verifier`
+with token states must not be used then, and :func:`ragcache.semantic.decision.verifier.default_verifier`
 only returns one for the embedder it was fitted on.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ragcache.semantic.guards import Guard, GuardSet
+from ragcache.semantic.decision.guards import Guard, GuardSet
 from ragcache.semantic.text import content_words, stem, words
 
 GUARD_FEATURES: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
@@ -92,7 +92,7 @@ def text_features(query: str, candidate: str, findings: dict[str, bool]) -> np.n
 def feature_guards() -> list[Guard]:
     """The guards whose findings :func:`pair_features` reads: the default :class:`GuardSet`'s named in
     :data:`GUARD_FEATURES`, in that order (the shipped head was fitted on these; guards added since
-    refuse through the verifier's hard vetoes, :data:`ragcache.semantic.guards.DIFFERENT_QUESTION`)."""
+    refuse through the verifier's hard vetoes, :data:`ragcache.semantic.decision.guards.DIFFERENT_QUESTION`)."""
     by_name = {g.name: g for g in GuardSet.default().guards}
     missing = [n for n in GUARD_FEATURES if n not in by_name]
     if missing:

@@ -1,5 +1,5 @@
 """ErrorBound: a semantic cache's user-set error bound (``max_error``), the stateful half of
-:mod:`ragcache.semantic.vcache`.
+:mod:`ragcache.semantic.decision.vcache`.
 
 It holds what a lookup under the bound needs between the lookup and the fresh answer:
 
@@ -32,14 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.budget import servable
-from ragcache.semantic.checks import checked_partition
-from ragcache.semantic.guards import GuardVerdict
-from ragcache.semantic.keying import question_key
-from ragcache.semantic.protocol import Query, StoredAnswer
-from ragcache.semantic.records import Candidate, SemanticHit
-from ragcache.semantic.text import normalize_question
-from ragcache.semantic.vcache import (
+from ragcache.semantic.decision.budget import servable
+from ragcache.semantic.decision.checks import checked_partition
+from ragcache.semantic.decision.guards import GuardVerdict
+from ragcache.semantic.decision.vcache import (
     POOL_WEIGHT,
     Pool,
     Scope,
@@ -48,6 +44,10 @@ from ragcache.semantic.vcache import (
     check_scope,
     should_explore,
 )
+from ragcache.semantic.keying import question_key
+from ragcache.semantic.records import Candidate, SemanticHit
+from ragcache.semantic.stores.protocol import Query, StoredAnswer
+from ragcache.semantic.text import normalize_question
 
 EMBEDDING_EQUIVALENCE = 0.90
 """Answer-embedding cosine at or above which ``equivalence="embedding"`` calls two answers the same."""
@@ -128,7 +128,7 @@ class ErrorBound:
         scope: ``"hits"`` or ``"lookups"``.
         min_similarity: cosine below which a candidate is a plain miss (no exploration recorded).
         pool_weight: pseudo-observations the pooled evidence of all entries counts for in one
-            entry's fit (:data:`~ragcache.semantic.vcache.POOL_WEIGHT`; 0: each entry alone, as vCache).
+            entry's fit (:data:`~ragcache.semantic.decision.vcache.POOL_WEIGHT`; 0: each entry alone, as vCache).
         store_explored: store a question whose exploration found the cached answer correct as an
             entry of its own (True: its verbatim repeats then hit; False, as vCache: it adds no entry).
         seed: seed of the exploration draws.
@@ -161,7 +161,7 @@ class ErrorBound:
 
     def explore(self, state: Mapping[str, Any] | None, similarity: float) -> bool:
         """Whether a lookup at ``similarity`` against an entry with ``state`` explores (a miss); a
-        served one is charged to the error budget (:func:`~ragcache.semantic.vcache.explore_probability`)."""
+        served one is charged to the error budget (:func:`~ragcache.semantic.decision.vcache.explore_probability`)."""
         with self._lock:
             u = self._rng.random()
             pool, spent, hits, var = self.pool(), self._spent, self._hits, self._var
@@ -269,7 +269,7 @@ def decide_bounded(bound: ErrorBound, decider: Any, q: str, rows: list[StoredAns
 
 
 class ErrorBoundAPI:
-    """The ``max_error`` half of :class:`~ragcache.semantic.policy.SemanticPolicy` (mixed in): pending
+    """The ``max_error`` half of :class:`~ragcache.semantic.decision.policy.SemanticPolicy` (mixed in): pending
     explorations, outcomes, resolution at store time. Uses the policy's ``error_bound``,
     ``answer_store``, ``embedder`` and locks."""
 

@@ -125,7 +125,7 @@ def calibrate_pairs(verifier: Any, pairs: Sequence[dict[str, Any]], *, precision
     """Choose the verifier threshold for ``pairs`` (module docstring).
 
     Args:
-        verifier: a :class:`~ragcache.semantic.verifier.LearnedVerifier` (its embedder and head).
+        verifier: a :class:`~ragcache.semantic.decision.verifier.LearnedVerifier` (its embedder and head).
         pairs: rows with ``a``, ``b`` (str) and ``same`` (bool).
         precision: target in (0, 1); confidence: in [0.5, 1).
 

@@ -15,7 +15,7 @@ from ragcache.semantic.partition import PartitionKey, partition_key
 
 DEFAULT_THRESHOLD = 0.94
 """Cosine gate of a cache that decides with the guards alone (an embedder the learned verifier was
-not fitted for, or a custom :class:`~ragcache.semantic.guards.GuardSet`), calibrated on real user
+not fitted for, or a custom :class:`~ragcache.semantic.decision.guards.GuardSet`), calibrated on real user
 questions: the lowest threshold at which the guarded decision reached precision >= 0.90 on the
 QQP development sample (1,000 Quora pairs) while keeping precision 1.00 on the project's
 development pairs. It is the default decision (``guards=True``); with the learned verifier

@@ -1,4 +1,4 @@
-"""Persistence of :class:`~ragcache.semantic.faiss_store.FaissAnswerStore`: periodic flush of
+"""Persistence of :class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`: periodic flush of
 touched rows and dirty FAISS indexes, and open / recovery (schema and embedder check, expired rows
 dropped, each partition's index loaded, rebuilt when corrupt or missing, reconciled with SQLite).
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.budget import split_metadata
-from ragcache.semantic.index import PartitionIndex
+from ragcache.semantic.decision.budget import split_metadata
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.records import Entry, Partition
-from ragcache.semantic.registry import CacheRegistry
-from ragcache.semantic.store import SCHEMA_VERSION
+from ragcache.semantic.stores.index import PartitionIndex
+from ragcache.semantic.stores.registry import CacheRegistry
+from ragcache.semantic.stores.store import SCHEMA_VERSION
 from ragcache.semantic.text import exact_form
 
 logger = logging.getLogger("ragcache.semantic")

@@ -1,4 +1,4 @@
-"""In-memory bookkeeping of :class:`~ragcache.semantic.faiss_store.FaissAnswerStore`: partitions,
+"""In-memory bookkeeping of :class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`: partitions,
 entries, LRU order, and removal (entries, whole partitions, over-capacity eviction).
 
 A mixin over the store's private state (``_entries``, ``_lru``, ``_touched``, ``_parts``,
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ragcache.semantic.index import PartitionIndex
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.records import Entry, Partition
+from ragcache.semantic.stores.index import PartitionIndex
 
 
 class CacheRegistry:

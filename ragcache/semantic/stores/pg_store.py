@@ -1,6 +1,6 @@
 """PgAnswerStore: the vector-answer store in PostgreSQL + pgvector, shared by every process that opens it.
 
-Implements :class:`~ragcache.semantic.protocol.VectorAnswerStore`. No entry is held in the process:
+Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`. No entry is held in the process:
 every search is SQL, so another process's store or ``invalidate`` is seen on the next lookup.
 Search is pgvector's HNSW with iterative index scans (``hnsw.iterative_scan``, pgvector >= 0.8)
 filtered by partition. The search settings are transaction-local (``set_config(..., true)``, the
@@ -11,7 +11,7 @@ nearest ones in one statement, and when the filtered HNSW scan returns fewer row
 (measured before ``ANALYZE``: 2 of 20 one-entry partitions came back empty) the partition is
 scanned exactly (``ORDER BY distance + 0`` cannot use the HNSW index). TTL and the ``max_entries``
 LRU cap are enforced in SQL; the single-flight lock is a session advisory lock
-(:mod:`ragcache.semantic.pg_flight`).
+(:mod:`ragcache.semantic.stores.pg_flight`).
 """
 
 from __future__ import annotations
@@ -28,11 +28,23 @@ from typing import Any
 import numpy as np
 
 from ragcache.remote import RemoteStoreError, redact
-from ragcache.semantic.budget import merge_metadata, split_metadata
-from ragcache.semantic.pg_flight import PgFlightLocks
-from ragcache.semantic.pg_schema import MIGRATE_LOCK_ID, PgPool, bulk_copy, check_identifier, migrations
-from ragcache.semantic.protocol import NewEntry, PutResult, Query, StoreCounters, StoredAnswer
-from ragcache.semantic.speller import PartitionSpeller
+from ragcache.semantic.decision.budget import merge_metadata, split_metadata
+from ragcache.semantic.decision.speller import PartitionSpeller
+from ragcache.semantic.stores.pg_flight import PgFlightLocks
+from ragcache.semantic.stores.pg_schema import (
+    MIGRATE_LOCK_ID,
+    PgPool,
+    bulk_copy,
+    check_identifier,
+    migrations,
+)
+from ragcache.semantic.stores.protocol import (
+    NewEntry,
+    PutResult,
+    Query,
+    StoreCounters,
+    StoredAnswer,
+)
 from ragcache.semantic.text import exact_form
 
 logger = logging.getLogger("ragcache.semantic.pg")
@@ -227,7 +239,7 @@ class PgAnswerStore(PgFlightLocks):
 
     def bulk_load(self, entries: Sequence[NewEntry], maintenance_work_mem: str = "512MB") -> int:
         """Warm-up: ``COPY`` many entries and build the HNSW index once, afterwards (see
-        :func:`~ragcache.semantic.pg_schema.bulk_copy`). Locks the table: run it before serving.
+        :func:`~ragcache.semantic.stores.pg_schema.bulk_copy`). Locks the table: run it before serving.
         A question stored twice keeps its first answer in the batch; stored ones are replaced."""
         from psycopg.types.json import Jsonb
 

@@ -11,7 +11,7 @@ Guards, in the order they run (the first failing one names the reason):
 - ``number``: the numbers (with ``$``/``%``, versions, years) must be equal.
 - ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
 - ``question_type``: both must ask for the same kind of answer (who / when / where / why / how /
-  how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.qtype`).
+  how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.decision.qtype`).
 - ``focus``: "what does X contain" is not "what is X" (nor "what is in X", "what is X made of").
 - ``antonym``: an antonym pair (enable/disable, upload/download, before/after,
   add/remove, un-/dis-/de- prefixes ...) must not split across the two questions.
@@ -25,7 +25,7 @@ Guards, in the order they run (the first failing one names the reason):
 - ``bound``, ``complement``, ``relative_time``, ``symbol``: a quantifier or bound ("at most",
   "per day"), a complement ("outside", "without"), a time relative to now ("next week") or a
   code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
-  that differs (:mod:`ragcache.semantic.meaning_guards`).
+  that differs (:mod:`ragcache.semantic.decision.meaning_guards`).
 - ``substitution``: when most content words are shared, a content word replaced
   (disk -> memory, pandas -> polars) or a modifier inserted between two shared
   words ("all running containers" vs "all containers") changes the question.
@@ -44,10 +44,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ragcache.semantic.lexicon import lexicon
-from ragcache.semantic.meaning_guards import BoundGuard, ComplementGuard, RelativeTimeGuard, SymbolGuard
-from ragcache.semantic.order_guards import SYNONYMS, DirectionGuard, SubstitutionGuard  # noqa: F401 (re-exported)
-from ragcache.semantic.qtype import QuestionFocusGuard, QuestionTypeGuard
+from ragcache.semantic.decision.lexicon import lexicon
+from ragcache.semantic.decision.meaning_guards import (
+    BoundGuard,
+    ComplementGuard,
+    RelativeTimeGuard,
+    SymbolGuard,
+)
+from ragcache.semantic.decision.order_guards import (  # noqa: F401 (re-exported)
+    SYNONYMS,
+    DirectionGuard,
+    SubstitutionGuard,
+)
+from ragcache.semantic.decision.qtype import QuestionFocusGuard, QuestionTypeGuard
 from ragcache.semantic.text import (
     NEGATIONS,
     contains_fuzzy,

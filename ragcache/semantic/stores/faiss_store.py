@@ -1,8 +1,8 @@
 """FaissAnswerStore: the embedded vector-answer store, FAISS indexes in memory over one SQLite file.
 
-Implements :class:`~ragcache.semantic.protocol.VectorAnswerStore`. One FAISS index per partition
-(:mod:`ragcache.semantic.index`: flat, HNSW above ``hnsw_threshold``), SQLite as the source of
-truth (:mod:`ragcache.semantic.store`), snapshots and recovery in :mod:`ragcache.semantic.persistence`.
+Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`. One FAISS index per partition
+(:mod:`ragcache.semantic.stores.index`: flat, HNSW above ``hnsw_threshold``), SQLite as the source of
+truth (:mod:`ragcache.semantic.stores.store`), snapshots and recovery in :mod:`ragcache.semantic.stores.persistence`.
 
 Several processes may open one folder. Each write is logged in SQLite's change log in its own
 transaction; before each call a process compares ``PRAGMA data_version`` with the last one it saw
@@ -29,14 +29,20 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ragcache.semantic.budget import merge_metadata, split_metadata
+from ragcache.semantic.decision.budget import merge_metadata, split_metadata
 from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks
-from ragcache.semantic.locks import RWLock
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.persistence import CachePersistence
-from ragcache.semantic.protocol import NewEntry, PutResult, Query, StoreCounters, StoredAnswer
 from ragcache.semantic.records import Entry, Partition
-from ragcache.semantic.store import SQLiteStore
+from ragcache.semantic.stores.locks import RWLock
+from ragcache.semantic.stores.persistence import CachePersistence
+from ragcache.semantic.stores.protocol import (
+    NewEntry,
+    PutResult,
+    Query,
+    StoreCounters,
+    StoredAnswer,
+)
+from ragcache.semantic.stores.store import SQLiteStore
 from ragcache.semantic.text import exact_form
 
 logger = logging.getLogger("ragcache.semantic")

@@ -1,8 +1,8 @@
-"""The turns of chat messages for :meth:`ragcache.layout.PromptLayout.from_messages`: system texts,
+"""The turns of chat messages for :meth:`ragcache.prompt.layout.PromptLayout.from_messages`: system texts,
 history, and the final user turn's blocks with their kinds (document, volatile, question).
 
 The one rule for unmarked chat text lives here and in ``from_messages``; adapters map their
-message types to these dicts / :class:`~ragcache.segments.Segment` blocks and never infer kinds.
+message types to these dicts / :class:`~ragcache.prompt.segments.Segment` blocks and never infer kinds.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragcache.segments import Segment, history_text
+from ragcache.prompt.segments import Segment, history_text
 from ragcache.text_checks import check_encodable
 
 

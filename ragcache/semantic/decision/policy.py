@@ -3,13 +3,13 @@
 A lookup normalises the question (the last user turn alone), keys it
 (:mod:`ragcache.semantic.keying`: a question longer than the embedder's window is matched exactly
 up to its last sentence, which alone is embedded, or matched exactly as a whole), corrects typos
-against the partition's stored words (:mod:`ragcache.semantic.speller`), embeds it, asks the store
-for the ``candidates`` nearest stored questions (:class:`~ragcache.semantic.protocol.VectorAnswerStore`;
+against the partition's stored words (:mod:`ragcache.semantic.decision.speller`), embeds it, asks the store
+for the ``candidates`` nearest stored questions (:class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`;
 an entry with the same words is always among them), drops candidates whose answer budget does not
-fit the request (:func:`~ragcache.semantic.budget.servable`), and serves the first whose cosine
+fit the request (:func:`~ragcache.semantic.decision.budget.servable`), and serves the first whose cosine
 similarity is ``>= threshold`` and that the decider accepts. The decider is
 ``decider.check(query_text, candidate_text, similarity) -> GuardVerdict`` (today the guards,
-:class:`~ragcache.semantic.guards.GuardSet`; a learned verifier plugs in at the same seam).
+:class:`~ragcache.semantic.decision.guards.GuardSet`; a learned verifier plugs in at the same seam).
 ``threshold=1.0`` means exact: only a stored question with the same text is served (after Unicode and
 whitespace normalisation alone, :func:`~ragcache.semantic.text.exact_form`: case and symbols count).
 
@@ -31,9 +31,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ragcache.semantic.bound import ErrorBound, ErrorBoundAPI, Exploration, decide_bounded
-from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
-from ragcache.semantic.checks import (
+from ragcache.semantic.decision.bound import (
+    ErrorBound,
+    ErrorBoundAPI,
+    Exploration,
+    decide_bounded,
+)
+from ragcache.semantic.decision.budget import AnswerBudget, merge_metadata, servable
+from ragcache.semantic.decision.checks import (
     DEFAULT_PARTITION,
     DEFAULT_THRESHOLD,
     check_metadata,
@@ -41,15 +46,20 @@ from ragcache.semantic.checks import (
     check_ttl,
     checked_partition,
 )
+from ragcache.semantic.decision.guards import GuardSet, GuardVerdict
+from ragcache.semantic.decision.vcache import add_observation
 from ragcache.semantic.embedding import QuestionEmbedder
-from ragcache.semantic.guards import GuardSet, GuardVerdict
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.protocol import NewEntry, Query, StoredAnswer, VectorAnswerStore
 from ragcache.semantic.records import Candidate, SemanticHit
 from ragcache.semantic.stats import SemanticStats
+from ragcache.semantic.stores.protocol import (
+    NewEntry,
+    Query,
+    StoredAnswer,
+    VectorAnswerStore,
+)
 from ragcache.semantic.text import embed_form, normalize_question
-from ragcache.semantic.vcache import add_observation
 
 logger = logging.getLogger("ragcache.semantic")
 
@@ -65,7 +75,7 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
     """What a cache decides hits with: ``True`` (the default) the default :class:`GuardSet`, or the
     learned verifier at the threshold of a ``ragcache calibrate semantic`` record for ``embedder``; ``False``
     none (plain cosine), a given set, with ``verifier`` appended as the last guard; ``"verifier"`` the
-    learned verifier (:func:`ragcache.semantic.verifier.default_verifier`) for an ``embedder`` the
+    learned verifier (:func:`ragcache.semantic.decision.verifier.default_verifier`) for an ``embedder`` the
     shipped head was fitted for. ``home``: the ragcache home the calibration record is read from.
 
     The guards stay the default because they serve fewer wrong answers on held-out QQP pairs (0.913
@@ -79,7 +89,7 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
     if isinstance(guards, str):
         if guards != "verifier":
             raise ValueError(f"guards must be True, False, 'verifier' or a GuardSet; got {guards!r}")
-        from ragcache.semantic.verifier import default_verifier
+        from ragcache.semantic.decision.verifier import default_verifier
 
         learned = default_verifier(embedder, home=home) if embedder is not None else None
         if learned is None:
@@ -90,7 +100,7 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
             raise ValueError("guards='verifier' decides alone: pass verifier= with guards=True (it runs last)")
         return learned
     if guards is True and verifier is None and embedder is not None:
-        from ragcache.semantic.verifier import calibrated_verifier
+        from ragcache.semantic.decision.verifier import calibrated_verifier
 
         calibrated = calibrated_verifier(embedder, home=home)  # the user's own `ragcache calibrate semantic` record
         if calibrated is not None:
@@ -121,17 +131,17 @@ class SemanticPolicy(ErrorBoundAPI):
     """Semantic response cache keyed by (exact partition, question embedding), over ``answer_store``.
 
     Args:
-        answer_store: where entries live (:class:`~ragcache.semantic.protocol.VectorAnswerStore`).
+        answer_store: where entries live (:class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`).
         embedder: the resolved :class:`QuestionEmbedder` (the store holds its vectors).
         threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only;
             ``None``: the decider's own gate (its ``floor``), else :data:`DEFAULT_THRESHOLD`.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
         decider: ``check(query, candidate, similarity) -> GuardVerdict`` (a :class:`GuardSet`, or the
-            learned :class:`~ragcache.semantic.verifier.LearnedVerifier`).
+            learned :class:`~ragcache.semantic.decision.verifier.LearnedVerifier`).
         candidates: nearest stored questions checked per lookup (best first).
         typo_correction: correct out-of-vocabulary query words against the partition's words.
         store_truncated: store answers cut at their token budget (served then only to the same budget).
-        error_bound: an :class:`~ragcache.semantic.bound.ErrorBound` (``max_error``): per-entry
+        error_bound: an :class:`~ragcache.semantic.decision.bound.ErrorBound` (``max_error``): per-entry
             thresholds learned online (vCache) replace ``threshold``; ``None``: the threshold decides.
     """
 
@@ -164,7 +174,7 @@ class SemanticPolicy(ErrorBoundAPI):
         unknown budget, so no truncated answer is served).
 
         With ``max_error`` (an :attr:`error_bound`), the best candidate the guards accept is served
-        or explored by its entry's learned threshold (:mod:`ragcache.semantic.vcache`); a given
+        or explored by its entry's learned threshold (:mod:`ragcache.semantic.decision.vcache`); a given
         ``threshold`` then overrides it (the static rule for that call). An exploration returns
         ``None`` and, with ``explore=True``, is remembered: the next :meth:`store` of this question
         compares its answer with the entry's and updates the entry's state (:meth:`record_outcome`

@@ -15,7 +15,7 @@ and bytes are stable:
 * the lint finds text that changes per request (dates, times, weekdays, UUIDs,
   request ids, counters, epoch timestamps, retrieval scores in document metadata)
   inside the stable segments, and warns, raises, or moves into the volatile segment
-  only what is certainly volatile, saying what it moved (:mod:`ragcache.volatile`).
+  only what is certainly volatile, saying what it moved (:mod:`ragcache.prompt.volatile`).
 
 History sits before the documents: a chat history is append-only, so turn n's
 history is a prefix of turn n+1's, while retrieved documents change per turn.
@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ragcache.chat_turns import CACHE_POINT, CachePoint, final_turn_blocks, split_messages
-from ragcache.segments import (
+from ragcache.prompt.chat_turns import CACHE_POINT, CachePoint, final_turn_blocks, split_messages
+from ragcache.prompt.segments import (
     Segment,
     SegmentKind,
     check_unique_ids,
@@ -43,7 +43,7 @@ from ragcache.segments import (
     parse_document,
     render_document,
 )
-from ragcache.volatile import (
+from ragcache.prompt.volatile import (
     VOLATILE_METADATA_KEYS,
     VolatileFinding,
     VolatileTextMoved,
@@ -86,7 +86,7 @@ def _check_parts(question: Any, documents: Any, tools: Any, doc_order: str, lint
 def _lint_parts(system_text: str | None, tool_list: list[dict], docs: list[Segment],
                 lint: str) -> tuple[str | None, list[str], list[VolatileFinding]]:
     """Lint the stable parts: ``(system text, moved volatile text, findings)``. ``lint="move"`` moves
-    only certainly volatile sentences (:func:`~ragcache.volatile.move_volatile`, which warns per
+    only certainly volatile sentences (:func:`~ragcache.prompt.volatile.move_volatile`, which warns per
     move) and drops volatile metadata keys from ``docs`` in place (warned); ``"raise"`` raises on
     certain findings; ``"warn"`` warns on certain ones and once on the possible ones."""
     moved: list[str] = []
@@ -181,7 +181,7 @@ class PromptLayout:
         ``lint``: ``"warn"`` emits a ``UserWarning`` per certain finding and one for the
         possible ones; ``"move"`` moves each sentence of the system text holding *certainly*
         volatile text (a UUID, a request id, a timestamp, a date or time after "Current date:",
-        "Today is"...; see :class:`ragcache.volatile.VolatileFinding`) into the volatile segment
+        "Today is"...; see :class:`ragcache.prompt.volatile.VolatileFinding`) into the volatile segment
         and drops volatile document metadata keys, saying so with a ``VolatileTextMoved``
         warning per sentence / document, and leaves possible findings (an ordinal, a date in a
         rule) in place; ``"raise"`` raises ``ValueError`` on certain findings. Every finding is

@@ -1,13 +1,13 @@
 """The vector-answer store protocol: what a semantic cache needs from the engine that keeps its entries.
 
-:class:`~ragcache.semantic.policy.SemanticPolicy` decides hits (keying, typo correction, budget,
+:class:`~ragcache.semantic.decision.policy.SemanticPolicy` decides hits (keying, typo correction, budget,
 guards, statistics, single flight) once, over any object with these methods. Two stores implement
 it and pass one contract suite (:mod:`ragcache.testing.semantic_contract`):
 
-- :class:`~ragcache.semantic.faiss_store.FaissAnswerStore`: FAISS indexes in memory over one SQLite
+- :class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`: FAISS indexes in memory over one SQLite
   file (the embedded default; processes that open one folder see each other's writes at their
   next call through a change log);
-- :class:`~ragcache.semantic.pg_store.PgAnswerStore`: PostgreSQL + pgvector, shared by every process.
+- :class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`: PostgreSQL + pgvector, shared by every process.
 
 Partitions are addressed by their digest (:attr:`PartitionKey.digest`); questions are the
 normalised whole text; vectors are unit float32 ``[dim]`` embeddings of the embedded form. A store
@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ragcache.semantic.budget import AnswerBudget
+from ragcache.semantic.decision.budget import AnswerBudget
 from ragcache.semantic.partition import PartitionKey
 
 
@@ -122,7 +122,7 @@ class VectorAnswerStore(Protocol):
 
     def correct(self, partition: str, text: str, known: frozenset[str] | None) -> str:
         """``text`` with out-of-vocabulary words corrected against the partition's stored words
-        (:class:`~ragcache.semantic.speller.PartitionSpeller`)."""
+        (:class:`~ragcache.semantic.decision.speller.PartitionSpeller`)."""
         ...
 
     def put_many(self, entries: Sequence[NewEntry]) -> PutResult:

@@ -1,6 +1,6 @@
 """Prompt segments and documents: the :class:`Segment` record, the one document normaliser
 (:func:`as_document`), the canonical document rendering (:func:`render_document`) and its inverse
-(:func:`parse_document`). :mod:`ragcache.layout` orders segments into a prompt.
+(:func:`parse_document`). :mod:`ragcache.prompt.layout` orders segments into a prompt.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ragcache.hashing import content_hash
-from ragcache.volatile import normalize_text
+from ragcache.prompt.volatile import normalize_text
 
 SegmentKind = Literal["system", "tools", "document", "history", "volatile", "question"]
 

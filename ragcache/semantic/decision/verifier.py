@@ -3,13 +3,13 @@
 A candidate at or above the cache's cosine gate is served when the head's probability that the
 two questions want the same answer reaches the head's ``threshold``, and no hard-veto guard refuses
 it: every guard whose finding marks a different question
-(:data:`~ragcache.semantic.guards.DIFFERENT_QUESTION`) is a hard veto, so the head only adds hits the
-guards refuse for being too strict. The features (:mod:`ragcache.semantic.features`) are the pooled cosine, BERTScore-style token
+(:data:`~ragcache.semantic.decision.guards.DIFFERENT_QUESTION`) is a hard veto, so the head only adds hits the
+guards refuse for being too strict. The features (:mod:`ragcache.semantic.decision.features`) are the pooled cosine, BERTScore-style token
 alignment from the embedder already loaded, each guard's finding, and length / overlap. The
 shipped head (``verifier_minilm.json``, a few KB) was fitted for all-MiniLM-L6-v2 on development
 data only, by ``python -m ragcache.app.fit_verifier --data ../shared/data`` (the README's data card
 names the data and its licence); ``ragcache calibrate semantic`` refits the threshold to a
-deployment's own labelled pairs (:mod:`ragcache.semantic.calibration`).
+deployment's own labelled pairs (:mod:`ragcache.semantic.decision.calibration`).
 
 Logistic regression fitted by Newton's method (iteratively reweighted least squares, with an L2
 penalty on the weights), on standardised features; see Hastie, Tibshirani & Friedman, *The
@@ -26,8 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.features import FEATURE_NAMES, feature_guards, guard_findings, pair_features
-from ragcache.semantic.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
+from ragcache.semantic.decision.features import (
+    FEATURE_NAMES,
+    feature_guards,
+    guard_findings,
+    pair_features,
+)
+from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
 from ragcache.semantic.text import embed_form, exact_form, words
 
 HEAD_FILE = "verifier_minilm.json"
@@ -163,7 +168,7 @@ class LearnedVerifier:
     @property
     def veto_names(self) -> tuple[str, ...]:
         """The guards that refuse outright: every guard whose finding marks a different question
-        (:data:`~ragcache.semantic.guards.DIFFERENT_QUESTION`, the one list) and any more the head names."""
+        (:data:`~ragcache.semantic.decision.guards.DIFFERENT_QUESTION`, the one list) and any more the head names."""
         return (*DIFFERENT_QUESTION, *(v for v in self.head.vetoes if v not in DIFFERENT_QUESTION))
 
     @property
@@ -172,7 +177,7 @@ class LearnedVerifier:
         return [*dict.fromkeys([*(g.name for g in self.guards), *self.veto_names]), "verifier"]
 
     def features(self, query: str, candidate: str, similarity: float | None = None) -> np.ndarray:
-        """The pair's feature vector (see :mod:`ragcache.semantic.features`)."""
+        """The pair's feature vector (see :mod:`ragcache.semantic.decision.features`)."""
         qa, qb = embed_form(query), embed_form(candidate)
         if similarity is None:
             va, vb = self.embedder.encode([qa, qb])
@@ -228,7 +233,7 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: A
     head = load_head() if head is None else head
     if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
         return None
-    from ragcache.semantic.calibration import recorded_threshold
+    from ragcache.semantic.decision.calibration import recorded_threshold
 
     t = recorded_threshold(embedder, head, home)
     return LearnedVerifier(embedder, head if t is None else head.with_threshold(t))
@@ -239,7 +244,7 @@ def calibrated_verifier(embedder: Any, *, home: Any = None) -> LearnedVerifier |
     (``ragcache calibrate semantic``), or ``None`` when there is no record for ``embedder``: a
     record says the verifier meets the user's precision on the user's pairs, so a default cache then
     decides with it."""
-    from ragcache.semantic.calibration import record_path, recorded_threshold
+    from ragcache.semantic.decision.calibration import record_path, recorded_threshold
 
     if not record_path(str(getattr(embedder, "fingerprint", "")), home).is_file():
         return None  # the usual case: no record, so neither the head nor a lazy embedder's model is loaded

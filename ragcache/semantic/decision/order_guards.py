@@ -1,7 +1,7 @@
 """Word-order guards: ``direction`` (two spans swapped around a connective) and ``substitution``
 (a content word replaced, or a modifier inserted, between otherwise shared words).
 
-Part of :mod:`ragcache.semantic.guards` (which re-exports both and documents the guard order);
+Part of :mod:`ragcache.semantic.decision.guards` (which re-exports both and documents the guard order);
 split out because both work on word alignments rather than on word sets.
 """
 
@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ragcache.semantic.lexicon import lexicon
+from ragcache.semantic.decision.lexicon import lexicon
 from ragcache.semantic.text import (
     NEGATIONS,
     STOPWORDS,
@@ -27,7 +27,7 @@ from ragcache.semantic.text import (
 SYNONYMS: dict[str, str] = {}
 """Extra words the substitution guard treats as the same (word -> canonical word), on top of WordNet.
 
-Empty by default: synonyms come from WordNet 3.0 (:mod:`ragcache.semantic.lexicon`). Pass
+Empty by default: synonyms come from WordNet 3.0 (:mod:`ragcache.semantic.decision.lexicon`). Pass
 ``SubstitutionGuard(synonyms={"line": "row"})`` for domain equivalents WordNet lacks."""
 
 

@@ -20,8 +20,6 @@ transaction; a process that has the folder open notices another process's commit
 
 from __future__ import annotations
 
-from ragcache.atomic import atomic_write_bytes
-
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -29,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ragcache.atomic import atomic_write_bytes
 
 DB_NAME = "semantic.sqlite3"
 INDEX_DIR = "index"

@@ -1,6 +1,6 @@
 """Guards for differences that words alone miss: symbols and case, bounds, complements, relative times.
 
-Part of :mod:`ragcache.semantic.guards` (which re-exports them and documents the guard order).
+Part of :mod:`ragcache.semantic.decision.guards` (which re-exports them and documents the guard order).
 Each names a reason when the two questions ask different things:
 
 - ``bound``: a quantifier or bound ("at most", "at least", "up to", "no more than", "minimum",
