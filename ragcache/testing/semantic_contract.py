@@ -213,8 +213,10 @@ class SemanticCacheContract:
         assert a.candidates_for("How long do refunds take?", partition=PK)[0].state is None
         a.invalidate("refund-policy")
         assert not a.update_state(j, {"x": 1})  # gone
-        with pytest.raises(ValueError, match="JSON-like"):
+        with pytest.raises(TypeError, match="JSON-like"):  # a value of a wrong type inside the state
             a.update_state(i, {"x": object()})
+        with pytest.raises(ValueError, match="JSON-like"):  # a wrong value (not finite)
+            a.update_state(i, {"x": float("nan")})
 
     # ------------------------------------------------------------------ identity
     def test_other_embedder_is_refused(self, open_cache: Opener) -> None:
