@@ -338,7 +338,7 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
     output, possibly merged from several runs over disjoint prompts), saved when ``save``."""
     from datetime import datetime, timezone
 
-    from ragcache.engine.calibration import Calibration, _digest, save_calibration
+    from ragcache.engine.calibration import Calibration, record_digest, save_calibration
     from ragcache.engine.chunk.cache import ChunkCache
 
     rows = [setting_row(m, plan.confidence) for m in measured]
@@ -346,7 +346,7 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
     setting = None if chosen is None else chosen["setting"]
     cal = Calibration(
-        fingerprint=_digest(engine.fingerprint), model=str(engine.fingerprint),
+        fingerprint=record_digest(engine.fingerprint), model=str(engine.fingerprint),
         recompute_ratio=None if setting is None else setting["recompute_ratio"], blend_allowed=setting is not None,
         min_agreement=plan.min_agreement, max_ratio=plan.max_mean_share, ratios=[], prompts=n_prompts,
         answer_tokens=plan.answer_tokens, chunk_dtype=str(cc.dtype).replace("torch.", ""),

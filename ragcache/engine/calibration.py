@@ -111,13 +111,15 @@ class Calibration:
         return cls(**known)
 
 
-def _digest(fingerprint: Any) -> str:
+def record_digest(fingerprint: Any) -> str:
+    """The key of a calibration record: a fingerprint's ``weights_digest`` (the chat template left out:
+    a record measures the weights), or a digest given as a str."""
     return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "weights_digest", fingerprint.digest))
 
 
 def calibration_path(fingerprint: Any, home: Home | str | Path | None = None) -> Path:
     """``<home>/calibration/<digest>.json`` (:meth:`ragcache.home.Home.of`: ``None`` is ``~/.cache/ragcache``)."""
-    return Home.of(home).calibration_file(f"{_digest(fingerprint)}.json")
+    return Home.of(home).calibration_file(f"{record_digest(fingerprint)}.json")
 
 
 PACKAGED_DIR = Path(__file__).resolve().parent / "data" / "calibration"
@@ -133,7 +135,7 @@ def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
     path = calibration_path(fingerprint, home)
     cal = _read_record(path, fingerprint)
     if cal is None and packaged and not path.exists():
-        cal = _read_record(PACKAGED_DIR / f"{_digest(fingerprint)}.json", fingerprint)
+        cal = _read_record(PACKAGED_DIR / f"{record_digest(fingerprint)}.json", fingerprint)
     return cal
 
 
@@ -145,7 +147,7 @@ def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
     except (OSError, ValueError, TypeError) as e:
         log.warning("ignoring unreadable calibration %s (%s); run `ragcache calibrate` again", path, e)
         return None
-    if cal.fingerprint != _digest(fingerprint):
+    if cal.fingerprint != record_digest(fingerprint):
         log.warning("calibration %s belongs to another model; ignoring it", path)
         return None
     return cal
@@ -342,7 +344,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
     table = [ratio_row(r, per_r[r], confidence) for r in ratios]
     chosen = choose_ratio(table, min_agreement, max_ratio)
     cal = Calibration(
-        fingerprint=_digest(engine.fingerprint), model=str(engine.fingerprint), recompute_ratio=chosen,
+        fingerprint=record_digest(engine.fingerprint), model=str(engine.fingerprint), recompute_ratio=chosen,
         blend_allowed=chosen is not None, min_agreement=min_agreement, max_ratio=max_ratio, ratios=table,
         prefill_tokens_per_s=tokens / seconds if seconds > 0 else None, prompts=len(built),
         answer_tokens=answer_tokens, chunk_dtype=str(cc.dtype).replace("torch.", ""), sink_ids=cc.sink_for(model),
