@@ -424,7 +424,7 @@ def test_async_waiter_times_out_and_computes():
 import ast  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _PACKAGES = [_ROOT / "ragcache", _ROOT / "integrations" / "langchain" / "langchain_ragcache",
              _ROOT / "integrations" / "llama_index" / "llama_index"]
 MAX_FUNCTION_LINES = 80
