@@ -21,7 +21,7 @@ from ragcache import (
     as_document,
 )
 from ragcache.hashing import content_hash
-from ragcache.testing import HashingEmbedder, tiny_llama
+from ragcache.testing import HashingEmbedder
 
 DOCS = [
     {"id": "refund-policy", "text": "Refunds are issued within 30 days of purchase when the receipt is shown. " * 3},
@@ -191,8 +191,8 @@ def test_refresh_skips_the_lookup_and_replaces_the_answer():
 
 # -- the local engine through the pipeline ---------------------------------------------------
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(seed=3, initializer_range=0.2)
+def lm(tiny_wide3):
+    return tiny_wide3
 
 
 def test_precomputed_documents_are_chunk_hits_and_usage_adds_up(lm):
