@@ -9,6 +9,7 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("prometheus_client")
 
+import uvicorn  # noqa: E402
 
 from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
