@@ -351,7 +351,7 @@ def _parse(name: str, raw: str, typ: str) -> Any:
 def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One :class:`Config` field from its ``RAGCACHE_*`` variable, parsed as :meth:`Config.from_env`
     parses it (no folder checks, nothing created), for the app layer (``ragcache bench``'s thread
-    count); the library below it reads no environment (a test in ``tests/test_architecture.py``
+    count); the library below it reads no environment (a test in ``tests/unit/test_architecture.py``
     holds it to that). Unset or empty: the field's default (``home``: ``~/.cache/ragcache``).
 
     Raises:

@@ -38,6 +38,30 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def tiny_seed1():
+    """``tiny_llama(seed=1)``: the same architecture as ``tiny``, other weights."""
+    from ragcache.testing import tiny_llama
+
+    return tiny_llama(seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_wide():
+    """``tiny_llama(seed=1, initializer_range=0.2)``: wide init, so greedy answers are varied and non-blank."""
+    from ragcache.testing import tiny_llama
+
+    return tiny_llama(seed=1, initializer_range=0.2)
+
+
+@pytest.fixture(scope="session")
+def tiny_wide3():
+    """``tiny_llama(seed=3, initializer_range=0.2)``: wide init, other weights than ``tiny_wide``."""
+    from ragcache.testing import tiny_llama
+
+    return tiny_llama(seed=3, initializer_range=0.2)
+
+
+@pytest.fixture(scope="session")
 def smol():
     """The real embedded SmolLM2-135M-Instruct (converted once under RAGCACHE_HOME)."""
     from ragcache.models import load_model

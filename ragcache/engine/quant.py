@@ -27,7 +27,7 @@ for the CUDA kernels); HQQ's ``Quantizer`` groups by reshaping the flat tensor (
 element count to divide by the group size, so a 37-token chunk cannot be grouped along tokens)
 and stores its metadata as a Python dict. The arithmetic here is the same min-max scheme
 quanto's ``MaxOptimizer`` computes (quanto aligns the grid on an integer zero point, so single
-values differ by up to a step, but ``tests/test_kvquant.py`` checks that the int4 error
+values differ by up to a step, but ``tests/unit/test_kvquant.py`` checks that the int4 error
 statistics match quanto's), in ~150 lines of torch with a documented layout.
 """
 

@@ -6,7 +6,7 @@ returns a factory ``open_cache(**kwargs) -> cache``. Each call opens a *new* cac
 *same* store (the same folder, or the same PostgreSQL schema), as another process would; keyword
 arguments are the cache's (``threshold``, ``ttl_s``, ``max_entries``, ``store_truncated``,
 ``guards``, ``embedder`` ...). The fixture closes what it opened and empties the store afterwards.
-ragcache runs it against FAISS + SQLite and PostgreSQL + pgvector (``tests/test_semantic_contract.py``).
+ragcache runs it against FAISS + SQLite and PostgreSQL + pgvector (``tests/integration/test_semantic_contract.py``).
 
 The embedder is :class:`~ragcache.testing.HashingEmbedder` (64 buckets) unless a test passes another.
 """

@@ -10,12 +10,11 @@ from test_blend import DOCS, build, full_prefill, prefix_cache
 from ragcache.engine.blend import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
-from ragcache.testing import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
+def lm(tiny):
+    return tiny
 
 
 def blend(lm, ids, spans, doc_ids, r, **kw):

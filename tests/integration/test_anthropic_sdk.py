@@ -11,7 +11,6 @@ pytest.importorskip("starlette")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.prompt.layout import PromptLayout  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 from ragcache.providers.anthropic.backend import AnthropicBackend  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.providers.anthropic.usage import PromptCacheWarning  # noqa: E402
@@ -34,9 +33,9 @@ NOTES = [note(i) for i in range(12)]
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(tiny):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return LocalEngine(tiny_llama(seed=0))
+    return LocalEngine(tiny)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
 from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 
 SYSTEM = "You are the support assistant of a bicycle shop. Answer from the manual excerpts in one sentence."
 DOCS = [
@@ -31,9 +30,9 @@ DOCS = [
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(tiny_seed1):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_llama(seed=1), chunk_cache=cc, min_reuse_tokens=0, calibration=False,
+    return RecordingEngine(tiny_seed1, chunk_cache=cc, min_reuse_tokens=0, calibration=False,
                           recompute_ratio=0.15)
 
 

@@ -18,7 +18,7 @@ from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.prompt.layout import PromptLayout  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
-from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You answer questions about the bicycle shop manual. Be brief. " * 6
@@ -32,8 +32,8 @@ def serving(app):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    return LocalEngine(tiny_llama(seed=1, initializer_range=0.2))  # wide init: varied text, so a stop string occurs
+def engine(tiny_wide):
+    return LocalEngine(tiny_wide)  # wide init: varied text, so a stop string occurs
 
 
 @pytest.fixture()

@@ -11,8 +11,8 @@ from ragcache.testing import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def client():
-    return TestClient(create_local_app(LocalEngine(tiny_llama(seed=1), calibration=False)))
+def client(tiny_seed1):
+    return TestClient(create_local_app(LocalEngine(tiny_seed1, calibration=False)))
 
 
 @pytest.mark.parametrize("method,path,allow", [("GET", "/v1/messages", "POST"), ("PUT", "/v1/messages/count_tokens", "POST"),

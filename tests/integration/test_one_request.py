@@ -25,7 +25,7 @@ anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 from ragcache import LocalBackend, LocalEngine, PromptLayout, RagCache, SemanticCache  # noqa: E402
-from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
 
 SYSTEM = "Answer from the documents only, in one sentence."
 QUESTION = "How long do refunds take?"
@@ -48,8 +48,8 @@ class Seen:
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(seed=3, initializer_range=0.2)
+def lm(tiny_wide3):
+    return tiny_wide3
 
 
 @pytest.fixture()

@@ -14,11 +14,6 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return tiny_llama(0)
-
-
-@pytest.fixture(scope="module")
 def tiny_llama3():
     return tiny_llama(1, rope_parameters=LLAMA3)
 

@@ -24,8 +24,8 @@ DOCS = [
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
+def lm(tiny):
+    return tiny
 
 
 def enc(lm, text):

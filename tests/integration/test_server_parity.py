@@ -10,14 +10,13 @@ openai = pytest.importorskip("openai")
 from ragcache.backend import CacheUsage, provider_layer  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 
 
 @pytest.fixture(scope="module")
-def url():
-    engine = LocalEngine(tiny_llama(seed=1, initializer_range=0.2))
+def url(tiny_wide):
+    engine = LocalEngine(tiny_wide)
     with running_server(engine, min_tokens=64) as u:
         yield u
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("langchain_openai")
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "openai_serve.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai_serve.py"
 
 
 def _example():

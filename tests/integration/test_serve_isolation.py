@@ -19,7 +19,7 @@ from ragcache.server.auth import check_bind, parse_keys, tenant_of  # noqa: E402
 from ragcache.server.proxy import AnthropicProxy  # noqa: E402
 
 UPSTREAM = ("provider", "provider-cache")  # x-ragcache-layer of an answer that came from upstream
-from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
 
 KEY_A, KEY_B = "key-a-" + "x" * 20, "key-b-" + "y" * 20
 MODEL = "claude-sonnet-4-6"
@@ -32,8 +32,8 @@ def _no_env_key(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    return LocalEngine(tiny_llama(seed=1, initializer_range=0.2))
+def engine(tiny_wide):
+    return LocalEngine(tiny_wide)
 
 
 class Recorder:

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from ragcache.app.cli import app
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 pytest.importorskip("matplotlib")
 
 

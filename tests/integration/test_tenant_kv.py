@@ -157,8 +157,8 @@ WRONG = ("Internal policy of Tailspin Toys: refunds above 900 euros need the app
 
 
 @pytest.fixture(scope="module")
-def server_engine():
-    return LocalEngine(tiny_llama(seed=1, initializer_range=0.2), calibration=False)
+def server_engine(tiny_wide):
+    return LocalEngine(tiny_wide, calibration=False)
 
 
 def _openai_reuse(client, system):

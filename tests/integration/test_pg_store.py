@@ -179,6 +179,8 @@ def _crash_holder(url: str, schema: str, started) -> None:
 
 
 def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schema):
+    from contextlib import contextmanager
+
     open_cache()
     ctx = mp.get_context("spawn")
     barrier, q = ctx.Barrier(4), ctx.Queue()
@@ -196,9 +198,20 @@ def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schem
     assert started.wait(60)
     holder.kill()
     holder.join()
-    t0 = time.perf_counter()
-    r = AnswerPath(open_cache(), flight_timeout_s=30).run("crashy question", FPK, _call("recovered"))
-    assert r.layer == "provider" and r.text == "recovered" and time.perf_counter() - t0 < 10
+    cache = open_cache()
+    taken = []  # what the store's advisory lock yielded: False only after the whole timeout
+    real_lock = cache.flight_lock
+
+    @contextmanager
+    def recording_lock(key, timeout_s):
+        with real_lock(key, timeout_s) as locked:
+            taken.append(locked)
+            yield locked
+
+    cache.flight_lock = recording_lock
+    r = AnswerPath(cache, flight_timeout_s=30).run("crashy question", FPK, _call("recovered"))
+    # the server dropped the dead holder's lock with its connection: taken, not waited out
+    assert r.layer == "provider" and r.text == "recovered" and taken == [True]
 
 
 def test_unreachable_server_is_a_clear_error():

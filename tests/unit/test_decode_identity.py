@@ -14,7 +14,7 @@ from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, decode_c
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.quant import decode_cache_nbytes, quantized_decode_cache
 from ragcache.semantic import SemanticCache
-from ragcache.testing import HashingEmbedder, tiny_llama
+from ragcache.testing import HashingEmbedder
 
 pytest.importorskip("optimum.quanto")
 
@@ -25,8 +25,8 @@ PROMPTS = [[{"role": "user", "content": q}] for q in
 
 
 @pytest.fixture(scope="module")
-def wide():
-    return tiny_llama(seed=1, initializer_range=0.2)  # varied, non-blank answers
+def wide(tiny_wide):
+    return tiny_wide  # varied, non-blank answers
 
 
 @pytest.fixture(autouse=True)

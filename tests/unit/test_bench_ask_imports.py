@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ragcache.app.bench.ask import hit_imports
 
-ROOT = str(Path(__file__).resolve().parents[1])
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _env():

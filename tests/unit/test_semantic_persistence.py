@@ -14,7 +14,7 @@ from ragcache.semantic import SemanticCache, partition_key
 from ragcache.testing import HashingEmbedder
 
 PK = partition_key(namespace="p", model="m", documents=[{"text": "manual v1", "id": "manual"}])
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fill(c: SemanticCache, n: int) -> list[str]:

@@ -10,7 +10,6 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 
 from ragcache.engine.engine import LocalEngine  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
@@ -20,9 +19,9 @@ DOCS = [f"Manual section {i}: adjust the {part} with a {tool} until it turns fre
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(tiny_seed1):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return LocalEngine(tiny_llama(seed=1))
+    return LocalEngine(tiny_seed1)
 
 
 @pytest.fixture(scope="module")

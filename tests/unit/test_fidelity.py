@@ -12,12 +12,11 @@ from ragcache.app.bench.fidelity import (
     teacher_forced_fidelity,
 )
 from ragcache.engine import kv as kvb
-from ragcache.testing import tiny_llama
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
+def lm(tiny):
+    return tiny
 
 
 def prefill(lm, ids):

@@ -17,14 +17,13 @@ from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.engine.hkvd import budget
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.engine.selection import chunk_order, oracle_scores
-from ragcache.testing import tiny_llama
 
 RULES = ["prophet", "infoflow", "random", "given"]
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
+def lm(tiny):
+    return tiny
 
 
 def chunks(lm, doc_ids):

@@ -12,10 +12,8 @@ from ragcache.semantic import partition_key
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from ragcache.testing import tiny_llama
-
-    return LocalEngine(tiny_llama(seed=1), calibration=False)
+def engine(tiny_seed1):
+    return LocalEngine(tiny_seed1, calibration=False)
 
 
 @pytest.mark.parametrize("temperature", [math.nan, -1.0])

@@ -11,10 +11,8 @@ from ragcache.text_checks import check_encodable, checked_question, is_blank
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from ragcache.testing import tiny_llama
-
-    return LocalEngine(tiny_llama(seed=1), calibration=False)
+def engine(tiny_seed1):
+    return LocalEngine(tiny_seed1, calibration=False)
 
 
 @pytest.mark.parametrize("backend", [None, 42, "local", object()])

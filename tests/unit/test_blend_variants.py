@@ -12,7 +12,6 @@ from ragcache.engine.blend import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd, tail_attention
 from ragcache.engine.chunk.stores import MemoryChunkStore
-from ragcache.testing import tiny_llama
 from test_blend import DOCS, build, full_prefill, prefix_cache
 
 VARIANTS = {
@@ -33,8 +32,8 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
+def lm(tiny):
+    return tiny
 
 
 def run(lm, r, sink=None, **kw):

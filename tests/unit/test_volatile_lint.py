@@ -17,7 +17,7 @@ from ragcache.prompt.volatile import (
     move_volatile,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def found(text):

@@ -48,7 +48,7 @@ def test_configuration_page_is_generated_from_env_vars():
 
     from ragcache.config import ENV_VARS
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     page = runpy.run_path(str(root / "docs" / "gen_reference.py"), run_name="gen_reference")["configuration_page"]()
     for v in ENV_VARS:
         assert f"| `{v.name}` | {v.default} |" in page and v.doc.replace("|", "/") in page, v.name

@@ -12,7 +12,7 @@ from ragcache.app.bench.semantic_stream import add_kind_rows, clusters
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.text import normalize_question
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [json.loads(x) for x in (ROOT / OWN_KINDS).read_text().splitlines() if x.strip()]
 
 
