@@ -29,7 +29,8 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_KV_FORMAT": "int4", "RAGCACHE_KV_GROUP_SIZE": "32", "RAGCACHE_DECODE_CACHE": "quantized",
            "RAGCACHE_MIN_REUSE_TOKENS": "0", "RAGCACHE_SERVE_KEY": "k" * 16, "RAGCACHE_TENANT_HEADER": "x-tenant",
            "RAGCACHE_UPSTREAM_AUTH": "operator",
-           "RAGCACHE_BENCH_THREADS": "2", "RAGCACHE_WORDNET_DIR": str(tmp_path / "wn")}
+           "RAGCACHE_BENCH_THREADS": "2", "RAGCACHE_WORDNET_DIR": str(tmp_path / "wn"),
+           "RAGCACHE_MAX_FILE_BYTES": "2048"}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
@@ -41,7 +42,7 @@ def test_every_variable_is_read(tmp_path):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})
     assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1 and got["RAGCACHE_BENCH_THREADS"] == 2
-    assert got["RAGCACHE_WORDNET_DIR"] == tmp_path / "wn"
+    assert got["RAGCACHE_WORDNET_DIR"] == tmp_path / "wn" and got["RAGCACHE_MAX_FILE_BYTES"] == 2048
     assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
     assert (got["RAGCACHE_SERVE_KEY"], got["RAGCACHE_TENANT_HEADER"], got["RAGCACHE_UPSTREAM_AUTH"]) == \
         ("k" * 16, "x-tenant", "operator")
