@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.semantic.decision.bound import error_bound
-from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_path,
+from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_flag, check_path,
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.stores.faiss_store import FaissAnswerStore
@@ -88,6 +88,16 @@ class SemanticCache(SemanticPolicy):
         check_path("path", path)
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
+        hnsw_threshold = check_count("hnsw_threshold", hnsw_threshold)
+        autosave_every = check_count("autosave_every", autosave_every)
+        if search_threads is not None:
+            search_threads = check_count("search_threads", search_threads)
+        typo_correction = check_flag("typo_correction", typo_correction)
+        store_truncated = check_flag("store_truncated", store_truncated)
+        reembed = check_flag("reembed", reembed)
+        if not isinstance(guards, (bool, str, GuardSet)):
+            raise TypeError(f"guards must be True, False, 'verifier' or a GuardSet; got "
+                            f"{type(guards).__name__} {guards!r:.40}")
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
         decider = make_decider(guards, verifier, emb, home=home)

@@ -65,14 +65,19 @@ def normalize_question(text: str) -> str:
 
 _CONTRACTION = re.compile(r"\b(what|where|who|how|when|why|that|there|it|here)'s\b", re.IGNORECASE)
 _TRAILING = re.compile(r"[\s?!.]+$")
+_FACTORIAL_BEFORE = re.compile(r"[0-9)]$")
 
 
 def embed_form(text: str) -> str:
     """The form of a normalised question that is embedded: "what's" -> "what is" (wh-words, it,
     that, there, here) and the closing ``? ! .`` dropped. all-MiniLM-L6-v2 scores "What is the
     capital of France?" against "what is the capital of france" at only 0.906, the question
-    mark alone making the difference; guards and exact matching still see the normalised text."""
+    mark alone making the difference; guards and exact matching still see the normalised text.
+    A ``!`` right after a digit or ``)`` is kept: "What is 5!?" asks for a factorial, not "What is 5?"."""
     t = _CONTRACTION.sub(lambda m: m.group(1) + " is", text)
+    m = _TRAILING.search(t)
+    if m and m.group(0).startswith("!") and _FACTORIAL_BEFORE.search(t[:m.start()]):
+        return t[:m.start()] + "!"  # "5!", "(n+1)!": a factorial, not an exclamation
     return _TRAILING.sub("", t) or text
 
 

@@ -183,9 +183,9 @@ def test_store_replaces_same_question_and_validates(cache):
     assert cache.lookup("Where is my order?", partition=PK).answer == "new"
     cache.store("where is my order", "other", partition=PK)  # another text (case, no "?"): its own entry
     assert len(cache) == 2
-    with pytest.raises(TypeError, match="answer"):  # a wrong type
+    with pytest.raises(TypeError, match="answer must be a str"):
         cache.store("q?", 3, partition=PK)
     with pytest.raises(ValueError, match="ttl_s"):
         cache.store("q?", "a", partition=PK, ttl_s=0)
-    with pytest.raises(TypeError, match="embedder"):
+    with pytest.raises(TypeError, match="embedder must be"):
         SemanticCache(embedder=42)

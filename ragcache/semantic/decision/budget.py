@@ -74,9 +74,12 @@ def servable(stored: AnswerBudget, max_tokens: int | None) -> str | None:
     Returns ``None`` when it may, else a short reason (counted as the ``"budget"`` rejection).
 
     Raises:
-        ValueError: ``max_tokens`` is not a non-negative int or None.
+        TypeError: ``max_tokens`` is not an int or None; ValueError: a negative ``max_tokens``.
     """
-    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0):
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
+        raise TypeError(f"max_tokens must be a non-negative int or None, got {type(max_tokens).__name__} "
+                        f"{max_tokens!r:.40}")
+    if max_tokens is not None and max_tokens < 0:
         raise ValueError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}")
     if stored.truncated:
         if max_tokens is None or stored.max_tokens is None:

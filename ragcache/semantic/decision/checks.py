@@ -80,6 +80,18 @@ def check_count(name: str, v: Any) -> int:
     return int(v)
 
 
+def check_flag(name: str, v: Any) -> bool:
+    """A ``bool`` (``True`` / ``False``), returned as is; ``"yes"`` or ``1`` are refused rather than read
+    as true.
+
+    Raises:
+        TypeError: not a bool.
+    """
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be True or False, got {type(v).__name__} {v!r:.40}")
+    return v
+
+
 def check_ttl(ttl_s: Any, *, name: str = "ttl_s") -> float | None:
     """``None`` (no expiry) or a number of seconds > 0.
 

@@ -156,7 +156,10 @@ _DASHES = frozenset({"-", "--", "—", "–", "-.", "&"})
 
 
 def _chunk_core(chunk: str) -> str:
-    core = chunk.lstrip(_EDGE_L).rstrip(_EDGE_R)
+    left = chunk.lstrip(_EDGE_L)
+    core = left.rstrip(_EDGE_R)
+    if left[len(core):].startswith("!") and (core[-1:].isdigit() or core.endswith(")")):
+        return core + "!"  # "5!", "(3+2)!": a factorial, not an exclamation
     if core.endswith(")") and "(" not in core:
         core = core.rstrip(")")
     return core

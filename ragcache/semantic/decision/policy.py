@@ -399,7 +399,14 @@ class SemanticPolicy(ErrorBoundAPI):
         return n
 
     def clear(self, namespace: str | None = None) -> int:
-        """Drop every entry (``namespace=None``) or every entry of one namespace. Returns the count removed."""
+        """Drop every entry (``namespace=None``) or every entry of one namespace. Returns the count removed.
+
+        Raises:
+            TypeError: ``namespace`` is neither a str nor None (nothing is removed).
+        """
+        if namespace is not None and not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a str (one namespace) or None (every entry), got "
+                            f"{type(namespace).__name__} {namespace!r:.40}")
         n = self.answer_store.remove_namespace(namespace)
         with self._stats_lock:
             self._stats.invalidations += n
