@@ -59,6 +59,18 @@ STUDIES: dict[str, Study] = {
     "calibration_smollm2": Study("Calibration record of the embedded model (shipped)", "Local engine",
                                  "ragcache calibrate --start 4 --end 20 --ratios 0.15,0.30,0.50 --selection infoflow "
                                  "--threads 1"),
+    "calibration_settings_0-24": Study("Calibration of the planned settings, items 0-24 (partial run: items 0-3)",
+                                       "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
+                                       "--start 0 --end 25 --threads 1 --json bench/results/calibration_settings_0-24.json"),
+    "calibration_settings_25-49": Study("Calibration of the planned settings, items 25-49 (partial run: items 25-28)",
+                                        "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
+                                        "--start 25 --end 50 --threads 1 --json bench/results/calibration_settings_25-49.json"),
+    "calibration_settings_smollm2": Study("Calibration of the planned settings, merged (8 items: licenses nothing)",
+                                          "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
+                                          "merge('bench/results/calibration_plan_settings.json', "
+                                          "['bench/results/calibration_settings_0-24.json', "
+                                          "'bench/results/calibration_settings_25-49.json'], "
+                                          "json_path='bench/results/calibration_settings_smollm2.json')\""),
     "calibration_plan_settings": Study("Calibration plan: the settings, fixed before the run (input)", "Local engine",
                                        "ragcache calibrate --plan bench/results/calibration_plan_settings.json"),
     "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",

@@ -97,7 +97,7 @@ def test_tools_and_request_arguments():
     for bad in (dict(client=None), dict(client=object(), model=""), dict(client=object(), max_tokens_param="x")):
         with pytest.raises(ValueError):
             OpenAIBackend(**{"model": "m", **bad})
-    with pytest.raises(ValueError, match="PromptLayout"):
+    with pytest.raises(TypeError, match="PromptLayout"):  # a wrong type
         b.request([{"role": "user", "content": "hi"}], max_new_tokens=1, temperature=0.0)
 
 
@@ -173,8 +173,13 @@ def test_semantic_hit_skips_the_endpoint(client, engine):
 def test_precomputed_documents_are_chunk_hits_over_the_endpoint(client, engine):
     # The backend sends each document as its own part with the layout's exact bytes, and the endpoint
     # tokenises parts as document pieces: the chunk keys RagCache would use locally hold over HTTP too.
+    # Chunk KV is per tenant: the caller of the endpoint (its API key, hashed) is the tenant the
+    # documents are precomputed for (ragcache.server.auth.tenant_of / kv_namespace).
+    from ragcache.server.auth import kv_namespace, tenant_of
+
     docs = [{**d, "text": d["text"] + " (precomputed edition)"} for d in DOCS]
-    assert engine.chunk_cache.precompute(engine, docs, progress=False) == 3
+    tenant = kv_namespace(tenant_of({"authorization": "Bearer local"}))
+    assert engine.chunk_cache.precompute(engine, docs, progress=False, namespace=tenant) == 3
     a = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Precomputed desk.", max_new_tokens=2).answer(
         "How long do refunds take?", docs)
     g = engine.generations[-1]

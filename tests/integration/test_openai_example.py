@@ -27,7 +27,8 @@ def test_example_on_a_tiny_model():
     assert [r["step"][0] for r in rows] == ["1", "2", "3", "4"]
     # at the defaults prefill is exact (no calibration record): the third request's documents are chunk
     # hits, but only its prefix is reused
-    assert [r["layer"] for r in rows] == ["model", "prefix", "prefix", ""]  # the stream has no headers
+    # the streamed request carries the x-ragcache-* headers too (one record for headers and usage)
+    assert [r["layer"] for r in rows] == ["model", "prefix", "prefix", "prefix"]
     assert rows[0]["cache_read"] == 0
     assert rows[1]["read_share"] > 0.8  # system turn and documents from the prefix cache
     assert rows[2]["cache_read"] > 0 and rows[3]["cache_read"] > 0
