@@ -318,15 +318,29 @@ def _skip_dirs() -> tuple[str, ...]:
         import os
         import threading
 
-        dirs = {os.path.dirname(threading.__file__)}  # stdlib: threading, asyncio, contextlib, concurrent
+        stdlib = os.path.dirname(threading.__file__)  # threading, asyncio, contextlib, concurrent; first
+        dirs: set[str] = set()
         for name in _PASS_THROUGH:
             try:
                 spec = importlib.util.find_spec(name)
             except (ImportError, ValueError):
                 continue
             dirs.update(spec.submodule_search_locations or [] if spec else [])
-        _SKIP_DIRS = tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+        _SKIP_DIRS = tuple(os.path.join(os.path.realpath(d), "") for d in [stdlib, *sorted(dirs)])
     return _SKIP_DIRS
+
+
+def _passes_through(real: str, skip: tuple[str, ...]) -> bool:
+    """Whether a frame in file ``real`` belongs to ragcache's pass-through frames: a framework folder of
+    :data:`_PASS_THROUGH`, or the standard library, whose folder can hold ``site-packages`` (a
+    system or pyenv install): an installed package there is not the standard library."""
+    if not real.startswith(skip):
+        return False
+    stdlib = skip[0]
+    if real.startswith(stdlib) and not any(real.startswith(d) for d in skip[1:]):
+        rest = real[len(stdlib):]
+        return not rest.startswith(("site-packages", "dist-packages"))
+    return True
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
@@ -348,7 +362,7 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
         real = os.path.realpath(path) if not path.startswith("<") else path
         if fallback is None and not real.startswith(own):
             fallback = level
-        if not path.startswith("<") and not real.startswith(skip):
+        if not path.startswith("<") and not _passes_through(real, skip):
             break
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level if frame is not None else (fallback or 2))

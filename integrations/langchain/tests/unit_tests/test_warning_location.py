@@ -55,19 +55,40 @@ def test_through_rag_prompt_and_a_chain() -> None:
     _assert_here(*_where(PossiblyVolatileDate, lambda: chain2.invoke(inputs)))
 
 
-@pytest.mark.asyncio
-async def test_through_an_async_chain_names_the_adapter_step() -> None:
-    # LangChain runs each async step in its own task, so the caller's line is not on the stack: the
-    # warning names the adapter's line that built the layout, never langsmith or ragcache's core
+def test_through_an_async_chain_names_the_callers_line_or_the_adapter_step() -> None:
+    # An async chain runs each step in a task: the warning names the line that drives the event loop
+    # (the caller's asyncio.run) when it is on the step's stack, else the adapter line that built the
+    # layout; never langsmith, langchain-core, ragcache's core or an installed package in between.
+    import asyncio
+
     chain = RagPrompt(system=SYSTEM) | RunnableLambda(lambda v: v.to_messages())
+    inputs = {"question": "When do backups run?", "context": DOCS}
+    line = inspect.currentframe().f_lineno + 3
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
-        await chain.ainvoke({"question": "When do backups run?", "context": DOCS})
+        asyncio.run(chain.ainvoke(inputs))
     (w,) = [w for w in rec if issubclass(w.category, VolatileTextMoved)]
-    assert w.filename.replace("\\", "/").endswith("langchain_ragcache/prompts.py"), w.filename
-    line = inspect.getsource(RagPrompt.layout).splitlines()
-    start = inspect.getsourcelines(RagPrompt.layout)[1]
-    assert "PromptLayout.build(" in line[w.lineno - start]
+    if w.filename == __file__:
+        assert w.lineno == line, (w.lineno, line)
+    else:
+        assert w.filename.replace("\\", "/").endswith("langchain_ragcache/prompts.py"), w.filename
+        src = inspect.getsource(RagPrompt.layout).splitlines()
+        assert "PromptLayout.build(" in src[w.lineno - inspect.getsourcelines(RagPrompt.layout)[1]]
+
+
+def test_an_installed_package_under_the_stdlib_folder_is_not_passed_through(tmp_path):
+    """A system / pyenv install keeps site-packages inside the standard library's folder: a package
+    there is not the standard library, so a frame in it is not walked past."""
+    from ragcache.prompt.volatile import _passes_through
+
+    stdlib = str(tmp_path / "lib" / "python3.11") + "/"
+    framework = stdlib + "site-packages/langchain_core/"
+    skip = (stdlib, framework)
+    assert _passes_through(stdlib + "asyncio/events.py", skip)
+    assert _passes_through(framework + "runnables/base.py", skip)
+    assert not _passes_through(stdlib + "site-packages/pytest_asyncio/plugin.py", skip)
+    assert not _passes_through(stdlib + "dist-packages/myapp/main.py", skip)
+    assert not _passes_through(str(tmp_path / "app" / "main.py"), skip)
 
 
 def test_through_the_layout_middleware() -> None:
