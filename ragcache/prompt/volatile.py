@@ -330,7 +330,7 @@ def _skip_dirs() -> tuple[str, ...]:
     return _SKIP_DIRS
 
 
-def _passes_through(real: str, skip: tuple[str, ...]) -> bool:
+def passes_through(real: str, skip: tuple[str, ...]) -> bool:
     """Whether a frame in file ``real`` belongs to ragcache's pass-through frames: a framework folder of
     :data:`_PASS_THROUGH`, or the standard library, whose folder can hold ``site-packages`` (a
     system or pyenv install): an installed package there is not the standard library."""
@@ -362,7 +362,7 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
         real = os.path.realpath(path) if not path.startswith("<") else path
         if fallback is None and not real.startswith(own):
             fallback = level
-        if not path.startswith("<") and not _passes_through(real, skip):
+        if not path.startswith("<") and not passes_through(real, skip):
             break
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level if frame is not None else (fallback or 2))

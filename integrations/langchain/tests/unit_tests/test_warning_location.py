@@ -79,16 +79,16 @@ def test_through_an_async_chain_names_the_callers_line_or_the_adapter_step() -> 
 def test_an_installed_package_under_the_stdlib_folder_is_not_passed_through(tmp_path):
     """A system / pyenv install keeps site-packages inside the standard library's folder: a package
     there is not the standard library, so a frame in it is not walked past."""
-    from ragcache.prompt.volatile import _passes_through
+    from ragcache.prompt.volatile import passes_through
 
     stdlib = str(tmp_path / "lib" / "python3.11") + "/"
     framework = stdlib + "site-packages/langchain_core/"
     skip = (stdlib, framework)
-    assert _passes_through(stdlib + "asyncio/events.py", skip)
-    assert _passes_through(framework + "runnables/base.py", skip)
-    assert not _passes_through(stdlib + "site-packages/pytest_asyncio/plugin.py", skip)
-    assert not _passes_through(stdlib + "dist-packages/myapp/main.py", skip)
-    assert not _passes_through(str(tmp_path / "app" / "main.py"), skip)
+    assert passes_through(stdlib + "asyncio/events.py", skip)
+    assert passes_through(framework + "runnables/base.py", skip)
+    assert not passes_through(stdlib + "site-packages/pytest_asyncio/plugin.py", skip)
+    assert not passes_through(stdlib + "dist-packages/myapp/main.py", skip)
+    assert not passes_through(str(tmp_path / "app" / "main.py"), skip)
 
 
 def test_through_the_layout_middleware() -> None:
