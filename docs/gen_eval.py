@@ -84,9 +84,9 @@ STUDIES: dict[str, Study] = {
     "semantic_hard": Study("Semantic cache: hard pairs (rerun)", "Semantic cache", "ragcache bench semantic"),
     "semantic_qqp": Study("Semantic cache: QQP pairs (previous release)", "Semantic cache", "ragcache bench semantic"),
     "semantic_split": Study("Semantic cache: tuning and held-out parts of the hard pairs (split by kind, seed 32)",
-                            "Semantic cache", "python -m ragcache.app.bench.semantic_split"),
+                            "Semantic cache", "python -m benchmarks.semantic_split"),
     "semantic_pairs_baseline": Study("Semantic cache: per-pair decisions before the kind-by-kind changes (baseline)",
-                                     "Semantic cache", "python -m ragcache.app.bench.semantic_split --baseline"),
+                                     "Semantic cache", "python -m benchmarks.semantic_split --baseline"),
     "semantic_qqp900_before_after": Study("Semantic cache: QQP held-out sample (900 pairs), before / after the guard changes",
                                           "Semantic cache",
                                           "a one-off run recorded in the JSON's `what` field (no script): "

@@ -1,23 +1,24 @@
 """``ragcache bench ...``: each benchmark prints a table, writes JSON under bench/results/ and draws a PNG
 (the PNG only with matplotlib, from ``pip install 'ragcache[bench]'``; without it the plot is skipped with
-one line naming the extra, after the JSON and table: :mod:`ragcache.app.bench.plotting`).
+one line naming the extra, after the JSON and table: :mod:`benchmarks.plotting`).
 
-To add a benchmark ``NAME``: write ``ragcache/app/bench/NAME.py`` with a ``main(**options) -> dict``
+To add a benchmark ``NAME``: write ``benchmarks/NAME.py`` (top level of the checkout, not in the wheel) with a ``main(**options) -> dict``
 that prints, writes ``json_path`` and then draws ``plot_path`` through
-:func:`ragcache.app.bench.plotting.draw`; then register it here::
+:func:`benchmarks.plotting.draw`; then register it here::
 
     @bench_app.command("NAME")
     def bench_NAME(json_path: str = json_option("NAME"), plot_path: str = plot_option("NAME"), ...) -> None:
         \"\"\"One line for --help.\"\"\"
         run_bench("NAME", json_path=json_path, plot_path=plot_path, ...)
 
-``run_bench`` imports ``ragcache.app.bench.NAME`` lazily (so ``ragcache --help`` stays fast) and turns
+``run_bench`` imports ``benchmarks.NAME`` lazily (so ``ragcache --help`` stays fast) and turns
 user errors into one ``error:`` line.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -55,9 +56,44 @@ def plot_option(name: str) -> Any:
     return typer.Option(f"bench/results/{name}.png", "--plot", help="Where to draw the PNG.")
 
 
+NO_CHECKOUT = ("the benchmarks are not in the ragcache wheel: run `ragcache bench` inside a checkout of the "
+               "ragcache repository (git clone it, `pip install -e '.[dev]'`, then `ragcache bench ...` in that folder)")
+
+
+def checkout_root() -> Path | None:
+    """The repository checkout whose ``benchmarks/`` package ``ragcache bench`` runs: the folder above
+    an editable install's ``ragcache`` package, else the working directory or the nearest parent with
+    both ``ragcache/`` and ``benchmarks/`` in it; ``None`` outside a checkout (an installed wheel)."""
+    here = Path(__file__).resolve().parents[2]
+    cwd = Path.cwd().resolve()
+    for root in (here, cwd, *cwd.parents):
+        if (root / "benchmarks" / "__init__.py").is_file() and (root / "ragcache" / "__init__.py").is_file():
+            return root
+    return None
+
+
+def load_benchmark(name: str) -> Any:
+    """Import ``benchmarks.<name>`` from the checkout (:func:`checkout_root`).
+
+    Raises:
+        ImportError: not run from a checkout (the message says how to get one).
+    """
+    try:
+        return importlib.import_module(f"benchmarks.{name}")
+    except ModuleNotFoundError as e:
+        if e.name not in ("benchmarks", f"benchmarks.{name}"):
+            raise
+    root = checkout_root()
+    if root is None:
+        raise ImportError(NO_CHECKOUT)
+    sys.path.insert(0, str(root))
+    importlib.invalidate_caches()
+    return importlib.import_module(f"benchmarks.{name}")
+
+
 def run_bench(name: str, **options: Any) -> Any:
-    """Run ``ragcache.app.bench.<name>.main(**options)``."""
-    module = importlib.import_module(f"ragcache.app.bench.{name}")
+    """Run ``benchmarks.<name>.main(**options)`` (the ``benchmarks/`` package of the checkout)."""
+    module = run_or_exit(console, load_benchmark, name)
     return run_or_exit(console, module.main, **options)
 
 

@@ -2,7 +2,7 @@
 
 Prompts are built as in ``ragcache bench blend`` (a system text, passages as documents, the
 question through the chat template), with the item's first ``docs`` passages; the check itself
-is :func:`ragcache.engine.calibration.calibrate` (teacher-forced top-1 agreement and KL against
+is :func:`ragcache.engine.blend.calibration.calibrate` (teacher-forced top-1 agreement and KL against
 full prefill at each r). The record goes to ``$RAGCACHE_HOME/calibration/<fingerprint>.json``
 and every later :class:`~ragcache.engine.engine.LocalEngine` on that model uses it.
 """
@@ -55,7 +55,7 @@ def main(model: str | None = None, data: str | Path = "", start: int = 0, end: i
     import torch
 
     from ragcache.config import Config
-    from ragcache.engine.calibration import DEFAULT_RATIOS, calibration_path, check_options
+    from ragcache.engine.blend.calibration import DEFAULT_RATIOS, calibration_path, check_options
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 

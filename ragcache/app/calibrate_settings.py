@@ -4,7 +4,7 @@ The plan file (JSON) is written before the run: ``{"settings": [BlendSetting fie
 "min_agreement": 0.95, "confidence": 0.95, "max_mean_share": 0.30, "answer_tokens": 32}``.
 Prompts are :func:`ragcache.app.calibrate.musique_prompts` (system text, the item's first
 ``docs`` passages as documents, the question). The measurement and the decision are
-:func:`ragcache.engine.blend_setting.calibrate_settings`; the table is printed, the full
+:func:`ragcache.engine.blend.setting.calibrate_settings`; the table is printed, the full
 measurement written to ``--json`` (when given) and the record saved where engines read it.
 """
 
@@ -22,12 +22,12 @@ from ragcache.atomic import atomic_write_json
 
 
 def read_plan(path: str | Path) -> Any:
-    """The :class:`~ragcache.engine.blend_setting.SettingsPlan` in ``path``.
+    """The :class:`~ragcache.engine.blend.setting.SettingsPlan` in ``path``.
 
     Raises:
         ValueError: missing or malformed file, or a bad setting (the message names it).
     """
-    from ragcache.engine.blend_setting import BlendSetting, SettingsPlan
+    from ragcache.engine.blend.setting import BlendSetting, SettingsPlan
 
     p = Path(path)
     try:
@@ -55,8 +55,8 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     import torch
 
     from ragcache.app.calibrate import musique_prompts
-    from ragcache.engine.blend_setting import calibrate_settings
-    from ragcache.engine.calibration import calibration_path
+    from ragcache.engine.blend.setting import calibrate_settings
+    from ragcache.engine.blend.calibration import calibration_path
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 
@@ -115,7 +115,7 @@ def merge(plan: str | Path, parts: list[str | Path], *, model: str | None = None
     Raises:
         ValueError: a part measured other settings than the plan, or two parts share a prompt.
     """
-    from ragcache.engine.blend_setting import record_settings
+    from ragcache.engine.blend.setting import record_settings
     from ragcache.engine.engine import LocalEngine
 
     console = console or Console()

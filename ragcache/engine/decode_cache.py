@@ -13,7 +13,7 @@ full precision (the rest is quantized as before).
 
 :func:`check_decode` measures, per model, how often quantized decoding picks the exact decode's
 token (teacher-forced top-1 agreement along the exact greedy answer, and its one-sided Wilson
-lower bound: :mod:`ragcache.engine.calibration`'s machinery) and records whether the bound is
+lower bound: :mod:`ragcache.engine.blend.calibration`'s machinery) and records whether the bound is
 met. :class:`~ragcache.engine.engine.LocalEngine` reads the record: a model whose record fails
 the bound decodes exactly (and says so in ``reuse_decision``); without a record the quantized
 cache is used as configured, and its answers are labelled approximate either way.
@@ -34,7 +34,7 @@ import torch
 from ragcache.atomic import atomic_write_json
 from ragcache.home import Home
 from ragcache.engine import kv
-from ragcache.engine.calibration import agreement_lower_bound, check_confidence, fidelity
+from ragcache.engine.blend.calibration import agreement_lower_bound, check_confidence, fidelity
 from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.hashing import hash_value
 
@@ -161,7 +161,7 @@ def check_decode(engine: Any, prompts: Sequence[Any], *, spec: DecodeCacheSpec |
     ``DynamicCache``; the same prompt's exact prefill is then handed to the quantized cache
     (:meth:`DecodeCacheSpec.hand_over`) and the answer is fed one token per step, as decoding
     does, comparing each step's argmax and distribution with the exact ones
-    (:func:`ragcache.engine.calibration.fidelity`).
+    (:func:`ragcache.engine.blend.calibration.fidelity`).
 
     Args:
         engine: a :class:`~ragcache.engine.engine.LocalEngine` (nothing is stored in its caches).

@@ -7,7 +7,7 @@ A request's prefill takes, in order:
 2. if a chunk cache is attached, one batched lookup of the documents after that prefix
    (:meth:`~ragcache.engine.chunk.BoundChunkCache.lookup_many`). Documents that
    miss are computed in the request's own context at every layer, like any uncached token,
-   never on their own. When the hits are worth it (:class:`~ragcache.engine.reuse.ReusePolicy`,
+   never on their own. When the hits are worth it (:class:`~ragcache.engine.blend.reuse.ReusePolicy`,
    and a per-model calibration allows blending), the hit documents' KV is fused CacheBlend-style
    (:func:`ragcache.engine.blend.blend_prefill`) and the answer is marked approximate;
 3. otherwise (no hit, too few reusable tokens, r = 1, blending disabled) everything after the
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv
-from ragcache.engine.blend_engine import blend_request, chunk_view
+from ragcache.engine.blend.request import blend_request, chunk_view
 from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
@@ -37,7 +37,7 @@ from ragcache.engine.engine_config import EngineConfig
 from ragcache.engine.prefix import PrefixCache
 from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
-from ragcache.engine.reuse import PrefillRate
+from ragcache.engine.blend.reuse import PrefillRate
 from ragcache.engine.keys import EngineKeys
 from ragcache.engine.windowed import kv_reuse_blocker
 from ragcache.prompt.layout import PromptLayout
@@ -86,7 +86,7 @@ class LocalEngine(EngineKeys):
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
                  chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
-        from ragcache.engine.calibration import Calibration, load_calibration
+        from ragcache.engine.blend.calibration import Calibration, load_calibration
 
         if not all(hasattr(loaded, a) for a in ("model", "tokenizer", "fingerprint")):
             raise TypeError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
@@ -153,7 +153,7 @@ class LocalEngine(EngineKeys):
     @property
     def selection(self) -> str:
         """The blend's rule (``rank_by``): the config's, else the calibration record's, else ``DEFAULT_SELECTION``."""
-        from ragcache.engine.selection import resolve_selection
+        from ragcache.engine.blend.selection import resolve_selection
 
         return resolve_selection(self._selection, self.calibration if self._recompute_ratio is None else None)
 
@@ -338,15 +338,15 @@ class LocalEngine(EngineKeys):
     def calibrate(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
         """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
 
-        Runs :func:`ragcache.engine.calibration.calibrate` (same keyword arguments: ``ratios``,
+        Runs :func:`ragcache.engine.blend.calibration.calibrate` (same keyword arguments: ``ratios``,
         ``min_agreement`` (default 0.95), ``confidence`` (0.95), ``max_ratio`` (0.5), ``answer_tokens`` (32), ``save``,
         ``home``, ``progress``) and sets :attr:`calibration`. Returns the
-        :class:`~ragcache.engine.calibration.Calibration`.
+        :class:`~ragcache.engine.blend.calibration.Calibration`.
 
         Raises:
-            ValueError: see :func:`ragcache.engine.calibration.calibrate`.
+            ValueError: see :func:`ragcache.engine.blend.calibration.calibrate`.
         """
-        from ragcache.engine.calibration import calibrate
+        from ragcache.engine.blend.calibration import calibrate
 
         self.calibration = calibrate(self, prompts, **{"home": self.config.home, **kwargs})
         return self.calibration

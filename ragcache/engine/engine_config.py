@@ -15,11 +15,11 @@ from ragcache.home import Home
 from ragcache.limits import check_recompute_ratio
 from ragcache.engine.prompt import TemplateDate, resolve_template_date
 from ragcache.engine.quant import DECODE_BACKENDS
-from ragcache.engine.reuse import ReusePolicy
+from ragcache.engine.blend.reuse import ReusePolicy
 
 if TYPE_CHECKING:
-    from ragcache.engine.blend_setting import BlendSetting
-    from ragcache.engine.calibration import Calibration
+    from ragcache.engine.blend.setting import BlendSetting
+    from ragcache.engine.blend.calibration import Calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ class EngineConfig:
         block_size: prefix-cache block size (tokens, >= 1).
         recompute_ratio: the blend's r in [0, 1]; ``None``: the model's calibration record, else exact prefill.
         selection: the blend's selection rule (``blend_prefill``'s ``rank_by``); ``None``: the
-            calibration record's rule, else :data:`ragcache.engine.selection.DEFAULT_SELECTION`.
+            calibration record's rule, else :data:`ragcache.engine.blend.selection.DEFAULT_SELECTION`.
         namespace: cache salt; KV never crosses namespaces.
         share_kv_across_namespaces: let requests of different namespaces (tenants) reuse each other's
             prefix and chunk KV (default False: a request's namespace salts its KV keys; sharing lets a
@@ -45,7 +45,7 @@ class EngineConfig:
             cache's backend, bits, and the recent and first (attention sink) tokens kept in full precision.
         home: the ragcache home the calibration and decode-check records are read from (a
             :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
-        blend_setting: a :class:`~ragcache.engine.blend_setting.BlendSetting` (rule, budget, chunk
+        blend_setting: a :class:`~ragcache.engine.blend.setting.BlendSetting` (rule, budget, chunk
             context) that wins over the calibration record's; ``None``: the record's licensed setting.
 
     Raises:
@@ -75,7 +75,7 @@ class EngineConfig:
         if self.blend_setting is not None and type(self.blend_setting).__name__ != "BlendSetting":
             raise TypeError(f"blend_setting must be a BlendSetting or None; got {type(self.blend_setting).__name__}")
         if self.selection is not None:
-            from ragcache.engine.hkvd import RANKINGS
+            from ragcache.engine.blend.hkvd import RANKINGS
 
             if self.selection not in RANKINGS or self.selection == "given":
                 raise ValueError(f"selection must be one of {[r for r in RANKINGS if r != 'given']}; "

@@ -23,7 +23,7 @@ Llama 3.1's chat template writes it, "Date today:", "Now:", "as of", "timestamp:
 first. Everything else is possible: a date in a rule, "Office hours 09:00-17:00", "Friday", a
 counter with an explicit marker ("turn #12"). Ordinals in instructions ("step 12", "attempt 2",
 "request 42") are not findings. Measured on 113 real agent-framework prompts by
-``ragcache bench lint`` (:mod:`ragcache.app.bench.lint`).
+``ragcache bench lint`` (``benchmarks/lint.py`` in a checkout).
 
 It imports only :mod:`ragcache.hashing`: the layout, the Anthropic client side and the
 ``ragcache lint`` command all call down into it.

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend_setting import BlendSetting, licensed_setting
-from ragcache.engine.calibration import Calibration
+from ragcache.engine.blend.setting import BlendSetting, licensed_setting
+from ragcache.engine.blend.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.engine.engine import LocalEngine

@@ -144,7 +144,7 @@ def test_the_demo_says_what_the_chunk_cache_does(r, words):
 def test_the_demo_names_a_record_that_licenses_no_ratio():
     from ragcache import LocalEngine
     from ragcache.app.demo import _reuse_mode
-    from ragcache.engine.calibration import Calibration
+    from ragcache.engine.blend.calibration import Calibration
     from ragcache.testing import tiny_llama
 
     loaded = tiny_llama(seed=1)

@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from ragcache.app.bench.ask import hit_imports
+from benchmarks.ask import hit_imports
 
 ROOT = str(Path(__file__).resolve().parents[2])
 

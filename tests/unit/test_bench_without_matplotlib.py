@@ -7,7 +7,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from ragcache.app.bench.plotting import INSTALL, draw
+from benchmarks.plotting import INSTALL, draw
 from ragcache.app.cli import app
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend import blend_prefill, select_hkvd
+from ragcache.engine.blend.prefill import blend_prefill, select_hkvd
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
 from ragcache.testing import tiny_llama
@@ -290,7 +290,7 @@ def test_precompute_counts_and_keys(lm):
 
 
 def test_query_blocks_do_not_change_the_result(lm, monkeypatch):
-    import ragcache.engine.blend_layers as blend_mod
+    import ragcache.engine.blend.layers as blend_mod
 
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
     _, _, _, one_block, _ = blend(lm, cc, DOCS, 0.3)

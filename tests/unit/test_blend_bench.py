@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ragcache.app.bench.blend import (
+from benchmarks.blend import (
     summarize_methods,
     best_f1,
     kl_divergence,
@@ -66,14 +66,14 @@ def test_summary_ratios():
 
 
 def test_missing_data_names_the_expected_file(tmp_path):
-    from ragcache.app.bench.blend import main
+    from benchmarks.blend import main
 
     with pytest.raises(FileNotFoundError, match="/work/shared/data/musique_s.json"):
         main(str(tmp_path / "nope.json"), 0, 1, json_path=str(tmp_path / "x.json"))
 
 
 def test_unknown_blend_option_raises():
-    from ragcache.app.bench.blend import _blend_options
+    from benchmarks.blend import _blend_options
 
     assert _blend_options({"check_layer": 2})["check_layer"] == 2
     with pytest.raises(ValueError, match="unknown blend option"):
@@ -81,14 +81,14 @@ def test_unknown_blend_option_raises():
 
 
 def test_variant_study_refuses_evaluation_items(tmp_path):
-    from ragcache.app.bench.blend_variants import main
+    from benchmarks.blend_variants import main
 
     with pytest.raises(ValueError, match="development items only"):
         main(str(tmp_path / "nope.json"), 45, 55)
 
 
 def test_merge_runs(tmp_path):
-    from ragcache.app.bench.blend_merge import merge
+    from benchmarks.blend_merge import merge
 
     def m(ttft, agree, r=None):
         return {"ttft_s": ttft, "first_token_equal": True, "f1_vs_full": 1.0, "kl_first_token": 0.1,
@@ -113,7 +113,7 @@ def test_merge_runs(tmp_path):
 
 
 def test_variant_summary_gap_share_and_random_multiple():
-    from ragcache.app.bench.blend_variants import summarize
+    from benchmarks.blend_variants import summarize
 
     variants = {"r0": ("bos", 0.0, {}), "rule": ("bos", 0.15, {"rank_by": "infoflow"}),
                 "rand a": ("bos", 0.15, {"rank_by": "random", "seed": 0}),

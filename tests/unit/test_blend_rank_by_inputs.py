@@ -1,4 +1,4 @@
-"""rank_by of blend_prefill (ragcache.engine.blend) on prompts it cannot rank: bad values and a prompt
+"""rank_by of blend_prefill (ragcache.engine.blend.prefill) on prompts it cannot rank: bad values and a prompt
 that ends inside its last document get a ValueError naming the fix, not a reshape error."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_blend import DOCS, build, full_prefill, prefix_cache
 
-from ragcache.engine.blend import blend_prefill
+from ragcache.engine.blend.prefill import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
 

@@ -1,4 +1,4 @@
-"""Query-aware, random and oracle selection of blend_prefill (ragcache.engine.selection) on a tiny
+"""Query-aware, random and oracle selection of blend_prefill (ragcache.engine.blend.selection) on a tiny
 random float32 Llama: exactness at r = 1, what is always selected, true global positions in the
 ranking pass, stored chunk KV left untouched, prompts without a question."""
 
@@ -10,13 +10,13 @@ from test_blend import DOCS, build, full_prefill, prefix_cache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend import blend_prefill
+from ragcache.engine.blend.prefill import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.chunk_kv import ChunkKV
 from ragcache.engine.chunk.stores import MemoryChunkStore
-from ragcache.engine.hkvd import budget
+from ragcache.engine.blend.hkvd import budget
 from ragcache.engine.rope import RopeSpec, rerotate_keys
-from ragcache.engine.selection import chunk_order, oracle_scores
+from ragcache.engine.blend.selection import chunk_order, oracle_scores
 
 RULES = ["prophet", "infoflow", "random", "given"]
 

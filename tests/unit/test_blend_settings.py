@@ -9,18 +9,18 @@ import torch
 from test_blend import DOCS, build, full_prefill, prefix_cache
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend import blend_prefill
-from ragcache.engine.blend_setting import (
+from ragcache.engine.blend.prefill import blend_prefill
+from ragcache.engine.blend.setting import (
     BlendSetting,
     choose_setting,
     compute_after,
     context_view,
     licensed_setting,
 )
-from ragcache.engine.calibration import Calibration
+from ragcache.engine.blend.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
-from ragcache.engine.selection import plan_recompute
+from ragcache.engine.blend.selection import plan_recompute
 from ragcache.testing import tiny_llama
 
 

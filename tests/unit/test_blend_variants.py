@@ -1,4 +1,4 @@
-"""HKVD selection variants of blend_prefill (ragcache.engine.hkvd) on a tiny random float32 Llama."""
+"""HKVD selection variants of blend_prefill (ragcache.engine.blend.hkvd) on a tiny random float32 Llama."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend import blend_prefill
+from ragcache.engine.blend.prefill import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
-from ragcache.engine.hkvd import boundary_mask, gradual_counts, select_hkvd, tail_attention
+from ragcache.engine.blend.hkvd import boundary_mask, gradual_counts, select_hkvd, tail_attention
 from ragcache.engine.chunk.stores import MemoryChunkStore
 from test_blend import DOCS, build, full_prefill, prefix_cache
 

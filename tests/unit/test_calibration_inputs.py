@@ -1,4 +1,4 @@
-"""Bad inputs to the calibration gate (ragcache.engine.calibration): a confidence below 0.5 would
+"""Bad inputs to the calibration gate (ragcache.engine.blend.calibration): a confidence below 0.5 would
 loosen the gate it tightens, and every bad option is named before any model or data is loaded."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ragcache.engine.calibration import agreement_lower_bound, calibrate, check_options
+from ragcache.engine.blend.calibration import agreement_lower_bound, calibrate, check_options
 
 GOOD = dict(ratios=[0.15], min_agreement=0.95, max_ratio=0.5, answer_tokens=8, confidence=0.95)
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ragcache.home import Home
-from ragcache.engine import calibration as calmod
-from ragcache.engine.calibration import (
+from ragcache.engine.blend import calibration as calmod
+from ragcache.engine.blend.calibration import (
     Calibration,
     agreement_lower_bound,
     calibration_path,
@@ -67,7 +67,7 @@ def test_the_embedded_models_record_ships_and_follows_its_own_rule():
         cal = Calibration.from_dict(json.loads(f.read_text()))
         assert f.stem == cal.fingerprint and cal.confidence > 0
         if cal.settings:  # a record of named blend settings (issue 31): the rule picks its setting
-            from ragcache.engine.blend_setting import choose_setting
+            from ragcache.engine.blend.setting import choose_setting
 
             chosen = choose_setting(cal.settings, cal.min_agreement, cal.max_mean_share)
             assert cal.setting == (chosen["setting"] if chosen else None) and cal.blend_allowed == bool(chosen)

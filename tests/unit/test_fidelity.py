@@ -1,11 +1,11 @@
-"""Teacher-forced fidelity metrics (ragcache.app.bench.fidelity) on a tiny random float32 Llama."""
+"""Teacher-forced fidelity metrics (benchmarks.fidelity) on a tiny random float32 Llama."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ragcache.app.bench.fidelity import (
+from benchmarks.fidelity import (
     forced_logits,
     greedy_answer,
     kl_rows,

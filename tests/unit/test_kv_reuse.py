@@ -19,10 +19,10 @@ import ragcache.engine.kv as kvmod
 from ragcache.engine import attention
 from ragcache.engine import kv
 from ragcache.engine.attention import attend_positions, causal_attention
-from ragcache.engine.calibration import Calibration, calibration_path, fidelity, load_calibration
+from ragcache.engine.blend.calibration import Calibration, calibration_path, fidelity, load_calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
-from ragcache.engine.reuse import ReusePolicy
+from ragcache.engine.blend.reuse import ReusePolicy
 
 SYSTEM = "You answer questions from the passages below. Cite the passage you used and keep it short."
 DOCS = [
@@ -289,7 +289,7 @@ def test_calibration_needs_confidence_not_luck(tiny, tmp_path):
     (0.9, 0, 0.95, 0.0, 0.0),          # no tokens: no evidence
 ])
 def test_wilson_lower_bound(p, n, conf, low, high):
-    from ragcache.engine.calibration import agreement_lower_bound
+    from ragcache.engine.blend.calibration import agreement_lower_bound
 
     assert low <= agreement_lower_bound(p, n, conf) <= high
     if 0 < n and 0 < conf:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend import blend_prefill
+from ragcache.engine.blend.prefill import blend_prefill
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.quant import KVFormat, QuantizedTensor, decode_cache_nbytes, quantize, quantize_kv
@@ -277,7 +277,7 @@ def test_bench_chunk_part_on_the_tiny_model(tiny, tmp_path):
     """``bench kvquant``'s chunk part end to end on a synthetic item: sizes, loads, fidelity, table, PNG."""
     from rich.console import Console
 
-    from ragcache.app.bench import kvquant as bench
+    from benchmarks import kvquant as bench
     from ragcache.testing import HashingEmbedder
 
     item = {"question": "Where does the Seine flow?", "answers": ["the sea"],

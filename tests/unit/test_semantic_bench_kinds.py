@@ -6,9 +6,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ragcache.app.bench.semantic import OWN_KINDS
-from ragcache.app.bench.semantic_split import HELDOUT_SHARE, changes, part_scores, split
-from ragcache.app.bench.semantic_stream import add_kind_rows, clusters
+from benchmarks.semantic import OWN_KINDS
+from benchmarks.semantic_split import HELDOUT_SHARE, changes, part_scores, split
+from benchmarks.semantic_stream import add_kind_rows, clusters
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.text import normalize_question
 

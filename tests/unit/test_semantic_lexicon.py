@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragcache.app.bench.lexicon import full_parse
+from benchmarks.lexicon import full_parse
 from ragcache.semantic.decision.lexicon import _RULES, POS, Lexicon, LexiconUnavailable, lexicon, wordnet_dir
 
 

@@ -45,7 +45,7 @@ def test_config_paths_is_the_home_with_its_folders(tmp_path):
 
 
 def test_every_record_path_goes_through_the_home(tmp_path):
-    from ragcache.engine.calibration import calibration_path
+    from ragcache.engine.blend.calibration import calibration_path
     from ragcache.engine.decode_cache import decode_check_path
     from ragcache.models import digest_cache_file
     from ragcache.semantic.decision.calibration import record_path
@@ -60,7 +60,7 @@ def test_every_record_path_goes_through_the_home(tmp_path):
 
 # -- the library reads no environment ------------------------------------------------------------
 def test_the_library_ignores_ragcache_variables(monkeypatch, tmp_path):
-    from ragcache.engine.calibration import calibration_path
+    from ragcache.engine.blend.calibration import calibration_path
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import MemoryChunkStore, open_chunk_store
     from ragcache.engine.engine_config import EngineConfig
@@ -81,7 +81,7 @@ def test_the_app_layer_passes_the_same_settings_down(monkeypatch, tmp_path, tiny
     """`ragcache ask` / `serve` / `demo` build their engine with build_engine(cfg): the environment's
     chunk format, decode cache and home reach the engine as arguments."""
     from ragcache.app.runtime import build_engine, chunk_store
-    from ragcache.engine.calibration import Calibration, save_calibration
+    from ragcache.engine.blend.calibration import Calibration, save_calibration
     from ragcache.engine.chunk.stores import DiskChunkStore
 
     env = {"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_MODEL": str(tiny_dir), "RAGCACHE_KV_FORMAT": "int8",

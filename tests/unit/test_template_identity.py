@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from ragcache.engine.backend import LocalBackend
-from ragcache.engine.calibration import Calibration, load_calibration, save_calibration
+from ragcache.engine.blend.calibration import Calibration, load_calibration, save_calibration
 from ragcache.engine.engine import LocalEngine
 from ragcache.identity import folder_chat_template, template_digest
 from ragcache.models import load_model, model_fingerprint

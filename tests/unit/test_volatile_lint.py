@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragcache.app.bench.lint import evaluate, load_prompts, markdown_table
+from benchmarks.lint import evaluate, load_prompts, markdown_table
 from ragcache.prompt.layout import PromptLayout
 from ragcache.prompt.volatile import (
     PossiblyVolatileDate,

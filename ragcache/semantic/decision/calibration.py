@@ -10,7 +10,7 @@ reach the target. Too few pairs cannot show it: with ``n`` served pairs all corr
 that the cache serves; fewer are refused before anything is scored, with that count.
 
 The record lives in ``$RAGCACHE_HOME/calibration/semantic-<embedder digest>.json`` (atomic write,
-like the KV calibration of :mod:`ragcache.engine.calibration`) and names the head it was fitted
+like the KV calibration of :mod:`ragcache.engine.blend.calibration`) and names the head it was fitted
 for; every cache on that embedder with the default decider then uses its threshold. A record for
 another head (the shipped head refitted) is ignored with a warning.
 """

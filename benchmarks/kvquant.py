@@ -9,7 +9,7 @@ per GiB, load time (``DiskChunkStore.get``: read, digest and shape checks; the f
 OS page cache, as for a hot disk cache) and dequantization time. Fidelity: CacheBlend
 (r = 0.15, and r = 0 = full reuse, which reads every stored value) from the loaded chunks
 against full prefill, teacher-forced along the full-prefill greedy answer (up to 32 tokens):
-mean KL and top-1 agreement (:mod:`ragcache.app.bench.fidelity`).
+mean KL and top-1 agreement (:mod:`benchmarks.fidelity`).
 
 Decode: one item's question (system text + question, no passages, so the generated tokens
 dominate the KV) is prefilled, then ``decode_tokens`` tokens are generated greedily (EOS
@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
-from ragcache.app.bench.plotting import draw
+from benchmarks.plotting import draw
 from ragcache.config import Config, env_setting
 
 GIB = 1 << 30
@@ -57,7 +57,7 @@ def _threads() -> None:
 
 
 def _prompt(loaded: Any, embedder: Any, item: dict) -> Any:
-    from ragcache.app.bench.blend import rag_messages, retrieve_passages
+    from benchmarks.blend import rag_messages, retrieve_passages
     from ragcache.engine.prompt import render_messages
 
     return render_messages(loaded.tokenizer, rag_messages(item["question"], retrieve_passages(embedder, item)))
@@ -65,9 +65,9 @@ def _prompt(loaded: Any, embedder: Any, item: dict) -> Any:
 
 # -- chunk storage formats ---------------------------------------------------------------
 def _chunk_item(ctx: dict, item: dict, formats: list[tuple[str, int]], ratios: list[float]) -> dict:
-    from ragcache.app.bench.fidelity import forced_logits, greedy_answer, teacher_forced_fidelity
+    from benchmarks.fidelity import forced_logits, greedy_answer, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import DiskChunkStore
 
@@ -157,7 +157,7 @@ def _rss() -> int:
 
 def _decode_prompt(loaded: Any, item: dict) -> list[int]:
     """System text + the item's question (no passages): the generated tokens dominate the KV."""
-    from ragcache.app.bench.blend import SYSTEM
+    from benchmarks.blend import SYSTEM
     from ragcache.engine.prompt import render_messages
 
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": item["question"]}]
@@ -388,7 +388,7 @@ def main(data: str, start: int = 0, end: int = 10, formats: str = "fp16,int8,int
         "model": str(loaded.fingerprint), "formats": [f"{n}:{g}" for n, g in fmts], "ratios": [0.15, 0.0],
         "load_avg": _load_avg(), "per_item": [], "chunk_summary": {}, "decode": None,
         "decode_tokens": decode_tokens, "decode_item": decode_item, "residual_length": residual_length}
-    from ragcache.app.bench.blend import machine
+    from benchmarks.blend import machine
 
     payload["machine"] = machine()
     jpath = Path(json_path)

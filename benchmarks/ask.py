@@ -51,7 +51,7 @@ PARAPHRASE = "Rotating the API keys: how?"  # a hit whose differing words go thr
 def _child_env(home: Path, root: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    root = root or str(Path(__file__).resolve().parents[3])
+    root = root or str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     bench = Home(home / "bench-ask")
     for var, path in (("RAGCACHE_ANSWERS_DIR", bench.answers), ("RAGCACHE_INDEX_DIR", bench.index),
@@ -199,7 +199,7 @@ def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: st
 
 
 def _plot(summary: dict[str, dict[str, Any]], load: float, plot_path: str | None) -> None:
-    from ragcache.app.bench.plotting import draw
+    from benchmarks.plotting import draw
 
     def plot() -> None:
         import matplotlib.pyplot as plt

@@ -36,7 +36,7 @@ import platform
 import re
 import sys
 from ragcache.config import Config
-from ragcache.app.bench.plotting import draw
+from benchmarks.plotting import draw
 from pathlib import Path
 from typing import Any
 

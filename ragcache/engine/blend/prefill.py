@@ -20,7 +20,7 @@ Knowledge Fusion", EuroSys 2025, arXiv 2405.16444, §4):
 Query-aware selection (ProphetKV, arXiv 2602.02579; InfoFlow KV, arXiv 2603.05353), random
 and oracle-score selection replace step 3: a stage-1 pass of the question over the reused KV
 ranks the document tokens before layer 0, then step 4 runs from layer 0 for the chosen tokens
-(``rank_by``; :mod:`ragcache.engine.selection`).
+(``rank_by``; :mod:`ragcache.engine.blend.selection`).
 
 ``recompute_ratio = 1`` reproduces a full prefill; ``recompute_ratio = 0`` is full KV reuse
 (no layer recomputes document tokens; only uncached tokens are computed).
@@ -40,9 +40,9 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend_layers import layer_forward, qkv
-from ragcache.engine.chunk_cache import context_window
-from ragcache.engine.hkvd import (
+from ragcache.engine.blend.layers import layer_forward, qkv
+from ragcache.engine.chunk.cache import context_window
+from ragcache.engine.blend.hkvd import (
     RANKINGS,
     Deviation,
     RankBy,
@@ -54,8 +54,8 @@ from ragcache.engine.hkvd import (
     tail_attention,
 )
 from ragcache.engine.rope import RopeSpec, rerotate_keys
-from ragcache.engine.selection import OTHER_RULES, QUERY_RULES, plan_recompute, query_scores, random_scores
-from ragcache.engine.stores import ChunkKV
+from ragcache.engine.blend.selection import OTHER_RULES, QUERY_RULES, plan_recompute, query_scores, random_scores
+from ragcache.engine.chunk.stores import ChunkKV
 from ragcache.limits import check_recompute_ratio
 
 PRE_LAYER_RULES = QUERY_RULES + OTHER_RULES  # rank before layer 0, then recompute at every layer
@@ -81,7 +81,7 @@ class BlendResult:
         tokens_computed: tokens without any cached KV (always computed).
         token_scores: float32 ``[n]`` scores the rules ranking before layer 0 chose by
             (``None`` for the check-layer rules and r = 0), e.g. for
-            :func:`ragcache.engine.selection.chunk_order`.
+            :func:`ragcache.engine.blend.selection.chunk_order`.
         exact: every document token was recomputed at every layer (r = 1, or a per-request budget
             past its ``max_share`` ceiling): the cache equals a full prefill's, up to float noise.
     """
@@ -180,7 +180,7 @@ def _fused_buffers(model: Any, spec: RopeSpec, n: int, prefix_len: int, prefix_c
 def _pre_layer_scores(model: Any, rank_by: str, ids: torch.Tensor, suffix: torch.Tensor, suffix_doc: torch.Tensor,
                       spec: RopeSpec, k_all: list, v_all: list, doc_mask: torch.Tensor, tail_from: int, seed: int,
                       token_scores: torch.Tensor | None, query_layers: Sequence[int] | None) -> torch.Tensor:
-    """Scores ``[n]`` of the rules that rank before layer 0 (:mod:`ragcache.engine.selection`)."""
+    """Scores ``[n]`` of the rules that rank before layer 0 (:mod:`ragcache.engine.blend.selection`)."""
     n = doc_mask.shape[0]
     if rank_by == "random":
         return random_scores(n, seed, device=ids.device)
@@ -238,9 +238,9 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             each document (EPIC, arXiv 2410.15332); they count inside the budget (r > 0).
         rank_by: ``"deviation"`` (default, CacheBlend §4.2: KV deviation at ``check_layer``);
             ``"deviation*attention"`` / ``"attention"``: that deviation times / replaced by the
-            check layer's tail attention mass (:func:`~ragcache.engine.hkvd.tail_attention`).
+            check layer's tail attention mass (:func:`~ragcache.engine.blend.hkvd.tail_attention`).
             Ranked before layer 0, then the chosen tokens recomputed at every layer (no check
-            layer; :mod:`ragcache.engine.selection`): ``"prophet"`` / ``"infoflow"``, the
+            layer; :mod:`ragcache.engine.blend.selection`): ``"prophet"`` / ``"infoflow"``, the
             question's attention (norm) over the reused tokens at their global positions, fused
             over ``query_layers``, from a stage-1 pass counted in this call's time;
             ``"random"`` (seeded by ``seed``); ``"given"`` (``token_scores``, e.g. the bench's oracle).
@@ -249,7 +249,7 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         query_layers: layers fused by the query rules (negative indices count from the end; default all);
             the ranking pass stops after the last of them (a cheaper ranking pass with early layers).
         doc_top / mass_bound / max_share: rules ranking before layer 0 only
-            (:func:`ragcache.engine.selection.plan_recompute`): recompute whole the ``doc_top``
+            (:func:`ragcache.engine.blend.selection.plan_recompute`): recompute whole the ``doc_top``
             documents the ranking puts most score on; recompute tokens until the score mass left on
             reused tokens is <= ``mass_bound`` (a per-request budget, ``recompute_ratio`` its
             floor); past ``max_share`` of the document tokens recompute all of them (exact prefill,

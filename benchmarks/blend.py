@@ -15,7 +15,7 @@ Metrics per method: mean TTFT and speed-up over full prefill; first-token agreem
 full prefill; token F1 between the method's answer and the full-prefill answer; KL divergence
 KL(full || method) of the first-token distribution; F1 against the gold answers
 (normalisation: lower-case, no punctuation, no a/an/the, single spaces; first line kept;
-best gold answer); and teacher-forced fidelity (:mod:`ragcache.app.bench.fidelity`): the
+best gold answer); and teacher-forced fidelity (:mod:`benchmarks.fidelity`): the
 full-prefill answer tokens forced through each method's cache, mean KL(full || method) over
 those positions, top-1 agreement at them, and greedy match length (leading answer tokens the
 method reproduces). Answer F1 hardly moves with r on a small model (one flipped token changes
@@ -44,8 +44,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
-from ragcache.app.bench.blend_plot import plot as _plot
-from ragcache.app.bench.plotting import draw
+from benchmarks.blend_plot import plot as _plot
+from benchmarks.plotting import draw
 from ragcache.config import Config, env_setting
 
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
@@ -134,7 +134,7 @@ def _decode(model: Any, cache: Any, first_logits: torch.Tensor, n_prompt: int, e
 
 def _blend_options(options: dict | None) -> dict:
     """The selection options in effect: blend_prefill's defaults updated with ``options``."""
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
 
     sig = inspect.signature(blend_prefill)
     names = ("check_layer", "deviation", "gradual_layers", "gradual_start", "doc_head_tokens", "doc_tail_tokens", "rank_by",
@@ -147,9 +147,9 @@ def _blend_options(options: dict | None) -> dict:
 
 
 def _run_item(ctx: dict, item: dict, ratios: list[float]) -> dict:
-    from ragcache.app.bench.fidelity import forced_logits, teacher_forced_fidelity
+    from benchmarks.fidelity import forced_logits, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.prompt import render_messages
 
     model, tok, fp, chunks = ctx["model"], ctx["tokenizer"], ctx["fingerprint"], ctx["chunks"]
@@ -390,7 +390,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
     return payload
 
 
-if __name__ == "__main__":  # python -m ragcache.app.bench.blend DATA [START END]
+if __name__ == "__main__":  # python -m benchmarks.blend DATA [START END]
     import sys
 
     a = sys.argv[1:]

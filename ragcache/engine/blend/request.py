@@ -4,11 +4,11 @@ The setting in force (:func:`setting_for`): the engine config's ``blend_setting`
 caller gave a recompute ratio (config or request), that ratio with the engine's selection rule
 and sink-context chunks (the behaviour before settings existed); else the setting the model's
 calibration record licenses (:func:`licensed_setting
-<ragcache.engine.blend_setting.licensed_setting>`), or none (exact prefill).
+<ragcache.engine.blend.setting.licensed_setting>`), or none (exact prefill).
 
 The setting decides which chunk KV a request reads and stores (:func:`chunk_view`: the chunk
 cache itself, or its view keyed by the request's stable prefix,
-:func:`ragcache.engine.blend_setting.context_view`) and what :func:`blend_request` recomputes.
+:func:`ragcache.engine.blend.setting.context_view`) and what :func:`blend_request` recomputes.
 Every blended answer is labelled approximate with the setting's name; a request whose
 per-request budget passes its ceiling is recomputed in full and is labelled exact.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ragcache.engine.blend_setting import BlendSetting, context_view, licensed_setting
+from ragcache.engine.blend.setting import BlendSetting, context_view, licensed_setting
 
 
 def setting_for(engine: Any, r: float | None) -> BlendSetting | None:
@@ -50,7 +50,7 @@ def blend_request(engine: Any, ids: list[int], p: int, cache: Any, plan: Any, r:
     document's start (everything before it is exact), or ``len(ids)`` when the setting's ceiling
     sent the request to a full recomputation.
     """
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
 
     setting = setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)
     kwargs = setting.blend_kwargs()

@@ -1,6 +1,6 @@
 """Merge ``bench blend`` runs over disjoint item ranges (e.g. two processes) into one result.
 
-Usage: ``python -m ragcache.app.bench.blend_merge OUT.json OUT.png RUN1.json RUN2.json ...``.
+Usage: ``python -m benchmarks.blend_merge OUT.json OUT.png RUN1.json RUN2.json ...``.
 The merged JSON lists the item ids it holds (``item_ids``; ``items`` is their [min, max + 1)
 range, which may have gaps: read ``item_ids``), keeps each run's machine / load / threads
 under ``runs``, and recomputes the summary over all items.
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragcache.app.bench.blend import summarize_methods, write_json, report
+from benchmarks.blend import summarize_methods, write_json, report
 
 
 def merge(paths: list[str], json_path: str, plot_path: str | None = None) -> dict:

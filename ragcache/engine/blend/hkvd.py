@@ -25,7 +25,7 @@ import torch
 Deviation = Literal["v", "k", "kv"]
 DEVIATIONS: tuple[str, ...] = ("v", "k", "kv")
 RankBy = Literal["deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given"]
-# the first three rank at the check layer; the others rank before layer 0 (ragcache.engine.selection)
+# the first three rank at the check layer; the others rank before layer 0 (ragcache.engine.blend.selection)
 RANKINGS: tuple[str, ...] = ("deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given")
 
 

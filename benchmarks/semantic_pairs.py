@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.app.bench.plotting import save_figure
+from benchmarks.plotting import save_figure
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.embedding import QuestionEmbedder

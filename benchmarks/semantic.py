@@ -1,6 +1,6 @@
 """Benchmark of the semantic response cache: precision / recall of each hit decision, lookup latency.
 
-The pair benchmark (:mod:`ragcache.app.bench.semantic_pairs`) runs on the hard pairs and on the
+The pair benchmark (:mod:`benchmarks.semantic_pairs`) runs on the hard pairs and on the
 held-out split of the QQP development pairs: plain cosine, the guards alone, the learned verifier
 (the default) and GPTCache, back to back on the same embeddings.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.app.bench.plotting import draw
-from ragcache.app.bench.semantic_pairs import (
+from benchmarks.plotting import draw
+from benchmarks.semantic_pairs import (
     accuracy,
     gptcache_accuracy,
     kind_of,

@@ -72,11 +72,11 @@ class Calibration:
         rank_by: the selection rule measured (``blend_prefill``'s ``rank_by``; records written before
             this field existed read as ``"deviation"``, CacheBlend's rule); the engine blends with it.
         created: UTC time of the run (ISO 8601).
-        setting: the licensed :class:`~ragcache.engine.blend_setting.BlendSetting` as a dict (records of
-            :func:`~ragcache.engine.blend_setting.calibrate_settings`; ``None`` otherwise; read it with
-            :func:`~ragcache.engine.blend_setting.licensed_setting`).
+        setting: the licensed :class:`~ragcache.engine.blend.setting.BlendSetting` as a dict (records of
+            :func:`~ragcache.engine.blend.setting.calibrate_settings`; ``None`` otherwise; read it with
+            :func:`~ragcache.engine.blend.setting.licensed_setting`).
         settings: every candidate setting measured, with its pooled agreement, lower bound, mean
-            recomputed share and CPU speed-up (:func:`~ragcache.engine.blend_setting.setting_row`).
+            recomputed share and CPU speed-up (:func:`~ragcache.engine.blend.setting.setting_row`).
         max_mean_share: the cap on the mean recomputed share a licensed setting must meet.
         note: how the record was made (command, items, machine).
     """
@@ -122,7 +122,7 @@ def calibration_path(fingerprint: Any, home: Home | str | Path | None = None) ->
     return Home.of(home).calibration_file(f"{record_digest(fingerprint)}.json")
 
 
-PACKAGED_DIR = Path(__file__).resolve().parent / "data" / "calibration"
+PACKAGED_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 """Records that ship with ragcache, ``<fingerprint digest>.json`` (read when the home has none)."""
 
 
@@ -294,7 +294,7 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
     Why one function: one measurement loop (prompts x ratios) whose running totals decide the
     recorded r; the steps it calls (:func:`check_options`, the fidelity measure) are already apart.
     """
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache
 
     if not prompts:

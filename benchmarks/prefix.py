@@ -19,7 +19,7 @@ from rich.table import Table
 from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
 from ragcache.app.corpus import stdlib_chunks
-from ragcache.app.bench.plotting import draw
+from benchmarks.plotting import draw
 
 QUESTION_STEMS = (
     "Explain how to read a CSV file with a header row and convert each row into a dictionary keyed by column name",

@@ -144,8 +144,8 @@ def main(pairs: str = "../shared/data/semantic_pairs_dev.jsonl", json_path: str 
 
     import torch
 
-    from ragcache.app.bench.semantic import OWN_KINDS, machine_info
-    from ragcache.app.bench.semantic_pairs import memo_embedder
+    from benchmarks.semantic import OWN_KINDS, machine_info
+    from benchmarks.semantic_pairs import memo_embedder
     from ragcache.semantic.embedding import resolve_embedder
     from ragcache.semantic.text import embed_form, normalize_question
 

@@ -2,7 +2,7 @@
 
 For each MuSiQue item (same prompt as ``bench blend``: system text, top-6 passages, question)
 the full-prefill greedy answer is forced through full prefill and through each blend variant
-(:mod:`ragcache.app.bench.fidelity`); per variant the table gives mean KL(full || blend) over
+(:mod:`benchmarks.fidelity`); per variant the table gives mean KL(full || blend) over
 the answer positions, top-1 agreement, first-token KL / agreement, greedy match length, and
 the KL as a share of full reuse (r = 0) with the same chunk sink. Variants
 (:func:`ragcache.engine.blend.blend_prefill` options and the chunk sink of
@@ -13,7 +13,7 @@ the KL as a share of full reuse (r = 0) with the same chunk sink. Variants
   (the tokens before each document boundary);
 - chunks computed after BOS (default) or after the real system prefix (the prompt's tokens
   before the first document);
-- query-aware rules ranked before layer 0 (:mod:`ragcache.engine.selection`: ProphetKV-style
+- query-aware rules ranked before layer 0 (:mod:`ragcache.engine.blend.selection`: ProphetKV-style
   attention, InfoFlow-style attention norm, fused over all or half the layers; InfoFlow's chunk
   reordering, scored against the canonical order's full prefill), random selection at the same r
   (seeds 0-2) and the oracle (tokens whose chunk KV differs most from the full prefill's, summed
@@ -74,7 +74,7 @@ VARIANTS: dict[str, tuple[str, float, dict[str, Any]]] = {
     "r=0.15 dev KV x question attention, check 4": ("bos", 0.15, {"deviation": "kv", "rank_by": "deviation*attention",
                                                                   "check_layer": 4}),
 }
-# issue 20: query-aware rules (ragcache.engine.selection), random at the same r, and the oracle
+# issue 20: query-aware rules (ragcache.engine.blend.selection), random at the same r, and the oracle
 for _r in (0.15, 0.30):
     VARIANTS.update({
         f"r={_r:.2f} CacheBlend (dev KV, check 1)": ("bos", _r, {}),
@@ -99,7 +99,7 @@ def _load_avg() -> list[float]:
 
 
 def _load(machine_threads: int | None) -> dict:
-    from ragcache.app.bench.blend import machine
+    from benchmarks.blend import machine
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import MemoryChunkStore
     from ragcache.models import load_embedder, load_model
@@ -127,14 +127,14 @@ def greedy_answer_ids(ctx: dict, cache: Any, logits: torch.Tensor, n: int, max_n
 
 def run_item(ctx: dict, item: dict, variants: dict[str, tuple[str, float, dict]], max_new_tokens: int = 32) -> dict:
     """Score every variant on one item; returns ``{"prompt_tokens", "answer", "variants": {name: metrics}}``."""
-    from ragcache.app.bench.blend import rag_messages, retrieve_passages
-    from ragcache.app.bench.fidelity import forced_logits, teacher_forced_fidelity
+    from benchmarks.blend import rag_messages, retrieve_passages
+    from benchmarks.fidelity import forced_logits, teacher_forced_fidelity
     from ragcache.engine import kv as kvb
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.prompt import render_messages
     from ragcache.engine.chunk.stores import MemoryChunkStore
-    from ragcache.engine.selection import chunk_order, oracle_scores
+    from ragcache.engine.blend.selection import chunk_order, oracle_scores
 
     model, tok, fp = ctx["model"], ctx["tokenizer"], ctx["fingerprint"]
     prompt = render_messages(tok, rag_messages(item["question"], retrieve_passages(ctx["embedder"], item)))
@@ -334,14 +334,14 @@ def main(data: str, start: int = 0, end: int = 8, json_path: str = "bench/result
         console.print(f"[{start + len(rows) - 1}] {rows[-1]['prompt_tokens']} tokens, answer {rows[-1]['answer']!r} "
                       f"({rows[-1]['answer_tokens']} tokens), {time.perf_counter() - t0:.0f}s")
     report(payload, console)
-    from ragcache.app.bench.plotting import draw
+    from benchmarks.plotting import draw
 
     png = str(jpath.with_suffix(".png"))
     draw(lambda: plot(payload, png), png)
     return payload
 
 
-if __name__ == "__main__":  # python -m ragcache.app.bench.blend_variants DATA [START END [NAME ...]]
+if __name__ == "__main__":  # python -m benchmarks.blend_variants DATA [START END [NAME ...]]
     import sys
 
     a = sys.argv[1:]

@@ -1,6 +1,6 @@
 """Query-aware, random and oracle selection of the document tokens a blended prefill recomputes.
 
-CacheBlend (:mod:`ragcache.engine.hkvd`) ranks reused document tokens by how far their cached
+CacheBlend (:mod:`ragcache.engine.blend.hkvd`) ranks reused document tokens by how far their cached
 KV deviates from fresh KV at one early layer. The rules here rank them instead by what the
 request's question reads from them, measured in a cheap first pass (*dual stage*):
 
@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from ragcache.engine.blend_layers import attend, finish, qkv
+from ragcache.engine.blend.layers import attend, finish, qkv
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 
 QUERY_RULES: tuple[str, ...] = ("prophet", "infoflow")

@@ -20,12 +20,12 @@ explorations (``max_error`` only). Methods: ragcache with guards at static thres
 with ``max_error`` (0.01 / 0.02 / 0.05), GPTCache 0.1.x at its default setting with the same
 embedder, and a "verifier" decider when one is importable (``ragcache.semantic.decision.verifier``).
 
-The project's own labelled rows of the near-miss kinds (:data:`ragcache.app.bench.semantic.OWN_KINDS`:
+The project's own labelled rows of the near-miss kinds (:data:`benchmarks.semantic.OWN_KINDS`:
 bounds, complements, relative times, the same words in another case or with another symbol, and
 paraphrases beside them) are inserted into the stream, each ``b`` after its ``a``; their labels join
 the clusters, so a near miss served counts as a labelled wrong hit.
 
-Run: ``ragcache bench semantic --stream`` or ``python -m ragcache.app.bench.semantic_stream``.
+Run: ``ragcache bench semantic --stream`` or ``python -m benchmarks.semantic_stream``.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ragcache.app.bench.plotting import draw, save_figure
-from ragcache.app.bench.semantic import OWN_KINDS, fmt, machine_info, memo_embedder, print_table
+from benchmarks.plotting import draw, save_figure
+from benchmarks.semantic import OWN_KINDS, fmt, machine_info, memo_embedder, print_table
 from ragcache.semantic import SemanticCache
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
 from ragcache.semantic.text import embed_form, normalize_question
@@ -171,7 +171,7 @@ def run_cache(cache: Any, stream: list[str], cid: dict[str, int], linked: set[fr
 def run_gptcache(stream: list[str], cid: dict[str, int], linked: set[frozenset[int]],
                  emb: QuestionEmbedder) -> dict[str, Any]:
     """GPTCache 0.1.x at its default ``similarity_threshold=0.8`` (cosine >= 0.6 over its L2 FAISS),
-    same embedder, FAISS and SQLite, driven as :func:`ragcache.app.bench.semantic.gptcache_accuracy` does."""
+    same embedder, FAISS and SQLite, driven as :func:`benchmarks.semantic.gptcache_accuracy` does."""
     try:
         import gptcache
         from gptcache import Cache, Config

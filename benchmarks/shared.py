@@ -37,7 +37,7 @@ import numpy as np
 
 from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
-from ragcache.app.bench.plotting import draw
+from benchmarks.plotting import draw
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
@@ -45,7 +45,7 @@ def _pct(xs: list[float]) -> dict[str, float]:
 
 
 def _vectors(emb: Any, n: int, real: int, seed: int) -> tuple[list[str], np.ndarray, list[str]]:
-    from ragcache.app.bench.semantic import synthetic_questions
+    from benchmarks.semantic import synthetic_questions
 
     rng = np.random.default_rng(seed)
     qs = synthetic_questions(n + 200, seed)
@@ -186,7 +186,7 @@ def replica_hit_rate(pairs_path: str, emb: Any, pg_url: str, schema: str, kv_url
     fp = "0" * 64
     chunk = {d: ChunkKV(hash_chunk(fp, [1], [d, 7]), fp, [d, 7], torch.zeros(2, 1, 2, 4), torch.zeros(2, 1, 2, 4), 1)
              for d in range(n_docs)}
-    from ragcache.app.bench.semantic import memo_embedder
+    from benchmarks.semantic import memo_embedder
 
     memo = memo_embedder(emb, [q for a, b in bases for q in (a, b)])
 

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from ragcache.config import Config
 from ragcache.atomic import atomic_write_json
-from ragcache.app.bench.plotting import draw
+from benchmarks.plotting import draw
 
 SIZES = (1000, 3500)
 HIT_FRACTIONS = (0.0, 0.25, 0.5, 0.75)

@@ -18,9 +18,9 @@ ceiling, a cheaper ranking pass over early layers) and the chunk context:
   shared system prompt before every cached chunk.)
 
 :func:`calibrate_settings` measures candidate settings against full prefill (teacher-forced top-1
-agreement and KL, :mod:`ragcache.engine.calibration`) and licenses the cheapest one whose Wilson
+agreement and KL, :mod:`ragcache.engine.blend.calibration`) and licenses the cheapest one whose Wilson
 lower bound of the pooled agreement reaches the bound and whose mean recomputed share stays under
-a cap; the :class:`~ragcache.engine.calibration.Calibration` record names it (``setting``).
+a cap; the :class:`~ragcache.engine.blend.calibration.Calibration` record names it (``setting``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class BlendSetting:
     name: str = ""
 
     def __post_init__(self) -> None:
-        from ragcache.engine.hkvd import RANKINGS
+        from ragcache.engine.blend.hkvd import RANKINGS
 
         if not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1]; got {self.recompute_ratio}")
@@ -126,7 +126,7 @@ class BlendSetting:
 
 
 def licensed_setting(cal: Any) -> BlendSetting | None:
-    """The :class:`BlendSetting` a :class:`~ragcache.engine.calibration.Calibration` record licenses
+    """The :class:`BlendSetting` a :class:`~ragcache.engine.blend.calibration.Calibration` record licenses
     (``None`` when blending is not allowed); a record without ``setting`` (written before settings
     existed) licenses its ``rank_by`` at ``recompute_ratio`` with sink-context chunks."""
     if cal is None or not cal.blend_allowed or cal.recompute_ratio is None:
@@ -209,8 +209,8 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
     Raises:
         ValueError: a prompt without documents.
     """
-    from ragcache.engine.blend import blend_prefill
-    from ragcache.engine.calibration import fidelity, teacher_forced_logits
+    from ragcache.engine.blend.prefill import blend_prefill
+    from ragcache.engine.blend.calibration import fidelity, teacher_forced_logits
     from ragcache.engine.chunk.cache import ChunkCache
 
     model, say = engine.model, progress or (lambda _m: None)
@@ -270,7 +270,7 @@ def setting_row(measured: dict, confidence: float) -> dict:
     """Pooled agreement, its Wilson lower bound, mean KL, mean share and median CPU speed-up of one setting."""
     import statistics
 
-    from ragcache.engine.calibration import agreement_lower_bound
+    from ragcache.engine.blend.calibration import agreement_lower_bound
 
     pp = measured["per_prompt"]
     tokens = sum(x["answer_tokens"] for x in pp)
@@ -310,7 +310,7 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
                        checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0) -> Any:
     """Measure ``plan.settings`` on ``prompts`` and record the setting the confidence rule licenses.
 
-    Returns a :class:`~ragcache.engine.calibration.Calibration` whose ``setting`` is the licensed
+    Returns a :class:`~ragcache.engine.blend.calibration.Calibration` whose ``setting`` is the licensed
     :class:`BlendSetting` as a dict (``None`` and ``blend_allowed=False`` when none qualifies),
     ``settings`` the table of every candidate (:func:`setting_row`), ``recompute_ratio`` /
     ``rank_by`` the licensed setting's.
@@ -319,7 +319,7 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
         ValueError: no prompts or no settings, a prompt without documents, a bad ``confidence``.
     """
 
-    from ragcache.engine.calibration import (
+    from ragcache.engine.blend.calibration import (
         check_confidence,
     )
 
@@ -334,11 +334,11 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
 
 def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *, n_prompts: int, save: bool = True,
                     home: Any = None) -> Any:
-    """The :class:`~ragcache.engine.calibration.Calibration` of measured settings (:func:`measure_settings`
+    """The :class:`~ragcache.engine.blend.calibration.Calibration` of measured settings (:func:`measure_settings`
     output, possibly merged from several runs over disjoint prompts), saved when ``save``."""
     from datetime import datetime, timezone
 
-    from ragcache.engine.calibration import Calibration, record_digest, save_calibration
+    from ragcache.engine.blend.calibration import Calibration, record_digest, save_calibration
     from ragcache.engine.chunk.cache import ChunkCache
 
     rows = [setting_row(m, plan.confidence) for m in measured]

@@ -28,7 +28,7 @@ from typing import Any
 
 from ragcache.app.jsonl import read_jsonl
 
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "system_prompts" / "prompts.jsonl"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "system_prompts" / "prompts.jsonl"
 
 
 def load_prompts(path: str | Path = DEFAULT_DATA) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ The layer is ``input_layernorm`` -> ``q/k/v_proj`` -> RoPE -> attention with the
 ``key_pos <= query_pos`` over a fused per-layer K/V buffer -> ``o_proj`` -> residual ->
 ``post_attention_layernorm`` -> MLP -> residual, which fits Llama, Mistral, Qwen2 and SmolLM.
 :func:`ragcache.engine.blend.blend_prefill` drives it layer by layer (CacheBlend, Yao et al.,
-EuroSys 2025, §4); :mod:`ragcache.engine.selection` runs it for the question tokens only, also
+EuroSys 2025, §4); :mod:`ragcache.engine.blend.selection` runs it for the question tokens only, also
 returning their attention probabilities (query-aware selection).
 """
 

@@ -16,7 +16,7 @@ threads, methods back to back:
 3. kvboost again **in the same order** (its best case).
 
 Fidelity is teacher-forced against the full prefill of exactly the ids each method saw
-(:mod:`ragcache.app.bench.fidelity`): kvboost re-encodes the prompt text itself, so its
+(:mod:`benchmarks.fidelity`): kvboost re-encodes the prompt text itself, so its
 reference is the full prefill of its own ids. ``reused`` is kvboost's ``cached_tokens`` /
 ``kv_reuse_ratio``: what it says it served from cache. ``last_forward_cache_tokens`` is the length of
 the cache the model's last forward in the call returned (a forward hook): when it is shorter than the
@@ -58,8 +58,8 @@ def _timed(fn: Any) -> tuple[Any, float]:
 
 
 def _reference(model: Any, ids: list[int], ctx: dict) -> dict:
-    from ragcache.app.bench.blend_variants import greedy_answer_ids
-    from ragcache.app.bench.fidelity import forced_logits
+    from benchmarks.blend_variants import greedy_answer_ids
+    from benchmarks.fidelity import forced_logits
     from ragcache.engine import kv as kvb
 
     cache = kvb.new_cache(model)
@@ -70,7 +70,7 @@ def _reference(model: Any, ids: list[int], ctx: dict) -> dict:
 
 
 def _fid(model: Any, ref: dict, cache: Any, logits: torch.Tensor, n: int) -> dict:
-    from ragcache.app.bench.fidelity import teacher_forced_fidelity
+    from benchmarks.fidelity import teacher_forced_fidelity
 
     f = teacher_forced_fidelity(model, ref["cache"], ref["logits"], cache, logits, n, ref["answer"],
                                 full_forced=ref["rows"])
@@ -92,9 +92,9 @@ def _kvboost_call(eng: Any, peer_model: Any, text: str) -> dict:
 
 def run_item(ctx: dict, item: dict, ratio: float, rule: str) -> dict:
     """Warm both caches with the canonical order, then time and score the reversed order (and kvboost's same order)."""
-    from ragcache.app.bench.blend import rag_messages, retrieve_passages, kl_divergence
+    from benchmarks.blend import rag_messages, retrieve_passages, kl_divergence
     from ragcache.engine import kv as kvb
-    from ragcache.engine.blend import blend_prefill
+    from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.prompt import render_messages
 
     model, peer, tok, eng = ctx["model"], ctx["peer_model"], ctx["tokenizer"], ctx["kvboost"]
@@ -191,7 +191,7 @@ def main(data: str, start: int = 50, end: int = 55, json_path: str = "bench/resu
         ImportError: kvboost is not installed (the message names the extra).
         FileNotFoundError: ``data`` missing.
     """
-    from ragcache.app.bench.blend import machine
+    from benchmarks.blend import machine
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores import MemoryChunkStore
     from ragcache.models import load_embedder, load_model

@@ -36,7 +36,7 @@ IMPORTS = {
 def _cpu(code: str) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                   cwd=str(Path(__file__).resolve().parents[3]))
+                   cwd=str(Path(__file__).resolve().parents[1]))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 

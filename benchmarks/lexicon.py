@@ -79,7 +79,7 @@ def full_parse(d: Path) -> FullParse:
 _CHILD = """
 import json, sys, time
 from ragcache.semantic.decision.lexicon import Lexicon, wordnet_dir
-from ragcache.app.bench.lexicon import PAIRS, full_parse
+from benchmarks.lexicon import PAIRS, full_parse
 t = time.perf_counter()
 if sys.argv[1] == "lazy":
     lex = Lexicon()
@@ -95,7 +95,7 @@ print(json.dumps({"first_s": first, "all_s": time.perf_counter() - t}))
 
 
 def _run(method: str) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[3]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                        os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", _CHILD, method], capture_output=True, text=True, env=env, check=False)
     if r.returncode:
@@ -130,7 +130,7 @@ def main(json_path: str | None = "bench/results/lexicon.json", plot_path: str | 
 
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(json_path, result)
-    from ragcache.app.bench.plotting import draw
+    from benchmarks.plotting import draw
 
     def plot() -> None:
         import matplotlib.pyplot as plt

@@ -42,7 +42,7 @@ def main(*, data: str, start: int = 0, end: int = 6, top_k: int = 3, answer_toke
     """
     import json
 
-    from ragcache.app.bench.blend import rag_messages, retrieve_passages
+    from benchmarks.blend import rag_messages, retrieve_passages
     from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode
     from ragcache.engine.engine import LocalEngine
     from ragcache.models import load_embedder, load_model
