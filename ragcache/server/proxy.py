@@ -14,8 +14,8 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    or an operator-named header (:mod:`ragcache.server.auth`), so caller B is never served caller
    A's answer. A hit is answered without calling upstream (zero usage, ``x-ragcache-layer: semantic``).
    The request goes through ragcache's one answer path (:class:`ragcache.answering.AnswerPath`):
-   identical concurrent requests of one tenant make one upstream call (streamed ones: lookup and
-   store only);
+   identical concurrent requests of one tenant make one upstream call (streamed ones too: the leader
+   relays upstream's stream, the others wait for it and are answered from the cache);
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
    (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator chose
@@ -405,47 +405,74 @@ class AnthropicProxy:
     async def _stream(self, out: bytes, headers: dict[str, str], caching: AnthropicCaching, req: Any,
                       body: Mapping[str, Any], question: str | None, pk: Any, budget: int | None,
                       t0: float) -> Response:
-        """A streamed request: a stored answer replayed as events, else the upstream stream relayed as it
-        arrives (the headers wait for its first event, whose usage names the layer) and stored through
-        the answer path when it ended normally (:func:`ragcache.answering.cacheable`)."""
-        if question is not None:
-            hit = await self.path.alookup(question, pk, max_tokens=budget, started=t0)
-            self.metrics.lookup(time.perf_counter() - t0, hit is not None)
-            if hit is not None:
-                self.accounts.semantic_hits += 1
-                self.metrics.request("semantic", None, time.perf_counter() - t0)
-                return self._replay(body, hit)
+        """A streamed request through the one answer path (:meth:`ragcache.answering.AnswerPath.astream`):
+        a stored answer replayed as events, else the upstream stream relayed as it arrives (the headers
+        wait for its first event, whose usage names the layer) and stored when it ended normally
+        (:func:`ragcache.answering.cacheable`). Identical concurrent streamed requests of one tenant make
+        one upstream call: the leader relays it, the others wait and are answered from the cache.
+
+        The relayed bytes travel through the path as ``latin-1`` text (a lossless byte <-> str map), so
+        the client gets exactly what upstream sent; the stored text is the parser's, never these pieces."""
         up = self.client.build_request("POST", "/v1/messages", content=out, headers=headers)
-        r = await self.client.send(up, stream=True)
-        if r.status_code != 200:
-            content = await r.aread()
-            await r.aclose()
-            return Response(content, status_code=r.status_code, media_type="application/json")
         parser = SSEParser()
-        chunks = r.aiter_raw()
-        head: list[bytes] = []
-        async for chunk in chunks:  # up to the first event (message_start: the usage says the layer)
-            parser.feed(chunk)
-            head.append(chunk)
-            if parser.usage or parser.error:
-                break
+        state: dict[str, Any] = {}
+
+        async def upstream() -> AsyncIterator[str | BackendResult]:
+            state["called"] = time.perf_counter()
+            r = await self.client.send(up, stream=True)
+            try:
+                if r.status_code != 200:  # relayed as is, never stored
+                    state["error"] = (await r.aread(), r.status_code)
+                    yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
+                    return
+                async for chunk in r.aiter_raw():
+                    parser.feed(chunk)
+                    yield chunk.decode("latin-1")
+            finally:
+                await r.aclose()
+            if parser.usage and not parser.error:  # else a cut stream: incomplete, never stored
+                ttft = (parser.first_token_at or time.perf_counter()) - t0
+                yield upstream_result(parser.read(), parser.kinds, self._account(caching, req, parser.usage, ttft),
+                                      ttft, {})
+
+        items = self.path.astream(question or "", pk, upstream, max_tokens=budget, model=body["model"],
+                                  lookup=question is not None, store=question is not None)
+        head: list[str] = []
+        first: Any = None
+        try:
+            async for item in items:  # up to the first event (message_start: the usage says the layer)
+                if isinstance(item, Answer) or "called" not in state:
+                    first = item
+                    break
+                head.append(item)
+                if parser.usage or parser.error:
+                    break
+        except BaseException:
+            await items.aclose()
+            raise
+        if question is not None:
+            self.metrics.lookup(state.get("called", time.perf_counter()) - t0, "called" not in state)
+        if "called" not in state:  # a hit: its text, then its Answer
+            hit = first if isinstance(first, Answer) else await items.__anext__()
+            await items.aclose()
+            self.accounts.semantic_hits += 1
+            self.metrics.request("semantic", None, time.perf_counter() - t0)
+            return self._replay(body, hit)
+        if "error" in state:
+            await items.aclose()
+            content, status = state["error"]
+            return Response(content, status_code=status, media_type="application/json")
         layer = provider_layer(CacheUsage.from_anthropic(parser.usage).cache_read)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
-                for chunk in head:
-                    yield chunk
-                async for chunk in chunks:
-                    parser.feed(chunk)
-                    yield chunk
+                for piece in head:
+                    yield piece.encode("latin-1")
+                async for item in items:
+                    if isinstance(item, str):
+                        yield item.encode("latin-1")
             finally:
-                await r.aclose()
-            if parser.usage and not parser.error:
-                ttft = (parser.first_token_at or time.perf_counter()) - t0
-                usage = self._account(caching, req, parser.usage, ttft)
-                if question is not None:
-                    result = upstream_result(parser.read(), parser.kinds, usage, ttft, {})
-                    await self.path.arecord(question, pk, result, max_tokens=budget, model=body["model"])
+                await items.aclose()
 
         return StreamingResponse(relay(), media_type="text/event-stream",
                                  headers={"x-ragcache-layer": layer, "x-ragcache-breakpoints": str(len(req.placed))})

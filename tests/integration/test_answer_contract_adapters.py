@@ -12,9 +12,9 @@ read back from what each entry point returns (LlamaIndex ``Response.metadata``, 
 :class:`~ragcache.answering.Answer`.
 
 Cross-entry pairs share a partition: the query engine's four modes; the middleware's two; ChatRagCache's
-stream, astream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests. The
-LLM cache (LangChain's own loop) and the proxy's streamed requests (the path's lookup and store, no
-flight: the proxy relays upstream bytes as they come) are readers here, not writers.
+stream, astream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests (a
+streamed miss is relayed as upstream sends it, inside the path's flight). The LLM cache (LangChain's
+own loop) is a reader here, not a writer.
 """
 
 from __future__ import annotations
@@ -329,10 +329,10 @@ WRITERS = {  # entry point -> (factory, the peer that reads what it stored)
     "chatragcache-stream": (lambda b, s, x: ChatRagCacheEntry(b, s, "stream"), "chatragcache-invoke"),
     "chatragcache-astream": (lambda b, s, x: ChatRagCacheEntry(b, s, "astream"), "chatragcache-stream"),
     "proxy-plain": (lambda b, s, x: ProxyEntry(b, s, "plain", x), "proxy-stream"),
+    "proxy-stream": (lambda b, s, x: ProxyEntry(b, s, "stream", x), "proxy-plain"),
 }
 READERS = {
     "chatragcache-invoke": lambda b, s, x: ChatRagCacheEntry(b, s, "invoke"),
-    "proxy-stream": lambda b, s, x: ProxyEntry(b, s, "stream", x),
 }
 
 
@@ -390,8 +390,8 @@ class TestAdaptersAnswerPath(AnswerPathContract):
 
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_async_stream_readers_serve_what_a_writer_stored(reader, store, servers) -> None:
-    """The readers (the LLM cache's framework loop; the proxy's streamed requests, which look up and store
-    through the path without a flight) store a miss that the writer serves, and serve what it stored."""
+    """The reader (the LLM cache's framework loop, which looks up and stores through the path without a
+    flight) stores a miss that the writer serves, and serves what it stored."""
     writer = next(k for k, (_, peer) in WRITERS.items() if peer == reader)
     backend = ScriptedBackend()
     if reader.startswith("proxy"):

@@ -3,6 +3,8 @@ HTTP on loopback, semantic hits without an upstream call, breakpoints placed, us
 streaming relayed; /health, /v1/models, /metrics; the local mode's extra routes."""
 
 
+import json
+
 import httpx
 import pytest
 
@@ -161,3 +163,61 @@ def test_metrics_modes():
     assert 'ragcache_tokens_total{kind="computed"} 2.0' in text
     with pytest.raises(ValueError, match="metrics mode"):
         CacheMetrics("statsd")
+
+
+def _sse(kind, data):
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def test_proxy_stream_relays_upstream_bytes_exactly_and_errors_as_is():
+    """A streamed miss reaches the client byte for byte as upstream sent it (a multi-byte character split
+    across chunks included); an upstream error status is relayed as is and nothing is stored."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    text = "Grüße aus 東京 – ok"
+    msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": MODEL, "content": [], "stop_reason": None,
+           "stop_sequence": None, "usage": {"input_tokens": 12, "output_tokens": 1}}
+    raw = b"".join([_sse("message_start", {"type": "message_start", "message": msg}),
+                    _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                                 "content_block": {"type": "text", "text": ""}}),
+                    _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                 "delta": {"type": "text_delta", "text": text}}),
+                    _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                           "usage": {"output_tokens": 9}}),
+                    _sse("message_stop", {"type": "message_stop"})])
+    calls = []
+
+    async def messages(request):
+        calls.append(1)
+        if len(calls) > 1 and (await request.json())["messages"][0]["content"] == "fail":
+            return JSONResponse({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+                                status_code=529)
+
+        async def pieces():
+            for i in range(0, len(raw), 7):  # 7-byte chunks split the multi-byte characters
+                yield raw[i:i + 7]
+        return StreamingResponse(pieces(), media_type="text/event-stream")
+
+    upstream_app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+    with serving(upstream_app) as upstream:
+        p = AnthropicProxy(upstream, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k")
+        with serving(p.app) as url, httpx.Client(timeout=30) as c:
+            req = {"model": MODEL, "max_tokens": 64, "temperature": 0, "stream": True,
+                   "messages": [{"role": "user", "content": "Say hello?"}]}
+            with c.stream("POST", f"{url}/v1/messages", json=req, headers={"x-api-key": "k"}) as r:
+                got = b"".join(r.iter_bytes())
+                assert r.status_code == 200 and r.headers["x-ragcache-layer"] == "provider"
+            assert got == raw and len(calls) == 1
+            with c.stream("POST", f"{url}/v1/messages", json=req, headers={"x-api-key": "k"}) as r:  # a hit
+                events = [json.loads(line[5:]) for line in b"".join(r.iter_bytes()).decode().splitlines()
+                          if line.startswith("data:")]
+                assert r.headers["x-ragcache-layer"] == "semantic"
+                assert "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta") == text
+            assert len(calls) == 1
+            bad = {**req, "messages": [{"role": "user", "content": "fail"}]}
+            for n in (2, 3):  # the error is not stored: the second one goes upstream too
+                r = c.post(f"{url}/v1/messages", json=bad, headers={"x-api-key": "k"})
+                assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error" and len(calls) == n
