@@ -71,7 +71,7 @@ class AskResult:
         return {
             "question": a.question, "answer": a.text, "layer": a.layer, "similarity": a.similarity,
             "matched_question": a.matched_question, "finish_reason": a.finish_reason,
-            "approximate": a.approximate, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
+            "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
             "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
