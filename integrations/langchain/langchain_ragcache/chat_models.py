@@ -30,25 +30,46 @@ import json
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.caches import BaseCache
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.globals import get_llm_cache
-from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.language_models import (
+    BaseChatModel,
+    LangSmithParams,
+    LanguageModelInput,
+)
 from langchain_core.load import dumps
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    SystemMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from langchain_ragcache._engine import TINY_RANDOM_MODEL, ragcache_metadata, shared_engine
+from langchain_ragcache._engine import (
+    TINY_RANDOM_MODEL,
+    ragcache_metadata,
+    shared_engine,
+)
 from langchain_ragcache._messages import to_layout
-from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
+from langchain_ragcache.tools import (
+    normalize_tool_choice,
+    parse_tool_calls,
+    tools_system_text,
+)
 from langchain_ragcache.usage import HIT_USAGE, usage_metadata
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult
@@ -361,33 +382,51 @@ class ChatRagCache(BaseChatModel):
         return question, pk, {"threshold": threshold, "max_tokens": cache.budget(llm_string),
                               "model": self.model_name}
 
+    def _stream_plan(self, messages: list[BaseMessage], stop: list[str] | None,
+                     kwargs: dict[str, Any]) -> _StreamPlan:
+        """What :meth:`_stream` and :meth:`_astream` share: the options, the cache, and either the answer
+        path's key (ragcache's semantic cache) or LangChain's cache key (another cache)."""
+        opts = self._options(stop, kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        plan = _StreamPlan(opts, kwargs, self._llm_cache())
+        if isinstance(plan.cache, RagCacheSemanticCache):
+            plan.path_key = self._path_key(plan.cache, messages, stop, kwargs)
+        elif plan.cache is not None:
+            plan.key = self._cache_key(messages, stop, kwargs)
+        return plan
+
+    def _for_cache(self, plan: _StreamPlan) -> list[ChatGeneration] | None:
+        """What LangChain's own cache stores after a stream (``None``: nothing, or the path stored it)."""
+        if plan.key is None or "result" not in plan.box:
+            return None
+        return [ChatGeneration(message=plan.box.get("message") or self._final(plan.box["result"])[1])]
+
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         """Token chunks, then one closing chunk. With ragcache's semantic cache as the LLM cache, through
         the one answer path (:meth:`ragcache.answering.AnswerPath.stream`: a hit is one text chunk and a
         closing chunk with zero usage; concurrent identical misses make one engine call; only an answer that
         ended normally is stored). With another LangChain cache, LangChain's own loop (lookup, replay, update)."""
-        opts = self._options(stop, kwargs)
-        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
-        cache, box = self._llm_cache(), {}
-        if isinstance(cache, RagCacheSemanticCache):
-            question, pk, kw = self._path_key(cache, messages, stop, kwargs)
-            items: Iterator[Any] = cache.path.stream(
-                question, pk, lambda: self._pieces(messages, stop, opts, kwargs, box), **kw)
+        plan = self._stream_plan(messages, stop, kwargs)
+        box = plan.box
+        if plan.path_key is not None:
+            question, pk, kw = plan.path_key
+            items: Iterator[Any] = plan.cache.path.stream(
+                question, pk, lambda: self._pieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
         else:
-            key = self._cache_key(messages, stop, kwargs) if cache is not None else None
-            cached = cache.lookup(*key) if cache is not None else None
+            cached = plan.cache.lookup(*plan.key) if plan.key is not None else None
             if isinstance(cached, list) and cached:
                 yield from self._replay(cached[0], run_manager)
                 return
-            items = self._pieces(messages, stop, opts, kwargs, box)
+            items = self._pieces(messages, stop, plan.opts, plan.kwargs, box)
         for item in items:
             chunk = self._chunk(item, box)
             if run_manager and isinstance(item, str):
                 run_manager.on_llm_new_token(item, chunk=chunk)
             yield chunk
-        if cache is not None and not isinstance(cache, RagCacheSemanticCache) and "result" in box:
-            cache.update(*key, [ChatGeneration(message=box.get("message") or self._final(box["result"])[1])])
+        stored = self._for_cache(plan)
+        if stored is not None:
+            plan.cache.update(*plan.key, stored)
 
     def _final(self, result: BackendResult) -> tuple[ChatGenerationChunk, AIMessage]:
         """The closing chunk of a stream (usage and metadata) and the whole message for the cache."""
@@ -428,29 +467,42 @@ class ChatRagCache(BaseChatModel):
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         """Native async :meth:`_stream` (:meth:`ragcache.answering.AnswerPath.astream` with ragcache's
         semantic cache: the flight is waited for on the event loop, shared with sync callers)."""
-        opts = self._options(stop, kwargs)
-        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
-        cache, box = self._llm_cache(), {}
-        if isinstance(cache, RagCacheSemanticCache):
-            question, pk, kw = self._path_key(cache, messages, stop, kwargs)
-            items: AsyncIterator[Any] = cache.path.astream(
-                question, pk, lambda: self._apieces(messages, stop, opts, kwargs, box), **kw)
+        plan = self._stream_plan(messages, stop, kwargs)
+        box = plan.box
+        if plan.path_key is not None:
+            question, pk, kw = plan.path_key
+            items: AsyncIterator[Any] = plan.cache.path.astream(
+                question, pk, lambda: self._apieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
         else:
-            key = self._cache_key(messages, stop, kwargs) if cache is not None else None
-            cached = await cache.alookup(*key) if cache is not None else None
+            cached = await plan.cache.alookup(*plan.key) if plan.key is not None else None
             if isinstance(cached, list) and cached:
                 for chunk in self._replay(cached[0], None):
                     if run_manager and chunk.text:
                         await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                     yield chunk
                 return
-            items = self._apieces(messages, stop, opts, kwargs, box)
+            items = self._apieces(messages, stop, plan.opts, plan.kwargs, box)
         async for item in items:
             chunk = self._chunk(item, box)
             if run_manager and isinstance(item, str):
                 await run_manager.on_llm_new_token(item, chunk=chunk)
             yield chunk
-        if cache is not None and not isinstance(cache, RagCacheSemanticCache) and "result" in box:
-            await cache.aupdate(*key, [ChatGeneration(message=box.get("message") or self._final(box["result"])[1])])
+        stored = self._for_cache(plan)
+        if stored is not None:
+            await plan.cache.aupdate(*plan.key, stored)
 
-__all__ = ["ChatRagCache", "TINY_RANDOM_MODEL", "shared_engine"]
+
+@dataclass(slots=True)
+class _StreamPlan:
+    """One stream's options, cache and key (:meth:`ChatRagCache._stream_plan`); ``box`` collects the
+    engine's result (and a tool-call message) as the pieces are read."""
+
+    opts: dict[str, Any]
+    kwargs: dict[str, Any]
+    cache: Any
+    path_key: tuple[str, Any, dict[str, Any]] | None = None
+    key: tuple[str, str] | None = None
+    box: dict[str, Any] = field(default_factory=dict)
+
+
+__all__ = ["TINY_RANDOM_MODEL", "ChatRagCache", "shared_engine"]
