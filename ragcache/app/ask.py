@@ -65,6 +65,7 @@ class AskResult:
     miss_reasons: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     skipped_bytes: int = 0
+    ignored: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -74,6 +75,7 @@ class AskResult:
             "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
             "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
+            "ignored_files": dict(self.ignored),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
         }
@@ -122,11 +124,14 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
         if skipped:
             say(err_console(), ("note: ", "dim"), f"skipped {len(skipped)} file(s), {folder.skipped_bytes:,} bytes; "
                                                   f"answering from {len(folder.files)} file(s)")
+        if folder.ignored_note:
+            say(err_console(), ("note: ", "dim"), folder.ignored_note)
         for f in folder.files:
             if f.encoding != "utf-8":
                 say(err_console(), ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
     if not folder.files:
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files")
+        extra = f" ({folder.ignored_note})" if folder.ignored_note else ""
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{extra}")
     return folder, skipped
 
 
@@ -194,6 +199,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
     out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
     out.skipped_bytes = folder.skipped_bytes
+    out.ignored = dict(folder.ignored)
     if not quiet:
         print_answer(console, out)
     return out

@@ -11,6 +11,7 @@ import importlib
 import re
 import inspect
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +174,20 @@ class Folder:
     root: Path
     files: tuple[SourceFile, ...]
     skipped: tuple[Skipped, ...]
+    ignored: tuple[tuple[str, int], ...] = ()
+    """Files not read for their kind: ``(suffix, count)`` pairs, most common first (``""``: no suffix;
+    hidden files and folders are not counted)."""
+
+    @property
+    def ignored_note(self) -> str | None:
+        """One line naming the files not read for their kind, or ``None``."""
+        if not self.ignored:
+            return None
+        kinds = ", ".join(f"{n} {suffix} file{'s' if n != 1 else ''}" if suffix else
+                          f"{n} file{'s' if n != 1 else ''} without a suffix" for suffix, n in self.ignored[:6])
+        more = f" and {len(self.ignored) - 6} more kinds" if len(self.ignored) > 6 else ""
+        return (f"not read: {kinds}{more} (ragcache reads {' and '.join(TEXT_SUFFIXES)} files: "
+                f"convert the others to text to answer from them)")
 
     def chunks(self, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
         """Chunks of every file (ids ``rel#n``), in file order."""
@@ -269,8 +284,10 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES, *,
     if root.is_file() and root.suffix.lower() not in suffixes:
         raise ValueError(f"--docs file {str(root)!r} is not a {' or '.join(suffixes)} file: give a folder of notes, "
                          f"or copy the text into a file ending in {suffixes[0]}")
-    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.suffix.lower() in suffixes
-                                                   and (p.is_file() or p.is_symlink()))
+    found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
+    paths = [p for p in found if p.suffix.lower() in suffixes]
+    other = Counter(p.suffix.lower() for p in found if p.suffix.lower() not in suffixes
+                    and not any(part.startswith(".") for part in p.relative_to(root).parts))
     files: list[SourceFile] = []
     skipped: list[Skipped] = []
     for f in paths:
@@ -297,7 +314,7 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES, *,
             skipped.append(Skipped(rel, "empty", len(data)))
             continue
         files.append(SourceFile(rel, text, how, content_hash(text)))
-    return Folder(root, tuple(files), tuple(skipped))
+    return Folder(root, tuple(files), tuple(skipped), tuple(sorted(other.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
@@ -310,5 +327,6 @@ def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Ch
     folder = scan_folder(path)
     if not folder.files:
         why = f" ({'; '.join(f'{s.rel}: {s.reason}' for s in folder.skipped[:5])})" if folder.skipped else ""
+        why += f"; {folder.ignored_note}" if folder.ignored_note else ""
         raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{why}")
     return folder.chunks(max_chars)

@@ -1,5 +1,8 @@
 """Decoding notes: UTF-8, legacy encodings detected, binary and undecodable files named with the reason."""
 
+import pytest
+from cli_doubles import home  # noqa: F401 - the fixture
+
 from ragcache.app.corpus import decode_bytes, scan_folder
 
 
@@ -22,3 +25,57 @@ def test_scan_folder_names_every_skip(tmp_path):
     f = scan_folder(tmp_path)
     assert [x.rel for x in f.files] == ["ok.md"] and f.files[0].encoding == "utf-8"
     assert {(s.rel, s.reason) for s in f.skipped} == {("empty.txt", "empty"), ("bin.md", "binary file (NUL bytes)")}
+
+
+@pytest.mark.parametrize("others, note", [
+    ({"report.pdf": b"%PDF-1.7", "slides.PDF": b"%PDF", "notes.docx": b"PK\x03\x04"}, "2 .pdf files, 1 .docx file"),
+    ({"Makefile": b"all:\n", "page.html": b"<p>x</p>"}, "1 file without a suffix, 1 .html file"),
+    ({"data.csv": b"a,b\n1,2\n"}, "1 .csv file"),
+])
+def test_files_of_other_kinds_are_counted_and_named(tmp_path, others, note):
+    from ragcache.app.corpus import scan_folder
+
+    (tmp_path / "kept.md").write_text("Backups run nightly.")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")  # hidden: not counted
+    for name, data in others.items():
+        (tmp_path / name).write_bytes(data)
+    f = scan_folder(tmp_path)
+    assert [x.rel for x in f.files] == ["kept.md"] and not f.skipped
+    assert sum(n for _, n in f.ignored) == len(others)
+    assert f.ignored_note.startswith(f"not read: {note} (") and ".txt and .md" in f.ignored_note
+
+
+def test_a_folder_of_only_other_kinds_names_them_in_the_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+
+    (tmp_path / "manual.pdf").write_bytes(b"%PDF-1.7")
+    (tmp_path / "faq.docx").write_bytes(b"PK\x03\x04")
+    r = CliRunner().invoke(app, ["ask", "What is covered?", "--docs", str(tmp_path)],
+                           env={"RAGCACHE_HOME": str(tmp_path / "home")})
+    assert r.exit_code == 2
+    out = " ".join(r.output.split())
+    assert "holds no readable non-empty .txt or .md files" in out and "1 .docx file, 1 .pdf file" in out
+    assert not (tmp_path / "home" / "answers").exists()
+
+
+def test_ask_notes_the_files_it_did_not_read(tmp_path, monkeypatch, home):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli_doubles import fixed_answer
+    from ragcache.app.cli import app
+
+    fixed_answer(monkeypatch, "Backups run nightly at 02:30 UTC.")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC.")
+    (notes / "policy.pdf").write_bytes(b"%PDF-1.7")
+    r = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["ignored_files"] == {".pdf": 1}
+    plain = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes)])
+    assert "not read: 1 .pdf file" in " ".join(plain.stderr.split())
