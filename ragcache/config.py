@@ -46,8 +46,19 @@ def _expand(var: str, path: Path | str) -> Path:
                          "path (or unset it)") from None
 
 
-def _can_create_in(folder: Path) -> bool:
-    return os.access(folder, os.W_OK | os.X_OK)
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why a folder cannot be created in ``folder`` (``None``: it can). Permission bits are not the whole
+    answer (root passes them on a read-only or pseudo file system such as ``/proc`` or ``/sys``), so a
+    scratch folder is created and removed."""
+    import tempfile
+
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "it is not writable by this user"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ragcache-probe-", dir=folder))
+    except OSError as e:
+        return f"creating a folder in it fails ({e.strerror or type(e).__name__})"
+    return None
 
 
 def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix: str | None = None) -> None:
@@ -69,8 +80,9 @@ def _check_folder(var: str, path: Path | str | None, *, create: bool = True, fix
             if not q.is_dir():
                 what = "is a file" if q == p else f"lies under {q}, which is a file"
                 raise ValueError(f"{var}={str(p)!r} {what}, not a folder: point {fix} at a folder (or unset it)")
-            if q != p and create and not _can_create_in(q):
-                raise ValueError(f"{var}={str(p)!r} cannot be created: {q} is not writable by this user; "
+            why = _cannot_create_in(q) if q != p and create else None
+            if why:
+                raise ValueError(f"{var}={str(p)!r} cannot be created: {q} exists but {why}; "
                                  f"point {fix} at a folder you can write (or unset it)")
             return
 

@@ -47,9 +47,11 @@ def test_folder_that_can_never_be_created_names_the_variable(tmp_path, monkeypat
     ro.mkdir()
     ro.chmod(0o555)
     # this suite runs as root in CI, where every folder is writable: deny writes to `ro` alone
-    monkeypatch.setattr("ragcache.config._can_create_in", lambda q: q != ro)
+    monkeypatch.setattr("ragcache.config._cannot_create_in",
+                        lambda q: "it is not writable by this user" if q == ro else None)
     env = {"RAGCACHE_HOME": str(tmp_path / "home"), var: str(ro / "cache" / "sub")}
-    with pytest.raises(ValueError, match=f"{var}=.*cannot be created: .*read-only is not writable by this user; "
+    with pytest.raises(ValueError, match=f"{var}=.*cannot be created: .*read-only exists but it is not writable by "
+                                         f"this user; "
                                          f"point {var} at a folder you can write"):
         Config.from_env(env)
     if var == "RAGCACHE_HOME":  # an existing read-only home: the folders under it are named, the fix is HOME
@@ -66,7 +68,25 @@ def test_folder_that_can_never_be_created_names_the_variable(tmp_path, monkeypat
 def test_unwritable_home_through_the_cli(tmp_path, monkeypatch):
     ro = tmp_path / "read-only"
     ro.mkdir()
-    monkeypatch.setattr("ragcache.config._can_create_in", lambda q: q != ro)
+    monkeypatch.setattr("ragcache.config._cannot_create_in",
+                        lambda q: "it is not writable by this user" if q == ro else None)
     monkeypatch.setenv("RAGCACHE_HOME", str(ro / "home"))
     r = CliRunner().invoke(app, ["cache", "stats"])
     assert r.exit_code == 2 and "RAGCACHE_HOME" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("home", ["/proc/ragcache-home", "/sys/ragcache-home", "/proc/self/ragcache/home"])
+def test_a_home_on_a_file_system_that_refuses_folders_is_named_even_for_root(home, monkeypatch):
+    """Permission bits pass for root on /proc and /sys; creating the folder does not. The error names the
+    variable, the folder that refuses and the reason, never a bare Errno."""
+    from pathlib import Path
+
+    top = Path("/" + home.split("/")[1])
+    if not top.is_dir():
+        pytest.skip(f"no {top} here")
+    monkeypatch.setenv("RAGCACHE_HOME", home)
+    r = CliRunner().invoke(app, ["cache", "stats"])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and out.startswith(f"error: RAGCACHE_HOME={home!r} cannot be created:"), out
+    assert "creating a folder in it fails" in out or "not writable" in out
+    assert "point RAGCACHE_HOME at a folder you can write" in out and "Errno" not in out
