@@ -19,7 +19,6 @@ from rapidfuzz.distance import OSA
 from ragcache.text_checks import checked_question
 
 _WS = re.compile(r"\s+")
-_PUNCT_RUN = re.compile(r"([?!.])\1+")
 _GREETING = re.compile(
     r"^\s*(?:hi|hello|hey|dear|good\s+(?:morning|afternoon|evening)|greetings|excuse\s+me)\b[^,.!?]{0,40}[,!.]\s*",
     re.IGNORECASE,
@@ -43,8 +42,9 @@ NEGATIONS: frozenset[str] = frozenset(
 def normalize_question(text: str) -> str:
     """Normalise a question for embedding and exact matching.
 
-    NFKC, collapsed whitespace, collapsed ``??``/``!!`` runs, a leading greeting
-    clause and a trailing thanks removed. Case is kept (entities use it).
+    NFKC, collapsed whitespace, a leading greeting clause and a trailing thanks removed. Case and
+    symbols are kept, runs of them included ("5!!" is a double factorial, "1..5" a range, neither
+    "5!" nor "1.5"); the closing ``? ! .`` are dropped only from what is embedded (:func:`embed_form`).
 
     Raises:
         ValueError: if ``text`` is not a string or is empty after normalisation.
@@ -53,7 +53,6 @@ def normalize_question(text: str) -> str:
     t = unicodedata.normalize("NFKC", text)
     t = t.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
     t = _WS.sub(" ", t).strip()
-    t = _PUNCT_RUN.sub(r"\1", t)
     stripped = _GREETING.sub("", t, count=1)
     stripped = _THANKS.sub("", stripped).strip().rstrip(",").strip()
     if len(stripped) >= 3:
@@ -73,11 +72,13 @@ def embed_form(text: str) -> str:
     that, there, here) and the closing ``? ! .`` dropped. all-MiniLM-L6-v2 scores "What is the
     capital of France?" against "what is the capital of france" at only 0.906, the question
     mark alone making the difference; guards and exact matching still see the normalised text.
-    A ``!`` right after a digit or ``)`` is kept: "What is 5!?" asks for a factorial, not "What is 5?"."""
+    A ``!`` run right after a digit or ``)`` is kept: "What is 5!?" asks for a factorial, not "What is 5?",
+    and "5!!" for a double factorial."""
     t = _CONTRACTION.sub(lambda m: m.group(1) + " is", text)
     m = _TRAILING.search(t)
     if m and m.group(0).startswith("!") and _FACTORIAL_BEFORE.search(t[:m.start()]):
-        return t[:m.start()] + "!"  # "5!", "(n+1)!": a factorial, not an exclamation
+        bangs = len(m.group(0)) - len(m.group(0).lstrip("!"))
+        return t[:m.start()] + "!" * bangs  # "5!", "5!!", "(n+1)!": a factorial, not an exclamation
     return _TRAILING.sub("", t) or text
 
 

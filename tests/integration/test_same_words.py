@@ -60,6 +60,12 @@ DIFFERENT = [
     ("What does lst[-1] give?", "What does lst[1] give?"),
     ("What does arr[2:5] select?", "What does arr[2,5] select?"),
     ("What does df.iloc[0] return?", "What does df.iloc[[0]] return?"),
+    # runs of a symbol: a double factorial, a range, a spread
+    ("What is 5!?", "What is 5!!?"),
+    ("What is 7!! equal to?", "What is 7! equal to?"),
+    ("What does 1..5 mean in Kotlin?", "What does 1.5 mean in Kotlin?"),
+    ("What does a..b match in Rust?", "What does a.b match in Rust?"),
+    ("What does [...arr] do in JavaScript?", "What does [arr] do in JavaScript?"),
     # other symbols and case-meaningful words
     ("What is $HOME on Linux?", "What is $home on Linux?"),
     ("How do I print MAX_SIZE?", "How do I print max_size?"),
@@ -73,6 +79,13 @@ SAME = [  # whitespace and Unicode normalisation only: the same text
     ("What is 10 / 2?", "What is 10\u2009/\u20092?"),
     ("Does the plan include 10 GB of storage?", "Does the plan include 10 \uff27\uff22 of storage?"),  # full-width
     ("What does a[1:] return in Python?", "What does a[1:] return\tin Python?"),
+]
+
+
+NOT_THE_SAME_TEXT = [  # the same question, but not the same text: a semantic hit, never an exact one
+    ("Is it raining?", "Is it raining??"),
+    ("Is the office open on Sunday?", "Is the office open on Sunday?!"),
+    ("When do the backups run?", "When do the backups run???"),
 ]
 
 
@@ -210,3 +223,14 @@ def test_postgresql_migration_rehashes_old_rows(pg_server):
     finally:
         c.clear()
         c.close()
+
+
+@pytest.mark.parametrize(("stored", "asked"), _both_directions(NOT_THE_SAME_TEXT))
+def test_a_repeated_question_mark_is_a_semantic_hit_not_an_exact_one(cache, stored, asked):
+    """Exact (``threshold=1.0``) is the same text after whitespace and Unicode normalisation only; a
+    repeated ``?`` or an added ``!`` changes the text, not the question, so the default threshold serves it."""
+    assert exact_form(normalize_question(stored)) != exact_form(normalize_question(asked))
+    assert flight_key(PK, stored) != flight_key(PK, asked)
+    cache.store(stored, "A", partition=PK)
+    assert cache.lookup(asked, partition=PK, threshold=1.0) is None
+    assert cache.lookup(asked, partition=PK).answer == "A"

@@ -3,6 +3,7 @@
 import pytest
 
 from ragcache.semantic import GuardSet, normalize_question
+from ragcache.semantic.text import embed_form
 from ragcache.semantic.decision.guards import (
     DirectionGuard,
     SubstitutionGuard,
@@ -80,7 +81,8 @@ def test_verifier_guard_and_disable():
 
 def test_normalize_question():
     assert normalize_question("Hi team, what's the policy on remote work?  Thanks!") == "what's the policy on remote work?"
-    assert normalize_question("WHERE IS MY ORDER???") == "WHERE IS MY ORDER?"
+    assert normalize_question("WHERE IS MY ORDER???") == "WHERE IS MY ORDER???"  # the text is kept: not exact
+    assert embed_form(normalize_question("WHERE IS MY ORDER???")) == embed_form("WHERE IS MY ORDER?")  # same vector
     with pytest.raises(ValueError, match="empty"):
         normalize_question("   ")
 

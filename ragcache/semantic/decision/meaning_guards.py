@@ -158,8 +158,9 @@ _DASHES = frozenset({"-", "--", "—", "–", "-.", "&"})
 def _chunk_core(chunk: str) -> str:
     left = chunk.lstrip(_EDGE_L)
     core = left.rstrip(_EDGE_R)
-    if left[len(core):].startswith("!") and (core[-1:].isdigit() or core.endswith(")")):
-        return core + "!"  # "5!", "(3+2)!": a factorial, not an exclamation
+    tail = left[len(core):]
+    if tail.startswith("!") and (core[-1:].isdigit() or core.endswith(")")):
+        return core + "!" * (len(tail) - len(tail.lstrip("!")))  # "5!", "5!!", "(3+2)!": factorials
     if core.endswith(")") and "(" not in core:
         core = core.rstrip(")")
     return core
