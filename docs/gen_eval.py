@@ -56,7 +56,8 @@ STUDIES: dict[str, Study] = {
                                           "Local engine", "ragcache bench blend-variants"),
     "blend_variants_check_dev": Study("Selection study (check layer), development items 0-7", "Local engine",
                                       "ragcache bench blend-variants"),
-    "calibration_smollm2": Study("Calibration record of the embedded model (shipped)", "Local engine",
+    "calibration_smollm2": Study("Calibration record of the embedded model by ratio, items 4-19 (shipped before the "
+                                 "settings record)", "Local engine",
                                  "ragcache calibrate --start 4 --end 20 --ratios 0.15,0.30,0.50 --selection infoflow "
                                  "--threads 1"),
     "calibration_settings_0-24": Study("Calibration of the planned settings, items 0-24 (partial run: items 0-3)",
@@ -65,12 +66,31 @@ STUDIES: dict[str, Study] = {
     "calibration_settings_25-49": Study("Calibration of the planned settings, items 25-49 (partial run: items 25-28)",
                                         "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
                                         "--start 25 --end 50 --threads 1 --json bench/results/calibration_settings_25-49.json"),
-    "calibration_settings_smollm2": Study("Calibration of the planned settings, merged (8 items: licenses nothing)",
+    "calibration_settings_4-24": Study("Calibration of the planned settings, items 4-24 (resumes 0-24)", "Local engine",
+                                       "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
+                                       "--start 4 --end 25 --threads 1 --no-save "
+                                       "--json bench/results/calibration_settings_4-24.json"),
+    "calibration_settings_29-49": Study("Calibration of the planned settings, items 29-49 (resumes 25-49)",
+                                        "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
+                                        "--start 29 --end 50 --threads 1 --no-save "
+                                        "--json bench/results/calibration_settings_29-49.json"),
+    "calibration_settings_smollm2": Study("Calibration of the planned settings, all 50 development items (shipped: "
+                                          "licenses nothing)",
                                           "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
                                           "merge('bench/results/calibration_plan_settings.json', "
                                           "['bench/results/calibration_settings_0-24.json', "
-                                          "'bench/results/calibration_settings_25-49.json'], "
+                                          "'bench/results/calibration_settings_4-24.json', "
+                                          "'bench/results/calibration_settings_25-49.json', "
+                                          "'bench/results/calibration_settings_29-49.json'], "
                                           "json_path='bench/results/calibration_settings_smollm2.json')\""),
+    "eval_settings_plan": Study("Blend settings on evaluation items 110-131: the settings (input)", "Local engine",
+                                "ragcache calibrate --plan bench/results/eval_settings_plan.json --no-save"),
+    "eval_settings_110-120": Study("Blend settings against full prefill, evaluation items 110-120", "Local engine",
+                                   "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 110 --end 121 "
+                                   "--threads 1 --no-save --json bench/results/eval_settings_110-120.json"),
+    "eval_settings_121-131": Study("Blend settings against full prefill, evaluation items 121-131", "Local engine",
+                                   "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 121 --end 132 "
+                                   "--threads 1 --no-save --json bench/results/eval_settings_121-131.json"),
     "calibration_plan_settings": Study("Calibration plan: the settings, fixed before the run (input)", "Local engine",
                                        "ragcache calibrate --plan bench/results/calibration_plan_settings.json"),
     "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",

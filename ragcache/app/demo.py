@@ -184,14 +184,14 @@ def _reuse_mode(engine: Any) -> str:
     r = engine.recompute_ratio
     cal = engine.calibration
     if r is None and cal is not None and not cal.blend_allowed:
-        return (f"documents are cached, but prefill stays exact: this model's calibration record shows no r <= "
-                f"{cal.max_ratio:g} keeping top-1 agreement >= {cal.min_agreement:g} with confidence "
+        return (f"documents are cached, but prefill stays exact: {cal.verdict()} "
                 "(RAGCACHE_RECOMPUTE_RATIO=0.15 blends anyway, labelled approximate)")
     if r is None:
         return ("documents are cached, but prefill stays exact: this model has no calibration record showing that "
                 "blending keeps its answers (`ragcache calibrate`, or RAGCACHE_RECOMPUTE_RATIO=0.15 to blend, "
                 "labelled approximate)")
-    return f"blended at r={r:.2f} ({engine.selection} selection), answers labelled approximate"
+    source = f"; {cal.verdict()}" if cal is not None and cal.blend_allowed and r == cal.recompute_ratio else ""
+    return f"blended at r={r:.2f} ({engine.selection} selection), answers labelled approximate{source}"
 
 
 def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,

@@ -319,8 +319,8 @@ class LocalEngine(EngineKeys):
     def _decide(self, plan: ChunkPlan, r: float | None, stats: RequestStats) -> bool:
         cal = self.calibration  # r is None unless the caller set one or a record licenses one: a caller's r wins
         if plan.reusable_tokens and r is None and cal is not None and not cal.blend_allowed:
-            stats.reuse_decision = (f"calibration: no r <= {cal.max_ratio:g} meets top-1 agreement >= {cal.min_agreement:g}"
-                                    " for this model: exact prefill (pass recompute_ratio= to blend anyway, labelled approximate)")
+            stats.reuse_decision = (f"{cal.verdict()}: exact prefill (pass recompute_ratio= to blend anyway, "
+                                    "labelled approximate)")
             return False
         if plan.reusable_tokens and r is None:
             stats.reuse_decision = ("no calibration record for this model and no recompute_ratio given: exact prefill "

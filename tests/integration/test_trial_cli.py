@@ -151,6 +151,6 @@ def test_the_demo_names_a_record_that_licenses_no_ratio():
     no = Calibration(fingerprint=loaded.fingerprint.digest, model="tiny", recompute_ratio=None, blend_allowed=False,
                      min_agreement=0.95, max_ratio=0.5)
     line = _reuse_mode(LocalEngine(loaded, calibration=no))
-    assert "prefill stays exact" in line and "calibration record shows no r <= 0.5" in line
+    assert "prefill stays exact" in line and "calibration record (0 prompts" in line and "licenses no blend" in line
     assert "no calibration record" not in line
     assert "blended at r=0.15" in _reuse_mode(LocalEngine(loaded, calibration=no, recompute_ratio=0.15))

@@ -78,3 +78,23 @@ def test_the_embedded_models_record_ships_and_follows_its_own_rule():
               >= cal.min_agreement]
         assert cal.recompute_ratio == (min(ok) if ok else None) and cal.blend_allowed == bool(ok)
         assert sum(row["answer_tokens"] for row in cal.ratios[:1]) >= 100  # enough tokens to decide
+
+
+def test_a_record_says_what_it_measured_and_licenses():
+    rows = [{"name": "infoflow r=0.3", "pooled_top1_agreement": 0.9485, "agreement_lower_bound": 0.9357,
+             "answer_tokens": 991},
+            {"name": "infoflow r=0.1 doc_top=1", "pooled_top1_agreement": 0.9435, "agreement_lower_bound": 0.9302,
+             "answer_tokens": 991}]
+    no = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
+                     max_ratio=0.3, prompts=50, created="2026-12-02T08:48:26+00:00", settings=rows)
+    assert no.verdict() == ("calibration record (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; "
+                            "best infoflow r=0.3, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95")
+    yes = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+                      max_ratio=0.3, prompts=50, settings=rows, setting={"name": "infoflow r=0.3"})
+    assert yes.verdict() == "calibration record (50 prompts, 991 answer tokens, undated): licenses infoflow r=0.3"
+    ratios = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
+                         max_ratio=0.5, prompts=16, rank_by="infoflow",
+                         ratios=[{"r": 0.5, "pooled_top1_agreement": 0.968, "agreement_lower_bound": 0.948,
+                                  "answer_tokens": 340}])
+    assert ratios.verdict().endswith("no ratio licensed; best r=0.5 (infoflow), pooled top-1 agreement 0.968, "
+                                     "lower bound 0.948 < 0.95")

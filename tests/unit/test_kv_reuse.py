@@ -231,7 +231,8 @@ def test_calibration_blocks_blending_and_sets_r(tiny):
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=no)
     cc.precompute(engine, DOCS, progress=False)
     got = engine.generate(rag(DOCS), max_new_tokens=2)
-    assert not got.stats.approximate and got.stats.reuse_decision.startswith("calibration: no r <= 0.5")
+    assert not got.stats.approximate and got.stats.reuse_decision.startswith("calibration record (0 prompts")
+    assert got.stats.reuse_decision.endswith("exact prefill (pass recompute_ratio= to blend anyway, labelled approximate)")
     asked = engine.generate(rag(DOCS[::-1]), max_new_tokens=2, use_prefix_cache=False, recompute_ratio=0.3)
     assert asked.stats.approximate and asked.stats.recompute_ratio == 0.3  # the caller's r wins, labelled
     yes = Calibration(fingerprint=fp, model="tiny", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,

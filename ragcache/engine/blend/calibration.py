@@ -102,6 +102,24 @@ class Calibration:
     max_mean_share: float | None = None
     note: str = ""
 
+    def verdict(self) -> str:
+        """One line naming what this record measured and what it licenses, e.g. ``"calibration record
+        (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; best infoflow r=0.3
+        prefix-conditioned, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95"``."""
+        rows = self.settings or self.ratios
+        tokens = sum(r.get("answer_tokens", 0) for r in rows[:1])
+        head = f"calibration record ({self.prompts} prompts, {tokens} answer tokens, {self.created[:10] or 'undated'})"
+        if self.blend_allowed:
+            what = (self.setting or {}).get("name") or f"r={self.recompute_ratio:g} ({self.rank_by})"
+            return f"{head}: licenses {what}"
+        if not rows:
+            return f"{head}: licenses no blend"
+        best = max(rows, key=lambda r: r.get("agreement_lower_bound", 0.0))
+        name = best.get("name") or f"r={best.get('r', 0):g} ({self.rank_by})"
+        bound = best.get("agreement_lower_bound", 0.0)
+        return (f"{head}: no {'setting' if self.settings else 'ratio'} licensed; best {name}, pooled top-1 agreement "
+                f"{best.get('pooled_top1_agreement', 0.0):.3f}, lower bound {bound:.3f} < {self.min_agreement:g}")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
