@@ -12,6 +12,11 @@
 
 from __future__ import annotations
 
-from ragcache.engine.blend.prefill import BlendResult, Deviation, blend_prefill, select_hkvd
+from ragcache.engine.blend.prefill import (
+    BlendResult,
+    Deviation,
+    blend_prefill,
+    select_hkvd,
+)
 
 __all__ = ["BlendResult", "Deviation", "blend_prefill", "select_hkvd"]

@@ -40,8 +40,8 @@ from typing import Any
 import torch
 
 from ragcache.atomic import atomic_write_json
-from ragcache.home import Home
 from ragcache.engine import kv
+from ragcache.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +277,32 @@ def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) ->
     return max(0.0, (centre - spread) / (1 + z2n))
 
 
+def reference_answer(engine: Any, ids: Sequence[int],
+                     answer_tokens: int) -> tuple[list[int], torch.Tensor, float, float]:
+    """Full prefill of ``ids`` and its greedy answer: the reference a blend is judged against.
+
+    Returns:
+        ``(answer, reference, cpu_s, wall_s)``: the answer's token ids (up to ``answer_tokens``,
+        stopping at EOS), the logits that chose each of them (float32 ``[len(answer), vocab]``), and
+        the CPU and wall seconds of the prefill alone.
+    """
+    model, n = engine.model, len(ids)
+    c0, w0 = time.process_time(), time.perf_counter()
+    ref_cache = kv.new_cache(model)
+    logits = kv.forward(model, list(ids), ref_cache, 0)[-1]
+    cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - w0
+    answer: list[int] = []
+    rows = []
+    for step in range(answer_tokens):
+        tok = int(logits.argmax())
+        answer.append(tok)
+        rows.append(logits[None])
+        if tok in engine._eos or step == answer_tokens - 1:
+            break
+        logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
+    return answer, torch.cat(rows), cpu_s, wall_s
+
+
 def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,
               min_agreement: float = 0.95, max_ratio: float = 0.5, answer_tokens: int = 32,
               confidence: float = 0.95, save: bool = True, rank_by: str | None = None,
@@ -333,20 +359,9 @@ def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = 
         for i, prompt in enumerate(built):
             ids = prompt.input_ids
             n = len(ids)
-            ref_cache = kv.new_cache(model)
-            t = time.perf_counter()
-            first = kv.forward(model, ids, ref_cache, 0)[-1]
-            seconds += time.perf_counter() - t
+            answer, reference, _, wall_s = reference_answer(engine, ids, answer_tokens)
+            seconds += wall_s
             tokens += n
-            answer, rows, logits = [], [], first
-            for step in range(answer_tokens):
-                tok = int(logits.argmax())
-                answer.append(tok)
-                rows.append(logits[None])
-                if tok in engine._eos or step == answer_tokens - 1:
-                    break
-                logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
-            reference = torch.cat(rows)
             spans = [(s, e) for s, e, _ in prompt.document_spans()]
             bound = cc.bind(model, engine.fingerprint, engine.namespace)  # never another namespace's KV
             chunks = [bound.lookup(piece.ids) or bound.compute(piece.ids) for _, _, piece in prompt.document_spans()]

@@ -40,8 +40,6 @@ from typing import Any
 import torch
 
 from ragcache.engine import kv as kvb
-from ragcache.engine.blend.layers import layer_forward, qkv
-from ragcache.engine.chunk.cache import context_window
 from ragcache.engine.blend.hkvd import (
     RANKINGS,
     Deviation,
@@ -53,9 +51,17 @@ from ragcache.engine.blend.hkvd import (
     select_hkvd,
     tail_attention,
 )
-from ragcache.engine.rope import RopeSpec, rerotate_keys
-from ragcache.engine.blend.selection import OTHER_RULES, QUERY_RULES, plan_recompute, query_scores, random_scores
+from ragcache.engine.blend.layers import layer_forward, qkv
+from ragcache.engine.blend.selection import (
+    OTHER_RULES,
+    QUERY_RULES,
+    plan_recompute,
+    query_scores,
+    random_scores,
+)
+from ragcache.engine.chunk.cache import context_window
 from ragcache.engine.chunk.stores import ChunkKV
+from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.limits import check_recompute_ratio
 
 PRE_LAYER_RULES = QUERY_RULES + OTHER_RULES  # rank before layer 0, then recompute at every layer

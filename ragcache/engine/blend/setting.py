@@ -209,8 +209,12 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
     Raises:
         ValueError: a prompt without documents.
     """
+    from ragcache.engine.blend.calibration import (
+        fidelity,
+        reference_answer,
+        teacher_forced_logits,
+    )
     from ragcache.engine.blend.prefill import blend_prefill
-    from ragcache.engine.blend.calibration import fidelity, teacher_forced_logits
     from ragcache.engine.chunk.cache import ChunkCache
 
     model, say = engine.model, progress or (lambda _m: None)
@@ -225,19 +229,7 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
         spans = [(s, e) for s, e, _ in prompt.document_spans()]
         if not spans:
             raise ValueError(f"prompt {i} has no document piece: the blend needs RAG prompts with documents")
-        c0 = time.process_time()
-        ref_cache = kv.new_cache(model)
-        first = kv.forward(model, ids, ref_cache, 0)[-1]
-        full_cpu = time.process_time() - c0
-        answer, rows, logits = [], [], first
-        for step in range(answer_tokens):
-            tok = int(logits.argmax())
-            answer.append(tok)
-            rows.append(logits[None])
-            if tok in engine._eos or step == answer_tokens - 1:
-                break
-            logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
-        reference = torch.cat(rows)
+        answer, reference, full_cpu, _ = reference_answer(engine, ids, answer_tokens)
         p = stable_prefix_len(spans)
         prefix_tensors = kv.cache_tensors(_prefix_cache(model, ids, p)) if p else None
         chunks: dict[str, list] = {}
@@ -338,7 +330,11 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
     output, possibly merged from several runs over disjoint prompts), saved when ``save``."""
     from datetime import datetime, timezone
 
-    from ragcache.engine.blend.calibration import Calibration, record_digest, save_calibration
+    from ragcache.engine.blend.calibration import (
+        Calibration,
+        record_digest,
+        save_calibration,
+    )
     from ragcache.engine.chunk.cache import ChunkCache
 
     rows = [setting_row(m, plan.confidence) for m in measured]
