@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
-from benchmarks.blend_plot import plot as _plot
+from benchmarks.blend_plot import plot as plot_summary
 from benchmarks.plotting import draw
 from ragcache.config import Config, env_setting
 
@@ -384,7 +384,7 @@ def report(payload: dict | str, *, plot_path: str | None = None, console: Consol
                       f"{m['greedy_match_len']:.1f}/{m['answer_tokens']:.1f}", f"{m['f1_vs_full']:.2f}",
                       f"{m['f1_gold']:.3f}")
     console.print(table)
-    draw(lambda: _plot(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} "
+    draw(lambda: plot_summary(summary, Path(plot_path), f"SmolLM2-135M-Instruct, MuSiQue {first}-{last} ({len(rows)} "
                                                  f"questions, {payload.get('split', '')} split), top-{TOP_K} "
                                                  f"passages; {payload['machine']}"), plot_path)
     return payload
