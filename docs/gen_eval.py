@@ -88,6 +88,13 @@ STUDIES: dict[str, Study] = {
     "eval_settings_110-120": Study("Blend settings against full prefill, evaluation items 110-120", "Local engine",
                                    "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 110 --end 121 "
                                    "--threads 1 --no-save --json bench/results/eval_settings_110-120.json"),
+    "eval_settings_110-131": Study("Blend settings against full prefill, evaluation items 110-131 (merged)",
+                                   "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
+                                   "merge('bench/results/eval_settings_plan.json', "
+                                   "['bench/results/eval_settings_110-120.json', "
+                                   "'bench/results/eval_settings_121-131.json'], "
+                                   "json_path='bench/results/eval_settings_110-131.json')\" && "
+                                   "python -m benchmarks.settings_plot bench/results/eval_settings_110-131.json"),
     "eval_settings_121-131": Study("Blend settings against full prefill, evaluation items 121-131", "Local engine",
                                    "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 121 --end 132 "
                                    "--threads 1 --no-save --json bench/results/eval_settings_121-131.json"),

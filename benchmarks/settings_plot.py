@@ -1,0 +1,50 @@
+"""The PNG of a blend-settings record (``ragcache calibrate --plan ...`` or its merge): for each setting,
+pooled teacher-forced top-1 agreement (with its one-sided Wilson lower bound) against the median CPU
+speed-up over full prefill, with the 0.95 bar.
+
+    python -m benchmarks.settings_plot bench/results/eval_settings_110-131.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.plotting import draw, save_figure
+
+
+def plot(record: dict[str, Any], path: str | Path, title: str) -> Path:
+    """Draw ``path`` from a settings record (:meth:`ragcache.engine.blend.calibration.Calibration.to_dict`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for row in record["settings"]:
+        x, y, lo = row["median_cpu_speedup"], row["pooled_top1_agreement"], row["agreement_lower_bound"]
+        ax.errorbar([x], [y], yerr=[[y - lo], [0]], fmt="o", capsize=4,
+                    label=f"{row['name']} (share {row['mean_share']:.2f})")
+    ax.axhline(record.get("min_agreement", 0.95), color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("median CPU speed-up over full prefill (log)")
+    ax.set_ylabel("pooled top-1 agreement (bar: lower bound)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    return save_figure(fig, path)
+
+
+def main(json_path: str) -> Path | None:
+    """Draw ``<json_path without .json>.png`` from the record in ``json_path``."""
+    record = json.loads(Path(json_path).read_text())
+    items = sorted({p["prompt"] for row in record["settings"] for p in row["per_prompt"]})
+    title = (f"{record['model']}\nitems {items[0]}-{items[-1]} ({len(items)} prompts, "
+             f"{record['settings'][0]['answer_tokens']} forced tokens)")
+    png = Path(json_path).with_suffix(".png")
+    return draw(lambda: plot(record, png, title), png)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(main(sys.argv[1]))
