@@ -1,7 +1,7 @@
 """Decoding notes: UTF-8, legacy encodings detected, binary and undecodable files named with the reason."""
 
 import pytest
-from cli_doubles import home  # noqa: F401 - the fixture
+from cli_doubles import home, tiny_dir  # noqa: F401 - the fixtures
 
 from ragcache.app.corpus import decode_bytes, scan_folder
 
@@ -61,7 +61,7 @@ def test_a_folder_of_only_other_kinds_names_them_in_the_error(tmp_path):
     assert not (tmp_path / "home" / "answers").exists()
 
 
-def test_ask_notes_the_files_it_did_not_read(tmp_path, monkeypatch, home):
+def test_ask_notes_the_files_it_did_not_read(tmp_path, monkeypatch, home, tiny_dir):
     import json
 
     from typer.testing import CliRunner
@@ -74,8 +74,8 @@ def test_ask_notes_the_files_it_did_not_read(tmp_path, monkeypatch, home):
     notes.mkdir()
     (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC.")
     (notes / "policy.pdf").write_bytes(b"%PDF-1.7")
-    r = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--json"])
+    r = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--model", str(tiny_dir), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["ignored_files"] == {".pdf": 1}
-    plain = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes)])
+    plain = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--model", str(tiny_dir)])
     assert "not read: 1 .pdf file" in " ".join(plain.stderr.split())
