@@ -21,7 +21,9 @@ mask, when the block's positions are contiguous).
 On CPU the partial results and their log-sum-exp come from PyTorch's fused CPU flash kernel
 (``aten._scaled_dot_product_flash_attention_for_cpu``). On other devices the lower-right case
 is :func:`torch.nn.attention.bias.causal_lower_right`, which the CUDA flash / memory-efficient
-kernels take natively. Options measured on this CPU (SmolLM2-135M's attention shape: 9 query
+kernels take natively. Where no mask applies (the cached keys, a single decode query), GQA's query
+heads that share a KV head are folded into its query axis instead of repeating the KV heads, so
+the cached KV is read in place. Options measured on this CPU (SmolLM2-135M's attention shape: 9 query
 heads, 3 KV heads, head dim 64, one thread; ``ragcache bench prefix-hits`` has the kernel table):
 ``causal_lower_right`` on CPU materialises the mask and was the slowest (1.1 s against 0.72 s
 with a boolean mask for 3,452 queries over 3,500 keys); a float mask was no better than a boolean
@@ -66,6 +68,21 @@ def _partial(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | N
     return out, lse
 
 
+def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
+             partial: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Unmasked attention of GQA queries without repeating the KV heads: the ``g = H / Hkv`` query
+    heads that share a KV head are folded into its query axis (``[B, Hkv, g*m, D]``), which is exact
+    because no mask ties a query to its position. Returns ``[B, H, m, D]`` and, when ``partial``,
+    the float32 log-sum-exp ``[B, H, m]`` (else ``None``)."""
+    b, h, m, d = q.shape
+    hkv = k.shape[1]
+    qf = q.reshape(b, hkv, (h // hkv) * m, d)  # heads h*g .. h*g+g-1 share KV head h (repeat_interleave order)
+    if partial:
+        out, lse = _partial(qf, k, v, scale)
+        return out.reshape(b, h, m, d), lse.reshape(b, h, m)
+    return F.scaled_dot_product_attention(qf, k, v, scale=scale).reshape(b, h, m, d), None
+
+
 def _merge(a: torch.Tensor, lse_a: torch.Tensor, b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
     lse = torch.logaddexp(lse_a, lse_b)
     out = a.float() * torch.exp(lse_a - lse)[..., None] + b.float() * torch.exp(lse_b - lse)[..., None]
@@ -90,11 +107,13 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
     if m > n or q.shape[1] % k.shape[1]:
         raise ValueError(f"need m <= n queries over keys and H % Hkv == 0, got q {tuple(q.shape)}, k {tuple(k.shape)}")
     groups = q.shape[1] // k.shape[1]
-    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+    if m == 1:  # one query sees every key: no mask, so no repeated KV heads
+        return _grouped(q, k, v, scale, partial=False)[0]
     if m == n:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=m > 1, scale=scale)
-    if m == 1:
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, groups), _repeat_kv(v, groups), is_causal=True,
+                                              scale=scale)
+    if n <= SMALL_KEYS or q.device.type != "cpu":
+        k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
     if n <= SMALL_KEYS:
         mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - m, n, device=q.device)[:, None]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -103,8 +122,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
 
         return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(m, n), scale=scale)
     p = n - m
-    a, lse_a = _partial(q, k[:, :, :p], v[:, :, :p], scale)
-    b, lse_b = _partial(q, k[:, :, p:], v[:, :, p:], scale, causal=True)
+    a, lse_a = _grouped(q, k[:, :, :p], v[:, :, :p], scale)  # the cached keys: no mask, KV heads not repeated
+    b, lse_b = _partial(q, _repeat_kv(k[:, :, p:], groups), _repeat_kv(v[:, :, p:], groups), scale, causal=True)
     return _merge(a, lse_a, b, lse_b)
 
 
@@ -142,6 +161,6 @@ def attend_positions(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: t
         if a == 0:
             outs.append(w)
             continue
-        o, lse_o = _partial(qb, _repeat_kv(k[:, :, :a], groups), _repeat_kv(v[:, :, :a], groups), scale)
+        o, lse_o = _grouped(qb, k[:, :, :a], v[:, :, :a], scale)
         outs.append(_merge(o, lse_o, w, lse_w))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

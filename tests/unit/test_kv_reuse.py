@@ -47,10 +47,13 @@ def dense(q, k, v, pos):
 
 @pytest.mark.parametrize("n,m", [(40, 40), (40, 1), (40, 39), (40, 24), (40, 2), (300, 257), (700, 650), (700, 3)])
 @pytest.mark.parametrize("small_keys", [0, 512])
-def test_causal_attention_equals_dense_mask(n, m, small_keys, monkeypatch):
+@pytest.mark.parametrize("heads,batch", [((4, 2), 1), ((9, 3), 2), ((3, 3), 1)])  # GQA groups 2 and 3, MHA
+def test_causal_attention_equals_dense_mask(n, m, small_keys, heads, batch, monkeypatch):
+    """Exact on every path, GQA included: cached keys and single decode queries read the KV heads unrepeated
+    (the query heads of a group folded into its query axis)."""
     monkeypatch.setattr(attention, "SMALL_KEYS", small_keys)  # 0: always the split + log-sum-exp path
     g = torch.Generator().manual_seed(n + m)
-    q, k, v = (torch.randn(1, h, L, 16, generator=g) for h, L in ((4, m), (2, n), (2, n)))
+    q, k, v = (torch.randn(batch, h, L, 16, generator=g) for h, L in ((heads[0], m), (heads[1], n), (heads[1], n)))
     assert (causal_attention(q, k, v) - dense(q, k, v, torch.arange(n - m, n))).abs().max() < 1e-5
 
 
