@@ -253,9 +253,10 @@ class Config:
                                   ("RAGCACHE_MAX_FILE_BYTES", self.max_file_bytes, 0),
                                   ("RAGCACHE_TOP_K", self.top_k, 1), ("RAGCACHE_MAX_NEW_TOKENS", self.max_new_tokens, 1)):
             if value < least:  # name only the variable that is wrong
-                raise ValueError(f"{var} must be >= {least}, got {value}")
-        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
-            raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}")
+                raise ValueError(f"{var} must be >= {least}, got {value}: fix or unset it")
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:  # NaN refused too
+            raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}: "
+                             "fix or unset it")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.kv_url is not None and kv_url_scheme(self.kv_url) not in KV_URL_SCHEMES:
@@ -277,12 +278,12 @@ class Config:
         if self.kv_format not in ("fp16", "int8", "int4"):
             raise ValueError(f"RAGCACHE_KV_FORMAT must be fp16, int8 or int4, got {self.kv_format!r}")
         if self.kv_group_size < 1:
-            raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be >= 1, got {self.kv_group_size}")
+            raise ValueError(f"RAGCACHE_KV_GROUP_SIZE must be >= 1, got {self.kv_group_size}: fix or unset it")
         if self.decode_cache not in ("dynamic", "quantized"):
             raise ValueError(f"RAGCACHE_DECODE_CACHE must be dynamic or quantized, got {self.decode_cache!r}")
         for var, n in (("RAGCACHE_THREADS", self.threads), ("RAGCACHE_BENCH_THREADS", self.bench_threads)):
             if n is not None and n < 1:
-                raise ValueError(f"{var} must be >= 1, got {n}")
+                raise ValueError(f"{var} must be >= 1, got {n}: fix or unset it")
 
     def shown(self) -> dict[str, str]:
         """Each setting as ``ragcache config`` prints it: its value (:func:`show_value`), what an unset

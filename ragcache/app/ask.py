@@ -131,7 +131,8 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
                 say(err_console(), ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
     if not folder.files:
         extra = f" ({folder.ignored_note})" if folder.ignored_note else ""
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{extra}")
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{extra}: "
+                         "add plain-text .txt or .md notes to it, or point --docs at a folder that has them")
     return folder, skipped
 
 

@@ -94,7 +94,11 @@ def load_benchmark(name: str) -> Any:
 def run_bench(name: str, **options: Any) -> Any:
     """Run ``benchmarks.<name>.main(**options)`` (the ``benchmarks/`` package of the checkout)."""
     module = run_or_exit(console, load_benchmark, name)
-    return run_or_exit(console, module.main, **options)
+    out = run_or_exit(console, module.main, **options)
+    written = [Path(options[k]).resolve() for k in ("json_path", "plot_path") if options.get(k)]
+    for path in (p for p in written if p.is_file()):  # relative paths land under the working directory
+        console.print(f"written: {path}", markup=False, highlight=False)
+    return out
 
 
 @bench_app.command("prefix")

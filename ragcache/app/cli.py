@@ -190,8 +190,15 @@ def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         print_json({f.name: getattr(cfg, f.name) if f.repr or getattr(cfg, f.name) is None else "<set, hidden>"
                     for f in fields(cfg)})
         return
+    from ragcache.config import ENV_VARS
+
+    names = {e.field: e for e in ENV_VARS}
     for k, v in cfg.shown().items():
-        say(console, (f"{k:22}", "bold"), v)
+        var = names.get(k)
+        if var is None:
+            say(console, (f"{k:30}", "bold"), v)
+        else:
+            say(console, (f"{var.name:30}", "bold"), v, (f"  ({var.doc})", "dim"))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -328,5 +328,6 @@ def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Ch
     if not folder.files:
         why = f" ({'; '.join(f'{s.rel}: {s.reason}' for s in folder.skipped[:5])})" if folder.skipped else ""
         why += f"; {folder.ignored_note}" if folder.ignored_note else ""
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{why}")
+        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{why}: "
+                         "add plain-text .txt or .md notes to it, or point --docs at a folder that has them")
     return folder.chunks(max_chars)

@@ -36,6 +36,8 @@ def test_bench_lexicon_writes_json_and_table(tmp_path):
     assert set(d["methods"]) == {"lazy", "full_parse"} and d["repeats"] == 1
     assert all(len(m["first_lookup_s"]) == 1 and m["first_lookup_s"][0] > 0 for m in d["methods"].values())
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
+    said = " ".join(r.output.split())
+    assert f"written: {out.resolve()}" in said and f"written: {(tmp_path / 'l.png').resolve()}" in said
 
 
 def test_benchmarks_are_found_in_the_checkout_from_any_folder(tmp_path, monkeypatch):

@@ -58,6 +58,7 @@ def test_a_folder_of_only_other_kinds_names_them_in_the_error(tmp_path):
     assert r.exit_code == 2
     out = " ".join(r.output.split())
     assert "holds no readable non-empty .txt or .md files" in out and "1 .docx file, 1 .pdf file" in out
+    assert "add plain-text .txt or .md notes to it, or point --docs at a folder that has them" in out
     assert not (tmp_path / "home" / "answers").exists()
 
 

