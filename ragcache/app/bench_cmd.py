@@ -97,7 +97,7 @@ def run_bench(name: str, **options: Any) -> Any:
     out = run_or_exit(console, module.main, **options)
     written = [Path(options[k]).resolve() for k in ("json_path", "plot_path") if options.get(k)]
     for path in (p for p in written if p.is_file()):  # relative paths land under the working directory
-        console.print(f"written: {path}", markup=False, highlight=False)
+        console.print(f"written: {path}", markup=False, highlight=False, soft_wrap=True)
     return out
 
 
