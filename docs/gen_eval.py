@@ -95,6 +95,20 @@ STUDIES: dict[str, Study] = {
                                    "'bench/results/eval_settings_121-131.json'], "
                                    "json_path='bench/results/eval_settings_110-131.json')\" && "
                                    "python -m benchmarks.settings_plot bench/results/eval_settings_110-131.json"),
+    "eval_settings_plan_50-109": Study("Blend settings on evaluation items 50-109: the settings (input)", "Local engine",
+                                       "ragcache calibrate --plan bench/results/eval_settings_plan_50-109.json --no-save"),
+    "eval_settings_50-79": Study("Blend settings against full prefill, evaluation items 50-79", "Local engine",
+                                 "ragcache calibrate --plan bench/results/eval_settings_plan_50-109.json --start 50 "
+                                 "--end 80 --threads 1 --no-save --json bench/results/eval_settings_50-79.json"),
+    "eval_settings_80-109": Study("Blend settings against full prefill, evaluation items 80-109", "Local engine",
+                                  "ragcache calibrate --plan bench/results/eval_settings_plan_50-109.json --start 80 "
+                                  "--end 110 --threads 1 --no-save --json bench/results/eval_settings_80-109.json"),
+    "eval_settings_50-109": Study("Blend settings against full prefill, evaluation items 50-109 (merged)",
+                                  "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
+                                  "merge('bench/results/eval_settings_plan_50-109.json', "
+                                  "['bench/results/eval_settings_50-79.json', 'bench/results/eval_settings_80-109.json'], "
+                                  "json_path='bench/results/eval_settings_50-109.json')\" && "
+                                  "python -m benchmarks.settings_plot bench/results/eval_settings_50-109.json"),
     "eval_settings_121-131": Study("Blend settings against full prefill, evaluation items 121-131", "Local engine",
                                    "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 121 --end 132 "
                                    "--threads 1 --no-save --json bench/results/eval_settings_121-131.json"),
