@@ -72,7 +72,8 @@ class AskResult:
         return {
             "question": a.question, "answer": a.text, "layer": a.layer, "similarity": a.similarity,
             "matched_question": a.matched_question, "finish_reason": a.finish_reason,
-            "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "ttft_s": a.ttft_s, "total_s": a.total_s, "usage": a.usage.to_dict(),
+            "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "ttft_s": a.ttft_s,
+            "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
             "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
             "ignored_files": dict(self.ignored),
@@ -129,10 +130,7 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
         for f in folder.files:
             if f.encoding != "utf-8":
                 say(err_console(), ("note: ", "dim"), f"{f.rel} decoded as {f.encoding}")
-    if not folder.files:
-        extra = f" ({folder.ignored_note})" if folder.ignored_note else ""
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{extra}: "
-                         "add plain-text .txt or .md notes to it, or point --docs at a folder that has them")
+    folder.require_files()
     return folder, skipped
 
 

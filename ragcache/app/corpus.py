@@ -189,6 +189,20 @@ class Folder:
         return (f"not read: {kinds}{more} (ragcache reads {' and '.join(TEXT_SUFFIXES)} files: "
                 f"convert the others to text to answer from them)")
 
+    def require_files(self) -> None:
+        """Raise when nothing in the folder could be read.
+
+        Raises:
+            ValueError: no readable non-empty text file; the message names why files were skipped
+                (the first five), the files not read for their kind, and the fix.
+        """
+        if self.files:
+            return
+        why = f" ({'; '.join(f'{s.rel}: {s.reason}' for s in self.skipped[:5])})" if self.skipped else ""
+        why += f"; {self.ignored_note}" if self.ignored_note else ""
+        raise ValueError(f"--docs path {str(self.root)!r} holds no readable non-empty .txt or .md files{why}: "
+                         "add plain-text .txt or .md notes to it, or point --docs at a folder that has them")
+
     def chunks(self, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:
         """Chunks of every file (ids ``rel#n``), in file order."""
         return [c for f in self.files for c in pack_chunks([f.text], f.rel, max_chars)]
@@ -325,9 +339,5 @@ def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Ch
             message lists why files were skipped).
     """
     folder = scan_folder(path)
-    if not folder.files:
-        why = f" ({'; '.join(f'{s.rel}: {s.reason}' for s in folder.skipped[:5])})" if folder.skipped else ""
-        why += f"; {folder.ignored_note}" if folder.ignored_note else ""
-        raise ValueError(f"--docs path {str(folder.root)!r} holds no readable non-empty .txt or .md files{why}: "
-                         "add plain-text .txt or .md notes to it, or point --docs at a folder that has them")
+    folder.require_files()
     return folder.chunks(max_chars)

@@ -112,15 +112,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale
     if m == n:
         return F.scaled_dot_product_attention(q, _repeat_kv(k, groups), _repeat_kv(v, groups), is_causal=True,
                                               scale=scale)
-    if n <= SMALL_KEYS or q.device.type != "cpu":
-        k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
     if n <= SMALL_KEYS:
         mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - m, n, device=q.device)[:, None]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, groups), _repeat_kv(v, groups), attn_mask=mask,
+                                              scale=scale)
     if q.device.type != "cpu":
         from torch.nn.attention.bias import causal_lower_right
 
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(m, n), scale=scale)
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, groups), _repeat_kv(v, groups),
+                                              attn_mask=causal_lower_right(m, n), scale=scale)
     p = n - m
     a, lse_a = _grouped(q, k[:, :, :p], v[:, :, :p], scale)  # the cached keys: no mask, KV heads not repeated
     b, lse_b = _partial(q, _repeat_kv(k[:, :, p:], groups), _repeat_kv(v[:, :, p:], groups), scale, causal=True)

@@ -387,9 +387,7 @@ class AnthropicProxy:
         if question is not None:  # the lookup's time (and any wait for another caller's identical request)
             self.metrics.lookup((called[0] if called else time.perf_counter()) - t0, answer.hit)
         if answer.hit:
-            self.accounts.semantic_hits += 1
-            self.metrics.request("semantic", None, time.perf_counter() - t0)
-            return self._replay(body, answer)
+            return self._served(body, answer, t0)
         r = answer.details["response"]
         extra = {}
         if r.status_code == 200:
@@ -455,9 +453,7 @@ class AnthropicProxy:
         if "called" not in state:  # a hit: its text, then its Answer
             hit = first if isinstance(first, Answer) else await items.__anext__()
             await items.aclose()
-            self.accounts.semantic_hits += 1
-            self.metrics.request("semantic", None, time.perf_counter() - t0)
-            return self._replay(body, hit)
+            return self._served(body, hit, t0)
         if "error" in state:
             await items.aclose()
             content, status = state["error"]
@@ -482,6 +478,12 @@ class AnthropicProxy:
         u = CacheUsage.from_anthropic(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
+
+    def _served(self, body: Mapping[str, Any], hit: Answer, t0: float) -> Response:
+        """A semantic hit, counted and timed, replayed as the request asked (:meth:`_replay`)."""
+        self.accounts.semantic_hits += 1
+        self.metrics.request("semantic", None, time.perf_counter() - t0)
+        return self._replay(body, hit)
 
     def _replay(self, body: Mapping[str, Any], hit: Answer) -> Response:
         """A semantic hit as an Anthropic message (or its events): zero usage, the stored answer's

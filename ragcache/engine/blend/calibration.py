@@ -107,7 +107,7 @@ class Calibration:
         (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; best infoflow r=0.3
         prefix-conditioned, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95"``."""
         rows = self.settings or self.ratios
-        tokens = sum(r.get("answer_tokens", 0) for r in rows[:1])
+        tokens = rows[0].get("answer_tokens", 0) if rows else 0  # every row pools the same answer tokens
         head = f"calibration record ({self.prompts} prompts, {tokens} answer tokens, {self.created[:10] or 'undated'})"
         if self.blend_allowed:
             what = (self.setting or {}).get("name") or f"r={self.recompute_ratio:g} ({self.rank_by})"
