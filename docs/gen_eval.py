@@ -124,6 +124,8 @@ STUDIES: dict[str, Study] = {
     "semantic": Study("Semantic cache: hard pairs and QQP held-out", "Semantic cache", "ragcache bench semantic"),
     "semantic_hard": Study("Semantic cache: hard pairs (rerun)", "Semantic cache", "ragcache bench semantic"),
     "semantic_qqp": Study("Semantic cache: QQP pairs (previous release)", "Semantic cache", "ragcache bench semantic"),
+    "semantic_default_decider": Study("Semantic cache: the default decision, guards alone against guards-or-verifier",
+                                      "Semantic cache", "python -m benchmarks.semantic_decider"),
     "semantic_split": Study("Semantic cache: tuning and held-out parts of the hard pairs (split by kind, seed 32)",
                             "Semantic cache", "python -m benchmarks.semantic_split"),
     "semantic_pairs_baseline": Study("Semantic cache: per-pair decisions before the kind-by-kind changes (baseline)",
@@ -164,8 +166,9 @@ def _split(system: str, part: str) -> str:
     return f"{r['recall']:.3f} recall, {r['wrong_hits']} wrong hits"
 
 
-def _guards_default(split: str) -> dict:
-    return _load("semantic")["sets"][split]["guards"]["0.94"]
+def _decider(system: str, part: str) -> str:
+    r = _load("semantic_default_decider")[system][part]
+    return f"{r['precision']:.3f}, {r['true_hits']} / {r['wrong_hits']}"
 
 
 @dataclass(frozen=True)
@@ -188,11 +191,11 @@ HEADLINES: tuple[Headline, ...] = (
              lambda: _blend_row("infoflow r=0.15")["tf_top1_agreement"], "{:.3f}"),
     Headline("chunk reuse, query-aware r = 0.15: mean KL / full reuse's", "blend",
              lambda: _kl_share("infoflow r=0.15"), "{:.2f}x"),
-    Headline("semantic cache, default guards: hard-pair precision", "semantic",
-             lambda: _guards_default("semantic_pairs_dev.jsonl")["precision"], "{:.3f}"),
-    Headline("semantic cache, default guards: QQP held-out precision", "semantic",
-             lambda: _guards_default("qqp held-out split")["precision"], "{:.3f}"),
-    Headline("semantic cache, default guards: held-out hard pairs", "semantic_split",
+    Headline("semantic cache, default decision: QQP held-out precision, true / wrong hits", "semantic_default_decider",
+             lambda: _decider("default", "qqp_heldout"), "{}"),
+    Headline("semantic cache, guards alone: QQP held-out precision, true / wrong hits", "semantic_default_decider",
+             lambda: _decider("guards", "qqp_heldout"), "{}"),
+    Headline("semantic cache, default decision: held-out hard pairs", "semantic_split",
              lambda: _split("default", "heldout"), "{}"),
     Headline("semantic cache, learned verifier: held-out hard pairs", "semantic_split",
              lambda: _split("verifier", "heldout"), "{}"),

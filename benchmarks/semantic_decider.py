@@ -1,0 +1,186 @@
+"""The default hit decision: guards alone against guards-or-verifier, and the verifier threshold's rule.
+
+Every pair is decided once through the real cache (``a`` stored alone in its partition, ``b`` looked
+up; FAISS, the packaged all-MiniLM-L6-v2): whether the guards accept at their gate (0.94), and the
+learned verifier's decision score (:meth:`LearnedVerifier.decision_score`: 0 below its floor or on a hard
+veto). Guards-or-verifier at threshold ``t`` serves a pair when the guards do or the score is ``>= t``.
+
+Sets (development data only):
+
+- the hard pairs (``semantic_pairs_dev.jsonl``), by the fixed tuning / held-out split of
+  :mod:`benchmarks.semantic_split`;
+- the project's own near-miss kinds (``bench/data/semantic_kinds_dev.jsonl``);
+- QQP: 900 pairs of the ``choose`` split and 900 of the ``heldout`` split of ``qqp_dev_20k.jsonl``
+  (:func:`ragcache.app.verifier_data.qqp_splits`, cluster-disjoint from the ``fit`` split the head was
+  fitted on; each drawn with ``random.Random(0).shuffle``), and ``qqp_dev.jsonl``.
+
+The rule (:data:`ragcache.semantic.decision.verifier.DEFAULT_VERIFIER_THRESHOLD`), applied to the
+``choose`` split and the hard pairs' tuning part only: the lowest ``t`` on :data:`GRID` at which the
+union's QQP-choose precision is at least the guards' alone plus :data:`MARGIN`, at ``t`` and every
+higher grid point, with no wrong hit on the hard tuning part. The held-out parts report it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+GRID = tuple(round(0.80 + 0.01 * i, 2) for i in range(11))
+"""Verifier thresholds tried (0.80 ... 0.90)."""
+
+MARGIN = 0.01
+"""Precision margin over the guards' on the QQP choose split (about one wrong hit in a hundred hits)."""
+
+QQP_SAMPLE = 900
+"""Pairs drawn from each QQP split."""
+
+
+def decide(rows: list[dict], emb: Any, verifier: Any, label: str) -> list[tuple[bool, float, float]]:
+    """``(guards accept at 0.94, verifier decision score, cosine)`` per pair, through the real cache."""
+    from ragcache.semantic import SemanticCache, partition_key
+    from ragcache.semantic.text import normalize_question
+
+    c = SemanticCache(embedder=emb, threshold=0.0)  # an explicit threshold: the guards decide each candidate
+    out = []
+    for i, r in enumerate(rows):
+        pk = partition_key(namespace=f"{label}-{i}", model=emb.fingerprint)
+        c.store(r["a"], "A", partition=pk)
+        cand = c.candidates_for(r["b"], partition=pk)[0]
+        score = verifier.decision_score(normalize_question(r["b"]), normalize_question(r["a"]), cand.similarity)
+        out.append((cand.similarity >= 0.94 and cand.verdict.ok, score, cand.similarity))
+    return out
+
+
+def scores(rows: list[dict], got: list[tuple[bool, float, float]], idx: list[int], t: float | None) -> dict[str, Any]:
+    """Precision, recall, true and wrong hits over ``idx``: the guards alone (``t=None``) or the union at ``t``."""
+    tp = fp = pos = 0
+    for i in idx:
+        g, v, _ = got[i]
+        hit = g or (t is not None and v >= t)
+        pos += rows[i]["same"]
+        tp += hit and rows[i]["same"]
+        fp += hit and not rows[i]["same"]
+    return {"pairs": len(idx), "same": pos, "true_hits": tp, "wrong_hits": fp,
+            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / pos if pos else None}
+
+
+def choose(results: dict[str, Any]) -> float | None:
+    """The rule of the module docstring over ``results["grid"]``; ``None`` when no grid point meets it."""
+    base = results["guards"]["qqp_choose"]["precision"]
+    ok = [(t, r["qqp_choose"]["precision"] >= base + MARGIN and r["hard_tuning"]["wrong_hits"] == 0)
+          for t, r in sorted(results["grid"].items(), key=lambda kv: float(kv[0]))]
+    for j, (t, _) in enumerate(ok):
+        if all(good for _, good in ok[j:]):
+            return float(t)
+    return None
+
+
+def plot(result: dict[str, Any], path: str | Path) -> Path | None:
+    """Precision and recall per verifier threshold, the guards alone dashed (``None`` without matplotlib)."""
+    from benchmarks.plotting import draw
+
+    ts = sorted(result["grid"], key=float)
+
+    def fig() -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        f, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, metric, sets in ((a1, "precision", ("qqp_choose", "qqp_heldout")),
+                                 (a2, "recall", ("hard_tuning", "hard_heldout", "qqp_heldout"))):
+            for part in sets:
+                line = ax.plot([result["grid"][t][part][metric] for t in ts], marker="o", label=f"{part}: union")
+                ax.axhline(result["guards"][part][metric], linestyle="--", color=line[0].get_color(),
+                           label=f"{part}: guards alone")
+            ax.set_xticks(range(len(ts)), ts)
+            ax.set_xlabel("verifier threshold")
+            ax.set_ylabel(metric)
+            ax.legend(fontsize=7)
+        f.suptitle(f"Default decision: guards or verifier (rule's choice t = {result['chosen']})")
+        f.tight_layout()
+        f.savefig(path, dpi=110)
+        plt.close(f)
+
+    return draw(fig, path)
+
+
+def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_default_decider.json") -> dict[str, Any]:
+    """Decide every set, apply the rule, print a table, write ``json_path`` and its PNG."""
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from benchmarks.semantic import OWN_KINDS, machine_info
+    from benchmarks.semantic_split import split
+    from ragcache.app.verifier_data import qqp_splits, read_pairs
+    from ragcache.atomic import atomic_write_json
+    from ragcache.semantic.decision.verifier import DEFAULT_VERIFIER_THRESHOLD, default_verifier, load_head
+    from ragcache.semantic.embedding import resolve_embedder
+
+    torch.set_num_threads(1)
+    d = Path(data)
+    emb = resolve_embedder(None)
+    verifier = default_verifier(emb)
+    hard = read_pairs(d / "semantic_pairs_dev.jsonl")
+    parts = split(hard)
+    sets: dict[str, tuple[list[dict], list[int]]] = {}
+    got: dict[str, list] = {"hard": decide(hard, emb, verifier, "hard")}
+    sets["hard_tuning"] = (hard, parts["tuning"])
+    sets["hard_heldout"] = (hard, parts["heldout"])
+    if Path(OWN_KINDS).is_file():
+        kinds = read_pairs(OWN_KINDS)
+        got["kinds"] = decide(kinds, emb, verifier, "kinds")
+        sets["own_kinds"] = (kinds, list(range(len(kinds))))
+    sp = qqp_splits(read_pairs(d / "qqp_dev_20k.jsonl"))
+    for name in ("choose", "heldout"):
+        rows = list(sp[name])
+        random.Random(0).shuffle(rows)
+        rows = rows[:QQP_SAMPLE]
+        got[f"qqp_{name}"] = decide(rows, emb, verifier, name)
+        sets[f"qqp_{name}"] = (rows, list(range(len(rows))))
+    q1 = read_pairs(d / "qqp_dev.jsonl")
+    got["qqp_dev"] = decide(q1, emb, verifier, "qqp-dev")
+    sets["qqp_dev"] = (q1, list(range(len(q1))))
+
+    def at(t: float | None) -> dict[str, Any]:
+        return {name: scores(rows, got["hard" if name.startswith("hard") else "kinds" if name == "own_kinds" else name],
+                             idx, t) for name, (rows, idx) in sets.items()}
+
+    head = load_head()
+    result: dict[str, Any] = {
+        "benchmark": "semantic_default_decider", "machine": machine_info(), "embedder": emb.name,
+        "rule": __doc__.split("\n\n")[3].replace("\n", " "), "grid_values": list(GRID), "margin": MARGIN,
+        "guards": at(None), "grid": {f"{t:.2f}": at(t) for t in GRID},
+        "verifier_head_threshold": head.threshold, "verifier_at_head_threshold": at(head.threshold),
+    }
+    result["chosen"] = choose(result)
+    result["shipped"] = DEFAULT_VERIFIER_THRESHOLD
+    result["default"] = at(DEFAULT_VERIFIER_THRESHOLD)
+    table = Table(title=f"Default decision: guards alone vs guards-or-verifier at t = {DEFAULT_VERIFIER_THRESHOLD}")
+    table.add_column("set")
+    for col in ("guards: hits / same", "wrong", "precision", "default: hits / same", "wrong", "precision"):
+        table.add_column(col, justify="right")
+    for name in sets:
+        a, b = result["guards"][name], result["default"][name]
+        p = lambda x: "-" if x["precision"] is None else f"{x['precision']:.3f}"  # noqa: E731
+        table.add_row(name, f"{a['true_hits']} / {a['same']}", str(a["wrong_hits"]), p(a),
+                      f"{b['true_hits']} / {b['same']}", str(b["wrong_hits"]), p(b))
+    Console().print(table)
+    print(f"rule's choice on the choose split: {result['chosen']}; shipped: {DEFAULT_VERIFIER_THRESHOLD}")
+    path = Path(json_path)
+    atomic_write_json(path, result)
+    print(f"written: {path.resolve()}")
+    png = plot(result, path.with_suffix(".png"))
+    if png is not None:
+        print(f"written: {Path(png).resolve()}")
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(*sys.argv[1:])
