@@ -135,3 +135,21 @@ def interrupted() -> None:
 
 
 __all__ = ["RagcacheGroup", "interrupted", "normalize"]
+
+
+def number_in(lo: float, hi: float, what: str) -> Any:
+    """A typer ``callback`` for a float option in ``[lo, hi]`` (``None`` passes): NaN and values outside
+    are refused with one message naming the range and what the value is ("nan" is not "above 1").
+
+    Used instead of typer's ``min=`` / ``max=``, whose range check reports ``nan`` as "should be less
+    than or equal to 1"."""
+    import math
+
+    import typer
+
+    def check(value: float | None) -> float | None:
+        if value is not None and (math.isnan(value) or not lo <= value <= hi):
+            raise typer.BadParameter(f"{value} is not a number in [{lo:g}, {hi:g}]; give {what} in that range")
+        return value
+
+    return check

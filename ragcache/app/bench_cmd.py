@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 import typer
 
+from ragcache.app.argv import number_in
 from ragcache.app.output import make_console, run_or_exit
 
 bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Benchmarks: print a table, write JSON and draw a PNG "
@@ -154,7 +155,8 @@ def bench_blend_peer(
     start: int = typer.Option(50, help="First item (50-149 is the evaluation split)."),
     end: int = typer.Option(55, help="One past the last item."),
     json_path: str = typer.Option("bench/results/blend_peer.json", "--json", help="Where to write the JSON."),
-    ratio: float = typer.Option(0.15, min=0.0, max=1.0, help="Recompute ratio of both caches."),
+    ratio: float = typer.Option(0.15, callback=number_in(0.0, 1.0, "a share of the prompt's tokens"),
+                                help="Recompute ratio of both caches."),
     rule: str = typer.Option("infoflow", help="ragcache's selection rule (blend_prefill rank_by)."),
     threads: int = typer.Option(1, help="torch threads."),
 ) -> None:

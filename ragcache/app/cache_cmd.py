@@ -179,11 +179,18 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
         print_json(rows)
         return
     t = Table(title=Text(f"{layer.value} ({len(rows)} shown)"))
+
+    def _cell(col: str, value: object) -> str:
+        # a question or answer is a one-line preview: its line breaks and tabs read as spaces ("ls" showed
+        # them as \x0a); other control characters, and any in a file name, stay visible escapes
+        text = " ".join(str(value).split()) if col in ("question", "answer") else value
+        return clean(text, newlines=False)
+
     for c in cols:
         t.add_column(c, overflow="fold")
     for r in rows:
         t.add_row(*[Text(_when(r.get(c)) if c in ("accessed", "used") else
-                         _bytes(r[c]) if c == "bytes" else ("-" if r.get(c) is None else clean(r.get(c), newlines=False)))
+                         _bytes(r[c]) if c == "bytes" else ("-" if r.get(c) is None else _cell(c, r.get(c))))
                     for c in cols])
     console.print(t)
 

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from ragcache.app.argv import number_in
+
 from ragcache.app.output import make_console, run_or_exit
 
 calibrate_app = typer.Typer(help="Calibrate a cache to this deployment: CacheBlend's recompute ratio for a model "
@@ -24,10 +26,10 @@ def calibrate(
     end: int = typer.Option(4, min=1, help="One past the last item."),
     docs: int = typer.Option(6, min=1, help="Passages per prompt (each one a document)."),
     ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50", help="Comma-separated recompute ratios r to try."),
-    min_agreement: float = typer.Option(0.95, min=0.0, max=1.0, help="Bound on teacher-forced top-1 agreement."),
+    min_agreement: float = typer.Option(0.95, callback=number_in(0.0, 1.0, "a share of answer tokens"), help="Bound on teacher-forced top-1 agreement."),
     confidence: float = typer.Option(0.95, min=0.0, max=0.999, help="One-sided confidence of the Wilson lower bound "
                                      "(over all answer tokens) that must reach the bound; 0: the pooled agreement."),
-    max_ratio: float = typer.Option(0.5, min=0.0, max=1.0, help="Largest r worth blending at; above it exact prefill."),
+    max_ratio: float = typer.Option(0.5, callback=number_in(0.0, 1.0, "a share of the prompt's tokens"), help="Largest r worth blending at; above it exact prefill."),
     answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens, stops at EOS)."),
     threads: Optional[int] = typer.Option(None, min=1, help="torch threads (default: torch's)."),
     save: bool = typer.Option(True, help="Record the result for this model (see --home)."),

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from ragcache.app.argv import RagcacheGroup
+from ragcache.app.argv import RagcacheGroup, number_in
 from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
 from ragcache.app.calibrate_cmd import calibrate_app
@@ -72,7 +72,7 @@ def demo(
                                         help=f"Documents retrieved per question (default {default_help('top_k')})."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
     chunk_cache: bool = typer.Option(True, help="Reuse each document's KV at any position (CacheBlend)."),
-    recompute_ratio: Optional[float] = typer.Option(None, min=0.0, max=1.0,
+    recompute_ratio: Optional[float] = typer.Option(None, callback=number_in(0.0, 1.0, "a share of the prompt's tokens"),
                                                     help="CacheBlend recompute ratio r, used as given and labelled "
                                                          f"approximate (default {default_help('recompute_ratio')})."),
 ) -> None:
@@ -94,7 +94,7 @@ def ask(
     max_new_tokens: Optional[int] = typer.Option(None, min=1,
                                                   help=f"Decode budget (default {default_help('max_new_tokens')})."),
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
-    threshold: Optional[float] = typer.Option(None, min=-1.0, max=1.0, help="Semantic cache cosine threshold for this "
+    threshold: Optional[float] = typer.Option(None, callback=number_in(-1.0, 1.0, "a cosine similarity"), help="Semantic cache cosine threshold for this "
                                               "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 for the "
                                               "default guards-or-verifier; a value you set is the guards' gate; 1.0 = exact "
                                               "repeats only)."),

@@ -94,3 +94,21 @@ def test_evicted_answers_stay_gone_after_reopen(populated, monkeypatch):
     data = json.loads(r.stdout)
     remaining = json.loads(cli("cache", "ls", "--json").stdout)
     assert len(remaining) == 2 and data["layer"] == "model"  # the evicted answer was not served, it was asked anew
+
+
+@pytest.mark.parametrize("answer, preview", [
+    ("line one\nline two", "line one line two"),
+    ("a\r\nb\tc", "a b c"),
+    ("first\n\n- item\n- item", "first - item - item"),
+])
+def test_ls_previews_an_answer_on_one_line(populated, monkeypatch, answer, preview):
+    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+        return BackendResult(answer + " \x1b[31mred", "model", CacheUsage.local(prompt_tokens=5))
+
+    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
+    cli(*populated["base"], "How are the notes laid out?")
+    text = cli("cache", "ls").stdout
+    assert preview in text and "\\x0a" not in text and "\\x09" not in text and "\\x0d" not in text
+    assert "\\x1b[31mred" in text  # other control characters stay visible escapes
+    full = [r for r in json.loads(cli("cache", "ls", "--json").stdout) if r["question"] == "How are the notes laid out?"]
+    assert full and full[0]["answer"].startswith(answer[:8])  # --json keeps the text as stored
