@@ -67,14 +67,45 @@ _TRAILING = re.compile(r"[\s?!.]+$")
 _FACTORIAL_BEFORE = re.compile(r"[0-9)]$")
 
 
+_YOU = r"(?:could|can|would|will)\s+you\s+(?:please\s+|kindly\s+)?(?:be\s+able\s+to\s+)?"
+_REQUEST = re.compile(
+    r"^\s*(?:"
+    + _YOU + r"(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?"
+    + r"|" + _YOU + r"explain(?:\s+to\s+(?:me|us))?\s+"
+    + r"|(?:can|could)\s+(?:someone|anyone|somebody)\s+(?:please\s+)?(?:tell|show|explain\s+to)\s+(?:me|us)\s+"
+    + r"|(?:i|we)(?:\s+would|'d)\s+(?:like|love)\s+to\s+(?:know|understand|learn|find\s+out)\s+"
+    + r"|(?:i|we)(?:'m|'re|\s+am|\s+are|\s+was|\s+were)\s+wondering\s+"
+    + r"|(?:i|we)(?:\s+would|'d)\s+appreciate\s+it\s+if\s+you\s+(?:could|can|would)\s+(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?"
+    + r"|(?:i|we)(?:\s+would|'d)\s+appreciate\s+it\s+if\s+you\s+(?:could|can|would)\s+explain(?:\s+to\s+(?:me|us))?\s+"
+    + r"|please\s+(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?|please\s+explain(?:\s+to\s+(?:me|us))?\s+"
+    + r"|(?:do|does)\s+(?:you|anyone|anybody)\s+know\s+"
+    + r")",
+    re.IGNORECASE,
+)
+_PLEASE_END = re.compile(r"(?:,\s*|\s+)please(?=\s*[?!.]*\s*$)", re.IGNORECASE)
+
+
+def request_core(text: str) -> str:
+    """The question inside a request wrapper, for matching only (embedding and the guards; never the
+    stored text, the exact form or the single-flight key): "Could you tell me what X is?" -> "what X
+    is?", "I'd like to know how to X" -> "how to X", "Do you know why X?" -> "why X?", and a closing
+    "please" dropped. The wrapper asks the same thing politely; it never changes what a correct answer
+    is. A yes / no about ability or possibility ("Can I ...", "Is it possible to ...") is not a wrapper
+    and stays. Kept whole when fewer than two words would remain."""
+    m = _REQUEST.match(text)
+    core = text[m.end():] if m else text
+    core = _PLEASE_END.sub("", core)
+    return core if len(core.split()) >= 2 else text
+
+
 def embed_form(text: str) -> str:
-    """The form of a normalised question that is embedded: "what's" -> "what is" (wh-words, it,
+    """The form of a normalised question that is embedded: its :func:`request_core`, "what's" -> "what is" (wh-words, it,
     that, there, here) and the closing ``? ! .`` dropped. all-MiniLM-L6-v2 scores "What is the
     capital of France?" against "what is the capital of france" at only 0.906, the question
     mark alone making the difference; guards and exact matching still see the normalised text.
     A ``!`` run right after a digit or ``)`` is kept: "What is 5!?" asks for a factorial, not "What is 5?",
     and "5!!" for a double factorial."""
-    t = _CONTRACTION.sub(lambda m: m.group(1) + " is", text)
+    t = _CONTRACTION.sub(lambda m: m.group(1) + " is", request_core(text))
     m = _TRAILING.search(t)
     if m and m.group(0).startswith("!") and _FACTORIAL_BEFORE.search(t[:m.start()]):
         bangs = len(m.group(0)) - len(m.group(0).lstrip("!"))

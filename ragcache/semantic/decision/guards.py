@@ -62,6 +62,7 @@ from ragcache.semantic.text import (
     contains_fuzzy,
     numbers,
     numbers_in_order,
+    request_core,
     split_words,
     stem,
     words,
@@ -344,7 +345,9 @@ class GuardSet:
 
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
         """First rejection among the guards, or an ok verdict. A guard with a ``below`` attribute
-        (the substitution guard) only runs when ``similarity`` is given and is below it."""
+        (the substitution guard) only runs when ``similarity`` is given and is below it. Both questions
+        are compared without a request wrapper (:func:`~ragcache.semantic.text.request_core`)."""
+        query, candidate = request_core(query), request_core(candidate)
         for g in self.guards:
             below = getattr(g, "below", None)
             if below is not None and similarity is not None and similarity >= below:

@@ -33,7 +33,7 @@ from ragcache.semantic.decision.features import (
     pair_features,
 )
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
-from ragcache.semantic.text import embed_form, exact_form, words
+from ragcache.semantic.text import embed_form, exact_form, request_core, words
 
 HEAD_FILE = "verifier_minilm.json"
 """The shipped head, in ``ragcache/semantic/data``."""
@@ -177,7 +177,9 @@ class LearnedVerifier:
         return [*dict.fromkeys([*(g.name for g in self.guards), *self.veto_names]), "verifier"]
 
     def features(self, query: str, candidate: str, similarity: float | None = None) -> np.ndarray:
-        """The pair's feature vector (see :mod:`ragcache.semantic.decision.features`)."""
+        """The pair's feature vector (see :mod:`ragcache.semantic.decision.features`), request wrappers
+        dropped (:func:`~ragcache.semantic.text.request_core`)."""
+        query, candidate = request_core(query), request_core(candidate)
         qa, qb = embed_form(query), embed_form(candidate)
         if similarity is None:
             va, vb = self.embedder.encode([qa, qb])
@@ -193,6 +195,7 @@ class LearnedVerifier:
     def decision_score(self, query: str, candidate: str, similarity: float | None = None) -> float:
         """:meth:`score` as the cache decides: 0.0 below the cosine gate or when a hard veto refuses;
         for a question longer than ``head.max_words``, 1.0 or 0.0 as every guard decides."""
+        query, candidate = request_core(query), request_core(candidate)
         x = self.features(query, candidate, similarity)
         if x[0] < self.floor:
             return 0.0
@@ -208,6 +211,7 @@ class LearnedVerifier:
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
         if exact_form(query) == exact_form(candidate):
             return GuardVerdict()  # the same text (case and symbols included): an exact repeat is served
+        query, candidate = request_core(query), request_core(candidate)
         if self._too_long(query, candidate):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
         for g in self._vetoes:

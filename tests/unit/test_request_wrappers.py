@@ -1,0 +1,81 @@
+"""A request wrapper ("Could you tell me ...", "I'd like to know ...") is dropped for matching only
+(:func:`ragcache.semantic.text.request_core`): the same question asked politely is served, a different
+question inside a wrapper is still refused by the guard that names it, and exact matching is untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcache.semantic import SemanticCache, partition_key
+from ragcache.semantic.decision.guards import GuardSet
+from ragcache.semantic.text import embed_form, exact_form, request_core
+
+CORES = [
+    ("Could you tell me the largest file size I can upload, please?", "the largest file size I can upload?"),
+    ("Would you be able to explain how I can unstage a file?", "how I can unstage a file?"),
+    ("I'd appreciate it if you could tell me what a normal heart rate is.", "what a normal heart rate is."),
+    ("I was wondering whether it's possible to pause my plan?", "whether it's possible to pause my plan?"),
+    ("Could you please explain why leaves change color?", "why leaves change color?"),
+    ("Do you know how to reset a router?", "how to reset a router?"),
+    ("I would like to know how to delete my account.", "how to delete my account."),
+    ("Please tell me when the office opens", "when the office opens"),
+    ("Can someone explain to me what a mutex is?", "what a mutex is?"),
+]
+KEPT = ["Can I bring a laptop?", "Is it possible to pause my plan?", "Can you tell me?", "Could you help me?",
+        "How do I tell my manager?", "Please advise"]
+
+
+@pytest.mark.parametrize(("text", "core"), CORES)
+def test_the_wrapper_is_dropped(text, core):
+    assert request_core(text) == core
+    assert request_core(text.upper()) == core.upper()  # any case
+    assert exact_form(text) != exact_form(core)  # exact matching still sees the whole text
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_a_question_that_is_not_a_wrapper_is_kept(text):
+    assert request_core(text) == text
+
+
+SAME = [
+    ("How do I reset my router?", "Do you know how to reset my router?"),
+    ("How do I cancel my subscription?", "I'd like to know how to cancel my subscription."),
+    ("Why is my build slow?", "Could you please explain why my build is slow?"),
+    ("What is the capital of Peru?", "I was wondering what the capital of Peru is?"),
+    ("How do I export a report as PDF?", "Would you be able to tell me how to export a report as PDF?"),
+]
+DIFFERENT = [
+    ("negation", "Is the API rate limited?", "Could you tell me whether the API is not rate limited?"),
+    ("bound", "How many copies does the backup keep?", "Can you tell me how many copies the backup keeps at most?"),
+    ("scope", "Who is on call today?", "Could you let me know who is on call tomorrow?"),
+    ("symbol", "What does %Y mean in strftime?", "Can you explain what %y means in strftime?"),
+    ("number", "Can I bring a 100ml bottle?", "Could you tell me if I can bring a 200ml bottle?"),
+]
+
+
+@pytest.fixture(scope="module")
+def cache():
+    from ragcache.semantic.embedding import resolve_embedder
+
+    with SemanticCache(embedder=resolve_embedder(None)) as c:
+        yield c
+
+
+@pytest.mark.parametrize(("a", "b"), [*SAME, *((b, a) for a, b in SAME)])
+def test_the_same_question_asked_politely_is_served(cache, a, b):
+    pk = partition_key(namespace=f"same-{hash((a, b)) & 0xffffff}", model="m")
+    cache.store(a, "the stored answer", partition=pk)
+    hit = cache.lookup(b, partition=pk)
+    assert hit is not None and hit.answer == "the stored answer"
+
+
+@pytest.mark.parametrize(("kind", "a", "b"), [*DIFFERENT, *((k, b, a) for k, a, b in DIFFERENT)])
+def test_a_different_question_inside_a_wrapper_is_refused_by_its_guard(cache, kind, a, b):
+    pk = partition_key(namespace=f"diff-{hash((a, b)) & 0xffffff}", model="m")
+    cache.store(a, "the stored answer", partition=pk)
+    assert cache.lookup(b, partition=pk) is None
+    assert GuardSet.default().check(b, a).reason == kind
+
+
+def test_the_embedded_form_drops_the_wrapper():
+    assert embed_form("Could you tell me what's the refund policy?") == "what is the refund policy"
