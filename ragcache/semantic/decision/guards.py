@@ -270,6 +270,31 @@ def _entities(text: str) -> tuple[set[str], set[str]]:
     return names, exact
 
 
+ENTITY_ALIASES: dict[str, str] = {
+    **dict.fromkeys(("us", "u.s", "u.s.", "usa", "u.s.a", "u.s.a.", "america", "american", "americans",
+                     "united states"), "us"),
+    **dict.fromkeys(("uk", "u.k", "u.k.", "britain", "great britain", "british", "britons", "united kingdom"), "uk"),
+}
+"""Names of one country that a question may use for another of them ("a US citizen" / "American passport
+holders"). Only countries whose adjective is not also a language ("French" may ask about the language,
+"France" about the country), so no alias changes what is asked."""
+
+
+def _country_sequence(text: str) -> list[str]:
+    """The :data:`ENTITY_ALIASES` canonical forms named in ``text``, in order (word pairs first)."""
+    ws, out, i = words(text), [], 0
+    while i < len(ws):
+        pair = " ".join(ws[i:i + 2])
+        if i + 1 < len(ws) and pair in ENTITY_ALIASES:
+            out.append(ENTITY_ALIASES[pair])
+            i += 2
+            continue
+        if ws[i] in ENTITY_ALIASES:
+            out.append(ENTITY_ALIASES[ws[i]])
+        i += 1
+    return out
+
+
 @dataclass(slots=True)
 class EntityGuard:
     """Names, acronyms, quoted strings and identifiers must match.
@@ -277,7 +302,7 @@ class EntityGuard:
     A name on each side that the other side lacks (fuzzy, so "Windows" ~ "windwos")
     is a swap ("Gmail" vs "Outlook"); a name on one side only is allowed (a
     lower-cased or generic rewording). Quoted strings and code identifiers must
-    be equal sets.
+    be equal sets. Two names of one country (:data:`ENTITY_ALIASES`: "US" / "American") are one name.
     """
 
     name: str = "entity"
@@ -288,8 +313,14 @@ class EntityGuard:
         if xa != xb:
             return f"identifiers {sorted(xa ^ xb)}"
         wa, wb = words(query), words(candidate)
-        miss_a = [e for e in na if not all(contains_fuzzy(p, wb) for p in words(e))]
-        miss_b = [e for e in nb if not all(contains_fuzzy(p, wa) for p in words(e))]
+        sa, sb = _country_sequence(query), _country_sequence(candidate)
+        if sa and sb and set(sa) == set(sb) and sa != sb:
+            return f"countries in another order {sa} vs {sb}"  # "from the US to the UK" / "from Britain to America"
+        ca, cb = set(sa), set(sb)
+        miss_a = [e for e in na if not all(contains_fuzzy(p, wb) for p in words(e))
+                  and ENTITY_ALIASES.get(e) not in cb]
+        miss_b = [e for e in nb if not all(contains_fuzzy(p, wa) for p in words(e))
+                  and ENTITY_ALIASES.get(e) not in ca]
         if miss_a and miss_b:
             return f"entities {sorted(miss_a)} vs {sorted(miss_b)}"
         return None

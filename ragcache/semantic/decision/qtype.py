@@ -17,7 +17,7 @@ class          examples
 ``how``        how (manner); what is the best way / are the steps; what should I do
 ``how_many``   how many; what number of; how many + unit of time is ``how_long``
 ``how_much``   how much; what is the price / cost of; what does X cost
-``how_long``   how long; how much time; what is the duration; how many days / hours ...
+``how_long``   how long; how much time; what is the duration / time difference; how many days / hours ...
 ``how_often``  how often / frequently; how many times a day / week ...
 ``how_<adj>``  how far / old / big / tall / fast ... (each its own class)
 ``what``       what / which (a thing, an entity); compatible with ``how``
@@ -65,6 +65,9 @@ _WAY = frozenset({"way", "ways", "steps", "step", "procedure", "process", "metho
 _PRICE = frozenset({"price", "prices", "cost", "costs", "fee", "fees", "charge", "charges", "rate", "rates", "salary",
                     "pay", "amount"})
 _DURATION = frozenset({"duration", "length"})
+_GAPS = frozenset({"difference", "gap", "offset"})
+_GAP_CLASS = {"time": "how_long", "age": "how_old", "price": "how_much", "cost": "how_much", "height": "how_tall"}
+"""A measured difference: "what is the time difference" asks "how many hours" (``how_long``)."""
 _FREQ = frozenset({"frequency"})
 _TIME_UNITS = frozenset({"seconds", "minutes", "hours", "days", "weeks", "months", "years", "decades", "nights",
                          "second", "minute", "hour", "day", "week", "month", "year"})
@@ -143,6 +146,9 @@ def _wh_class(toks: list[str], i: int) -> str:
             return "how_much"
         if any(r in _DURATION for r in rest[:3]):
             return "how_long"
+        gap = next((rest[k - 1] for k in range(1, min(len(rest), 4)) if rest[k] in _GAPS), None)
+        if gap in _GAP_CLASS:
+            return _GAP_CLASS[gap]  # "what is the time difference" asks how long; "the age gap" how old
         if any(r in _FREQ for r in rest[:3]):
             return "how_often"
         return "what"

@@ -1,0 +1,64 @@
+"""Guards loosened kind by kind (issue 32, section 4): two names of one country, and a measured
+difference read as the quantity it asks for. Each is checked against the near misses of its kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragcache.semantic.decision.guards import EntityGuard, GuardSet
+from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
+from ragcache.semantic.text import normalize_question
+
+SAME_COUNTRY = [
+    ("Do I need a visa to visit Japan as a US citizen?", "Are American passport holders required to get a visa for Japan?"),
+    ("What taxes do I pay in the United States?", "What taxes do I pay in the USA?"),
+    ("What is the VAT rate in the UK?", "What is the VAT rate in Britain?"),
+    ("Can British citizens vote in local elections?", "Can UK citizens vote in local elections?"),
+    ("How do I move money from the US to the UK?", "How do I move money from America to Britain?"),
+]
+OTHER_COUNTRY = [
+    ("Do I need a visa to visit Japan as a US citizen?", "Do I need a visa to visit Japan as a UK citizen?"),
+    ("Do I need a visa to visit Japan as a British citizen?", "Do I need a visa to visit Japan as a Canadian citizen?"),
+    ("What taxes do I pay in the USA?", "What taxes do I pay in Canada?"),
+    ("Is the app available in French?", "Is the app available in France?"),  # a language is not a country
+    ("Can Americans work in Britain?", "Can Britons work in America?"),  # swapped through the aliases
+    ("How do I move money from the US to the UK?", "How do I move money from Britain to America?"),
+]
+
+
+def _both(pairs):
+    return [*pairs, *((b, a) for a, b in pairs)]
+
+
+@pytest.mark.parametrize(("a", "b"), _both(SAME_COUNTRY))
+def test_two_names_of_one_country_are_one_name(a, b):
+    assert EntityGuard().check(normalize_question(a), normalize_question(b)) is None
+
+
+@pytest.mark.parametrize(("a", "b"), _both(OTHER_COUNTRY))
+def test_another_country_or_order_is_still_refused(a, b):
+    assert GuardSet.default().check(normalize_question(a), normalize_question(b)).reason == "entity"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("What is the time difference between London and New York?", "how_long"),
+    ("What's the time offset between UTC and Tokyo?", "how_long"),
+    ("What is the age gap between the twins and their sister?", "how_old"),
+    ("What is the price difference between the two plans?", "how_much"),
+    ("What is the difference between a 401k and an IRA?", "what"),  # not a measure
+    ("What is the difference in time zones?", "what"),
+])
+def test_a_measured_difference_asks_for_its_quantity(text, kind):
+    assert question_type(text) == kind
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("What is the time difference between London and New York?", "How many hours ahead of New York is London?", True),
+    ("What is the age gap between the twins?", "How old are the twins?", True),
+    ("What is the time difference between London and New York?", "When does London open?", False),
+    ("What is the time difference between London and New York?", "Where is London?", False),
+    ("What is the age gap between the twins?", "Who are the twins?", False),
+])
+def test_the_type_guard_on_measured_differences(a, b, ok):
+    for x, y in ((a, b), (b, a)):
+        assert (QuestionTypeGuard().check(x, y) is None) is ok
