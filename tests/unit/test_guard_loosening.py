@@ -62,3 +62,18 @@ def test_a_measured_difference_asks_for_its_quantity(text, kind):
 def test_the_type_guard_on_measured_differences(a, b, ok):
     for x, y in ((a, b), (b, a)):
         assert (QuestionTypeGuard().check(x, y) is None) is ok
+
+
+@pytest.mark.parametrize(("a", "b", "ok"), [
+    ("What is the leave entitlement for new fathers?", "How many days of paternity leave do new fathers get?", True),
+    ("What is my monthly data allowance?", "How much data do I get per month?", True),
+    ("What is the annual holiday entitlement?", "How long is the annual holiday?", True),
+    ("What is the holiday entitlement?", "What is the holiday policy?", True),  # was compatible, stays so
+    ("What is the leave entitlement?", "Who approves leave?", False),
+    ("What is the leave entitlement?", "When does leave reset?", False),
+    ("What is the data allowance?", "Why is my data slow?", False),
+    ("How many days of leave do I get?", "What is the leave policy?", False),  # "what" alone is not an amount
+])
+def test_an_allowed_amount_asks_for_a_quantity(a, b, ok):
+    for x, y in ((a, b), (b, a)):
+        assert (QuestionTypeGuard().check(x, y) is None) is ok

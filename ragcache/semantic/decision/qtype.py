@@ -19,6 +19,7 @@ class          examples
 ``how_much``   how much; what is the price / cost of; what does X cost
 ``how_long``   how long; how much time; what is the duration / time difference; how many days / hours ...
 ``how_often``  how often / frequently; how many times a day / week ...
+``amount``     what is the entitlement / allowance / quota: compatible with ``what``, ``how_many``, ``how_much``, ``how_long``
 ``how_<adj>``  how far / old / big / tall / fast ... (each its own class)
 ``what``       what / which (a thing, an entity); compatible with ``how``
 ``yesno``      is / are / can / do / does / should / will ... (a yes-no question)
@@ -65,6 +66,8 @@ _WAY = frozenset({"way", "ways", "steps", "step", "procedure", "process", "metho
 _PRICE = frozenset({"price", "prices", "cost", "costs", "fee", "fees", "charge", "charges", "rate", "rates", "salary",
                     "pay", "amount"})
 _DURATION = frozenset({"duration", "length"})
+_AMOUNT = frozenset({"entitlement", "entitlements", "allowance", "allowances", "quota", "quotas", "allotment"})
+"""Nouns of an allowed amount: "what is the leave entitlement" asks how many days, "the data allowance" how much."""
 _GAPS = frozenset({"difference", "gap", "offset"})
 _GAP_CLASS = {"time": "how_long", "age": "how_old", "price": "how_much", "cost": "how_much", "height": "how_tall"}
 """A measured difference: "what is the time difference" asks "how many hours" (``how_long``)."""
@@ -146,6 +149,8 @@ def _wh_class(toks: list[str], i: int) -> str:
             return "how_much"
         if any(r in _DURATION for r in rest[:3]):
             return "how_long"
+        if any(r in _AMOUNT for r in rest):
+            return "amount"  # "what is the leave entitlement" ~ "how many days of leave"
         gap = next((rest[k - 1] for k in range(1, min(len(rest), 4)) if rest[k] in _GAPS), None)
         if gap in _GAP_CLASS:
             return _GAP_CLASS[gap]  # "what is the time difference" asks how long; "the age gap" how old
@@ -219,7 +224,8 @@ def question_type(text: str) -> str | None:
     return None
 
 
-_COMPATIBLE = {frozenset({"what", "how"}), frozenset({"possible", "yesno"}), frozenset({"possible", "how"}), frozenset({"where_access", "where"}), frozenset({"where_access", "how"})}
+_COMPATIBLE = {frozenset({"amount", "what"}), frozenset({"amount", "how_many"}), frozenset({"amount", "how_much"}), frozenset({"amount", "how_long"}),
+               frozenset({"what", "how"}), frozenset({"possible", "yesno"}), frozenset({"possible", "how"}), frozenset({"where_access", "where"}), frozenset({"where_access", "how"})}
 
 
 def compatible(a: str | None, b: str | None) -> bool:
@@ -227,7 +233,8 @@ def compatible(a: str | None, b: str | None) -> bool:
 
     Equal types are; ``None`` (no interrogative) is compatible with anything; ``what`` is
     compatible with ``how`` ("what is the way to" / "how do I"); ``where_access`` ("where can I
-    see ...") with ``where`` and ``how``. Any other pair is not.
+    see ...") with ``where`` and ``how``; ``amount`` ("what is the leave entitlement") with ``what``,
+    ``how_many``, ``how_much`` and ``how_long``. Any other pair is not.
     """
     if a is None or b is None or a == b:
         return True
