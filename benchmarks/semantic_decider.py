@@ -153,7 +153,7 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
     head = load_head()
     result: dict[str, Any] = {
         "benchmark": "semantic_default_decider", "machine": machine_info(), "embedder": emb.name,
-        "rule": __doc__.split("\n\n")[3].replace("\n", " "), "grid_values": list(GRID), "margin": MARGIN,
+        "rule": __doc__.split("\n\n")[4].replace("\n", " "), "grid_values": list(GRID), "margin": MARGIN,
         "guards": at(None), "grid": {f"{t:.2f}": at(t) for t in GRID},
         "verifier_head_threshold": head.threshold, "verifier_at_head_threshold": at(head.threshold),
     }
