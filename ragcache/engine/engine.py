@@ -231,8 +231,8 @@ class LocalEngine(EngineKeys):
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
-            tensors = self.prefix_cache.assemble(match) if match else None
-            cache = kv.cache_from_tensors(self.model, *tensors, copy=False) if tensors else kv.new_cache(self.model)
+            pieces = self.prefix_cache.pieces(match) if match else None
+            cache = self._start_cache(pieces, n + min(max_new_tokens, self.PREALLOCATE_DECODE))
             spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
             view = chunk_view(self, ids, [(s, e) for s, e, _ in prompt.document_spans()], r, namespace) \
@@ -249,7 +249,7 @@ class LocalEngine(EngineKeys):
                     except NotImplementedError as e:
                         log.warning("CacheBlend unavailable for this model (%s); falling back to full prefill", e)
                         stats.reuse_decision = f"CacheBlend unavailable ({e}): exact prefill"
-                        cache = kv.cache_from_tensors(self.model, *tensors) if tensors else kv.new_cache(self.model)
+                        cache = self._start_cache(pieces, n + min(max_new_tokens, self.PREALLOCATE_DECODE))
             if not blended:
                 t1 = time.perf_counter()
                 logits = self._forward_suffix(ids, p, cache)
@@ -263,7 +263,8 @@ class LocalEngine(EngineKeys):
                 self.prefix_cache.release(match)
         if use_prefix_cache:
             keys, values = kv.cache_tensors(cache)
-            self.prefix_cache.insert(ids, keys, values, namespace=salt, upto=exact_upto, fingerprint=fp)
+            self.prefix_cache.insert(ids, keys, values, namespace=salt, upto=exact_upto, fingerprint=fp,
+                                     known=match.hashes if match is not None else ())
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
             stats.chunk_store_s, missed = self.store_chunks(missed, view), []
@@ -294,6 +295,14 @@ class LocalEngine(EngineKeys):
         return time.perf_counter() - t
 
     PREFILL_CHUNK = 512
+    PREALLOCATE_DECODE = 1024
+    """After a prefix hit the request's KV buffers (:class:`~ragcache.engine.kv.PreallocatedLayer`) hold the
+    prompt and up to this many answer tokens before they grow."""
+
+    def _start_cache(self, pieces: Any, capacity: int) -> Any:
+        """The request's cache: empty, or a prefix hit's blocks (:meth:`PrefixCache.pieces`) copied once into
+        buffers of ``capacity`` positions that the suffix and decode then fill in place."""
+        return kv.cache_from_blocks(self.model, *pieces, capacity=capacity) if pieces else kv.new_cache(self.model)
 
     def _forward_suffix(self, ids: list[int], p: int, cache: Any) -> torch.Tensor:
         """Prefill ``ids[p:]`` after ``p`` cached positions; logits of the last token, float32 ``[vocab]``.

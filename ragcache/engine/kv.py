@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
 
@@ -107,6 +108,93 @@ def cache_from_tensors(model: Any, keys: Sequence[torch.Tensor], values: Sequenc
     for layer, k, v in zip(cache.layers, keys, values):
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k, v
+    return cache
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A full-attention cache layer whose K/V are written in place into buffers allocated once.
+
+    transformers' ``DynamicLayer`` appends by ``torch.cat``, which copies the whole cache at every
+    forward (the prefill after a prefix hit, then every decode step). Here the positions live at the
+    front of token-major buffers ``[batch, capacity, kv_heads, head_dim]`` (the layout the projections
+    produce, so the buffer holds a prefix cache's blocks back to back and new K/V are written as they
+    come) and an update copies only its new positions; ``keys`` / ``values`` are views
+    ``[batch, kv_heads, seq, head_dim]`` of the filled part (same values as ``DynamicLayer``'s, other
+    strides). A full buffer is replaced by one half as large again. Whatever sets ``keys`` / ``values``
+    from outside (crop, reorder, offload) is honoured: the next update copies them into a new buffer,
+    so a view handed out earlier is never written.
+    """
+
+    def __init__(self, capacity: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.capacity = int(capacity)
+        self._kbuf: torch.Tensor | None = None
+        self._vbuf: torch.Tensor | None = None
+        self._exposed: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
+
+    def fill(self, key_pieces: Sequence[torch.Tensor], value_pieces: Sequence[torch.Tensor]) -> None:
+        """Start the layer with the concatenation of token-major pieces ``[len, kv_heads, head_dim]``
+        (batch 1), written once into the buffer; the pieces are only read."""
+        n = sum(int(t.shape[0]) for t in key_pieces)
+        k0, v0 = key_pieces[0], value_pieces[0]
+        self.device, self.is_initialized = k0.device, True
+        self._kbuf, self._vbuf = self._alloc(k0, 1, max(n, self.capacity)), self._alloc(v0, 1, max(n, self.capacity))
+        torch.cat(list(key_pieces), dim=0, out=self._kbuf[0, :n])
+        torch.cat(list(value_pieces), dim=0, out=self._vbuf[0, :n])
+        self._expose(n)
+
+    @staticmethod
+    def _alloc(like: torch.Tensor, batch: int, capacity: int) -> torch.Tensor:
+        with torch.inference_mode(False):  # a plain tensor: writable in and out of inference mode
+            return torch.empty(batch, capacity, *like.shape[-2:], dtype=like.dtype, device=like.device)
+
+    def _expose(self, n: int) -> None:
+        self.keys = self._kbuf[:, :n].transpose(1, 2)
+        self.values = self._vbuf[:, :n].transpose(1, 2)
+        self._exposed = (self.keys, self.values)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        ours = self._kbuf is not None and self._exposed[0] is self.keys and self._exposed[1] is self.values
+        n = self.get_seq_length()
+        m = int(key_states.shape[-2])
+        if not ours or n + m > self._kbuf.shape[1] or self._kbuf.shape[0] != key_states.shape[0]:
+            cap = max(n + m, self.capacity, (self._kbuf.shape[1] * 3 // 2) if ours else 0)
+            kbuf = self._alloc(key_states.transpose(1, 2), key_states.shape[0], cap)
+            vbuf = self._alloc(value_states.transpose(1, 2), value_states.shape[0], cap)
+            if n:
+                kbuf[:, :n].copy_(self.keys.transpose(1, 2))
+                vbuf[:, :n].copy_(self.values.transpose(1, 2))
+            self._kbuf, self._vbuf = kbuf, vbuf
+        self._kbuf[:, n:n + m].copy_(key_states.transpose(1, 2))
+        self._vbuf[:, n:n + m].copy_(value_states.transpose(1, 2))
+        self._expose(n + m)
+        return self.keys, self.values
+
+
+def cache_from_blocks(model: Any, key_blocks: Sequence[Sequence[torch.Tensor]],
+                      value_blocks: Sequence[Sequence[torch.Tensor]], *, capacity: int = 0) -> DynamicCache:
+    """A cache over per-layer K/V given as token-major pieces ``[len, kv_heads, head_dim]`` (a prefix
+    cache's blocks, in order), each layer a :class:`PreallocatedLayer` of at least ``capacity``
+    positions: the pieces are copied once, back to back, and later forwards write in place.
+
+    Equal in values to :func:`cache_from_tensors` of the concatenated pieces; the pieces are never
+    written. Models whose cache is not all full-attention ``DynamicLayer`` (sliding windows...) get
+    exactly that (transformers' own layers).
+    """
+    if len(key_blocks) != len(value_blocks):
+        raise ValueError(f"got {len(key_blocks)} key layers and {len(value_blocks)} value layers")
+    cache = DynamicCache(config=model.config)
+    if len(cache.layers) != len(key_blocks):
+        raise ValueError(f"model has {len(cache.layers)} layers, got KV for {len(key_blocks)}")
+    if any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return cache_from_tensors(model, [torch.cat(list(ks), 0).transpose(0, 1)[None] for ks in key_blocks],
+                                  [torch.cat(list(vs), 0).transpose(0, 1)[None] for vs in value_blocks])
+    cache.layers = [PreallocatedLayer(capacity) for _ in key_blocks]
+    for layer, ks, vs in zip(cache.layers, key_blocks, value_blocks):
+        layer.fill(ks, vs)
     return cache
 
 

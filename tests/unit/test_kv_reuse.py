@@ -119,6 +119,68 @@ def test_fast_attention_is_installed_and_padding_still_masked(tiny):
     assert (fast[0, 2:] - ref[0, 2:]).abs().max() < 1e-5 and (fast[1] - ref[1]).abs().max() < 1e-5
 
 
+def _token_major_blocks(tensors, p, bs):
+    return [list(t[0, :, :p].transpose(0, 1).contiguous().split(bs, 0)) for t in tensors]
+
+
+def test_preallocated_cache_equals_concatenation(tiny):
+    """A prefix hit's blocks copied once into buffers written in place (kv.cache_from_blocks) give the
+    logits of a cache built by concatenation, through a suffix prefill and decode steps that outgrow the
+    buffer; the stored blocks and the views handed out earlier are never written."""
+    model = tiny.model
+    ids = LocalEngine(tiny, calibration=False).build_prompt(rag(DOCS[:2])).input_ids
+    p = 16 * (len(ids) // 32)
+    ref = kv.new_cache(model)
+    kv.forward(model, ids[:p], ref, 0)
+    keys, values = kv.cache_tensors(ref)
+    kb, vb = _token_major_blocks(keys, p, 4), _token_major_blocks(values, p, 4)
+    before = [t.clone() for ts in kb + vb for t in ts]
+    a = kv.cache_from_tensors(model, keys, values)
+    b = kv.cache_from_blocks(model, kb, vb, capacity=len(ids) + 2)
+    assert all(isinstance(layer, kv.PreallocatedLayer) for layer in b.layers) and kv.cache_len(b) == p
+    assert all(torch.equal(x, y) for x, y in zip(kv.cache_tensors(b)[0] + kv.cache_tensors(b)[1], keys + values))
+    la, lb = kv.forward(model, ids[p:], a, p), kv.forward(model, ids[p:], b, p)
+    assert (la - lb).abs().max() < 1e-5
+    early = kv.cache_tensors(b)[0]
+    handed = [t.clone() for t in early]
+    n = len(ids)
+    for step in range(6):  # capacity n + 2: the third step grows the buffers
+        tok = int(la[-1].argmax())
+        assert tok == int(lb[-1].argmax())
+        la, lb = kv.forward(model, [tok], a, n + step), kv.forward(model, [tok], b, n + step)
+        assert (la - lb).abs().max() < 1e-5
+    assert kv.cache_len(b) == n + 6 and b.layers[0]._kbuf.shape[1] > n + 2
+    late = kv.cache_tensors(b)[0]
+    kept = [t.clone() for t in late]
+    for layer_a, layer_b in zip(a.layers, b.layers):  # a crop from outside is honoured
+        layer_a.crop(-3)
+        layer_b.crop(-3)
+    la, lb = kv.forward(model, [5, 6], a, n + 3), kv.forward(model, [5, 6], b, n + 3)
+    assert (la - lb).abs().max() < 1e-5 and kv.cache_len(b) == n + 5
+    assert all(torch.equal(x, y) for x, y in zip(late, kept))  # not written over after the crop
+    ka, kb2 = kv.cache_tensors(a)[0], kv.cache_tensors(b)[0]
+    assert all((x - y).abs().max() < 1e-5 for x, y in zip(ka, kb2))
+    assert all(torch.equal(x, y) for x, y in zip(handed, early))  # the earlier views: unchanged
+    assert all(torch.equal(x, y) for x, y in zip(before, [t for ts in kb + vb for t in ts]))
+
+
+def test_prefix_hit_decodes_exactly_past_the_preallocated_buffer(tiny):
+    engine = LocalEngine(tiny, block_size=4, calibration=False)
+    engine.PREALLOCATE_DECODE = 2  # the answer outgrows the request's KV buffers
+    ids = engine.build_prompt(rag(DOCS[:3])).input_ids
+    ref = engine.generate(ids, max_new_tokens=8, use_prefix_cache=False)
+    engine.generate(ids[:-5] + [(ids[-5] + 1) % 1000], max_new_tokens=1)
+    got = engine.generate(ids, max_new_tokens=8)
+    assert got.stats.prefix_tokens_reused == 4 * ((len(ids) - 5) // 4) > 0
+    assert (got.first_logits - ref.first_logits).abs().max() < 1e-4 and got.token_ids == ref.token_ids
+    # the answer's KV, stored from those buffers for the next turn, is exact too
+    turn = ids + got.token_ids[:6]
+    cold = engine.generate(turn, max_new_tokens=4, use_prefix_cache=False)
+    warm = engine.generate(turn, max_new_tokens=4)
+    assert warm.stats.prefix_tokens_reused > len(ids) - 4
+    assert (warm.first_logits - cold.first_logits).abs().max() < 1e-4 and warm.token_ids == cold.token_ids
+
+
 def full_reference(tiny, msgs, steps=8):
     return LocalEngine(tiny, calibration=False).generate(msgs, max_new_tokens=steps, use_prefix_cache=False)
 

@@ -94,3 +94,35 @@ def test_lru_prefers_recently_used():
     pc.insert([3] * 4 + [0], *kv_for(5, 3))  # evicts b (least recently used)
     assert pc.match(a + [0]).num_tokens == 4
     assert pc.match(b + [0]).num_tokens == 0
+
+
+def test_pieces_are_the_stored_blocks_token_major_in_order():
+    pc = PrefixCache("fp", block_size=4)
+    ids = list(range(12))
+    k, v = kv_for(12)
+    pc.insert(ids, k, v)
+    m = pc.match(ids + [99])
+    keys, values = pc.pieces(m)
+    assert len(keys) == L and [t.shape for t in keys[0]] == [(4, H, D)] * 3
+    assert torch.equal(torch.cat(keys[1], 0), k[1][0].transpose(0, 1))
+    assert torch.equal(torch.cat(values[0], 0), v[0][0].transpose(0, 1))
+    assert keys[0][0] is m.blocks[0].keys[0]  # the stored tensors, not copies
+    assert pc.pieces(pc.match([7, 7, 7])) is None
+    pc.release(m)
+
+
+def test_insert_reuses_the_lookups_hashes():
+    pc = PrefixCache("fp", block_size=4)
+    ids = list(range(14))
+    m = pc.match(ids, max_tokens=len(ids) - 1, namespace="t")
+    assert m.hashes == pc.block_hashes(ids, "t", max_blocks=3)
+    assert pc.block_hashes(ids, "t", known=m.hashes[:2]) == pc.block_hashes(ids, "t")
+    pc.release(m)
+    calls = []
+    real = pc.block_hashes
+    pc.block_hashes = lambda *a, **kw: calls.append(kw.get("known")) or real(*a, **kw)
+    pc.insert(ids, *kv_for(14), namespace="t", known=m.hashes)
+    assert calls == [m.hashes]
+    got = pc.match(ids + [1], namespace="t")  # the blocks sit under the chain computed from scratch
+    assert got.num_tokens == 12 and [b.block_hash for b in got.blocks] == pc.block_hashes(ids, "t")
+    pc.release(got)

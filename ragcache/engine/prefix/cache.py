@@ -8,7 +8,9 @@ from the root and stops at the first miss; stored token ids are re-checked on ev
 
 Stored KV is immutable: blocks are cloned out of the request's cache on insert, and a
 request gets a fresh concatenation of the shared blocks (never a deep copy of a whole
-cache object), so decode appends never touch a stored block.
+cache object), so decode appends never touch a stored block. Blocks are token-major
+(``[block_size, kv_heads, head_dim]`` per layer), so the blocks of a hit are copied back to back
+into the request's cache in one pass (:func:`ragcache.engine.kv.cache_from_blocks`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ import torch
 from ragcache.hashing import BlockHash, hash_block, root_hash
 
 
+def _block(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """A stored block: positions ``start:end`` of ``t`` ``[1, kv_heads, seq, head_dim]``, copied token-major."""
+    return t[0, :, start:end].detach().transpose(0, 1).clone(memory_format=torch.contiguous_format)
+
+
 @dataclass(slots=True, eq=False)
 class KVBlock:
     """One full block of KV.
@@ -30,8 +37,8 @@ class KVBlock:
     Attributes:
         block_hash: chained hash of this block.
         token_ids: the ``block_size`` token ids it holds (re-checked on hit).
-        keys / values: per layer ``[kv_heads, block_size, head_dim]``, K after RoPE at the
-            block's absolute positions.
+        keys / values: per layer ``[block_size, kv_heads, head_dim]`` (token-major), K after RoPE at
+            the block's absolute positions.
         nbytes: bytes held by ``keys`` and ``values``.
         ref_count: requests currently using the block; a pinned block (> 0) is never evicted.
     """
@@ -46,11 +53,13 @@ class KVBlock:
 
 @dataclass(slots=True)
 class PrefixMatch:
-    """Blocks matched for one request, pinned until :meth:`PrefixCache.release`."""
+    """Blocks matched for one request, pinned until :meth:`PrefixCache.release`; ``hashes``: the chain
+    computed for the lookup (the request's leading blocks, matched or not), for :meth:`PrefixCache.insert`."""
 
     blocks: list[KVBlock] = field(default_factory=list)
     block_size: int = 16
     released: bool = False
+    hashes: list[BlockHash] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -106,16 +115,18 @@ class PrefixCache:
 
     # -- hashing -------------------------------------------------------------
     def block_hashes(self, token_ids: Sequence[int], namespace: str | None = None,
-                     max_blocks: int | None = None, *, fingerprint: str | None = None) -> list[BlockHash]:
+                     max_blocks: int | None = None, *, fingerprint: str | None = None,
+                     known: Sequence[BlockHash] = ()) -> list[BlockHash]:
         """Chained hashes of the full blocks of ``token_ids`` (at most ``max_blocks``); the root is
         :func:`~ragcache.hashing.root_hash` of ``fingerprint`` (default: this cache's) and ``namespace``
-        (the request's KV salt, :func:`ragcache.engine.keys.kv_salt`)."""
+        (the request's KV salt, :func:`ragcache.engine.keys.kv_salt`). ``known``: the first hashes of this
+        same chain (same ids, namespace and fingerprint, e.g. :attr:`PrefixMatch.hashes`), taken as they are."""
         n = len(token_ids) // self.block_size
         if max_blocks is not None:
             n = min(n, max_blocks)
-        parent = root_hash(self.fingerprint if fingerprint is None else fingerprint, namespace)
-        out: list[BlockHash] = []
-        for i in range(n):
+        out: list[BlockHash] = list(known[:n])
+        parent = out[-1] if out else root_hash(self.fingerprint if fingerprint is None else fingerprint, namespace)
+        for i in range(len(out), n):
             parent = hash_block(parent, token_ids[i * self.block_size:(i + 1) * self.block_size])
             out.append(parent)
         return out
@@ -150,7 +161,7 @@ class PrefixCache:
             if blocks:
                 self.stats.hits += 1
                 self.stats.tokens_reused += len(blocks) * self.block_size
-            return PrefixMatch(blocks, self.block_size)
+            return PrefixMatch(blocks, self.block_size, hashes=hashes)
 
     def release(self, match: PrefixMatch) -> None:
         """Unpin a match's blocks (idempotent)."""
@@ -166,18 +177,33 @@ class PrefixCache:
     def assemble(match: PrefixMatch) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """Concatenate the matched blocks per layer into ``[1, kv_heads, num_tokens, head_dim]``.
 
-        Returns ``None`` for an empty match. The result is a new tensor; stored blocks are untouched.
+        Returns ``None`` for an empty match. The result is new (token-major storage seen as
+        ``[1, kv_heads, n, head_dim]``); stored blocks are untouched.
+        """
+        pieces = PrefixCache.pieces(match)
+        if pieces is None:
+            return None
+        keys = [torch.cat(ks, dim=0).transpose(0, 1)[None] for ks in pieces[0]]
+        values = [torch.cat(vs, dim=0).transpose(0, 1)[None] for vs in pieces[1]]
+        return keys, values
+
+    @staticmethod
+    def pieces(match: PrefixMatch) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]] | None:
+        """The matched blocks per layer, in order, as stored: token-major ``[block_size, kv_heads, head_dim]``
+        (for :func:`ragcache.engine.kv.cache_from_blocks`, which copies them once into the request's cache).
+
+        Returns ``None`` for an empty match. The tensors are the stored ones: read them, never write them.
         """
         if not match.blocks:
             return None
         n_layers = len(match.blocks[0].keys)
-        keys = [torch.cat([b.keys[layer] for b in match.blocks], dim=1)[None] for layer in range(n_layers)]
-        values = [torch.cat([b.values[layer] for b in match.blocks], dim=1)[None] for layer in range(n_layers)]
-        return keys, values
+        return ([[b.keys[layer] for b in match.blocks] for layer in range(n_layers)],
+                [[b.values[layer] for b in match.blocks] for layer in range(n_layers)])
 
     # -- insert --------------------------------------------------------------
     def insert(self, token_ids: Sequence[int], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-               *, namespace: str | None = None, upto: int | None = None, fingerprint: str | None = None) -> int:
+               *, namespace: str | None = None, upto: int | None = None, fingerprint: str | None = None,
+               known: Sequence[BlockHash] = ()) -> int:
         """Store the full blocks of ``token_ids[:upto]`` that are not cached yet.
 
         Args:
@@ -185,6 +211,8 @@ class PrefixCache:
             keys / values: per layer ``[1, kv_heads, >= upto, head_dim]`` exact KV of those ids.
             upto: number of leading tokens whose KV is exact (default all).
             namespace / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
+            known: the chain's first hashes already computed for these ids (:attr:`PrefixMatch.hashes` of the
+                same request), not hashed again.
 
         Returns:
             The number of blocks added.
@@ -192,15 +220,15 @@ class PrefixCache:
         upto = len(token_ids) if upto is None else min(upto, len(token_ids))
         if keys and keys[0].shape[-2] < upto:
             raise ValueError(f"KV covers {keys[0].shape[-2]} tokens, fewer than the {upto} to insert")
-        hashes = self.block_hashes(token_ids[:upto], namespace, fingerprint=fingerprint)
+        hashes = self.block_hashes(token_ids[:upto], namespace, fingerprint=fingerprint, known=known)
         added = 0
         bs = self.block_size
         with self._lock:
             for i, h in enumerate(hashes):
                 if h in self._blocks:
                     continue
-                ks = [k[0, :, i * bs:(i + 1) * bs].detach().clone() for k in keys]
-                vs = [v[0, :, i * bs:(i + 1) * bs].detach().clone() for v in values]
+                ks = [_block(k, i * bs, (i + 1) * bs) for k in keys]
+                vs = [_block(v, i * bs, (i + 1) * bs) for v in values]
                 nbytes = sum(t.numel() * t.element_size() for t in ks + vs)
                 self._blocks[h] = KVBlock(h, tuple(int(t) for t in token_ids[i * bs:(i + 1) * bs]), ks, vs, nbytes)
                 self._bytes += nbytes
