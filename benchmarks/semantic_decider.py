@@ -1,9 +1,11 @@
-"""The default hit decision: guards alone against guards-or-verifier, and the verifier threshold's rule.
+"""A candidate default hit decision, guards-or-verifier, against the guards alone, under a rule fixed first.
 
 Every pair is decided once through the real cache (``a`` stored alone in its partition, ``b`` looked
 up; FAISS, the packaged all-MiniLM-L6-v2): whether the guards accept at their gate (0.94), and the
 learned verifier's decision score (:meth:`LearnedVerifier.decision_score`: 0 below its floor or on a hard
-veto). Guards-or-verifier at threshold ``t`` serves a pair when the guards do or the score is ``>= t``.
+veto). Guards-or-verifier at threshold ``t`` serves a pair when the guards do, or, below the guards' gate,
+when no guard but ``substitution`` refuses it and the score is ``>= t``. The opt-in verifier alone
+(``guards="verifier"``, the head's own threshold) is reported beside them.
 
 Sets (development data only):
 
@@ -14,10 +16,10 @@ Sets (development data only):
   (:func:`ragcache.app.verifier_data.qqp_splits`, cluster-disjoint from the ``fit`` split the head was
   fitted on; each drawn with ``random.Random(0).shuffle``), and ``qqp_dev.jsonl``.
 
-The rule (:data:`ragcache.semantic.decision.verifier.DEFAULT_VERIFIER_THRESHOLD`), applied to the
-``choose`` split and the hard pairs' tuning part only: the lowest ``t`` on :data:`GRID` at which the
-union's QQP-choose precision is at least the guards' alone plus :data:`MARGIN`, at ``t`` and every
-higher grid point, with no wrong hit on the hard tuning part. The held-out parts report it.
+The rule, applied to the ``choose`` split and the hard pairs' tuning part only: the lowest ``t`` on
+:data:`GRID` at which the union's QQP-choose precision is at least the guards' alone plus :data:`MARGIN`,
+at ``t`` and every higher grid point, with no wrong hit on the hard tuning part; with no such ``t`` the
+default stays the guards alone. The held-out parts report it.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ QQP_SAMPLE = 900
 """Pairs drawn from each QQP split."""
 
 
-def decide(rows: list[dict], emb: Any, verifier: Any, label: str) -> list[tuple[bool, float, float]]:
-    """``(guards accept at 0.94, verifier decision score, cosine)`` per pair, through the real cache."""
+def decide(rows: list[dict], emb: Any, verifier: Any, label: str) -> list[tuple[bool, float, float, float]]:
+    """``(guards accept at 0.94, verifier decision score where guards-or-verifier lets it decide, else 0;
+    cosine; the verifier's decision score alone)`` per pair, through the real cache."""
     from ragcache.semantic import SemanticCache, partition_key
     from ragcache.semantic.text import normalize_question
 
@@ -49,16 +52,20 @@ def decide(rows: list[dict], emb: Any, verifier: Any, label: str) -> list[tuple[
         c.store(r["a"], "A", partition=pk)
         cand = c.candidates_for(r["b"], partition=pk)[0]
         score = verifier.decision_score(normalize_question(r["b"]), normalize_question(r["a"]), cand.similarity)
-        out.append((cand.similarity >= 0.94 and cand.verdict.ok, score, cand.similarity))
+        ok = cand.verdict.ok
+        may = cand.similarity < 0.94 and (ok or cand.verdict.reason == "substitution")
+        out.append((cand.similarity >= 0.94 and ok, score if may else 0.0, cand.similarity, score))
     return out
 
 
-def scores(rows: list[dict], got: list[tuple[bool, float, float]], idx: list[int], t: float | None) -> dict[str, Any]:
-    """Precision, recall, true and wrong hits over ``idx``: the guards alone (``t=None``) or the union at ``t``."""
+def scores(rows: list[dict], got: list[tuple], idx: list[int], t: float | None, *, alone: bool = False
+           ) -> dict[str, Any]:
+    """Precision, recall, true and wrong hits over ``idx``: the guards alone (``t=None``), the union at ``t``,
+    or (``alone``) the verifier alone at ``t``."""
     tp = fp = pos = 0
     for i in idx:
-        g, v, _ = got[i]
-        hit = g or (t is not None and v >= t)
+        g, v, _, raw = got[i]
+        hit = raw >= t if alone else g or (t is not None and v >= t)
         pos += rows[i]["same"]
         tp += hit and rows[i]["same"]
         fp += hit and not rows[i]["same"]
@@ -118,7 +125,7 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
     from benchmarks.semantic_split import split
     from ragcache.app.verifier_data import qqp_splits, read_pairs
     from ragcache.atomic import atomic_write_json
-    from ragcache.semantic.decision.verifier import DEFAULT_VERIFIER_THRESHOLD, default_verifier, load_head
+    from ragcache.semantic.decision.verifier import default_verifier, load_head
     from ragcache.semantic.embedding import resolve_embedder
 
     torch.set_num_threads(1)
@@ -146,31 +153,30 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
     got["qqp_dev"] = decide(q1, emb, verifier, "qqp-dev")
     sets["qqp_dev"] = (q1, list(range(len(q1))))
 
-    def at(t: float | None) -> dict[str, Any]:
+    def at(t: float | None, alone: bool = False) -> dict[str, Any]:
         return {name: scores(rows, got["hard" if name.startswith("hard") else "kinds" if name == "own_kinds" else name],
-                             idx, t) for name, (rows, idx) in sets.items()}
+                             idx, t, alone=alone) for name, (rows, idx) in sets.items()}
 
     head = load_head()
     result: dict[str, Any] = {
         "benchmark": "semantic_default_decider", "machine": machine_info(), "embedder": emb.name,
         "rule": __doc__.split("\n\n")[4].replace("\n", " "), "grid_values": list(GRID), "margin": MARGIN,
         "guards": at(None), "grid": {f"{t:.2f}": at(t) for t in GRID},
-        "verifier_head_threshold": head.threshold, "verifier_at_head_threshold": at(head.threshold),
+        "verifier_head_threshold": head.threshold, "verifier_at_head_threshold": at(head.threshold, alone=True),
     }
     result["chosen"] = choose(result)
-    result["shipped"] = DEFAULT_VERIFIER_THRESHOLD
-    result["default"] = at(DEFAULT_VERIFIER_THRESHOLD)
-    table = Table(title=f"Default decision: guards alone vs guards-or-verifier at t = {DEFAULT_VERIFIER_THRESHOLD}")
+    result["outcome"] = ("no threshold meets the rule: the default stays the guards alone" if result["chosen"] is None
+                         else f"the rule licenses guards-or-verifier at t = {result['chosen']}")
+    table = Table(title="Hit decisions: the guards alone (the default), the opt-in verifier, guards-or-verifier")
     table.add_column("set")
-    for col in ("guards: hits / same", "wrong", "precision", "default: hits / same", "wrong", "precision"):
-        table.add_column(col, justify="right")
-    for name in sets:
-        a, b = result["guards"][name], result["default"][name]
-        p = lambda x: "-" if x["precision"] is None else f"{x['precision']:.3f}"  # noqa: E731
-        table.add_row(name, f"{a['true_hits']} / {a['same']}", str(a["wrong_hits"]), p(a),
-                      f"{b['true_hits']} / {b['same']}", str(b["wrong_hits"]), p(b))
+    cols = [("guards", result["guards"]), (f"verifier t={head.threshold}", result["verifier_at_head_threshold"]),
+            *((f"guards-or-verifier t={t}", result["grid"][f"{t:.2f}"]) for t in (0.84, 0.90))]
+    for name, _ in cols:
+        table.add_column(f"{name}: hits / wrong", justify="right")
+    for part in sets:
+        table.add_row(part, *(f"{r[part]['true_hits']} / {r[part]['wrong_hits']}" for _, r in cols))
     Console().print(table)
-    print(f"rule's choice on the choose split: {result['chosen']}; shipped: {DEFAULT_VERIFIER_THRESHOLD}")
+    print(f"rule: {result['outcome']}")
     path = Path(json_path)
     atomic_write_json(path, result)
     print(f"written: {path.resolve()}")

@@ -95,9 +95,8 @@ def ask(
                                                   help=f"Decode budget (default {default_help('max_new_tokens')})."),
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
     threshold: Optional[float] = typer.Option(None, callback=number_in(-1.0, 1.0, "a cosine similarity"), help="Semantic cache cosine threshold for this "
-                                              "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 for the "
-                                              "default guards-or-verifier; a value you set is the guards' gate; 1.0 = exact "
-                                              "repeats only)."),
+                                              "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 with "
+                                              "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
     cache_truncated: bool = typer.Option(True, help="Store an answer cut at the token budget too; it is served "

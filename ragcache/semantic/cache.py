@@ -36,14 +36,11 @@ class SemanticCache(SemanticPolicy):
         embedder: ``None`` (packaged all-MiniLM-L6-v2), a sentence-transformers name/path, an object
             with ``encode(list[str])``, or a callable ``list[str] -> array [n, dim]``.
         threshold: cosine gate; a hit needs ``similarity >= threshold`` and the decider's yes; 1.0 = exact
-            only; ``None``: the decider's own gate (0.75, the learned verifier's ``floor``, for the
-            default decision and ``"verifier"``; 0.94 for the guards alone). A threshold you set is the guards' gate.
+            only; ``None``: the decider's own gate (the learned verifier's ``floor``; 0.94 for the guards).
         max_entries: LRU capacity over all partitions.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
-        guards: ``True`` (the default: on the packaged embedder the guards at 0.94 or else the learned
-            verifier, :class:`~ragcache.semantic.decision.verifier.GuardsOrVerifier`; the default
-            :class:`GuardSet` on another), ``"verifier"`` (the learned verifier alone, opt in), ``False``
-            (plain cosine), or a ``GuardSet``.
+        guards: ``True`` (the default :class:`GuardSet`), ``"verifier"`` (the learned verifier, opt in:
+            more hits, more wrong ones; see the README), ``False`` (plain cosine), or a ``GuardSet``.
         verifier: optional ``(query, candidate) -> bool | float`` added as the last guard.
         candidates: nearest stored questions checked per lookup (best first).
         hnsw_threshold: partition size above which its index becomes HNSW.

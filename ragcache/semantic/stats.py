@@ -40,7 +40,7 @@ class SemanticStats:
     lookup_time_s: float = 0.0
     embed_time_s: float = 0.0
     search_time_s: float = 0.0
-    recent_lookup_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    recent_lookup_s: deque[float] = field(default_factory=lambda: deque(maxlen=4096), repr=False)  # percentiles, not a screenful
     explorations: int = 0
     outcomes_correct: int = 0
     outcomes_wrong: int = 0

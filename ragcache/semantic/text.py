@@ -68,9 +68,10 @@ _FACTORIAL_BEFORE = re.compile(r"[0-9)]$")
 
 
 _YOU = r"(?:could|can|would|will)\s+you\s+(?:please\s+|kindly\s+)?(?:be\s+able\s+to\s+)?"
+_ME = r"(?:me|us)(?:\s*,\s*please\s*,)?\s+"  # "tell me, please, how ..."
 _REQUEST = re.compile(
     r"^\s*(?:"
-    + _YOU + r"(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?"
+    + _YOU + r"(?:tell|show|let)\s+" + _ME + r"(?:know\s+)?"
     + r"|" + _YOU + r"explain(?:\s+to\s+(?:me|us))?\s+"
     + r"|(?:can|could)\s+(?:someone|anyone|somebody)\s+(?:please\s+)?(?:tell|show|explain\s+to)\s+(?:me|us)\s+"
     + r"|(?:i|we)(?:\s+would|'d)\s+(?:like|love)\s+to\s+(?:know|understand|learn|find\s+out)\s+"
@@ -78,7 +79,7 @@ _REQUEST = re.compile(
     + r"|(?:i|we)(?:\s+would|'d)\s+appreciate\s+it\s+if\s+you\s+(?:could|can|would)\s+(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?"
     + r"|(?:i|we)(?:\s+would|'d)\s+appreciate\s+it\s+if\s+you\s+(?:could|can|would)\s+explain(?:\s+to\s+(?:me|us))?\s+"
     + r"|please\s+(?:tell|show|let)\s+(?:me|us)\s+(?:know\s+)?|please\s+explain(?:\s+to\s+(?:me|us))?\s+"
-    + r"|(?:do|does)\s+(?:you|anyone|anybody)\s+know\s+"
+    + r"|(?:do|does)\s+(?:you|anyone|anybody)\s+(?:happen\s+to\s+)?know\s+"
     + r")",
     re.IGNORECASE,
 )

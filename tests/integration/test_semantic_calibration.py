@@ -107,7 +107,6 @@ def test_cli_refuses_too_few_pairs_before_loading_a_model(tmp_path):
 def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     from ragcache.semantic import SemanticCache
     from ragcache.semantic.decision.calibration import SemanticCalibration
-    from ragcache.semantic.decision.verifier import DEFAULT_VERIFIER_THRESHOLD
     from ragcache.semantic.embedding import resolve_embedder
 
     from ragcache.home import Home
@@ -115,8 +114,7 @@ def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path)))  # the library's default home
     emb = resolve_embedder(None)
     head = load_head()
-    d = SemanticCache(embedder=emb).guards  # no record: the guards, or else the verifier at the default threshold
-    assert type(d).__name__ == "GuardsOrVerifier" and d.head.threshold == DEFAULT_VERIFIER_THRESHOLD
+    assert type(SemanticCache(embedder=emb).guards).__name__ == "GuardSet"  # no record: the guards
     assert SemanticCache(embedder=emb, guards="verifier").guards.head.threshold == head.threshold
     save_record(SemanticCalibration(emb.name, emb.fingerprint, head_digest(head), 0.123, 0.97, 0.95, 200, 100, 90,
                                     90, 1.0, 0.97, 0.9))

@@ -77,3 +77,47 @@ def test_the_type_guard_on_measured_differences(a, b, ok):
 def test_an_allowed_amount_asks_for_a_quantity(a, b, ok):
     for x, y in ((a, b), (b, a)):
         assert (QuestionTypeGuard().check(x, y) is None) is ok
+
+
+# --------------------------------------------------------------------------- from the trial of the defaults
+
+RESTRICTIVE = [  # "only" restricts: a different yes / no (bound guard, kind "restrictive")
+    ("Does the plan include dental?", "Does the plan include only dental?"),
+    ("Can I call customer support on weekends?", "Can I call customer support only on weekends?"),
+    ("Is the app also available on Android?", "Is the app only available on Android?"),
+    ("Is Python the only language I need?", "Is Python the language I need?"),
+    ("Are refunds paid to the original card?", "Are refunds paid solely to the original card?"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), _both(RESTRICTIVE))
+def test_a_restriction_added_or_removed_is_refused(a, b):
+    assert GuardSet.default().check(normalize_question(a), normalize_question(b)).reason == "bound"
+
+
+@pytest.mark.parametrize(("a", "b"), [("Is the app available on Android?", "Is the app also available on Android?"),
+                                      ("Which plans include dental only?", "Which plans include only dental?")])
+def test_an_additive_or_moved_only_passes(a, b):
+    assert GuardSet.default().check(normalize_question(a), normalize_question(b)).ok
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("How many days of vacation do employees get?", "how_long"),
+    ("How many vacation days do employees get?", "how_long"),
+    ("How many sick days are left?", "how_long"),
+    ("How many people visit each day?", "how_many"),
+    ("How many employees per day?", "how_many"),
+    ("How much older is Tom than Anna?", "how_old"),
+    ("How much taller is the new tower?", "how_tall"),
+    ("How much does it cost?", "how_much"),
+])
+def test_counted_time_units_and_comparatives(text, kind):
+    assert question_type(text) == kind
+
+
+def test_the_stats_repr_is_one_line():
+    from ragcache.semantic.stats import SemanticStats
+
+    s = SemanticStats()
+    s.recent_lookup_s.extend([0.01] * 4096)
+    assert "recent_lookup_s" not in repr(s) and len(repr(s)) < 600

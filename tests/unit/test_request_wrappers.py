@@ -79,3 +79,12 @@ def test_a_different_question_inside_a_wrapper_is_refused_by_its_guard(cache, ki
 
 def test_the_embedded_form_drops_the_wrapper():
     assert embed_form("Could you tell me what's the refund policy?") == "what is the refund policy"
+
+
+@pytest.mark.parametrize(("text", "core"), [
+    ("Could you tell me, please, how to rotate the API keys?", "how to rotate the API keys?"),
+    ("Do you happen to know how to rotate the API keys?", "how to rotate the API keys?"),
+    ("Can you show us, please, where the logs are?", "where the logs are?"),
+])
+def test_more_wrapper_forms(text, core):
+    assert request_core(text) == core

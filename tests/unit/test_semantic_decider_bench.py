@@ -3,7 +3,7 @@
 from benchmarks.semantic_decider import MARGIN, choose, scores
 
 ROWS = [{"same": True}, {"same": True}, {"same": False}, {"same": False}]
-GOT = [(True, 0.0, 0.99), (False, 0.9, 0.8), (False, 0.85, 0.8), (False, 0.0, 0.5)]
+GOT = [(True, 0.0, 0.99, 0.0), (False, 0.9, 0.8, 0.9), (False, 0.85, 0.8, 0.85), (False, 0.0, 0.5, 0.95)]
 
 
 def test_scores_count_the_union_at_a_threshold():
@@ -11,6 +11,8 @@ def test_scores_count_the_union_at_a_threshold():
     u = scores(ROWS, GOT, [0, 1, 2, 3], 0.8)
     assert (u["true_hits"], u["wrong_hits"], u["precision"], u["recall"]) == (2, 1, 2 / 3, 1.0)
     assert scores(ROWS, GOT, [0, 1, 2, 3], 0.88)["wrong_hits"] == 0
+    alone = scores(ROWS, GOT, [0, 1, 2, 3], 0.88, alone=True)  # the verifier's own score, guards ignored
+    assert (alone["true_hits"], alone["wrong_hits"]) == (1, 1)
 
 
 def _grid(precisions, wrong=None):

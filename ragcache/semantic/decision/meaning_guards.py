@@ -46,6 +46,9 @@ _BOUND_PHRASES: tuple[tuple[str, str], ...] = (
     (r"\bin\s+total\b|\btotals?\b|\baltogether\b|\bsum\s+of\b|\bcumulative(?:ly)?\b", "total"),
     (r"\b(?:exactly|precisely)\b(?=\s+\$?\d)", "exact"),
     (r"\b(?:approximately|roughly|about|around|circa|approx)\b(?=\s+\$?\d)", "approximate"),
+    # "include dental" / "include only dental", "on weekends" / "only on weekends": a restriction (the
+    # additive "also" is left alone: "can I also pay by card" asks what "can I pay by card" asks)
+    (r"\b(?:only|solely|exclusively|merely)\b(?!\s+(?:if|when|because)\b)", "restrictive"),
 )
 _BOUND = [(re.compile(p), k) for p, k in _BOUND_PHRASES]
 _RATE_UNITS = ("second", "minute", "hour", "day", "night", "week", "month", "quarter", "year", "user", "seat",
@@ -59,7 +62,7 @@ _RATE_ADVERB = {"dai": "day"}
 
 def bounds(text: str) -> Counter[str]:
     """The quantifier and bound kinds in ``text`` (``upper``, ``lower``, ``average``, ``total``,
-    ``exact``, ``approximate``, ``rate/<unit>``), counted."""
+    ``exact``, ``approximate``, ``restrictive``, ``rate/<unit>``), counted."""
     low = text.lower()
     out: Counter[str] = Counter()
     for rx, kind in _BOUND:

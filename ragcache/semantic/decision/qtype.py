@@ -68,6 +68,12 @@ _PRICE = frozenset({"price", "prices", "cost", "costs", "fee", "fees", "charge",
 _DURATION = frozenset({"duration", "length"})
 _AMOUNT = frozenset({"entitlement", "entitlements", "allowance", "allowances", "quota", "quotas", "allotment"})
 """Nouns of an allowed amount: "what is the leave entitlement" asks how many days, "the data allowance" how much."""
+_COMPARATIVE = {"older": "how_old", "younger": "how_old", "taller": "how_tall", "shorter": "how_tall",
+                "longer": "how_long", "farther": "how_far", "further": "how_far", "bigger": "how_big",
+                "larger": "how_big", "heavier": "how_heavy", "faster": "how_fast", "slower": "how_fast"}
+""""How much <comparative>" asks the measure of that adjective ("how much older" is an age)."""
+_NOT_NOUN = frozenset({"per", "each", "every", "a", "an", "the", "in", "of", "for", "this", "that", "do", "does",
+                       "can", "will", "should", "left", "ago", "until", "before", "after"})
 _GAPS = frozenset({"difference", "gap", "offset"})
 _GAP_CLASS = {"time": "how_long", "age": "how_old", "price": "how_much", "cost": "how_much", "height": "how_tall"}
 """A measured difference: "what is the time difference" asks "how many hours" (``how_long``)."""
@@ -113,8 +119,12 @@ def _wh_class(toks: list[str], i: int) -> str:
         if nxt == "many":
             if nxt2 == "times":
                 return "how_often"
-            return "how_long" if nxt2 in _TIME_UNITS else "how_many"
+            nxt3 = toks[i + 3] if i + 3 < len(toks) else ""
+            counted = nxt2 in _TIME_UNITS or (nxt3 in _TIME_UNITS and nxt2 not in _AUX and nxt2 not in _NOT_NOUN)
+            return "how_long" if counted else "how_many"  # "how many vacation days" counts days, as "how many days"
         if nxt == "much":
+            if nxt2 in _COMPARATIVE:
+                return _COMPARATIVE[nxt2]  # "how much older" ~ "how old ... compared to" ~ "the age gap"
             return "how_long" if nxt2 == "time" else "how_much"
         if nxt == "long":
             return "when" if nxt2 == "ago" else "how_long"

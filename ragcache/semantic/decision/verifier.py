@@ -153,7 +153,15 @@ class LearnedVerifier:
 
     A refusal names the first hard-veto guard that refused (``number``, ``negation`` ...), or
     ``verifier`` with the score. ``floor`` is the cosine gate the head was fitted above.
+
+    At cosine ``>= SUBSTITUTION_VETO`` (0.94, the guards' own gate) a replaced word is a veto too: two
+    questions that share every other word in order ("Can I return a bike after 30 days?" / "... within
+    30 days?", "a header row" / "a header column") ask something else, and the head, which weighs the
+    cosine, served them. Below it a replaced word stays a feature (a paraphrase's usual shape).
     """
+
+    SUBSTITUTION_VETO = 0.94
+    """Cosine at and above which the ``substitution`` guard refuses outright."""
 
     name = "verifier"
 
@@ -164,6 +172,16 @@ class LearnedVerifier:
         self.guards = feature_guards()
         self._all = GuardSet.default()
         self._vetoes = [g for g in self._all.guards if g.name in self.veto_names]
+        self._substitution = [g for g in self._all.guards if g.name == "substitution"]
+
+    def _veto(self, query: str, candidate: str, similarity: float) -> GuardVerdict | None:
+        """The first hard veto that refuses (the substitution guard too at cosine >= ``SUBSTITUTION_VETO``)."""
+        extra = self._substitution if similarity >= self.SUBSTITUTION_VETO else []
+        for g in [*self._vetoes, *extra]:
+            detail = g.check(query, candidate)
+            if detail is not None:
+                return GuardVerdict(g.name, detail)
+        return None
 
     @property
     def veto_names(self) -> tuple[str, ...]:
@@ -201,7 +219,7 @@ class LearnedVerifier:
             return 0.0
         if self._too_long(query, candidate):
             return 1.0 if self._all.check(query, candidate).ok else 0.0
-        if any(g.check(query, candidate) is not None for g in self._vetoes):
+        if self._veto(query, candidate, float(x[0])) is not None:
             return 0.0
         return float(self.head.score(x)[0])
 
@@ -214,83 +232,14 @@ class LearnedVerifier:
         query, candidate = request_core(query), request_core(candidate)
         if self._too_long(query, candidate):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
-        for g in self._vetoes:
-            detail = g.check(query, candidate)
-            if detail is not None:
-                return GuardVerdict(g.name, detail)
-        p = self.score(query, candidate, similarity)
+        x = self.features(query, candidate, similarity)
+        veto = self._veto(query, candidate, float(x[0]))
+        if veto is not None:
+            return veto
+        p = float(self.head.score(x)[0])
         if p < self.head.threshold:
             return GuardVerdict("verifier", f"verifier score {p:.3f} < {self.head.threshold:.3f}")
         return GuardVerdict()
-
-
-DEFAULT_VERIFIER_THRESHOLD = 0.84
-"""The learned verifier's threshold inside the default decision (:class:`GuardsOrVerifier`).
-
-Chosen before the held-out figures were read against it, by one rule on development data: the lowest
-threshold on the grid 0.80, 0.81 ... 0.90 at which guards-or-verifier keeps a precision at least 0.01
-above the guards' alone on the QQP ``choose`` split (900 pairs, ``qqp_splits``; guards 0.896) at it and
-every higher grid point, with no wrong hit on the hard pairs' tuning part. The head's own threshold
-(0.8017, ``guards="verifier"``) misses that rule (0.893); see ``bench/results/semantic_default_decider.json``."""
-
-
-class GuardsOrVerifier:
-    """The default hit decision where the shipped verifier head fits the embedder (the packaged
-    all-MiniLM-L6-v2): the guards at their gate, or else the learned verifier.
-
-    A candidate is served when the guards accept it at cosine ``>= gate`` (0.94, as with the guards
-    alone), or else when the :class:`LearnedVerifier` accepts it at :data:`DEFAULT_VERIFIER_THRESHOLD`
-    above its ``floor`` (0.75). The verifier's hard vetoes are every guard that marks a different question
-    (:data:`~ragcache.semantic.decision.guards.DIFFERENT_QUESTION`), so the second branch only adds true
-    paraphrases the guards refuse for their cosine gate or a substituted word ("thirty days" / "30 days",
-    "git unstage a file" / "Would you be able to explain how I can unstage a file I added in git?"); it never
-    serves a candidate a guard names as a different question.
-
-    The learned verifier is built on first use, so constructing a cache loads no model. An embedder
-    without token states (:attr:`QuestionEmbedder.has_tokens`) leaves the guards alone at ``gate``.
-
-    Args:
-        embedder: the cache's :class:`~ragcache.semantic.embedding.QuestionEmbedder`.
-        head: the fitted :class:`VerifierHead` (its ``floor`` becomes this decider's gate).
-        guards: the guard set (``None``: :meth:`GuardSet.default`).
-        gate: the guards' cosine gate.
-        threshold: the verifier's threshold.
-    """
-
-    name = "guards+verifier"
-
-    def __init__(self, embedder: Any, head: VerifierHead, *, guards: GuardSet | None = None,
-                 gate: float = 0.94, threshold: float = DEFAULT_VERIFIER_THRESHOLD) -> None:
-        self.guard_set = GuardSet.default() if guards is None else guards
-        self.gate = float(gate)
-        self.floor = min(head.floor, self.gate)
-        self.head = head.with_threshold(threshold)
-        self._embedder = embedder
-        self._learned: LearnedVerifier | None | bool = False  # False: not resolved yet
-
-    @property
-    def learned(self) -> LearnedVerifier | None:
-        """The learned verifier, or ``None`` when the embedder has no token states."""
-        if self._learned is False:
-            self._learned = LearnedVerifier(self._embedder, self.head) if getattr(self._embedder, "has_tokens", False) \
-                else None
-        return self._learned  # type: ignore[return-value]
-
-    @property
-    def names(self) -> list[str]:
-        """The guards, then ``verifier``."""
-        return [*self.guard_set.names, "verifier"]
-
-    def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
-        verdict = self.guard_set.check(query, candidate, similarity)
-        if verdict.ok and (similarity is None or similarity >= self.gate):
-            return verdict
-        learned = self.learned
-        if learned is None:
-            return verdict if not verdict.ok else GuardVerdict("verifier", f"cosine {similarity:.3f} < {self.gate:.2f} "
-                                                                          "and no token states for the verifier")
-        second = learned.check(query, candidate, similarity)
-        return second if second.ok or verdict.ok else verdict  # a guard's own reason names a refusal best
 
 
 def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: Any = None) -> LearnedVerifier | None:
@@ -330,4 +279,4 @@ def calibrated_verifier(embedder: Any, *, home: Any = None) -> LearnedVerifier |
     return None if t is None else LearnedVerifier(embedder, head.with_threshold(t))
 
 
-__all__ = ["DEFAULT_VERIFIER_THRESHOLD", "GuardsOrVerifier", "HEAD_FILE", "LearnedVerifier", "VerifierHead", "calibrated_verifier", "default_verifier", "fit_logistic", "load_head"]
+__all__ = ["HEAD_FILE", "LearnedVerifier", "VerifierHead", "calibrated_verifier", "default_verifier", "fit_logistic", "load_head"]
