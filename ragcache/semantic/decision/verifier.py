@@ -174,10 +174,14 @@ class LearnedVerifier:
         self._vetoes = [g for g in self._all.guards if g.name in self.veto_names]
         self._substitution = [g for g in self._all.guards if g.name == "substitution"]
 
-    def _veto(self, query: str, candidate: str, similarity: float) -> GuardVerdict | None:
-        """The first hard veto that refuses (the substitution guard too at cosine >= ``SUBSTITUTION_VETO``)."""
-        extra = self._substitution if similarity >= self.SUBSTITUTION_VETO else []
-        for g in [*self._vetoes, *extra]:
+    def _veto(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict | None:
+        """The first hard veto that refuses; with ``similarity``, only the substitution guard, and only at
+        cosine >= ``SUBSTITUTION_VETO``."""
+        if similarity is None:
+            gs = self._vetoes
+        else:
+            gs = self._substitution if similarity >= self.SUBSTITUTION_VETO else []
+        for g in gs:
             detail = g.check(query, candidate)
             if detail is not None:
                 return GuardVerdict(g.name, detail)
@@ -219,7 +223,7 @@ class LearnedVerifier:
             return 0.0
         if self._too_long(query, candidate):
             return 1.0 if self._all.check(query, candidate).ok else 0.0
-        if self._veto(query, candidate, float(x[0])) is not None:
+        if self._veto(query, candidate) is not None or self._veto(query, candidate, float(x[0])) is not None:
             return 0.0
         return float(self.head.score(x)[0])
 
@@ -232,8 +236,10 @@ class LearnedVerifier:
         query, candidate = request_core(query), request_core(candidate)
         if self._too_long(query, candidate):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
-        x = self.features(query, candidate, similarity)
-        veto = self._veto(query, candidate, float(x[0]))
+        veto = self._veto(query, candidate)  # the different-question vetoes first: no model needed
+        if veto is None:
+            x = self.features(query, candidate, similarity)
+            veto = self._veto(query, candidate, float(x[0]))  # and a replaced word at a high cosine
         if veto is not None:
             return veto
         p = float(self.head.score(x)[0])
