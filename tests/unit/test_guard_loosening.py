@@ -121,3 +121,30 @@ def test_the_stats_repr_is_one_line():
     s = SemanticStats()
     s.recent_lookup_s.extend([0.01] * 4096)
     assert "recent_lookup_s" not in repr(s) and len(repr(s)) < 600
+
+
+SYMMETRIC = [  # two alternatives, or two sides of a symmetric frame, in the other order: the same question
+    ("What is the difference between a list and a tuple?", "What is the difference between a tuple and a list?"),
+    ("Should I buy a house or rent?", "Should I rent or buy a house?"),
+    ("Is Python or Java better for beginners?", "Is Java or Python better for beginners?"),
+    ("Compare React and Vue", "Compare Vue and React"),
+    ("Which is faster, Redis vs Memcached?", "Which is faster, Memcached vs Redis?"),
+]
+ORDERED = [  # a direction or a sequence: still refused
+    ("How do I merge main into my branch?", "How do I merge my branch into main?"),
+    ("How do I get from Boston to Denver?", "How do I get from Denver to Boston?"),
+    ("Can I put diesel in a petrol engine?", "Can I put petrol in a diesel engine?"),
+    ("How do I convert Celsius to Fahrenheit?", "How do I convert Fahrenheit to Celsius?"),
+    ("Do I add milk and then tea?", "Do I add tea and then milk?"),
+    ("Is it legal to drink and drive?", "Is it legal to drive and drink?"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), _both(SYMMETRIC))
+def test_alternatives_in_another_order_pass(a, b):
+    assert GuardSet.default().check(normalize_question(a), normalize_question(b)).ok
+
+
+@pytest.mark.parametrize(("a", "b"), _both(ORDERED))
+def test_a_direction_or_sequence_swapped_is_refused(a, b):
+    assert GuardSet.default().check(normalize_question(a), normalize_question(b)).reason == "direction"

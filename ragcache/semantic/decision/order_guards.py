@@ -31,6 +31,22 @@ Empty by default: synonyms come from WordNet 3.0 (:mod:`ragcache.semantic.decisi
 ``SubstitutionGuard(synonyms={"line": "row"})`` for domain equivalents WordNet lacks."""
 
 
+_SYMMETRIC_JOIN = frozenset({"or", "vs", "versus"})
+_SYMMETRIC_FRAME = frozenset({"between", "compare", "compared", "comparing", "comparison", "both", "difference",
+                              "differences", "similarities", "similarity"})
+"""A swap of two alternatives ("buy a house or rent" / "rent or buy a house", "list vs tuple") asks the
+same; so does a swap around "and" after a symmetric frame ("the difference between a list and a tuple");
+elsewhere "and" keeps its order ("drink and drive" is not "drive and drink")."""
+
+
+def _symmetric(words_: list[str], join: list[str]) -> bool:
+    """Whether spans joined by ``join`` in ``words_`` may be exchanged (see :data:`_SYMMETRIC_FRAME`)."""
+    join = [w for w in join if w not in _ARTICLES]
+    if len(join) != 1:
+        return False
+    return join[0] in _SYMMETRIC_JOIN or (join[0] == "and" and bool(_SYMMETRIC_FRAME & set(words_)))
+
+
 def _content_swap(query: str, candidate: str) -> str | None:
     """Same content words with exactly two of them exchanged ("diesel in a petrol engine" vs
     "petrol in a diesel engine"), whatever the function words around them."""
@@ -41,9 +57,20 @@ def _content_swap(query: str, candidate: str) -> str | None:
     diff = [i for i in range(len(a)) if a[i] != b[i]]
     if len(diff) == 2:
         i, j = diff
-        if a[i] == b[j] and a[j] == b[i] and not _compound_rewrite(query, candidate, a[i], a[j]):
+        if a[i] == b[j] and a[j] == b[i] and not _compound_rewrite(query, candidate, a[i], a[j]) \
+                and not _joined_symmetrically(query, a[i], a[j]):
             return f"swapped {a[i]!r} and {a[j]!r}"
     return None
+
+
+def _joined_symmetrically(text: str, x: str, y: str) -> bool:
+    """Whether the content words ``x`` and ``y`` (stemmed) are two alternatives joined in ``text``."""
+    ws = split_words(text)
+    st = [stem(w) for w in ws]
+    if x not in st or y not in st:
+        return False
+    i, j = sorted((st.index(x), st.index(y)))
+    return _symmetric(ws, ws[i + 1:j])
 
 
 _OF = re.compile(r"^(?:of|for)(?: (?:the|a|an|my|your|our|their|this|that))?$")
@@ -104,7 +131,7 @@ class DirectionGuard:
                 if m <= 0:
                     continue
                 X, M, Y = wa[:x], wa[x : x + m], wa[x + m :]
-                if wb == Y + M + X and has_content(X) and has_content(Y):
+                if wb == Y + M + X and has_content(X) and has_content(Y) and not _symmetric(a, M):
                     return f"swapped {' '.join(X)!r} and {' '.join(Y)!r} around {' '.join(M)!r}"
         return None
 
