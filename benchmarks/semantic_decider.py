@@ -60,17 +60,12 @@ def decide(rows: list[dict], emb: Any, verifier: Any, label: str) -> list[tuple[
 
 def scores(rows: list[dict], got: list[tuple], idx: list[int], t: float | None, *, alone: bool = False
            ) -> dict[str, Any]:
-    """Precision, recall, true and wrong hits over ``idx``: the guards alone (``t=None``), the union at ``t``,
-    or (``alone``) the verifier alone at ``t``."""
-    tp = fp = pos = 0
-    for i in idx:
-        g, v, _, raw = got[i]
-        hit = raw >= t if alone else g or (t is not None and v >= t)
-        pos += rows[i]["same"]
-        tp += hit and rows[i]["same"]
-        fp += hit and not rows[i]["same"]
-    return {"pairs": len(idx), "same": pos, "true_hits": tp, "wrong_hits": fp,
-            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / pos if pos else None}
+    """Precision, recall, true and wrong hits over ``idx`` (:func:`benchmarks.semantic_split.part_scores`): the
+    guards alone (``t=None``), the union at ``t``, or (``alone``) the verifier alone at ``t``."""
+    from benchmarks.semantic_split import part_scores
+
+    hits = [raw >= t if alone else g or (t is not None and v >= t) for g, v, _, raw in got]
+    return part_scores(rows, hits, idx)
 
 
 def choose(results: dict[str, Any]) -> float | None:

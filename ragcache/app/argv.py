@@ -134,9 +134,6 @@ def interrupted() -> None:
         pass
 
 
-__all__ = ["RagcacheGroup", "interrupted", "normalize"]
-
-
 def number_in(lo: float, hi: float, what: str) -> Any:
     """A typer ``callback`` for a float option in ``[lo, hi]`` (``None`` passes): NaN and values outside
     are refused with one message naming the range and what the value is ("nan" is not "above 1").
@@ -153,3 +150,6 @@ def number_in(lo: float, hi: float, what: str) -> Any:
         return value
 
     return check
+
+
+__all__ = ["RagcacheGroup", "interrupted", "normalize", "number_in"]

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from ragcache.app.argv import number_in
-
 from ragcache.app.output import make_console, run_or_exit
 
 calibrate_app = typer.Typer(help="Calibrate a cache to this deployment: CacheBlend's recompute ratio for a model "

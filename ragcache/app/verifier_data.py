@@ -90,11 +90,7 @@ def featurize(rows: Sequence[dict[str, Any]], embedder: Any, *, batch: int = 64)
     """``(features [n, len(FEATURE_NAMES)], labels [n])`` for pairs, as the cache computes them at
     lookup (normalised questions, :func:`~ragcache.semantic.text.embed_form` embedded, token states
     from ``embedder``, a :class:`~ragcache.semantic.embedding.QuestionEmbedder`)."""
-    from ragcache.semantic.decision.features import (
-        feature_guards,
-        guard_findings,
-        pair_features,
-    )
+    from ragcache.semantic.decision.features import feature_guards, question_pair_features
     from ragcache.semantic.text import embed_form, normalize_question
 
     norm = {q: normalize_question(q) for r in rows for q in (r["a"], r["b"])}
@@ -112,7 +108,7 @@ def featurize(rows: Sequence[dict[str, Any]], embedder: Any, *, batch: int = 64)
     for i, r in enumerate(rows):
         a, b = norm[r["a"]], norm[r["b"]]
         ea, eb = embed_form(a), embed_form(b)
-        x[i] = pair_features(a, b, float(vec[ea] @ vec[eb]), tok[ea], tok[eb], guard_findings(guards, a, b))
+        x[i] = question_pair_features(a, b, float(vec[ea] @ vec[eb]), tok[ea], tok[eb], guards)
     y = np.array([1.0 if r["same"] else 0.0 for r in rows])
     return np.array(x, dtype=np.float64).reshape(len(rows), -1), y
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ragcache.semantic.decision.guards import Guard, GuardSet
-from ragcache.semantic.text import content_words, stem, words
+from ragcache.semantic.text import content_words, request_core, stem, words
 
 GUARD_FEATURES: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
                                    "direction", "substitution")
@@ -60,6 +60,17 @@ def token_alignment(a: np.ndarray | None, b: np.ndarray | None, cos: float) -> t
 def guard_findings(guards: Sequence[Guard], query: str, candidate: str) -> dict[str, bool]:
     """``{guard name: refused}`` for every guard (all run, not only up to the first refusal)."""
     return {g.name: g.check(query, candidate) is not None for g in guards}
+
+
+def question_pair_features(query: str, candidate: str, cos: float, tok_q: np.ndarray | None,
+                           tok_c: np.ndarray | None, guards: Sequence[Guard]) -> np.ndarray:
+    """:func:`pair_features` of two normalised questions as the cache compares them: request wrappers
+    dropped (:func:`~ragcache.semantic.text.request_core`) before the guards' findings and the text
+    features; ``cos`` and the token states come from their :func:`~ragcache.semantic.text.embed_form`.
+    The one place the lookup (:class:`~ragcache.semantic.decision.verifier.LearnedVerifier`) and the
+    fitting and calibration data (:func:`ragcache.app.verifier_data.featurize`) build a pair's row."""
+    q, c = request_core(query), request_core(candidate)
+    return pair_features(q, c, cos, tok_q, tok_c, guard_findings(guards, q, c))
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:

@@ -29,8 +29,7 @@ import numpy as np
 from ragcache.semantic.decision.features import (
     FEATURE_NAMES,
     feature_guards,
-    guard_findings,
-    pair_features,
+    question_pair_features,
 )
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
 from ragcache.semantic.text import embed_form, exact_form, request_core, words
@@ -199,16 +198,14 @@ class LearnedVerifier:
         return [*dict.fromkeys([*(g.name for g in self.guards), *self.veto_names]), "verifier"]
 
     def features(self, query: str, candidate: str, similarity: float | None = None) -> np.ndarray:
-        """The pair's feature vector (see :mod:`ragcache.semantic.decision.features`), request wrappers
-        dropped (:func:`~ragcache.semantic.text.request_core`)."""
-        query, candidate = request_core(query), request_core(candidate)
+        """The pair's feature vector (:func:`~ragcache.semantic.decision.features.question_pair_features`:
+        request wrappers dropped, as at fitting)."""
         qa, qb = embed_form(query), embed_form(candidate)
         if similarity is None:
             va, vb = self.embedder.encode([qa, qb])
             similarity = float(va @ vb)
         ta, tb = self.embedder.token_states(qa), self.embedder.token_states(qb)
-        return pair_features(query, candidate, float(similarity), ta, tb,
-                             guard_findings(self.guards, query, candidate))
+        return question_pair_features(query, candidate, float(similarity), ta, tb, self.guards)
 
     def score(self, query: str, candidate: str, similarity: float | None = None) -> float:
         """Probability that ``candidate``'s answer may be served for ``query``."""
@@ -217,13 +214,13 @@ class LearnedVerifier:
     def decision_score(self, query: str, candidate: str, similarity: float | None = None) -> float:
         """:meth:`score` as the cache decides: 0.0 below the cosine gate or when a hard veto refuses;
         for a question longer than ``head.max_words``, 1.0 or 0.0 as every guard decides."""
-        query, candidate = request_core(query), request_core(candidate)
         x = self.features(query, candidate, similarity)
         if x[0] < self.floor:
             return 0.0
-        if self._too_long(query, candidate):
+        q, c = request_core(query), request_core(candidate)  # wrappers dropped once (GuardSet.check does it itself)
+        if self._too_long(q, c):
             return 1.0 if self._all.check(query, candidate).ok else 0.0
-        if self._veto(query, candidate) is not None or self._veto(query, candidate, float(x[0])) is not None:
+        if self._veto(q, c) is not None or self._veto(q, c, float(x[0])) is not None:
             return 0.0
         return float(self.head.score(x)[0])
 
@@ -233,13 +230,13 @@ class LearnedVerifier:
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
         if exact_form(query) == exact_form(candidate):
             return GuardVerdict()  # the same text (case and symbols included): an exact repeat is served
-        query, candidate = request_core(query), request_core(candidate)
-        if self._too_long(query, candidate):
+        q, c = request_core(query), request_core(candidate)  # wrappers dropped once (GuardSet.check does it itself)
+        if self._too_long(q, c):
             return self._all.check(query, candidate)  # longer than any question the head was fitted on
-        veto = self._veto(query, candidate)  # the different-question vetoes first: no model needed
+        veto = self._veto(q, c)  # the different-question vetoes first: no model needed
         if veto is None:
             x = self.features(query, candidate, similarity)
-            veto = self._veto(query, candidate, float(x[0]))  # and a replaced word at a high cosine
+            veto = self._veto(q, c, float(x[0]))  # and a replaced word at a high cosine
         if veto is not None:
             return veto
         p = float(self.head.score(x)[0])
