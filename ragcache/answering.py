@@ -56,6 +56,16 @@ def cacheable(result: BackendResult, *, cache_truncated: bool = False) -> bool:
                                           (result.finish_reason == "length" and bool(cache_truncated)))
 
 
+def _parameters(fn: Any) -> Any:
+    """The names ``fn`` takes (empty when its signature cannot be read)."""
+    import inspect
+
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
 class AnswerPath:
     """The one answer path over a semantic cache (:class:`~ragcache.semantic.SemanticCache`,
     :class:`~ragcache.semantic.PgSemanticCache`, any object with their ``lookup`` / ``store`` /
@@ -79,6 +89,8 @@ class AnswerPath:
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got {type(semantic).__name__}")
         self.semantic = semantic
+        # re-reads of a counted miss are not counted again (a custom cache without ``count=`` counts them)
+        self._recount = semantic is not None and "count" in _parameters(semantic.lookup)
         self.cache_truncated = bool(cache_truncated)
         self.single_flight = bool(single_flight)
         self.flight_timeout_s = check_timeout(flight_timeout_s)
@@ -91,21 +103,47 @@ class AnswerPath:
 
     # -- lookup / store ---------------------------------------------------------------------------
     def lookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-               threshold: float | None = None, started: float | None = None) -> Answer | None:
-        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache)."""
+               threshold: float | None = None, started: float | None = None, count: bool = True) -> Answer | None:
+        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache). ``count=False``: a
+        re-read of a request already counted in the cache's lookups (hit rate)."""
         if self.semantic is None or partition is None:
             return None
         t0 = time.perf_counter() if started is None else started
-        hit = self.semantic.lookup(question, partition=partition, threshold=threshold, max_tokens=max_tokens)
+        kw = {} if count or not self._recount else {"count": False}
+        hit = self.semantic.lookup(question, partition=partition, threshold=threshold, max_tokens=max_tokens, **kw)
         return None if hit is None else hit_answer(question, hit, time.perf_counter() - t0)
 
     async def alookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-                      threshold: float | None = None, started: float | None = None) -> Answer | None:
+                      threshold: float | None = None, started: float | None = None, count: bool = True
+                      ) -> Answer | None:
         """Async :meth:`lookup` (in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
         return await asyncio.to_thread(self.lookup, question, partition, max_tokens=max_tokens,
-                                       threshold=threshold, started=started)
+                                       threshold=threshold, started=started, count=count)
+
+    def _looks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None, t0: float,
+               looked: bool = False) -> Callable[[], Answer | None]:
+        """The request's lookup as a function: the first call counts in the cache's hit rate, the re-reads
+        of the single flight do not (nor any call when the caller has ``looked`` already)."""
+        first = [not looked]
+
+        def look() -> Answer | None:
+            count, first[0] = first[0], False
+            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0,
+                               count=count)
+        return look
+
+    def _alooks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
+                t0: float) -> Callable[[], Awaitable[Answer | None]]:
+        """Async :meth:`_looks`."""
+        first = [True]
+
+        async def look() -> Answer | None:
+            count, first[0] = first[0], False
+            return await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0,
+                                      count=count)
+        return look
 
     def record(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
                max_tokens: int | None = None, model: str | None = None, started: float | None = None,
@@ -135,7 +173,8 @@ class AnswerPath:
 
     def run(self, question: str, partition: PartitionKey | None, call: Callable[[], BackendResult], *,
             max_tokens: int | None = None, threshold: float | None = None, lookup: bool = True,
-            store: bool = True, model: str | None = None, metadata: Mapping[str, Any] | None = None) -> Answer:
+            store: bool = True, model: str | None = None, metadata: Mapping[str, Any] | None = None,
+            looked: bool = False) -> Answer:
         """Answer ``question``: a stored answer, else ``call()`` once among concurrent identical misses.
 
         Args:
@@ -146,6 +185,8 @@ class AnswerPath:
             store: ``False`` stores nothing (and takes no flight).
             model: the model id recorded in the provenance (else ``result.details["model"]``).
             metadata: more JSON-like metadata stored with the answer.
+            looked: the caller has just looked this request up (a miss, counted in the cache's hit rate), so
+                this call's lookups are re-reads and not counted again.
 
         Raises:
             whatever ``call`` raises (waiters of a failed flight raise the leader's error), and the
@@ -154,9 +195,7 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-
-        def look() -> Answer | None:
-            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+        look = self._looks(question, partition, max_tokens, threshold, t0, looked)
 
         def answer() -> Answer:
             return self.record(question, partition if store else None, call(), max_tokens=max_tokens, model=model,
@@ -176,9 +215,7 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-
-        async def look() -> Answer | None:
-            return await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+        look = self._alooks(question, partition, max_tokens, threshold, t0)
 
         async def answer() -> Answer:
             return await self.arecord(question, partition if store else None, await call(), max_tokens=max_tokens,
@@ -204,9 +241,7 @@ class AnswerPath:
 
         t0 = time.perf_counter()
         kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-
-        def look() -> Answer | None:
-            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+        look = self._looks(question, partition, max_tokens, threshold, t0)
 
         hit = look() if lookup else None
         if hit is None and not self._flies(partition, lookup, store):
@@ -243,9 +278,7 @@ class AnswerPath:
 
         t0 = time.perf_counter()
         kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-
-        async def look() -> Answer | None:
-            return await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0)
+        look = self._alooks(question, partition, max_tokens, threshold, t0)
 
         hit = await look() if lookup else None
         if hit is None and not self._flies(partition, lookup, store):

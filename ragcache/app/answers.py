@@ -116,9 +116,12 @@ class AnswerStore:
         return rows[0] if rows else None
 
     def stats(self) -> dict[str, Any]:
-        """Entries, partitions, namespaces, hits, bytes on disk, oldest and newest entry."""
+        """Entries, partitions, namespaces, hits of the stored entries, bytes on disk, oldest and newest entry,
+        and the lookups of every process since the folder was created: ``lookups`` = ``lookup_hits`` +
+        ``lookup_misses``, ``hit_rate`` (None before the first lookup)."""
         out: dict[str, Any] = {"path": str(self.path), "entries": 0, "partitions": 0, "namespaces": {}, "hits": 0,
-                               "bytes": _dir_bytes(self.path), "oldest": None, "newest": None}
+                               "bytes": _dir_bytes(self.path), "oldest": None, "newest": None,
+                               "lookups": 0, "lookup_hits": 0, "lookup_misses": 0, "hit_rate": None}
         if not self.exists:
             return out
         with self._connect() as db:
@@ -129,6 +132,9 @@ class AnswerStore:
             out["namespaces"] = dict(db.execute(
                 "SELECT p.namespace, COUNT(e.id) FROM partitions p LEFT JOIN entries e ON e.partition = p.key "
                 "GROUP BY p.namespace").fetchall())
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='lookups'").fetchone():
+                h, m = db.execute("SELECT COALESCE(SUM(hits), 0), COALESCE(SUM(misses), 0) FROM lookups").fetchone()
+                out.update(lookups=h + m, lookup_hits=h, lookup_misses=m, hit_rate=h / (h + m) if h + m else None)
         return out
 
     def remove(self, ids: list[int]) -> int:

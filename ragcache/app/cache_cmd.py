@@ -148,8 +148,10 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     t = Table(title=Text(clean(f"ragcache caches under {s['home']}")))
     for col in ("layer", "entries", "on disk", "details"):
         t.add_column(col)
+    rate = "-" if a["hit_rate"] is None else f"{a['hit_rate']:.0%}"
     t.add_row("answers", str(a["entries"]), _bytes(a["bytes"]),
-              Text(clean(f"{a['partitions']} partitions, {a['hits']} hits served, namespaces {a['namespaces'] or '-'}",
+              Text(clean(f"{a['lookups']} lookups: {a['lookup_hits']} hits, {a['lookup_misses']} misses (hit rate "
+                         f"{rate}); {a['partitions']} partitions, namespaces {a['namespaces'] or '-'}",
                          newlines=False)))
     t.add_row("chunks", str(c["files"]), _bytes(c["bytes"]),
               Text(f"{c['tokens']} tokens of KV, budget {_bytes(c['max_bytes'])}"))

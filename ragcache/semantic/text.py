@@ -84,6 +84,18 @@ _REQUEST = re.compile(
     re.IGNORECASE,
 )
 _PLEASE_END = re.compile(r"(?:,\s*|\s+)please(?=\s*[?!.]*\s*$)", re.IGNORECASE)
+_GREETING = re.compile(  # "Hi team, ...", "Good morning! ...", "Dear support, ...", "Excuse me, ..."
+    r"^\s*(?:(?:hi|hello|hey|greetings|good\s+(?:morning|afternoon|evening|day))"
+    r"(?:\s+(?:there|all|everyone|everybody|folks|team|guys|support|again))?"
+    r"|dear\s+(?:support|team|sir|madam|sir\s+or\s+madam|all|colleagues|[a-z]+\s+team)|excuse\s+me"
+    r"|thanks|thank\s+you)\s*[,!.:;-]+\s+(?!world\b)",
+    re.IGNORECASE,
+)
+_THANKS_END = re.compile(  # "... ? Thanks!", "..., thank you in advance."
+    r"(?<=[?!.])\s*(?:thanks|thank\s+you|many\s+thanks|cheers)(?:\s+(?:so\s+much|a\s+lot|in\s+advance))?"
+    r"\s*[!.]*\s*$",
+    re.IGNORECASE,
+)
 
 
 def request_core(text: str) -> str:
@@ -92,9 +104,12 @@ def request_core(text: str) -> str:
     is?", "I'd like to know how to X" -> "how to X", "Do you know why X?" -> "why X?", and a closing
     "please" dropped. The wrapper asks the same thing politely; it never changes what a correct answer
     is. A yes / no about ability or possibility ("Can I ...", "Is it possible to ...") is not a wrapper
-    and stays. Kept whole when fewer than two words would remain."""
-    m = _REQUEST.match(text)
-    core = text[m.end():] if m else text
+    and stays. A greeting before the request ("Hi team,", "Good morning!", "Dear support,", "Excuse me,")
+    and thanks after it ("... ? Thanks!") are dropped the same way. Kept whole when fewer than two words
+    would remain."""
+    core = _THANKS_END.sub("", _GREETING.sub("", text, count=1))
+    m = _REQUEST.match(core)
+    core = core[m.end():] if m else core
     core = _PLEASE_END.sub("", core)
     return core if len(core.split()) >= 2 else text
 

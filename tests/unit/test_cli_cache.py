@@ -112,3 +112,34 @@ def test_ls_previews_an_answer_on_one_line(populated, monkeypatch, answer, previ
     assert "\\x1b[31mred" in text  # other control characters stay visible escapes
     full = [r for r in json.loads(cli("cache", "ls", "--json").stdout) if r["question"] == "How are the notes laid out?"]
     assert full and full[0]["answer"].startswith(answer[:8])  # --json keeps the text as stored
+
+
+def test_cache_stats_counts_every_process_lookups(populated):
+    """`cache stats` reports the lookups of every `ragcache ask` run, misses included, and the hit rate."""
+    s = json.loads(cli("cache", "stats", "--json").stdout)["answers"]
+    assert (s["lookups"], s["lookup_hits"], s["lookup_misses"]) == (2, 0, 2) and s["hit_rate"] == 0.0
+    cli(*populated["base"], "When do backups run?")  # a repeat: answered from the cache
+    cli(*populated["base"], "When do backups run?")
+    s = json.loads(cli("cache", "stats", "--json").stdout)["answers"]
+    assert (s["lookups"], s["lookup_hits"], s["lookup_misses"]) == (4, 2, 2) and s["hit_rate"] == 0.5
+    text = " ".join(cli("cache", "stats").stdout.split())
+    assert "4 lookups: 2 hits, 2 misses (hit rate 50%)" in text
+
+
+def test_lookup_totals_of_several_caches_on_one_folder_add_up(tmp_path):
+    from ragcache.app.answers import AnswerStore
+    from ragcache.semantic import SemanticCache, partition_key
+    from ragcache.testing import HashingEmbedder
+
+    pk = partition_key(namespace="n", model="m")
+    assert AnswerStore(tmp_path).stats()["hit_rate"] is None
+    with SemanticCache(tmp_path, embedder=HashingEmbedder()) as a, SemanticCache(tmp_path, embedder=HashingEmbedder()) as b:
+        assert a.lookup("What is the refund window?", partition=pk) is None
+        a.store("What is the refund window?", "30 days", partition=pk)
+        a.flush()
+        assert b.lookup("What is the refund window?", partition=pk) is not None
+        assert b.lookup("Who signs the expense reports?", partition=pk) is None
+        a.flush()
+        a.flush()  # a second flush adds nothing twice
+    s = AnswerStore(tmp_path).stats()
+    assert (s["lookups"], s["lookup_hits"], s["lookup_misses"], s["hit_rate"]) == (3, 1, 2, 1 / 3)

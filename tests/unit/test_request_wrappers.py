@@ -88,3 +88,58 @@ def test_the_embedded_form_drops_the_wrapper():
 ])
 def test_more_wrapper_forms(text, core):
     assert request_core(text) == core
+
+
+@pytest.mark.parametrize(("text", "core"), [
+    ("Hi team, what's the policy on remote work?", "what's the policy on remote work?"),
+    ("Good morning! How do I reset my password?", "How do I reset my password?"),
+    ("Dear support, I would like to know how to delete my account.", "how to delete my account."),
+    ("Excuse me, could you explain what an expense ratio is?", "what an expense ratio is?"),
+    ("Hey there, where are the logs?", "where are the logs?"),
+    ("Hello, can you tell me when the office opens? Thanks!", "when the office opens?"),
+    ("How do I rotate the API keys? Thank you in advance.", "How do I rotate the API keys?"),
+    ("Where is my order? Many thanks", "Where is my order?"),
+])
+def test_a_greeting_and_thanks_are_dropped(text, core):
+    assert request_core(text) == core
+    assert exact_form(text) != exact_form(core)
+
+
+@pytest.mark.parametrize("text", [
+    "Hello, world in Rust?", "How do I say thank you in French?", "How do I write a thank you note?",
+    "Hi", "Thanks", "Is there a hello world template?", "Who wrote 'Hey Jude'?", "Hi-fi or lo-fi speakers?",
+])
+def test_words_that_are_not_a_greeting_are_kept(text):
+    assert request_core(text) == text
+
+
+GREETED_SAME = [
+    ("How do I reset my password?", "Hi team, how do I reset my password?"),
+    ("Where can I download my invoices?", "Good morning! Where can I download my invoices?"),
+    ("How do I pause my membership?", "Dear support, how do I pause my membership? Thanks!"),
+    ("What is the refund window?", "Hello, what is the refund window? Thank you in advance."),
+    ("How do I export a report?", "Excuse me, how do I export a report?"),
+]
+GREETED_DIFFERENT = [
+    ("negation", "Is the API rate limited?", "Hi team, is the API not rate limited?"),
+    ("bound", "How many copies does the backup keep?", "Good morning! How many copies does the backup keep at most?"),
+    ("scope", "Who is on call today?", "Hello, who is on call tomorrow? Thanks!"),
+    ("number", "Can I bring a 100ml bottle?", "Dear support, can I bring a 200ml bottle?"),
+    ("entity", "How do I export from Gmail?", "Hi there, how do I export from Outlook?"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), [*GREETED_SAME, *((b, a) for a, b in GREETED_SAME)])
+def test_the_same_question_with_a_greeting_is_served(cache, a, b):
+    pk = partition_key(namespace=f"greet-{hash((a, b)) & 0xffffff}", model="m")
+    cache.store(a, "the stored answer", partition=pk)
+    hit = cache.lookup(b, partition=pk)
+    assert hit is not None and hit.answer == "the stored answer"
+
+
+@pytest.mark.parametrize(("kind", "a", "b"), [*GREETED_DIFFERENT, *((k, b, a) for k, a, b in GREETED_DIFFERENT)])
+def test_a_different_question_after_a_greeting_is_refused_by_its_guard(cache, kind, a, b):
+    pk = partition_key(namespace=f"greetd-{hash((a, b)) & 0xffffff}", model="m")
+    cache.store(a, "the stored answer", partition=pk)
+    assert cache.lookup(b, partition=pk) is None
+    assert GuardSet.default().check(b, a).reason == kind

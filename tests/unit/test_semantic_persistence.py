@@ -121,3 +121,81 @@ def test_store_many_repeat_in_batch_keeps_last_and_index_in_sync(tmp_path):
         assert len(ids) == 3 and len(c) == 2
         assert c.lookup("Where is my order?", partition=PK).answer == "b"
         assert sorted(c.answer_store._parts[PK.digest].index.ids().tolist()) == sorted([ids[1], ids[2]])
+
+
+
+def test_first_open_reads_the_meta_whole_while_another_process_writes_it(tmp_path, monkeypatch):
+    """The first open's read of the meta (schema, embedder, width) and its write are one transaction.
+
+    Opener 1 reads the schema key (none yet) and pauses; opener 2 then opens the same new folder and
+    tries to write the meta. Before, opener 2 wrote between opener 1's reads and opener 1 refused the
+    folder as "built with {'schema': None, ...}"; now opener 2 waits for opener 1's transaction."""
+    import threading
+
+    from ragcache.semantic.stores.store import SQLiteStore
+
+    real = SQLiteStore.get_meta
+    first_read, second_wrote = threading.Event(), threading.Event()
+    real_set = SQLiteStore.set_meta
+
+    def get_meta(self, key):
+        out = real(self, key)
+        if threading.current_thread().name == "opener-1" and key == "schema":
+            first_read.set()
+            second_wrote.wait(1.0)  # opener 2 cannot write while this read is in its transaction
+        return out
+
+    def set_meta(self, items):
+        real_set(self, items)
+        if threading.current_thread().name == "opener-2":
+            second_wrote.set()
+
+    monkeypatch.setattr(SQLiteStore, "get_meta", get_meta)
+    monkeypatch.setattr(SQLiteStore, "set_meta", set_meta)
+    errors: list[BaseException] = []
+
+    def open_one(wait_first: bool):
+        try:
+            if wait_first:
+                first_read.wait(5.0)
+            SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95).close()
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one, args=(i == 1,), name=f"opener-{i + 1}") for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.95) as c:
+        c.store("What is the refund window?", "30 days", partition=PK)
+        assert c.lookup("What is the refund window?", partition=PK).answer == "30 days"
+
+
+def test_many_openers_of_a_new_folder_all_succeed(tmp_path):
+    """Switching a new file to WAL and creating the schema happen once at a time: none of several
+    processes opening a new folder together fails with "database is locked" (which was also reported as
+    a corrupt file). Threads stand for processes: each has its own SQLite connection and file lock."""
+    import threading
+
+    for trial in range(8):
+        folder = tmp_path / f"c{trial}"
+        start, errors = threading.Barrier(4), []
+
+        def open_one(folder=folder, start=start, errors=errors):
+            try:
+                start.wait()
+                with SemanticCache(folder, embedder=HashingEmbedder(), threshold=0.95) as c:
+                    c.store(f"question {threading.get_ident()}", "a", partition=PK)
+            except BaseException as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors
+        with SemanticCache(folder, embedder=HashingEmbedder(), threshold=0.95) as c:
+            assert len(c) == 4

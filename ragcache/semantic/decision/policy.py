@@ -165,8 +165,11 @@ class SemanticPolicy(ErrorBoundAPI):
     # ================================================================= lookup
     def lookup(self, question: str, *, partition: PartitionKey | None = None,
                threshold: float | None = None, max_tokens: int | None = None,
-               explore: bool = True) -> SemanticHit | None:
+               explore: bool = True, count: bool = True) -> SemanticHit | None:
         """Return the cached answer for ``question`` in ``partition``, or ``None``.
+
+        ``count=False`` leaves the lookup out of :attr:`stats` and the folder's totals: a re-read of a
+        request already counted (the answer path's single flight re-reads a miss before calling).
 
         ``threshold=None`` uses the cache default; any given value (1.0 included) is used as is.
         ``max_tokens`` is the request's new-token budget: a truncated answer is served only to the
@@ -192,18 +195,24 @@ class SemanticPolicy(ErrorBoundAPI):
         new = explored is not None and explore and self.error_bound.add_pending(*explored)
         lo = self.error_bound.min_similarity if bounded else t
         rejected = [c.verdict.reason for c in cands if c.similarity >= lo and not c.verdict.ok]
+        if not count:
+            return hit
         with self._stats_lock:
             self._stats.record_lookup(time.perf_counter() - t0, embed_s, rejected, hit is not None,
                                       explored=new)
+            if hit is None:
+                self.answer_store.counters.lookup_misses += 1
+            else:
+                self.answer_store.counters.lookup_hits += 1
         return hit
 
     async def alookup(self, question: str, *, partition: PartitionKey | None = None,
                       threshold: float | None = None, max_tokens: int | None = None,
-                      explore: bool = True) -> SemanticHit | None:
+                      explore: bool = True, count: bool = True) -> SemanticHit | None:
         """Async :meth:`lookup` (same code in a worker thread, same threshold, budget and exploration)."""
         import asyncio  # lazily: the sync hit path never needs it
         return await asyncio.to_thread(self.lookup, question, partition=partition, threshold=threshold,
-                                       max_tokens=max_tokens, explore=explore)
+                                       max_tokens=max_tokens, explore=explore, count=count)
 
     def candidates_for(self, question: str, *, partition: PartitionKey | None = None,
                        threshold: float | None = None, max_tokens: int | None = None) -> list[Candidate]:

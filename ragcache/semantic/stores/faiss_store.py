@@ -80,6 +80,7 @@ class FaissAnswerStore(CachePersistence):
         self.path = None if path is None else Path(path).expanduser()
         self.reembed = reembed
         self.counters = StoreCounters()
+        self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the folder's totals
         self._lock = RWLock()
         self._touch_lock = threading.Lock()
         self._entries: dict[int, Entry] = {}

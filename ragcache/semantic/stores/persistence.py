@@ -40,6 +40,8 @@ class CachePersistence(CacheRegistry):
     _touch_lock: Any
     _touched: dict[int, float]
     _writes: int
+    _flushed_lookups: tuple[int, int]
+    counters: Any
     path: Any
     embedder: Any
     _seq: int
@@ -56,10 +58,14 @@ class CachePersistence(CacheRegistry):
         with self._touch_lock:
             touched = [(i, t, self._entries[i].hits) for i, t in self._touched.items() if i in self._entries]
             self._touched.clear()
+        c = self.counters
+        hits, misses = c.lookup_hits - self._flushed_lookups[0], c.lookup_misses - self._flushed_lookups[1]
         if touched or self.path is not None:
             with self._db.transaction():
                 self._db.touch(touched)
+                self._db.add_lookups(hits, misses)
                 self._db.prune_changes()
+            self._flushed_lookups = (c.lookup_hits, c.lookup_misses)
         if self.path is not None:
             for k in sorted(self._dirty):
                 if k in self._parts:
@@ -70,10 +76,12 @@ class CachePersistence(CacheRegistry):
     # ================================================================= open / recover
     def _open(self) -> None:
         want = {"schema": SCHEMA_VERSION, "embedder": self.embedder.fingerprint, "dim": str(self.embedder.dim)}
-        have = {k: self._db.get_meta(k) for k in want}
-        if all(v is None for v in have.values()):
-            self._db.set_meta(want)
-        elif have != want:
+        with self._db.transaction():  # read and first write as one: a process opening the same new folder waits
+            have = {k: self._db.get_meta(k) for k in want}
+            if all(v is None for v in have.values()):
+                self._db.set_meta(want)
+                have = want
+        if have != want:
             if self.reembed is None or have["schema"] != want["schema"]:
                 raise ValueError(
                     f"the cache at {self.path} was built with {have}, not {want}; open it with the same embedder, "

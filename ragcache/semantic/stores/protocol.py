@@ -86,10 +86,14 @@ class PutResult:
 
 @dataclass(slots=True)
 class StoreCounters:
-    """Counts a store keeps itself: LRU evictions and TTL expirations it carried out."""
+    """Counts a store keeps itself: LRU evictions and TTL expirations it carried out, and the lookups
+    answered from it (``lookup_hits``) or not (``lookup_misses``), which the cache in front of it counts
+    and a persistent store may add to its folder's totals on flush (``ragcache cache stats``)."""
 
     evictions: int = 0
     expirations: int = 0
+    lookup_hits: int = 0
+    lookup_misses: int = 0
 
 
 @runtime_checkable

@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS entries (
     state TEXT);
 CREATE TABLE IF NOT EXISTS changes (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, entry INTEGER, partition TEXT);
+CREATE TABLE IF NOT EXISTS lookups (
+    name TEXT PRIMARY KEY, hits INTEGER NOT NULL DEFAULT 0, misses INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS entries_partition ON entries(partition);
 CREATE INDEX IF NOT EXISTS partitions_namespace ON partitions(namespace);
 """
@@ -88,6 +90,10 @@ def _row(row: tuple, dim: int) -> EntryRow:
                     None if row[10] is None else json.loads(row[10]))
 
 
+OPEN_LOCK_S = 60.0
+"""Seconds a process waits for another one creating the same answer cache folder."""
+
+
 class CorruptAnswerDBError(ValueError):
     """The answer cache's SQLite file cannot be read (not a database, truncated, locked schema)."""
 
@@ -113,10 +119,28 @@ class SQLiteStore:
             target = ":memory:"
         self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
         try:
-            if directory is not None:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-            self._migrate()
+            if directory is None:
+                self._migrate()
+            else:
+                # Processes opening one new folder at once: switching a new file to WAL and creating the
+                # schema are done by one of them at a time (otherwise one fails with "database is locked").
+                from filelock import FileLock, Timeout
+
+                try:
+                    with FileLock(str(directory / f"{DB_NAME}.open.lock"), timeout=OPEN_LOCK_S):
+                        self._db.execute("PRAGMA journal_mode=WAL")
+                        self._db.execute("PRAGMA synchronous=NORMAL")
+                        self._migrate()
+                except Timeout:
+                    self._db.close()
+                    raise TimeoutError(f"answer cache {target} stayed locked by another process opening it for "
+                                       f"{OPEN_LOCK_S:.0f} s; retry when it is done") from None
+        except sqlite3.OperationalError as e:
+            self._db.close()
+            if "locked" in str(e) or "busy" in str(e):
+                raise TimeoutError(f"answer cache {target} is locked by another process ({e}); retry when it "
+                                   "is done") from None
+            raise CorruptAnswerDBError(target, e) from None
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise CorruptAnswerDBError(target, e) from None
@@ -192,6 +216,13 @@ class SQLiteStore:
         """Persist (id, last access time, hit count) triples (LRU order survives reopen)."""
         self._db.executemany("UPDATE entries SET accessed=?, hits=? WHERE id=?",
                              [(t, h, i) for i, t, h in items])
+
+    def add_lookups(self, hits: int, misses: int) -> None:
+        """Add lookup outcomes to the folder's totals, kept across processes (call inside a transaction)."""
+        if hits or misses:
+            self._db.execute("INSERT INTO lookups(name, hits, misses) VALUES ('all', ?, ?) ON CONFLICT(name) "
+                             "DO UPDATE SET hits = hits + excluded.hits, misses = misses + excluded.misses",
+                             (int(hits), int(misses)))
 
     # ----------------------------------------------------------------- reads
     def partitions(self) -> list[tuple[str, str, list[str]]]:
