@@ -74,8 +74,8 @@ STUDIES: dict[str, Study] = {
                                         "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_settings.json "
                                         "--start 29 --end 50 --threads 1 --no-save "
                                         "--json bench/results/calibration_settings_29-49.json"),
-    "calibration_settings_smollm2": Study("Calibration of the planned settings, all 50 development items (shipped: "
-                                          "licenses nothing)",
+    "calibration_settings_smollm2": Study("Calibration of the planned settings, all 50 development items (licenses "
+                                          "nothing; shipped until plan 2)",
                                           "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
                                           "merge('bench/results/calibration_plan_settings.json', "
                                           "['bench/results/calibration_settings_0-24.json', "
@@ -112,6 +112,24 @@ STUDIES: dict[str, Study] = {
     "eval_settings_121-131": Study("Blend settings against full prefill, evaluation items 121-131", "Local engine",
                                    "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 121 --end 132 "
                                    "--threads 1 --no-save --json bench/results/eval_settings_121-131.json"),
+    "calibration_plan_r40-50_settings": Study("Calibration plan 2 (r = 0.4 / 0.5): the settings, fixed before the run "
+                                              "(input)", "Local engine",
+                                              "ragcache calibrate --plan bench/results/calibration_plan_r40-50_settings.json"),
+    "calibration_r40-50_0-24": Study("Calibration plan 2, items 0-24", "Local engine",
+                                     "ragcache calibrate --plan bench/results/calibration_plan_r40-50_settings.json "
+                                     "--start 0 --end 25 --threads 1 --no-save "
+                                     "--json bench/results/calibration_r40-50_0-24.json"),
+    "calibration_r40-50_25-49": Study("Calibration plan 2, items 25-49", "Local engine",
+                                      "ragcache calibrate --plan bench/results/calibration_plan_r40-50_settings.json "
+                                      "--start 25 --end 50 --threads 1 --no-save "
+                                      "--json bench/results/calibration_r40-50_25-49.json"),
+    "calibration_r40-50_smollm2": Study("Calibration plan 2, all 50 development items (the shipped record)",
+                                        "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
+                                        "merge('bench/results/calibration_plan_r40-50_settings.json', "
+                                        "['bench/results/calibration_r40-50_0-24.json', "
+                                        "'bench/results/calibration_r40-50_25-49.json'], "
+                                        "json_path='bench/results/calibration_r40-50_smollm2.json')\" && "
+                                        "python -m benchmarks.settings_plot bench/results/calibration_r40-50_smollm2.json"),
     "calibration_plan_settings": Study("Calibration plan: the settings, fixed before the run (input)", "Local engine",
                                        "ragcache calibrate --plan bench/results/calibration_plan_settings.json"),
     "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",

@@ -91,7 +91,11 @@ def test_a_record_says_what_it_measured_and_licenses():
                             "best infoflow r=0.3, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95")
     yes = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
                       max_ratio=0.3, prompts=50, settings=rows, setting={"name": "infoflow r=0.3"})
-    assert yes.verdict() == "calibration record (50 prompts, 991 answer tokens, undated): licenses infoflow r=0.3"
+    assert yes.verdict() == ("calibration record (50 prompts, 991 answer tokens, undated): licenses infoflow r=0.3 "
+                             "(pooled top-1 agreement 0.949, lower bound 0.936 >= 0.95)")
+    bare = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+                       max_ratio=0.3, prompts=50, settings=rows, setting={"name": "a setting not in the table"})
+    assert bare.verdict().endswith("licenses a setting not in the table")
     ratios = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
                          max_ratio=0.5, prompts=16, rank_by="infoflow",
                          ratios=[{"r": 0.5, "pooled_top1_agreement": 0.968, "agreement_lower_bound": 0.948,

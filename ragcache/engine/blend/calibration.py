@@ -105,13 +105,18 @@ class Calibration:
     def verdict(self) -> str:
         """One line naming what this record measured and what it licenses, e.g. ``"calibration record
         (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; best infoflow r=0.3
-        prefix-conditioned, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95"``."""
+        prefix-conditioned, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95"``, or the setting
+        licensed with its agreement and lower bound."""
         rows = self.settings or self.ratios
         tokens = rows[0].get("answer_tokens", 0) if rows else 0  # every row pools the same answer tokens
         head = f"calibration record ({self.prompts} prompts, {tokens} answer tokens, {self.created[:10] or 'undated'})"
         if self.blend_allowed:
             what = (self.setting or {}).get("name") or f"r={self.recompute_ratio:g} ({self.rank_by})"
-            return f"{head}: licenses {what}"
+            row = next((r for r in self.settings if r.get("name") == what), None)
+            if row is None:
+                return f"{head}: licenses {what}"
+            return (f"{head}: licenses {what} (pooled top-1 agreement {row['pooled_top1_agreement']:.3f}, lower "
+                    f"bound {row['agreement_lower_bound']:.3f} >= {self.min_agreement:g})")
         if not rows:
             return f"{head}: licenses no blend"
         best = max(rows, key=lambda r: r.get("agreement_lower_bound", 0.0))

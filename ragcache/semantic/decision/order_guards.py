@@ -24,11 +24,16 @@ from ragcache.semantic.text import (
     tokens_match,
 )
 
-SYNONYMS: dict[str, str] = {}
-"""Extra words the substitution guard treats as the same (word -> canonical word), on top of WordNet.
-
-Empty by default: synonyms come from WordNet 3.0 (:mod:`ragcache.semantic.decision.lexicon`). Pass
-``SubstitutionGuard(synonyms={"line": "row"})`` for domain equivalents WordNet lacks."""
+SYNONYMS: dict[str, str] = {
+    "int": "integer", "ints": "integers", "str": "string", "strs": "strings", "repo": "repository",
+    "repos": "repositories", "config": "configuration", "configs": "configurations", "db": "database",
+    "dbs": "databases", "app": "application", "apps": "applications", "info": "information",
+    "dir": "directory", "dirs": "directories", "env": "environment", "envs": "environments",
+}
+"""Extra words the substitution guard treats as the same (word -> canonical word), on top of WordNet:
+by default the short forms of technical words WordNet lacks ("int" / "integer", "repo" / "repository",
+"env" / "environment"), each with one meaning in a question. Pass ``SubstitutionGuard(synonyms={...})``
+for a domain's own equivalents ("line" / "row"), or ``{}`` for WordNet alone."""
 
 
 _SYMMETRIC_JOIN = frozenset({"or", "vs", "versus"})
@@ -50,8 +55,8 @@ def _symmetric(words_: list[str], join: list[str]) -> bool:
 def _content_swap(query: str, candidate: str) -> str | None:
     """Same content words with exactly two of them exchanged ("diesel in a petrol engine" vs
     "petrol in a diesel engine"), whatever the function words around them."""
-    a = [stem(w) for w in content_words(query)]
-    b = [stem(w) for w in content_words(candidate)]
+    a = [stem(SYNONYMS.get(w, w)) for w in content_words(query)]
+    b = [stem(SYNONYMS.get(w, w)) for w in content_words(candidate)]
     if len(a) != len(b) or a == b or sorted(a) != sorted(b):
         return None
     diff = [i for i in range(len(a)) if a[i] != b[i]]
@@ -109,8 +114,8 @@ class DirectionGuard:
         swap = _content_swap(query, candidate)
         if swap is not None:
             return swap
-        a = [w for w in split_words(query) if w not in _ARTICLES]
-        b = [w for w in split_words(candidate) if w not in _ARTICLES]
+        a = [SYNONYMS.get(w, w) for w in split_words(query) if w not in _ARTICLES]  # "int" / "integer": one word
+        b = [SYNONYMS.get(w, w) for w in split_words(candidate) if w not in _ARTICLES]
         if len(a) != len(b) or a == b or sorted(a) != sorted(b):
             return None
         i = 0
