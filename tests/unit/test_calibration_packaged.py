@@ -93,6 +93,17 @@ def test_a_record_says_what_it_measured_and_licenses():
                       max_ratio=0.3, prompts=50, settings=rows, setting={"name": "infoflow r=0.3"})
     assert yes.verdict() == ("calibration record (50 prompts, 991 answer tokens, undated): licenses infoflow r=0.3 "
                              "(pooled top-1 agreement 0.949, lower bound 0.936 >= 0.95)")
+    capped = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
+                         max_ratio=0.5, prompts=50, max_mean_share=0.5,
+                         settings=[{"name": "infoflow r=0.5", "pooled_top1_agreement": 0.96367,
+                                    "agreement_lower_bound": 0.95012, "mean_share": 0.50006, "answer_tokens": 991}])
+    assert capped.verdict().endswith("no setting licensed; best infoflow r=0.5, pooled top-1 agreement 0.964, lower "
+                                     "bound 0.9501 >= 0.95 but mean recomputed share 0.50006 > 0.5")
+    close = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
+                        max_ratio=0.5, prompts=50, max_mean_share=0.5,
+                        settings=[{"name": "r=0.5", "pooled_top1_agreement": 0.963, "agreement_lower_bound": 0.9497,
+                                   "mean_share": 0.5, "answer_tokens": 991}])
+    assert close.verdict().endswith("lower bound 0.9497 < 0.95")
     bare = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
                        max_ratio=0.3, prompts=50, settings=rows, setting={"name": "a setting not in the table"})
     assert bare.verdict().endswith("licenses a setting not in the table")

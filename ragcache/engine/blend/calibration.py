@@ -122,8 +122,16 @@ class Calibration:
         best = max(rows, key=lambda r: r.get("agreement_lower_bound", 0.0))
         name = best.get("name") or f"r={best.get('r', 0):g} ({self.rank_by})"
         bound = best.get("agreement_lower_bound", 0.0)
-        return (f"{head}: no {'setting' if self.settings else 'ratio'} licensed; best {name}, pooled top-1 agreement "
-                f"{best.get('pooled_top1_agreement', 0.0):.3f}, lower bound {bound:.3f} < {self.min_agreement:g}")
+        agreement = f"pooled top-1 agreement {best.get('pooled_top1_agreement', 0.0):.3f}"
+        cap = self.max_mean_share if self.settings else None
+        share = best.get("mean_share")
+        if bound >= self.min_agreement and cap is not None and share is not None and share > cap:
+            # the bound passed: the cost cap refused it (say so, with enough digits to show why)
+            return (f"{head}: no setting licensed; best {name}, {agreement}, lower bound {bound:.4f} >= "
+                    f"{self.min_agreement:g} but mean recomputed share {share:.5f} > {cap:g}")
+        digits = 3 if round(bound, 3) < self.min_agreement else 4  # never "0.950 < 0.95"
+        return (f"{head}: no {'setting' if self.settings else 'ratio'} licensed; best {name}, {agreement}, "
+                f"lower bound {bound:.{digits}f} < {self.min_agreement:g}")
 
     def to_dict(self) -> dict:
         return asdict(self)
