@@ -19,7 +19,8 @@ and its native response to a :class:`~ragcache.backend.BackendResult`, and answe
   ``ttft_s`` = the lookup's time, and finish reason / approximate / recompute ratio from the
   entry's :class:`Provenance` (``answer.provenance``).
 - :func:`cacheable` is the one storage rule: non-empty text that ended with ``stop``, or ``length``
-  under ``cache_truncated`` (the budget is in the partition and the entry: served to the same budget only).
+  under ``cache_truncated`` (the budget is in the partition and the entry: served to the same budget only),
+  and never a mere echo of the question.
 - Entries hold :meth:`Provenance.to_json` under :data:`PROVENANCE_KEY`; :meth:`Provenance.from_metadata`
   also reads what earlier releases stored (the pipeline's and the proxy's flat keys, LangChain's generations).
 
@@ -44,16 +45,24 @@ if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey
 
 
-def cacheable(result: BackendResult, *, cache_truncated: bool = False) -> bool:
+def cacheable(result: BackendResult, *, cache_truncated: bool = False, question: str | None = None) -> bool:
     """Whether an answer may be stored: non-empty text that ended normally (``stop``), or was cut at
     its token budget (``length``) when ``cache_truncated`` (the entry point's budget rule: the budget
     is in the partition and the entry, so it is served only to a request with the same budget).
     Never an answer that ended any other way (content filter, tool call, pause, refusal, context
-    window, a cut stream, an error). The one rule of every entry point."""
+    window, a cut stream, an error), nor one that only repeats ``question`` (a small model's echo is
+    no answer, and stored it would be served to every repeat). The one rule of every entry point."""
     if not isinstance(result, BackendResult):
         raise TypeError(f"cacheable needs a BackendResult, got {type(result).__name__}")
+    if question is not None and _plain(result.text) == _plain(question):
+        return False
     return bool(result.text.strip()) and (result.finish_reason == "stop" or
                                           (result.finish_reason == "length" and bool(cache_truncated)))
+
+
+def _plain(text: str) -> str:
+    """Letters and digits only, case-folded: "Hi, is X on? Thanks!" and "hi is x on thanks" are one text."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
 
 
 def _parameters(fn: Any) -> Any:
@@ -97,9 +106,9 @@ class AnswerPath:
         self.ttl_s = ttl_s
 
     # -- the rule ---------------------------------------------------------------------------------
-    def cacheable(self, result: BackendResult) -> bool:
-        """:func:`cacheable` with this path's ``cache_truncated``."""
-        return cacheable(result, cache_truncated=self.cache_truncated)
+    def cacheable(self, result: BackendResult, *, question: str | None = None) -> bool:
+        """:func:`cacheable` with this path's ``cache_truncated`` (and the request's ``question``: no echo)."""
+        return cacheable(result, cache_truncated=self.cache_truncated, question=question)
 
     # -- lookup / store ---------------------------------------------------------------------------
     def lookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
@@ -150,7 +159,7 @@ class AnswerPath:
                metadata: Mapping[str, Any] | None = None) -> Answer:
         """Store ``result`` when :meth:`cacheable` (with its :class:`Provenance` under
         :data:`PROVENANCE_KEY`, its finish reason, budget and length) and return its :class:`Answer`."""
-        if self.semantic is not None and partition is not None and self.cacheable(result):
+        if self.semantic is not None and partition is not None and self.cacheable(result, question=question):
             meta = {**dict(metadata or {}), PROVENANCE_KEY: Provenance.of(result, model=model).to_json()}
             self.semantic.store(question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
                                 finish_reason=result.finish_reason, max_tokens=max_tokens,

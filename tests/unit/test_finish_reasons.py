@@ -234,3 +234,29 @@ def test_every_native_value_maps_to_a_finish_reason_and_only_a_normal_end_is_sto
     assert {k for k, v in ANTHROPIC.items() if v == "stop"} == {"end_turn", "stop_sequence"}
     for bad in (None, "", "STOP", 3, "end"):
         assert openai_finish(bad) == "incomplete" and anthropic_finish(bad) == "incomplete"
+
+
+@pytest.mark.parametrize("echo", [
+    "Hi team, could you tell me on which days production deploys happen this week? Thanks!",
+    "hi team could you tell me on which days production deploys happen this week thanks",
+    "  HI TEAM, COULD YOU TELL ME ON WHICH DAYS PRODUCTION DEPLOYS HAPPEN THIS WEEK? THANKS!  ",
+])
+def test_an_answer_that_only_repeats_the_question_is_not_stored(echo):
+    """A small model sometimes answers with the question itself; stored, that echo would be served to
+    every repeat. Every entry point stores through AnswerPath.record, which passes the question."""
+    from ragcache.answering import AnswerPath, cacheable
+    from ragcache.backend import BackendResult, CacheUsage
+    from ragcache.semantic import SemanticCache, partition_key
+    from ragcache.testing import HashingEmbedder
+
+    q = "Hi team, could you tell me on which days production deploys happen this week? Thanks!"
+    r = BackendResult(echo, "model", CacheUsage.local(prompt_tokens=5), finish_reason="stop")
+    assert not cacheable(r, question=q) and cacheable(r)  # without the question, nothing to compare
+    real = BackendResult("Production deploys happen on Wednesdays.", "model", CacheUsage.local(prompt_tokens=5),
+                         finish_reason="stop")
+    assert cacheable(real, question=q)
+    pk = partition_key(namespace="n", model="m")
+    with SemanticCache(embedder=HashingEmbedder()) as c:
+        path = AnswerPath(c)
+        assert path.run(q, pk, lambda: r).text == echo  # the caller still gets what the model said
+        assert len(c) == 0 and path.run(q, pk, lambda: real).text == real.text and len(c) == 1
