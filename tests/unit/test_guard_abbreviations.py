@@ -18,6 +18,8 @@ SAME = [
     ("Where is the config file of the app?", "Where is the configuration file of the application?"),
     ("How do I list the files in a dir?", "How do I list the files in a directory?"),
     ("Where do I find the app info page?", "Where do I find the application information page?"),
+    ("How do I change the language of the app?", "How can I change the app language?"),  # a compound rewrite
+    ("How do I change the language of the app?", "How can I change the application language?"),
 ]
 DIFFERENT = [
     ("direction", "How do I convert an int to a str?", "How do I convert a string to an integer?"),

@@ -68,10 +68,16 @@ def _content_swap(query: str, candidate: str) -> str | None:
     return None
 
 
+def _stems(ws: list[str]) -> list[str]:
+    """Stems of ``ws`` with short forms read as the words they stand for (:data:`SYNONYMS`), as
+    :func:`_content_swap` compares them."""
+    return [stem(SYNONYMS.get(w, w)) for w in ws]
+
+
 def _joined_symmetrically(text: str, x: str, y: str) -> bool:
     """Whether the content words ``x`` and ``y`` (stemmed) are two alternatives joined in ``text``."""
     ws = split_words(text)
-    st = [stem(w) for w in ws]
+    st = _stems(ws)
     if x not in st or y not in st:
         return False
     i, j = sorted((st.index(x), st.index(y)))
@@ -85,7 +91,7 @@ def _compound_rewrite(query: str, candidate: str, x: str, y: str) -> bool:
     """"the language of the app" / "the app language": one side joins the two words with "of" (or
     "for"), the other puts them side by side in the other order, as a compound: a rewording."""
     for p, q in ((query, candidate), (candidate, query)):
-        wp, wq = [stem(w) for w in split_words(p)], [stem(w) for w in split_words(q)]
+        wp, wq = _stems(split_words(p)), _stems(split_words(q))
         for u, v in ((x, y), (y, x)):
             if u in wp and v in wp and (v, u) in set(itertools.pairwise(wq)):
                 i, j = wp.index(u), wp.index(v)
