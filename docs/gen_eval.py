@@ -130,6 +130,21 @@ STUDIES: dict[str, Study] = {
                                         "'bench/results/calibration_r40-50_25-49.json'], "
                                         "json_path='bench/results/calibration_r40-50_smollm2.json')\" && "
                                         "python -m benchmarks.settings_plot bench/results/calibration_r40-50_smollm2.json"),
+    "eval_settings_plan_r40-50": Study("Plan 2's settings on evaluation items 110-131: the settings (input)",
+                                       "Local engine",
+                                       "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --no-save"),
+    "eval_r40-50_110-120": Study("Plan 2's settings against full prefill, evaluation items 110-120", "Local engine",
+                                 "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --start 110 "
+                                 "--end 121 --threads 1 --no-save --json bench/results/eval_r40-50_110-120.json"),
+    "eval_r40-50_121-131": Study("Plan 2's settings against full prefill, evaluation items 121-131", "Local engine",
+                                 "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --start 121 "
+                                 "--end 132 --threads 1 --no-save --json bench/results/eval_r40-50_121-131.json"),
+    "eval_r40-50_110-131": Study("Plan 2's settings against full prefill, evaluation items 110-131 (merged)",
+                                 "Local engine", "python -c \"from ragcache.app.calibrate_settings import merge; "
+                                 "merge('bench/results/eval_settings_plan_r40-50.json', "
+                                 "['bench/results/eval_r40-50_110-120.json', 'bench/results/eval_r40-50_121-131.json'], "
+                                 "json_path='bench/results/eval_r40-50_110-131.json')\" && "
+                                 "python -m benchmarks.settings_plot bench/results/eval_r40-50_110-131.json"),
     "calibration_plan_settings": Study("Calibration plan: the settings, fixed before the run (input)", "Local engine",
                                        "ragcache calibrate --plan bench/results/calibration_plan_settings.json"),
     "calibration_smollm2_cacheblend": Study("Calibration with CacheBlend's rule", "Local engine",
