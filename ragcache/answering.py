@@ -145,14 +145,14 @@ class AnswerPath:
 
     def _alooks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
                 t0: float) -> Callable[[], Awaitable[Answer | None]]:
-        """Async :meth:`_looks`."""
-        first = [True]
+        """Async :meth:`_looks` (the same lookup, and the same counting, in a worker thread)."""
+        import asyncio  # lazily: the sync hit path never needs it
 
-        async def look() -> Answer | None:
-            count, first[0] = first[0], False
-            return await self.alookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0,
-                                      count=count)
-        return look
+        look = self._looks(question, partition, max_tokens, threshold, t0)
+
+        async def alook() -> Answer | None:
+            return await asyncio.to_thread(look)
+        return alook
 
     def record(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
                max_tokens: int | None = None, model: str | None = None, started: float | None = None,

@@ -12,6 +12,7 @@ library itself (the pattern of ``langchain-tests``).
   Equal texts get equal vectors and similar spellings get similar vectors; meaning is
   not modelled. Use it where a test is about the cache's bookkeeping (persistence,
   concurrency, eviction), not about which paraphrases hit.
+* :func:`run_in_threads`: call a function in several threads released together, for races.
 """
 
 
@@ -19,11 +20,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ragcache.models import LoadedModel, ModelFingerprint, embedded_model_dir
+
+
+T = TypeVar("T")
+
+
+def run_in_threads(fn: Callable[[], T], n: int) -> tuple[list[T], list[BaseException]]:
+    """Call ``fn`` in ``n`` threads released together (a barrier); wait for all of them.
+
+    Returns:
+        ``(results, errors)``: what the calls returned and what they raised, each in finishing order.
+    """
+    start = threading.Barrier(n)
+    results: list[T] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            start.wait()
+            results.append(fn())
+        except BaseException as e:  # noqa: BLE001 - returned to the caller, who asserts on it
+            errors.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors
 
 
 class HashingEmbedder:

@@ -46,6 +46,7 @@ import pytest
 
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage
+from ragcache.testing import run_in_threads
 
 
 class ScriptedBackend:
@@ -132,20 +133,7 @@ class AnswerPathContract:
     def test_eight_concurrent_identical_misses_make_one_call(self, make_entry: Factory) -> None:
         backend = ScriptedBackend(delay_s=0.5)
         entry = make_entry(backend)
-        out: list[Answer] = []
-        errors: list[BaseException] = []
-
-        def one() -> None:
-            try:
-                out.append(entry.ask(QUESTION))
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=one) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out, errors = run_in_threads(lambda: entry.ask(QUESTION), 8)
         assert not errors, errors
         assert backend.calls == 1, f"{entry.name}: {backend.calls} backend calls for 8 identical misses"
         assert sorted(a.layer == "semantic" for a in out) == [False] + [True] * 7

@@ -179,23 +179,16 @@ def test_many_openers_of_a_new_folder_all_succeed(tmp_path):
     a corrupt file). Threads stand for processes: each has its own SQLite connection and file lock."""
     import threading
 
+    from ragcache.testing import run_in_threads
+
     for trial in range(8):
         folder = tmp_path / f"c{trial}"
-        start, errors = threading.Barrier(4), []
 
-        def open_one(folder=folder, start=start, errors=errors):
-            try:
-                start.wait()
-                with SemanticCache(folder, embedder=HashingEmbedder(), threshold=0.95) as c:
-                    c.store(f"question {threading.get_ident()}", "a", partition=PK)
-            except BaseException as e:  # noqa: BLE001 - collected and asserted below
-                errors.append(e)
+        def open_one(folder=folder):
+            with SemanticCache(folder, embedder=HashingEmbedder(), threshold=0.95) as c:
+                c.store(f"question {threading.get_ident()}", "a", partition=PK)
 
-        threads = [threading.Thread(target=open_one) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _, errors = run_in_threads(open_one, 4)
         assert errors == [], errors
         with SemanticCache(folder, embedder=HashingEmbedder(), threshold=0.95) as c:
             assert len(c) == 4

@@ -55,8 +55,7 @@ def _symmetric(words_: list[str], join: list[str]) -> bool:
 def _content_swap(query: str, candidate: str) -> str | None:
     """Same content words with exactly two of them exchanged ("diesel in a petrol engine" vs
     "petrol in a diesel engine"), whatever the function words around them."""
-    a = [stem(SYNONYMS.get(w, w)) for w in content_words(query)]
-    b = [stem(SYNONYMS.get(w, w)) for w in content_words(candidate)]
+    a, b = _stems(content_words(query)), _stems(content_words(candidate))
     if len(a) != len(b) or a == b or sorted(a) != sorted(b):
         return None
     diff = [i for i in range(len(a)) if a[i] != b[i]]

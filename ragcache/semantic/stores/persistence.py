@@ -58,14 +58,13 @@ class CachePersistence(CacheRegistry):
         with self._touch_lock:
             touched = [(i, t, self._entries[i].hits) for i, t in self._touched.items() if i in self._entries]
             self._touched.clear()
-        c = self.counters
-        hits, misses = c.lookup_hits - self._flushed_lookups[0], c.lookup_misses - self._flushed_lookups[1]
+        now = (self.counters.lookup_hits, self.counters.lookup_misses)  # read once: lookups go on meanwhile
         if touched or self.path is not None:
             with self._db.transaction():
                 self._db.touch(touched)
-                self._db.add_lookups(hits, misses)
+                self._db.add_lookups(now[0] - self._flushed_lookups[0], now[1] - self._flushed_lookups[1])
                 self._db.prune_changes()
-            self._flushed_lookups = (c.lookup_hits, c.lookup_misses)
+            self._flushed_lookups = now
         if self.path is not None:
             for k in sorted(self._dirty):
                 if k in self._parts:
