@@ -198,7 +198,7 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
 
 
 @cache_app.command()
-def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) or a chunk key."),
+def show(entry: str = typer.Argument(..., metavar="ENTRY", help="An answer id (from `cache ls`) or a chunk key."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Everything stored for one answer or one chunk KV file."""
     cfg = _cfg()
@@ -229,7 +229,7 @@ def show(entry: str = typer.Argument(..., help="An answer id (from `cache ls`) o
 
 
 @cache_app.command()
-def invalidate(document: str = typer.Argument(..., help="A document file (its chunks), a chunk id such as "
+def invalidate(document: str = typer.Argument(..., metavar="DOCUMENT", help="A document file (its chunks), a chunk id such as "
                                                "notes.md#0, a content hash, or the document text."),
                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Drop every stored answer built from a document (the next question about it goes to the model)."""

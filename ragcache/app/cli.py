@@ -86,7 +86,7 @@ def demo(
 
 @app.command()
 def ask(
-    question: str = typer.Argument(..., help="The question (quote it), or - to read it from stdin."),
+    question: str = typer.Argument(..., metavar="QUESTION", help="The question (quote it), or - to read it from stdin."),
     docs: str = typer.Option(..., "--docs", help="Folder (or one file) of .txt / .md notes to answer from."),
     model: Optional[str] = typer.Option(None, help=f"LLM folder or cached HF id (default {default_help('model')})."),
     embedder: Optional[str] = typer.Option(None, help=f"Embedder folder or id (default {default_help('embedder')})."),
@@ -169,7 +169,7 @@ def serve(
 
 @app.command()
 def lint(
-    path: str = typer.Argument(..., help="JSON request (messages.create kwargs) or a messages list."),
+    path: str = typer.Argument(..., metavar="PATH", help="JSON request (messages.create kwargs) or a messages list."),
     against: Optional[str] = typer.Option(None, help="A second render: report the first token where they diverge."),
 ) -> None:
     """Find volatile text (dates, ids, counters) inside stable prompt segments."""
