@@ -133,6 +133,9 @@ STUDIES: dict[str, Study] = {
     "eval_settings_plan_r40-50": Study("Plan 2's settings on evaluation items 110-131: the settings (input)",
                                        "Local engine",
                                        "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --no-save"),
+    "blend_ties_dev": Study("Where the blend's disagreements fall: agreement by the reference's top-1 margin, "
+                            "development items 0-24", "Local engine",
+                            "ragcache bench blend-ties --start 0 --end 25 --ratios 0.3,0.5,0.8 --threads 1"),
     "eval_r40-50_110-120": Study("Plan 2's settings against full prefill, evaluation items 110-120", "Local engine",
                                  "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --start 110 "
                                  "--end 121 --threads 1 --no-save --json bench/results/eval_r40-50_110-120.json"),

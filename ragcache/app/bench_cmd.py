@@ -149,6 +149,22 @@ def bench_blend_variants(
               names=[v.strip() for v in variants.split(";") if v.strip()] or None)
 
 
+@bench_app.command("blend-ties")
+def bench_blend_ties(
+    data: Optional[str] = musique_option(),
+    start: int = typer.Option(0, help="First item (development items 0-49 only)."),
+    end: int = typer.Option(25, help="One past the last item (<= 50)."),
+    ratios: str = typer.Option("0.3,0.5", help="Comma-separated recompute ratios (infoflow, prefix-conditioned chunks)."),
+    answer_tokens: int = typer.Option(32, min=1, help="Teacher-forced answer length (tokens)."),
+    threads: Optional[int] = typer.Option(None, help="torch threads (default: torch's)."),
+    json_path: str = json_option("blend_ties_dev"),
+    plot_path: str = plot_option("blend_ties_dev"),
+) -> None:
+    """Where a blend's top-1 disagreements fall: agreement by the full prefill's top-1 margin (near ties)."""
+    run_bench("blend_ties", data=musique(data), start=start, end=end, ratios=ratios, answer_tokens=answer_tokens,
+              threads=threads, json_path=json_path, plot_path=plot_path, console=console)
+
+
 @bench_app.command("blend-peer")
 def bench_blend_peer(
     data: Optional[str] = musique_option(),

@@ -102,9 +102,15 @@ def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
         tokens = f"sim {a.similarity:.3f}"
     elif backend == "local":
         d = a.details
-        docs = f", docs {d.get('docs_hit', 0)}/{d.get('docs_hit', 0) + d.get('docs_missed', 0)}" if d.get("docs_hit", 0) + d.get("docs_missed", 0) else ""
-        approx = f", blended r={a.recompute_ratio:.2f}" if a.approximate and a.recompute_ratio is not None else ""
-        tokens = f"{a.tokens_reused}/{a.prompt_tokens}{docs}{approx}"
+        hit, total = d.get("docs_hit", 0), d.get("docs_hit", 0) + d.get("docs_missed", 0)
+        if a.approximate:  # chunk KV reused at reordered positions: say so, with the setting
+            r = f" r={a.recompute_ratio:.2f}" if a.recompute_ratio is not None else ""
+            docs = f", docs {hit}/{total} reused (blended{r}, approximate)"
+        elif hit:  # found in the chunk cache but prefilled exactly (no licensed blend): not reuse
+            docs = f", docs {hit}/{total} cached, prefilled exactly"
+        else:
+            docs = ""
+        tokens = f"{a.tokens_reused}/{a.prompt_tokens}{docs}"
     else:
         u = a.usage
         tokens = f"w {u.cache_write} r {u.cache_read} ${u.cost_usd or 0:.4f}"

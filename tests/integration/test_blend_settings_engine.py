@@ -133,3 +133,21 @@ def test_embedded_model_end_to_end_at_the_packaged_setting():
         assert not st.approximate and st.blend_setting is None and "calibration" in st.reuse_decision
     else:
         assert st.approximate and st.blend_setting == setting.name
+
+
+def test_token_detail_names_the_reference_margins_and_the_flipped_positions(lm):
+    from ragcache.engine.blend.setting import measure_settings
+
+    settings = [BlendSetting(recompute_ratio=1.0, chunk_context="prefix"),
+                BlendSetting(recompute_ratio=0.0, chunk_context="sink")]
+    prompts = [messages(question=q) for q in ("Where is Paris?", "Where did the cat sit?", "What do rivers carry?")]
+    out = measure_settings(engine(lm, calibration=False), prompts, settings, answer_tokens=6, token_detail=True)
+    plain = measure_settings(engine(lm, calibration=False), prompts[:1], settings[:1], answer_tokens=6)
+    assert "ref_margin" not in plain[0]["per_prompt"][0] and "mismatch" not in plain[0]["per_prompt"][0]
+    for full, reused in zip(out[0]["per_prompt"], out[1]["per_prompt"], strict=True):
+        n = full["answer_tokens"]
+        assert len(full["ref_margin"]) == n and all(m >= 0 for m in full["ref_margin"])
+        assert full["ref_margin"] == reused["ref_margin"]  # one reference per prompt
+        assert full["mismatch"] == [] and full["top1_agreement"] == 1.0  # full budget == full prefill
+        assert all(0 <= t < n for t in reused["mismatch"])
+        assert len(reused["mismatch"]) == round((1 - reused["top1_agreement"]) * n)

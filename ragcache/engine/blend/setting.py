@@ -189,7 +189,8 @@ def _prefix_cache(model: Any, ids: Sequence[int], p: int) -> Any:
 @torch.inference_mode()
 def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[BlendSetting], *,
                      answer_tokens: int = 32, progress: Callable[[str], None] | None = None,
-                     checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0) -> list[dict]:
+                     checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
+                     token_detail: bool = False) -> list[dict]:
     """Teacher-forced fidelity, recomputed share and CPU time of each setting on each prompt.
 
     For each prompt: a full prefill (CPU seconds timed) gives the reference greedy answer (up to
@@ -199,7 +200,10 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
     seconds, ranking pass included) and its forced logits compared with the reference.
 
     ``checkpoint`` is called with the results so far after every prompt (a long run keeps what it
-    measured); ``first_index`` numbers the prompts (e.g. the first data item).
+    measured); ``first_index`` numbers the prompts (e.g. the first data item). ``token_detail``
+    adds, per prompt, ``ref_margin`` (the full prefill's top-1 minus top-2 logit at each answer
+    position; a small margin is a near tie that any change to the KV can flip) and ``mismatch`` (the
+    answer positions where the setting's top-1 differs from the reference token).
 
     Returns:
         One dict per setting: ``{"setting", "per_prompt": [{"prompt", "prompt_tokens",
@@ -230,6 +234,9 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
         if not spans:
             raise ValueError(f"prompt {i} has no document piece: the blend needs RAG prompts with documents")
         answer, reference, full_cpu, _ = reference_answer(engine, ids, answer_tokens)
+        if token_detail:
+            top2 = reference.float().topk(2, dim=-1).values
+            margins = [round(float(m), 4) for m in (top2[:, 0] - top2[:, 1])]
         p = stable_prefix_len(spans)
         prefix_tensors = kv.cache_tensors(_prefix_cache(model, ids, p)) if p else None
         chunks: dict[str, list] = {}
@@ -247,10 +254,13 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
             blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
             agree, kl = fidelity(reference, blended, answer)
             share = 1.0 if res.exact else res.tokens_recomputed / max(n_doc, 1)
-            out[j]["per_prompt"].append({"prompt": first_index + i, "prompt_tokens": n, "doc_tokens": n_doc,
-                                         "answer_tokens": len(answer), "top1_agreement": agree, "mean_kl": kl,
-                                         "share": share, "exact": bool(res.exact), "cpu_s": cpu,
-                                         "full_cpu_s": full_cpu})
+            row = {"prompt": first_index + i, "prompt_tokens": n, "doc_tokens": n_doc, "answer_tokens": len(answer),
+                   "top1_agreement": agree, "mean_kl": kl, "share": share, "exact": bool(res.exact), "cpu_s": cpu,
+                   "full_cpu_s": full_cpu}
+            if token_detail:
+                got = blended.argmax(-1).tolist()
+                row |= {"ref_margin": margins, "mismatch": [t for t, a in enumerate(answer) if int(got[t]) != int(a)]}
+            out[j]["per_prompt"].append(row)
             say(f"prompt {first_index + i} ({n} tokens) {setting.name}: agreement {agree:.3f}, KL {kl:.4f}, share {share:.3f}, "
                 f"CPU {cpu:.2f}s vs full {full_cpu:.2f}s")
         if checkpoint is not None:
