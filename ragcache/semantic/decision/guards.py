@@ -22,9 +22,9 @@ Guards, in the order they run (the first failing one names the reason):
 - ``direction``: the same words with two spans swapped around a connective
   ("from Boston to Denver" vs "from Denver to Boston") change the direction;
   moving a whole clause ("Using pandas, how ..." vs "How ... using pandas") does not.
-- ``bound``, ``complement``, ``relative_time``, ``symbol``: a quantifier or bound ("at most",
-  "per day"), a complement ("outside", "without"), a time relative to now ("next week") or a
-  code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
+- ``bound``, ``complement``, ``relative_time``, ``modality``, ``symbol``: a quantifier or bound ("at most",
+  "per day"), a complement ("outside", "without"), a time relative to now ("next week"), permission
+  against obligation ("can I" / "must I") or a code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
   that differs (:mod:`ragcache.semantic.decision.meaning_guards`).
 - ``substitution``: when most content words are shared, a content word replaced
   (disk -> memory, pandas -> polars) or a modifier inserted between two shared
@@ -48,6 +48,7 @@ from ragcache.semantic.decision.lexicon import lexicon
 from ragcache.semantic.decision.meaning_guards import (
     BoundGuard,
     ComplementGuard,
+    ModalityGuard,
     RelativeTimeGuard,
     SymbolGuard,
 )
@@ -80,6 +81,7 @@ GUARD_REASONS: tuple[str, ...] = (
     "bound",
     "complement",
     "relative_time",
+    "modality",
     "symbol",
     "substitution",
     "verifier",
@@ -87,7 +89,7 @@ GUARD_REASONS: tuple[str, ...] = (
 """Every rejection reason a default :class:`GuardSet` can report."""
 
 DIFFERENT_QUESTION: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
-                                       "direction", "bound", "complement", "relative_time", "symbol")
+                                       "direction", "bound", "complement", "relative_time", "modality", "symbol")
 """The guards whose finding marks a different question (a number, a negation, a bound, a symbol ...
 that changes what a correct answer is). The one list: the learned verifier refuses outright on each
 of them (its hard vetoes), so it only adds hits the guards refuse for being too strict. Not in it:
@@ -172,9 +174,21 @@ def _number_units(text: str) -> list[tuple[str, str]]:
     return out
 
 
+_MERIDIEM = re.compile(r"\d\s*(?:(a\.?\s?m\b\.?)|(p\.?\s?m\b\.?)|(in\s+the\s+morning\b)|"
+                       r"(in\s+the\s+(?:afternoon|evening)\b|at\s+night\b|tonight\b))", re.IGNORECASE)
+
+
+def meridiems(text: str) -> list[str]:
+    """``"am"`` / ``"pm"`` for each clock time that says which half of the day, in order ("10 am", "10pm",
+    "9 a.m.", "9 in the morning", "7 in the evening"). "10 am" and "10 pm" share their number, so the
+    number check alone would pass them."""
+    return ["am" if m.group(1) or m.group(3) else "pm" for m in _MERIDIEM.finditer(text)]
+
+
 @dataclass(slots=True)
 class NumberGuard:
-    """Numbers (and ``$``/``%`` amounts, versions, years) must be equal, in order.
+    """Numbers (and ``$``/``%`` amounts, versions, years) must be equal, in order, and a clock time's
+    half of the day with them ("10 am" / "10 pm", :func:`meridiems`).
 
     Equal as multisets is not enough: "bucket 1-2" and "bucket 2-1" (cosine 0.99) name different
     buckets. The same numbers in another order pass only when each is tied to its own word and
@@ -186,6 +200,9 @@ class NumberGuard:
 
     def check(self, query: str, candidate: str) -> str | None:
         a, b = _number_units(query), _number_units(candidate)
+        ma, mb = meridiems(query), meridiems(candidate)
+        if ma != mb:
+            return f"times of day {ma} vs {mb}"
         if [v for v, _ in a] == [v for v, _ in b]:
             return None
         if sorted(v for v, _ in a) != sorted(v for v, _ in b):
@@ -360,7 +377,7 @@ class GuardSet:
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
                 disable: Iterable[str] = ()) -> GuardSet:
         gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), QuestionFocusGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
-                           DirectionGuard(), BoundGuard(), ComplementGuard(), RelativeTimeGuard(), SymbolGuard(),
+                           DirectionGuard(), BoundGuard(), ComplementGuard(), RelativeTimeGuard(), ModalityGuard(), SymbolGuard(),
                            SubstitutionGuard()]
         if verifier is not None:
             gs.append(VerifierGuard(verifier))

@@ -1,4 +1,4 @@
-"""Guards for differences that words alone miss: symbols and case, bounds, complements, relative times.
+"""Guards for differences that words alone miss: symbols and case, bounds, complements, relative times, modality.
 
 Part of :mod:`ragcache.semantic.decision.guards` (which re-exports them and documents the guard order).
 Each names a reason when the two questions ask different things:
@@ -12,6 +12,12 @@ Each names a reason when the two questions ask different things:
   "except", "other than" ...) on one side more often than on the other ("in Europe" / "outside Europe").
 - ``relative_time``: a time relative to now ("this" / "next" / "last" week, month, quarter, year;
   "today" / "tomorrow" / "yesterday"; "tonight") that points elsewhere or is on one side only.
+- ``modality``: permission or possibility ("can", "may", "allowed to", "is it possible to") against
+  obligation or advice ("must", "have to", "need to", "required", "should"): "Can I return a bike
+  within 30 days?" asks what is allowed, "Must I ...?" what is required. Only when both questions
+  carry a modal; the modal of a "how", "where" or "what ... do" question ("how can I" / "how should I",
+  "what can I do" / "what should I do") is a way of asking, and a
+  request to the assistant ("can you tell me", "could you help") is politeness, not permission.
 - ``symbol``: code-like spans (format codes ``%Y``, flags ``-v``, ``$HOME``, operators ``10 / 2``,
   slices ``a[1:]``) must be equal, case and symbols included; and a word written in both questions
   in two cases differs when case carries meaning: a single letter (a constant ``G`` / ``g``), a
@@ -20,7 +26,7 @@ Each names a reason when the two questions ask different things:
   "API", "paris" / "Paris"), a capital that only starts a sentence, and a question written wholly
   in capitals (no case information) pass.
 
-All four are lexical rules (tables below), symmetric and pure; like the other guards they prefer a
+All five are lexical rules (tables below), symmetric and pure; like the other guards they prefer a
 miss to a wrong answer.
 """
 
@@ -147,6 +153,45 @@ class RelativeTimeGuard:
         return None if a == b else f"relative time {sorted(a)} vs {sorted(b)}"
 
 
+# --------------------------------------------------------------------------- modality
+
+_MODALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(?:can|cannot|can't|cant|could|couldn't|couldnt|may|might|able\s+to|unable\s+to|allowed|"
+                r"permitted|permissible|possible|eligible|ok\s+to|okay\s+to|fine\s+to)\b"), "permission"),
+    (re.compile(r"\b(?:must|mustn't|mustnt|ha(?:ve|s|d)\s+to|needs?\s+to|(?:do|does|did)\s+\w+\s+need|required|requires?|"
+                r"mandatory|compulsory|obliged|obligated|necessary|should|shouldn't|shouldnt|ought\s+to|"
+                r"supposed\s+to|expected\s+to)\b"), "obligation"),
+)
+_POLITE = re.compile(r"\b(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?(?:help|tell|explain|show|give|list|"
+                     r"describe|summari[sz]e|check|find|walk|point|let|clarify|share|send|provide)\b")
+_WAY_OF_ASKING = re.compile(r"\s*(?:how|where)\b|\s*what\s+(?:\w+\s+){1,3}do\b")
+"""Questions whose modal is a way of asking: "how can I / how should I", "where can I / where should I
+learn X", "what can I do / what should I do / what do I need to do"."""
+_MONTH_MAY = re.compile(r"(?<!^)(?<![.?!]\s)\bMay\b")
+
+
+def modalities(text: str) -> set[str]:
+    """The modal kinds of a question: ``{"permission", "obligation"}`` or a part of it (empty for a
+    "how", "where" or "what ... do" question, whose modal is a way of asking; "can you tell me" and
+    "May" the month are not modals; "need" is one only as "need to" or "do I need")."""
+    t = _MONTH_MAY.sub(" ", text.strip())
+    low = _POLITE.sub(" ", t.lower())
+    if _WAY_OF_ASKING.match(low):
+        return set()
+    return {kind for pattern, kind in _MODALS if pattern.search(low)}
+
+
+@dataclass(slots=True)
+class ModalityGuard:
+    """Permission against obligation ("Can I ...?" / "Must I ...?"), when both questions carry a modal."""
+
+    name: str = "modality"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = modalities(query), modalities(candidate)
+        return None if not a or not b or a == b else f"modality {sorted(a)} vs {sorted(b)}"
+
+
 # --------------------------------------------------------------------------- symbols and case
 
 _EDGE_L = "\"'(“‘«"
@@ -247,5 +292,5 @@ class SymbolGuard:
         return None
 
 
-__all__ = ["BoundGuard", "ComplementGuard", "RelativeTimeGuard", "SymbolGuard", "bounds", "code_spans", "complements",
-           "relative_times"]
+__all__ = ["BoundGuard", "ComplementGuard", "ModalityGuard", "RelativeTimeGuard", "SymbolGuard", "bounds", "code_spans", "complements",
+           "modalities", "relative_times"]

@@ -52,9 +52,14 @@ def _symmetric(words_: list[str], join: list[str]) -> bool:
     return join[0] in _SYMMETRIC_JOIN or (join[0] == "and" and bool(_SYMMETRIC_FRAME & set(words_)))
 
 
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+
+
 def _content_swap(query: str, candidate: str) -> str | None:
     """Same content words with exactly two of them exchanged ("diesel in a petrol engine" vs
-    "petrol in a diesel engine"), whatever the function words around them."""
+    "petrol in a diesel engine", "Is Alice Bob's manager?" vs "Is Bob Alice's manager?"), whatever
+    the function words around them; a possessive ``'s`` does not make another word."""
+    query, candidate = _POSSESSIVE.sub("", query), _POSSESSIVE.sub("", candidate)
     a, b = _stems(content_words(query)), _stems(content_words(candidate))
     if len(a) != len(b) or a == b or sorted(a) != sorted(b):
         return None
@@ -62,9 +67,26 @@ def _content_swap(query: str, candidate: str) -> str | None:
     if len(diff) == 2:
         i, j = diff
         if a[i] == b[j] and a[j] == b[i] and not _compound_rewrite(query, candidate, a[i], a[j]) \
-                and not _joined_symmetrically(query, a[i], a[j]):
+                and not _joined_symmetrically(query, a[i], a[j]) and not _phrases_moved(query, candidate, a[i], a[j]):
             return f"swapped {a[i]!r} and {a[j]!r}"
     return None
+
+
+_PREPOSITIONS = frozenset({"to", "from", "into", "onto", "in", "on", "at", "for", "with", "by", "via", "through",
+                           "towards", "toward", "before", "after", "under", "over"})
+
+
+def _phrases_moved(query: str, candidate: str, x: str, y: str) -> bool:
+    """"get from the station to the office" / "get to the office from the station": each of the two
+    words keeps its own preposition, and the prepositions differ, so whole phrases moved; nothing swapped."""
+    def prep(text: str, w: str) -> str:
+        ws = [t for t in split_words(text) if t not in _ARTICLES]
+        st = _stems(ws)
+        i = st.index(w)
+        return ws[i - 1] if i and ws[i - 1] in _PREPOSITIONS else ""
+
+    px, py = prep(query, x), prep(query, y)
+    return bool(px and py and px != py and prep(candidate, x) == px and prep(candidate, y) == py)
 
 
 def _stems(ws: list[str]) -> list[str]:
@@ -101,6 +123,62 @@ def _compound_rewrite(query: str, candidate: str, x: str, y: str) -> bool:
 
 _ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "their", "his", "her", "its"})
 
+_AUX = frozenset({"do", "does", "did", "will", "would", "should", "can", "could", "must", "shall", "may", "might",
+                  "has", "have", "had", "is", "are", "was", "were"})
+_BE = frozenset({"is", "are", "was", "were"})
+_SUBJECT_START = frozenset({"i", "you", "we", "they", "he", "she", "it", "me", "us", "them", "the", "a", "an", "my",
+                            "our", "your", "his", "her", "their", "this", "that", "these", "those", "someone",
+                            "somebody", "everyone", "everybody", "each", "every", "all", "any", "our"})
+
+
+def wh_role(text: str) -> str | None:
+    """The role of "who" in a who-question: ``"subject"`` ("Who reports to the manager?", "Who should
+    escalate to me?"), ``"object"`` ("Who does the manager report to?", "Who should I escalate to?",
+    "Whom do I call?"), or ``None`` (not a who-question, or "Who is the manager?", where "who" is a
+    complement of "is"). The object form has a subject between the auxiliary and the verb."""
+    toks = re.findall(r"[A-Za-z][\w'’-]*", text)
+    ws = [t.lower() for t in toks]
+    if not ws or ws[0] not in ("who", "whom"):
+        return None
+    if ws[0] == "whom":
+        return "object"
+    if len(ws) < 3 or ws[1] not in _AUX:
+        return "subject" if len(ws) >= 2 else None
+    has_subject = ws[2] in _SUBJECT_START or toks[2][:1].isupper()
+    if ws[1] in _BE and not any(w.endswith("ing") for w in ws[2:]):
+        return None  # "Who is the on-call engineer?": no verb for "who" to be the subject or object of
+    return "object" if has_subject else "subject"
+
+
+_TO_FROM = re.compile(r"\b(to|towards|into|from)\s+(?:(?:the|a|an|my|your|our|their|his|her|its|this|that)\s+)?"
+                      r"([A-Za-z][\w-]*)")
+
+
+def _to_from_swap(query: str, candidate: str) -> str | None:
+    """"a flight to Paris" / "a flight from Paris": the same word after "to" on one side and after
+    "from" on the other (an infinitive "to" is never followed by the word the other side takes "from")."""
+    def ends(text: str) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {"to": set(), "from": set()}
+        for prep, word in _TO_FROM.findall(text):
+            out["from" if prep.lower() == "from" else "to"].add(stem(word.lower()))
+        return out
+
+    a, b = ends(query), ends(candidate)
+    flipped = ((a["to"] - a["from"]) & (b["from"] - b["to"])) | ((a["from"] - a["to"]) & (b["to"] - b["from"]))
+    flipped -= STOPWORDS | {"each", "other", "one", "another"}  # "compare to each other" / "differ from each other"
+    return f"'to' / 'from' {sorted(flipped)}" if flipped else None
+
+
+def _role_swap(query: str, candidate: str) -> str | None:
+    """The same content words with "who" the subject on one side and the object on the other ("Who
+    reports to the manager?" / "Who does the manager report to?"): the roles are reversed."""
+    ra, rb = wh_role(query), wh_role(candidate)
+    if ra is None or rb is None or ra == rb:
+        return None
+    a = sorted(w.rstrip("e") for w in _stems(content_words(_POSSESSIVE.sub("", query))))  # "escalates" / "escalate"
+    b = sorted(w.rstrip("e") for w in _stems(content_words(_POSSESSIVE.sub("", candidate))))
+    return f"'who' as {ra} vs as {rb}" if a == b and a else None
+
 
 @dataclass(slots=True)
 class DirectionGuard:
@@ -110,13 +188,16 @@ class DirectionGuard:
     ``P Y M X S`` with ``M`` non-empty and content words in both X and Y, the
     questions ask opposite directions ("merge main into my branch" vs "merge my
     branch into main"). A clause moved to the other end (``M`` empty) is a
-    reordering and passes.
+    reordering and passes. Two content words exchanged whatever lies between them
+    (:func:`_content_swap`) and "who" turned from subject to object over the same words
+    (:func:`wh_role`) or one word reached "to" on one side and left "from" on the other
+    (:func:`_to_from_swap`) are reversals too.
     """
 
     name: str = "direction"
 
     def check(self, query: str, candidate: str) -> str | None:
-        swap = _content_swap(query, candidate)
+        swap = _content_swap(query, candidate) or _role_swap(query, candidate) or _to_from_swap(query, candidate)
         if swap is not None:
             return swap
         a = [SYNONYMS.get(w, w) for w in split_words(query) if w not in _ARTICLES]  # "int" / "integer": one word
