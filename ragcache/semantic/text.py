@@ -39,10 +39,16 @@ NEGATIONS: frozenset[str] = frozenset(
 """Negation cues after apostrophes are removed ("don't" -> "dont")."""
 
 
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
+"""Characters that print as nothing (soft hyphen, zero-width space / joiners, direction marks, word
+joiner, byte-order mark): a question pasted with one is the same question."""
+
+
 def normalize_question(text: str) -> str:
     """Normalise a question for embedding and exact matching.
 
-    NFKC, collapsed whitespace, a leading greeting clause and a trailing thanks removed. Case and
+    NFKC, characters that print as nothing dropped (zero-width space, soft hyphen ...), collapsed
+    whitespace, a leading greeting clause and a trailing thanks removed. Case and
     symbols are kept, runs of them included ("5!!" is a double factorial, "1..5" a range, neither
     "5!" nor "1.5"); the closing ``? ! .`` are dropped only from what is embedded (:func:`embed_form`).
 
@@ -50,7 +56,7 @@ def normalize_question(text: str) -> str:
         ValueError: if ``text`` is not a string or is empty after normalisation.
     """
     checked_question(text, hint="pass the last user turn as a non-empty string")
-    t = unicodedata.normalize("NFKC", text)
+    t = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
     t = t.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
     t = _WS.sub(" ", t).strip()
     stripped = _GREETING.sub("", t, count=1)
@@ -133,10 +139,10 @@ def exact_form(text: str) -> str:
     """The form two questions must share to be "the same words" (an exact repeat: ``threshold=1.0``,
     the entry always among the candidates, the replaced entry on store, the single-flight key).
 
-    Only Unicode (NFKC) and whitespace normalisation: case and symbols are kept, because they change
+    Only Unicode (NFKC, invisible characters dropped) and whitespace normalisation: case and symbols are kept, because they change
     the question ("%Y" / "%y", "-v" / "-V", "MB" / "Mb", "10 / 2" / "10 * 2", "a[1:]" / "a[:1]").
     """
-    return " ".join(unicodedata.normalize("NFKC", text).split())
+    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).split())
 
 
 @lru_cache(maxsize=65536)
