@@ -141,6 +141,41 @@ def main(*, data: str, start: int = 0, end: int = 25, docs: int = 6, ratios: str
     return result
 
 
+def merge(parts: Sequence[str | Path], json_path: str | Path, plot_path: str | Path | None = None,
+          console: Console | None = None) -> dict:
+    """One study from runs over disjoint items (each a complete ``main`` JSON with the same settings).
+
+    Raises:
+        ValueError: an incomplete part, parts with other settings, or overlapping items.
+    """
+    import json
+
+    runs = [json.loads(Path(p).read_text()) for p in parts]
+    if not runs or not all(r.get("complete") for r in runs):
+        raise ValueError("merge needs complete runs (a stopped run has complete: false)")
+    names = [[m["setting"]["name"] for m in r["measured"]] for r in runs]
+    if any(n != names[0] for n in names):
+        raise ValueError(f"the parts measured other settings: {names}")
+    seen: set[int] = set()
+    for r in runs:
+        items = {row["prompt"] for row in r["measured"][0]["per_prompt"]}
+        if items & seen:
+            raise ValueError(f"the parts overlap: items {sorted(items & seen)}")
+        seen |= items
+    measured = [{"setting": runs[0]["measured"][j]["setting"],
+                 "per_prompt": [row for r in runs for row in r["measured"][j]["per_prompt"]]}
+                for j in range(len(names[0]))]
+    rows = by_margin(measured)
+    head = {k: v for k, v in runs[0].items() if k not in ("measured", "rows", "items", "load_avg_start", "load_avg_end")}
+    result = {**head, "items": sorted(seen), "parts": [{"items": r["items"], "load_avg_start": r.get("load_avg_start"),
+                                                        "load_avg_end": r.get("load_avg_end")} for r in runs],
+              "rows": rows, "measured": measured}
+    atomic_write_json(Path(json_path), result, indent=1)
+    if plot_path:
+        draw(lambda: _plot(rows, str(plot_path)), plot_path)
+    return result
+
+
 def _plot(rows: list[dict], path: str) -> None:
     import matplotlib
 
@@ -163,5 +198,14 @@ def _plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-__all__ = ["EDGES", "by_margin", "bucket_of", "main"]
+__all__ = ["EDGES", "by_margin", "bucket_of", "main", "merge"]
 
+
+
+if __name__ == "__main__":  # python -m benchmarks.blend_ties merge OUT.json PART.json PART.json ...
+    import sys
+
+    if len(sys.argv) < 4 or sys.argv[1] != "merge":
+        raise SystemExit("usage: python -m benchmarks.blend_ties merge OUT.json PART.json [PART.json ...]")
+    out = sys.argv[2]
+    merge(sys.argv[3:], out, str(Path(out).with_suffix(".png")))

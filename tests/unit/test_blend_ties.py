@@ -42,3 +42,28 @@ def test_by_margin_needs_token_detail():
 def test_empty_bucket_has_no_agreement():
     (r,) = by_margin([_measured("r", [([5.0], [], 1.0)])])
     assert r["buckets"][0] == {"margin": "[0, 0.1)", "tokens": 0, "mismatches": 0, "agreement": None}
+
+
+def test_merge_pools_disjoint_parts_and_refuses_overlap(tmp_path):
+    import json
+
+    from benchmarks.blend_ties import merge
+
+    def part(name, items):
+        rows = [{"prompt": i, "ref_margin": [0.05, 2.0], "mismatch": [0] if i % 2 else [], "full_cpu_s": 2.0,
+                 "cpu_s": 1.0} for i in items]
+        p = tmp_path / name
+        p.write_text(json.dumps({"complete": True, "items": [items[0], items[-1] + 1], "model": "m",
+                                 "measured": [{"setting": {"name": "r=0.3"}, "per_prompt": rows}]}))
+        return p
+
+    a, b = part("a.json", [0, 1]), part("b.json", [2, 3])
+    out = merge([a, b], tmp_path / "out.json")
+    assert out["items"] == [0, 1, 2, 3] and out["rows"][0]["tokens"] == 8 and out["rows"][0]["mismatches"] == 2
+    assert json.loads((tmp_path / "out.json").read_text())["rows"][0]["buckets"][0]["mismatches"] == 2
+    with pytest.raises(ValueError, match="overlap"):
+        merge([a, part("c.json", [1, 2])], tmp_path / "x.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"complete": False, "measured": []}))
+    with pytest.raises(ValueError, match="complete"):
+        merge([a, bad], tmp_path / "y.json")
