@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -330,6 +331,27 @@ class Config:
         return cls(**kw)
 
 
+def from_env_skipping_bad(environ: Mapping[str, str] | None = None) -> tuple[Config, dict[str, tuple[str, str]]]:
+    """:meth:`Config.from_env` with each bad ``RAGCACHE_*`` variable left out (its default applies), and
+    ``{variable: (its raw value, the error naming it)}``: ``ragcache config`` shows the other settings
+    when one is wrong. A variable is bad when an error of :meth:`Config.from_env` names it.
+
+    Raises:
+        ValueError: an error that names no set ``RAGCACHE_*`` variable (nothing to leave out).
+    """
+    env = dict(os.environ if environ is None else environ)
+    bad: dict[str, tuple[str, str]] = {}
+    while True:
+        try:
+            return Config.from_env(env), bad
+        except ValueError as e:
+            named = [v for v in dict.fromkeys(re.findall(r"RAGCACHE_[A-Z0-9_]+", str(e))) if env.get(v, "").strip()]
+            if not named:
+                raise
+            for v in named:
+                bad[v] = (env.pop(v), str(e))
+
+
 KV_URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys", "file", "")
 """Schemes a chunk KV store URL may have (``""``: a folder path)."""
 
@@ -377,6 +399,19 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return _parse(var.name, raw.strip(), str(_TYPES[name]))
 
 
+def setting_source(name: str, value: Any, environ: Mapping[str, str] | None = None) -> str:
+    """Where the :class:`Config` field ``name``'s ``value`` came from, as an error message names it:
+    its ``RAGCACHE_*`` variable when that is set to ``value``, else the command-line option
+    (``--model``). For a message about a value the user gave, so it names what to change.
+
+    Raises:
+        KeyError: ``name`` is not a documented field.
+    """
+    var = _BY_FIELD[name]
+    raw = (os.environ if environ is None else environ).get(var.name, "").strip()
+    return var.name if raw and raw == str(value) else "--" + name.replace("_", "-")
+
+
 def provider_api_key(provider: str, environ: Mapping[str, str] | None = None) -> str | None:
     """``$<PROVIDER>_API_KEY`` (e.g. ``ANTHROPIC_API_KEY``) or ``None``: the key a provider's SDK
     would read itself, for code that forwards it (the proxy)."""
@@ -406,4 +441,5 @@ _TYPES = {f.name: f.type for f in fields(Config)}
 _DEFAULTS = {f.name: f.default for f in fields(Config) if f.name != "home"}
 
 __all__ = ["Config", "DEFAULT_EMBEDDER", "DEFAULT_MODEL", "ENV_VARS", "EnvVar", "RECOMPUTE_RATIO_UNSET", "default_help",
-           "show_value", "KV_URL_SCHEMES", "kv_url_scheme", "env_setting", "env_table", "provider_api_key"]
+           "show_value", "KV_URL_SCHEMES", "kv_url_scheme", "env_setting", "env_table", "provider_api_key",
+           "setting_source", "from_env_skipping_bad"]

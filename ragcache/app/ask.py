@@ -43,6 +43,7 @@ from ragcache.app.runtime import (
     build_engine,
     bulk_embedder,
     query_embedder,
+    setting_name,
 )
 from ragcache.config import Config
 from ragcache.hashing import hash_value
@@ -66,6 +67,7 @@ class AskResult:
     timings: dict[str, float] = field(default_factory=dict)
     skipped_bytes: int = 0
     ignored: dict[str, int] = field(default_factory=dict)
+    linked_folders: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -76,7 +78,7 @@ class AskResult:
             "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
             "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
-            "ignored_files": dict(self.ignored),
+            "ignored_files": dict(self.ignored), "linked_folders": list(self.linked_folders),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
         }
@@ -175,8 +177,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     hits = retriever.search(question, k=top_k)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
     model_name = model if model is not None else cfg.model
-    backend = LazyLocalBackend(lambda: build_engine(cfg, model_name), model_name, predict=cfg.decode_cache == "dynamic",
-                               home=cfg.paths)
+    backend = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
+                               home=cfg.paths, setting=setting_name(cfg, "model", model))
     semantic = answer_cache(cfg, emb)
     rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
@@ -199,6 +201,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
     out.skipped_bytes = folder.skipped_bytes
     out.ignored = dict(folder.ignored)
+    out.linked_folders = list(folder.linked_folders)
     if not quiet:
         print_answer(console, out)
     return out

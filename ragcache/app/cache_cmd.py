@@ -39,6 +39,13 @@ class LayerName(str, enum.Enum):
     index = "index"
 
 
+class EvictLayer(str, enum.Enum):
+    """The layers ``evict`` frees (index folders are replaced in place: ``clear --layer index``)."""
+
+    answers = "answers"
+    chunks = "chunks"
+
+
 class ClearLayer(str, enum.Enum):
     all = "all"
     answers = "answers"
@@ -284,17 +291,18 @@ def looks_like_path(arg: str) -> bool:
 
 
 @cache_app.command()
-def evict(layer: LayerName = typer.Option(LayerName.answers, help="answers or chunks."),
+def evict(layer: EvictLayer = typer.Option(EvictLayer.answers, help="answers or chunks (index folders: "
+                                           "`ragcache cache clear --layer index`)."),
           older_than: Optional[float] = typer.Option(None, help="Answers: drop those unused for this many seconds."),
           keep: Optional[int] = typer.Option(None, help="Answers: keep only the N most recently used."),
           max_bytes: Optional[int] = typer.Option(None, help="Chunks: drop least recently used files down to this many bytes."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Free space: least recently used answers or chunk KV files first."""
     cfg = _cfg()
-    if layer is LayerName.answers:
+    if layer is EvictLayer.answers:
         n = run_or_exit(console, AnswerStore(cfg.answers_dir).evict, older_than_s=older_than, keep=keep)
         freed = None
-    elif layer is LayerName.chunks:
+    else:
         if max_bytes is None or max_bytes < 0:
             error(console, "give --max-bytes N (>= 0) for the chunk layer")
             raise typer.Exit(2)
@@ -306,9 +314,6 @@ def evict(layer: LayerName = typer.Option(LayerName.answers, help="answers or ch
             Path(f["path"]).unlink(missing_ok=True)
             freed += f["bytes"]
             n += 1
-    else:
-        error(console, "index folders are replaced in place and pruned by `ask`; use `ragcache cache clear --layer index`")
-        raise typer.Exit(2)
     if as_json:
         print_json({"layer": layer.value, "removed": n, "bytes_freed": freed})
     else:

@@ -182,23 +182,34 @@ def lint(
 @app.command("config")
 def show_config(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the settings in effect (RAGCACHE_* variables and defaults): the embedded model and embedder
-    by name, what an unset setting means."""
+    by name, what an unset setting means. A bad variable is reported (exit code 2) and the others
+    are still shown, the bad one with its raw value."""
     from dataclasses import fields
 
-    cfg = config()
+    from ragcache.config import ENV_VARS, from_env_skipping_bad
+
     if as_json:  # raw values; secrets (repr=False fields: the serve key) are never printed
+        cfg = config()
         print_json({f.name: getattr(cfg, f.name) if f.repr or getattr(cfg, f.name) is None else "<set, hidden>"
                     for f in fields(cfg)})
         return
-    from ragcache.config import ENV_VARS
-
+    cfg, bad = run_or_exit(console, from_env_skipping_bad)
+    for message in dict.fromkeys(m for _, m in bad.values()):
+        error(console, message)
     names = {e.field: e for e in ENV_VARS}
+    secret = {f.name for f in fields(cfg) if not f.repr}
     for k, v in cfg.shown().items():
         var = names.get(k)
         if var is None:
             say(console, (f"{k:30}", "bold"), v)
+        elif var.name in bad:
+            raw = "<set, hidden>" if k in secret else repr(bad[var.name][0])
+            say(console, (f"{var.name:30}", "bold red"), (f"{raw} (bad, not used: see the error above; unset, "
+                                                         f"it would be {v})", "red"), (f"  ({var.doc})", "dim"))
         else:
             say(console, (f"{var.name:30}", "bold"), v, (f"  ({var.doc})", "dim"))
+    if bad:
+        raise typer.Exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -177,17 +177,25 @@ class Folder:
     ignored: tuple[tuple[str, int], ...] = ()
     """Files not read for their kind: ``(suffix, count)`` pairs, most common first (``""``: no suffix;
     hidden files and folders are not counted)."""
+    linked_folders: tuple[str, ...] = ()
+    """Symbolic links to folders (paths relative to ``root``, hidden ones left out): not followed."""
 
     @property
     def ignored_note(self) -> str | None:
-        """One line naming the files not read for their kind, or ``None``."""
-        if not self.ignored:
-            return None
-        kinds = ", ".join(f"{n} {suffix} file{'s' if n != 1 else ''}" if suffix else
-                          f"{n} file{'s' if n != 1 else ''} without a suffix" for suffix, n in self.ignored[:6])
-        more = f" and {len(self.ignored) - 6} more kinds" if len(self.ignored) > 6 else ""
-        return (f"not read: {kinds}{more} (ragcache reads {' and '.join(TEXT_SUFFIXES)} files: "
-                f"convert the others to text to answer from them)")
+        """One line naming the files not read for their kind and the linked folders not followed, or ``None``."""
+        parts = []
+        if self.ignored:
+            kinds = ", ".join(f"{n} {suffix} file{'s' if n != 1 else ''}" if suffix else
+                              f"{n} file{'s' if n != 1 else ''} without a suffix" for suffix, n in self.ignored[:6])
+            more = f" and {len(self.ignored) - 6} more kinds" if len(self.ignored) > 6 else ""
+            parts.append(f"{kinds}{more} (ragcache reads {' and '.join(TEXT_SUFFIXES)} files: "
+                         f"convert the others to text to answer from them)")
+        if self.linked_folders:
+            n = len(self.linked_folders)
+            names = ", ".join(self.linked_folders[:3]) + (f" and {n - 3} more" if n > 3 else "")
+            parts.append(f"{n} linked folder{'s' if n != 1 else ''} ({names}: symbolic links to folders are not "
+                         "followed; give the folder itself as --docs, or copy its notes in, to answer from it)")
+        return f"not read: {'; '.join(parts)}" if parts else None
 
     def require_files(self) -> None:
         """Raise when nothing in the folder could be read.
@@ -299,9 +307,11 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES, *,
         raise ValueError(f"--docs file {str(root)!r} is not a {' or '.join(suffixes)} file: give a folder of notes, "
                          f"or copy the text into a file ending in {suffixes[0]}")
     found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() or p.is_symlink())
+    hidden = {p for p in found if p != root and any(part.startswith(".") for part in p.relative_to(root).parts)}
+    linked = {p for p in found if p.is_symlink() and p.is_dir()}  # rglob does not follow them: say so
+    found = [p for p in found if p not in linked]
     paths = [p for p in found if p.suffix.lower() in suffixes]
-    other = Counter(p.suffix.lower() for p in found if p.suffix.lower() not in suffixes
-                    and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    other = Counter(p.suffix.lower() for p in found if p.suffix.lower() not in suffixes and p not in hidden)
     files: list[SourceFile] = []
     skipped: list[Skipped] = []
     for f in paths:
@@ -328,7 +338,8 @@ def scan_folder(path: str | Path, suffixes: tuple[str, ...] = TEXT_SUFFIXES, *,
             skipped.append(Skipped(rel, "empty", len(data)))
             continue
         files.append(SourceFile(rel, text, how, content_hash(text)))
-    return Folder(root, tuple(files), tuple(skipped), tuple(sorted(other.items(), key=lambda kv: (-kv[1], kv[0]))))
+    return Folder(root, tuple(files), tuple(skipped), tuple(sorted(other.items(), key=lambda kv: (-kv[1], kv[0]))),
+                  tuple(str(p.relative_to(root)) for p in sorted(linked) if p not in hidden))
 
 
 def folder_chunks(path: str | Path, max_chars: int = MAX_CHUNK_CHARS) -> list[Chunk]:

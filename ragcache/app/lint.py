@@ -31,16 +31,25 @@ from ragcache.prompt.volatile import find_volatile, first_divergence, word_token
 from ragcache.providers.anthropic.blocks import FlatBlock, RequestError, flatten_request
 
 
+_EXPECTED = ("ragcache lint reads a JSON request: an object of messages.create keyword arguments "
+             '({"system": "...", "messages": [...]}) or a messages list ([{"role": "user", "content": "..."}]); '
+             "to lint a prompt kept as text or Markdown, put it in such a file")
+
+
 def load_request(path: str | Path) -> dict[str, Any]:
     """A lint input as an Anthropic-style body ``{"system", "tools", "messages"}``.
 
     Raises:
-        ValueError: unreadable JSON or an unknown shape.
+        ValueError: an unreadable file, not JSON (a Markdown or text file: the message says what lint
+            reads), or an unknown shape.
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except OSError as e:
         raise ValueError(f"cannot read {path}: {e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f" ({e.msg} at line {e.lineno} column {e.colno})" if isinstance(e, json.JSONDecodeError) and e.pos else ""
+        raise ValueError(f"{path} is not JSON{where}: {_EXPECTED}") from None
     if isinstance(data, list):
         data = {"messages": data}
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult
-from ragcache.config import Config
+from ragcache.config import Config, setting_source
 
 if TYPE_CHECKING:
     from ragcache.prompt.layout import PromptLayout
@@ -20,24 +20,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def setting_name(cfg: Config, field: str, given: str | None = None) -> str:
+    """How an error names where the model or embedder came from: the option (``--model``) when
+    ``given`` on the command line, else ``RAGCACHE_MODEL`` when ``cfg``'s value is the environment's
+    (:func:`ragcache.config.setting_source`)."""
+    return f"--{field}" if given is not None else setting_source(field, getattr(cfg, field))
+
+
 def query_embedder(cfg: Config, name: str | None = None) -> Any:
-    """The embedder for questions: the NumPy runtime when the model allows it (fast start), else torch."""
+    """The embedder for questions: the NumPy runtime when the model allows it (fast start), else torch.
+    ``name``: the ``--embedder`` option (``None``: ``cfg.embedder``)."""
     from ragcache.models import ModelNotFoundError, load_embedder
 
+    setting = setting_name(cfg, "embedder", name)
     name = name if name is not None else cfg.embedder
     try:
-        return load_embedder(name, allow_downloads=cfg.allow_downloads, runtime="numpy", home=cfg.paths)
+        return load_embedder(name, allow_downloads=cfg.allow_downloads, runtime="numpy", home=cfg.paths,
+                             setting=setting)
     except ModelNotFoundError as e:
         log.info("embedder %s: NumPy runtime unavailable (%s); using sentence-transformers", name, e)
-        return load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths)
+        return load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths, setting=setting)
 
 
 def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
     """Zero-argument factory of the embedder for many chunks (sentence-transformers on torch)."""
     from ragcache.models import load_embedder
 
+    setting = setting_name(cfg, "embedder", name)
     name = name if name is not None else cfg.embedder
-    return lambda: load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths)
+    return lambda: load_embedder(name, allow_downloads=cfg.allow_downloads, home=cfg.paths, setting=setting)
 
 
 def chunk_store(cfg: Config) -> Any:
@@ -57,7 +68,8 @@ def chunk_store(cfg: Config) -> Any:
 def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = True,
                  recompute_ratio: float | None = None) -> Any:
     """A :class:`~ragcache.engine.engine.LocalEngine` with the prefix cache budget of ``cfg`` and,
-    when ``chunk_cache``, a CacheBlend chunk cache over :func:`chunk_store`."""
+    when ``chunk_cache``, a CacheBlend chunk cache over :func:`chunk_store`. ``model``: the
+    ``--model`` option (``None``: ``cfg.model``)."""
     from ragcache.engine.engine import LocalEngine
     from ragcache.models import load_model
 
@@ -71,7 +83,7 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
 
         cc = ChunkCache(chunk_store(cfg), kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
     loaded = load_model(model if model is not None else cfg.model, allow_downloads=cfg.allow_downloads,
-                        home=cfg.paths)
+                        home=cfg.paths, setting=setting_name(cfg, "model", model))
     return LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=cfg.prefix_max_bytes,
                        recompute_ratio=cfg.recompute_ratio if recompute_ratio is None else recompute_ratio,
                        decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens, home=cfg.paths)
@@ -89,6 +101,7 @@ class LazyLocalBackend:
         predict: whether the engine's answer identity is its bare fingerprint (no namespace, exact
             decoding) and so can be predicted; otherwise it is read from the engine once loaded.
         home: the ragcache home the embedded model is converted under (:class:`~ragcache.home.Home`).
+        setting: where ``model`` came from, as an error names it (:func:`setting_name`).
 
     Raises:
         RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
@@ -97,12 +110,12 @@ class LazyLocalBackend:
     name = "local"
 
     def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True,
-                 home: Any = None) -> None:
+                 home: Any = None, setting: str = "--model") -> None:
         from ragcache.models import model_fingerprint
 
         self._factory = factory
         self._backend: Any = None
-        fp = model_fingerprint(model, home=home) if predict else None
+        fp = model_fingerprint(model, home=home, setting=setting) if predict else None
         self._model_id = fp.digest if fp is not None else None
 
     @property
@@ -152,4 +165,5 @@ def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
                          home=cfg.paths)
 
 
-__all__ = ["LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store", "query_embedder"]
+__all__ = ["LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store", "query_embedder",
+           "setting_name"]

@@ -691,7 +691,8 @@ def test_from_messages_rule_and_errors():
 APP_LAYER = ("ragcache/config.py", "ragcache/app/", "ragcache/pipeline.py")
 """Where the process environment may be read directly: the settings module, the CLI / app layer, and
 ``RagCache`` (the library's facade, which opens the default answer cache with ``Config.from_env()``)."""
-ENV_READERS = {"environ", "getenv", "putenv", "unsetenv", "env_setting", "from_env", "provider_api_key"}
+ENV_READERS = {"environ", "getenv", "putenv", "unsetenv", "env_setting", "from_env", "provider_api_key",
+               "setting_source", "from_env_skipping_bad"}
 """Names that read the environment: ``os.environ`` / ``os.getenv`` and ragcache.config's readers."""
 
 

@@ -192,3 +192,39 @@ def test_demo_row_says_whether_cached_documents_were_reused(approximate, ratio, 
     cell = _row(1, a, "", "local")[4]
     assert cell.startswith("20/100")
     assert want in cell and not_want not in cell
+
+
+@pytest.mark.parametrize("from_env", [True, False])
+def test_a_missing_model_path_names_where_it_came_from(home, notes, monkeypatch, tmp_path, from_env):
+    """A trial set RAGCACHE_MODEL and was told about a `--model path` it never passed."""
+    gone = str(tmp_path / "nomodel")
+    if from_env:
+        monkeypatch.setenv("RAGCACHE_MODEL", gone)
+    r = runner.invoke(app, ["ask", "--docs", str(notes), *([] if from_env else ["--model", gone]), "When?"])
+    out = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    named, other = ("RAGCACHE_MODEL", "--model") if from_env else ("--model", "RAGCACHE_MODEL")
+    assert f"error: {named} path {gone!r} does not exist" in out and other not in out, out
+    assert ("unset RAGCACHE_MODEL" if from_env else "omit --model") in out, out
+
+
+def test_an_embedder_neither_folder_nor_cached_id_says_so_without_blaming_the_network(home, notes, monkeypatch):
+    """A trial's RAGCACHE_EMBEDDER=nosuch-embedder was answered with the hub's "check your internet
+    connection" (and a double period); nothing is downloaded by design."""
+    monkeypatch.setenv("RAGCACHE_EMBEDDER", "nosuch-embedder")
+    r = runner.invoke(app, ["ask", "--docs", str(notes), "When?"])
+    out = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit) and "Traceback" not in r.output, r.output
+    assert "cannot load embedder 'nosuch-embedder' (RAGCACHE_EMBEDDER)" in out, out
+    assert "neither a folder nor a model id in the local Hugging Face cache" in out, out
+    assert "all-minilm-l6-v2 (the packaged" in out and "local sentence-transformers folder" in out, out
+    assert "unset RAGCACHE_EMBEDDER" in out and "--embedder" not in out, out
+    assert "internet" not in out.lower() and ".." not in out, out
+
+
+def test_the_setting_source_is_the_variable_only_when_it_holds_the_value():
+    from ragcache.config import setting_source
+
+    assert setting_source("model", "/m", {"RAGCACHE_MODEL": " /m "}) == "RAGCACHE_MODEL"
+    assert setting_source("model", "/other", {"RAGCACHE_MODEL": "/m"}) == "--model"  # the option won
+    assert setting_source("embedder", "e", {}) == "--embedder"

@@ -68,3 +68,14 @@ def test_evict_refuses_nan_and_negative_ages_and_keeps_everything(home, bad):
     r = invoke("evict", "--older-than", bad)
     assert r.exit_code == 2 and "--older-than and --keep must be >= 0" in r.output
     assert entries() == 2
+
+
+def test_evict_offers_only_the_layers_it_evicts(home):
+    """`cache evict --help` listed <answers|chunks|index> beside "answers or chunks", then refused index."""
+    from ragcache.app.cli import app
+
+    usage = " ".join(runner.invoke(app, ["cache", "evict", "--help"], env={"COLUMNS": "200"}).stdout.split())
+    assert "--layer <answers|chunks> answers or chunks" in usage and "clear --layer index" in usage, usage
+    r = invoke("evict", "--layer", "index")
+    assert r.exit_code == 2 and "'index' is not one of 'answers', 'chunks'" in r.output, r.output
+    assert entries() == 2

@@ -80,3 +80,38 @@ def test_ask_notes_the_files_it_did_not_read(tmp_path, monkeypatch, home, tiny_d
     assert json.loads(r.stdout)["ignored_files"] == {".pdf": 1}
     plain = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--model", str(tiny_dir)])
     assert "not read: 1 .pdf file" in " ".join(plain.stderr.split())
+
+
+def test_a_linked_folder_is_named_as_not_followed(tmp_path, monkeypatch, home, tiny_dir):
+    """A symbolic link to a folder was counted as "1 file without a suffix"."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli_doubles import fixed_answer
+    from ragcache.app.cli import app
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("Not part of the notes.")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC.")
+    (notes / "archive").symlink_to(outside, target_is_directory=True)
+    (notes / "old.md").symlink_to(outside, target_is_directory=True)  # a folder's link with a note's suffix
+    (notes / ".cache").symlink_to(outside, target_is_directory=True)  # hidden: not counted
+    f = scan_folder(notes)
+    assert [x.rel for x in f.files] == ["backups.md"] and not f.skipped and f.ignored == ()
+    assert f.linked_folders == ("archive", "old.md")
+    assert f.ignored_note.startswith("not read: 2 linked folders (archive, old.md: symbolic links to folders are "
+                                     "not followed;"), f.ignored_note
+    assert "without a suffix" not in f.ignored_note
+    (notes / "Makefile").write_text("all:\n")
+    assert scan_folder(notes).ignored_note.startswith("not read: 1 file without a suffix (ragcache reads")
+    assert "; 2 linked folders (" in scan_folder(notes).ignored_note
+    fixed_answer(monkeypatch, "Backups run nightly at 02:30 UTC.")
+    r = CliRunner().invoke(app, ["ask", "When do backups run?", "--docs", str(notes), "--model", str(tiny_dir), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["linked_folders"] == ["archive", "old.md"] and data["ignored_files"] == {"": 1}
+    assert [s["id"] for s in data["sources"]] == ["backups.md#0"]

@@ -73,3 +73,38 @@ def test_data_dir_is_only_read_so_a_dangling_link_is_like_a_missing_folder(tmp_p
     link = tmp_path / "data"
     link.symlink_to(tmp_path / "gone")
     assert Config.from_env({"RAGCACHE_HOME": str(tmp_path / "home"), "RAGCACHE_DATA_DIR": str(link)}).data_dir == link
+
+
+def test_config_with_a_bad_variable_names_it_and_still_shows_the_others(tmp_path, monkeypatch):
+    """`ragcache config` with RAGCACHE_TOP_K=abc printed only the error; the command that shows the
+    settings still shows them: each bad variable with its raw value, the others in effect, exit 2."""
+    from ragcache.app.cli import app
+    from ragcache.config import ENV_VARS
+
+    monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("RAGCACHE_TOP_K", "abc")
+    monkeypatch.setenv("RAGCACHE_PORT", "0")
+    monkeypatch.setenv("RAGCACHE_MAX_NEW_TOKENS", "64")
+    r = CliRunner().invoke(app, ["config"], env={"COLUMNS": "400"})
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    err = " ".join(r.stderr.split())
+    assert "error: environment variable RAGCACHE_TOP_K='abc' is not an integer: fix or unset it" in err, err
+    assert "error: RAGCACHE_PORT must be in 1..65535, got 0" in err, err
+    rows = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in r.stdout.splitlines() if line.strip()}
+    assert set(rows) == {e.name for e in ENV_VARS}
+    assert rows["RAGCACHE_TOP_K"].startswith("'abc' (bad, not used") and "it would be 4" in rows["RAGCACHE_TOP_K"]
+    assert rows["RAGCACHE_PORT"].startswith("'0' (bad, not used")
+    assert rows["RAGCACHE_MAX_NEW_TOKENS"].startswith("64 ") and rows["RAGCACHE_HOME"].startswith(str(tmp_path))
+    monkeypatch.delenv("RAGCACHE_TOP_K")
+    monkeypatch.delenv("RAGCACHE_PORT")
+    assert CliRunner().invoke(app, ["config"]).exit_code == 0
+
+
+def test_a_bad_home_is_left_out_and_named(tmp_path):
+    from ragcache.config import from_env_skipping_bad
+
+    (tmp_path / "file").write_text("x")
+    cfg, bad = from_env_skipping_bad({"RAGCACHE_HOME": str(tmp_path / "file"), "RAGCACHE_TOP_K": "7"})
+    assert set(bad) == {"RAGCACHE_HOME"} and "is a file, not a folder" in bad["RAGCACHE_HOME"][1]
+    assert cfg.top_k == 7 and cfg.home != tmp_path / "file"
+    assert from_env_skipping_bad({"RAGCACHE_HOME": str(tmp_path)})[1] == {}

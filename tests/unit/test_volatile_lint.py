@@ -225,6 +225,24 @@ def test_lint_command_grades_certain_as_error_and_possible_as_review(tmp_path, s
         assert severity in result.output and ("possible" in result.output) == (severity == "review")
 
 
+@pytest.mark.parametrize("content, where", [(b"# Refunds\n\nRefunds take 5 days.\n", ""),
+                                             (b'{"messages": [1,]}', " (Expecting value at line 1 column 17)"),
+                                             (b"\xff\xfe\x00binary", "")])
+def test_lint_of_a_file_that_is_not_json_says_what_it_reads(tmp_path, content, where):
+    """A trial ran `ragcache lint notes/refunds.md` and got "cannot read ...: Expecting value: line 1 column 1"."""
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+
+    f = tmp_path / "refunds.md"
+    f.write_bytes(content)
+    r = CliRunner().invoke(app, ["lint", str(f)], env={"COLUMNS": "400"})
+    out = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert out.startswith(f"error: {f} is not JSON{where}: ragcache lint reads a JSON request"), out
+    assert "messages.create keyword arguments" in out and "messages list" in out and "char 0" not in out, out
+
+
 def test_rules_prompt_with_step_numbers_keeps_its_system_breakpoint():
     """Issue 22's Anthropic case: a long rules prompt with "step {i}" lines was cut down to almost nothing
     by lint='move', so it fell below the cacheable minimum (0 cache reads, 0 writes). Now it is kept whole
