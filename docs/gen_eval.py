@@ -134,8 +134,14 @@ STUDIES: dict[str, Study] = {
                                        "Local engine",
                                        "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --no-save"),
     "blend_ties_dev": Study("Where the blend's disagreements fall: agreement by the reference's top-1 margin, "
-                            "development items 0-24", "Local engine",
-                            "ragcache bench blend-ties --start 0 --end 25 --ratios 0.3,0.5,0.8 --threads 1"),
+                            "all 50 development items (merged)", "Local engine",
+                            "python -m benchmarks.blend_ties merge bench/results/blend_ties_dev.json "
+                            "bench/results/blend_ties_dev_0-24.json bench/results/blend_ties_dev_25-49.json"),
+    "blend_ties_dev_0-24": Study("Where the blend's disagreements fall, development items 0-24 (part)", "Local engine",
+                                 "ragcache bench blend-ties --start 0 --end 25 --ratios 0.3,0.5,0.8 --threads 1"),
+    "blend_ties_dev_25-49": Study("Where the blend's disagreements fall, development items 25-49 (part)",
+                                  "Local engine", "ragcache bench blend-ties --start 25 --end 50 --ratios 0.3,0.5,0.8 "
+                                  "--threads 1 --json bench/results/blend_ties_dev_25-49.json"),
     "eval_r40-50_110-120": Study("Plan 2's settings against full prefill, evaluation items 110-120", "Local engine",
                                  "ragcache calibrate --plan bench/results/eval_settings_plan_r40-50.json --start 110 "
                                  "--end 121 --threads 1 --no-save --json bench/results/eval_r40-50_110-120.json"),
