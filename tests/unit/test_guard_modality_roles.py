@@ -30,6 +30,10 @@ MODALITY = [
     ("Am I allowed to work from home on Fridays?", "Am I required to work from home on Fridays?"),
     ("Can I get a refund?", "Should I get a refund?"),
     ("Can I expense a taxi?", "Do I need to expense a taxi?"),
+    ("How many days can I work remotely per week?", "How many days do I have to work remotely per week?"),
+    ("How often can I change my password?", "How often should I change my password?"),
+    ("How long can I keep a rental car?", "How long must I keep a rental car?"),
+    ("What documents do I need to bring on my first day?", "What documents can I bring on my first day?"),
 ]
 MERIDIEM = [
     ("Does the on-call week start at 10 am?", "Does the on-call week start at 10 pm?"),
@@ -39,6 +43,7 @@ MERIDIEM = [
     ("Does the shift end at 6 a.m.?", "Does the shift end at 6 p.m.?"),
     ("Is the standup at 10:30 AM?", "Is the standup at 10:30 PM?"),
     ("Does the backup run at 2 in the morning?", "Does the backup run at 2 in the afternoon?"),
+    ("Does the store open at 9 o'clock in the morning?", "Does the store open at 9 o'clock at night?"),
 ]
 ROLES = [
     ("Who reports to the engineering manager?", "Who does the engineering manager report to?"),
@@ -52,6 +57,13 @@ ROLES = [
     ("How long is the train ride to London?", "How long is the train ride from London?"),
     ("Can I transfer money to my savings account?", "Can I transfer money from my savings account?"),
     ("How do I migrate data into the warehouse?", "How do I migrate data from the warehouse?"),
+    ("Can I reassign a ticket to another team?", "Can I reassign a ticket from another team?"),
+    ("Who did the director hire?", "Who hired the director?"),
+    ("Can I send you the invoice?", "Can you send me the invoice?"),
+    ("Should I approve your timesheet?", "Should you approve my timesheet?"),
+    ("Do I owe you money?", "Do you owe me money?"),
+    ("Did I get paid for overtime?", "Did you get paid for overtime?"),
+    ("Can I approve my own expenses?", "Can you approve my own expenses?"),
 ]
 KINDS = {"modality": MODALITY, "number": MERIDIEM, "direction": ROLES}
 PARAPHRASES = [
@@ -73,6 +85,17 @@ PARAPHRASES = [
     ("What is the difference between Alice and Bob's plans?", "What is the difference between Bob and Alice's plans?"),
     ("How do I get to the office from the station?", "How do I get from the station to the office?"),
     ("How do I convert a string to an integer?", "How do I turn a string into an integer?"),
+    ("Who should I contact about a broken monitor?", "Who can I contact about a broken monitor?"),
+    ("When can I expect my refund?", "When should I expect my refund?"),
+    ("Which number should I call for IT support?", "Which number can I call for IT support?"),
+    ("Should I be able to see the shared drive?", "Can I see the shared drive?"),
+    ("Who does the payroll?", "Who does payroll?"),
+    ("Who has the authority to approve refunds?", "Who has authority to approve refunds?"),
+    ("Does the store open at 9 o'clock in the morning?", "Does the store open at 9am?"),
+    ("How should a teacher keep order in class?", "How can a teacher keep order in class?"),
+    ("What can I learn in 2 minutes that can be useful?", "What can I learn in 2 minutes that should be useful?"),
+    ("How do I reset my password?", "How do you reset your password?"),
+    ("How do Taekwondo and Karate compare to each other?", "How do Taekwondo and Karate differ from each other?"),
 ]
 
 

@@ -174,7 +174,7 @@ def _number_units(text: str) -> list[tuple[str, str]]:
     return out
 
 
-_MERIDIEM = re.compile(r"\d\s*(?:(a\.?\s?m\b\.?)|(p\.?\s?m\b\.?)|(in\s+the\s+morning\b)|"
+_MERIDIEM = re.compile(r"\d\s*(?:o['’]?\s?clock\s+)?(?:(a\.?\s?m\b\.?)|(p\.?\s?m\b\.?)|(in\s+the\s+morning\b)|"
                        r"(in\s+the\s+(?:afternoon|evening)\b|at\s+night\b|tonight\b))", re.IGNORECASE)
 
 

@@ -13,10 +13,12 @@ Each names a reason when the two questions ask different things:
 - ``relative_time``: a time relative to now ("this" / "next" / "last" week, month, quarter, year;
   "today" / "tomorrow" / "yesterday"; "tonight") that points elsewhere or is on one side only.
 - ``modality``: permission or possibility ("can", "may", "allowed to", "is it possible to") against
-  obligation or advice ("must", "have to", "need to", "required", "should"): "Can I return a bike
+  obligation or advice ("must", "have to", "need to", "required", "should"), read from the question's
+  first modal: "Can I return a bike
   within 30 days?" asks what is allowed, "Must I ...?" what is required. Only when both questions
-  carry a modal; the modal of a "how", "where" or "what ... do" question ("how can I" / "how should I",
-  "what can I do" / "what should I do") is a way of asking, and a
+  carry a modal; the modal of "how can I X", "where can I X", "what can I do" and of a wh-question about
+  whom to contact or when to expect something ("Who can / should I contact?") is a way of asking,
+  "should I be able to" asks "can I", and a
   request to the assistant ("can you tell me", "could you help") is politeness, not permission.
 - ``symbol``: code-like spans (format codes ``%Y``, flags ``-v``, ``$HOME``, operators ``10 / 2``,
   slices ``a[1:]``) must be equal, case and symbols included; and a word written in both questions
@@ -164,9 +166,19 @@ _MODALS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _POLITE = re.compile(r"\b(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?(?:help|tell|explain|show|give|list|"
                      r"describe|summari[sz]e|check|find|walk|point|let|clarify|share|send|provide)\b")
-_WAY_OF_ASKING = re.compile(r"\s*(?:how|where)\b|\s*what\s+(?:\w+\s+){1,3}do\b")
-"""Questions whose modal is a way of asking: "how can I / how should I", "where can I / where should I
-learn X", "what can I do / what should I do / what do I need to do"."""
+_WAY_OF_ASKING = re.compile(
+    r"\s*(?:how|where)\s+(?:can|could|should|do|does|would|may|might|must|shall)\b"
+    r"|\s*what\s+(?:can|could|should|must|shall|would|do|does|will)\s+(?:i|we|you|one)\s+"
+    r"(?:need\s+to\s+|have\s+to\s+)?do\b")
+"""Questions whose modal is a way of asking: "how can I / how should I X", "where can I / where should I
+learn X", "what can I do / what should I do / what do I need to do". Not "how many / how long / how
+often can I" (a limit) against "... must I" (a requirement)."""
+_CONTACT = re.compile(r"^\s*(?:who|whom|when|which|where|what)\b.*?\b(?:can|could|should|may|must)\s+(?:i|we|you)\s+"
+                      r"(?:expect|contact|call|ask|email|e-mail|reach|talk|speak|message|ping|see|visit|go|turn|write)\b")
+"""A wh-question about whom to contact or when to expect something: "Who can I contact ..." asks what
+"Who should I contact ..." asks, "When can I expect ..." what "When should I expect ..." asks."""
+_ABLE = re.compile(r"\b(?:should|ought\s+to|supposed\s+to|expected\s+to|meant\s+to)\s+(?:(?:i|we|you|they|he|she|it)\s+)?"
+                   r"be\s+able\s+to\b")
 _MONTH_MAY = re.compile(r"(?<!^)(?<![.?!]\s)\bMay\b")
 
 
@@ -175,21 +187,32 @@ def modalities(text: str) -> set[str]:
     "how", "where" or "what ... do" question, whose modal is a way of asking; "can you tell me" and
     "May" the month are not modals; "need" is one only as "need to" or "do I need")."""
     t = _MONTH_MAY.sub(" ", text.strip())
-    low = _POLITE.sub(" ", t.lower())
-    if _WAY_OF_ASKING.match(low):
+    low = _ABLE.sub("able to", _POLITE.sub(" ", t.lower()))  # "should I be able to see X" asks "can I see X"
+    if _WAY_OF_ASKING.match(low) or _CONTACT.match(low):
         return set()
     return {kind for pattern, kind in _MODALS if pattern.search(low)}
 
 
+def first_modality(text: str) -> str | None:
+    """The kind of the question's first modal (:func:`modalities`' reading), or ``None``."""
+    t = _MONTH_MAY.sub(" ", text.strip())
+    low = _ABLE.sub("able to", _POLITE.sub(" ", t.lower()))
+    if _WAY_OF_ASKING.match(low) or _CONTACT.match(low):
+        return None
+    found = [(m.start(), kind) for pattern, kind in _MODALS for m in [pattern.search(low)] if m]
+    return min(found)[1] if found else None
+
+
 @dataclass(slots=True)
 class ModalityGuard:
-    """Permission against obligation ("Can I ...?" / "Must I ...?"), when both questions carry a modal."""
+    """Permission against obligation ("Can I ...?" / "Must I ...?"), read from each question's first modal
+    (a later clause's "can" / "should" is not what is asked), when both questions carry one."""
 
     name: str = "modality"
 
     def check(self, query: str, candidate: str) -> str | None:
-        a, b = modalities(query), modalities(candidate)
-        return None if not a or not b or a == b else f"modality {sorted(a)} vs {sorted(b)}"
+        a, b = first_modality(query), first_modality(candidate)
+        return None if a is None or b is None or a == b else f"modality {a} vs {b}"
 
 
 # --------------------------------------------------------------------------- symbols and case
@@ -293,4 +316,4 @@ class SymbolGuard:
 
 
 __all__ = ["BoundGuard", "ComplementGuard", "ModalityGuard", "RelativeTimeGuard", "SymbolGuard", "bounds", "code_spans", "complements",
-           "modalities", "relative_times"]
+           "first_modality", "modalities", "relative_times"]

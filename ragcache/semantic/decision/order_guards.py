@@ -165,8 +165,30 @@ def _to_from_swap(query: str, candidate: str) -> str | None:
 
     a, b = ends(query), ends(candidate)
     flipped = ((a["to"] - a["from"]) & (b["from"] - b["to"])) | ((a["from"] - a["to"]) & (b["to"] - b["from"]))
-    flipped -= STOPWORDS | {"each", "other", "one", "another"}  # "compare to each other" / "differ from each other"
+    flipped -= STOPWORDS | {"each", "one"}  # "compare to each other" / "differ from one another"
     return f"'to' / 'from' {sorted(flipped)}" if flipped else None
+
+
+_PERSON = {**dict.fromkeys(("i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "ourselves"), "speaker"),
+           **dict.fromkeys(("you", "your", "yours", "yourself", "yourselves"), "addressee")}
+
+
+def _person_swap(query: str, candidate: str) -> str | None:
+    """The speaker and the one addressed exchanged over the same words ("Can I send you the invoice?" /
+    "Can you send me the invoice?", "Did I get paid?" / "Did you get paid?"). A "how ... I / you"
+    question is left alone: its "you" is usually anyone ("How do you reset a password?")."""
+    if any(_WAY_OF_ASKING_PERSON.match(t) for t in (query.lower(), candidate.lower())):
+        return None
+    pa = [_PERSON[w] for w in split_words(query) if w in _PERSON]
+    pb = [_PERSON[w] for w in split_words(candidate) if w in _PERSON]
+    if not pa or not pb or pa == pb:
+        return None
+    rest_a = [w for w in split_words(query) if w not in _PERSON and w not in _ARTICLES]
+    rest_b = [w for w in split_words(candidate) if w not in _PERSON and w not in _ARTICLES]
+    return f"persons {pa} vs {pb}" if rest_a == rest_b else None
+
+
+_WAY_OF_ASKING_PERSON = re.compile(r"\s*(?:how|what\s+(?:do|does|should|can|would)\s+(?:i|you|we|one)\s+do)\b")
 
 
 def _role_swap(query: str, candidate: str) -> str | None:
@@ -175,8 +197,14 @@ def _role_swap(query: str, candidate: str) -> str | None:
     ra, rb = wh_role(query), wh_role(candidate)
     if ra is None or rb is None or ra == rb:
         return None
-    a = sorted(w.rstrip("e") for w in _stems(content_words(_POSSESSIVE.sub("", query))))  # "escalates" / "escalate"
-    b = sorted(w.rstrip("e") for w in _stems(content_words(_POSSESSIVE.sub("", candidate))))
+    if [w for w in split_words(query) if w not in _ARTICLES] == [w for w in split_words(candidate) if w not in _ARTICLES]:
+        return None  # "Who does the payroll?" / "Who does payroll?": only an article differs
+
+    def key(w: str) -> str:  # "escalates" / "escalate", "hired" / "hire"
+        return (w[:-2] if w.endswith("ed") and len(w) > 4 else w).rstrip("e")
+
+    a = sorted(key(w) for w in _stems(content_words(_POSSESSIVE.sub("", query))))
+    b = sorted(key(w) for w in _stems(content_words(_POSSESSIVE.sub("", candidate))))
     return f"'who' as {ra} vs as {rb}" if a == b and a else None
 
 
@@ -191,13 +219,15 @@ class DirectionGuard:
     reordering and passes. Two content words exchanged whatever lies between them
     (:func:`_content_swap`) and "who" turned from subject to object over the same words
     (:func:`wh_role`) or one word reached "to" on one side and left "from" on the other
-    (:func:`_to_from_swap`) are reversals too.
+    (:func:`_to_from_swap`), or the speaker and the one addressed exchanged over the same words
+    (:func:`_person_swap`) are reversals too.
     """
 
     name: str = "direction"
 
     def check(self, query: str, candidate: str) -> str | None:
-        swap = _content_swap(query, candidate) or _role_swap(query, candidate) or _to_from_swap(query, candidate)
+        swap = (_content_swap(query, candidate) or _role_swap(query, candidate) or _to_from_swap(query, candidate)
+                or _person_swap(query, candidate))
         if swap is not None:
             return swap
         a = [SYNONYMS.get(w, w) for w in split_words(query) if w not in _ARTICLES]  # "int" / "integer": one word
