@@ -95,6 +95,7 @@ PARAPHRASES = [
     ("How should a teacher keep order in class?", "How can a teacher keep order in class?"),
     ("What can I learn in 2 minutes that can be useful?", "What can I learn in 2 minutes that should be useful?"),
     ("How do I reset my password?", "How do you reset your password?"),
+    ("What comes to mind when you think of Seoul?", "What comes to your mind when you think of Seoul?"),
     ("How do Taekwondo and Karate compare to each other?", "How do Taekwondo and Karate differ from each other?"),
 ]
 

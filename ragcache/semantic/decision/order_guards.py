@@ -181,8 +181,8 @@ def _person_swap(query: str, candidate: str) -> str | None:
         return None
     pa = [_PERSON[w] for w in split_words(query) if w in _PERSON]
     pb = [_PERSON[w] for w in split_words(candidate) if w in _PERSON]
-    if not pa or not pb or pa == pb:
-        return None
+    if not pa or not pb or pa == pb or len(pa) != len(pb):
+        return None  # a person word added ("comes to mind" / "comes to your mind") is no exchange
     rest_a = [w for w in split_words(query) if w not in _PERSON and w not in _ARTICLES]
     rest_b = [w for w in split_words(candidate) if w not in _PERSON and w not in _ARTICLES]
     return f"persons {pa} vs {pb}" if rest_a == rest_b else None
