@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragcache.semantic import SemanticCache, partition_key
+from guard_cases import assert_refused, both, guard_caches
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, meridiems
 from ragcache.semantic.decision.meaning_guards import modalities
 from ragcache.semantic.decision.order_guards import wh_role
@@ -100,22 +100,15 @@ PARAPHRASES = [
 ]
 
 
-def _both(pairs):
-    return [*pairs, *((b, a) for a, b in pairs)]
-
-
-CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in _both(ps)]
+CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in both(ps)]
 
 
 @pytest.fixture(scope="module")
 def caches():
     from ragcache.semantic.embedding import resolve_embedder
 
-    embedder = resolve_embedder(None)
-    # the guards at a low threshold too, so the refusal is theirs and not the cosine's
-    with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5) as low, \
-            SemanticCache(embedder=embedder, guards="verifier") as v:
-        yield {"default": d, "guards at 0.5": low, "verifier": v}
+    with guard_caches(resolve_embedder(None)) as c:
+        yield c
 
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)
@@ -127,15 +120,10 @@ def test_the_guard_names_the_kind(kind, stored, asked):
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)
 def test_refused_by_the_guards_and_the_verifier(caches, kind, stored, asked):
-    for name, c in caches.items():
-        pk = partition_key(namespace=f"{kind}-{name}-{hash((stored, asked)) & 0xffff}", model="m")
-        c.store(stored, "the stored answer", partition=pk)
-        assert c.lookup(asked, partition=pk) is None, (name, [(x.similarity, x.verdict) for x in
-                                                              c.candidates_for(asked, partition=pk)])
-        assert c.lookup(stored, partition=pk).answer == "the stored answer"
+    assert_refused(caches, kind, stored, asked)
 
 
-@pytest.mark.parametrize(("a", "b"), _both(PARAPHRASES))
+@pytest.mark.parametrize(("a", "b"), both(PARAPHRASES))
 def test_paraphrases_pass_these_guards(a, b):
     gs = GuardSet([g for g in GuardSet.default().guards if g.name in KINDS])
     assert gs.check(normalize_question(a), normalize_question(b)).ok

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragcache.semantic import SemanticCache, partition_key
+from guard_cases import assert_refused, both, guard_caches
+from ragcache.semantic import partition_key
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet
 from ragcache.semantic.text import normalize_question
 
@@ -55,11 +56,7 @@ PARAPHRASES = [  # same kind of words on both sides: must still pass the new gua
 KINDS = {"bound": BOUND, "complement": COMPLEMENT, "relative_time": RELATIVE_TIME}
 
 
-def _both(pairs):
-    return [*pairs, *((b, a) for a, b in pairs)]
-
-
-CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in _both(ps)]
+CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in both(ps)]
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +68,8 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def caches(embedder):
-    # the guards at a low threshold too, so the refusal is theirs and not the cosine's
-    with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5) as low, \
-            SemanticCache(embedder=embedder, guards="verifier") as v:
-        yield {"default": d, "guards at 0.5": low, "verifier": v}
+    with guard_caches(embedder) as c:
+        yield c
 
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)
@@ -85,15 +80,10 @@ def test_the_guard_names_the_kind(kind, stored, asked):
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)
 def test_refused_by_the_guards_and_the_verifier(caches, kind, stored, asked):
-    for i, (name, c) in enumerate(caches.items()):
-        pk = partition_key(namespace=f"{kind}-{name}-{hash((stored, asked)) & 0xffff}", model="m")
-        c.store(stored, "the stored answer", partition=pk)
-        assert c.lookup(asked, partition=pk) is None, (name, [(x.similarity, x.verdict) for x in
-                                                              c.candidates_for(asked, partition=pk)])
-        assert c.lookup(stored, partition=pk).answer == "the stored answer"
+    assert_refused(caches, kind, stored, asked)
 
 
-@pytest.mark.parametrize(("a", "b"), _both(PARAPHRASES))
+@pytest.mark.parametrize(("a", "b"), both(PARAPHRASES))
 def test_paraphrases_pass_the_new_guards(a, b):
     gs = GuardSet([g for g in GuardSet.default().guards if g.name in KINDS or g.name == "symbol"])
     assert gs.check(normalize_question(a), normalize_question(b)).ok
@@ -106,14 +96,14 @@ def test_spelled_numbers_equal_digits(caches):
              ("Is the trial seven days long?", "Is the trial 7 days long?"),
              ("Can I add five hundred users?", "Can I add 500 users?")]
     low = caches["guards at 0.5"]
-    for i, (a, b) in enumerate(_both(pairs)):
+    for i, (a, b) in enumerate(both(pairs)):
         assert GuardSet.default().check(normalize_question(a), normalize_question(b)).ok, (a, b)
         pk = partition_key(namespace=f"num-{i}", model="m")
         low.store(a, "A", partition=pk)
         assert low.lookup(b, partition=pk) is not None, (a, b)
     wrong = [("Is the return window 30 days?", "Is the return window thirty-one days?"),
              ("Can I add five hundred users?", "Can I add 5000 users?")]
-    for a, b in _both(wrong):
+    for a, b in both(wrong):
         assert GuardSet.default().check(a, b).reason == "number"
 
 
@@ -141,7 +131,7 @@ def test_vetoes_are_a_superset_of_the_guards_different_question_findings(embedde
     default_names = set(GuardSet.default().names)
     assert set(DIFFERENT_QUESTION) <= default_names and "substitution" not in DIFFERENT_QUESTION
     vetoes = GuardSet([g for g in GuardSet.default().guards if g.name in v.veto_names])
-    for a, b in _both(SAMPLES):
+    for a, b in both(SAMPLES):
         found = {n for n, refused in guard_findings(GuardSet.default().guards, a, b).items()
                  if refused and n in DIFFERENT_QUESTION}
         vetoed = {n for n, refused in guard_findings(vetoes.guards, a, b).items() if refused}

@@ -15,7 +15,7 @@ from ragcache.answering import AnswerPath
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.flight import FLIGHTS, flight_key
-from ragcache.testing import HashingEmbedder
+from ragcache.testing import HashingEmbedder, run_in_threads
 
 PK = partition_key(model="m")
 
@@ -29,23 +29,6 @@ def _result(text: str, finish: str = "stop") -> BackendResult:
                          finish)  # type: ignore[arg-type]
 
 
-def _together(n: int, fn) -> tuple[list, list]:
-    out, errors = [], []
-
-    def worker() -> None:
-        try:
-            out.append(fn())
-        except Exception as e:  # noqa: BLE001 - collected for the assertions
-            errors.append(e)
-
-    ts = [threading.Thread(target=worker) for _ in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return out, errors
-
-
 @pytest.mark.parametrize("error", [RuntimeError("model call failed"), TimeoutError("upstream timed out"),
                                    ValueError("bad request")])
 def test_waiters_get_the_leaders_error_not_a_queue_of_repeats(error):
@@ -57,7 +40,7 @@ def test_waiters_get_the_leaders_error_not_a_queue_of_repeats(error):
         time.sleep(0.3)
         raise error
 
-    out, errors = _together(6, lambda: path.run("What is a flight?", PK, call))
+    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call), 6)
     assert attempts == [1] and out == [] and len(errors) == 6
     assert all(e is error for e in errors)  # the leader's own error object, once
     assert len(FLIGHTS) == 0
@@ -77,7 +60,7 @@ def test_threads_share_one_call_and_get_a_zero_usage_hit():
         time.sleep(0.3)
         return _result("answer")
 
-    out, errors = _together(8, lambda: path.run("What is a flight?", PK, call, max_tokens=64))
+    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call, max_tokens=64), 8)
     assert not errors and len(calls) == 1 and all(a.text == "answer" for a in out)
     assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * 7
     for a in out:
@@ -105,7 +88,7 @@ def test_a_hung_leader_lets_one_waiter_through_not_all(waiters):
         time.sleep(0.2)
         return _result("mine")
 
-    out, errors = _together(waiters, lambda: path.run("slow one?", PK, call))
+    out, errors = run_in_threads(lambda: path.run("slow one?", PK, call), waiters)
     assert not errors and calls.count("waiter") == 1 and len(out) == waiters
     assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * (waiters - 1)
     assert all(a.text == "mine" for a in out)
@@ -124,7 +107,7 @@ def test_an_answer_that_may_not_be_stored_is_not_served_to_the_waiters(finish):
         time.sleep(0.2)
         return _result(f"cut {len(calls)}", finish)
 
-    out, errors = _together(4, lambda: path.run("What is a flight?", PK, call))
+    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call), 4)
     assert not errors and len(calls) == 4 and all(a.finish_reason == finish and a.layer == "provider" for a in out)
     assert len(path.semantic) == 0
 
@@ -205,7 +188,7 @@ def test_sync_stream_of_identical_misses_makes_one_call():
         yield "take 14 days."
         yield _result("Refunds take 14 days.")
 
-    out, errors = _together(4, lambda: list(path.stream("How long do refunds take?", PK, pieces)))
+    out, errors = run_in_threads(lambda: list(path.stream("How long do refunds take?", PK, pieces)), 4)
     assert not errors and len(calls) == 1
     assert all("".join(x for x in items if isinstance(x, str)) == "Refunds take 14 days." for items in out)
     assert sorted(items[-1].layer for items in out) == ["provider"] + ["semantic"] * 3

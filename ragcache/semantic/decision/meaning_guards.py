@@ -182,22 +182,25 @@ _ABLE = re.compile(r"\b(?:should|ought\s+to|supposed\s+to|expected\s+to|meant\s+
 _MONTH_MAY = re.compile(r"(?<!^)(?<![.?!]\s)\bMay\b")
 
 
+def _modal_text(text: str) -> str | None:
+    """The lower-cased question the modal patterns read, or ``None`` when its modal is a way of asking
+    (:data:`_WAY_OF_ASKING`, :data:`_CONTACT`): "May" the month and "can you tell me" removed, "should I
+    be able to see X" read as "can I see X"."""
+    low = _ABLE.sub("able to", _POLITE.sub(" ", _MONTH_MAY.sub(" ", text.strip()).lower()))
+    return None if _WAY_OF_ASKING.match(low) or _CONTACT.match(low) else low
+
+
 def modalities(text: str) -> set[str]:
-    """The modal kinds of a question: ``{"permission", "obligation"}`` or a part of it (empty for a
-    "how", "where" or "what ... do" question, whose modal is a way of asking; "can you tell me" and
-    "May" the month are not modals; "need" is one only as "need to" or "do I need")."""
-    t = _MONTH_MAY.sub(" ", text.strip())
-    low = _ABLE.sub("able to", _POLITE.sub(" ", t.lower()))  # "should I be able to see X" asks "can I see X"
-    if _WAY_OF_ASKING.match(low) or _CONTACT.match(low):
-        return set()
-    return {kind for pattern, kind in _MODALS if pattern.search(low)}
+    """The modal kinds of a question: ``{"permission", "obligation"}`` or a part of it (empty when its
+    modal is a way of asking, :func:`_modal_text`; "need" is one only as "need to" or "do I need")."""
+    low = _modal_text(text)
+    return set() if low is None else {kind for pattern, kind in _MODALS if pattern.search(low)}
 
 
 def first_modality(text: str) -> str | None:
     """The kind of the question's first modal (:func:`modalities`' reading), or ``None``."""
-    t = _MONTH_MAY.sub(" ", text.strip())
-    low = _ABLE.sub("able to", _POLITE.sub(" ", t.lower()))
-    if _WAY_OF_ASKING.match(low) or _CONTACT.match(low):
+    low = _modal_text(text)
+    if low is None:
         return None
     found = [(m.start(), kind) for pattern, kind in _MODALS for m in [pattern.search(low)] if m]
     return min(found)[1] if found else None

@@ -173,22 +173,23 @@ _PERSON = {**dict.fromkeys(("i", "me", "my", "mine", "myself", "we", "us", "our"
            **dict.fromkeys(("you", "your", "yours", "yourself", "yourselves"), "addressee")}
 
 
+_WAY_OF_ASKING_PERSON = re.compile(r"\s*(?:how|what\s+(?:do|does|should|can|would)\s+(?:i|you|we|one)\s+do)\b")
+
+
 def _person_swap(query: str, candidate: str) -> str | None:
     """The speaker and the one addressed exchanged over the same words ("Can I send you the invoice?" /
     "Can you send me the invoice?", "Did I get paid?" / "Did you get paid?"). A "how ... I / you"
     question is left alone: its "you" is usually anyone ("How do you reset a password?")."""
     if any(_WAY_OF_ASKING_PERSON.match(t) for t in (query.lower(), candidate.lower())):
         return None
-    pa = [_PERSON[w] for w in split_words(query) if w in _PERSON]
-    pb = [_PERSON[w] for w in split_words(candidate) if w in _PERSON]
+    wa, wb = split_words(query), split_words(candidate)
+    pa = [_PERSON[w] for w in wa if w in _PERSON]
+    pb = [_PERSON[w] for w in wb if w in _PERSON]
     if not pa or not pb or pa == pb or len(pa) != len(pb):
         return None  # a person word added ("comes to mind" / "comes to your mind") is no exchange
-    rest_a = [w for w in split_words(query) if w not in _PERSON and w not in _ARTICLES]
-    rest_b = [w for w in split_words(candidate) if w not in _PERSON and w not in _ARTICLES]
+    rest_a = [w for w in wa if w not in _PERSON and w not in _ARTICLES]
+    rest_b = [w for w in wb if w not in _PERSON and w not in _ARTICLES]
     return f"persons {pa} vs {pb}" if rest_a == rest_b else None
-
-
-_WAY_OF_ASKING_PERSON = re.compile(r"\s*(?:how|what\s+(?:do|does|should|can|would)\s+(?:i|you|we|one)\s+do)\b")
 
 
 def _role_swap(query: str, candidate: str) -> str | None:

@@ -1,0 +1,34 @@
+"""Shared pieces of the near-miss guard tests (tests/unit/test_meaning_guards.py,
+tests/unit/test_guard_modality_roles.py): both directions of a pair list, the three caches a
+near miss must be refused by, and that refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ragcache.semantic import SemanticCache, partition_key
+
+
+def both(pairs):
+    """Each pair in both directions."""
+    return [*pairs, *((b, a) for a, b in pairs)]
+
+
+@contextmanager
+def guard_caches(embedder) -> Iterator[dict[str, SemanticCache]]:
+    """The default cache, the guards at a low threshold (so a refusal is theirs, not the cosine's), and
+    ``guards="verifier"``."""
+    with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5) as low, \
+            SemanticCache(embedder=embedder, guards="verifier") as v:
+        yield {"default": d, "guards at 0.5": low, "verifier": v}
+
+
+def assert_refused(caches: dict[str, SemanticCache], kind: str, stored: str, asked: str) -> None:
+    """``asked`` misses the answer stored for ``stored`` in every cache; ``stored`` itself still hits."""
+    for name, c in caches.items():
+        pk = partition_key(namespace=f"{kind}-{name}-{hash((stored, asked)) & 0xffff}", model="m")
+        c.store(stored, "the stored answer", partition=pk)
+        assert c.lookup(asked, partition=pk) is None, (name, [(x.similarity, x.verdict) for x in
+                                                              c.candidates_for(asked, partition=pk)])
+        assert c.lookup(stored, partition=pk).answer == "the stored answer"
