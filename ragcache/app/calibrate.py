@@ -44,6 +44,70 @@ def musique_prompts(data: str | Path, start: int, end: int, docs: int) -> list[l
     return out
 
 
+def calibration_variants(data: str | Path, start: int, end: int, *, variants: int = 2, docs: int = 6,
+                         seed: int = 40, first_variant: int = 0) -> tuple[list[list[dict]], list[list[str]], list[str]]:
+    """Fresh calibration prompts from MuSiQue items ``[start, end)``: ``variants`` prompts per question.
+
+    The procedure of the blend license plan (ragcache issue 40), fixed before any run:
+
+    * supporting passages: those whose normalised text (:func:`ragcache.engine.blend.license.normalize_answer`)
+      contains a normalised gold answer; all are kept (a seeded choice of ``docs`` when more);
+    * the prompt's other passages: a seeded choice of the remaining ones, up to ``docs`` in all;
+    * a seeded order of the ``docs`` passages;
+    * a variant equal to the item's old calibration prompt (its first ``docs`` passages in order) or to an
+      earlier variant of the same question is drawn again (next draw of the same generator).
+
+    The generator of item i, variant v is ``random.Random(f"{seed}:{i}:{v}")`` (string seeds are hashed
+    deterministically by SHA-512), so a prompt depends on its item, variant and seed only.
+
+    Returns:
+        ``(prompts, golds, names)``: message lists as :func:`musique_prompts` builds them, each item's gold
+        answers, and names ``"item 7 variant 1"``.
+
+    Raises:
+        ValueError: missing file, an empty range, ``variants < 1`` or an item with fewer than ``docs`` passages.
+    """
+    import random
+
+    from ragcache.engine.blend.license import normalize_answer
+
+    path = Path(data)
+    if not path.exists():
+        raise ValueError(f"{path} not found: pass --data with the MuSiQue sample (shared/data/musique_s.json)")
+    if variants < 1:
+        raise ValueError(f"variants must be >= 1; got {variants}")
+    items = json.loads(path.read_text())[start:end]
+    if not items:
+        raise ValueError(f"no items in [{start}, {end}) of {path}")
+    prompts, golds, names = [], [], []
+    for offset, item in enumerate(items):
+        i = start + offset
+        ctxs = item["ctxs"]
+        if len(ctxs) < docs:
+            raise ValueError(f"item {i} has {len(ctxs)} passages, fewer than docs={docs}")
+        answers = [normalize_answer(a) for a in item["answers"] if normalize_answer(a)]
+        support = [j for j, c in enumerate(ctxs) if any(a in normalize_answer(c["text"]) for a in answers)]
+        old = list(range(docs))
+        seen = [old]
+        for v in range(first_variant, first_variant + variants):
+            rng = random.Random(f"{seed}:{i}:{v}")
+            while True:
+                keep = sorted(rng.sample(support, docs)) if len(support) > docs else list(support)
+                rest = [j for j in range(len(ctxs)) if j not in keep]
+                chosen = keep + rng.sample(rest, docs - len(keep))
+                rng.shuffle(chosen)
+                if chosen not in seen:
+                    break
+            seen.append(chosen)
+            blocks = [{"type": "text", "text": ctxs[j]["text"], "ragcache_kind": "document"} for j in chosen]
+            blocks.append({"type": "text", "text": QUESTION.format(question=item["question"]),
+                           "ragcache_kind": "question"})
+            prompts.append([{"role": "system", "content": SYSTEM}, {"role": "user", "content": blocks}])
+            golds.append(list(item["answers"]))
+            names.append(f"item {i} variant {v}")
+    return prompts, golds, names
+
+
 def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 4, docs: int = 6,
          ratios: list[float] | list[str] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
          max_ratio: float = 0.5,

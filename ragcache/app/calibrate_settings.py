@@ -42,10 +42,24 @@ def read_plan(path: str | Path) -> Any:
         settings = [BlendSetting.from_dict(s) for s in d["settings"]]
     except TypeError as e:
         raise ValueError(f"plan file {p}: {e}") from None
+    from ragcache.engine.blend.license import RULE_NAME, LicenseRule
+
+    rule_d = d.get("rule")
+    if rule_d is not None and (not isinstance(rule_d, dict) or rule_d.get("name") != RULE_NAME):
+        raise ValueError(f"plan file {p}: 'rule' must be an object named {RULE_NAME!r} (the license rule's "
+                         f"thresholds, ragcache.engine.blend.license.LicenseRule); got {rule_d!r}")
+    prompts = d.get("prompts") or {}
+    if not isinstance(prompts, dict) or set(prompts) - {"variants", "seed", "docs", "first_variant"}:
+        raise ValueError(f"plan file {p}: 'prompts' takes variants, seed, docs, first_variant; got {prompts!r}")
+    try:
+        rule = None if rule_d is None else LicenseRule.from_dict(rule_d)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"plan file {p}: {e}") from None
     return SettingsPlan(settings=settings, min_agreement=float(d.get("min_agreement", 0.95)),
                         confidence=float(d.get("confidence", 0.95)),
                         max_mean_share=float(d.get("max_mean_share", 0.30)),
-                        answer_tokens=int(d.get("answer_tokens", 32)), note=str(d.get("note", "")))
+                        answer_tokens=int(d.get("answer_tokens", 32)), note=str(d.get("note", "")),
+                        rule=rule, prompts=dict(prompts), yardstick_every=int(d.get("yardstick_every", 0)))
 
 
 def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs: int = 6, threads: int | None = None,
@@ -54,7 +68,7 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     """Run the plan on items ``[start, end)``; print the table; return the Calibration."""
     import torch
 
-    from ragcache.app.calibrate import musique_prompts
+    from ragcache.app.calibrate import calibration_variants, musique_prompts
     from ragcache.engine.blend.setting import calibrate_settings
     from ragcache.engine.blend.calibration import calibration_path
     from ragcache.engine.chunk.cache import ChunkCache
@@ -64,8 +78,16 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     sp = read_plan(plan)
     if threads:
         torch.set_num_threads(threads)
-    prompts = musique_prompts(data, start, end, docs)
-    sp.note = (f"{sp.note} items {start}-{end - 1} of {Path(data).name}, first {docs} passages each, "
+    if sp.prompts:  # the plan's fresh prompts: variants per question, prompt index = item * variants + v
+        pv = {"variants": 2, "seed": 40, "docs": docs, "first_variant": 0} | sp.prompts
+        prompts, golds, _ = calibration_variants(data, start, end, variants=pv["variants"], docs=pv["docs"],
+                                                 seed=pv["seed"], first_variant=pv["first_variant"])
+        first = start * pv["variants"] + 1000 * pv["first_variant"]
+        what = f"{pv['variants']} variants per question (seed {pv['seed']}, {pv['docs']} passages)"
+    else:
+        prompts, first, what = musique_prompts(data, start, end, docs), start, f"first {docs} passages each"
+        golds = [list(x["answers"]) for x in json.loads(Path(data).read_text())[start:end]]
+    sp.note = (f"{sp.note} items {start}-{end - 1} of {Path(data).name}, {what}, "
                f"torch threads {torch.get_num_threads()}, load at start {[round(x, 2) for x in os.getloadavg()]}"
                ).strip()
     engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
@@ -77,7 +99,7 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
                                                 "measured": measured}, indent=1)
 
     cal = calibrate_settings(engine, prompts, sp, save=save, home=home, progress=lambda line: console.print(line),
-                             checkpoint=keep, first_index=start)
+                             checkpoint=keep, first_index=first, golds=golds)
     cal.note += f"; load at end {[round(x, 2) for x in os.getloadavg()]}"
     if json_path:
         atomic_write_json(Path(json_path), {**cal.to_dict(), "complete": True}, indent=1)

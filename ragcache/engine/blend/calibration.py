@@ -79,6 +79,12 @@ class Calibration:
             recomputed share and CPU speed-up (:func:`~ragcache.engine.blend.setting.setting_row`).
         max_mean_share: the cap on the mean recomputed share a licensed setting must meet.
         note: how the record was made (command, items, machine).
+        rule: the license rule the record was decided by (:meth:`LicenseRule.to_dict
+            <ragcache.engine.blend.license.LicenseRule.to_dict>`, with its ``name``). A record without
+            one, or under another rule's name (the retired pooled-agreement rule), loads and licenses
+            nothing (:meth:`from_dict`).
+        yardstick: the same model's bfloat16-vs-float32 full-prefill flip rates on the calibration
+            prompts (:func:`~ragcache.engine.blend.setting.precision_yardstick`), reported, never gating.
     """
 
     fingerprint: str
@@ -101,6 +107,8 @@ class Calibration:
     settings: list[dict] = field(default_factory=list)
     max_mean_share: float | None = None
     note: str = ""
+    rule: dict | None = None
+    yardstick: dict | None = None
 
     def verdict(self) -> str:
         """One line naming what this record measured and what it licenses, e.g. ``"calibration record
@@ -138,8 +146,16 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: dict) -> Calibration:
+        """From :meth:`to_dict` output; a record not decided by the current license rule
+        (:data:`~ragcache.engine.blend.license.RULE_NAME`) is read as licensing nothing."""
+        from ragcache.engine.blend.license import RULE_NAME
+
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**known)
+        cal = cls(**known)
+        if (cal.rule or {}).get("name") != RULE_NAME and cal.blend_allowed:
+            cal.blend_allowed, cal.recompute_ratio, cal.setting = False, None, None
+            cal.note = (f"{cal.note}; " if cal.note else "") + "decided by a retired rule: licenses nothing"
+        return cal
 
 
 def record_digest(fingerprint: Any) -> str:
@@ -290,6 +306,30 @@ def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) ->
     return max(0.0, (centre - spread) / (1 + z2n))
 
 
+def greedy_answer(model: Any, cache: Any, logits: torch.Tensor, start: int, answer_tokens: int,
+                  eos: set[int] | frozenset[int]) -> tuple[list[int], torch.Tensor]:
+    """Greedy decode from ``cache`` (which is extended): ``(answer ids, the logits that chose each)``.
+
+    Args:
+        logits: the next-token logits at the prompt's last position (``[vocab]``).
+        start: the prompt's length (the first answer token's position).
+        answer_tokens: the budget (tokens, >= 1); decoding stops after an EOS id or at the budget.
+
+    Returns:
+        ``(answer, rows)``: up to ``answer_tokens`` ids, and float32 ``[len(answer), vocab]``.
+    """
+    answer: list[int] = []
+    rows = []
+    for step in range(answer_tokens):
+        tok = int(logits.argmax())
+        answer.append(tok)
+        rows.append(logits.float()[None])
+        if tok in eos or step == answer_tokens - 1:
+            break
+        logits = kv.forward(model, [tok], cache, start + step)[-1]
+    return answer, torch.cat(rows)
+
+
 def reference_answer(engine: Any, ids: Sequence[int],
                      answer_tokens: int) -> tuple[list[int], torch.Tensor, float, float]:
     """Full prefill of ``ids`` and its greedy answer: the reference a blend is judged against.
@@ -299,21 +339,15 @@ def reference_answer(engine: Any, ids: Sequence[int],
         stopping at EOS), the logits that chose each of them (float32 ``[len(answer), vocab]``), and
         the CPU and wall seconds of the prefill alone.
     """
+    from ragcache.engine.decode import eos_ids
+
     model, n = engine.model, len(ids)
     c0, w0 = time.process_time(), time.perf_counter()
     ref_cache = kv.new_cache(model)
     logits = kv.forward(model, list(ids), ref_cache, 0)[-1]
     cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - w0
-    answer: list[int] = []
-    rows = []
-    for step in range(answer_tokens):
-        tok = int(logits.argmax())
-        answer.append(tok)
-        rows.append(logits[None])
-        if tok in engine._eos or step == answer_tokens - 1:
-            break
-        logits = kv.forward(model, [tok], ref_cache, n + step)[-1]
-    return answer, torch.cat(rows), cpu_s, wall_s
+    answer, rows = greedy_answer(model, ref_cache, logits, n, answer_tokens, eos_ids(model, engine.tokenizer))
+    return answer, rows, cpu_s, wall_s
 
 
 def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,

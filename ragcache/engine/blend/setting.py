@@ -190,7 +190,8 @@ def _prefix_cache(model: Any, ids: Sequence[int], p: int) -> Any:
 def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[BlendSetting], *,
                      answer_tokens: int = 32, progress: Callable[[str], None] | None = None,
                      checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
-                     token_detail: bool = False) -> list[dict]:
+                     token_detail: bool = False, golds: Sequence[Sequence[str]] | None = None,
+                     yardstick_every: int = 0) -> list[dict]:
     """Teacher-forced fidelity, recomputed share and CPU time of each setting on each prompt.
 
     For each prompt: a full prefill (CPU seconds timed) gives the reference greedy answer (up to
@@ -215,13 +216,22 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
     """
     from ragcache.engine.blend.calibration import (
         fidelity,
+        greedy_answer,
         reference_answer,
         teacher_forced_logits,
     )
     from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache
 
+    from ragcache.engine.blend.license import best_f1
+    from ragcache.engine.decode import eos_ids
+
     model, say = engine.model, progress or (lambda _m: None)
+    if golds is not None and len(golds) != len(prompts):
+        raise ValueError(f"golds has {len(golds)} entries for {len(prompts)} prompts: one list of gold answers each")
+    token_detail = token_detail or golds is not None
+    eos = eos_ids(model, engine.tokenizer)
+    low = copy.deepcopy(model).to(torch.bfloat16) if yardstick_every else None
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
     bound = cc.bind(model, engine.fingerprint.digest if hasattr(engine.fingerprint, "digest") else engine.fingerprint,
                     engine.namespace)
@@ -237,6 +247,16 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
         if token_detail:
             top2 = reference.float().topk(2, dim=-1).values
             margins = [round(float(m), 4) for m in (top2[:, 0] - top2[:, 1])]
+        extra: dict[str, Any] = {}
+        if golds is not None:
+            ref_text = engine.tokenizer.decode(answer, skip_special_tokens=True)
+            extra = {"ref_text": ref_text, "ref_f1": best_f1(ref_text, golds[i]), "golds": list(golds[i])}
+        if low is not None and i % yardstick_every == 0:
+            low_cache = kv.new_cache(low)
+            low_first = kv.forward(low, list(ids), low_cache, 0)[-1]
+            low_logits = teacher_forced_logits(low, low_cache, low_first, answer, n)
+            extra["bf16_mismatch"] = [t for t, a in enumerate(answer) if int(low_logits[t].argmax()) != int(a)]
+            del low_cache
         p = stable_prefix_len(spans)
         prefix_tensors = kv.cache_tensors(_prefix_cache(model, ids, p)) if p else None
         chunks: dict[str, list] = {}
@@ -254,12 +274,20 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
             blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
             agree, kl = fidelity(reference, blended, answer)
             share = 1.0 if res.exact else res.tokens_recomputed / max(n_doc, 1)
+            free: dict[str, Any] = {}
+            if golds is not None:  # the blend's own greedy answer, from its cache cut back to the prompt
+                if len(answer) > 1:
+                    res.cache.crop(-(len(answer) - 1))  # drop the forced answer's KV (transformers: negative = remove)
+                own, _ = greedy_answer(model, res.cache, res.last_logits, n, answer_tokens, eos)
+                text = engine.tokenizer.decode(own, skip_special_tokens=True)
+                free = {"answer_text": text, "f1": best_f1(text, golds[i]), "answer_match": own == answer}
             row = {"prompt": first_index + i, "prompt_tokens": n, "doc_tokens": n_doc, "answer_tokens": len(answer),
                    "top1_agreement": agree, "mean_kl": kl, "share": share, "exact": bool(res.exact), "cpu_s": cpu,
                    "full_cpu_s": full_cpu}
             if token_detail:
                 got = blended.argmax(-1).tolist()
                 row |= {"ref_margin": margins, "mismatch": [t for t, a in enumerate(answer) if int(got[t]) != int(a)]}
+            row |= extra | free
             out[j]["per_prompt"].append(row)
             say(f"prompt {first_index + i} ({n} tokens) {setting.name}: agreement {agree:.3f}, KL {kl:.4f}, share {share:.3f}, "
                 f"CPU {cpu:.2f}s vs full {full_cpu:.2f}s")
@@ -296,7 +324,17 @@ def choose_setting(rows: Sequence[dict], min_agreement: float, max_mean_share: f
 
 @dataclass(slots=True)
 class SettingsPlan:
-    """What a settings calibration measures and how it decides (written down before it runs)."""
+    """What a settings calibration measures and how it decides (written down before it runs).
+
+    Attributes:
+        settings: the candidates (``k = len(settings)`` is the license rule's Bonferroni divisor).
+        rule: the license rule (:class:`~ragcache.engine.blend.license.LicenseRule`); ``None`` only for plans
+            written under the retired pooled-agreement rule, whose records license nothing.
+        prompts: the calibration prompt procedure (:func:`ragcache.app.calibrate.calibration_variants`
+            arguments: ``variants``, ``seed``, ``docs``); empty: the items' first passages, one prompt each.
+        yardstick_every: run the bfloat16 full-prefill yardstick on every e-th prompt (0: never).
+        min_agreement / confidence / max_mean_share: the retired rule's thresholds (read, never applied).
+    """
 
     settings: list[BlendSetting]
     min_agreement: float = 0.95
@@ -305,12 +343,19 @@ class SettingsPlan:
     answer_tokens: int = 32
     note: str = ""
     extra: dict = field(default_factory=dict)
+    rule: Any = None
+    prompts: dict = field(default_factory=dict)
+    yardstick_every: int = 0
 
 
 def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, *, save: bool = True,
                        home: Any = None, progress: Callable[[str], None] | None = None,
-                       checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0) -> Any:
-    """Measure ``plan.settings`` on ``prompts`` and record the setting the confidence rule licenses.
+                       checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
+                       golds: Sequence[Sequence[str]] | None = None) -> Any:
+    """Measure ``plan.settings`` on ``prompts`` and record the setting the plan's license rule licenses.
+
+    ``golds``: each prompt's gold answers (the license rule scores free-running answers; required
+    when ``plan.rule`` is set).
 
     Returns a :class:`~ragcache.engine.blend.calibration.Calibration` whose ``setting`` is the licensed
     :class:`BlendSetting` as a dict (``None`` and ``blend_allowed=False`` when none qualifies),
@@ -328,9 +373,12 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
     if not prompts or not plan.settings:
         raise ValueError("calibrate_settings needs at least one prompt with documents and one setting")
     check_confidence(plan.confidence)
+    if plan.rule is not None and golds is None:
+        raise ValueError("the license rule scores free-running answers: pass golds (one list of gold answers per prompt)")
     with engine._lock:
         measured = measure_settings(engine, prompts, plan.settings, answer_tokens=plan.answer_tokens,
-                                    progress=progress, checkpoint=checkpoint, first_index=first_index)
+                                    progress=progress, checkpoint=checkpoint, first_index=first_index, golds=golds,
+                                    yardstick_every=plan.yardstick_every)
     return record_settings(engine, measured, plan, n_prompts=len(prompts), save=save, home=home)
 
 
@@ -347,8 +395,15 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
     )
     from ragcache.engine.chunk.cache import ChunkCache
 
+    from ragcache.engine.blend.license import choose, judge
+
     rows = [setting_row(m, plan.confidence) for m in measured]
-    chosen = choose_setting(rows, plan.min_agreement, plan.max_mean_share)
+    if plan.rule is not None:
+        for row in rows:
+            row["license"] = judge(row, plan.rule, k=len(rows))
+        chosen = choose(rows)
+    else:  # a plan of the retired rule: measured and reported, licenses nothing
+        chosen = None
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
     setting = None if chosen is None else chosen["setting"]
     cal = Calibration(
@@ -359,12 +414,30 @@ def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *
         sink_ids=cc.sink_for(engine.model), check_layer=engine.reuse_policy.check_layer,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), confidence=plan.confidence,
         rank_by=setting["rank_by"] if setting else "infoflow", setting=setting, settings=rows,
-        max_mean_share=plan.max_mean_share, note=plan.note)
+        max_mean_share=plan.max_mean_share, note=plan.note,
+        rule=None if plan.rule is None else plan.rule.to_dict(), yardstick=precision_yardstick(rows))
     if save:
         save_calibration(cal, home)
     return cal
 
 
+def precision_yardstick(rows: Sequence[dict], decisive_margin: float = 1.0) -> dict | None:
+    """The bfloat16-vs-float32 full-prefill flip rates over the prompts that ran the yardstick.
+
+    Returns ``{"prompts", "tokens", "flips", "flip_rate", "decisive_tokens", "decisive_flips",
+    "decisive_flip_rate"}`` (teacher-forced along the float32 answer), or ``None`` when none ran it.
+    """
+    pp = [p for p in (rows[0]["per_prompt"] if rows else []) if "bf16_mismatch" in p]
+    if not pp:
+        return None
+    tokens = sum(p["answer_tokens"] for p in pp)
+    flips = sum(len(p["bf16_mismatch"]) for p in pp)
+    dec = sum(sum(1 for m in p["ref_margin"] if m >= decisive_margin) for p in pp)
+    dflips = sum(sum(1 for t in p["bf16_mismatch"] if p["ref_margin"][t] >= decisive_margin) for p in pp)
+    return {"prompts": len(pp), "tokens": tokens, "flips": flips, "flip_rate": flips / max(tokens, 1),
+            "decisive_tokens": dec, "decisive_flips": dflips, "decisive_flip_rate": dflips / max(dec, 1)}
+
+
 __all__ = ["CHUNK_CONTEXTS", "BlendSetting", "SettingsPlan", "calibrate_settings", "choose_setting", "compute_after",
            "context_view",
-           "licensed_setting", "measure_settings", "setting_row", "stable_prefix_len"]
+           "licensed_setting", "measure_settings", "precision_yardstick", "setting_row", "stable_prefix_len"]
