@@ -110,23 +110,42 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
 
 
 def show(cal: Any, sp: Any, what: str, console: Console) -> None:
-    """Print the settings table of a Calibration and its decision."""
-    t = Table(title=f"blend settings vs full prefill, {cal.model}: {what}, "
-                    f"{sp.answer_tokens} teacher-forced tokens")
-    for c in ("setting", "pooled agreement (tokens)", f"lower bound ({sp.confidence:g})", "mean KL",
-              "mean share", "exact", "median CPU speed-up"):
+    """Print the settings table of a Calibration and its decision (the license rule's four figures when
+    the plan has the rule; the retired rule's agreement table otherwise)."""
+    if sp.rule is None:
+        t = Table(title=f"blend settings vs full prefill, {cal.model}: {what}, "
+                        f"{sp.answer_tokens} teacher-forced tokens (retired pooled-agreement rule: licenses nothing)")
+        for c in ("setting", "pooled agreement (tokens)", f"lower bound ({sp.confidence:g})", "mean KL",
+                  "mean share", "exact", "median CPU speed-up"):
+            t.add_column(c, justify="right")
+        for row in cal.settings:
+            t.add_row(row["name"], f"{row['pooled_top1_agreement']:.3f} ({row['answer_tokens']})",
+                      f"{row['agreement_lower_bound']:.3f}", f"{row['mean_kl']:.4f}", f"{row['mean_share']:.3f}",
+                      str(row["exact_fallbacks"]), f"{row['median_cpu_speedup']:.2f}x")
+        console.print(t)
+        console.print(cal.verdict())
+        return
+    r = sp.rule
+    t = Table(title=f"blend license ({cal.rule['name']}) vs full prefill, {cal.model}: {what}, "
+                    f"{sp.answer_tokens}-token answers")
+    for c in (f"setting", f"decisive flips (m >= {r.decisive_margin:g})", f"upper bound (conf.)",
+              f"flips at m >= {r.large_margin:g}", "F1 blend / full", "median CPU speed-up", "all-token agreement",
+              "mean KL", "licensed"):
         t.add_column(c, justify="right")
     for row in cal.settings:
-        t.add_row(row["name"], f"{row['pooled_top1_agreement']:.3f} ({row['answer_tokens']})",
-                  f"{row['agreement_lower_bound']:.3f}", f"{row['mean_kl']:.4f}", f"{row['mean_share']:.3f}",
-                  str(row["exact_fallbacks"]), f"{row['median_cpu_speedup']:.2f}x")
+        lic = row["license"]
+        t.add_row(row["name"], f"{lic['decisive_flips']} / {lic['decisive_tokens']}",
+                  f"{lic['decisive_flip_upper']:.2%} ({lic['confidence']:.4g})",
+                  f"{lic['large_flips']} / {lic['large_tokens']}", f"{lic['f1']:.3f} / {lic['ref_f1']:.3f}",
+                  f"{lic['median_cpu_speedup']:.2f}x", f"{row['pooled_top1_agreement']:.3f}", f"{row['mean_kl']:.4f}",
+                  "yes" if lic["licensed"] else "no: " + ", ".join(lic["failed"]))
     console.print(t)
-    if cal.blend_allowed:
-        console.print(f"licensed: {cal.setting['name']} (lower bound >= {sp.min_agreement:g}, mean share <= "
-                      f"{sp.max_mean_share:g})")
-    else:
-        console.print(f"no setting reaches agreement {sp.min_agreement:g} with confidence {sp.confidence:g} at mean "
-                      f"share <= {sp.max_mean_share:g}: exact prefill")
+    if cal.yardstick:
+        y = cal.yardstick
+        console.print(f"yardstick: bfloat16 vs float32 full prefill flips {y['flips']}/{y['tokens']} tokens "
+                      f"({y['flip_rate']:.2%}), {y['decisive_flips']}/{y['decisive_tokens']} decisive "
+                      f"({y['decisive_flip_rate']:.2%}), {y['prompts']} prompts")
+    console.print(cal.verdict())
 
 
 def merge(plan: str | Path, parts: list[str | Path], *, model: str | None = None, save: bool = False,

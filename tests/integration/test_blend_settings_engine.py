@@ -39,7 +39,7 @@ def engine(lm, **kw):  # requests below skip the prefix cache: it would serve th
 
 def record(lm, setting):
     return Calibration(fingerprint=lm.fingerprint.digest, model="tiny", recompute_ratio=setting.recompute_ratio,
-                       blend_allowed=True, min_agreement=0.95, max_ratio=0.3, rank_by=setting.rank_by,
+                       blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95, max_ratio=0.3, rank_by=setting.rank_by,
                        setting=setting.to_dict())
 
 

@@ -207,10 +207,10 @@ def test_blend_setting_round_trip_validation_and_record():
             BlendSetting(**bad)
     with pytest.raises(TypeError):
         BlendSetting.from_dict([("recompute_ratio", 0.1)])
-    cal = Calibration(fingerprint="f", model="m", recompute_ratio=0.1, blend_allowed=True, min_agreement=0.95,
+    cal = Calibration(fingerprint="f", model="m", recompute_ratio=0.1, blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95,
                       max_ratio=0.3, setting=s.to_dict())
     assert licensed_setting(Calibration.from_dict(cal.to_dict())) == s
-    old = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+    old = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95,
                       max_ratio=0.5, rank_by="infoflow")
     assert licensed_setting(old) == BlendSetting(recompute_ratio=0.3, rank_by="infoflow")
     off = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,

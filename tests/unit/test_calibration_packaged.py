@@ -19,7 +19,7 @@ from ragcache.engine.engine import LocalEngine
 
 def _record(fp, r, allowed):
     return Calibration(fingerprint=fp, model="tiny", recompute_ratio=r, blend_allowed=allowed, min_agreement=0.95,
-                       max_ratio=0.5)
+                       max_ratio=0.5, rule={"name": "decisive-flips-v1"})
 
 
 @pytest.fixture
@@ -87,9 +87,10 @@ def test_a_record_says_what_it_measured_and_licenses():
              "answer_tokens": 991}]
     no = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,
                      max_ratio=0.3, prompts=50, created="2026-12-02T08:48:26+00:00", settings=rows)
-    assert no.verdict() == ("calibration record (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; "
+    assert no.verdict() == ("calibration record (50 prompts, 991 answer tokens, 2026-12-02, retired pooled-agreement "
+                            "rule): no setting licensed; "
                             "best infoflow r=0.3, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95")
-    yes = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+    yes = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95,
                       max_ratio=0.3, prompts=50, settings=rows, setting={"name": "infoflow r=0.3"})
     assert yes.verdict() == ("calibration record (50 prompts, 991 answer tokens, undated): licenses infoflow r=0.3 "
                              "(pooled top-1 agreement 0.949, lower bound 0.936 >= 0.95)")
@@ -104,7 +105,7 @@ def test_a_record_says_what_it_measured_and_licenses():
                         settings=[{"name": "r=0.5", "pooled_top1_agreement": 0.963, "agreement_lower_bound": 0.9497,
                                    "mean_share": 0.5, "answer_tokens": 991}])
     assert close.verdict().endswith("lower bound 0.9497 < 0.95")
-    bare = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+    bare = Calibration(fingerprint="f", model="m", recompute_ratio=0.3, blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95,
                        max_ratio=0.3, prompts=50, settings=rows, setting={"name": "a setting not in the table"})
     assert bare.verdict().endswith("licenses a setting not in the table")
     ratios = Calibration(fingerprint="f", model="m", recompute_ratio=None, blend_allowed=False, min_agreement=0.95,

@@ -300,7 +300,7 @@ def test_calibration_blocks_blending_and_sets_r(tiny):
     assert got.stats.reuse_decision.endswith("exact prefill (pass recompute_ratio= to blend anyway, labelled approximate)")
     asked = engine.generate(rag(DOCS[::-1]), max_new_tokens=2, use_prefix_cache=False, recompute_ratio=0.3)
     assert asked.stats.approximate and asked.stats.recompute_ratio == 0.3  # the caller's r wins, labelled
-    yes = Calibration(fingerprint=fp, model="tiny", recompute_ratio=0.3, blend_allowed=True, min_agreement=0.95,
+    yes = Calibration(fingerprint=fp, model="tiny", recompute_ratio=0.3, blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95,
                       max_ratio=0.5)
     engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=yes)
     got = engine.generate(rag(DOCS), max_new_tokens=2, use_prefix_cache=False)

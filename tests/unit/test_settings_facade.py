@@ -92,7 +92,7 @@ def test_the_app_layer_passes_the_same_settings_down(monkeypatch, tmp_path, tiny
     assert engine.chunk_cache.kv_format.tag == "int8-g32" and isinstance(chunk_store(cfg), DiskChunkStore)
     assert engine.calibration is None  # no record under this home for this model
     save_calibration(Calibration(fingerprint=engine.fingerprint.weights_digest, model="tiny", recompute_ratio=0.3,
-                                 blend_allowed=True, min_agreement=0.95, max_ratio=0.5), cfg.paths)
+                                 blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95, max_ratio=0.5), cfg.paths)
     again = build_engine(Config.from_env({**env, "RAGCACHE_DECODE_CACHE": "dynamic"}))
     assert again.recompute_ratio == 0.3  # the record under $RAGCACHE_HOME, as before
     assert build_engine(Config.from_env({**env, "RAGCACHE_RECOMPUTE_RATIO": "0.1"})).recompute_ratio == 0.1

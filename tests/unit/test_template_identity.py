@@ -131,7 +131,7 @@ def test_calibration_is_keyed_by_the_weights(tmp_path):
     lm = tiny_llama(seed=0)
     engine = LocalEngine(lm, calibration=False)
     cal = Calibration(fingerprint=engine.fingerprint.weights_digest, model="tiny", recompute_ratio=0.3,
-                      blend_allowed=True, min_agreement=0.95, max_ratio=0.5)
+                      blend_allowed=True, rule={"name": "decisive-flips-v1"}, min_agreement=0.95, max_ratio=0.5)
     save_calibration(cal, home=tmp_path)
     lm.tokenizer.chat_template = lm.tokenizer.chat_template + "{# v2 #}"
     assert load_calibration(engine.fingerprint, home=tmp_path, packaged=False) == cal

@@ -111,13 +111,22 @@ class Calibration:
     yardstick: dict | None = None
 
     def verdict(self) -> str:
-        """One line naming what this record measured and what it licenses, e.g. ``"calibration record
-        (50 prompts, 991 answer tokens, 2026-12-02): no setting licensed; best infoflow r=0.3
-        prefix-conditioned, pooled top-1 agreement 0.949, lower bound 0.936 < 0.95"``, or the setting
-        licensed with its agreement and lower bound."""
+        """One line naming what this record measured, the rule it was decided by and what it licenses.
+
+        Under the license rule (:mod:`ragcache.engine.blend.license`): the licensed setting with the
+        rule's four figures (decisive flips and their upper bound, large-margin flips, free-running F1
+        against full prefill's, median CPU speed-up), or the closest candidate and the conditions it
+        fails. A record of the retired pooled-agreement rule says so and licenses nothing, e.g.
+        ``"calibration record (50 prompts, 991 answer tokens, 2026-12-02, retired pooled-agreement rule):
+        no setting licensed; best infoflow r=0.3 prefix-conditioned, pooled top-1 agreement 0.949, lower
+        bound 0.936 < 0.95"``."""
         rows = self.settings or self.ratios
         tokens = rows[0].get("answer_tokens", 0) if rows else 0  # every row pools the same answer tokens
         head = f"calibration record ({self.prompts} prompts, {tokens} answer tokens, {self.created[:10] or 'undated'})"
+        if self.rule is not None and any("license" in r for r in rows):
+            return self._license_verdict(head, rows)
+        if self.rule is None and rows:
+            head = head[:-1] + ", retired pooled-agreement rule)"
         if self.blend_allowed:
             what = (self.setting or {}).get("name") or f"r={self.recompute_ratio:g} ({self.rank_by})"
             row = next((r for r in self.settings if r.get("name") == what), None)
@@ -140,6 +149,18 @@ class Calibration:
         digits = 3 if round(bound, 3) < self.min_agreement else 4  # never "0.950 < 0.95"
         return (f"{head}: no {'setting' if self.settings else 'ratio'} licensed; best {name}, {agreement}, "
                 f"lower bound {bound:.{digits}f} < {self.min_agreement:g}")
+
+    def _license_verdict(self, head: str, rows: list[dict]) -> str:
+        from ragcache.engine.blend.license import LicenseRule, describe
+
+        rule = LicenseRule.from_dict(self.rule)
+        head = f"{head}, rule {self.rule.get('name')}"
+        if self.blend_allowed and self.setting:
+            row = next(r for r in rows if r.get("name") == self.setting.get("name"))
+            return f"{head}: licenses {row['name']} ({describe(row['license'], rule)})"
+        best = min(rows, key=lambda r: (len(r["license"]["failed"]), -r["license"]["median_cpu_speedup"]))
+        return (f"{head}: no setting licensed; closest {best['name']} fails {', '.join(best['license']['failed'])} "
+                f"({describe(best['license'], rule)})")
 
     def to_dict(self) -> dict:
         return asdict(self)
