@@ -112,6 +112,37 @@ STUDIES: dict[str, Study] = {
     "eval_settings_121-131": Study("Blend settings against full prefill, evaluation items 121-131", "Local engine",
                                    "ragcache calibrate --plan bench/results/eval_settings_plan.json --start 121 --end 132 "
                                    "--threads 1 --no-save --json bench/results/eval_settings_121-131.json"),
+    "calibration_plan_decisive_settings": Study("Calibration plan 3 (the decisive-token license rule): rule, prompt "
+                                                "procedure and candidates, fixed before the run (input)", "Local engine",
+                                                "ragcache calibrate --plan bench/results/calibration_plan_decisive_settings.json"),
+    "calibration_plan_decisive_floor": Study("Calibration plan 3, decisive-token floor: variant 2 of the development "
+                                             "questions (input)", "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json"),
+    "calibration_decisive_0-24": Study("Calibration plan 3, questions 0-24 (two fresh prompts each)", "Local engine",
+                                       "ragcache calibrate --plan bench/results/calibration_plan_decisive_settings.json --start 0 --end 25 --threads 1 --no-save "
+                                       "--json bench/results/calibration_decisive_0-24.json"),
+    "calibration_decisive_25-49": Study("Calibration plan 3, questions 25-49 (two fresh prompts each)", "Local engine",
+                                        "ragcache calibrate --plan bench/results/calibration_plan_decisive_settings.json --start 25 --end 50 --threads 1 --no-save "
+                                        "--json bench/results/calibration_decisive_25-49.json"),
+    "calibration_decisive_floor_0-9": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 0-9",
+                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 0 --end 10 "
+                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_0-9.json"),
+    "calibration_decisive_floor_10-19": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 10-19 "
+                                              "(run while the floor was not yet known to be met; not merged)",
+                                              "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 10 --end 20 "
+                                              "--threads 1 --no-save --json "
+                                              "bench/results/calibration_decisive_floor_10-19.json"),
+    "calibration_decisive_smollm2": Study("Calibration plan 3, every prompt merged: the shipped record", "Local engine",
+                                          "python -m benchmarks.license_record merge"),
+    "eval_decisive_plan": Study("License evaluation on items 50-131: the setting (input)", "Local engine",
+                                "ragcache calibrate --plan bench/results/eval_decisive_plan.json --no-save"),
+    "eval_decisive_50-90": Study("License evaluation, items 50-90", "Local engine",
+                                 "ragcache calibrate --plan bench/results/eval_decisive_plan.json --start 50 --end 91 --threads 1 --no-save "
+                                 "--json bench/results/eval_decisive_50-90.json"),
+    "eval_decisive_91-131": Study("License evaluation, items 91-131", "Local engine",
+                                  "ragcache calibrate --plan bench/results/eval_decisive_plan.json --start 91 --end 132 --threads 1 --no-save "
+                                  "--json bench/results/eval_decisive_91-131.json"),
+    "eval_decisive_50-131": Study("License evaluation: the shipped setting against full prefill, items 50-131 "
+                                  "(merged)", "Local engine", "python -m benchmarks.license_record evaluate"),
     "calibration_plan_r40-50_settings": Study("Calibration plan 2 (r = 0.4 / 0.5): the settings, fixed before the run "
                                               "(input)", "Local engine",
                                               "ragcache calibrate --plan bench/results/calibration_plan_r40-50_settings.json"),
@@ -391,7 +422,31 @@ def _provider_summary(d: dict) -> list[str]:
     return _md(["config", "read", "written", "uncached", "read from request 2 on", "cost vs uncached"], rows)
 
 
+def _license_summary(d: dict) -> list[str]:
+    """The license rule's four figures per setting (records of ``ragcache calibrate --plan`` under the rule)."""
+    rows = [r for r in d.get("settings", []) if "license" in r]
+    if not rows:
+        return []
+    out = _md(["setting", "decisive flips", "upper bound (confidence)", "flips at m >= 3", "F1 blend / full",
+               "median CPU speed-up", "all-token agreement", "mean KL", "licensed"],
+              [[r["name"], f"{r['license']['decisive_flips']} / {r['license']['decisive_tokens']}",
+                f"{100 * r['license']['decisive_flip_upper']:.2f}% ({r['license']['confidence']:.4g})",
+                f"{r['license']['large_flips']} / {r['license']['large_tokens']}",
+                f"{r['license']['f1']:.3f} / {r['license']['ref_f1']:.3f}",
+                f"{r['license']['median_cpu_speedup']:.2f}x", f"{r['pooled_top1_agreement']:.3f}",
+                f"{r['mean_kl']:.4f}", "yes" if r["license"]["licensed"] else "no: " + ", ".join(r["license"]["failed"])]
+               for r in rows])
+    y = d.get("yardstick")
+    if y:
+        out += ["", f"Yardstick, bfloat16 against float32 full prefill on {y['prompts']} of these prompts: "
+                    f"{y['flips']} of {y['tokens']} answer tokens flip ({100 * y['flip_rate']:.2f}%), "
+                    f"{y['decisive_flips']} of {y['decisive_tokens']} decisive ({100 * y['decisive_flip_rate']:.2f}%)."]
+    return out + [""]
+
+
 SUMMARIES: dict[str, Callable[[dict], list[str]]] = {
+    **{n: _license_summary for n in ("calibration_decisive_smollm2", "eval_decisive_50-131", "calibration_decisive_0-24",
+                                     "calibration_decisive_25-49", "eval_decisive_50-90", "eval_decisive_91-131")},
     **{n: _blend_summary for n in ("blend", "blend_items50-57", "blend_items58-83", "blend_items84-109",
                                    "blend_cacheblend_v1", "blend_dev", "blend_items30-39")},
     "semantic": _semantic_summary, "semantic_hard": _semantic_summary, "provider": _provider_summary,

@@ -65,7 +65,21 @@ def test_the_embedded_models_record_ships_and_follows_its_own_rule():
     assert files, "the embedded model's calibration record is missing from the package"
     for f in files:
         cal = Calibration.from_dict(json.loads(f.read_text()))
-        assert f.stem == cal.fingerprint and cal.confidence > 0
+        assert f.stem == cal.fingerprint
+        if cal.rule is not None:  # the license rule (issue 40): re-decided here from the per-prompt data it ships
+            from ragcache.engine.blend.license import RULE_NAME, LicenseRule, choose, judge
+
+            rule = LicenseRule.from_dict(cal.rule)
+            assert cal.rule["name"] == RULE_NAME
+            rows = [{**row, "license": judge(row, rule, k=len(cal.settings))} for row in cal.settings]
+            for row, shipped in zip(rows, cal.settings):
+                assert row["license"] == shipped["license"]  # floats round-trip JSON exactly
+            chosen = choose(rows)
+            assert cal.setting == (chosen["setting"] if chosen else None) and cal.blend_allowed == bool(chosen)
+            assert all(row["license"]["decisive_tokens"] >= 1500 for row in rows)  # the plan's floor
+            assert cal.yardstick is not None and cal.yardstick["prompts"] == cal.prompts
+            continue
+        assert cal.confidence > 0
         if cal.settings:  # a record of named blend settings (issue 31): the rule picks its setting
             from ragcache.engine.blend.setting import choose_setting
 
