@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PLAN = RESULTS / "calibration_plan_decisive_settings.json"
 MAIN_PARTS = [RESULTS / "calibration_decisive_0-24.json", RESULTS / "calibration_decisive_25-49.json"]
-FLOOR = [RESULTS / f"calibration_decisive_floor_{s}-{s + 9}.json" for s in range(0, 50, 10)]
+FLOOR = [[RESULTS / f"calibration_decisive_floor_{s}-{s + 4}.json", RESULTS / f"calibration_decisive_floor_{s + 5}-{s + 9}.json"]
+         for s in range(0, 50, 10)]  # each batch of 10 questions run as two processes of 5
 DECISIVE_FLOOR = 1500
 EVAL_PLAN = RESULTS / "eval_decisive_plan.json"
 EVAL_PARTS = [RESULTS / "eval_decisive_50-90.json", RESULTS / "eval_decisive_91-131.json"]
@@ -49,15 +50,16 @@ def parts_to_merge() -> tuple[list[Path], list[str]]:
         if not p.exists() or not json.loads(p.read_text()).get("complete"):
             raise ValueError(f"{p.name} is missing or partial: a partial run licenses nothing")
     parts, total, notes = list(MAIN_PARTS), sum(decisive_tokens(p) for p in MAIN_PARTS), []
-    for p in FLOOR:
+    for batch in FLOOR:
         if total >= DECISIVE_FLOOR:
-            if p.exists():
-                notes.append(f"{p.name} not merged: the floor was already met ({total} decisive tokens)")
+            notes += [f"{p.name} not merged: the floor was already met ({total} decisive tokens)" for p in batch
+                      if p.exists()]
             continue
-        if not p.exists() or not json.loads(p.read_text()).get("complete"):
-            raise ValueError(f"{total} decisive tokens < {DECISIVE_FLOOR} and {p.name} is missing or partial")
-        parts.append(p)
-        total += decisive_tokens(p)
+        for p in batch:
+            if not p.exists() or not json.loads(p.read_text()).get("complete"):
+                raise ValueError(f"{total} decisive tokens < {DECISIVE_FLOOR} and {p.name} is missing or partial")
+        parts += batch
+        total += sum(decisive_tokens(p) for p in batch)
     return parts, notes + [f"{total} decisive tokens merged"]
 
 

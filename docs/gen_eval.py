@@ -123,14 +123,18 @@ STUDIES: dict[str, Study] = {
     "calibration_decisive_25-49": Study("Calibration plan 3, questions 25-49 (two fresh prompts each)", "Local engine",
                                         "ragcache calibrate --plan bench/results/calibration_plan_decisive_settings.json --start 25 --end 50 --threads 1 --no-save "
                                         "--json bench/results/calibration_decisive_25-49.json"),
-    "calibration_decisive_floor_0-9": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 0-9",
-                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 0 --end 10 "
-                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_0-9.json"),
-    "calibration_decisive_floor_10-19": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 10-19 "
-                                              "(run while the floor was not yet known to be met; not merged)",
-                                              "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 10 --end 20 "
-                                              "--threads 1 --no-save --json "
-                                              "bench/results/calibration_decisive_floor_10-19.json"),
+    "calibration_decisive_floor_0-4": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 0-4",
+                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 0 --end 5 "
+                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_0-4.json"),
+    "calibration_decisive_floor_5-9": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 5-9",
+                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 5 --end 10 "
+                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_5-9.json"),
+    "calibration_decisive_floor_10-14": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 10-14",
+                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 10 --end 15 "
+                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_10-14.json"),
+    "calibration_decisive_floor_15-19": Study("Calibration plan 3, decisive-token floor: variant 2 of questions 15-19",
+                                            "Local engine", "ragcache calibrate --plan bench/results/calibration_plan_decisive_floor.json --start 15 --end 20 "
+                                            "--threads 1 --no-save --json bench/results/calibration_decisive_floor_15-19.json"),
     "calibration_decisive_smollm2": Study("Calibration plan 3, every prompt merged: the shipped record", "Local engine",
                                           "python -m benchmarks.license_record merge"),
     "eval_decisive_plan": Study("License evaluation on items 50-131: the setting (input)", "Local engine",
