@@ -172,7 +172,7 @@ _WILL_NOUN = re.compile(r"\b(?:a|the|my|your|his|her|our|their|free|good|ill|las
 """"A will", "free will": the noun, no modal."""
 _PREDICTION_THEN_MODAL = re.compile(
     r"\b(?:will|won't|wont|would|wouldn't|wouldnt|going\s+to)\s+(?:[\w']+\s+){0,3}?"
-    r"(?=(?:(?:not|still|ever|also)\s+)?(?:be\s+(?:able|unable|allowed|permitted|eligible|possible|ok|okay|fine|"
+    r"(?=(?:(?:not|still|ever|also)\s+)?(?:(?:be|become)\s+(?:able|unable|allowed|permitted|eligible|possible|ok|okay|fine|"
     r"required|obliged|obligated|necessary|mandatory|compulsory|expected|supposed)\b|(?:have|has|need|needs)\s+to\b))")
 """A prediction whose verb is another modal ("Will I be able to ...", "Would it be possible ...", "Will my
 manager have to ..."): the other modal is what is asked, so the prediction is dropped before reading."""
