@@ -13,6 +13,7 @@ frequent sense first; ``data.<pos>`` holds each synset's words and pointers, ``!
 antonym pointer; ``<pos>.exc`` lists irregular forms). Relations used:
 
 - :meth:`Lexicon.base_forms`: WordNet's morphy (exception lists, then suffix rules).
+- :meth:`Lexicon.verb_base`: an irregular verb form's base form (``verb.exc``).
 - :meth:`Lexicon.synonyms`: two words share a synset among the first ``max_sense`` senses of
   each (frequent senses only: "take" and "run" share a rare sense, "header line" and "header
   row" a common one).
@@ -201,6 +202,12 @@ class Lexicon:
                     if pos in self._entry(b) and b not in out:
                         out.append(b)
         return tuple(out)
+
+    def verb_base(self, word: str) -> str:
+        """The base form of an irregular verb form (WordNet's ``verb.exc``: "chose" / "chosen" ->
+        "choose", "taught" -> "teach", "saw" -> "see"); any other word unchanged."""
+        bases = self._exceptions()["verb"].get(word.lower(), ())
+        return bases[0] if bases else word
 
     def _senses(self, word: str, max_sense: int) -> set[tuple[str, int]]:
         out: set[tuple[str, int]] = set()

@@ -12,14 +12,16 @@ Each names a reason when the two questions ask different things:
   "except", "other than" ...) on one side more often than on the other ("in Europe" / "outside Europe").
 - ``relative_time``: a time relative to now ("this" / "next" / "last" week, month, quarter, year;
   "today" / "tomorrow" / "yesterday"; "tonight") that points elsewhere or is on one side only.
-- ``modality``: permission or possibility ("can", "may", "allowed to", "is it possible to") against
-  obligation or advice ("must", "have to", "need to", "required", "should"), read from the question's
-  first modal: "Can I return a bike
-  within 30 days?" asks what is allowed, "Must I ...?" what is required. Only when both questions
-  carry a modal; the modal of "how can I X", "where can I X", "what can I do" and of a wh-question about
-  whom to contact or when to expect something ("Who can / should I contact?") is a way of asking,
-  "should I be able to" asks "can I", and a
-  request to the assistant ("can you tell me", "could you help") is politeness, not permission.
+- ``modality``: permission or possibility ("can", "may", "allowed to", "is it possible to"), obligation
+  or advice ("must", "have to", "need to", "required", "should") and prediction ("will", "would",
+  "going to"), read from the question's first modal: "Can I return a bike within 30 days?" asks what
+  is allowed, "Must I ...?" what is required, "Will I get a refund?" what is going to happen. Only when
+  both questions carry a modal; the modal of "how can I X", "where can I X", "what can I do", "what
+  will happen" and of a wh-question about whom to contact or when to expect something ("Who can /
+  should I contact?") is a way of asking, "should I be able to" asks "can I", a prediction followed by
+  another modal takes that one's kind ("Will I be able to ...?" asks "Can I ...?", "Will I have to
+  ...?" asks "Must I ...?"), "a will" and "Will" inside a sentence are no modal, and a request to the
+  assistant ("can you tell me", "could you help", "will you send") is politeness, not permission.
 - ``symbol``: code-like spans (format codes ``%Y``, flags ``-v``, ``$HOME``, operators ``10 / 2``,
   slices ``a[1:]``) must be equal, case and symbols included; and a word written in both questions
   in two cases differs when case carries meaning: a single letter (a constant ``G`` / ``g``), a
@@ -163,35 +165,49 @@ _MODALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:must|mustn't|mustnt|ha(?:ve|s|d)\s+to|needs?\s+to|(?:do|does|did)\s+\w+\s+need|required|requires?|"
                 r"mandatory|compulsory|obliged|obligated|necessary|should|shouldn't|shouldnt|ought\s+to|"
                 r"supposed\s+to|expected\s+to)\b"), "obligation"),
+    (re.compile(r"\b(?:will|won't|wont|would|wouldn't|wouldnt|going\s+to(?!\s+(?:the|a|an|my|your|our|their|his|her|"
+                r"this|that|school|college|university|work|bed|church|jail|prison|court|sleep|class)\b))\b"), "prediction"),
 )
+_WILL_NOUN = re.compile(r"\b(?:a|the|my|your|his|her|our|their|free|good|ill|last|living)\s+will\b")
+""""A will", "free will": the noun, no modal."""
+_PREDICTION_THEN_MODAL = re.compile(
+    r"\b(?:will|won't|wont|would|wouldn't|wouldnt|going\s+to)\s+(?:[\w']+\s+){0,3}?"
+    r"(?=(?:(?:not|still|ever|also)\s+)?(?:(?:be|become)\s+(?:able|unable|allowed|permitted|eligible|possible|ok|okay|fine|"
+    r"required|obliged|obligated|necessary|mandatory|compulsory|expected|supposed)\b|(?:have|has|need|needs)\s+to\b))")
+"""A prediction whose verb is another modal ("Will I be able to ...", "Would it be possible ...", "Will my
+manager have to ..."): the other modal is what is asked, so the prediction is dropped before reading."""
 _POLITE = re.compile(r"\b(?:can|could|would|will)\s+(?:you|u)\s+(?:please\s+)?(?:help|tell|explain|show|give|list|"
-                     r"describe|summari[sz]e|check|find|walk|point|let|clarify|share|send|provide)\b")
+                     r"describe|summari[sz]e|check|find|walk|point|let|clarify|share|send|provide)\b"
+                     r"|\bwould\s+(?:you|u)\s+(?:mind|be\s+(?:able|willing|so\s+kind))\b|\bi\s+would\s+like\b|\bi'?d\s+like\b")
 _WAY_OF_ASKING = re.compile(
-    r"\s*(?:how|where)\s+(?:can|could|should|do|does|would|may|might|must|shall)\b"
+    r"\s*(?:how|where)\s+(?:can|could|should|do|does|would|will|may|might|must|shall)\b"
     r"|\s*what\s+(?:can|could|should|must|shall|would|do|does|will)\s+(?:i|we|you|one)\s+"
-    r"(?:need\s+to\s+|have\s+to\s+)?do\b")
+    r"(?:need\s+to\s+|have\s+to\s+)?do\b"
+    r"|\s*what\s+(?:will|would|could|can|might|may|should)\s+(?:happen|occur|be\s+the\s+(?:consequences?|effects?|"
+    r"impact|outcome|result))\b")
 """Questions whose modal is a way of asking: "how can I / how should I X", "where can I / where should I
-learn X", "what can I do / what should I do / what do I need to do". Not "how many / how long / how
-often can I" (a limit) against "... must I" (a requirement)."""
+learn X", "what can I do / what should I do / what do I need to do", "what will / would / can happen".
+Not "how many / how long / how often can I" (a limit) against "... must I" (a requirement)."""
 _CONTACT = re.compile(r"^\s*(?:who|whom|when|which|where|what)\b.*?\b(?:can|could|should|may|must)\s+(?:i|we|you)\s+"
                       r"(?:expect|contact|call|ask|email|e-mail|reach|talk|speak|message|ping|see|visit|go|turn|write)\b")
 """A wh-question about whom to contact or when to expect something: "Who can I contact ..." asks what
 "Who should I contact ..." asks, "When can I expect ..." what "When should I expect ..." asks."""
 _ABLE = re.compile(r"\b(?:should|ought\s+to|supposed\s+to|expected\s+to|meant\s+to)\s+(?:(?:i|we|you|they|he|she|it)\s+)?"
                    r"be\s+able\s+to\b")
-_MONTH_MAY = re.compile(r"(?<!^)(?<![.?!]\s)\bMay\b")
+_MONTH_MAY = re.compile(r"(?<!^)(?<![.?!]\s)\b(?:May|Will)\b")  # the month, a name ("Will Smith")
 
 
 def _modal_text(text: str) -> str | None:
     """The lower-cased question the modal patterns read, or ``None`` when its modal is a way of asking
-    (:data:`_WAY_OF_ASKING`, :data:`_CONTACT`): "May" the month and "can you tell me" removed, "should I
-    be able to see X" read as "can I see X"."""
+    (:data:`_WAY_OF_ASKING`, :data:`_CONTACT`): "May" the month, "Will" the name and "can you tell me"
+    removed, "should I be able to see X" read as "can I see X", "will I have to X" as "have to X"."""
     low = _ABLE.sub("able to", _POLITE.sub(" ", _MONTH_MAY.sub(" ", text.strip()).lower()))
+    low = _PREDICTION_THEN_MODAL.sub("", _WILL_NOUN.sub(" testament", low))
     return None if _WAY_OF_ASKING.match(low) or _CONTACT.match(low) else low
 
 
 def modalities(text: str) -> set[str]:
-    """The modal kinds of a question: ``{"permission", "obligation"}`` or a part of it (empty when its
+    """The modal kinds of a question: ``{"permission", "obligation", "prediction"}`` or a part of it (empty when its
     modal is a way of asking, :func:`_modal_text`; "need" is one only as "need to" or "do I need")."""
     low = _modal_text(text)
     return set() if low is None else {kind for pattern, kind in _MODALS if pattern.search(low)}
@@ -208,7 +224,7 @@ def first_modality(text: str) -> str | None:
 
 @dataclass(slots=True)
 class ModalityGuard:
-    """Permission against obligation ("Can I ...?" / "Must I ...?"), read from each question's first modal
+    """Permission, obligation and prediction ("Can I ...?" / "Must I ...?" / "Will I ...?"), read from each question's first modal
     (a later clause's "can" / "should" is not what is asked), when both questions carry one."""
 
     name: str = "modality"

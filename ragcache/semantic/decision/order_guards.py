@@ -72,6 +72,55 @@ def _content_swap(query: str, candidate: str) -> str | None:
     return None
 
 
+_OWNER_MARK = re.compile(r"(?<=[a-z0-9])'s\b|(?<=[a-z0-9]s)'(?![a-z0-9])")
+
+
+def _owners(text: str) -> set[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """``(owner, owned)`` pairs of stemmed content-word runs: "the customer's account manager" and "the
+    account manager of the customer" both give ``(("customer",), ("account", "manager"))``. A run is the
+    content words next to the ``'s`` (or ``s'``) or around "of"; "what's", "it's" have no owner."""
+    toks = re.findall(r"'s|[a-z0-9]+", _OWNER_MARK.sub(" 's", text.lower().replace("\u2019", "'")))
+
+    def content(t: str) -> bool:
+        return t not in ("'s", "of") and t not in STOPWORDS and t not in NEGATIONS and t not in _ARTICLES
+
+    def run(i: int, step: int) -> tuple[str, ...]:
+        out = []
+        while 0 <= i < len(toks) and content(toks[i]):
+            out.append(toks[i])
+            i += step
+        return tuple(_stems(out[::step]))
+
+    pairs = set()
+    for k, t in enumerate(toks):
+        if t == "'s":
+            owner, owned = run(k - 1, -1), run(k + 1, 1)
+        elif t == "of":
+            j = k + 1
+            while j < len(toks) and toks[j] in _ARTICLES:
+                j += 1
+            owner, owned = run(j, 1), run(k - 1, -1)
+        else:
+            continue
+        if owner and owned:
+            pairs.add((owner, owned))
+    return pairs
+
+
+def _possessive_swap(query: str, candidate: str) -> str | None:
+    """The same content words with owner and owned exchanged ("the customer's account manager" / "the
+    account manager's customer", "... the customer of the account manager"): a possessive or "of"
+    rotation of word runs, which the two-word exchange of :func:`_content_swap` does not see."""
+    if sorted(_stems(content_words(_POSSESSIVE.sub("", query)))) != \
+            sorted(_stems(content_words(_POSSESSIVE.sub("", candidate)))):
+        return None
+    a, b = _owners(query), _owners(candidate)
+    for owner, owned in a - b:
+        if (owned, owner) in b - a:
+            return f"owner and owned exchanged: {' '.join(owner)!r} / {' '.join(owned)!r}"
+    return None
+
+
 _PREPOSITIONS = frozenset({"to", "from", "into", "onto", "in", "on", "at", "for", "with", "by", "via", "through",
                            "towards", "toward", "before", "after", "under", "over"})
 
@@ -178,15 +227,18 @@ _WAY_OF_ASKING_PERSON = re.compile(r"\s*(?:how|what\s+(?:do|does|should|can|woul
 
 def _person_swap(query: str, candidate: str) -> str | None:
     """The speaker and the one addressed exchanged over the same words ("Can I send you the invoice?" /
-    "Can you send me the invoice?", "Did I get paid?" / "Did you get paid?"). A "how ... I / you"
-    question is left alone: its "you" is usually anyone ("How do you reset a password?")."""
-    if any(_WAY_OF_ASKING_PERSON.match(t) for t in (query.lower(), candidate.lower())):
-        return None
+    "Can you send me the invoice?", "Did I get paid?" / "Did you get paid?"). In a "how ... I / you"
+    question, whose "you" is usually anyone ("How do you reset a password?" asks "How do I ..."), only
+    an exchange of both counts: each side names both the speaker and the one addressed, in other
+    places ("How do I give you access?" / "How do you give me access?")."""
     wa, wb = split_words(query), split_words(candidate)
     pa = [_PERSON[w] for w in wa if w in _PERSON]
     pb = [_PERSON[w] for w in wb if w in _PERSON]
     if not pa or not pb or pa == pb or len(pa) != len(pb):
         return None  # a person word added ("comes to mind" / "comes to your mind") is no exchange
+    if any(_WAY_OF_ASKING_PERSON.match(t) for t in (query.lower(), candidate.lower())) and not (
+            set(pa) == set(pb) == {"speaker", "addressee"}):
+        return None  # "How do I reset my password?" / "How do you reset your password?": the generic "you"
     rest_a = [w for w in wa if w not in _PERSON and w not in _ARTICLES]
     rest_b = [w for w in wb if w not in _PERSON and w not in _ARTICLES]
     return f"persons {pa} vs {pb}" if rest_a == rest_b else None
@@ -194,18 +246,25 @@ def _person_swap(query: str, candidate: str) -> str | None:
 
 def _role_swap(query: str, candidate: str) -> str | None:
     """The same content words with "who" the subject on one side and the object on the other ("Who
-    reports to the manager?" / "Who does the manager report to?"): the roles are reversed."""
+    reports to the manager?" / "Who does the manager report to?", "Who did the manager choose?" / "Who
+    chose the manager?": an irregular past is its verb, :meth:`Lexicon.verb_base`): the roles are reversed."""
     ra, rb = wh_role(query), wh_role(candidate)
     if ra is None or rb is None or ra == rb:
         return None
     if [w for w in split_words(query) if w not in _ARTICLES] == [w for w in split_words(candidate) if w not in _ARTICLES]:
         return None  # "Who does the payroll?" / "Who does payroll?": only an article differs
 
+    lex = lexicon()
+
     def key(w: str) -> str:  # "escalates" / "escalate", "hired" / "hire"
+        w = stem(SYNONYMS.get(w, w))
         return (w[:-2] if w.endswith("ed") and len(w) > 4 else w).rstrip("e")
 
-    a = sorted(key(w) for w in _stems(content_words(_POSSESSIVE.sub("", query))))
-    b = sorted(key(w) for w in _stems(content_words(_POSSESSIVE.sub("", candidate))))
+    def keys(text: str) -> list[str]:  # "chose" / "choose", "taught" / "teach"; before stop words go ("told": "tell")
+        ws = [lex.verb_base(w) for w in split_words(_POSSESSIVE.sub("", text))]
+        return sorted(key(w) for w in ws if w not in STOPWORDS and w not in NEGATIONS)
+
+    a, b = keys(query), keys(candidate)
     return f"'who' as {ra} vs as {rb}" if a == b and a else None
 
 
@@ -218,7 +277,8 @@ class DirectionGuard:
     questions ask opposite directions ("merge main into my branch" vs "merge my
     branch into main"). A clause moved to the other end (``M`` empty) is a
     reordering and passes. Two content words exchanged whatever lies between them
-    (:func:`_content_swap`) and "who" turned from subject to object over the same words
+    (:func:`_content_swap`), owner and owned exchanged ("the customer's account manager" / "the account
+    manager's customer", :func:`_possessive_swap`), "who" turned from subject to object over the same words
     (:func:`wh_role`) or one word reached "to" on one side and left "from" on the other
     (:func:`_to_from_swap`), or the speaker and the one addressed exchanged over the same words
     (:func:`_person_swap`) are reversals too.
@@ -227,8 +287,8 @@ class DirectionGuard:
     name: str = "direction"
 
     def check(self, query: str, candidate: str) -> str | None:
-        swap = (_content_swap(query, candidate) or _role_swap(query, candidate) or _to_from_swap(query, candidate)
-                or _person_swap(query, candidate))
+        swap = (_content_swap(query, candidate) or _possessive_swap(query, candidate) or _role_swap(query, candidate)
+                or _to_from_swap(query, candidate) or _person_swap(query, candidate))
         if swap is not None:
             return swap
         a = [SYNONYMS.get(w, w) for w in split_words(query) if w not in _ARTICLES]  # "int" / "integer": one word
