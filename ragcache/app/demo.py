@@ -105,7 +105,8 @@ def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
         hit, total = d.get("docs_hit", 0), d.get("docs_hit", 0) + d.get("docs_missed", 0)
         if a.approximate:  # chunk KV reused at reordered positions: say so, with the setting
             r = f" r={a.recompute_ratio:.2f}" if a.recompute_ratio is not None else ""
-            docs = f", docs {hit}/{total} reused (blended{r}, approximate)"
+            setting = f" {a.blend_setting}" if a.blend_setting else r
+            docs = f", docs {hit}/{total} reused (blended{setting}, approximate)"
         elif hit:  # found in the chunk cache but prefilled exactly (no licensed blend): not reuse
             docs = f", docs {hit}/{total} cached, prefilled exactly"
         else:
@@ -185,19 +186,35 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
+GUIDE = "docs/guides/local-engine.md"
+"""Where the demo sends a newcomer to read about chunk reuse (the local-engine guide)."""
+
+
 def _reuse_mode(engine: Any) -> str:
-    """One line on what the engine does with chunk-cache hits at these settings."""
-    r = engine.recompute_ratio
+    """The demo's ``chunk KV:`` line: one plain sentence on what the engine does with documents found in
+    the chunk cache, why that is safe, and where to read more (the full calibration verdict is logged
+    at INFO, ``ragcache --verbose demo``: :func:`_reuse_detail`)."""
+    setting = engine.blend_setting_name()
+    if setting is None:
+        return ("documents are kept in the chunk cache but each answer computes them again, exactly, because no "
+                "calibration has shown that reusing them keeps this model's answers (RAGCACHE_RECOMPUTE_RATIO=0.15 "
+                f"turns reuse on, every such answer labelled approximate); more in {GUIDE}.")
     cal = engine.calibration
-    if r is None and cal is not None and not cal.blend_allowed:
-        return (f"documents are cached, but prefill stays exact: {cal.verdict()} "
-                "(RAGCACHE_RECOMPUTE_RATIO=0.15 blends anyway, labelled approximate)")
-    if r is None:
-        return ("documents are cached, but prefill stays exact: this model has no calibration record showing that "
-                "blending keeps its answers (`ragcache calibrate`, or RAGCACHE_RECOMPUTE_RATIO=0.15 to blend, "
-                "labelled approximate)")
-    source = f"; {cal.verdict()}" if cal is not None and cal.blend_allowed and r == cal.recompute_ratio else ""
-    return f"blended at r={r:.2f} ({engine.selection} selection), answers labelled approximate{source}"
+    licensed = engine._recompute_ratio is None and engine.config.blend_setting is None and cal is not None \
+        and cal.blend_allowed
+    why = ("this model's calibration showed it keeps the answers" if licensed
+           else "you asked for it with a recompute ratio")
+    return (f"documents found in the chunk cache are reused at their new positions (CacheBlend, setting {setting}) "
+            f"and each such answer is labelled approximate, because it may differ slightly from computing everything "
+            f"again ({why}); more in {GUIDE}.")
+
+
+def _reuse_detail(engine: Any) -> str:
+    """The whole story behind :func:`_reuse_mode` for ``--verbose``: the calibration record's verdict
+    (or that there is none) and the setting in force."""
+    cal = engine.calibration
+    verdict = cal.verdict() if cal is not None else "no calibration record for this model (`ragcache calibrate`)"
+    return f"calibration: {verdict}; blend setting in force: {engine.blend_setting_name() or 'none (exact prefill)'}"
 
 
 def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,
@@ -220,6 +237,7 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
                  f"backend {backend} | top-k {cfg.top_k}")
     if backend == "local":
         say(console, ("chunk KV: " + _reuse_mode(engine), "dim"))
+        log.info("chunk KV: %s", _reuse_detail(engine))
     with _backend(backend, engine) as be:
         # The demo's short budget cuts most answers; keep them anyway: a truncated answer is served only
         # to a request with this same budget (it is in the partition), never to a larger one.
