@@ -6,11 +6,19 @@ A scripted session asks questions that exercise each layer: a cold question, a
 paraphrased repeat (semantic cache), a negated variant (must not be served from the
 semantic cache; its documents come back in another mix, served from the chunk cache),
 a follow-up, and an exact repeat.
+
+When blending is on (a calibration record licenses a setting, or ``RAGCACHE_RECOMPUTE_RATIO``), every
+document found in the chunk cache is reused: the demo's engine blends whenever a document hits
+(``min_reuse_tokens=0`` unless ``RAGCACHE_MIN_REUSE_TOKENS`` says otherwise). The engine's default
+cost rule blends only when the predicted saving reaches 0.1 s at the *measured* prefill rate, so on a
+fast machine a request with a few hundred reusable tokens was prefilled exactly: documents found,
+none reused, for a reason the demo's table could not show.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -155,6 +163,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     prompt = sum(a.prompt_tokens for a in model)
     prefix_hits = sum(a.usage.prefix_reused > 0 for a in model)
     docs_hit = sum(a.details.get("docs_hit", 0) for a in model)
+    docs_reused = sum(a.details.get("docs_hit", 0) for a in model if a.usage.chunk_reused > 0)
     docs_all = docs_hit + sum(a.details.get("docs_missed", 0) for a in model)
     prefill_s = sum(a.details.get("prefill_s", 0.0) for a in model)
     rate = computed / prefill_s if prefill_s > 0 else 0.0  # measured prefill throughput, tokens/s
@@ -165,7 +174,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
         "questions": n, "semantic_hits": sem, "semantic_hit_rate": sem / n if n else 0.0,
         "model_calls": len(model), "prefix_hits": prefix_hits,
         "prefix_hit_rate": prefix_hits / len(model) if model else 0.0,
-        "chunk_docs_hit": docs_hit, "chunk_docs_total": docs_all,
+        "chunk_docs_hit": docs_hit, "chunk_docs_reused": docs_reused, "chunk_docs_total": docs_all,
         "chunk_hit_rate": docs_hit / docs_all if docs_all else 0.0,
         "prompt_tokens": prompt, "prefill_tokens_reused": reused, "prefill_tokens_computed": computed,
         "measured_prefill_tokens_per_s": rate, "prefill_time_saved_s": saved_prefill_s,
@@ -178,6 +187,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     t.add_row("prefix cache hits (model calls)", f"{prefix_hits}/{len(model)} ({out['prefix_hit_rate']:.0%})")
     if docs_all:
         t.add_row("chunk cache documents hit", f"{docs_hit}/{docs_all} ({out['chunk_hit_rate']:.0%})")
+        t.add_row("chunk cache documents reused (blended)", f"{docs_reused}/{docs_hit}")
     t.add_row("prefill tokens reused / in prompts", f"{reused}/{prompt} ({reused / prompt if prompt else 0:.0%})")
     t.add_row("measured prefill rate", f"{rate:.0f} tokens/s")
     t.add_row("prefill time saved (reused tokens / measured rate)", f"{saved_prefill_s:.1f} s")
@@ -195,6 +205,9 @@ def _reuse_mode(engine: Any) -> str:
     the chunk cache, why that is safe, and where to read more (the full calibration verdict is logged
     at INFO, ``ragcache --verbose demo``: :func:`_reuse_detail`)."""
     setting = engine.blend_setting_name()
+    if engine.chunk_cache is None or engine.kv_reuse_blocker:
+        why = "the chunk cache is off" if engine.chunk_cache is None else f"this model has {engine.kv_reuse_blocker}"
+        return f"every document is computed in each answer's own context, exactly, because {why}; more in {GUIDE}."
     if setting is None:
         return ("documents are kept in the chunk cache but each answer computes them again, exactly, because no "
                 "calibration has shown that reusing them keeps this model's answers (RAGCACHE_RECOMPUTE_RATIO=0.15 "
@@ -228,6 +241,8 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
     if backend not in ("local", "anthropic-local"):
         raise ValueError(f"unknown backend {backend!r}: use 'local' or 'anthropic-local'")
     emb = query_embedder(cfg)
+    if cfg.min_reuse_tokens is None:  # blend whenever a document hits (module docstring)
+        cfg = dataclasses.replace(cfg, min_reuse_tokens=0)
     with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
         engine = build_engine(cfg, chunk_cache=chunk_cache and backend == "local")
     chunks = stdlib_chunks()
