@@ -18,6 +18,11 @@ and its native response to a :class:`~ragcache.backend.BackendResult`, and answe
 - A hit is an :class:`Answer` with ``layer="semantic"``, zero :class:`~ragcache.backend.CacheUsage`,
   ``ttft_s`` = the lookup's time, and finish reason / approximate / recompute ratio from the
   entry's :class:`Provenance` (``answer.provenance``).
+- A stored answer made by a blend (CacheBlend chunk KV, :attr:`Provenance.blend_setting`) is served
+  only to a request whose backend blends at that same setting (:func:`ragcache.provenance.may_serve`):
+  every call takes the request's ``blend_setting`` (its name; ``None``, the default: exact prefill; or a
+  zero-argument callable, read only when a stored answer was blended, so a hit needs no model load).
+  Anything else is a miss, and the request's own answer then replaces the entry with the same words.
 - :func:`cacheable` is the one storage rule: non-empty text that ended with ``stop``, or ``length``
   under ``cache_truncated`` (the budget is in the partition and the entry: served to the same budget only),
   and never a mere echo of the question.
@@ -39,10 +44,18 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage
-from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer
+from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer, may_serve
 
 if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey
+
+BlendName = str | Callable[[], str | None] | None
+"""A request's blend setting as the answer path takes it: the setting's name, ``None`` (exact prefill),
+or a zero-argument callable giving either (read only when a stored answer was made by a blend)."""
+
+
+def _blend_name(blend_setting: BlendName) -> str | None:
+    return blend_setting() if callable(blend_setting) else blend_setting
 
 
 def cacheable(result: BackendResult, *, cache_truncated: bool = False, question: str | None = None) -> bool:
@@ -112,27 +125,34 @@ class AnswerPath:
 
     # -- lookup / store ---------------------------------------------------------------------------
     def lookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-               threshold: float | None = None, started: float | None = None, count: bool = True) -> Answer | None:
+               threshold: float | None = None, started: float | None = None, count: bool = True,
+               blend_setting: BlendName = None) -> Answer | None:
         """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache). ``count=False``: a
-        re-read of a request already counted in the cache's lookups (hit rate)."""
+        re-read of a request already counted in the cache's lookups (hit rate). ``blend_setting``: the
+        request's (module docstring); a stored blended answer at another setting is a miss."""
         if self.semantic is None or partition is None:
             return None
         t0 = time.perf_counter() if started is None else started
         kw = {} if count or not self._recount else {"count": False}
         hit = self.semantic.lookup(question, partition=partition, threshold=threshold, max_tokens=max_tokens, **kw)
-        return None if hit is None else hit_answer(question, hit, time.perf_counter() - t0)
+        if hit is None:
+            return None
+        answer = hit_answer(question, hit, time.perf_counter() - t0)
+        if answer.blend_setting is not None and not may_serve(answer.provenance, _blend_name(blend_setting)):
+            return None
+        return answer
 
     async def alookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-                      threshold: float | None = None, started: float | None = None, count: bool = True
-                      ) -> Answer | None:
+                      threshold: float | None = None, started: float | None = None, count: bool = True,
+                      blend_setting: BlendName = None) -> Answer | None:
         """Async :meth:`lookup` (in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
         return await asyncio.to_thread(self.lookup, question, partition, max_tokens=max_tokens,
-                                       threshold=threshold, started=started, count=count)
+                                       threshold=threshold, started=started, count=count, blend_setting=blend_setting)
 
     def _looks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None, t0: float,
-               looked: bool = False) -> Callable[[], Answer | None]:
+               looked: bool = False, blend_setting: BlendName = None) -> Callable[[], Answer | None]:
         """The request's lookup as a function: the first call counts in the cache's hit rate, the re-reads
         of the single flight do not (nor any call when the caller has ``looked`` already)."""
         first = [not looked]
@@ -140,15 +160,15 @@ class AnswerPath:
         def look() -> Answer | None:
             count, first[0] = first[0], False
             return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0,
-                               count=count)
+                               count=count, blend_setting=blend_setting)
         return look
 
     def _alooks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
-                t0: float) -> Callable[[], Awaitable[Answer | None]]:
+                t0: float, blend_setting: BlendName = None) -> Callable[[], Awaitable[Answer | None]]:
         """Async :meth:`_looks` (the same lookup, and the same counting, in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
-        look = self._looks(question, partition, max_tokens, threshold, t0)
+        look = self._looks(question, partition, max_tokens, threshold, t0, blend_setting=blend_setting)
 
         async def alook() -> Answer | None:
             return await asyncio.to_thread(look)
@@ -183,7 +203,7 @@ class AnswerPath:
     def run(self, question: str, partition: PartitionKey | None, call: Callable[[], BackendResult], *,
             max_tokens: int | None = None, threshold: float | None = None, lookup: bool = True,
             store: bool = True, model: str | None = None, metadata: Mapping[str, Any] | None = None,
-            looked: bool = False) -> Answer:
+            looked: bool = False, blend_setting: BlendName = None) -> Answer:
         """Answer ``question``: a stored answer, else ``call()`` once among concurrent identical misses.
 
         Args:
@@ -196,6 +216,8 @@ class AnswerPath:
             metadata: more JSON-like metadata stored with the answer.
             looked: the caller has just looked this request up (a miss, counted in the cache's hit rate), so
                 this call's lookups are re-reads and not counted again.
+            blend_setting: the blend setting the request's backend answers at (module docstring;
+                ``None``: exact prefill): a stored answer made by another blend is not served.
 
         Raises:
             whatever ``call`` raises (waiters of a failed flight raise the leader's error), and the
@@ -204,7 +226,7 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        look = self._looks(question, partition, max_tokens, threshold, t0, looked)
+        look = self._looks(question, partition, max_tokens, threshold, t0, looked, blend_setting)
 
         def answer() -> Answer:
             return self.record(question, partition if store else None, call(), max_tokens=max_tokens, model=model,
@@ -218,13 +240,14 @@ class AnswerPath:
     async def arun(self, question: str, partition: PartitionKey | None,
                    call: Callable[[], Awaitable[BackendResult]], *, max_tokens: int | None = None,
                    threshold: float | None = None, lookup: bool = True, store: bool = True,
-                   model: str | None = None, metadata: Mapping[str, Any] | None = None) -> Answer:
+                   model: str | None = None, metadata: Mapping[str, Any] | None = None,
+                   blend_setting: BlendName = None) -> Answer:
         """Async :meth:`run`: ``call`` is a coroutine function; waiting happens on the event loop and
         shares flights and locks with sync callers of the same question."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        look = self._alooks(question, partition, max_tokens, threshold, t0)
+        look = self._alooks(question, partition, max_tokens, threshold, t0, blend_setting)
 
         async def answer() -> Answer:
             return await self.arecord(question, partition if store else None, await call(), max_tokens=max_tokens,
@@ -238,7 +261,8 @@ class AnswerPath:
     def stream(self, question: str, partition: PartitionKey | None,
                call: Callable[[], Iterable[str | BackendResult]], *, max_tokens: int | None = None,
                threshold: float | None = None, lookup: bool = True, store: bool = True,
-               model: str | None = None, metadata: Mapping[str, Any] | None = None) -> Iterator[str | Answer]:
+               model: str | None = None, metadata: Mapping[str, Any] | None = None,
+               blend_setting: BlendName = None) -> Iterator[str | Answer]:
         """:meth:`run` as a stream: yields ``str`` pieces of the answer, then one final :class:`Answer`.
 
         ``call()`` returns an iterable of ``str`` pieces ending with the :class:`BackendResult`. A hit
@@ -250,7 +274,7 @@ class AnswerPath:
 
         t0 = time.perf_counter()
         kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        look = self._looks(question, partition, max_tokens, threshold, t0)
+        look = self._looks(question, partition, max_tokens, threshold, t0, blend_setting=blend_setting)
 
         hit = look() if lookup else None
         if hit is None and not self._flies(partition, lookup, store):
@@ -279,15 +303,15 @@ class AnswerPath:
     async def astream(self, question: str, partition: PartitionKey | None,
                       call: Callable[[], AsyncIterable[str | BackendResult]], *, max_tokens: int | None = None,
                       threshold: float | None = None, lookup: bool = True, store: bool = True,
-                      model: str | None = None, metadata: Mapping[str, Any] | None = None
-                      ) -> AsyncIterator[str | Answer]:
+                      model: str | None = None, metadata: Mapping[str, Any] | None = None,
+                      blend_setting: BlendName = None) -> AsyncIterator[str | Answer]:
         """Async :meth:`stream`: ``call()`` returns an async iterable of ``str`` pieces ending with the
         :class:`BackendResult`; the flight is waited for on the event loop (shared with sync callers)."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
         kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        look = self._alooks(question, partition, max_tokens, threshold, t0)
+        look = self._alooks(question, partition, max_tokens, threshold, t0, blend_setting)
 
         hit = await look() if lookup else None
         if hit is None and not self._flies(partition, lookup, store):
@@ -364,4 +388,4 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["PROVENANCE_KEY", "Answer", "AnswerPath", "Provenance", "cacheable", "hit_answer"]
+__all__ = ["PROVENANCE_KEY", "Answer", "AnswerPath", "BlendName", "Provenance", "cacheable", "hit_answer"]

@@ -209,6 +209,10 @@ class BackendResult:
         recompute_ratio: CacheBlend's r for an approximate answer, else ``None``.
         details: backend-specific extras (the engine's timings, the provider's breakpoints and
             diagnosis); read-only, for display and debugging, never for accounting.
+        blend_setting: the name of the blend setting a blended prefill used (e.g.
+            ``"infoflow r=0.15"``, :class:`ragcache.engine.blend.setting.BlendSetting`), else ``None``.
+            Stored with the answer: a blended answer is served only to requests at that setting
+            (:func:`ragcache.provenance.may_serve`).
     """
 
     text: str
@@ -219,6 +223,7 @@ class BackendResult:
     approximate: bool = False
     recompute_ratio: float | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    blend_setting: str | None = None
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -233,7 +238,10 @@ class Backend(Protocol):
     """An LLM backend that answers a laid-out prompt.
 
     ``name`` (``local``, ``anthropic``, ``openai``...) and ``model_id`` (the model fingerprint or
-    provider model name) are part of the semantic cache's partition key.
+    provider model name) are part of the semantic cache's partition key. A backend whose answers
+    may be blended (the local engine) also has ``blend_setting``: the name of the blend setting it
+    answers at, ``None`` for exact prefill (absent: never blended); a stored blended answer is served
+    only to a request at the same setting (:func:`ragcache.provenance.may_serve`).
     """
 
     name: str

@@ -200,7 +200,7 @@ class RagCache:
         """The semantic cache's answer for ``request`` (a hit :class:`Answer`: zero usage, the stored
         provenance), or ``None`` (also without a semantic cache)."""
         return self.path.lookup(request.question, request.partition, max_tokens=request.max_new_tokens,
-                                threshold=threshold)
+                                threshold=threshold, blend_setting=self.blend_setting)
 
     # -- step 3 ----------------------------------------------------------------------------------
     def _kv_salt(self, request: Request, method: str) -> dict[str, Any]:
@@ -234,6 +234,13 @@ class RagCache:
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------
+    def blend_setting(self) -> str | None:
+        """The blend setting the backend answers at (``backend.blend_setting``; ``None``: exact prefill,
+        or a backend that never blends). The answer path serves a stored blended answer only to a
+        request at that setting; passed to it as this method, so it is read only for such an answer
+        (a lazily loaded model stays unloaded on a hit)."""
+        return getattr(self.backend, "blend_setting", None)
+
     @property
     def model(self) -> str:
         """``backend name:model id``, recorded in each stored answer's provenance."""
@@ -259,14 +266,14 @@ class RagCache:
         """Answer a prepared request through the answer path (lookup, single flight, generate, store)."""
         return self.path.run(request.question, request.partition, lambda: self.generate(request),
                              max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                             store=store, model=self.model)
+                             store=store, model=self.model, blend_setting=self.blend_setting)
 
     async def arun(self, request: Request, *, use_semantic: bool = True, store: bool = True,
                    threshold: float | None = None) -> Answer:
         """Async :meth:`run` (the backend's async path; waits on the event loop)."""
         return await self.path.arun(request.question, request.partition, lambda: self.agenerate(request),
                                     max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                                    store=store, model=self.model)
+                                    store=store, model=self.model, blend_setting=self.blend_setting)
 
     # -- all steps -------------------------------------------------------------------------------
     def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,

@@ -29,6 +29,9 @@ class Provenance:
         model: the model that wrote it (``backend:model id``), when known.
         stop_reason / stop_sequence: the provider's native end reason (Anthropic ``stop_reason``,
             OpenAI ``finish_reason``) and matched stop sequence, for replaying the native response.
+        blend_setting: the blend setting a blended answer was made at, ``None`` for an answer made
+            without a blend; an approximate answer with a ratio and no name gets ``"r=<ratio>"``
+            (:func:`blend_of`). Such an answer is served only to requests at that setting (:func:`may_serve`).
 
     Raises:
         ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
@@ -42,6 +45,7 @@ class Provenance:
     model: str | None = None
     stop_reason: str | None = None
     stop_sequence: str | None = None
+    blend_setting: str | None = None
 
     VERSION: ClassVar[int] = 1
 
@@ -53,9 +57,10 @@ class Provenance:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)}")
         if self.recompute_ratio is not None and not _ratio(self.recompute_ratio):
             raise ValueError(f"recompute_ratio must be a number in [0, 1] or None, got {self.recompute_ratio!r}")
-        for name in ("model", "stop_reason", "stop_sequence"):
+        for name in ("model", "stop_reason", "stop_sequence", "blend_setting"):
             if not isinstance(getattr(self, name), str | None):
                 raise TypeError(f"provenance {name} must be a str or None, got {type(getattr(self, name)).__name__}")
+        object.__setattr__(self, "blend_setting", blend_of(self.approximate, self.recompute_ratio, self.blend_setting))
 
     @classmethod
     def of(cls, result: BackendResult, *, model: str | None = None) -> Provenance:
@@ -65,27 +70,31 @@ class Provenance:
         facts = (model if model is not None else d.get("model"), d.get("stop_reason", d.get("finish_reason")),
                  d.get("stop_sequence"))
         return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
-                   *(v if isinstance(v, str) else None for v in facts))
+                   *(v if isinstance(v, str) else None for v in facts),
+                   blend_setting=blend_of(result.approximate, result.recompute_ratio, result.blend_setting))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`)."""
         return {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
                 "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
-                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence}
+                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence,
+                "blend_setting": self.blend_setting}
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None) -> Provenance:
         """Read an entry's metadata: :data:`PROVENANCE_KEY` (version 1), else the flat keys stored by
         earlier releases (the pipeline, the proxy, LangChain's generations). A value that cannot be
         read falls back to its default rather than failing the hit: an unknown layer is
-        ``provider``, an unknown finish reason ``stop`` (only finished answers were stored).
+        ``provider``, an unknown finish reason ``stop`` (only finished answers were stored). A
+        blended answer stored without its setting (before version 2) reads as ``"r=<ratio>"``
+        (:func:`blend_of`), a setting no request names, so it is never served as if exact.
         A newer version (``v``) is read by the same fields (versions only add fields)."""
         meta = dict(metadata or {})
         rec = meta.get(PROVENANCE_KEY)
         if isinstance(rec, Mapping):
             return cls._lenient(rec)
         flat = {k: meta[k] for k in ("layer", "finish_reason", "approximate", "recompute_ratio", "model",
-                                      "stop_reason", "stop_sequence") if k in meta}
+                                      "stop_reason", "stop_sequence", "blend_setting") if k in meta}
         gens = meta.get(_LEGACY_GENERATIONS)
         if isinstance(gens, str):
             flat = {**_from_generations(gens), **flat}
@@ -101,7 +110,41 @@ class Provenance:
         finish = finish if finish in FINISH_REASONS else "stop"
         ratio = rec.get("recompute_ratio")
         text = [v if isinstance(v := rec.get(k), str) else None for k in ("model", "stop_reason", "stop_sequence")]
-        return cls(layer, finish, bool(rec.get("approximate", False)), float(ratio) if _ratio(ratio) else None, *text)
+        approximate, ratio = bool(rec.get("approximate", False)), float(ratio) if _ratio(ratio) else None
+        name = rec.get("blend_setting")
+        return cls(layer, finish, approximate, ratio, *text,
+                   blend_setting=blend_of(approximate, ratio, name if isinstance(name, str) else None))
+
+
+def blend_of(approximate: bool, recompute_ratio: float | None, name: str | None) -> str | None:
+    """The blend setting an answer was made at: ``name`` (the engine's
+    :attr:`BlendSetting.name <ragcache.engine.blend.setting.BlendSetting.name>`, e.g. ``"infoflow r=0.15"``);
+    for an approximate answer with a recompute ratio but no name (a backend that reports only its ratio,
+    an entry stored before settings were) ``"r=<ratio>"``; ``None`` for an answer made without a blend
+    (exact, or approximate only by a quantized KV decode, whose format is in the partition already)."""
+    if name:
+        return name
+    if approximate and recompute_ratio is not None:
+        return f"r={recompute_ratio:g}"
+    return None
+
+
+def may_serve(stored: Provenance, blend_setting: str | None) -> bool:
+    """Whether a stored answer may be served to a request whose backend blends at ``blend_setting``
+    (its name; ``None``: exact prefill). An answer made without a blend is served to any request; one
+    made by a blend only to a request at that very setting, so an exact run never gets a blended
+    answer and a run at one setting never gets another's. The one rule of the answer path
+    (:meth:`ragcache.answering.AnswerPath.lookup`)."""
+    return stored.blend_setting is None or stored.blend_setting == blend_setting
+
+
+def approximation(approximate: bool, blend_setting: str | None) -> str | None:
+    """The words every surface labels an approximate answer with (the CLI line, the demo): ``"approximate
+    (blended at infoflow r=0.15)"``, ``"approximate"`` when the blend setting is unknown (a quantized KV
+    decode), ``None`` for an exact answer."""
+    if blend_setting:
+        return f"approximate (blended at {blend_setting})"
+    return "approximate" if approximate else None
 
 
 def _ratio(r: Any) -> bool:
@@ -118,7 +161,7 @@ def _from_generations(raw: str) -> dict[str, Any]:
     except (ValueError, KeyError, IndexError, TypeError):
         return {}
     own = meta.get("ragcache") if isinstance(meta.get("ragcache"), Mapping) else {}
-    out = {k: own[k] for k in ("layer", "approximate", "recompute_ratio") if k in own}
+    out = {k: own[k] for k in ("layer", "approximate", "recompute_ratio", "blend_setting") if k in own}
     return {**out, "model": meta.get("model_name") or meta.get("model"),
             **{k: meta[k] for k in ("stop_reason", "stop_sequence") if k in meta}}
 
@@ -138,6 +181,7 @@ class Answer:
             stored answer's.
         approximate / recompute_ratio: the prefill blended cached document KV (CacheBlend) at
             this recompute ratio, so the answer may differ from a full prefill's.
+        blend_setting: the blend setting of a blended answer (:func:`blend_of`; on a hit, the stored one's).
         details: the backend's extras (engine timings, provider breakpoints); display only.
         provenance: where the answer came from (:class:`Provenance`: on a hit, the stored record).
     """
@@ -155,11 +199,17 @@ class Answer:
     recompute_ratio: float | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     provenance: Provenance | None = None
+    blend_setting: str | None = None
 
     @property
     def hit(self) -> bool:
         """Served by the semantic cache (no model call)."""
         return self.layer == "semantic"
+
+    @property
+    def approximation(self) -> str | None:
+        """The approximate label (:func:`approximation`), ``None`` for an exact answer."""
+        return approximation(self.approximate, self.blend_setting)
 
     @property
     def prompt_tokens(self) -> int:
@@ -188,10 +238,11 @@ class Answer:
     def of(cls, question: str, result: BackendResult, *, total_s: float | None = None,
            model: str | None = None) -> Answer:
         """The :class:`Answer` of a fresh backend result (``total_s``: else ``result.ttft_s``)."""
+        prov = Provenance.of(result, model=model)
         return cls(question, result.text, result.layer, result.usage, result.ttft_s,
                    result.ttft_s if total_s is None else total_s, finish_reason=result.finish_reason,
                    approximate=result.approximate, recompute_ratio=result.recompute_ratio, details=result.details,
-                   provenance=Provenance.of(result, model=model))
+                   provenance=prov, blend_setting=prov.blend_setting)
 
 
 def hit_answer(question: str, hit: Any, elapsed_s: float) -> Answer:
@@ -200,7 +251,7 @@ def hit_answer(question: str, hit: Any, elapsed_s: float) -> Answer:
     prov = Provenance.from_metadata(hit.metadata)
     return Answer(question, hit.answer, "semantic", CacheUsage(), elapsed_s, elapsed_s, float(hit.similarity),
                   hit.question, prov.finish_reason, prov.approximate, prov.recompute_ratio,
-                  {"entry_id": hit.entry_id}, prov)
+                  {"entry_id": hit.entry_id}, prov, prov.blend_setting)
 
 
-__all__ = ["PROVENANCE_KEY", "Answer", "Provenance", "hit_answer"]
+__all__ = ["PROVENANCE_KEY", "Answer", "Provenance", "approximation", "blend_of", "hit_answer", "may_serve"]

@@ -74,7 +74,8 @@ class AskResult:
         return {
             "question": a.question, "answer": a.text, "layer": a.layer, "similarity": a.similarity,
             "matched_question": a.matched_question, "finish_reason": a.finish_reason,
-            "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "ttft_s": a.ttft_s,
+            "approximate": a.approximate, "recompute_ratio": a.recompute_ratio, "blend_setting": a.blend_setting,
+            "approximation": a.approximation, "ttft_s": a.ttft_s,
             "total_s": a.total_s, "usage": a.usage.to_dict(),
             "sources": [{"id": r.chunk.id, "score": r.score} for r in self.sources],
             "skipped_files": [{"file": f, "reason": r} for f, r in self.skipped], "skipped_bytes": self.skipped_bytes,
@@ -178,7 +179,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
     model_name = model if model is not None else cfg.model
     backend = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
-                               home=cfg.paths, setting=setting_name(cfg, "model", model))
+                               home=cfg.paths, setting=setting_name(cfg, "model", model),
+                               recompute_ratio=cfg.recompute_ratio)
     semantic = answer_cache(cfg, emb)
     rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
@@ -194,7 +196,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
             a = rag.path.run(req.question, req.partition, lambda: _generate(rag, req, None if quiet else console),
                              max_tokens=req.max_new_tokens, threshold=threshold, lookup=lookup, store=store,
-                             model=rag.model, looked=lookup)
+                             model=rag.model, looked=lookup, blend_setting=rag.blend_setting)
     finally:
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
@@ -215,7 +217,8 @@ def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
 
 
 def print_answer(console: Console, r: AskResult) -> None:
-    """The answer as literal text, then one dim line of where it came from."""
+    """The answer as literal text, then one dim line of where it came from (an approximate answer says
+    so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`)."""
     a = r.answer
     console.print(Text(clean(a.text)), highlight=False, soft_wrap=True)
     cut = a.finish_reason == "length"
@@ -227,6 +230,8 @@ def print_answer(console: Console, r: AskResult) -> None:
         how = f"served by {a.layer} | TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}"
         if cut:
             how += " | cut at the token budget (raise --max-new-tokens for a longer answer)"
+    if a.approximation:
+        how += f" | {a.approximation}"
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('command_s', 0.0):.2f} s", "dim"))
 

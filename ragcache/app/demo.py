@@ -6,11 +6,19 @@ A scripted session asks questions that exercise each layer: a cold question, a
 paraphrased repeat (semantic cache), a negated variant (must not be served from the
 semantic cache; its documents come back in another mix, served from the chunk cache),
 a follow-up, and an exact repeat.
+
+When blending is on (a calibration record licenses a setting, or ``RAGCACHE_RECOMPUTE_RATIO``), every
+document found in the chunk cache is reused: the demo's engine blends whenever a document hits
+(``min_reuse_tokens=0`` unless ``RAGCACHE_MIN_REUSE_TOKENS`` says otherwise). The engine's default
+cost rule blends only when the predicted saving reaches 0.1 s at the *measured* prefill rate, so on a
+fast machine a request with a few hundred reusable tokens was prefilled exactly: documents found,
+none reused, for a reason the demo's table could not show.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -105,7 +113,8 @@ def _row(i: int, a: Answer, note: str, backend: str) -> list[str]:
         hit, total = d.get("docs_hit", 0), d.get("docs_hit", 0) + d.get("docs_missed", 0)
         if a.approximate:  # chunk KV reused at reordered positions: say so, with the setting
             r = f" r={a.recompute_ratio:.2f}" if a.recompute_ratio is not None else ""
-            docs = f", docs {hit}/{total} reused (blended{r}, approximate)"
+            setting = f" {a.blend_setting}" if a.blend_setting else r
+            docs = f", docs {hit}/{total} reused (blended{setting}, approximate)"
         elif hit:  # found in the chunk cache but prefilled exactly (no licensed blend): not reuse
             docs = f", docs {hit}/{total} cached, prefilled exactly"
         else:
@@ -154,6 +163,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     prompt = sum(a.prompt_tokens for a in model)
     prefix_hits = sum(a.usage.prefix_reused > 0 for a in model)
     docs_hit = sum(a.details.get("docs_hit", 0) for a in model)
+    docs_reused = sum(a.details.get("docs_hit", 0) for a in model if a.usage.chunk_reused > 0)
     docs_all = docs_hit + sum(a.details.get("docs_missed", 0) for a in model)
     prefill_s = sum(a.details.get("prefill_s", 0.0) for a in model)
     rate = computed / prefill_s if prefill_s > 0 else 0.0  # measured prefill throughput, tokens/s
@@ -164,7 +174,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
         "questions": n, "semantic_hits": sem, "semantic_hit_rate": sem / n if n else 0.0,
         "model_calls": len(model), "prefix_hits": prefix_hits,
         "prefix_hit_rate": prefix_hits / len(model) if model else 0.0,
-        "chunk_docs_hit": docs_hit, "chunk_docs_total": docs_all,
+        "chunk_docs_hit": docs_hit, "chunk_docs_reused": docs_reused, "chunk_docs_total": docs_all,
         "chunk_hit_rate": docs_hit / docs_all if docs_all else 0.0,
         "prompt_tokens": prompt, "prefill_tokens_reused": reused, "prefill_tokens_computed": computed,
         "measured_prefill_tokens_per_s": rate, "prefill_time_saved_s": saved_prefill_s,
@@ -177,6 +187,7 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     t.add_row("prefix cache hits (model calls)", f"{prefix_hits}/{len(model)} ({out['prefix_hit_rate']:.0%})")
     if docs_all:
         t.add_row("chunk cache documents hit", f"{docs_hit}/{docs_all} ({out['chunk_hit_rate']:.0%})")
+        t.add_row("chunk cache documents reused (blended)", f"{docs_reused}/{docs_hit}")
     t.add_row("prefill tokens reused / in prompts", f"{reused}/{prompt} ({reused / prompt if prompt else 0:.0%})")
     t.add_row("measured prefill rate", f"{rate:.0f} tokens/s")
     t.add_row("prefill time saved (reused tokens / measured rate)", f"{saved_prefill_s:.1f} s")
@@ -185,19 +196,38 @@ def summarize(answers: Sequence[Answer], console: Console, rag: RagCache) -> dic
     return out
 
 
+GUIDE = "docs/guides/local-engine.md"
+"""Where the demo sends a newcomer to read about chunk reuse (the local-engine guide)."""
+
+
 def _reuse_mode(engine: Any) -> str:
-    """One line on what the engine does with chunk-cache hits at these settings."""
-    r = engine.recompute_ratio
+    """The demo's ``chunk KV:`` line: one plain sentence on what the engine does with documents found in
+    the chunk cache, why that is safe, and where to read more (the full calibration verdict is logged
+    at INFO, ``ragcache --verbose demo``: :func:`_reuse_detail`)."""
+    setting = engine.blend_setting_name()
+    if engine.chunk_cache is None or engine.kv_reuse_blocker:
+        why = "the chunk cache is off" if engine.chunk_cache is None else f"this model has {engine.kv_reuse_blocker}"
+        return f"every document is computed in each answer's own context, exactly, because {why}; more in {GUIDE}."
+    if setting is None:
+        return ("documents are kept in the chunk cache but each answer computes them again, exactly, because no "
+                "calibration has shown that reusing them keeps this model's answers (RAGCACHE_RECOMPUTE_RATIO=0.15 "
+                f"turns reuse on, every such answer labelled approximate); more in {GUIDE}.")
     cal = engine.calibration
-    if r is None and cal is not None and not cal.blend_allowed:
-        return (f"documents are cached, but prefill stays exact: {cal.verdict()} "
-                "(RAGCACHE_RECOMPUTE_RATIO=0.15 blends anyway, labelled approximate)")
-    if r is None:
-        return ("documents are cached, but prefill stays exact: this model has no calibration record showing that "
-                "blending keeps its answers (`ragcache calibrate`, or RAGCACHE_RECOMPUTE_RATIO=0.15 to blend, "
-                "labelled approximate)")
-    source = f"; {cal.verdict()}" if cal is not None and cal.blend_allowed and r == cal.recompute_ratio else ""
-    return f"blended at r={r:.2f} ({engine.selection} selection), answers labelled approximate{source}"
+    licensed = engine._recompute_ratio is None and engine.config.blend_setting is None and cal is not None \
+        and cal.blend_allowed
+    why = ("this model's calibration showed it keeps the answers" if licensed
+           else "you asked for it with a recompute ratio")
+    return (f"documents found in the chunk cache are reused at their new positions (CacheBlend, setting {setting}) "
+            f"and each such answer is labelled approximate, because it may differ slightly from computing everything "
+            f"again ({why}); more in {GUIDE}.")
+
+
+def _reuse_detail(engine: Any) -> str:
+    """The whole story behind :func:`_reuse_mode` for ``--verbose``: the calibration record's verdict
+    (or that there is none) and the setting in force."""
+    cal = engine.calibration
+    verdict = cal.verdict() if cal is not None else "no calibration record for this model (`ragcache calibrate`)"
+    return f"calibration: {verdict}; blend setting in force: {engine.blend_setting_name() or 'none (exact prefill)'}"
 
 
 def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,
@@ -211,6 +241,8 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
     if backend not in ("local", "anthropic-local"):
         raise ValueError(f"unknown backend {backend!r}: use 'local' or 'anthropic-local'")
     emb = query_embedder(cfg)
+    if cfg.min_reuse_tokens is None:  # blend whenever a document hits (module docstring)
+        cfg = dataclasses.replace(cfg, min_reuse_tokens=0)
     with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
         engine = build_engine(cfg, chunk_cache=chunk_cache and backend == "local")
     chunks = stdlib_chunks()
@@ -220,6 +252,7 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
                  f"backend {backend} | top-k {cfg.top_k}")
     if backend == "local":
         say(console, ("chunk KV: " + _reuse_mode(engine), "dim"))
+        log.info("chunk KV: %s", _reuse_detail(engine))
     with _backend(backend, engine) as be:
         # The demo's short budget cuts most answers; keep them anyway: a truncated answer is served only
         # to a request with this same budget (it is in the partition), never to a larger one.

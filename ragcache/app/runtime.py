@@ -102,6 +102,8 @@ class LazyLocalBackend:
             decoding) and so can be predicted; otherwise it is read from the engine once loaded.
         home: the ragcache home the embedded model is converted under (:class:`~ragcache.home.Home`).
         setting: where ``model`` came from, as an error names it (:func:`setting_name`).
+        recompute_ratio: the ratio the factory's engine is built with (``RAGCACHE_RECOMPUTE_RATIO``), so
+            :attr:`blend_setting` is known without loading the model.
 
     Raises:
         RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
@@ -110,13 +112,14 @@ class LazyLocalBackend:
     name = "local"
 
     def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True,
-                 home: Any = None, setting: str = "--model") -> None:
+                 home: Any = None, setting: str = "--model", recompute_ratio: float | None = None) -> None:
         from ragcache.models import model_fingerprint
 
         self._factory = factory
         self._backend: Any = None
         fp = model_fingerprint(model, home=home, setting=setting) if predict else None
         self._model_id = fp.digest if fp is not None else None
+        self._fingerprint, self._home, self._recompute_ratio = fp, home, recompute_ratio
 
     @property
     def loaded(self) -> bool:
@@ -142,6 +145,23 @@ class LazyLocalBackend:
         if self._model_id is None:  # a hub id: its revision is known only once loaded
             self._model_id = self._load().model_id
         return self._model_id
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The blend setting the engine answers at (:attr:`ragcache.engine.backend.LocalBackend.blend_setting`),
+        predicted without loading the model where it can be (the given ratio with the default selection
+        rule, else the setting the model's calibration record licenses). Read by the answer path only
+        when a stored answer was blended."""
+        if self._backend is not None or self._fingerprint is None:
+            return self._load().blend_setting
+        from ragcache.engine.blend.calibration import load_calibration
+        from ragcache.engine.blend.selection import DEFAULT_SELECTION
+        from ragcache.engine.blend.setting import BlendSetting, licensed_setting
+
+        if self._recompute_ratio is not None:
+            return BlendSetting(recompute_ratio=self._recompute_ratio, rank_by=DEFAULT_SELECTION).name
+        setting = licensed_setting(load_calibration(self._fingerprint, self._home))
+        return None if setting is None else setting.name
 
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
                  namespace: str | None = None) -> BackendResult:

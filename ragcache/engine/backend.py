@@ -35,7 +35,8 @@ def result_of(generation: Any) -> BackendResult:
     return BackendResult(
         text=generation.text, layer=layer_of(s.prefix_tokens_reused, s.chunk_tokens_reused), usage=usage_of(s),
         ttft_s=s.ttft_s, finish_reason=s.finish_reason, approximate=approximate,
-        recompute_ratio=s.recompute_ratio if approximate else None, details=s.to_dict())
+        recompute_ratio=s.recompute_ratio if approximate else None, details=s.to_dict(),
+        blend_setting=s.blend_setting if approximate else None)
 
 
 class LocalBackend:
@@ -71,6 +72,14 @@ class LocalBackend:
         pinned = resolve_template_date(setting)
         day = (pinned or datetime.now()).date().isoformat()
         return f"{digest}@template-date={day}"
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The blend setting this backend's requests blend chunk hits at (its name; ``None``: exact
+        prefill): :meth:`ragcache.engine.engine.LocalEngine.blend_setting_name` with this backend's
+        ``recompute_ratio`` / ``use_chunk_cache`` options. The answer path serves a stored blended
+        answer only to a request at the same setting."""
+        return self.engine.blend_setting_name(self.options.get("recompute_ratio"), self.options.get("use_chunk_cache"))
 
     def _opts(self, namespace: str | None) -> dict[str, Any]:
         return {**self.options, "namespace": namespace} if namespace is not None else dict(self.options)

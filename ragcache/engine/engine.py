@@ -150,6 +150,14 @@ class LocalEngine(EngineKeys):
             return self.calibration.recompute_ratio
         return None
 
+    def blend_setting_name(self, recompute_ratio: float | None = None, use_chunk_cache: bool | None = None) -> str | None:
+        """The name of the blend setting a request with these options blends its chunk hits at (``None``:
+        exact prefill): :func:`ragcache.engine.blend.request.blend_name`. A blended answer is labelled
+        with it and, stored, is served only to requests at the same setting."""
+        from ragcache.engine.blend.request import blend_name
+
+        return blend_name(self, recompute_ratio, use_chunk_cache)
+
     @property
     def selection(self) -> str:
         """The blend's rule (``rank_by``): the config's, else the calibration record's, else ``DEFAULT_SELECTION``."""

@@ -16,10 +16,15 @@ JSON); chat-template tokens are not counted. The engine's own exact prefix KV
 cache does the work the provider's cache stands for, and no more: the engine
 reuses prefix KV only up to the end of what the emulated cache read (its
 ``prefix_limit``; found as the common token prefix of the prompt and the prompt
-with every later block replaced), and no chunk KV (the API has no
-position-independent cache). So the ``x-ragcache-*`` headers and the ``usage``
-come from one record (:class:`ragcache.server.record.LocalRecord`) and agree:
-no cache read, no reused KV.
+with every later block replaced). So the ``x-ragcache-*`` headers and the
+``usage`` come from one record (:class:`ragcache.server.record.LocalRecord`) and
+agree: no cache read, no reused prefix KV. Documents (every text block of the
+last user turn but the question) reuse their chunk KV at any position, as on
+the OpenAI route: the engine's own saving, which the API has no cache for, so it
+shows in ``x-ragcache-chunk-reused`` and never in the ``usage``. A blended
+answer is labelled approximate with its setting in ``x-ragcache-approximate`` /
+``x-ragcache-blend-setting`` and in the body's ``ragcache`` object (the JSON
+message; streamed, ``message_start``'s message and ``message_delta``).
 
 Thinking settings (``thinking``: enabled or not, and its ``budget_tokens``) are
 folded into the prefix hashes where the messages start, as ``tool_choice`` is:
@@ -28,7 +33,7 @@ writes the messages again, and so does this server.
 
 The engine needs ``count_tokens(text) -> int``, ``tokenizer.decode``,
 ``build_prompt(messages).input_ids`` and ``astream(messages, max_new_tokens=,
-temperature=, stop=, prefix_limit=, use_chunk_cache=[, namespace=])`` whose
+temperature=, stop=, prefix_limit=[, namespace=])`` whose
 events carry the request's ``stats`` and whose last carries a ``Generation``.
 """
 
@@ -283,7 +288,7 @@ class AnthropicLocalServer:
         outcome = self.cache.apply(model, blocks, toks, hashes)
         messages = _engine_messages(body)
         kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
-                  "stop": body.get("stop_sequences") or None, "use_chunk_cache": False}
+                  "stop": body.get("stop_sequences") or None}
         ns = kv_namespace(tenant, share=self.share_kv)
         if ns is not None:
             kwargs["namespace"] = ns
@@ -298,9 +303,11 @@ class AnthropicLocalServer:
             return anthropic_error(400, "invalid_request_error", self._words(first, body["max_tokens"]))
         if isinstance(first, Exception):
             return anthropic_error(500, "api_error", f"{type(first).__name__}: {first}")
-        headers = {"request-id": "req_" + msg_id[4:], **LocalRecord.of(first.stats, outcome).headers()}
+        opened = LocalRecord.of(first.stats, outcome)  # the prefill part of the request's one record
+        headers = {"request-id": "req_" + msg_id[4:], **opened.headers()}
         if body.get("stream"):
-            return event_stream(self._sse(first, events, msg_id, model, outcome, kwargs["stop"]), headers=headers)
+            return event_stream(self._sse(first, events, msg_id, model, outcome, kwargs["stop"], opened),
+                                headers=headers)
         gen, ev = None, first
         while True:
             if isinstance(ev, Exception):
@@ -315,7 +322,7 @@ class AnthropicLocalServer:
         return JSONResponse({
             "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": gen.text}], "stop_reason": stop_reason, "stop_sequence": stop_seq,
-            "usage": record.anthropic_usage(len(gen.token_ids)),
+            "usage": record.anthropic_usage(len(gen.token_ids)), "ragcache": record.body(),
         }, headers={**headers, **record.headers()})
 
     def _prefix_limit(self, body: dict, blocks: list, outcome: CacheOutcome, messages: list[dict]) -> int | None:
@@ -362,11 +369,11 @@ class AnthropicLocalServer:
         return "end_turn", None
 
     async def _sse(self, first: Any, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
-                   stops: list[str] | None) -> AsyncIterator[Any]:
+                   stops: list[str] | None, opened: LocalRecord) -> AsyncIterator[Any]:
         sse = anthropic_event
         yield sse("message_start", {"type": "message_start", "message": {
             "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": outcome.usage(1)}})
+            "stop_reason": None, "stop_sequence": None, "usage": outcome.usage(1), "ragcache": opened.body()}})
         yield sse("content_block_start", {"type": "content_block_start", "index": 0,
                                           "content_block": {"type": "text", "text": ""}})
         yield sse("ping", {"type": "ping"})
@@ -386,8 +393,10 @@ class AnthropicLocalServer:
         await events.aclose()
         stop_reason, stop_seq = self._stop(gen, stops)
         yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-        usage = {k: v for k, v in LocalRecord.of(gen.stats, outcome).anthropic_usage(len(gen.token_ids)).items()
+        record = LocalRecord.of(gen.stats, outcome)
+        usage = {k: v for k, v in record.anthropic_usage(len(gen.token_ids)).items()
                  if k not in ("cache_creation", "service_tier")}
         yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
-                                                                       "stop_sequence": stop_seq}, "usage": usage})
+                                                                       "stop_sequence": stop_seq}, "usage": usage,
+                                    "ragcache": record.body()})
         yield sse("message_stop", {"type": "message_stop"})

@@ -16,7 +16,11 @@ part is the question); plain-string content is one block. Earlier turns are hist
 ``usage.prompt_tokens_details.cached_tokens`` the engine's own reuse count for the request:
 prefix-cache tokens plus chunk-cache tokens kept (CacheBlend's recomputed tokens are not counted:
 they were computed). The ``x-ragcache-*`` response headers (JSON and streamed responses) and the
-usage are views of one record (:class:`ragcache.server.record.LocalRecord`). A request's tenant
+usage are views of one record (:class:`ragcache.server.record.LocalRecord`), and so is the
+``ragcache`` object in the body (and in a stream's first chunk and its ``finish_reason`` chunk):
+``layer``, ``approximate``, ``blend_setting``, ``recompute_ratio`` (a blended answer is labelled
+approximate with its setting there and in ``x-ragcache-approximate`` / ``x-ragcache-blend-setting``).
+A request's tenant
 (:func:`ragcache.server.auth.tenant_of`: its key or bearer token, hashed, or the operator's tenant
 header) salts its KV keys, so ``cached_tokens`` never counts another tenant's KV.
 
@@ -345,22 +349,25 @@ class OpenAILocalServer:
             "system_fingerprint": self.system_fingerprint,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text, "refusal": None},
                          "logprobs": None, "finish_reason": r.finish_reason}],
-            "usage": record.openai_usage(),
+            "usage": record.openai_usage(), "ragcache": record.body(),
         }, headers=record.headers())
 
     async def _sse(self, first: Any, events: AsyncIterator[Any], cid: str, req: dict) -> AsyncIterator[Any]:
         created = int(time.time())
         include_usage = req["include_usage"]
 
-        def chunk(delta: dict, finish: str | None = None) -> Any:
+        def chunk(delta: dict, finish: str | None = None, stats: Any = None) -> Any:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint,
                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
             if include_usage:
                 data["usage"] = None
+            if stats is not None:  # the first and the finish chunk say how the answer was made
+                data["ragcache"] = LocalRecord.of(stats).body()
             return openai_event(data)
 
-        yield chunk({"role": "assistant", "content": "", "refusal": None})
+        yield chunk({"role": "assistant", "content": "", "refusal": None},
+                    stats=first.stats if first.stats is not None else first.generation.stats)
         gen, ev = None, first
         try:
             while True:
@@ -377,7 +384,7 @@ class OpenAILocalServer:
             return
         finally:  # also when the client goes away: stops generation within one decode step
             await events.aclose()
-        yield chunk({}, result_of(gen).finish_reason)
+        yield chunk({}, result_of(gen).finish_reason, stats=gen.stats)
         if include_usage:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint, "choices": [],

@@ -4,11 +4,14 @@ A :class:`LocalRecord` is built once from the engine's :class:`~ragcache.engine.
 (through :func:`ragcache.engine.backend.usage_of` and :func:`~ragcache.engine.backend.layer_of`,
 the one mapping of the engine's stats) and, on the Anthropic route, the emulated prompt cache's
 :class:`~ragcache.server.cache_rules.CacheOutcome`. The headers (:meth:`LocalRecord.headers`), the
-OpenAI ``usage`` (:meth:`LocalRecord.openai_usage`) and the Anthropic ``usage``
-(:meth:`LocalRecord.anthropic_usage`) are views of it, so they cannot disagree: on the Anthropic
-route the engine reuses no more prefix KV than the emulated cache read (the server passes the
-read's end as the engine's ``prefix_limit``), so a request whose usage says
-``cache_read_input_tokens=0`` also says ``x-ragcache-prefill-reused: 0``.
+OpenAI ``usage`` (:meth:`LocalRecord.openai_usage`), the Anthropic ``usage``
+(:meth:`LocalRecord.anthropic_usage`) and the ``ragcache`` object of both routes' response bodies
+(:meth:`LocalRecord.body`) are views of it, so they cannot disagree: on the Anthropic route the
+engine reuses no more prefix KV than the emulated cache read (the server passes the read's end as
+the engine's ``prefix_limit``), so a request whose usage says ``cache_read_input_tokens=0`` also
+says ``x-ragcache-prefix-reused: 0``. Chunk KV (documents reused at any position) is the engine's
+own saving on both routes, beyond what the emulated provider cache bills: it shows in
+``x-ragcache-chunk-reused``, never in the Anthropic ``usage``.
 
 Headers (token counts of the engine's prompt, chat-template tokens included):
 
@@ -18,8 +21,16 @@ Headers (token counts of the engine's prompt, chat-template tokens included):
 - ``x-ragcache-prefill-reused``: tokens whose KV was reused (prefix + chunk);
 - ``x-ragcache-prefix-reused`` / ``x-ragcache-chunk-reused`` / ``x-ragcache-recomputed``: the split,
   and the chunk tokens CacheBlend recomputed;
+- ``x-ragcache-approximate``: ``true`` when the answer may differ from exact prefill and decoding
+  (blended chunk KV, a quantized KV decode), else ``false``; with a blend, ``x-ragcache-blend-setting``
+  (the setting's name, e.g. ``infoflow r=0.15``) and ``x-ragcache-recompute-ratio``;
 - Anthropic route only: ``x-ragcache-cache-read`` / ``x-ragcache-cache-write``: the emulated cache's
   read and written tokens (the usage's counts, block text only).
+
+Bodies: both routes add ``"ragcache": {"layer", "approximate", "blend_setting", "recompute_ratio",
+"decode_cache"}`` (:meth:`LocalRecord.body`) to the JSON response, and to the first and last events of
+a stream (OpenAI: the first chunk and the chunk with ``finish_reason``; Anthropic: ``message_start``'s
+message and ``message_delta``). Clients ignore the unknown field; the SDKs keep it (``model_extra``).
 """
 
 from __future__ import annotations
@@ -40,24 +51,46 @@ class LocalRecord:
         usage: the engine's accounting (:class:`~ragcache.backend.CacheUsage`; tokens).
         layer: the local layer that served the prefill (:func:`~ragcache.engine.backend.layer_of`).
         provider: the emulated Anthropic prompt cache's outcome (``None`` on the OpenAI route).
+        approximate / blend_setting / recompute_ratio / decode_cache: whether the answer may differ from
+            exact prefill and decoding, the blend setting's name and r of a blended prefill (else
+            ``None``), and the decode cache's format tag (``"dynamic"``: exact).
     """
 
     usage: CacheUsage
     layer: Layer
     provider: CacheOutcome | None = None
+    approximate: bool = False
+    blend_setting: str | None = None
+    recompute_ratio: float | None = None
+    decode_cache: str = "dynamic"
 
     @classmethod
     def of(cls, stats: Any, provider: CacheOutcome | None = None) -> LocalRecord:
         """The record of a request's :class:`~ragcache.engine.records.RequestStats` (its prefill part is
         final from the first stream event on; ``decode_tokens`` grows until the last)."""
-        return cls(usage_of(stats), layer_of(stats.prefix_tokens_reused, stats.chunk_tokens_reused), provider)
+        approximate = bool(stats.approximate)
+        blended = approximate and stats.blend_setting is not None
+        return cls(usage_of(stats), layer_of(stats.prefix_tokens_reused, stats.chunk_tokens_reused), provider,
+                   approximate, stats.blend_setting if blended else None, stats.recompute_ratio if blended else None,
+                   str(stats.decode_cache))
+
+    def body(self) -> dict[str, Any]:
+        """The ``ragcache`` object of a response body: ``layer``, ``approximate``, ``blend_setting``,
+        ``recompute_ratio``, ``decode_cache`` (see the module docstring)."""
+        return {"layer": self.layer, "approximate": self.approximate, "blend_setting": self.blend_setting,
+                "recompute_ratio": self.recompute_ratio, "decode_cache": self.decode_cache}
 
     def headers(self) -> dict[str, str]:
         """The ``x-ragcache-*`` response headers (see the module docstring)."""
         u = self.usage
         h = {"x-ragcache-layer": self.layer, "x-ragcache-prompt-tokens": str(u.prompt_tokens),
              "x-ragcache-prefill-reused": str(u.reused), "x-ragcache-prefix-reused": str(u.prefix_reused),
-             "x-ragcache-chunk-reused": str(u.chunk_reused), "x-ragcache-recomputed": str(u.recomputed)}
+             "x-ragcache-chunk-reused": str(u.chunk_reused), "x-ragcache-recomputed": str(u.recomputed),
+             "x-ragcache-approximate": "true" if self.approximate else "false"}
+        if self.blend_setting is not None:
+            h["x-ragcache-blend-setting"] = self.blend_setting.encode("ascii", "replace").decode("ascii")
+        if self.recompute_ratio is not None:
+            h["x-ragcache-recompute-ratio"] = f"{self.recompute_ratio:g}"
         if self.provider is not None:
             h["x-ragcache-cache-read"] = str(self.provider.read_tokens)
             h["x-ragcache-cache-write"] = str(self.provider.write_tokens)

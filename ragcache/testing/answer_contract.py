@@ -11,7 +11,11 @@ suite checks that each one, seen from outside, behaves as that path says:
   (:attr:`EntryPoint.stores_length`);
 - 8 concurrent identical misses make one backend call;
 - an answer stored through one entry point is served through another with equal
-  :class:`~ragcache.answering.Answer` fields (layer, approximate, recompute ratio, finish reason).
+  :class:`~ragcache.answering.Answer` fields (layer, approximate, recompute ratio, blend setting,
+  finish reason);
+- an answer made by a blend is served only to a backend at the same blend setting: an exact backend
+  and one at another setting miss and call (:func:`ragcache.provenance.may_serve`), and the exact answer
+  they store then serves everyone.
 
 Use it by subclassing :class:`AnswerPathContract` and providing two fixtures, ``make_entry`` and
 ``make_other``: each a factory ``backend -> EntryPoint`` over the *same* answer store for the test
@@ -51,19 +55,27 @@ from ragcache.testing import run_in_threads
 
 class ScriptedBackend:
     """A :class:`~ragcache.backend.Backend` that answers ``text`` with ``finish`` after ``delay_s``
-    seconds and counts its calls (thread-safe). ``approximate`` / ``recompute_ratio`` are reported
-    as a blended local prefill would (so provenance equality across entry points is checked)."""
+    seconds and counts its calls (thread-safe). ``approximate`` / ``recompute_ratio`` / ``blend_setting``
+    are reported as a blended local prefill would (so provenance equality across entry points is
+    checked); ``blend_setting`` is also the setting the backend declares (``None``: exact prefill)."""
 
     name = "scripted"
     model_id = "scripted-1"
     loaded = True
 
     def __init__(self, text: str = "Backups run nightly at 02:30 UTC.", finish: str = "stop", delay_s: float = 0.0,
-                 approximate: bool = True, recompute_ratio: float | None = 0.15) -> None:
+                 approximate: bool = True, recompute_ratio: float | None = 0.15,
+                 blend_setting: str | None = "scripted r=0.15") -> None:
         self.text, self.finish, self.delay_s = text, finish, delay_s
         self.approximate, self.recompute_ratio = approximate, recompute_ratio
+        self._blend = blend_setting
         self._lock = threading.Lock()
         self.calls = 0
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The blend setting it answers at (``None`` when it reports exact answers)."""
+        return self._blend if self.approximate else None
 
     def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
         with self._lock:
@@ -72,7 +84,8 @@ class ScriptedBackend:
         n = len(layout.render().split())
         return BackendResult(self.text, "prefix+chunk", CacheUsage.local(prompt_tokens=n, prefix_reused=min(n, 4),
                                                                          completion_tokens=7),
-                             0.001, self.finish, self.approximate, self.recompute_ratio)  # type: ignore[arg-type]
+                             0.001, self.finish, self.approximate, self.recompute_ratio,  # type: ignore[arg-type]
+                             blend_setting=self.blend_setting)
 
     async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
         return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -97,7 +110,7 @@ class EntryPoint(Protocol):
 Factory = Callable[[ScriptedBackend], EntryPoint]
 
 QUESTION = "When do the backups run?"
-FIELDS = ("layer", "approximate", "recompute_ratio", "finish_reason", "text")
+FIELDS = ("layer", "approximate", "recompute_ratio", "blend_setting", "finish_reason", "text")
 
 
 def _fields(a: Answer) -> tuple:
@@ -117,6 +130,7 @@ class AnswerPathContract:
         assert hit.layer == "semantic" and backend.calls == 1, f"{entry.name}: the repeat called the backend"
         assert hit.text == first.text and hit.usage == CacheUsage(), f"{entry.name}: a hit replays usage"
         assert (hit.finish_reason, hit.approximate, hit.recompute_ratio) == ("stop", True, 0.15)
+        assert hit.blend_setting == backend.blend_setting and hit.approximation, f"{entry.name}: the hit lost its label"
 
     @pytest.mark.parametrize("finish", ["content_filter", "incomplete", "refusal", "length"])
     def test_an_unfinished_answer_is_not_stored(self, make_entry: Factory, finish: str) -> None:
@@ -150,6 +164,25 @@ class AnswerPathContract:
         assert _fields(hit) == _fields(again), f"{writer.name} -> {reader.name}: {_fields(hit)} != {_fields(again)}"
         assert (hit.approximate, hit.recompute_ratio, hit.finish_reason, hit.text) == \
             (first.approximate, first.recompute_ratio, first.finish_reason, first.text)
+
+    def test_a_blended_answer_is_served_only_at_its_blend_setting(self, make_entry: Factory,
+                                                                  make_other: Factory) -> None:
+        # each entry point is built right before it asks: an entry may swap the process's model for its backend
+        blended = ScriptedBackend(text="Blended: backups run at 02:30.")
+        first = make_entry(blended).ask(QUESTION)
+        assert first.approximate and first.blend_setting == "scripted r=0.15"
+        other = ScriptedBackend(text="Blended at r=0.3: backups run at 02:30.", recompute_ratio=0.3,
+                                blend_setting="scripted r=0.3")
+        a = make_other(other).ask(QUESTION)
+        assert a.layer != "semantic" and other.calls == 1, "a blended answer was served at another setting"
+        exact = ScriptedBackend(text="Exact: backups run nightly at 02:30 UTC.", approximate=False,
+                                recompute_ratio=None)
+        b = make_other(exact).ask(QUESTION)
+        assert b.layer != "semantic" and exact.calls == 1, "a blended answer was served to an exact request"
+        assert not b.approximate and b.blend_setting is None and b.approximation is None
+        again = make_entry(blended).ask(QUESTION)  # the exact answer replaced the entry: it serves everyone
+        assert again.layer == "semantic" and again.text == exact.text and not again.approximate
+        assert blended.calls == 1
 
 
 __all__ = ["AnswerPathContract", "EntryPoint", "QUESTION", "ScriptedBackend"]

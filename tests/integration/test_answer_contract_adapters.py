@@ -82,6 +82,7 @@ class LlamaIndexEntry:
         class Scripted(LlamaIndexBackend):
             name = property(lambda self: backend.name)  # type: ignore[assignment]
             model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
+            blend_setting = property(lambda self: backend.blend_setting)  # type: ignore[assignment]
 
             def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
                 return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -121,7 +122,8 @@ class LlamaIndexEntry:
             resp, text = asyncio.run(run())
         m = resp.metadata
         return Answer(question, text, m["layer"], _usage(m["usage"]), finish_reason=m["finish_reason"],
-                      approximate=m["approximate"], recompute_ratio=m["recompute_ratio"])
+                      approximate=m["approximate"], recompute_ratio=m["recompute_ratio"],
+                      blend_setting=m["blend_setting"])
 
 
 # ---------------------------------------------------------------------------------------------- LangChain
@@ -144,6 +146,10 @@ class ScriptedChat(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": "scripted-1", "max_tokens": 64}
 
+    @property
+    def blend_setting(self) -> str | None:  # as ChatRagCache declares it (the middleware reads it)
+        return self.backend.blend_setting
+
     def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
         from langchain_ragcache.usage import usage_metadata
 
@@ -152,7 +158,7 @@ class ScriptedChat(BaseChatModel):
         msg = AIMessage(r.text, usage_metadata=usage_metadata(r.usage), response_metadata={
             key: native, "model_name": "scripted-1",
             "ragcache": {"layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
-                         "usage": r.usage.to_dict()}})
+                         "blend_setting": r.blend_setting, "usage": r.usage.to_dict()}})
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
@@ -163,7 +169,8 @@ def lc_answer(question: str, msg: Any) -> Answer:
     rec = msg.response_metadata["ragcache"]
     finish = rec.get("finish_reason") or finish_reason_of(msg)
     return Answer(question, msg.text, rec["layer"], _usage(rec.get("usage")), finish_reason=finish,
-                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"))
+                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"),
+                  blend_setting=rec.get("blend_setting"))
 
 
 class MiddlewareEntry:
@@ -207,6 +214,9 @@ class ChatRagCacheEntry:
             async def _apieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
                 for item in self._pieces(messages, stop, opts, kwargs, box):
                     yield item
+
+            def _blend_for(self, kwargs: Any) -> Any:  # the scripted model's setting, as the engine's would be
+                return backend.blend_setting
 
             def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
                 box: dict = {}
@@ -380,6 +390,11 @@ class TestAdaptersAnswerPath(AnswerPathContract):
         assert first.layer == "provider" and hit.layer == "semantic" and backend.calls == 1
         assert hit.text == first.text and hit.usage == CacheUsage()
         assert (hit.finish_reason, hit.approximate, hit.recompute_ratio) == ("stop", False, None)
+
+    def test_a_blended_answer_is_served_only_at_its_blend_setting(self, make_entry, make_other) -> None:
+        if make_entry.writer.startswith("proxy"):
+            pytest.skip("an Anthropic upstream reports no blended prefill")
+        super().test_a_blended_answer_is_served_only_at_its_blend_setting(make_entry, make_other)
 
     @pytest.mark.parametrize("finish", ["content_filter", "incomplete", "refusal", "length"])
     def test_an_unfinished_answer_is_not_stored(self, make_entry, finish: str) -> None:

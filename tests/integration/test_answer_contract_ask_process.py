@@ -53,7 +53,8 @@ class AskProcessEntry:
         self.backend, self.folder = backend, folder
         self.calls = folder.parent / f"calls-{id(backend)}.log"
         self.spec = {"text": backend.text, "finish": backend.finish, "delay_s": backend.delay_s,
-                     "approximate": backend.approximate, "recompute_ratio": backend.recompute_ratio}
+                     "approximate": backend.approximate, "recompute_ratio": backend.recompute_ratio,
+                     "blend_setting": backend.blend_setting}
 
     def ask(self, question: str) -> Answer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -66,7 +67,7 @@ class AskProcessEntry:
             self.backend.calls = len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
         return Answer(d["question"], d["answer"], d["layer"], CacheUsage(**d["usage"]), d["ttft_s"], d["total_s"],
                       d["similarity"], d["matched_question"], d["finish_reason"], d["approximate"],
-                      d["recompute_ratio"])
+                      d["recompute_ratio"], blend_setting=d["blend_setting"])
 
 
 @pytest.fixture()

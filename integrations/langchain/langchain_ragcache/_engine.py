@@ -53,7 +53,8 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
 
 def ragcache_metadata(result: BackendResult) -> dict[str, Any]:
     """``response_metadata["ragcache"]`` of a backend answer: the layer (:data:`ragcache.backend.Layer`),
-    why it ended (:data:`ragcache.backend.FinishReason`), whether it is approximate (CacheBlend) and its recompute ratio, TTFT, the whole
+    why it ended (:data:`ragcache.backend.FinishReason`), whether it is approximate (CacheBlend) with its blend
+    setting and recompute ratio, TTFT, the whole
     :class:`~ragcache.backend.CacheUsage` and the engine's details (timings, documents hit / missed)."""
     d = dict(result.details)
     return {
@@ -61,6 +62,7 @@ def ragcache_metadata(result: BackendResult) -> dict[str, Any]:
         "finish_reason": result.finish_reason,
         "approximate": result.approximate,
         "recompute_ratio": result.recompute_ratio,
+        "blend_setting": result.blend_setting,
         "ttft_s": result.ttft_s,
         "usage": result.usage.to_dict(),
         "tokens_recomputed": result.usage.recomputed,

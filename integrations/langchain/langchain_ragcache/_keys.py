@@ -301,7 +301,20 @@ def key_text(prompt: str, *, extractor: QuestionExtractor | None = None) -> Keye
 # ------------------------------------------------------------------------------ the model
 _CHAT_DEFAULTS: dict[str, Any] = {"top_p": 1.0, "seed": None, "stop": None, "default_stop": None,
                                   "tool_choice": None}
-_IDENTITY_KEYS = ("_type", "model_name", "model_fingerprint", "tools")
+_IDENTITY_KEYS = ("_type", "model_name", "model_fingerprint", "tools", "blend_setting")
+
+
+def blend_setting_of(llm_string: str) -> str | None:
+    """The blend setting a :class:`~langchain_ragcache.ChatRagCache` ``llm_string`` names (its identifying
+    params' ``blend_setting``; ``None``: exact prefill, or another model). Not in the partition, as in
+    :class:`ragcache.RagCache`: it decides which stored answers may be served
+    (:func:`ragcache.provenance.may_serve`)."""
+    try:
+        pairs = ast.literal_eval(llm_string) if llm_string.startswith("[") else None
+        v = dict(pairs).get("blend_setting") if isinstance(pairs, list) else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return v if isinstance(v, str) else None
 
 
 def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
@@ -329,5 +342,5 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
     return f"local:{d['model_fingerprint']}", params, tools
 
 
-__all__ = ["EXACT_QUESTION", "KeyedRequest", "MAX_QUESTION_CHARS", "QuestionExtractor", "exact_request",
+__all__ = ["EXACT_QUESTION", "KeyedRequest", "blend_setting_of", "MAX_QUESTION_CHARS", "QuestionExtractor", "exact_request",
            "history_entry", "key_messages", "key_text", "labelled_question", "model_identity", "split_turn"]

@@ -37,11 +37,19 @@ from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
 from langchain_core.outputs import ChatGeneration, Generation
 
-from langchain_ragcache._keys import KeyedRequest, QuestionExtractor, key_messages, key_text, model_identity
+from langchain_ragcache._keys import (
+    KeyedRequest,
+    QuestionExtractor,
+    blend_setting_of,
+    key_messages,
+    key_text,
+    model_identity,
+)
 from langchain_ragcache._messages import parse_cache_prompt
 from langchain_ragcache.results import answer_message, answer_record, message_result
 from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
 from ragcache.answering import Answer, AnswerPath, hit_answer
+from ragcache.provenance import may_serve
 from ragcache.backend import BackendResult
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.decision.checks import check_path
@@ -179,7 +187,18 @@ class RagCacheSemanticCache(BaseCache):
         question, pk, threshold = self.request_key(prompt, llm_string)
         t0 = time.perf_counter()
         hit = self.semantic_cache.lookup(question, partition=pk, threshold=threshold, max_tokens=self.budget(llm_string))
-        return None if hit is None else self._to_generations(hit_answer(question, hit, time.perf_counter() - t0), hit)
+        return self._served(question, hit, llm_string, t0)
+
+    def _served(self, question: str, hit: SemanticHit | None, llm_string: str, t0: float) -> RETURN_VAL_TYPE | None:
+        """A hit's generations, unless it was made by a blend at another setting than the model's
+        (``blend_setting`` in ``ChatRagCache``'s identifying params; absent: exact prefill), which is a
+        miss (:func:`ragcache.provenance.may_serve`, the answer path's rule)."""
+        if hit is None:
+            return None
+        answer = hit_answer(question, hit, time.perf_counter() - t0)
+        if not may_serve(answer.provenance, blend_setting_of(llm_string)):
+            return None
+        return self._to_generations(answer, hit)
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         """Store generations for this prompt's question (a same-words entry is replaced), when every
@@ -206,7 +225,7 @@ class RagCacheSemanticCache(BaseCache):
         t0 = time.perf_counter()
         hit = await self.semantic_cache.alookup(question, partition=pk, threshold=threshold,
                                                 max_tokens=self.budget(llm_string))
-        return None if hit is None else self._to_generations(hit_answer(question, hit, time.perf_counter() - t0), hit)
+        return self._served(question, hit, llm_string, t0)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         stored = self._storable(prompt, llm_string, return_val)

@@ -180,8 +180,22 @@ class ChatRagCache(BaseChatModel):
         return self.engine
 
     @property
+    def blend_setting(self) -> str | None:
+        """The blend setting this model's calls blend chunk hits at (its name, e.g. ``"infoflow r=0.15"``;
+        ``None``: exact prefill): :meth:`ragcache.engine.engine.LocalEngine.blend_setting_name` with
+        ``recompute_ratio``. A stored answer made by a blend is served only at the same setting."""
+        return self._blend_for({})
+
+    def _blend_for(self, kwargs: dict[str, Any]) -> str | None:
+        """The blend setting of a call with these options (``recompute_ratio``, ``use_chunk_cache``)."""
+        return self.get_engine().blend_setting_name(kwargs.get("recompute_ratio", self.recompute_ratio),
+                                                    kwargs.get("use_chunk_cache"))
+
+    @property
     def _identifying_params(self) -> dict[str, Any]:
-        # The fingerprint (name, weights digest, dtype) makes LLM-cache keys exact per model.
+        # The fingerprint (name, weights digest, dtype) makes LLM-cache keys exact per model; a blending
+        # model's setting is read back by the LLM cache to serve blended answers only at that setting.
+        blend = self.blend_setting
         return {
             "model_name": self.model_name,
             "model_fingerprint": self.get_engine().fingerprint.digest,
@@ -190,6 +204,7 @@ class ChatRagCache(BaseChatModel):
             "top_p": self.top_p,
             "seed": self.seed,
             "default_stop": list(self.stop) if self.stop else None,
+            **({"blend_setting": blend} if blend is not None else {}),
         }
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
@@ -380,7 +395,7 @@ class ChatRagCache(BaseChatModel):
         prompt, llm_string = self._cache_key(messages, stop, kwargs)
         question, pk, threshold = cache.request_key(prompt, llm_string)
         return question, pk, {"threshold": threshold, "max_tokens": cache.budget(llm_string),
-                              "model": self.model_name}
+                              "model": self.model_name, "blend_setting": lambda: self._blend_for(kwargs)}
 
     def _stream_plan(self, messages: list[BaseMessage], stop: list[str] | None,
                      kwargs: dict[str, Any]) -> _StreamPlan:

@@ -146,7 +146,7 @@ class RagCacheMiddleware(AgentMiddleware):
             return self._result(request, response[0])
 
         answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model),
-                                     max_tokens=self._budget(request))
+                                     max_tokens=self._budget(request), blend_setting=_blend_of(request.model))
         return self._served(answer, response)
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -163,8 +163,15 @@ class RagCacheMiddleware(AgentMiddleware):
             return self._result(request, response[0])
 
         answer = await self.cache.path.arun(question, pk, call, threshold=threshold,
-                                            model=_declared_model(request.model), max_tokens=self._budget(request))
+                                            model=_declared_model(request.model), max_tokens=self._budget(request),
+                                            blend_setting=_blend_of(request.model))
         return self._served(answer, response)
+
+
+def _blend_of(model: Any) -> Any:
+    """The blend setting of the wrapped model, read only for a blended hit (``ChatRagCache.blend_setting``;
+    any other model never blends: ``None``)."""
+    return lambda: getattr(_unbound(model), "blend_setting", None)
 
 
 def _unbound(model: Any) -> Any:

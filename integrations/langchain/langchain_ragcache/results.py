@@ -82,7 +82,7 @@ def message_result(generation: Any, *, ttft_s: float = 0.0) -> BackendResult:
     :class:`BackendResult`: the text, its usage (zero when it reports none), the layer (ragcache's
     own record, else ``provider-cache`` / ``provider`` by the cache reads), the finish reason
     (:func:`finish_reason_of`), and what the provenance keeps (``model``, native ``stop_reason`` /
-    ``stop_sequence``) in ``details``; ``approximate`` / ``recompute_ratio`` from ragcache's record."""
+    ``stop_sequence``) in ``details``; ``approximate`` / ``recompute_ratio`` / ``blend_setting`` from ragcache's record."""
     msg = getattr(generation, "message", generation)
     text = msg.text if isinstance(msg, AIMessage) else str(getattr(generation, "text", ""))
     usage = cache_usage(msg) or CacheUsage()
@@ -95,19 +95,20 @@ def message_result(generation: Any, *, ttft_s: float = 0.0) -> BackendResult:
     model = meta.get("model_name") or meta.get("model")
     details = {k: v for k, v in (("model", model), ("stop_reason", native),
                                  ("stop_sequence", meta.get("stop_sequence"))) if isinstance(v, str)}
-    ratio = own.get("recompute_ratio")
+    ratio, blend = own.get("recompute_ratio"), own.get("blend_setting")
     return BackendResult(text, layer, usage, float(own.get("ttft_s") or ttft_s), finish_reason_of(generation),
                          bool(own.get("approximate", False)), ratio if isinstance(ratio, int | float) else None,
-                         details)
+                         details, blend if isinstance(blend, str) else None)
 
 
 def answer_record(answer: Answer) -> dict[str, Any]:
     """``response_metadata["ragcache"]`` of an :class:`Answer`: ``layer``, ``finish_reason``,
-    ``approximate``, ``recompute_ratio``, ``ttft_s``, ``usage`` (zero on a hit) and, on a hit,
+    ``approximate``, ``recompute_ratio``, ``blend_setting`` (the blend setting of a blended answer), ``ttft_s``,
+    ``usage`` (zero on a hit) and, on a hit,
     ``similarity`` / ``matched_question`` / ``entry_id`` and the stored answer's ``model``."""
     rec: dict[str, Any] = {"layer": answer.layer, "finish_reason": answer.finish_reason,
                            "approximate": answer.approximate, "recompute_ratio": answer.recompute_ratio,
-                           "ttft_s": answer.ttft_s, "usage": answer.usage.to_dict()}
+                           "blend_setting": answer.blend_setting, "ttft_s": answer.ttft_s, "usage": answer.usage.to_dict()}
     if answer.layer == "semantic":
         prov = answer.provenance
         rec.update(similarity=None if answer.similarity is None else round(float(answer.similarity), 6),

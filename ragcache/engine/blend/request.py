@@ -33,6 +33,20 @@ def setting_for(engine: Any, r: float | None) -> BlendSetting | None:
     return licensed_setting(engine.calibration)
 
 
+def blend_name(engine: Any, r: float | None = None, use_chunk_cache: bool | None = None) -> str | None:
+    """The name of the blend setting a request with ratio ``r`` (``None``: the engine's) blends at, or
+    ``None`` when it is prefilled exactly whatever the caches hold (no chunk cache, chunk reuse off,
+    attention the caches do not support, no ratio and no licensing record). What a request allows:
+    a stored answer made at this setting may be served to it (:func:`ragcache.provenance.may_serve`).
+    Mirrors :meth:`LocalEngine.prefill <ragcache.engine.engine.LocalEngine.prefill>` and :func:`blend_request`."""
+    if engine.chunk_cache is None or use_chunk_cache is False or getattr(engine, "kv_reuse_blocker", None):
+        return None
+    r = engine.recompute_ratio if r is None else r
+    if r is None:
+        return None
+    return (setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)).name
+
+
 def chunk_view(engine: Any, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None,
                namespace: str | None = None) -> Any:
     """The bound chunk cache this request reads and stores its documents' chunk KV in: the engine's
@@ -74,4 +88,4 @@ def blend_request(engine: Any, ids: list[int], p: int, cache: Any, plan: Any, r:
     return res.last_logits.float(), plan.hits[0][0], res.cache
 
 
-__all__ = ["blend_request", "chunk_view", "setting_for"]
+__all__ = ["blend_name", "blend_request", "chunk_view", "setting_for"]

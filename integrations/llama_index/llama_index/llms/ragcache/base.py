@@ -66,7 +66,7 @@ _ROLES = {
 def stats_kwargs(generation: Any) -> dict[str, Any]:
     """Flat cache accounting of one generation for ``additional_kwargs`` (tokens, seconds), from
     ragcache's one record (:func:`ragcache.engine.backend.result_of`): ``layer``, ``approximate``
-    and ``recompute_ratio`` (a CacheBlend prefill), ``usage`` (:class:`ragcache.CacheUsage` as a
+    ``recompute_ratio`` and ``blend_setting`` (a CacheBlend prefill), ``usage`` (:class:`ragcache.CacheUsage` as a
     dict: reused + recomputed + computed == prompt_tokens) and the same counts flat."""
     from ragcache.engine.backend import result_of
 
@@ -74,7 +74,7 @@ def stats_kwargs(generation: Any) -> dict[str, Any]:
     u = r.usage
     return {
         "layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
-        "usage": u.to_dict(), "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+        "blend_setting": r.blend_setting, "usage": u.to_dict(), "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
         "tokens_reused": u.reused, "tokens_recomputed": u.recomputed, "tokens_computed": u.computed,
         "prefix_tokens_reused": u.prefix_reused, "chunk_tokens_reused": u.chunk_reused,
         "docs_hit": r.details.get("docs_hit", 0), "docs_missed": r.details.get("docs_missed", 0),
@@ -195,6 +195,13 @@ class RagCacheLLM(LLM):
     def engine(self) -> Any:
         """The wrapped :class:`~ragcache.engine.engine.LocalEngine`."""
         return self._engine
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The blend setting this LLM's calls blend chunk hits at (its name, e.g. ``"infoflow r=0.15"``; ``None``:
+        exact prefill): :meth:`ragcache.engine.engine.LocalEngine.blend_setting_name` with ``recompute_ratio``
+        and ``use_chunk_cache``. A stored answer made by a blend is served only at the same setting."""
+        return self._engine.blend_setting_name(self.recompute_ratio, self.use_chunk_cache)
 
     @property
     def fingerprint(self) -> str:

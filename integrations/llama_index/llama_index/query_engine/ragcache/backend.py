@@ -72,6 +72,12 @@ class LlamaIndexBackend:
         return f"{name}@{base}" if base else name
 
     @property
+    def blend_setting(self) -> str | None:
+        """The blend setting a :class:`~llama_index.llms.ragcache.RagCacheLLM` answers at (``None`` for
+        exact prefill and for every other LLM): a stored blended answer is served only at that setting."""
+        return self.llm.blend_setting if self.kind == "ragcache" else None
+
+    @property
     def max_new_tokens(self) -> int:
         """The LLM's decode budget: its ``max_new_tokens`` / ``max_tokens`` / ``metadata.num_output``,
         the first that is a positive number; else :data:`DEFAULT_MAX_NEW_TOKENS`. LlamaIndex uses

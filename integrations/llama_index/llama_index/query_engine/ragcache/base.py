@@ -248,7 +248,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         pk = prep.partition
         return {"layer": None, "similarity": None, "cached_question": None, "tokens_reused": 0,
                 "tokens_recomputed": 0, "tokens_computed": 0, "prompt_tokens": 0, "usage": None,
-                "approximate": False, "recompute_ratio": None, "finish_reason": None, "ttft_s": None,
+                "approximate": False, "recompute_ratio": None, "blend_setting": None, "finish_reason": None,
+                "ttft_s": None,
                 "retrieve_s": retrieve_s, "total_s": None, "partition": pk.digest if pk else None,
                 "documents": list(pk.documents) if pk else [d.content_hash for d in prep.layout.documents],
                 "cache_markers": prep.laid.markers, "breakpoints": list(prep.laid.breakpoints),
@@ -262,7 +263,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         meta.update(layer=answer.layer, similarity=answer.similarity, cached_question=answer.matched_question,
                     usage=u.to_dict(), prompt_tokens=u.prompt_tokens, tokens_reused=u.reused,
                     tokens_recomputed=u.recomputed, tokens_computed=u.computed, approximate=answer.approximate,
-                    recompute_ratio=answer.recompute_ratio, finish_reason=answer.finish_reason,
+                    recompute_ratio=answer.recompute_ratio, blend_setting=answer.blend_setting,
+                    finish_reason=answer.finish_reason,
                     completion_tokens=u.completion_tokens)
         if answer.layer in ("prefix", "chunk", "prefix+chunk", "model"):
             meta.update(prefix_tokens_reused=u.prefix_reused, chunk_tokens_reused=u.chunk_reused,
@@ -288,8 +290,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         ``Response.metadata``: ``layer``; ``similarity`` / ``cached_question`` (semantic hits);
         ``usage`` (ragcache's :class:`~ragcache.CacheUsage` as a dict) and its counts flat:
         ``prompt_tokens``, ``tokens_reused``, ``tokens_recomputed``, ``tokens_computed``,
-        ``completion_tokens``; ``approximate`` / ``recompute_ratio`` (True when the answer was
-        prefilled from blended chunk KV, with the r used); ``finish_reason``; ``ttft_s`` (seconds
+        ``completion_tokens``; ``approximate`` / ``recompute_ratio`` / ``blend_setting`` (True when the
+        answer was prefilled from blended chunk KV, with the r and the blend setting used); ``finish_reason``; ``ttft_s`` (seconds
         from the start of the query, retrieval included, to the first answer token: the cached
         answer for a semantic hit, the whole response for a non-streaming provider call),
         ``retrieve_s``, ``total_s``; ``partition`` (semantic partition digest), ``documents``
@@ -330,7 +332,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
     def _path_kw(self, rag: RagCache, prep: PreparedQuery) -> dict[str, Any]:
-        return {"max_tokens": prep.request.max_new_tokens, "threshold": self._threshold, "model": rag.model}
+        return {"max_tokens": prep.request.max_new_tokens, "threshold": self._threshold, "model": rag.model,
+                "blend_setting": rag.blend_setting}
 
     def _stream(self, items: Iterator[str | Answer], meta: dict[str, Any], t0: float,
                 called: list[float]) -> Iterator[str]:
