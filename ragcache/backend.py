@@ -135,21 +135,54 @@ class CacheUsage:
     @classmethod
     def from_openai(cls, usage: Any, *, cost_usd: float | None = None,
                     uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of an OpenAI-compatible response (Chat Completions ``prompt_tokens`` /
-        ``prompt_tokens_details.cached_tokens`` / ``completion_tokens``, or the Responses API's
-        ``input_tokens`` / ``input_tokens_details.cached_tokens`` / ``output_tokens``); SDK object
-        or dict. OpenAI's prompt count includes the cached tokens; a cached count above it (a
-        server that reports nonsense) is clipped to the prompt."""
-        prompt = _count(usage, "prompt_tokens") or _count(usage, "input_tokens")
-        details = _field(usage, "prompt_tokens_details")
-        details = details if details is not None else _field(usage, "input_tokens_details")
-        cached = min(_count(details, "cached_tokens"), prompt)
+        """Usage of an OpenAI-compatible response, in every documented dialect (:data:`OPENAI_CACHE_READ`,
+        :data:`OPENAI_CACHE_WRITE`); SDK object or dict, the non-streamed ``usage`` or a stream's
+        usage chunk alike. The one mapping every OpenAI-compatible entry point uses.
+
+        Prompt size: ``prompt_tokens`` (Chat Completions), else ``input_tokens`` (Responses API),
+        else DeepSeek's ``prompt_cache_hit_tokens + prompt_cache_miss_tokens``. Each dialect's prompt
+        count includes the cached and the written tokens. One count reported in two shapes (DeepSeek
+        sends ``prompt_cache_hit_tokens`` and ``prompt_tokens_details.cached_tokens``; OpenRouter may
+        send ``cache_write_tokens`` at the top and in ``prompt_tokens_details``) is read once: the
+        largest of its shapes, never their sum. A read or write above the prompt (a server that
+        reports nonsense) is clipped to it (reads first)."""
+        details = [d for d in (_field(usage, "prompt_tokens_details"), _field(usage, "input_tokens_details"))
+                   if d is not None]
+        hit_miss = _count(usage, "prompt_cache_hit_tokens") + _count(usage, "prompt_cache_miss_tokens")
+        prompt = _count(usage, "prompt_tokens") or _count(usage, "input_tokens") or hit_miss
+        cached = min(_largest(usage, details, OPENAI_CACHE_READ), prompt)
+        written = min(_largest(usage, details, OPENAI_CACHE_WRITE), prompt - cached)
         completion = _count(usage, "completion_tokens") or _count(usage, "output_tokens")
-        return cls.provider(input_tokens=prompt - cached, cache_read=cached, completion_tokens=completion,
-                            cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        return cls.provider(input_tokens=prompt - cached - written, cache_read=cached, cache_write=written,
+                            completion_tokens=completion, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+OPENAI_CACHE_READ: tuple[tuple[str, str], ...] = (
+    ("details", "cached_tokens"),           # OpenAI, vLLM, SGLang, Groq, OpenRouter, DeepSeek (both shapes)
+    ("usage", "prompt_cache_hit_tokens"),   # DeepSeek (prompt_cache_miss_tokens: the rest of the prompt)
+    ("usage", "cached_tokens"),             # Kimi / Moonshot: at the top of usage
+    ("usage", "cache_read_input_tokens"),   # LiteLLM's Anthropic-style fields
+)
+"""Where OpenAI-compatible providers report prompt tokens read from their cache: ``(where, field)``,
+``details`` being ``usage.prompt_tokens_details`` (or the Responses API's ``input_tokens_details``).
+Read by :meth:`CacheUsage.from_openai`; a count reported in several shapes is read once."""
+
+OPENAI_CACHE_WRITE: tuple[tuple[str, str], ...] = (
+    ("details", "cache_write_tokens"),        # OpenRouter
+    ("usage", "cache_write_tokens"),          # OpenRouter, at the top of usage
+    ("usage", "cache_creation_input_tokens"),  # LiteLLM's Anthropic-style fields
+)
+"""Where OpenAI-compatible providers report prompt tokens written to their cache (read as
+:attr:`CacheUsage.cache_write`); the same rule as :data:`OPENAI_CACHE_READ`."""
+
+
+def _largest(usage: Any, details: list[Any], fields: tuple[tuple[str, str], ...]) -> int:
+    """The largest count among ``fields`` (two shapes of one count are never added)."""
+    return max([_count(usage, f) for w, f in fields if w == "usage"]
+               + [_count(d, f) for w, f in fields if w == "details" for d in details], default=0)
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -259,5 +292,6 @@ class AsyncBackend(Protocol):
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "OPENAI_CACHE_READ",
+           "OPENAI_CACHE_WRITE", "model_with_fields",
            "provider_layer"]

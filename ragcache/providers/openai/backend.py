@@ -12,9 +12,12 @@ llama.cpp's server, ``ragcache serve``), laid out so the server's automatic pref
 OpenAI-style servers cache prompt prefixes automatically (no markers): what pays is sending the
 same bytes first. :func:`layout_messages` sends the system text, then the history (append-only),
 then one user message whose content parts are the documents (canonical order, the same bytes
-every time) and last the volatile text with the question. ``usage.prompt_tokens_details.cached_tokens``
-is read back as :attr:`CacheUsage.cache_read <ragcache.backend.CacheUsage>`, and the layer is
-``provider-cache`` when it is > 0, else ``provider``. The caller's layout is never mutated.
+every time) and last the volatile text with the question. The cached tokens are read back by the
+one mapping, :meth:`CacheUsage.from_openai <ragcache.backend.CacheUsage.from_openai>`, in every
+documented dialect (OpenAI's ``prompt_tokens_details.cached_tokens``, DeepSeek's
+``prompt_cache_hit_tokens``, Kimi's top-level ``cached_tokens``, OpenRouter's ``cache_write_tokens``),
+streamed or not; the layer is ``provider-cache`` when any were read, else ``provider``. The
+caller's layout is never mutated.
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class OpenAIStats:
     requests: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
     uncached_cost_usd: float = 0.0
@@ -116,6 +120,7 @@ class OpenAIStats:
         self.requests += 1
         self.prompt_tokens += u.prompt_tokens
         self.cached_tokens += u.cache_read
+        self.cache_write_tokens += u.cache_write
         self.completion_tokens += u.completion_tokens
         self.cost_usd += u.cost_usd or 0.0
         self.uncached_cost_usd += u.uncached_cost_usd or 0.0
@@ -138,19 +143,22 @@ class OpenAIBackend:
             (default) or as one string (for servers that take string content only).
         max_tokens_param: ``max_tokens`` (default; what most compatible servers read) or
             ``max_completion_tokens`` (OpenAI's reasoning models require it).
-        price: optional USD per million tokens ``(input, cached_input, output)``; sets
-            ``usage.cost_usd`` and ``uncached_cost_usd``.
+        price: optional USD per million tokens ``(input, cached_input, output)``, or
+            ``(input, cached_input, output, cache_write)`` for providers that bill cache writes
+            apart (OpenRouter's ``cache_write_tokens``; without it a write costs the input price);
+            sets ``usage.cost_usd`` and ``uncached_cost_usd``.
         extra: more ``chat.completions.create`` keyword arguments for every request.
 
     Raises:
-        ValueError: no client at all, or an unknown ``max_tokens_param``.
+        ValueError: no client at all, an unknown ``max_tokens_param``, or a ``price`` that is not 3
+            or 4 numbers.
     """
 
     name = "openai"
 
     def __init__(self, client: Any = None, model: str = "", *, async_client: Any = None, stream: bool = True,
                  content_parts: bool = True, max_tokens_param: str = "max_tokens",
-                 price: tuple[float, float, float] | None = None, extra: Mapping[str, Any] | None = None) -> None:
+                 price: tuple[float, ...] | None = None, extra: Mapping[str, Any] | None = None) -> None:
         if client is None and async_client is None:
             raise ValueError("give client=openai.OpenAI(...) and/or async_client=openai.AsyncOpenAI(...)")
         if not isinstance(model, str):
@@ -160,6 +168,9 @@ class OpenAIBackend:
             raise ValueError("model is required: the id the server serves (GET /v1/models lists them)")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError(f"max_tokens_param must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_param!r}")
+        if price is not None and (len(price) not in (3, 4) or not all(isinstance(p, int | float) for p in price)):
+            raise ValueError(f"price must be (input, cached_input, output[, cache_write]) in USD per million "
+                             f"tokens, got {price!r}")
         self.client = client
         self.async_client = async_client
         self.model = model
@@ -198,14 +209,16 @@ class OpenAIBackend:
     def result(self, text: str, usage: Any, native_finish: str | None, ttft_s: float,
                response_model: str | None = None, refusal: str | None = None) -> BackendResult:
         """The pipeline record of a response: ``usage`` (SDK object or dict) read into
-        :class:`~ragcache.backend.CacheUsage` (``cached_tokens`` read from cache, the rest of the
-        prompt computed); layer ``provider-cache`` when anything was read, else ``provider``;
+        :class:`~ragcache.backend.CacheUsage` by :meth:`~ragcache.backend.CacheUsage.from_openai` (the
+        cached tokens read, the written ones and the rest of the prompt computed); layer ``provider-cache`` when anything was read, else ``provider``;
         ``native_finish`` mapped by :func:`finish_reason` (and kept in ``details["finish_reason"]``); a
         ``refusal`` (the message's refusal text, structured outputs) makes it ``refusal``."""
         u = CacheUsage.from_openai(usage)
         if self.price is not None:
-            p_in, p_cached, p_out = self.price
-            cost = (u.computed * p_in + u.cache_read * p_cached + u.completion_tokens * p_out) / 1e6
+            p_in, p_cached, p_out = self.price[:3]
+            p_write = self.price[3] if len(self.price) == 4 else p_in
+            cost = ((u.computed - u.cache_write) * p_in + u.cache_write * p_write + u.cache_read * p_cached
+                    + u.completion_tokens * p_out) / 1e6
             uncached = (u.prompt_tokens * p_in + u.completion_tokens * p_out) / 1e6
             u = CacheUsage.from_openai(usage, cost_usd=cost, uncached_cost_usd=uncached)
         self.stats.add(u)
