@@ -10,8 +10,10 @@ Candidates: the last stable block (the last document, else the last history
 block, else system or tools), the last system block, the last history block, a
 marker every 20 blocks inside long stable runs (so a changed tail still finds an
 earlier entry within the lookback), the last tool, plus the caller's own
-markers. A candidate whose prefix is below the minimum is not spent; the plan
-records it as skipped with the reason. Empty (or whitespace-only) text blocks
+markers. A request-level ``cache_control`` (automatic caching: the API puts it on
+the last cacheable block) takes one of the 4 slots, so 3 are left for block markers.
+A candidate whose prefix is below the minimum is not spent; the plan records it as
+skipped with the reason. Empty (or whitespace-only) text blocks
 and thinking blocks never carry a marker: it goes on the nearest cacheable
 block before them. When more than 4 remain, the ones that pay are kept: the last
 marker of each class first (system, tools, stable history, the stable part of the
@@ -32,8 +34,8 @@ from typing import Any, Literal
 
 from ragcache.prompt.layout import PromptLayout, render_document
 from ragcache.providers.anthropic.blocks import (LOOKBACK_BLOCKS, MAX_BREAKPOINTS, FlatBlock, PromptCacheWarning, carries_marker,
-                                                 code_execution_tool_ids, flatten_request, is_empty_text, nearest_cacheable,
-                                                 prefix_hashes)
+                                                 check_cache_control, code_execution_tool_ids, flatten_request,
+                                                 is_empty_text, nearest_cacheable, prefix_hashes)
 from ragcache.providers.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
@@ -172,7 +174,11 @@ def add_breakpoints(
     pay are kept: the last marker of each class (system, tools, stable history, the stable
     part of the final message, lookback, anything after it such as the question) before a
     second marker of any class; the caller's markers taken off are listed in :attr:`CachedRequest.dropped`, in ``notes``, and (``warn=True``)
-    in a :class:`~ragcache.providers.anthropic.blocks.PromptCacheWarning`.
+    in a :class:`~ragcache.providers.anthropic.blocks.PromptCacheWarning`. Every marker the
+    request will carry is counted: the caller's on tools, system and message blocks, and a
+    request-level ``cache_control`` (Anthropic's automatic caching), which the API places on the
+    last cacheable block and which takes one slot (a note says so; a "1h" one raises the TTL of
+    every marker before it, as the API orders TTLs).
 
     Args:
         request: the body (``model``, ``system``, ``tools``, ``messages``, ...). Not mutated.
@@ -184,8 +190,8 @@ def add_breakpoints(
         token_counter: tokens of a block's text; default :func:`estimate_tokens`.
 
     Raises:
-        ValueError: malformed request (see :func:`ragcache.providers.anthropic.blocks.flatten_request`)
-            or a TTL other than "5m" / "1h".
+        ValueError: malformed request (see :func:`ragcache.providers.anthropic.blocks.flatten_request`;
+            a malformed request-level ``cache_control`` too) or a TTL other than "5m" / "1h".
 
     Why one function: the placement is one pass over the flattened blocks that keeps the running
     candidate set, the 4-marker budget and the 20-block lookback together (the rules above, in order).
@@ -197,6 +203,8 @@ def add_breakpoints(
     model = model or kwargs.get("model") or ""
     count = token_counter or estimate_tokens
     notes: list[str] = []
+    auto = check_cache_control(kwargs.get("cache_control"), "cache_control")  # automatic caching: one slot
+    budget = MAX_BREAKPOINTS - (auto is not None)
     moved = _move_empty_markers(kwargs)
     blocks = flatten_request(kwargs)
     if moved:
@@ -271,20 +279,21 @@ def add_breakpoints(
         for n, i in enumerate(sorted((i for i in entries if entries[i][1] == klass), reverse=True)):
             occurrence[i] = n
     ranked = sorted(entries, key=lambda i: (cum[i] < minimum, occurrence[i], _RANK[entries[i][1]], -i))
-    chosen = {i: entries[i][0] for i in ranked[:MAX_BREAKPOINTS]}
+    chosen = {i: entries[i][0] for i in ranked[:budget]}
+    limit = f"at most {MAX_BREAKPOINTS}" + (", one of them the request-level cache_control" if auto else "")
     dropped: list[SkippedBreakpoint] = []
-    for i in sorted(ranked[MAX_BREAKPOINTS:]):
+    for i in sorted(ranked[budget:]):
         role, klass = entries[i]
         b = blocks[i]
         if role == "caller":
             _set_marker(kwargs, b.path, None)
             dropped.append(SkippedBreakpoint(i, b.where, "caller", cum[i], "budget",
-                                             f"caller breakpoint on {b.where} ({klass}) dropped: at most "
-                                             f"{MAX_BREAKPOINTS} breakpoints, and the ones kept pay more",
+                                             f"caller breakpoint on {b.where} ({klass}) dropped: {limit} "
+                                             "breakpoints, and the ones kept pay more",
                                              origin="caller"))
         else:
             skipped.append(SkippedBreakpoint(i, b.where, role, cum[i], "budget",
-                                             f"no breakpoint left for {b.where} (at most {MAX_BREAKPOINTS})"))
+                                             f"no breakpoint left for {b.where} ({limit})"))
     placed: list[Breakpoint] = []
     for idx in sorted(chosen):
         b = blocks[idx]
@@ -294,7 +303,8 @@ def add_breakpoints(
             t = prefix_ttl if (prefix_ttl and b.section in ("tools", "system")) else ttl
         placed.append(Breakpoint(idx, b.where, t, cum[idx], "caller" if chosen[idx] == "caller" else "ragcache",
                                  chosen[idx]))
-    last_1h = max((i for i, p in enumerate(placed) if p.ttl == "1h"), default=-1)
+    last_1h = len(placed) if auto is not None and auto.get("ttl") == "1h" else \
+        max((i for i, p in enumerate(placed) if p.ttl == "1h"), default=-1)
     for i in range(last_1h):
         if placed[i].ttl == "5m":
             notes.append(f"{placed[i].where}: ttl raised to '1h' (a '1h' breakpoint may not follow a '5m' one)")
@@ -303,8 +313,13 @@ def add_breakpoints(
     for p in placed:
         _set_marker(kwargs, blocks[p.index].path, {"type": "ephemeral", "ttl": p.ttl} if p.ttl == "1h"
                     else {"type": "ephemeral"})
+    if auto is not None:
+        notes.insert(0, f"the request-level cache_control (automatic caching, ttl {auto.get('ttl', '5m')}) takes one "
+                        f"of the {MAX_BREAKPOINTS} breakpoint slots (the API puts it on the last cacheable block): "
+                        f"{len(placed)} block marker(s) kept, {budget} at most")
     if dropped:
-        msg = (f"{len(dropped)} caller breakpoint(s) dropped to stay within {MAX_BREAKPOINTS}: "
+        msg = (f"{len(dropped)} caller breakpoint(s) dropped to stay within {MAX_BREAKPOINTS}"
+               + (" (one is the request-level cache_control)" if auto is not None else "") + ": "
                + ", ".join(d.where for d in dropped) + "; kept " + ", ".join(f"{p.where} ({p.role})" for p in placed))
         notes.append(msg)
         if warn:
