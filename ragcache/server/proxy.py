@@ -21,7 +21,9 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator chose
    (``upstream_auth``: the caller's ``x-api-key`` / ``Authorization``, or the operator's
    ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk as it
-   arrives, and parsed on the side for text and usage;
+   arrives, and parsed on the side for text and usage. Upstream may compress its responses (gzip,
+   deflate; the proxy asks for them): the proxy decodes them, parses the decoded bytes and relays
+   them to the client without a ``Content-Encoding`` (identity, which every client accepts);
 4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
    caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals; an answer is
    stored by the one rule (:func:`ragcache.answering.cacheable`: text that ended normally; never
@@ -409,8 +411,10 @@ class AnthropicProxy:
         (:func:`ragcache.answering.cacheable`). Identical concurrent streamed requests of one tenant make
         one upstream call: the leader relays it, the others wait and are answered from the cache.
 
-        The relayed bytes travel through the path as ``latin-1`` text (a lossless byte <-> str map), so
-        the client gets exactly what upstream sent; the stored text is the parser's, never these pieces."""
+        The relayed bytes are upstream's decoded body (a compressed stream is decoded as it arrives, so
+        the parser and the client read the same events); they travel through the path as ``latin-1``
+        text (a lossless byte <-> str map), so the client gets exactly the events upstream sent; the
+        stored text is the parser's, never these pieces."""
         up = self.client.build_request("POST", "/v1/messages", content=out, headers=headers)
         parser = SSEParser()
         state: dict[str, Any] = {}
@@ -423,7 +427,7 @@ class AnthropicProxy:
                     state["error"] = (await r.aread(), r.status_code)
                     yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
                     return
-                async for chunk in r.aiter_raw():
+                async for chunk in r.aiter_bytes():  # decoded: upstream may gzip its stream
                     parser.feed(chunk)
                     yield chunk.decode("latin-1")
             finally:
