@@ -32,10 +32,14 @@ class Provenance:
         blend_setting: the blend setting a blended answer was made at, ``None`` for an answer made
             without a blend; an approximate answer with a ratio and no name gets ``"r=<ratio>"``
             (:func:`blend_of`). Such an answer is served only to requests at that setting (:func:`may_serve`).
+        content: the native content blocks of the answer when its text alone would lose something
+            (Anthropic text blocks with their citations, several text blocks), for replaying them
+            as they were (``details["content_blocks"]`` of a fresh result); ``None``: the text is all.
 
     Raises:
         ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
-            reason, a ratio outside [0, 1]. TypeError: a non-str model / stop reason / sequence.
+            reason, a ratio outside [0, 1]. TypeError: a non-str model / stop reason / sequence,
+            ``content`` not a tuple of blocks (mappings with a str ``type``).
     """
 
     layer: Layer
@@ -46,6 +50,7 @@ class Provenance:
     stop_reason: str | None = None
     stop_sequence: str | None = None
     blend_setting: str | None = None
+    content: tuple[Mapping[str, Any], ...] | None = None
 
     VERSION: ClassVar[int] = 1
 
@@ -61,6 +66,8 @@ class Provenance:
             if not isinstance(getattr(self, name), str | None):
                 raise TypeError(f"provenance {name} must be a str or None, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "blend_setting", blend_of(self.approximate, self.recompute_ratio, self.blend_setting))
+        if self.content is not None and _blocks(self.content) is None:
+            raise TypeError("provenance content must be a tuple of content blocks (mappings with a str 'type') or None")
 
     @classmethod
     def of(cls, result: BackendResult, *, model: str | None = None) -> Provenance:
@@ -71,14 +78,19 @@ class Provenance:
                  d.get("stop_sequence"))
         return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
                    *(v if isinstance(v, str) else None for v in facts),
-                   blend_setting=blend_of(result.approximate, result.recompute_ratio, result.blend_setting))
+                   blend_setting=blend_of(result.approximate, result.recompute_ratio, result.blend_setting),
+                   content=_blocks(d.get("content_blocks")))
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`)."""
-        return {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
-                "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
-                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence,
-                "blend_setting": self.blend_setting}
+        """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`);
+        ``content`` only when there are blocks to replay."""
+        out = {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
+               "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
+               "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence,
+               "blend_setting": self.blend_setting}
+        if self.content is not None:
+            out["content"] = [json.loads(json.dumps(b)) for b in self.content]
+        return out
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None) -> Provenance:
@@ -113,7 +125,8 @@ class Provenance:
         approximate, ratio = bool(rec.get("approximate", False)), float(ratio) if _ratio(ratio) else None
         name = rec.get("blend_setting")
         return cls(layer, finish, approximate, ratio, *text,
-                   blend_setting=blend_of(approximate, ratio, name if isinstance(name, str) else None))
+                   blend_setting=blend_of(approximate, ratio, name if isinstance(name, str) else None),
+                   content=_blocks(rec.get("content")))
 
 
 def blend_of(approximate: bool, recompute_ratio: float | None, name: str | None) -> str | None:
@@ -145,6 +158,17 @@ def approximation(approximate: bool, blend_setting: str | None) -> str | None:
     if blend_setting:
         return f"approximate (blended at {blend_setting})"
     return "approximate" if approximate else None
+
+
+def _blocks(blocks: Any) -> tuple[Mapping[str, Any], ...] | None:
+    """Content blocks as a tuple of JSON-like copies, or ``None`` for anything else (read leniently)."""
+    if not isinstance(blocks, list | tuple) or not blocks or not all(
+            isinstance(b, Mapping) and isinstance(b.get("type"), str) for b in blocks):
+        return None
+    try:
+        return tuple(json.loads(json.dumps(dict(b))) for b in blocks)
+    except (TypeError, ValueError):
+        return None
 
 
 def _ratio(r: Any) -> bool:

@@ -33,7 +33,7 @@ class UsageMetrics:
             return
         import time
 
-        from ragcache.server.proxy import SSEParser
+        from ragcache.server.message_events import SSEParser
 
         t0 = time.perf_counter()
         parser, body, state = SSEParser(), bytearray(), {"status": 0, "sse": False}

@@ -17,7 +17,9 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    identical concurrent requests of one tenant make one upstream call (streamed ones too: the leader
    relays upstream's stream, the others wait for it and are answered from the cache);
 2. **breakpoints**: ``cache_control`` markers are placed on a copy of the body
-   (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept);
+   (:meth:`ragcache.providers.anthropic.backend.AnthropicCaching.prepare`; the caller's own are kept,
+   a request-level one counts among the 4; a breakpoint class whose writes go unread stops being
+   placed, learned per tenant: :mod:`ragcache.providers.anthropic.ledger`);
 3. **forwarding**: the body goes to ``{upstream}/v1/messages`` with the credential the operator chose
    (``upstream_auth``: the caller's ``x-api-key`` / ``Authorization``, or the operator's
    ``$ANTHROPIC_API_KEY``) and ``anthropic-*`` headers; a stream is relayed chunk by chunk as it
@@ -29,7 +31,8 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    stored by the one rule (:func:`ragcache.answering.cacheable`: text that ended normally; never
    one cut at ``max_tokens``, a tool use, a refusal, a pause or a cut stream). ``x-ragcache-layer``
    is a :data:`ragcache.backend.Layer`: ``provider-cache`` when upstream read part of the prompt
-   from its cache, else ``provider``; ``semantic`` for a hit.
+   from its cache, else ``provider``; ``semantic`` for a hit, which replays the stored answer's
+   content blocks as they were (text blocks with their citations), JSON or streamed.
 
 Also ``GET /health``, ``GET /v1/models``, ``POST /v1/messages/count_tokens`` (forwarded).
 """
@@ -59,10 +62,11 @@ from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
-from ragcache.providers.anthropic.usage import MessageRead, finish_reason, read_message
+from ragcache.providers.anthropic.usage import MessageRead, read_message
 from ragcache.metrics import CacheMetrics
 from ragcache.semantic.partition import shaping_fields
 from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
+from ragcache.server.message_events import SSEParser, message_events, replay_blocks
 from ragcache.server.sse import anthropic_event, event_stream
 
 if TYPE_CHECKING:
@@ -136,19 +140,23 @@ def _refused(e: Exception) -> JSONResponse:
                         status_code=400)
 
 
-def upstream_result(read: MessageRead, kinds: list[str], usage: CacheUsage, ttft_s: float,
+def upstream_result(read: MessageRead, blocks: list[Any], usage: CacheUsage, ttft_s: float,
                     details: Mapping[str, Any]) -> BackendResult:
     """An upstream Anthropic response (read by :func:`~ragcache.providers.anthropic.usage.read_message`,
-    or a stream by :meth:`SSEParser.read`) as :class:`~ragcache.backend.BackendResult`, which the one
-    rule (:func:`ragcache.answering.cacheable`) judges. A normal end with blocks beside text is not a
-    text answer: ``tool_calls`` when a block is a (server) tool's, else ``incomplete`` (thinking and
-    other blocks the cache cannot replay as text). ``details`` gets the model and native stop reason /
-    sequence (the provenance keeps them, so a hit replays them)."""
+    or a stream by :meth:`~ragcache.server.message_events.SSEParser.read`) and its content ``blocks``
+    as :class:`~ragcache.backend.BackendResult`, which the one rule (:func:`ragcache.answering.cacheable`)
+    judges. A normal end with blocks beside text is not a text answer: ``tool_calls`` when a block is
+    a (server) tool's, else ``incomplete`` (thinking and other blocks the cache cannot replay). ``details``
+    gets the model, native stop reason / sequence and the text blocks when their text alone would lose
+    something (citations: :func:`~ragcache.server.message_events.replay_blocks`); the provenance keeps
+    them, so a hit replays them."""
     finish = read.finish_reason
+    kinds = [str(b.get("type")) if isinstance(b, Mapping) else "" for b in blocks]
     if finish == "stop" and not read.only_text:
         finish = "tool_calls" if any("tool" in k for k in kinds) else "incomplete"
+    extra = {"content_blocks": replay_blocks(blocks, read.text)} if read.only_text else {}
     return BackendResult(read.text, provider_layer(usage.cache_read), usage, ttft_s, finish, details={
-        **details, "model": read.model, "stop_reason": read.stop_reason, "stop_sequence": read.stop_sequence})
+        **details, **extra, "model": read.model, "stop_reason": read.stop_reason, "stop_sequence": read.stop_sequence})
 
 
 class _Accounts:
@@ -170,58 +178,6 @@ class _Accounts:
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "semantic_hits": self.semantic_hits,
                 "models": {m: c.stats.to_dict() for m, c in self._by_model.items()}}
-
-
-class SSEParser:
-    """Incremental parser of an Anthropic event stream: collects the text, stop reason and usage."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self.text = ""
-        self.usage: dict[str, Any] = {}
-        self.stop_reason: str | None = None
-        self.stop_sequence: str | None = None
-        self.kinds: list[str] = []  # content block types, in order
-        self.model: str | None = None
-        self.error = False
-        self.first_token_at: float | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        self._buf += chunk
-        while b"\n\n" in self._buf:
-            raw, self._buf = self._buf.split(b"\n\n", 1)
-            data = b"".join(line[5:].strip() for line in raw.split(b"\n") if line.startswith(b"data:"))
-            if data:
-                try:
-                    self._event(json.loads(data))
-                except ValueError:
-                    self.error = True
-
-    def _event(self, ev: Mapping[str, Any]) -> None:
-        kind = ev.get("type")
-        if kind == "message_start":
-            self.usage.update(ev.get("message", {}).get("usage") or {})
-            self.model = ev.get("message", {}).get("model") or self.model
-        elif kind == "content_block_start":
-            self.kinds.append(str(ev.get("content_block", {}).get("type")))
-        elif kind == "content_block_delta":
-            d = ev.get("delta", {})
-            if d.get("type") == "text_delta":
-                self.first_token_at = self.first_token_at or time.perf_counter()
-                self.text += d.get("text", "")
-        elif kind == "message_delta":
-            self.stop_reason = ev.get("delta", {}).get("stop_reason") or self.stop_reason
-            self.stop_sequence = ev.get("delta", {}).get("stop_sequence") or self.stop_sequence
-            self.usage.update({k: v for k, v in (ev.get("usage") or {}).items() if v is not None})
-        elif kind == "error":
-            self.error = True
-
-    def read(self) -> MessageRead:
-        """What the stream said so far, as :func:`ragcache.providers.anthropic.usage.read_message` reads a
-        message: a stream cut before its ``message_delta`` has no stop reason (``incomplete``); an error
-        event makes it ``error``."""
-        return MessageRead(self.text, "error" if self.error else finish_reason(self.stop_reason), self.stop_reason,
-                           self.stop_sequence, all(k == "text" for k in self.kinds), self.model)
 
 
 class AnthropicProxy:
@@ -365,7 +321,7 @@ class AnthropicProxy:
         question, pk = (split[0], self._partition(split[1], tenant)) if split is not None else (None, None)
         caching = self.accounts.get(body["model"])
         try:
-            req = caching.prepare(body)
+            req = caching.prepare(body, scope=tenant)  # the write ledger learns per tenant
         except (ValueError, TypeError) as e:
             return _refused(e)
         out = json.dumps(req.kwargs).encode()
@@ -381,7 +337,7 @@ class AnthropicProxy:
                 return BackendResult("", "provider", CacheUsage(), finish_reason="error", details={"response": r})
             msg = r.json()
             usage = self._account(caching, req, msg.get("usage") or {}, time.perf_counter() - t0)
-            return upstream_result(read_message(msg), [b.get("type") for b in msg.get("content") or []], usage,
+            return upstream_result(read_message(msg), list(msg.get("content") or []), usage,
                                    time.perf_counter() - t0, {"response": r})
 
         answer = await self.path.arun(question or "", pk, call, max_tokens=budget, model=body["model"],
@@ -434,7 +390,7 @@ class AnthropicProxy:
                 await r.aclose()
             if parser.usage and not parser.error:  # else a cut stream: incomplete, never stored
                 ttft = (parser.first_token_at or time.perf_counter()) - t0
-                yield upstream_result(parser.read(), parser.kinds, self._account(caching, req, parser.usage, ttft),
+                yield upstream_result(parser.read(), parser.blocks, self._account(caching, req, parser.usage, ttft),
                                       ttft, {})
 
         items = self.path.astream(question or "", pk, upstream, max_tokens=budget, model=body["model"],
@@ -490,8 +446,10 @@ class AnthropicProxy:
         return self._replay(body, hit)
 
     def _replay(self, body: Mapping[str, Any], hit: Answer) -> Response:
-        """A semantic hit as an Anthropic message (or its events): zero usage, the stored answer's
-        stop reason (its :class:`~ragcache.answering.Provenance`)."""
+        """A semantic hit as an Anthropic message (or its events,
+        :func:`~ragcache.server.message_events.message_events`): zero usage, the stored answer's stop
+        reason and content blocks as they were (text blocks with their citations; else one text block)
+        from its :class:`~ragcache.answering.Provenance`."""
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         headers = {"x-ragcache-layer": "semantic", "x-ragcache-similarity": f"{hit.similarity or 0:.4f}",
@@ -501,27 +459,16 @@ class AnthropicProxy:
         stop_reason = native if native in ANTHROPIC_FINISH and ANTHROPIC_FINISH[native] == hit.finish_reason else \
             ("max_tokens" if hit.finish_reason == "length" else "end_turn")
         stop_seq = prov.stop_sequence if prov is not None and stop_reason == "stop_sequence" else None
-        text = hit.text
+        content = [dict(b) for b in prov.content] if prov is not None and prov.content else \
+            [{"type": "text", "text": hit.text}]
         message = {"id": msg_id, "type": "message", "role": "assistant", "model": body["model"],
-                   "content": [{"type": "text", "text": text}], "stop_reason": stop_reason,
-                   "stop_sequence": stop_seq, "usage": usage}
+                   "content": content, "stop_reason": stop_reason, "stop_sequence": stop_seq, "usage": usage}
         if not body.get("stream"):
             return JSONResponse(message, headers=headers)
 
-        sse = anthropic_event
-
         async def events() -> AsyncIterator[Any]:
-            yield sse("message_start", {"type": "message_start", "message": {**message, "content": [],
-                                                                             "stop_reason": None}})
-            yield sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                              "content_block": {"type": "text", "text": ""}})
-            yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                              "delta": {"type": "text_delta", "text": text}})
-            yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason,
-                                                                           "stop_sequence": stop_seq},
-                                        "usage": {"output_tokens": 0}})
-            yield sse("message_stop", {"type": "message_stop"})
+            for kind, data in message_events(message):
+                yield anthropic_event(kind, data)
 
         return event_stream(events(), headers=headers)
 
@@ -534,4 +481,4 @@ def create_proxy_app(upstream: str, **kwargs: Any) -> Starlette:
     return AnthropicProxy(upstream, **kwargs).app
 
 
-__all__ = ["AnthropicProxy", "SSEParser", "create_proxy_app", "split_question"]
+__all__ = ["AnthropicProxy", "create_proxy_app", "split_question", "upstream_result"]

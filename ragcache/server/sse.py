@@ -4,7 +4,7 @@
 lines, sends a comment ping every 15 s on an idle stream (both SDKs skip comments), sets the
 no-cache / no-buffering headers, and cancels the event generator when the client goes away
 (which stops generation within one decode step). Lines end with ``\\n``, as the Anthropic and
-OpenAI APIs send them (and as :class:`ragcache.server.proxy.SSEParser` reads them).
+OpenAI APIs send them (and as :class:`ragcache.server.message_events.SSEParser` reads them).
 """
 
 from __future__ import annotations

@@ -154,3 +154,87 @@ def test_automatic_caching_beside_four_ragcache_markers_is_accepted_upstream(gzi
     q["messages"][-1]["content"][-1]["text"] = "Which tool adjusts the brake cable?"  # a miss, not a hit
     raw = client.messages.with_raw_response.create(**kw(client.messages.create, q))  # was a 400: "Found 5"
     assert raw.headers["x-ragcache-breakpoints"] == "3" and raw.parse().usage.cache_read_input_tokens > 0
+
+
+# -- a hit keeps the answer's citations ------------------------------------------------------
+CITED = [  # what the Messages API answers about a document with citations enabled
+    {"type": "text", "text": "According to the manual, "},
+    {"type": "text", "text": "the headset takes a 32 mm spanner",
+     "citations": [{"type": "char_location", "cited_text": "adjust the headset with a 32 mm spanner",
+                    "document_index": 0, "document_title": "Manual", "start_char_index": 17, "end_char_index": 56}]},
+    {"type": "text", "text": " and ", "citations": None},
+    {"type": "text", "text": "the brake cable a 5 mm hex key.",
+     "citations": [{"type": "char_location", "cited_text": "brake cable with a 5 mm hex key", "document_index": 0,
+                    "document_title": "Manual", "start_char_index": 80, "end_char_index": 111},
+                   {"type": "char_location", "cited_text": "until it turns freely", "document_index": 0,
+                    "document_title": "Manual", "start_char_index": 112, "end_char_index": 133}]},
+]
+
+
+def _cited_message(model):
+    return {"id": "msg_cited", "type": "message", "role": "assistant", "model": model, "content": CITED,
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 120, "output_tokens": 30, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0}}
+
+
+async def _cited(request: Request):
+    """An upstream answering every request with :data:`CITED`, JSON or as the API streams it."""
+    from ragcache.server.message_events import message_events
+
+    body = json.loads(await request.body())
+    msg = _cited_message(body["model"])
+    if not body.get("stream"):
+        return JSONResponse(msg)
+
+    async def events():
+        for kind, data in message_events(msg):
+            yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def cited_body(question):
+    doc = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": " ".join(DOCS)},
+           "title": "Manual", "citations": {"enabled": True}}
+    return {"model": MODEL, "max_tokens": 256, "temperature": 0, "messages": [
+        {"role": "user", "content": [doc, {"type": "text", "text": "Read the manual."}]},
+        {"role": "assistant", "content": "I have read it."},
+        {"role": "user", "content": question}]}
+
+
+@pytest.fixture()
+def cited_proxy():
+    app = Starlette(routes=[Route("/v1/messages", _cited, methods=["POST"])])
+    with running_server(None, app=app) as upstream:
+        p = AnthropicProxy(upstream, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k")
+        with running_server(None, app=p.app) as url:
+            yield url
+
+
+def _blocks(message):
+    return [b.model_dump(exclude_none=True) for b in message.content]
+
+
+@pytest.mark.parametrize("first, again", [("json", "json"), ("stream", "stream"), ("json", "stream"),
+                                          ("stream", "json")])
+def test_a_hit_replays_the_text_blocks_with_their_citations(cited_proxy, first, again):
+    client = anthropic.Anthropic(base_url=cited_proxy, api_key="k", max_retries=0)
+
+    def ask(how):
+        q = cited_body("Which tools adjust the headset and the brake cable?")
+        if how == "json":
+            raw = client.messages.with_raw_response.create(**kw(client.messages.create, q))
+            return raw.headers["x-ragcache-layer"], raw.parse()
+        with client.messages.stream(**kw(client.messages.stream, q)) as s:
+            text = "".join(s.text_stream)
+            msg = s.get_final_message()
+        assert text == "".join(b["text"] for b in CITED)
+        return s.response.headers["x-ragcache-layer"], msg
+
+    layer, original = ask(first)
+    assert layer == "provider" and _blocks(original) == [{k: v for k, v in b.items() if v is not None}
+                                                         for b in CITED]
+    layer, hit = ask(again)
+    assert layer == "semantic" and hit.usage.input_tokens == 0
+    assert _blocks(hit) == _blocks(original)  # every block, every citation, in order
+    assert hit.stop_reason == "end_turn"
