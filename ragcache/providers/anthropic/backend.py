@@ -25,7 +25,9 @@ from typing import Any
 
 from ragcache.backend import BackendResult, model_with_fields, provider_layer
 from ragcache.prompt.layout import PromptLayout
-from ragcache.providers.anthropic.breakpoints import TTL, CachedRequest, TokenCounter, add_breakpoints, layout_request
+from ragcache.providers.anthropic.breakpoints import (TTL, CachedRequest, PlacementPolicy, TokenCounter, add_breakpoints,
+                                                     layout_request)
+from ragcache.providers.anthropic.ledger import WriteLedger
 from ragcache.providers.anthropic.pricing import ModelPrice
 from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord, read_message
 
@@ -43,12 +45,21 @@ class AnthropicCaching:
         clock: seconds, for TTL diagnosis.
         warn: emit :class:`~ragcache.providers.anthropic.usage.PromptCacheWarning` on a diagnosed miss and
             when caller breakpoints had to be dropped (always recorded on the request either way).
+        unread_writes: stop placing a breakpoint class after this many of its cache writes in a row
+            went unread (a net cost: :class:`~ragcache.providers.anthropic.ledger.WriteLedger`; it is
+            re-probed every ``probe_every`` requests and placed whenever its prefix repeats); ``None``
+            places every class every time.
+        probe_every: requests between two probes of a class no longer placed (doubling after each
+            unread probe).
+
+    Raises:
+        ValueError: a TTL other than "5m" / "1h", or ``unread_writes`` / ``probe_every`` below 1.
     """
 
     def __init__(self, model: str, *, ttl: TTL = "5m", prefix_ttl: TTL | None = None,
                  min_tokens: Mapping[str, int] | int | None = None, token_counter: TokenCounter | None = None,
                  prices: Mapping[str, ModelPrice] | None = None, clock: Callable[[], float] = time.monotonic,
-                 warn: bool = True) -> None:
+                 warn: bool = True, unread_writes: int | None = 2, probe_every: int = 8) -> None:
         if ttl not in ("5m", "1h") or prefix_ttl not in ("5m", "1h", None):
             raise ValueError("ttl and prefix_ttl must be '5m' or '1h'")
         self.model = model
@@ -57,25 +68,40 @@ class AnthropicCaching:
         self.min_tokens = min_tokens
         self.token_counter = token_counter
         self.warn = warn
-        self.monitor = CacheMonitor(model, prices=prices, clock=clock, warn=warn)
+        self.ledger = None if unread_writes is None else WriteLedger(stop_after=unread_writes, probe_every=probe_every,
+                                                                     clock=clock)
+        self.monitor = CacheMonitor(model, prices=prices, clock=clock, warn=warn, ledger=self.ledger)
 
     @property
     def stats(self) -> CacheStats:
         """Cumulative usage and cost over every recorded response."""
         return self.monitor.stats
 
-    def build(self, layout: PromptLayout, *, max_tokens: int, temperature: float | None = None,
-              extra: Mapping[str, Any] | None = None) -> CachedRequest:
-        """Cached request for a layout (see :func:`~ragcache.providers.anthropic.breakpoints.layout_request`)."""
-        return layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
-                              ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
-                              token_counter=self.token_counter, extra=extra, warn=self.warn)
+    def _policy(self, scope: str) -> PlacementPolicy | None:
+        ledger = self.ledger
+        if ledger is None:
+            return None
+        return lambda klass, prefix, ttl: ledger.skip(klass, prefix, ttl, scope=scope)
 
-    def prepare(self, request: Mapping[str, Any], *, stable_end: int | None = None) -> CachedRequest:
-        """Add breakpoints to an existing ``messages.create`` body (copied, never mutated)."""
-        return add_breakpoints({"model": self.model, **dict(request)}, model=request.get("model", self.model),
-                               stable_end=stable_end, ttl=self.ttl, prefix_ttl=self.prefix_ttl,
-                               min_tokens=self.min_tokens, token_counter=self.token_counter, warn=self.warn)
+    def build(self, layout: PromptLayout, *, max_tokens: int, temperature: float | None = None,
+              extra: Mapping[str, Any] | None = None, scope: str = "") -> CachedRequest:
+        """Cached request for a layout (see :func:`~ragcache.providers.anthropic.breakpoints.layout_request`).
+        ``scope``: whose writes the ledger judges (a tenant; one scope never learns another's prefixes)."""
+        req = layout_request(layout, model=self.model, max_tokens=max_tokens, temperature=temperature,
+                             ttl=self.ttl, prefix_ttl=self.prefix_ttl, min_tokens=self.min_tokens,
+                             token_counter=self.token_counter, extra=extra, warn=self.warn, policy=self._policy(scope))
+        req.meta["scope"] = scope
+        return req
+
+    def prepare(self, request: Mapping[str, Any], *, stable_end: int | None = None, scope: str = "") -> CachedRequest:
+        """Add breakpoints to an existing ``messages.create`` body (copied, never mutated); ``scope`` as
+        in :meth:`build`."""
+        req = add_breakpoints({"model": self.model, **dict(request)}, model=request.get("model", self.model),
+                              stable_end=stable_end, ttl=self.ttl, prefix_ttl=self.prefix_ttl,
+                              min_tokens=self.min_tokens, token_counter=self.token_counter, warn=self.warn,
+                              policy=self._policy(scope))
+        req.meta["scope"] = scope
+        return req
 
     def record(self, req: CachedRequest, usage: Any) -> UsageRecord:
         """Account a response's ``usage`` (SDK object or dict) for ``req``."""

@@ -40,6 +40,9 @@ from ragcache.providers.anthropic.pricing import min_cacheable_tokens
 
 TTL = Literal["5m", "1h"]
 TokenCounter = Callable[[str], int]
+PlacementPolicy = Callable[[str, str, str], "str | None"]
+"""``(position class, prefix hash, ttl) -> reason or None``: whether a ragcache breakpoint candidate is
+placed (``None``) or skipped with a reason (:meth:`ragcache.providers.anthropic.ledger.WriteLedger.skip`)."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -52,7 +55,9 @@ def estimate_tokens(text: str) -> int:
 class Breakpoint:
     """A breakpoint: block ``index``, ``where`` in the request, ``ttl``, the prefix
     length in tokens up to and including its block, ``origin`` ("ragcache" or
-    "caller") and ``role`` (last-stable, system, history, lookback, tools, caller)."""
+    "caller"), ``role`` (last-stable, system, history, lookback, tools, caller) and
+    ``position``, the class of its place (system, tools, history, last-stable,
+    lookback, volatile: how the budget ranks it and the write ledger tracks it)."""
 
     index: int
     where: str
@@ -60,11 +65,13 @@ class Breakpoint:
     prefix_tokens: int
     origin: str
     role: str
+    position: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class SkippedBreakpoint:
-    """A candidate breakpoint that was not spent and why (``below-minimum``, ``budget``);
+    """A candidate breakpoint that was not spent and why (``below-minimum``, ``budget``,
+    ``write-only``: its class's cache writes were not read, :mod:`ragcache.providers.anthropic.ledger`);
     ``origin`` "caller" for a marker the caller set and ragcache took off (over the limit)."""
 
     index: int
@@ -165,6 +172,7 @@ def add_breakpoints(
     min_tokens: Mapping[str, int] | int | None = None,
     token_counter: TokenCounter | None = None,
     warn: bool = True,
+    policy: PlacementPolicy | None = None,
 ) -> CachedRequest:
     """Place breakpoints on a copy of a ``messages.create`` body.
 
@@ -188,6 +196,9 @@ def add_breakpoints(
             (for example "1h" for a system prompt shared all day).
         min_tokens: overrides of the per-model minimum cacheable length.
         token_counter: tokens of a block's text; default :func:`estimate_tokens`.
+        policy: asked for each of ragcache's candidates that would be placed (:data:`PlacementPolicy`;
+            :class:`~ragcache.providers.anthropic.ledger.WriteLedger` skips a class whose writes go
+            unread); a skipped candidate is in ``skipped`` (reason ``write-only``) and ``notes``.
 
     Raises:
         ValueError: malformed request (see :func:`ragcache.providers.anthropic.blocks.flatten_request`;
@@ -221,6 +232,7 @@ def add_breakpoints(
             notes.append(f"caller breakpoint on the {_what(blocks[by_path[path]])} {where} moved to {blocks[j].where}")
         blocks = flatten_request(kwargs)
     toks = [int(count(b.text)) for b in blocks]
+    hashes = prefix_hashes(model, blocks, kwargs.get("tool_choice"))  # markers are no part of a prefix's identity
     cum, total = [], 0
     for n in toks:
         total += n
@@ -266,12 +278,16 @@ def add_breakpoints(
             continue
         seen.add(idx)
         b = blocks[idx]
+        klass = role if role != "last-stable" else position_class(idx)
+        t = prefix_ttl if (prefix_ttl and b.section in ("tools", "system")) else ttl
         if cum[idx] < minimum:
             skipped.append(SkippedBreakpoint(idx, b.where, role, cum[idx], "below-minimum",
                                              f"prefix up to {b.where} is {cum[idx]} tokens, below the minimum "
                                              f"{minimum} for {model or 'this model'}: not cached, marker not spent"))
+        elif policy is not None and (why := policy(klass, hashes[idx], t)) is not None:
+            skipped.append(SkippedBreakpoint(idx, b.where, role, cum[idx], "write-only", f"{b.where}: {why}"))
         else:
-            entries[idx] = (role, role if role != "last-stable" else position_class(idx))
+            entries[idx] = (role, klass)
     # Keep the markers that pay: one per class first (a second marker in the same class mostly
     # caches what the first does), by class rank, the later block first; below-minimum ones last.
     occurrence: dict[int, int] = {}
@@ -302,14 +318,14 @@ def add_breakpoints(
         else:
             t = prefix_ttl if (prefix_ttl and b.section in ("tools", "system")) else ttl
         placed.append(Breakpoint(idx, b.where, t, cum[idx], "caller" if chosen[idx] == "caller" else "ragcache",
-                                 chosen[idx]))
+                                 chosen[idx], entries[idx][1]))
     last_1h = len(placed) if auto is not None and auto.get("ttl") == "1h" else \
         max((i for i, p in enumerate(placed) if p.ttl == "1h"), default=-1)
     for i in range(last_1h):
         if placed[i].ttl == "5m":
             notes.append(f"{placed[i].where}: ttl raised to '1h' (a '1h' breakpoint may not follow a '5m' one)")
             placed[i] = Breakpoint(placed[i].index, placed[i].where, "1h", placed[i].prefix_tokens,
-                                   placed[i].origin, placed[i].role)
+                                   placed[i].origin, placed[i].role, placed[i].position)
     for p in placed:
         _set_marker(kwargs, blocks[p.index].path, {"type": "ephemeral", "ttl": p.ttl} if p.ttl == "1h"
                     else {"type": "ephemeral"})
@@ -324,7 +340,7 @@ def add_breakpoints(
         notes.append(msg)
         if warn:
             warnings.warn(msg, PromptCacheWarning, stacklevel=3)
-    notes += [s.detail for s in skipped if s.reason == "below-minimum"]
+    notes += [s.detail for s in skipped if s.reason in ("below-minimum", "write-only")]
     blocks = flatten_request(kwargs)
     tool_choice = kwargs.get("tool_choice")
     return CachedRequest(kwargs, placed, skipped + dropped, notes, blocks, toks,
@@ -343,6 +359,7 @@ def layout_request(
     token_counter: TokenCounter | None = None,
     extra: Mapping[str, Any] | None = None,
     warn: bool = True,
+    policy: PlacementPolicy | None = None,
 ) -> CachedRequest:
     """``messages.create`` keyword arguments for a layout, with breakpoints.
 
@@ -371,6 +388,6 @@ def layout_request(
     n_before = len(flatten_request(kwargs)) - len(content)
     stable_end = n_before + len(layout.documents) - 1
     req = add_breakpoints(kwargs, model=model, stable_end=stable_end, ttl=ttl, prefix_ttl=prefix_ttl,
-                          min_tokens=min_tokens, token_counter=token_counter, warn=warn)
+                          min_tokens=min_tokens, token_counter=token_counter, warn=warn, policy=policy)
     req.meta["documents"] = [n_before + i for i in range(len(layout.documents))]
     return req

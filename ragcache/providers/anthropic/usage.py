@@ -18,13 +18,16 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import CacheUsage, FinishReason
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, thinking_setting
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
 from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
+
+if TYPE_CHECKING:
+    from ragcache.providers.anthropic.ledger import WriteLedger
 
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
@@ -197,10 +200,13 @@ class CacheMonitor:
         clock: seconds; must tick like the provider's clock for TTL diagnosis.
         warn: emit :class:`PromptCacheWarning` for each diagnosis (always recorded
             in :attr:`UsageRecord.diagnosis`).
+        ledger: a :class:`~ragcache.providers.anthropic.ledger.WriteLedger` told of every response
+            (its diagnosis, a breakpoint class whose writes are a net cost, joins the record's).
     """
 
     def __init__(self, model: str, *, prices: Mapping[str, ModelPrice] | None = None,
-                 clock: Callable[[], float] = time.monotonic, warn: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, warn: bool = True,
+                 ledger: WriteLedger | None = None) -> None:
         self.model = model
         self.price, self.price_exact = price_for(model, prices)
         self.clock = clock
@@ -209,12 +215,13 @@ class CacheMonitor:
         self.history: list[UsageRecord] = []
         self._known: dict[str, _Known] = {}
         self._last: CachedRequest | None = None
+        self.ledger = ledger
 
     def record(self, req: CachedRequest, usage: Any) -> UsageRecord:
         """Account one response's ``usage`` for the request that produced it."""
         rec = UsageRecord.from_usage(usage, self.price)
         now = self.clock()
-        rec.diagnosis = self._diagnose(req, rec, now)
+        rec.diagnosis = self._diagnose(req, rec, now) + (self.ledger.observe(req, rec) if self.ledger else [])
         for msg in rec.diagnosis:
             if self.warn:
                 warnings.warn(msg, PromptCacheWarning, stacklevel=3)
@@ -235,8 +242,9 @@ class CacheMonitor:
             out.append(f"no cache write or read although {len(req.placed)} breakpoint(s) were sent: the prefix "
                        f"({rec.prompt_tokens} prompt tokens in all) is likely below the minimum cacheable length "
                        f"{req.minimum} for {req.model}")
-        if not req.placed and req.skipped:
-            out.append("no breakpoint placed: " + "; ".join(s.detail for s in req.skipped))
+        unplaced = [s for s in req.skipped if s.reason != "write-only"]  # the ledger's own choice is said once
+        if not req.placed and unplaced:
+            out.append("no breakpoint placed: " + "; ".join(s.detail for s in unplaced))
         expected = [(self._known[h], i) for i, h in enumerate(req.hashes) if h in self._known]
         if expected:
             k, i = max(expected, key=lambda e: e[1])
