@@ -89,7 +89,7 @@ def gzip_proxy(engine):
 
 
 def _stats(url):
-    return httpx.get(f"{url}/v1/ragcache/stats").json()
+    return httpx.get(f"{url}/v1/ragcache/stats", timeout=30).json()
 
 
 # -- a compressed upstream -------------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_the_gzip_upstream_really_compresses(gzip_proxy):
     _, _, upstream = gzip_proxy
     with httpx.stream("POST", f"{upstream}/v1/messages", json={**body("Which tool adjusts the brakes?"),
                                                                 "stream": True},
-                      headers={"accept-encoding": "gzip"}) as r:
+                      headers={"accept-encoding": "gzip"}, timeout=120) as r:
         raw = b"".join(r.iter_raw())
     assert r.headers["content-encoding"] == "gzip" and raw[:2] == b"\x1f\x8b"
     assert b"message_start" in zlib.decompress(raw, wbits=31)
@@ -134,7 +134,7 @@ def test_a_compressed_upstream_json_answer_is_relayed_and_stored(gzip_proxy):
     assert again.headers["x-ragcache-layer"] == "semantic" and again.parse().content[0].text == msg.content[0].text
     # a client that asks for no compression at all reads the same
     r = httpx.post(f"{url}/v1/messages", json={**body("Which tool adjusts the headset?"), "stream": True},
-                   headers={"accept-encoding": "identity", "x-api-key": "k"})
+                   headers={"accept-encoding": "identity", "x-api-key": "k"}, timeout=120)
     assert r.status_code == 200 and "content-encoding" not in r.headers and b"message_stop" in r.content
 
 
