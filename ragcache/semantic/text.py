@@ -1,7 +1,7 @@
 """Question text helpers: normalisation, word tokens, content words, typo distance.
 
 The semantic cache embeds the question alone, after :func:`normalize_question`
-(Unicode NFKC, whitespace collapsed, runs of ``?!.`` collapsed, a leading
+(Unicode NFC plus the folds of :func:`fold_text` that keep meaning, whitespace collapsed, runs of ``?!.`` collapsed, a leading
 greeting such as "Hi team," and a trailing "Thanks!" dropped). The guards in
 :mod:`ragcache.semantic.decision.guards` compare questions word by word with the
 helpers here; everything is pure and deterministic.
@@ -44,11 +44,41 @@ _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
 joiner, byte-order mark): a question pasted with one is the same question."""
 
 
+def _fold_table() -> dict[int, str]:
+    """The compatibility folds that never change what a question asks (each one NFKC's own mapping):
+    fullwidth and halfwidth forms (``ＡＢＣ１２３`` -> ``ABC123``, halfwidth katakana, ``￥``), the
+    ideographic space, Latin and Armenian ligatures (``ﬁ`` -> ``fi``, ``ĳ`` -> ``ij``), the micro sign
+    (-> Greek mu) and the ellipsis (-> ``...``). NFKC's other folds are left out on purpose: it turns
+    superscripts, subscripts, vulgar fractions, circled and parenthesised digits and squared unit
+    signs into plain digits ("3²" -> "32", "½" -> "1⁄2", "①" -> "1", "㎡" -> "m2"), which changes a number."""
+    cps = [*range(0xFF01, 0xFF5F), *range(0xFF61, 0xFFDD), *range(0xFFE0, 0xFFEF), *range(0xFB00, 0xFB07),
+           *range(0xFB13, 0xFB18), 0x0132, 0x0133, 0x00B5, 0x2026, 0x3000]
+    table = {}
+    for cp in cps:
+        ch = chr(cp)
+        folded = unicodedata.normalize("NFKC", ch)
+        if folded != ch and unicodedata.category(ch) != "Cn":
+            table[cp] = folded
+    return table
+
+
+_FOLDS = _fold_table()
+
+
+def fold_text(text: str) -> str:
+    """``text`` in Unicode NFC with the meaning-keeping compatibility folds of :func:`_fold_table`
+    (width, ligatures) and the characters that print as nothing dropped. Unlike NFKC it keeps every
+    character that changes a number or a symbol: "3²" / "32", "H₂O" / "H2O", "½" / "1/2" and "①" / "1"
+    stay different text."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFC", text.translate(_FOLDS)))
+
+
 def normalize_question(text: str) -> str:
     """Normalise a question for embedding and exact matching.
 
-    NFKC, characters that print as nothing dropped (zero-width space, soft hyphen ...), collapsed
-    whitespace, a leading greeting clause and a trailing thanks removed. Case and
+    NFC with the meaning-keeping folds of :func:`fold_text` (width, ligatures; never a fold that
+    changes a number: "3²", "H₂O", "½" and "①" stay as written), characters that print as nothing
+    dropped (zero-width space, soft hyphen ...), collapsed whitespace, a leading greeting clause and a trailing thanks removed. Case and
     symbols are kept, runs of them included ("5!!" is a double factorial, "1..5" a range, neither
     "5!" nor "1.5"); the closing ``? ! .`` are dropped only from what is embedded (:func:`embed_form`).
 
@@ -56,7 +86,7 @@ def normalize_question(text: str) -> str:
         ValueError: if ``text`` is not a string or is empty after normalisation.
     """
     checked_question(text, hint="pass the last user turn as a non-empty string")
-    t = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    t = fold_text(text)
     t = t.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
     t = _WS.sub(" ", t).strip()
     stripped = _GREETING.sub("", t, count=1)
@@ -139,15 +169,17 @@ def exact_form(text: str) -> str:
     """The form two questions must share to be "the same words" (an exact repeat: ``threshold=1.0``,
     the entry always among the candidates, the replaced entry on store, the single-flight key).
 
-    Only Unicode (NFKC, invisible characters dropped) and whitespace normalisation: case and symbols are kept, because they change
-    the question ("%Y" / "%y", "-v" / "-V", "MB" / "Mb", "10 / 2" / "10 * 2", "a[1:]" / "a[:1]").
+    Only Unicode (NFC and the meaning-keeping folds of :func:`fold_text`, invisible characters dropped)
+    and whitespace normalisation: case and symbols are kept, because they change the question ("%Y" /
+    "%y", "-v" / "-V", "MB" / "Mb", "10 / 2" / "10 * 2", "a[1:]" / "a[:1]"), and so are superscripts,
+    subscripts, fractions and circled digits ("3²" / "32", "x₁" / "x1", "½" / "1/2", "①" / "1").
     """
-    return " ".join(_INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).split())
+    return " ".join(fold_text(text).split())
 
 
 @lru_cache(maxsize=65536)
 def _words_cached(text: str) -> tuple[str, ...]:
-    t = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'").replace("'", "")
+    t = fold_text(text).lower().replace("\u2019", "'").replace("'", "")
     return tuple(_WORD.findall(t))
 
 
@@ -217,18 +249,32 @@ def numbers(text: str) -> list[str]:
     library ("twenty-one" -> "21", not "20"; "three hundred thousand" -> "300000"), plus "dozen",
     "couple" and "pair"; a lone "one" does not (it mostly reads as "a": "for a month" vs "one
     month") and belongs to the scope guard. Spelled ordinals ("fifth") are not numbers here ("5th"
-    is: its digits are). A digit and a
+    is: its digits are). Digits of any script count as their value; superscripts, subscripts,
+    fractions and circled digits as written (:func:`numbers_in_order`). A digit and a
     multiplier word stay two numbers ("2 million" -> "2", "1000000"; "two million" -> "2000000").
     """
     return sorted(v for _, v in numbers_in_order(text))
 
 
+def _ascii_digits(number: str) -> str:
+    """Decimal digits of any script as ASCII digits ("٣" and "३" -> "3"): one number in any script."""
+    if number.isascii():
+        return number
+    return "".join(str(d) if (d := unicodedata.decimal(c, None)) is not None else c for c in number)
+
+
 def numbers_in_order(text: str) -> list[tuple[int, str]]:
-    """``(character offset, canonical number)`` for each number of :func:`numbers`, in reading order."""
+    """``(character offset, canonical number)`` for each number of :func:`numbers`, in reading order.
+
+    Decimal digits of every script count, as ASCII ("٣" -> "3"); a numeral that is not a plain digit
+    (superscript, subscript, vulgar fraction, circled digit, Roman numeral sign) is its own number,
+    kept as written: "3²" has the numbers 3 and ², never 32."""
     out = []
     low = text.lower()
     for m in _NUMBER.finditer(low):
-        out.append((m.start(), re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0))))
+        out.append((m.start(), _ascii_digits(re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0)))))
+    if not low.isascii():  # superscripts, subscripts, fractions, circled digits, Roman numerals: as written
+        out.extend((i, ch) for i, ch in enumerate(low) if unicodedata.category(ch) in ("No", "Nl"))
     for m in _CARDINAL_RUN.finditer(low):
         out.extend((m.start(), v) for v in _spelled(re.sub(r"[\s-]+", " ", m.group(0))))
     out.extend((m.start(), _COUNT_WORDS[m.group(0)]) for m in re.finditer(r"[a-z]+", low) if m.group(0) in _COUNT_WORDS)

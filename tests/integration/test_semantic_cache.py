@@ -37,7 +37,7 @@ def test_exact_repeat_scores_one_and_threshold_one_is_exact_only(cache):
     assert isinstance(hit, SemanticHit)
     assert 1 - 1e-5 <= hit.similarity <= 1 + 1e-5
     assert hit.answer == "Click 'Forgot password'."
-    # exact means the same text after whitespace and Unicode (NFKC) normalisation alone
+    # exact means the same text after whitespace and Unicode (NFC, width and ligature folds) normalisation alone
     assert cache.lookup("  How do I  reset my password?\u00a0", partition=PK, threshold=1.0) is not None
     assert cache.lookup("how do I reset my password", partition=PK, threshold=1.0) is None
     assert cache.lookup("how do I reset my password", partition=PK) is not None  # a rewording: the guards pass it

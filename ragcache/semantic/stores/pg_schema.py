@@ -67,6 +67,15 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
         # 4: "the same words" is the same text (case and symbols count): qhash is the sha256 of the
         # stored (already normalised) question itself, no longer of its lower-cased words
         f"UPDATE {s}.entries SET qhash = encode(sha256(convert_to(question, 'UTF8')), 'hex')",
+        # 5: exact means exact: questions are normalised with NFC and width / ligature folds, no longer
+        # NFKC, which folded "3²" into "32", "H₂O" into "H2O", "½" into "1⁄2" and "①" into "1". A question
+        # stored before this step with a digit or NFKC's fraction slash may be the fold of another
+        # question, so it no longer answers an exact repeat: it is dropped (answered again on its next
+        # miss). Every other stored question is its own new exact form, so qhash is rehashed from the
+        # stored text only for the rows whose hash is not already that.
+        f"DELETE FROM {s}.entries WHERE question ~ '[0-9\u2044]';"
+        f"UPDATE {s}.entries SET qhash = encode(sha256(convert_to(question, 'UTF8')), 'hex') "
+        f"WHERE qhash <> encode(sha256(convert_to(question, 'UTF8')), 'hex')",
     ]
 
 

@@ -55,8 +55,9 @@ _COLS = "id, partition, question, answer, metadata, 1 - (embedding <=> %(v)s) AS
 
 def qhash(question: str) -> str:
     """Hex sha256 of a question's exact form (:func:`~ragcache.semantic.text.exact_form`: the text after
-    NFKC and whitespace normalisation; case and symbols count). A stored question is normalised
-    already, so this is the sha256 of the stored text (migration step 4 recomputes it in SQL)."""
+    NFC, width and ligature folds and whitespace normalisation; case, symbols, superscripts and
+    fractions count). A stored question is normalised already, so this is the sha256 of the stored
+    text (migration steps 4 and 5 recompute it in SQL)."""
     return hashlib.sha256(exact_form(question).encode()).hexdigest()
 
 
