@@ -97,7 +97,7 @@ def memo_embedder(emb: QuestionEmbedder, texts: list[str]) -> QuestionEmbedder:
     fill(texts)
     window = {"window": emb.window, "count_tokens": emb.count_tokens} if emb.exact_window else {}
     return QuestionEmbedder(fn, name=emb.name, fingerprint=emb.fingerprint, dim=emb.dim, known_words=emb.known_words,
-                            token_fn=None if raw is None else tokens, **window)
+                            token_fn=None if raw is None else tokens, count_unknown=emb.unknown_pieces, **window)
 
 
 def accuracy(rows: list[dict], emb: QuestionEmbedder) -> dict[str, Any]:

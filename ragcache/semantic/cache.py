@@ -9,11 +9,12 @@ file), or in any :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore` g
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ragcache.semantic.decision.bound import error_bound
+from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate
 from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_flag, check_path,
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
@@ -70,10 +71,15 @@ class SemanticCache(SemanticPolicy):
             / lookups, vCache's definition and exploration probability).
         home: the ragcache home whose ``ragcache calibrate semantic`` record for ``embedder`` sets the
             verifier's threshold (a :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
+        languages: the languages matched by similarity, as ISO 639-1 codes (default ``("en",)``: what the
+            guards read), or ``"any"``. A question with words in another script or language, or with
+            word pieces the embedder maps to its unknown token, is served only as an exact repeat
+            (:mod:`ragcache.semantic.decision.coverage`; the refusal's reason is ``"coverage"``).
+            Declare another language only with a multilingual ``embedder``.
 
     Raises:
-        ValueError: bad arguments, or ``path`` holds a cache built with another embedder (and
-            ``reembed`` is False).
+        ValueError: bad arguments, a language other than English with the packaged English embedder,
+            or ``path`` holds a cache built with another embedder (and ``reembed`` is False).
     """
 
     def __init__(self, path: str | Path | None = None, *, embedder: Any = None,
@@ -84,7 +90,8 @@ class SemanticCache(SemanticPolicy):
                  search_threads: int | None = 1, reembed: bool = False,
                  answer_store: VectorAnswerStore | None = None,
                  max_error: float | None = None, equivalence: Any = "exact",
-                 error_scope: str = "hits", home: Any = None) -> None:
+                 error_scope: str = "hits", home: Any = None,
+                 languages: Sequence[str] | str = GUARD_LANGUAGES) -> None:
         check_path("path", path)
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
@@ -100,6 +107,7 @@ class SemanticCache(SemanticPolicy):
                             f"{type(guards).__name__} {guards!r:.40}")
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
+        CoverageGate(emb, languages)  # checked before the store opens too
         decider = make_decider(guards, verifier, emb, home=home)
         self.path = None if path is None else Path(path).expanduser()
         self.hnsw_threshold, self.autosave_every = hnsw_threshold, autosave_every
@@ -110,7 +118,7 @@ class SemanticCache(SemanticPolicy):
                                             reembed=reembedder(emb) if reembed else None)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
-                         error_bound=bound)
+                         error_bound=bound, languages=languages)
 
     @classmethod
     def from_url(cls, url: str | None = None, **kwargs: Any) -> SemanticPolicy:

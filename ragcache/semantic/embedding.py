@@ -47,12 +47,17 @@ class QuestionEmbedder:
             object's own ``fingerprint`` attribute, else its class and name; dim: width (probed lazily);
         known_words: whole words of the embedder's tokenizer vocabulary (anything ``in`` works:
             a set, or :class:`VocabWords`), or None. Typo correction only rewrites words outside it.
+        count_unknown: ``text -> (unknown word pieces, word pieces)`` from the embedder's tokenizer
+            (pieces it maps to its unknown token, ``[UNK]``; special tokens not counted), or None (or a
+            function returning None) when the tokenizer is not known (see :meth:`unknown_pieces`).
     """
 
     def __init__(self, fn: Callable[[list[str]], Any], *, name: str, fingerprint: str,
                  dim: int | None = None, known_words: Container[str] | None = None,
                  window: int | None = None, count_tokens: Callable[[str], int] | None = None,
-                 token_fn: TokenFn | None = None) -> None:
+                 token_fn: TokenFn | None = None,
+                 count_unknown: Callable[[str], tuple[int, int]] | None = None) -> None:
+        self._count_unknown = count_unknown
         self._fn = fn
         self._token_fn = token_fn
         self._token_memo: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -76,6 +81,14 @@ class QuestionEmbedder:
         if self._count is None:
             return len(text.encode("utf-8")) + 2
         return int(self._count(text))
+
+    def unknown_pieces(self, text: str) -> tuple[int, int] | None:
+        """``(unknown, total)``: of the word pieces the embedder's tokenizer makes of ``text`` (special
+        tokens not counted), how many are its unknown token (all-MiniLM-L6-v2's ``[UNK]``: most Han,
+        Thai and Georgian, many Hangul and emoji), which the vector cannot tell apart. ``None`` when
+        the tokenizer is not known (a plain callable): what the embedder reads is then unknown."""
+        got = None if self._count_unknown is None else self._count_unknown(text)
+        return None if got is None else (int(got[0]), int(got[1]))
 
     @property
     def dim(self) -> int:
@@ -212,7 +225,36 @@ def _window(model: Any) -> tuple[int, Callable[[str], int]] | tuple[None, None]:
 
 def _window_kwargs(model: Any) -> dict[str, Any]:
     win, count = _window(model)
-    return {} if win is None else {"window": win, "count_tokens": count}
+    return {"count_unknown": _unknown_fn(model), **({} if win is None else {"window": win, "count_tokens": count})}
+
+
+def _unknown_fn(model: Any) -> Callable[[str], tuple[int, int]] | None:
+    """``text -> (unknown pieces, pieces)`` from an embedder's Hugging Face tokenizer (``unk_token_id``)
+    or Rust ``tokenizers.Tokenizer`` (its model's ``unk_token``), or None when it has neither."""
+    for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
+        tok = getattr(obj, "tokenizer", None)
+        if tok is None:
+            continue
+        unk = getattr(tok, "unk_token_id", None)
+        if isinstance(unk, int) and callable(tok):
+
+            def count(text: str, _tok: Any = tok, _unk: int = unk) -> tuple[int, int]:
+                ids = _tok(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+                return sum(1 for i in ids if i == _unk), len(ids)
+
+            return count
+        if callable(getattr(tok, "encode", None)) and callable(getattr(tok, "token_to_id", None)):
+            name = getattr(getattr(tok, "model", None), "unk_token", None)
+            rust_unk = tok.token_to_id(name) if isinstance(name, str) else None
+            if rust_unk is None:
+                return None
+
+            def count_rust(text: str, _tok: Any = tok, _unk: int = rust_unk) -> tuple[int, int]:
+                ids = _tok.encode(text, add_special_tokens=False).ids
+                return ids.count(_unk), len(ids)
+
+            return count_rust
+    return None
 
 
 def resolve_embedder(embedder: Any = None, *, home: Any = None) -> QuestionEmbedder:
@@ -326,6 +368,9 @@ class LazyQuestionEmbedder(QuestionEmbedder):
 
     def count_tokens(self, text: str) -> int:
         return self._model().count_tokens(text)
+
+    def unknown_pieces(self, text: str) -> tuple[int, int] | None:
+        return self._model().unknown_pieces(text)
 
     def token_states(self, text: str) -> np.ndarray | None:
         return self._model().token_states(text)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ragcache.semantic.decision.budget import AnswerBudget
 from ragcache.semantic.decision.bound import error_bound
+from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate
 from ragcache.semantic.decision.checks import check_count, checked_partition
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.decision.guards import GuardSet
@@ -36,14 +37,15 @@ class PgSemanticCache(SemanticPolicy):
             database (or the ``vector`` extension and the schema created beforehand).
         schema: PostgreSQL schema holding ragcache's tables (one per embedder / deployment).
         embedder, threshold, ttl_s, guards, verifier, candidates, typo_correction, store_truncated,
-        max_error, equivalence, error_scope, home: as for :class:`~ragcache.semantic.cache.SemanticCache`
+        max_error, equivalence, error_scope, home, languages: as for :class:`~ragcache.semantic.cache.SemanticCache`
             (the per-entry state of ``max_error`` lives in the entries' ``state`` column).
         max_entries: LRU capacity over the whole schema, enforced after each store.
         ef_search: HNSW search beam (``hnsw.ef_search``); ``hnsw_m`` / ``ef_construction`` build it.
         pool_size: connections kept open by this process.
 
     Raises:
-        ValueError: bad arguments, or the schema holds a cache built with another embedder.
+        ValueError: bad arguments (a language other than English with the packaged English embedder
+            among them), or the schema holds a cache built with another embedder.
         RemoteStoreError: the server cannot be reached.
         ImportError: ``psycopg`` / ``pgvector`` missing (``pip install 'ragcache[shared]'``).
     """
@@ -54,19 +56,21 @@ class PgSemanticCache(SemanticPolicy):
                  candidates: int = 4, ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64,
                  pool_size: int = 4, typo_correction: bool = True, store_truncated: bool = False,
                  max_error: float | None = None, equivalence: Any = "exact",
-                 error_scope: str = "hits", home: Any = None) -> None:
+                 error_scope: str = "hits", home: Any = None,
+                 languages: Sequence[str] | str = GUARD_LANGUAGES) -> None:
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
         ef_search = check_count("ef_search", ef_search)
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens
+        CoverageGate(emb, languages)  # checked before the store opens too
         decider = make_decider(guards, verifier, emb, home=home)
         self.url, self.schema = url, schema
         store = PgAnswerStore(url, embedder=emb, schema=schema, max_entries=self.max_entries, ef_search=ef_search,
                               hnsw_m=hnsw_m, ef_construction=ef_construction, pool_size=pool_size)
         super().__init__(store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
-                         error_bound=bound)
+                         error_bound=bound, languages=languages)
         self.ef_search = ef_search
 
     @property

@@ -8,7 +8,8 @@ served; the rejection is counted by reason in :class:`SemanticStats`.
 
 Guards, in the order they run (the first failing one names the reason):
 
-- ``number``: the numbers (with ``$``/``%``, versions, years) must be equal.
+- ``number``: the numbers (with ``$``/``%``, versions, years; digits of any script by value; superscripts,
+  subscripts, fractions and circled digits as written) must be equal.
 - ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
 - ``question_type``: both must ask for the same kind of answer (who / when / where / why / how /
   how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.decision.qtype`).
@@ -26,6 +27,8 @@ Guards, in the order they run (the first failing one names the reason):
   "per day"), a complement ("outside", "without"), a time relative to now ("next week"), permission
   against obligation ("can I" / "must I") or a code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
   that differs (:mod:`ragcache.semantic.decision.meaning_guards`).
+- ``script``: what the word guards cannot read (symbols outside ASCII, lone letters of another
+  alphabet, names in another script) must be the same text (:mod:`ragcache.semantic.decision.meaning_guards`).
 - ``substitution``: when most content words are shared, a content word replaced
   (disk -> memory, pandas -> polars) or a modifier inserted between two shared
   words ("all running containers" vs "all containers") changes the question.
@@ -50,6 +53,7 @@ from ragcache.semantic.decision.meaning_guards import (
     ComplementGuard,
     ModalityGuard,
     RelativeTimeGuard,
+    ScriptGuard,
     SymbolGuard,
 )
 from ragcache.semantic.decision.order_guards import (  # noqa: F401 (re-exported)
@@ -83,13 +87,15 @@ GUARD_REASONS: tuple[str, ...] = (
     "relative_time",
     "modality",
     "symbol",
+    "script",
     "substitution",
     "verifier",
 )
 """Every rejection reason a default :class:`GuardSet` can report."""
 
 DIFFERENT_QUESTION: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
-                                       "direction", "bound", "complement", "relative_time", "modality", "symbol")
+                                       "direction", "bound", "complement", "relative_time", "modality", "symbol",
+                                       "script")
 """The guards whose finding marks a different question (a number, a negation, a bound, a symbol ...
 that changes what a correct answer is). The one list: the learned verifier refuses outright on each
 of them (its hard vetoes), so it only adds hits the guards refuse for being too strict. Not in it:
@@ -378,7 +384,7 @@ class GuardSet:
                 disable: Iterable[str] = ()) -> GuardSet:
         gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), QuestionFocusGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
                            DirectionGuard(), BoundGuard(), ComplementGuard(), RelativeTimeGuard(), ModalityGuard(), SymbolGuard(),
-                           SubstitutionGuard()]
+                           ScriptGuard(), SubstitutionGuard()]
         if verifier is not None:
             gs.append(VerifierGuard(verifier))
         off = set(disable)

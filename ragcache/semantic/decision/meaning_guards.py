@@ -1,4 +1,5 @@
-"""Guards for differences that words alone miss: symbols and case, bounds, complements, relative times, modality.
+"""Guards for differences that words alone miss: symbols and case, bounds, complements, relative times, modality,
+text in other scripts.
 
 Part of :mod:`ragcache.semantic.decision.guards` (which re-exports them and documents the guard order).
 Each names a reason when the two questions ask different things:
@@ -29,16 +30,26 @@ Each names a reason when the two questions ask different things:
   capitals (``MB`` / ``Mb``, ``mW`` / ``MW``). A lower-cased rewording of a longer word ("api" /
   "API", "paris" / "Paris"), a capital that only starts a sentence, and a question written wholly
   in capitals (no case information) pass.
+- ``script``: what the word guards cannot read must be the same text (:func:`unread_text`): symbols
+  outside ASCII ("€" / "£", "→" / "←", "≤" / "≥"), lone letters and letterlike symbols ("π" / "λ", "ℓ"),
+  words in a script other than the question's own (a Georgian name in an English question, a Latin
+  name in a Russian one) and names in another cased script (a capitalised Cyrillic, Greek or
+  accented Latin word after a sentence's first). Script-agnostic: it works for a language declared
+  with ``languages=`` (:mod:`ragcache.semantic.decision.coverage`) as for English.
 
-All five are lexical rules (tables below), symmetric and pure; like the other guards they prefer a
+All six are lexical rules (tables below), symmetric and pure; like the other guards they prefer a
 miss to a wrong answer.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+
+from ragcache.semantic.scripts import script_words
+
 
 # --------------------------------------------------------------------------- bound
 
@@ -334,5 +345,55 @@ class SymbolGuard:
         return None
 
 
-__all__ = ["BoundGuard", "ComplementGuard", "ModalityGuard", "RelativeTimeGuard", "SymbolGuard", "bounds", "code_spans", "complements",
-           "first_modality", "modalities", "relative_times"]
+_GROUP = {"Kana": "Han"}  # Japanese writes one sentence in both
+_SENTENCE_END = frozenset(".?!:;¿¡。？！…")
+
+
+def _starts_sentence(text: str, pos: int) -> bool:
+    """Whether the word at ``pos`` is the first of a sentence (after spaces, quotes and brackets)."""
+    i = pos - 1
+    while i >= 0 and (text[i].isspace() or unicodedata.category(text[i]) in ("Pi", "Pf", "Ps") or text[i] in "\"'"):
+        i -= 1
+    return i < 0 or text[i] in _SENTENCE_END
+
+
+def unread_text(text: str) -> list[str]:
+    """What of ``text`` the word guards cannot read, as case-folded text to compare (sorted): each
+    non-ASCII symbol, each letterlike symbol or lone letter of a script that is not the question's own,
+    each word in a script other than the question's own (the script with the most letters, Han and
+    Kana counted as one; Latin on a tie), and each capitalised word of the question's own script, if that is cased and not plain
+    English (Cyrillic, Greek, accented Latin), that does not start a sentence (a name)."""
+    if text.isascii():
+        return []
+    ws = script_words(text)
+    letters: Counter[str] = Counter()
+    for w in ws:
+        if w.script != "symbol":
+            letters[_GROUP.get(w.script, w.script)] += len(w.text)
+    own = max(letters, key=lambda s: (letters[s], s == "Latin")) if letters else "Latin"
+    out = [ch for ch in text if not ch.isascii() and unicodedata.category(ch)[0] == "S"]
+    for w in ws:
+        if _GROUP.get(w.script, w.script) != own:
+            out.append(w.text.casefold())
+        elif not w.text.isascii() and w.text[:1].isupper() and not _starts_sentence(text, w.start):
+            out.append(w.text.casefold())
+    return sorted(out)
+
+
+@dataclass(slots=True)
+class ScriptGuard:
+    """What the word guards cannot read (:func:`unread_text`: symbols, names in other scripts) must be
+    the same text; digits of every script are the number guard's."""
+
+    name: str = "script"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        a, b = unread_text(query), unread_text(candidate)
+        if a == b:
+            return None
+        ca, cb = Counter(a), Counter(b)
+        return f"text the word guards cannot read {sorted((ca - cb).elements())} vs {sorted((cb - ca).elements())}"
+
+
+__all__ = ["BoundGuard", "ComplementGuard", "ModalityGuard", "RelativeTimeGuard", "ScriptGuard", "SymbolGuard", "bounds", "code_spans", "complements",
+           "first_modality", "modalities", "relative_times", "unread_text"]

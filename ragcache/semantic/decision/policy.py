@@ -7,7 +7,10 @@ against the partition's stored words (:mod:`ragcache.semantic.decision.speller`)
 for the ``candidates`` nearest stored questions (:class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`;
 an entry with the same words is always among them), drops candidates whose answer budget does not
 fit the request (:func:`~ragcache.semantic.decision.budget.servable`), and serves the first whose cosine
-similarity is ``>= threshold`` and that the decider accepts. The decider is
+similarity is ``>= threshold`` and that the decider accepts, behind the coverage gate
+(:class:`~ragcache.semantic.decision.coverage.CoverageGate`: a question in a script or language the
+cache does not read, or with word pieces its embedder cannot represent, is served only as an exact
+repeat). The decider is
 ``decider.check(query_text, candidate_text, similarity) -> GuardVerdict`` (today the guards,
 :class:`~ragcache.semantic.decision.guards.GuardSet`; a learned verifier plugs in at the same seam).
 ``threshold=1.0`` means exact: only a stored question with the same text is served (after Unicode and
@@ -46,6 +49,7 @@ from ragcache.semantic.decision.checks import (
     check_ttl,
     checked_partition,
 )
+from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate, GatedDecider
 from ragcache.semantic.decision.guards import GuardSet, GuardVerdict
 from ragcache.semantic.decision.vcache import add_observation
 from ragcache.semantic.embedding import QuestionEmbedder
@@ -143,17 +147,27 @@ class SemanticPolicy(ErrorBoundAPI):
         store_truncated: store answers cut at their token budget (served then only to the same budget).
         error_bound: an :class:`~ragcache.semantic.decision.bound.ErrorBound` (``max_error``): per-entry
             thresholds learned online (vCache) replace ``threshold``; ``None``: the threshold decides.
+        languages: the languages matched by similarity (ISO 639-1 codes; default ``("en",)``, what
+            the guards read), or ``"any"``; a question in any other is served only as an exact repeat
+            (:class:`~ragcache.semantic.decision.coverage.CoverageGate`, which runs before ``decider``).
+
+    Raises:
+        ValueError: a bad threshold or TTL, an unknown language code, or a language other than
+            English declared for an English-only embedder.
     """
 
     def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float | None,
                  ttl_s: float | None, decider: Decider, candidates: int, typo_correction: bool = True,
-                 store_truncated: bool = False, error_bound: ErrorBound | None = None) -> None:
+                 store_truncated: bool = False, error_bound: ErrorBound | None = None,
+                 languages: Sequence[str] | str = GUARD_LANGUAGES) -> None:
         self.answer_store = answer_store
         self.embedder = embedder
         if threshold is None:
             threshold = getattr(decider, "floor", DEFAULT_THRESHOLD)
         self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
         self.guards = decider
+        self.coverage = CoverageGate(embedder, languages)
+        self._decision = GatedDecider(self.coverage, decider)  # the one hit decision: coverage, then the decider
         self.candidates, self.typo_correction = candidates, typo_correction
         self.store_truncated = bool(store_truncated)
         self.error_bound = error_bound
@@ -244,7 +258,8 @@ class SemanticPolicy(ErrorBoundAPI):
         rows = self.answer_store.exact(query) if t >= 1.0 else self.answer_store.search(query, self.candidates)
         explored = None
         if bounded:
-            hit, cands, exp = decide_bounded(self.error_bound, self.guards, key.text, rows, judge_all, max_tokens, vec)
+            hit, cands, exp = decide_bounded(self.error_bound, self._decision, key.text, rows, judge_all, max_tokens,
+                                             vec)
             explored = None if exp is None else (digest, asked, exp)
         else:
             hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
@@ -263,7 +278,7 @@ class SemanticPolicy(ErrorBoundAPI):
             if why is not None:
                 verdict = GuardVerdict("budget", why)
             elif judge_all or (t < 1.0 and sim >= t):
-                verdict = self.guards.check(q, r.question, sim)
+                verdict = self._decision.check(q, r.question, sim)
             else:
                 verdict = GuardVerdict()
             cands.append(Candidate(r.id, r.question, sim, verdict, r.state))
