@@ -29,6 +29,19 @@ and its native response to a :class:`~ragcache.backend.BackendResult`, and answe
 - Entries hold :meth:`Provenance.to_json` under :data:`PROVENANCE_KEY`; :meth:`Provenance.from_metadata`
   also reads what earlier releases stored (the pipeline's and the proxy's flat keys, LangChain's generations).
 
+Sampled requests (:class:`Sampling`, one rule for every entry point): a request that samples (temperature
+> 0, or unset where the backend's default samples) without a seed gets a fresh draw: it is neither looked
+up nor stored, so "regenerate", best-of-n and repeated evaluation samples stay independent draws. A
+path built with ``cache_sampled=True`` (an explicit opt-in) replays one stored sample to later requests
+and labels it (``Provenance.sampled``). A request for several choices (``n > 1``) is never served one
+stored sample. Seeded and temperature-0 requests are looked up and stored as usual (the temperature,
+seed and ``n`` are in the partition).
+
+A cache dependency that fails or hangs (the embedder, the answer store) costs a logged miss, never the
+answer: a lookup that raises or passes ``lookup_timeout_s`` is a miss (no flight, nothing stored for that
+request), and a store that raises or hangs is logged and the fresh answer returned. Errors of the
+model call itself still raise.
+
 Single flight (:data:`ragcache.semantic.flight.FLIGHTS`, one lock API for sync and async callers):
 identical concurrent misses join one flight; its leader holds the store's lock (a lock file per key,
 a PostgreSQL advisory lock: other processes wait too), re-reads, calls, stores. Waiters then read
@@ -39,15 +52,22 @@ hangs past ``flight_timeout_s`` lets one waiter through (the next leader), not a
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer, may_serve
+from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
 
 if TYPE_CHECKING:
     from ragcache.semantic import PartitionKey
+
+log = logging.getLogger(__name__)
 
 BlendName = str | Callable[[], str | None] | None
 """A request's blend setting as the answer path takes it: the setting's name, ``None`` (exact prefill),
@@ -56,6 +76,13 @@ or a zero-argument callable giving either (read only when a stored answer was ma
 
 def _blend_name(blend_setting: BlendName) -> str | None:
     return blend_setting() if callable(blend_setting) else blend_setting
+
+DEFAULT_LOOKUP_TIMEOUT_S = 10.0
+"""Longest a lookup or a store may take (seconds) before the path goes on without it (a miss, or an
+answer left unstored): a hanging embedder or answer store costs this much, never the answer."""
+
+_FAILED = object()
+"""What :meth:`AnswerPath._guarded` returns for a dependency that raised or passed its deadline."""
 
 
 def cacheable(result: BackendResult, *, cache_truncated: bool = False, question: str | None = None) -> bool:
@@ -99,14 +126,26 @@ class AnswerPath:
         single_flight: concurrent identical misses make one call (see the module docstring).
         flight_timeout_s: longest wait (seconds, finite, >= 0) for a leader before one waiter takes over.
         ttl_s: time to live of stored answers (``None``: the cache's default).
+        cache_sampled: replay one stored sample to later requests sampled without a seed (labelled
+            ``Provenance.sampled``); default ``False``: each such request is a fresh draw (:class:`Sampling`).
+        lookup_timeout_s: deadline (seconds, > 0, finite) of each lookup and store; one that hangs past it
+            is a miss (or an answer left unstored), logged. ``None``: no deadline (the call runs inline).
 
     Raises:
-        TypeError: ``semantic`` without ``lookup`` / ``store``. ValueError: a bad ``flight_timeout_s``.
+        TypeError: ``semantic`` without ``lookup`` / ``store``. ValueError: a bad ``flight_timeout_s`` or
+        ``lookup_timeout_s``.
     """
 
     def __init__(self, semantic: Any = None, *, cache_truncated: bool = False, single_flight: bool = True,
-                 flight_timeout_s: float = 60.0, ttl_s: float | None = None) -> None:
+                 flight_timeout_s: float = 60.0, ttl_s: float | None = None, cache_sampled: bool = False,
+                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         from ragcache.semantic.flight import check_timeout
+
+        if lookup_timeout_s is not None and (isinstance(lookup_timeout_s, bool)
+                                             or not isinstance(lookup_timeout_s, int | float)
+                                             or not 0 < lookup_timeout_s < math.inf):
+            raise ValueError(f"lookup_timeout_s must be a number of seconds > 0 (or None: no deadline), "
+                             f"got {lookup_timeout_s!r}")
 
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got {type(semantic).__name__}")
@@ -117,6 +156,63 @@ class AnswerPath:
         self.single_flight = bool(single_flight)
         self.flight_timeout_s = check_timeout(flight_timeout_s)
         self.ttl_s = ttl_s
+        self.cache_sampled = bool(cache_sampled)
+        self.lookup_timeout_s = None if lookup_timeout_s is None else float(lookup_timeout_s)
+
+    # -- sampled requests ---------------------------------------------------------------------------
+    def fresh_draw(self, sampling: Sampling | None) -> str | None:
+        """Why a request must be answered by a fresh call, neither looked up nor stored, or ``None`` (it may
+        be served a stored answer and its answer stored): :func:`ragcache.sampling.fresh_draw` with this
+        path's ``cache_sampled``, the one replay rule (see the module docstring).
+
+        Raises:
+            TypeError: ``sampling`` not a :class:`Sampling` or ``None``."""
+        return fresh_draw(sampling, cache_sampled=self.cache_sampled)
+
+    def _labels_sampled(self, sampling: Sampling | None) -> bool:
+        return sampling is not None and sampling.unseeded and self.cache_sampled
+
+    # -- a failing or hanging dependency ----------------------------------------------------------
+    def guard(self, what: str, fn: Callable[[], Any], default: Any = None) -> Any:
+        """``fn()`` (a call into the answer cache), or ``default`` when it raises or passes ``lookup_timeout_s``
+        (logged as a warning naming ``what``): the path's failure rule, for an entry point whose framework
+        owns the loop (LangChain's ``BaseCache``)."""
+        out = self._guarded(what, fn)
+        return default if out is _FAILED else out
+
+    def _guarded(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, or :data:`_FAILED` (logged) when it raises or passes :attr:`lookup_timeout_s`; a hung call
+        is left to finish in its own daemon thread. ``TypeError`` / ``ValueError`` (a caller's bad argument, such
+        as a threshold out of range) are raised, not taken for a failing dependency."""
+        if self.lookup_timeout_s is None:
+            try:
+                return fn()
+            except (TypeError, ValueError):
+                raise
+            except Exception as e:  # noqa: BLE001 - a cache dependency's failure costs a miss, never the answer
+                log.warning("answer cache %s failed (%s: %s): answered without it", what, type(e).__name__, e)
+                return _FAILED
+        box: list[Any] = []
+
+        def target() -> None:
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001 - reported to the caller below
+                box.append((False, e))
+        worker = threading.Thread(target=target, name=f"ragcache-{what}", daemon=True)
+        worker.start()
+        worker.join(self.lookup_timeout_s)
+        if not box:
+            log.warning("answer cache %s took longer than %.3g s (lookup_timeout_s): answered without it",
+                        what, self.lookup_timeout_s)
+            return _FAILED
+        ok, value = box[0]
+        if ok:
+            return value
+        if not isinstance(value, Exception) or isinstance(value, TypeError | ValueError):
+            raise value
+        log.warning("answer cache %s failed (%s: %s): answered without it", what, type(value).__name__, value)
+        return _FAILED
 
     # -- the rule ---------------------------------------------------------------------------------
     def cacheable(self, result: BackendResult, *, question: str | None = None) -> bool:
@@ -126,17 +222,25 @@ class AnswerPath:
     # -- lookup / store ---------------------------------------------------------------------------
     def lookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
                threshold: float | None = None, started: float | None = None, count: bool = True,
-               blend_setting: BlendName = None) -> Answer | None:
-        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache). ``count=False``: a
-        re-read of a request already counted in the cache's lookups (hit rate). ``blend_setting``: the
-        request's (module docstring); a stored blended answer at another setting is a miss."""
-        if self.semantic is None or partition is None:
+               sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer | None:
+        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache, for a request that
+        must be a fresh draw (:meth:`fresh_draw`), and when the cache fails or passes ``lookup_timeout_s``:
+        logged). ``count=False``: a re-read of a request already counted in the cache's lookups (hit rate).
+        ``blend_setting``: the request's (module docstring); a stored blended answer at another setting is a miss."""
+        hit = self._lookup(question, partition, max_tokens, threshold, started, count, sampling, blend_setting)
+        return None if hit is _FAILED else hit
+
+    def _lookup(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
+                started: float | None, count: bool, sampling: Sampling | None, blend_setting: BlendName = None) -> Any:
+        """:meth:`lookup`, with :data:`_FAILED` for a cache that failed (so the path skips its flight)."""
+        if self.semantic is None or partition is None or self.fresh_draw(sampling) is not None:
             return None
         t0 = time.perf_counter() if started is None else started
         kw = {} if count or not self._recount else {"count": False}
-        hit = self.semantic.lookup(question, partition=partition, threshold=threshold, max_tokens=max_tokens, **kw)
-        if hit is None:
-            return None
+        hit = self._guarded("lookup", lambda: self.semantic.lookup(question, partition=partition, threshold=threshold,
+                                                                   max_tokens=max_tokens, **kw))
+        if hit is None or hit is _FAILED:
+            return hit
         answer = hit_answer(question, hit, time.perf_counter() - t0)
         if answer.blend_setting is not None and not may_serve(answer.provenance, _blend_name(blend_setting)):
             return None
@@ -144,47 +248,54 @@ class AnswerPath:
 
     async def alookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
                       threshold: float | None = None, started: float | None = None, count: bool = True,
-                      blend_setting: BlendName = None) -> Answer | None:
+                      sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer | None:
         """Async :meth:`lookup` (in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
         return await asyncio.to_thread(self.lookup, question, partition, max_tokens=max_tokens,
-                                       threshold=threshold, started=started, count=count, blend_setting=blend_setting)
+                                       threshold=threshold, started=started, count=count, sampling=sampling,
+                                       blend_setting=blend_setting)
 
     def _looks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None, t0: float,
-               looked: bool = False, blend_setting: BlendName = None) -> Callable[[], Answer | None]:
-        """The request's lookup as a function: the first call counts in the cache's hit rate, the re-reads
-        of the single flight do not (nor any call when the caller has ``looked`` already)."""
+               looked: bool = False, sampling: Sampling | None = None,
+               blend_setting: BlendName = None) -> Callable[[], Any]:
+        """The request's lookup as a function (an :class:`Answer`, ``None``, or :data:`_FAILED`): the first call
+        counts in the cache's hit rate, the re-reads of the single flight do not (nor any call when the caller
+        has ``looked`` already)."""
         first = [not looked]
 
-        def look() -> Answer | None:
+        def look() -> Any:
             count, first[0] = first[0], False
-            return self.lookup(question, partition, max_tokens=max_tokens, threshold=threshold, started=t0,
-                               count=count, blend_setting=blend_setting)
+            return self._lookup(question, partition, max_tokens, threshold, t0, count, sampling, blend_setting)
         return look
 
     def _alooks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
-                t0: float, blend_setting: BlendName = None) -> Callable[[], Awaitable[Answer | None]]:
+                t0: float, sampling: Sampling | None = None,
+                blend_setting: BlendName = None) -> Callable[[], Awaitable[Any]]:
         """Async :meth:`_looks` (the same lookup, and the same counting, in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
-        look = self._looks(question, partition, max_tokens, threshold, t0, blend_setting=blend_setting)
+        look = self._looks(question, partition, max_tokens, threshold, t0, sampling=sampling,
+                           blend_setting=blend_setting)
 
-        async def alook() -> Answer | None:
+        async def alook() -> Any:
             return await asyncio.to_thread(look)
         return alook
 
     def record(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
                max_tokens: int | None = None, model: str | None = None, started: float | None = None,
-               metadata: Mapping[str, Any] | None = None) -> Answer:
-        """Store ``result`` when :meth:`cacheable` (with its :class:`Provenance` under
-        :data:`PROVENANCE_KEY`, its finish reason, budget and length) and return its :class:`Answer`."""
-        if self.semantic is not None and partition is not None and self.cacheable(result, question=question):
-            meta = {**dict(metadata or {}), PROVENANCE_KEY: Provenance.of(result, model=model).to_json()}
-            self.semantic.store(question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
-                                finish_reason=result.finish_reason, max_tokens=max_tokens,
-                                output_tokens=result.usage.completion_tokens or None,
-                                store_truncated=self.cache_truncated)
+               metadata: Mapping[str, Any] | None = None, sampling: Sampling | None = None) -> Answer:
+        """Store ``result`` when :meth:`cacheable` and the request is no fresh draw (:meth:`fresh_draw`), with its
+        :class:`Provenance` under :data:`PROVENANCE_KEY`, its finish reason, budget and length, and return its
+        :class:`Answer`. A store that fails or passes ``lookup_timeout_s`` is logged; the answer is returned."""
+        if self.semantic is not None and partition is not None and self.fresh_draw(sampling) is None \
+                and self.cacheable(result, question=question):
+            prov = Provenance.of(result, model=model, sampled=self._labels_sampled(sampling))
+            meta = {**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}
+            self._guarded("store", lambda: self.semantic.store(
+                question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
+                finish_reason=result.finish_reason, max_tokens=max_tokens,
+                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated))
         total = None if started is None else time.perf_counter() - started
         return Answer.of(question, result, total_s=total, model=model)
 
@@ -203,7 +314,7 @@ class AnswerPath:
     def run(self, question: str, partition: PartitionKey | None, call: Callable[[], BackendResult], *,
             max_tokens: int | None = None, threshold: float | None = None, lookup: bool = True,
             store: bool = True, model: str | None = None, metadata: Mapping[str, Any] | None = None,
-            looked: bool = False, blend_setting: BlendName = None) -> Answer:
+            looked: bool = False, sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer:
         """Answer ``question``: a stored answer, else ``call()`` once among concurrent identical misses.
 
         Args:
@@ -216,53 +327,75 @@ class AnswerPath:
             metadata: more JSON-like metadata stored with the answer.
             looked: the caller has just looked this request up (a miss, counted in the cache's hit rate), so
                 this call's lookups are re-reads and not counted again.
+            sampling: the request's temperature, seed and choices (:class:`Sampling`; ``None``: a
+                deterministic request); one that must be a fresh draw (:meth:`fresh_draw`) is neither
+                looked up nor stored.
             blend_setting: the blend setting the request's backend answers at (module docstring;
                 ``None``: exact prefill): a stored answer made by another blend is not served.
 
         Raises:
-            whatever ``call`` raises (waiters of a failed flight raise the leader's error), and the
-            cache's errors (e.g. ``RemoteStoreError``).
+            whatever ``call`` raises (waiters of a failed flight raise the leader's error); a failing or
+            hanging answer cache is a logged miss, never an error.
         """
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        look = self._looks(question, partition, max_tokens, threshold, t0, looked, blend_setting)
+        lookup, store = self._replay(sampling, lookup, store)
+        look = self._looks(question, partition, max_tokens, threshold, t0, looked, sampling, blend_setting)
 
-        def answer() -> Answer:
-            return self.record(question, partition if store else None, call(), max_tokens=max_tokens, model=model,
-                               started=t0, metadata=metadata)
+        def answer(stored: bool = store) -> Answer:
+            return self.record(question, partition if stored else None, call(), max_tokens=max_tokens, model=model,
+                               started=t0, metadata=metadata, sampling=sampling)
 
         hit = look() if lookup else None
+        if hit is _FAILED:  # the cache is down or hangs: a miss, no flight, nothing stored
+            return answer(False)
         if hit is not None or not self._flies(partition, lookup, store):
             return hit or answer()
-        return FLIGHTS.fly(self.semantic, flight_key(partition, question), self.flight_timeout_s, look, answer)
+        return FLIGHTS.fly(self.semantic, flight_key(partition, question), self.flight_timeout_s,
+                           lambda: _answer_or_none(look()), answer)
+
+    def _replay(self, sampling: Sampling | None, lookup: bool, store: bool) -> tuple[bool, bool]:
+        """``(lookup, store)`` for a request: both off for a fresh draw (:meth:`fresh_draw`, logged)."""
+        why = self.fresh_draw(sampling)
+        if why is not None and self.semantic is not None:
+            log.debug("answer cache skipped: %s", why)
+            return False, False
+        return lookup, store
 
     async def arun(self, question: str, partition: PartitionKey | None,
                    call: Callable[[], Awaitable[BackendResult]], *, max_tokens: int | None = None,
                    threshold: float | None = None, lookup: bool = True, store: bool = True,
                    model: str | None = None, metadata: Mapping[str, Any] | None = None,
-                   blend_setting: BlendName = None) -> Answer:
+                   sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer:
         """Async :meth:`run`: ``call`` is a coroutine function; waiting happens on the event loop and
         shares flights and locks with sync callers of the same question."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        look = self._alooks(question, partition, max_tokens, threshold, t0, blend_setting)
+        lookup, store = self._replay(sampling, lookup, store)
+        look = self._alooks(question, partition, max_tokens, threshold, t0, sampling, blend_setting)
 
-        async def answer() -> Answer:
-            return await self.arecord(question, partition if store else None, await call(), max_tokens=max_tokens,
-                                      model=model, started=t0, metadata=metadata)
+        async def answer(stored: bool = store) -> Answer:
+            return await self.arecord(question, partition if stored else None, await call(), max_tokens=max_tokens,
+                                      model=model, started=t0, metadata=metadata, sampling=sampling)
 
         hit = await look() if lookup else None
+        if hit is _FAILED:  # the cache is down or hangs: a miss, no flight, nothing stored
+            return await answer(False)
         if hit is not None or not self._flies(partition, lookup, store):
             return hit or await answer()
-        return await FLIGHTS.afly(self.semantic, flight_key(partition, question), self.flight_timeout_s, look, answer)
+
+        async def relook() -> Answer | None:
+            return _answer_or_none(await look())
+        return await FLIGHTS.afly(self.semantic, flight_key(partition, question), self.flight_timeout_s, relook,
+                                  answer)
 
     def stream(self, question: str, partition: PartitionKey | None,
                call: Callable[[], Iterable[str | BackendResult]], *, max_tokens: int | None = None,
                threshold: float | None = None, lookup: bool = True, store: bool = True,
                model: str | None = None, metadata: Mapping[str, Any] | None = None,
-               blend_setting: BlendName = None) -> Iterator[str | Answer]:
+               sampling: Sampling | None = None, blend_setting: BlendName = None) -> Iterator[str | Answer]:
         """:meth:`run` as a stream: yields ``str`` pieces of the answer, then one final :class:`Answer`.
 
         ``call()`` returns an iterable of ``str`` pieces ending with the :class:`BackendResult`. A hit
@@ -273,12 +406,18 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        look = self._looks(question, partition, max_tokens, threshold, t0, blend_setting=blend_setting)
+        lookup, store = self._replay(sampling, lookup, store)
+        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata, "sampling": sampling}
+        raw = self._looks(question, partition, max_tokens, threshold, t0, sampling=sampling,
+                          blend_setting=blend_setting)
 
-        hit = look() if lookup else None
-        if hit is None and not self._flies(partition, lookup, store):
-            yield from self._streamed(question, partition if store else None, call, t0, kw)
+        def look() -> Answer | None:
+            return _answer_or_none(raw())
+
+        hit = raw() if lookup else None
+        if hit is _FAILED or (hit is None and not self._flies(partition, lookup, store)):
+            stored = partition if store and hit is None else None
+            yield from self._streamed(question, stored, call, t0, kw)
             return
         key = None if hit is not None else flight_key(partition, question)
         while hit is None:
@@ -304,18 +443,24 @@ class AnswerPath:
                       call: Callable[[], AsyncIterable[str | BackendResult]], *, max_tokens: int | None = None,
                       threshold: float | None = None, lookup: bool = True, store: bool = True,
                       model: str | None = None, metadata: Mapping[str, Any] | None = None,
-                      blend_setting: BlendName = None) -> AsyncIterator[str | Answer]:
+                      sampling: Sampling | None = None, blend_setting: BlendName = None
+                      ) -> AsyncIterator[str | Answer]:
         """Async :meth:`stream`: ``call()`` returns an async iterable of ``str`` pieces ending with the
         :class:`BackendResult`; the flight is waited for on the event loop (shared with sync callers)."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata}
-        look = self._alooks(question, partition, max_tokens, threshold, t0, blend_setting)
+        lookup, store = self._replay(sampling, lookup, store)
+        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata, "sampling": sampling}
+        raw = self._alooks(question, partition, max_tokens, threshold, t0, sampling, blend_setting)
 
-        hit = await look() if lookup else None
-        if hit is None and not self._flies(partition, lookup, store):
-            async for item in self._astreamed(question, partition if store else None, call, t0, kw):
+        async def look() -> Answer | None:
+            return _answer_or_none(await raw())
+
+        hit = await raw() if lookup else None
+        if hit is _FAILED or (hit is None and not self._flies(partition, lookup, store)):
+            stored = partition if store and hit is None else None
+            async for item in self._astreamed(question, stored, call, t0, kw):
                 yield item
             return
         key = None if hit is not None else flight_key(partition, question)
@@ -360,6 +505,11 @@ class AnswerPath:
         yield await self.arecord(question, partition, acc.result(), **kw)
 
 
+def _answer_or_none(hit: Any) -> Answer | None:
+    """A lookup's outcome inside a flight: a failed cache (:data:`_FAILED`) reads as a miss."""
+    return None if hit is _FAILED else hit
+
+
 class _Pieces:
     """A streamed answer being read: its pieces, TTFT, and the final result (``incomplete`` without one)."""
 
@@ -388,4 +538,5 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["PROVENANCE_KEY", "Answer", "AnswerPath", "BlendName", "Provenance", "cacheable", "hit_answer"]
+__all__ = ["DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
+           "Provenance", "Sampling", "cacheable", "hit_answer"]

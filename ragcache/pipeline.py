@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ragcache.answering import Answer, AnswerPath
+from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.config import Config
 from ragcache.backend import AsyncBackend, Backend, BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
@@ -84,6 +84,14 @@ class RagCache:
             answer, or the leader's error when its call raised (:class:`ragcache.answering.AnswerPath`;
             across processes through the cache's store lock); ``aanswer`` too.
             ``flight_timeout_s``: a finite number of seconds >= 0 (0: never wait).
+        cache_sampled: a request sampled without a seed (``temperature > 0`` and no ``seed`` in
+            ``params``) is by default a fresh draw, neither looked up nor stored; ``True`` replays one
+            stored sample to later such requests, labelled ``answer.provenance.sampled``. A request for
+            several choices (``params["n"] > 1``) is never served one stored sample
+            (:class:`ragcache.answering.Sampling`). ``RagCache`` always sends a temperature (default 0.0:
+            greedy), so "unset" never reaches a backend from here.
+        lookup_timeout_s: deadline (seconds) of each answer-cache lookup and store: an embedder or answer
+            store that fails or hangs past it costs a logged miss (nothing stored), never the answer.
 
     Raises:
         TypeError: ``backend`` without ``generate()`` / ``agenerate()`` or without str ``name`` and
@@ -96,7 +104,8 @@ class RagCache:
                  lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
                  cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0,
-                 config: Config | None = None) -> None:
+                 config: Config | None = None, cache_sampled: bool = False,
+                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):
             raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                              f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
@@ -131,7 +140,8 @@ class RagCache:
 
             self.flight_timeout_s = check_timeout(flight_timeout_s)
         self.path = AnswerPath(semantic, cache_truncated=cache_truncated, single_flight=single_flight,
-                               flight_timeout_s=self.flight_timeout_s if semantic is not None else 60.0)
+                               flight_timeout_s=self.flight_timeout_s if semantic is not None else 60.0,
+                               cache_sampled=cache_sampled, lookup_timeout_s=lookup_timeout_s)
         """The answer path this facade runs (:class:`ragcache.answering.AnswerPath`)."""
 
     # -- step 1 ----------------------------------------------------------------------------------
@@ -200,7 +210,14 @@ class RagCache:
         """The semantic cache's answer for ``request`` (a hit :class:`Answer`: zero usage, the stored
         provenance), or ``None`` (also without a semantic cache)."""
         return self.path.lookup(request.question, request.partition, max_tokens=request.max_new_tokens,
-                                threshold=threshold, blend_setting=self.blend_setting)
+                                threshold=threshold, sampling=self.sampling(request),
+                                blend_setting=self.blend_setting)
+
+    def sampling(self, request: Request) -> Sampling:
+        """The request's :class:`~ragcache.answering.Sampling`: its temperature, ``params``' ``seed`` and ``n``."""
+        n = self.params.get("n", 1)
+        return Sampling(request.temperature, self.params.get("seed"), n if isinstance(n, int) and n >= 1 else 1,
+                        unset_temperature=0.0)
 
     # -- step 3 ----------------------------------------------------------------------------------
     def _kv_salt(self, request: Request, method: str) -> dict[str, Any]:
@@ -254,26 +271,29 @@ class RagCache:
         """Store the backend's answer (when :meth:`cacheable`, with its provenance) and build the
         :class:`Answer`. ``started``: ``time.perf_counter()`` at the start of the request."""
         return self.path.record(request.question, request.partition, result, max_tokens=request.max_new_tokens,
-                                model=self.model, started=started)
+                                model=self.model, started=started, sampling=self.sampling(request))
 
     async def arecord(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
         """Async :meth:`record`."""
         return await self.path.arecord(request.question, request.partition, result,
-                                       max_tokens=request.max_new_tokens, model=self.model, started=started)
+                                       max_tokens=request.max_new_tokens, model=self.model, started=started,
+                                       sampling=self.sampling(request))
 
     def run(self, request: Request, *, use_semantic: bool = True, store: bool = True,
             threshold: float | None = None) -> Answer:
         """Answer a prepared request through the answer path (lookup, single flight, generate, store)."""
         return self.path.run(request.question, request.partition, lambda: self.generate(request),
                              max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                             store=store, model=self.model, blend_setting=self.blend_setting)
+                             store=store, model=self.model, blend_setting=self.blend_setting,
+                             sampling=self.sampling(request))
 
     async def arun(self, request: Request, *, use_semantic: bool = True, store: bool = True,
                    threshold: float | None = None) -> Answer:
         """Async :meth:`run` (the backend's async path; waits on the event loop)."""
         return await self.path.arun(request.question, request.partition, lambda: self.agenerate(request),
                                     max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                                    store=store, model=self.model, blend_setting=self.blend_setting)
+                                    store=store, model=self.model, blend_setting=self.blend_setting,
+                                    sampling=self.sampling(request))
 
     # -- all steps -------------------------------------------------------------------------------
     def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,

@@ -35,6 +35,8 @@ class Provenance:
         content: the native content blocks of the answer when its text alone would lose something
             (Anthropic text blocks with their citations, several text blocks), for replaying them
             as they were (``details["content_blocks"]`` of a fresh result); ``None``: the text is all.
+        sampled: one draw of a request sampled without a seed, stored under the ``cache_sampled=True``
+            opt-in (:func:`ragcache.sampling.fresh_draw`): a hit replays that one sample.
 
     Raises:
         ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
@@ -51,6 +53,7 @@ class Provenance:
     stop_sequence: str | None = None
     blend_setting: str | None = None
     content: tuple[Mapping[str, Any], ...] | None = None
+    sampled: bool = False
 
     VERSION: ClassVar[int] = 1
 
@@ -70,16 +73,17 @@ class Provenance:
             raise TypeError("provenance content must be a tuple of content blocks (mappings with a str 'type') or None")
 
     @classmethod
-    def of(cls, result: BackendResult, *, model: str | None = None) -> Provenance:
+    def of(cls, result: BackendResult, *, model: str | None = None, sampled: bool = False) -> Provenance:
         """The provenance of a fresh backend result (``model``: else ``result.details["model"]``;
-        the native stop reason from ``details["stop_reason"]`` / ``details["finish_reason"]``)."""
+        the native stop reason from ``details["stop_reason"]`` / ``details["finish_reason"]``;
+        ``sampled``: an unseeded sample stored under the opt-in)."""
         d = result.details or {}
         facts = (model if model is not None else d.get("model"), d.get("stop_reason", d.get("finish_reason")),
                  d.get("stop_sequence"))
         return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
                    *(v if isinstance(v, str) else None for v in facts),
                    blend_setting=blend_of(result.approximate, result.recompute_ratio, result.blend_setting),
-                   content=_blocks(d.get("content_blocks")))
+                   content=_blocks(d.get("content_blocks")), sampled=bool(sampled))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`);
@@ -87,7 +91,7 @@ class Provenance:
         out = {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
                "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence,
-               "blend_setting": self.blend_setting}
+               "blend_setting": self.blend_setting, "sampled": self.sampled}
         if self.content is not None:
             out["content"] = [json.loads(json.dumps(b)) for b in self.content]
         return out
@@ -126,7 +130,7 @@ class Provenance:
         name = rec.get("blend_setting")
         return cls(layer, finish, approximate, ratio, *text,
                    blend_setting=blend_of(approximate, ratio, name if isinstance(name, str) else None),
-                   content=_blocks(rec.get("content")))
+                   content=_blocks(rec.get("content")), sampled=rec.get("sampled") is True)
 
 
 def blend_of(approximate: bool, recompute_ratio: float | None, name: str | None) -> str | None:

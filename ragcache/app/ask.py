@@ -196,7 +196,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
             a = rag.path.run(req.question, req.partition, lambda: _generate(rag, req, None if quiet else console),
                              max_tokens=req.max_new_tokens, threshold=threshold, lookup=lookup, store=store,
-                             model=rag.model, looked=lookup, blend_setting=rag.blend_setting)
+                             model=rag.model, looked=lookup, blend_setting=rag.blend_setting,
+                             sampling=rag.sampling(req))
     finally:
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own

@@ -39,7 +39,7 @@ from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
 from ragcache.engine.blend.reuse import PrefillRate
 from ragcache.engine.keys import EngineKeys
-from ragcache.engine.windowed import kv_reuse_blocker
+from ragcache.engine.windowed import kv_reuse_blocker, rope_switch
 from ragcache.prompt.layout import PromptLayout
 from ragcache.limits import check_recompute_ratio, context_window_of
 from ragcache.models import LoadedModel, load_model, unwrap_adapters
@@ -121,6 +121,11 @@ class LocalEngine(EngineKeys):
         if self.kv_reuse_blocker:
             log.warning("prefix and chunk KV reuse switched off for %s: %s, which the KV caches do not support; "
                         "every request is computed in full", self.fingerprint, self.kv_reuse_blocker)
+        # A RoPE that switches tables at a prompt length (LongRoPE): prefix KV keyed by the regime, no chunk reuse.
+        self.rope_switch = None if self.kv_reuse_blocker else rope_switch(self.model)
+        if self.rope_switch is not None:
+            log.warning("chunk KV reuse switched off for %s: %s; prefix KV is reused only between prompts on the "
+                        "same side of it", self.fingerprint, self.rope_switch.describe())
 
     @property
     def decode_cache(self) -> str:
@@ -216,6 +221,8 @@ class LocalEngine(EngineKeys):
         """
         if self.kv_reuse_blocker:  # windowed attention: no reuse (warned once, in __init__)
             use_prefix_cache, use_chunk_cache = False, False
+        if self.rope_switch is not None:  # length-dependent RoPE: no chunk reuse (warned once, in __init__)
+            use_chunk_cache = False
         ids = prompt.input_ids
         n = len(ids)
         if n == 0:
@@ -233,7 +240,7 @@ class LocalEngine(EngineKeys):
             raise ValueError("use_chunk_cache=True needs an engine built with chunk_cache=ChunkCache(...)")
         stats = RequestStats(prompt_tokens=n)
         t0 = time.perf_counter()
-        salt, fp = self.kv_salt(namespace), self.fingerprint.digest
+        salt, fp = self._prefix_salt(namespace, n), self.fingerprint.digest
         limit = n - 1 if prefix_limit is None else max(0, min(n - 1, prefix_limit))
         match = self.prefix_cache.match(ids, namespace=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
         missed: list[list[int]] = []
@@ -302,6 +309,16 @@ class LocalEngine(EngineKeys):
             (view or self.chunks_for(namespace)).add_many(docs)
         return time.perf_counter() - t
 
+    def _prefix_salt(self, namespace: str | None, length: int) -> str | None:
+        """The prefix cache's salt of a ``length``-token prompt: :meth:`kv_salt`, with the RoPE regime when the
+        model's RoPE switches tables at a length (:func:`~ragcache.engine.windowed.rope_switch`)."""
+        salt = self.kv_salt(namespace)
+        if self.rope_switch is None:
+            return salt
+        from ragcache.hashing import canonical_json
+
+        return canonical_json([salt, self.rope_switch.regime(length)])
+
     PREFILL_CHUNK = 512
     PREALLOCATE_DECODE = 1024
     """After a prefix hit the request's KV buffers (:class:`~ragcache.engine.kv.PreallocatedLayer`) hold the
@@ -323,8 +340,8 @@ class LocalEngine(EngineKeys):
         hits of 864 / 1,744 / 2,624 tokens 13.6 / 9.9 / 5.2 s (transformers' masked path 14.7 /
         10.6 / 5.7 s); one layer's attention after a 48-token hit 203 ms against 409 ms masked.
         """
-        if p == 0:
-            return kv.forward(self.model, ids, cache, 0)[-1]
+        if p == 0 or self.rope_switch is not None:  # a RoPE switch: the last position picks the table
+            return kv.forward(self.model, ids[p:], cache, p)[-1]
         pos = p
         while True:
             end = min(pos + self.PREFILL_CHUNK, len(ids))
@@ -433,12 +450,14 @@ class LocalEngine(EngineKeys):
             stats.decode_s = res.t_end - t_first
             stats.decode_tokens_per_s = (len(out) - 1) / stats.decode_s if stats.decode_s > 0 and len(out) > 1 else 0.0
             stats.finish_reason = res.finish_reason
-            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and not spec.quantized:
-                # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed).
-                seq = ids + out[:-1]
+            seq = ids + out[:-1]
+            if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and not spec.quantized \
+                    and self._prefix_salt(namespace, len(seq)) == self._prefix_salt(namespace, len(ids)):
+                # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed);
+                # not an answer whose decode crossed a RoPE switch (its KV mixes two tables).
                 keys, values = kv.cache_tensors(cache)
-                self.prefix_cache.insert(seq, keys, values, namespace=self.kv_salt(namespace), upto=len(seq),
-                                        fingerprint=self.fingerprint.digest)
+                self.prefix_cache.insert(seq, keys, values, namespace=self._prefix_salt(namespace, len(seq)),
+                                         upto=len(seq), fingerprint=self.fingerprint.digest)
             stats.chunk_store_s = self.store_chunks(pre.missed_docs, pre.chunk_view, namespace=namespace)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 

@@ -219,6 +219,25 @@ def keep_transformers_attention(model: Any, keep: bool = True) -> None:
         use_fast_attention(model)
 
 
+def rope_inv_freq(config: Any, seq_len: int) -> torch.Tensor | None:
+    """The RoPE inverse frequencies (float32 ``[rotary_dim // 2]``) the installed transformers computes for a
+    forward whose positions end at ``seq_len`` (tokens), for the config's ``rope_type``; ``None`` for a config
+    whose RoPE it does not compute from the config alone (no ``rope_parameters``, per-layer types)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = getattr(config, "rope_parameters", None)
+    if not isinstance(params, dict) or "rope_type" not in params:
+        return None
+    init = ROPE_INIT_FUNCTIONS.get(str(params["rope_type"]))
+    if init is None:
+        return None
+    try:
+        inv_freq, _ = init(config, torch.device("cpu"), seq_len=seq_len)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return inv_freq.to(torch.float32)
+
+
 @torch.inference_mode()
 def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicCache, start: int,
             logits_to_keep: int = 1) -> torch.Tensor:

@@ -63,6 +63,7 @@ from ragcache.engine.records import ContextWindowError
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
 from ragcache.server.openai import prompt_tokens_in
 from ragcache.server.record import LocalRecord
+from ragcache.server.disconnect import ClientGone, while_connected
 from ragcache.server.sse import anthropic_event, event_stream
 
 try:
@@ -309,14 +310,20 @@ class AnthropicLocalServer:
             return event_stream(self._sse(first, events, msg_id, model, outcome, kwargs["stop"], opened),
                                 headers=headers)
         gen, ev = None, first
-        while True:
-            if isinstance(ev, Exception):
-                return anthropic_error(500, "api_error", f"{type(ev).__name__}: {ev}")
-            gen = ev.generation or gen
-            if gen is not None:
-                break
-            ev = await anext(events)
-        await events.aclose()
+        rest = while_connected(request, events)
+        try:  # a client that hangs up stops the generation within a decode step (ragcache.server.disconnect)
+            while True:
+                if isinstance(ev, Exception):
+                    return anthropic_error(500, "api_error", f"{type(ev).__name__}: {ev}")
+                gen = ev.generation or gen
+                if gen is not None:
+                    break
+                ev = await anext(rest)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it
+        finally:
+            await rest.aclose()
+            await events.aclose()
         record = LocalRecord.of(gen.stats, outcome)
         stop_reason, stop_seq = self._stop(gen, kwargs["stop"])
         return JSONResponse({

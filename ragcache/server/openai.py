@@ -44,6 +44,7 @@ from ragcache.engine.backend import result_of
 from ragcache.engine.records import ContextWindowError
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.server.record import LocalRecord
+from ragcache.server.disconnect import ClientGone, while_connected
 from ragcache.server.sse import event_stream, openai_event
 
 try:
@@ -336,9 +337,11 @@ class OpenAILocalServer:
         if req["stream"]:
             return event_stream(self._sse(first, events, cid, req), headers=headers)
         gen = first.generation
-        try:
-            async for ev in events:
+        try:  # a client that hangs up stops the generation within a decode step (ragcache.server.disconnect)
+            async for ev in while_connected(request, events):
                 gen = ev.generation or gen
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it
         except Exception as e:  # noqa: BLE001
             return error_response(500, f"{type(e).__name__}: {e}", kind="server_error")
         finally:

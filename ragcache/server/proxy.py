@@ -3,9 +3,10 @@
 Clients keep the official SDK and point ``base_url`` at the proxy. On the way through, for
 ``POST /v1/messages`` (JSON or SSE streaming):
 
-1. **semantic cache** (requests with ``temperature: 0`` only, so sampled answers are never
-   replayed): the request's layout is ragcache's one rule
-   (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`): the question is the last text block of the
+1. **semantic cache** (the one replay rule, :class:`ragcache.answering.Sampling`: a request that samples,
+   at ``temperature`` > 0 or unset (the Messages API's default is 1.0), is a fresh draw, neither looked up
+   nor stored, unless the proxy is built with ``cache_sampled=True``; the API has no seed): the request's
+   layout is ragcache's one rule (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`): the question is the last text block of the
    last user turn, the blocks before it are documents; everything else (model, system, tools,
    earlier turns, the documents' identities, every answer-shaping field and the
    ``anthropic-version`` / ``anthropic-beta`` headers, and the caller's tenant as the namespace) is
@@ -56,7 +57,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
-from ragcache.answering import Answer, AnswerPath
+from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, UNSET_TEMPERATURE, Answer, AnswerPath, Sampling
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.anthropic.backend import AnthropicCaching
@@ -100,13 +101,14 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
     :data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool
     policy, thinking, structured-output settings...) and ``extra`` (the request's metadata and the
     ``anthropic-version`` / ``anthropic-beta`` headers: a beta can change the answer's shape).
-    Requests with sampling (``temperature`` not 0), a field the partition does not know (logged),
-    a final turn that is not all text, or no question are not answered from the cache.
+    Requests with a temperature that is not a number >= 0, a field the partition does not know (logged),
+    a final turn that is not all text, or no question are not answered from the cache (whether a sampled
+    request may be is the answer path's rule: :func:`request_sampling`).
     """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
         return None
-    if body.get("temperature") != 0 or body.get("stream") not in (None, True, False):
+    if request_sampling(body) is None or body.get("stream") not in (None, True, False):
         return None
     params, unknown = shaping_fields(body)
     if unknown:
@@ -133,6 +135,15 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
     spec = {"layout": layout, "model": f"anthropic:{body.get('model')}", "params": params,
             "extra": {"metadata": body.get("metadata"), "headers": h}}
     return layout.question, spec
+
+
+def request_sampling(body: Mapping[str, Any]) -> Sampling | None:
+    """The Messages request's :class:`~ragcache.answering.Sampling` (its ``temperature``; unset means the API's
+    default, 1.0; the API has no seed and one choice), or ``None`` for a temperature that is not a number >= 0."""
+    t = body.get("temperature")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0):
+        return None
+    return Sampling(None if t is None else float(t), None, 1, unset_temperature=UNSET_TEMPERATURE["anthropic"])
 
 
 def _refused(e: Exception) -> JSONResponse:
@@ -198,13 +209,18 @@ class AnthropicProxy:
         min_tokens: overrides of the minimum cacheable length used for breakpoint placement.
         metrics: a :class:`ragcache.metrics.CacheMetrics` (default: off).
         timeout_s: seconds before an upstream call fails.
+        cache_sampled: replay one stored sample to later sampled requests (labelled in the stored
+            provenance); default ``False``: each sampled request is forwarded (a fresh draw).
+        lookup_timeout_s: deadline (seconds) of each answer-cache lookup and store: an embedder or store
+            that fails or hangs past it costs a logged miss and the request is forwarded.
         transport: an ``httpx`` transport (tests: ``httpx.ASGITransport``).
     """
 
     def __init__(self, upstream: str, *, semantic: SemanticCache | None = None, api_key: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None, metrics: CacheMetrics | None = None,
                  timeout_s: float = 600.0, transport: Any = None, keys: tuple[str, ...] = (),
-                 tenant_header: str | None = None, upstream_auth: str = "auto") -> None:
+                 tenant_header: str | None = None, upstream_auth: str = "auto", cache_sampled: bool = False,
+                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         if not upstream.startswith(("http://", "https://")):
             raise ValueError(f"--upstream must be an http(s) URL such as https://api.anthropic.com, got {upstream!r}")
         self.upstream = upstream.rstrip("/")
@@ -221,7 +237,7 @@ class AnthropicProxy:
             raise ValueError("upstream_auth='operator' needs the operator's key: set ANTHROPIC_API_KEY")
         self.upstream_auth = mode
         self.metrics = metrics or CacheMetrics("off")
-        self.path = AnswerPath(semantic)
+        self.path = AnswerPath(semantic, cache_sampled=cache_sampled, lookup_timeout_s=lookup_timeout_s)
         """The one answer path (:class:`ragcache.answering.AnswerPath`): lookup, single flight (identical
         concurrent requests of one tenant make one upstream call), the one storage rule, the store."""
         self.accounts = _Accounts(min_tokens)
@@ -341,8 +357,9 @@ class AnthropicProxy:
                                    time.perf_counter() - t0, {"response": r})
 
         answer = await self.path.arun(question or "", pk, call, max_tokens=budget, model=body["model"],
-                                      lookup=question is not None, store=question is not None)
-        if question is not None:  # the lookup's time (and any wait for another caller's identical request)
+                                      lookup=question is not None, store=question is not None,
+                                      sampling=request_sampling(body))
+        if question is not None and self.path.fresh_draw(request_sampling(body)) is None:  # the lookup's time
             self.metrics.lookup((called[0] if called else time.perf_counter()) - t0, answer.hit)
         if answer.hit:
             return self._served(body, answer, t0)
@@ -394,7 +411,8 @@ class AnthropicProxy:
                                       ttft, {})
 
         items = self.path.astream(question or "", pk, upstream, max_tokens=budget, model=body["model"],
-                                  lookup=question is not None, store=question is not None)
+                                  lookup=question is not None, store=question is not None,
+                                  sampling=request_sampling(body))
         head: list[str] = []
         first: Any = None
         try:
@@ -408,7 +426,7 @@ class AnthropicProxy:
         except BaseException:
             await items.aclose()
             raise
-        if question is not None:
+        if question is not None and self.path.fresh_draw(request_sampling(body)) is None:
             self.metrics.lookup(state.get("called", time.perf_counter()) - t0, "called" not in state)
         if "called" not in state:  # a hit: its text, then its Answer
             hit = first if isinstance(first, Answer) else await items.__anext__()
@@ -455,6 +473,8 @@ class AnthropicProxy:
         headers = {"x-ragcache-layer": "semantic", "x-ragcache-similarity": f"{hit.similarity or 0:.4f}",
                    "request-id": "req_" + msg_id[4:]}
         prov = hit.provenance
+        if prov is not None and prov.sampled:  # one sample replayed under cache_sampled=True
+            headers["x-ragcache-sampled"] = "true"
         native = prov.stop_reason if prov is not None else None
         stop_reason = native if native in ANTHROPIC_FINISH and ANTHROPIC_FINISH[native] == hit.finish_reason else \
             ("max_tokens" if hit.finish_reason == "length" else "end_turn")

@@ -19,7 +19,8 @@ from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.prompt.layout import PromptLayout  # noqa: E402
-from ragcache.server.proxy import AnthropicProxy, split_question  # noqa: E402
+from ragcache.answering import AnswerPath  # noqa: E402
+from ragcache.server.proxy import AnthropicProxy, request_sampling, split_question  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
@@ -64,7 +65,10 @@ def test_split_question_only_for_deterministic_requests():
     assert q == "How do I fix the brakes?" and spec["model"] == f"anthropic:{MODEL}"
     assert len(spec["layout"].documents) == 3  # the documents are in the partition, not in the question
     assert spec["layout"] == PromptLayout.from_messages(body("How do I fix the brakes?")["messages"], system=SYSTEM)
-    assert split_question(body("x?", temperature=1.0)) is None
+    sampled = body("x?", temperature=1.0)  # split, but the answer path's replay rule makes it a fresh draw
+    assert split_question(sampled) is not None and AnswerPath(None).fresh_draw(request_sampling(sampled))
+    assert AnswerPath(None).fresh_draw(request_sampling({k: v for k, v in sampled.items() if k != "temperature"}))
+    assert split_question(body("x?", temperature="hot")) is None
     assert split_question({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}], "temperature": 0}) is None
 
 

@@ -34,12 +34,15 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
 from ragcache.prompt.layout import PromptLayout, Segment, as_document, parse_document
 from ragcache.semantic.partition import PartitionKey, request_partition
+
+if TYPE_CHECKING:
+    from ragcache.answering import Sampling
 
 METADATA_KEY = "ragcache"
 """Key of RagPrompt's block-kind record in ``HumanMessage.additional_kwargs``."""
@@ -342,5 +345,52 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
     return f"local:{d['model_fingerprint']}", params, tools
 
 
+def llm_params(llm_string: str) -> dict[str, Any]:
+    """The parameters an ``llm_string`` names: LangChain's ``str(sorted(params.items()))`` (after the serialised
+    model and ``---`` for a serialisable one, whose constructor kwargs fill what the pairs leave out); ``{}``
+    when it cannot be read."""
+    head, _, tail = llm_string.rpartition("---")
+    try:
+        pairs = ast.literal_eval(tail) if tail.startswith("[") else None
+        params = dict(pairs) if isinstance(pairs, list) else {}
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        params = {}
+    try:  # a serialisable model (ChatAnthropic, ChatOpenAI): its constructor kwargs
+        model = json.loads(head) if head.startswith("{") else {}
+        kwargs = model.get("kwargs") if isinstance(model, dict) else None
+    except (ValueError, RecursionError):
+        kwargs = None
+    return {**(kwargs if isinstance(kwargs, dict) else {}), **{k: v for k, v in params.items() if v is not None}}
+
+
+SAMPLING_BY_DEFAULT = frozenset({
+    "openai-chat", "azure-openai-chat", "anthropic-chat", "chat-ollama", "ollama-chat", "mistralai-chat",
+    "groq-chat", "chat-google-generative-ai", "fireworks-chat", "together-chat", "deepseek-chat", "xai-chat",
+    "chat-bedrock-converse", "amazon_bedrock_converse_chat", "openai", "anthropic-llm"})
+"""LangChain ``_type``s of models whose API samples when the temperature is unset (OpenAI and Anthropic at
+1.0, Ollama at 0.8, ...): an unset temperature on them is a sampled request."""
+
+
+def sampling_of(llm_string: str) -> Sampling:
+    """The :class:`ragcache.answering.Sampling` of a LangChain call: its ``temperature``, ``seed`` and ``n``.
+
+    An unset temperature means the model's default: greedy for :class:`~langchain_ragcache.ChatRagCache`
+    (0) and for models ragcache does not know (fakes, custom models that report no temperature), and
+    sampling (1.0) for the provider models in :data:`SAMPLING_BY_DEFAULT`. A temperature that cannot
+    be read counts as sampling."""
+    from ragcache.answering import UNSET_TEMPERATURE, Sampling
+
+    p = llm_params(llm_string)
+    local = p.get("_type") not in SAMPLING_BY_DEFAULT
+    t, seed, n = p.get("temperature"), p.get("seed"), p.get("n", 1)
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0):
+        t = 1.0
+    n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    return Sampling(None if t is None else float(t), seed, n,
+                    unset_temperature=UNSET_TEMPERATURE["local" if local else "openai"])
+
+
 __all__ = ["EXACT_QUESTION", "KeyedRequest", "blend_setting_of", "MAX_QUESTION_CHARS", "QuestionExtractor", "exact_request",
-           "history_entry", "key_messages", "key_text", "labelled_question", "model_identity", "split_turn"]
+           "history_entry", "key_messages", "key_text", "labelled_question", "llm_params", "model_identity",
+           "SAMPLING_BY_DEFAULT", "sampling_of", "split_turn"]

@@ -44,11 +44,12 @@ from langchain_ragcache._keys import (
     key_messages,
     key_text,
     model_identity,
+    sampling_of,
 )
 from langchain_ragcache._messages import parse_cache_prompt
 from langchain_ragcache.results import answer_message, answer_record, message_result
 from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
-from ragcache.answering import Answer, AnswerPath, hit_answer
+from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
 from ragcache.provenance import may_serve
 from ragcache.backend import BackendResult
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
@@ -83,6 +84,13 @@ class RagCacheSemanticCache(BaseCache):
             the text. ``None`` returns mean "cannot tell": the whole prompt is matched exactly.
         cache_truncated: also store answers cut at the token budget (off by default, as
             :class:`ragcache.RagCache`).
+        cache_sampled: replay one stored sample to later calls that sample without a seed (labelled
+            ``provenance.sampled``); default ``False``: such a call (temperature > 0, or unset on a
+            provider model, whose API samples by default) is a fresh draw, neither looked up nor stored.
+            A call for ``n > 1`` choices is never served one stored sample
+            (:func:`~langchain_ragcache._keys.sampling_of`).
+        lookup_timeout_s: deadline (seconds) of each lookup and store; an embedder or store that fails or
+            hangs past it is a logged miss (nothing stored), never the model's answer.
         **kwargs: other :class:`SemanticCache` options (``guards``, ``max_entries``...).
 
     A hit returns the stored generations (a ``list``; LangChain treats anything else as a miss)
@@ -98,7 +106,8 @@ class RagCacheSemanticCache(BaseCache):
     def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = DEFAULT_LOCATION,
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
-                 cache_truncated: bool = False, **kwargs: Any) -> None:
+                 cache_truncated: bool = False, cache_sampled: bool = False,
+                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S, **kwargs: Any) -> None:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a non-empty str (use 'default' for a single tenant), "
                             f"got {type(namespace).__name__}")
@@ -125,7 +134,9 @@ class RagCacheSemanticCache(BaseCache):
         self.ttl_s = ttl_s
         self.question_extractor = question_extractor
         self.cache_truncated = cache_truncated
-        self.path = AnswerPath(semantic_cache, cache_truncated=cache_truncated, ttl_s=ttl_s)
+        self.cache_sampled = cache_sampled
+        self.path = AnswerPath(semantic_cache, cache_truncated=cache_truncated, ttl_s=ttl_s,
+                               cache_sampled=cache_sampled, lookup_timeout_s=lookup_timeout_s)
         """The one answer path over this cache (:class:`ragcache.answering.AnswerPath`): the middleware and
         ``ChatRagCache``'s stream answer through it; :meth:`update` stores through it."""
 
@@ -183,10 +194,15 @@ class RagCacheSemanticCache(BaseCache):
     # semantic cache itself; what may be stored and what a hit says are ragcache's one rule
     # (:func:`ragcache.answering.cacheable`) and record (:class:`ragcache.answering.Provenance`).
     def lookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
-        """Cached generations for a semantically equal question in the same partition, else ``None``."""
+        """Cached generations for a semantically equal question in the same partition, else ``None`` (also for
+        a call that must be a fresh draw, :meth:`ragcache.answering.AnswerPath.fresh_draw`, and when the cache
+        fails or hangs: logged)."""
+        if self.path.fresh_draw(sampling_of(llm_string)) is not None:
+            return None
         question, pk, threshold = self.request_key(prompt, llm_string)
         t0 = time.perf_counter()
-        hit = self.semantic_cache.lookup(question, partition=pk, threshold=threshold, max_tokens=self.budget(llm_string))
+        hit = self.path.guard("lookup", lambda: self.semantic_cache.lookup(
+            question, partition=pk, threshold=threshold, max_tokens=self.budget(llm_string)))
         return self._served(question, hit, llm_string, t0)
 
     def _served(self, question: str, hit: SemanticHit | None, llm_string: str, t0: float) -> RETURN_VAL_TYPE | None:
@@ -221,11 +237,7 @@ class RagCacheSemanticCache(BaseCache):
             self.semantic_cache.clear(kwargs.get("namespace", self.namespace))
 
     async def alookup(self, prompt: str, llm_string: str) -> RETURN_VAL_TYPE | None:
-        question, pk, threshold = self.request_key(prompt, llm_string)
-        t0 = time.perf_counter()
-        hit = await self.semantic_cache.alookup(question, partition=pk, threshold=threshold,
-                                                max_tokens=self.budget(llm_string))
-        return self._served(question, hit, llm_string, t0)
+        return await asyncio.to_thread(self.lookup, prompt, llm_string)
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         stored = self._storable(prompt, llm_string, return_val)
@@ -250,7 +262,7 @@ class RagCacheSemanticCache(BaseCache):
                 if isinstance(g, ChatGeneration) else g for g in gens]
         return question, pk, results[0], {"model": results[0].details.get("model") or model,
                                           "metadata": {_GENERATIONS_KEY: dumps(gens)},
-                                          "max_tokens": self.budget(llm_string)}
+                                          "max_tokens": self.budget(llm_string), "sampling": sampling_of(llm_string)}
 
     @staticmethod
     def _to_generations(answer: Answer, hit: SemanticHit) -> list[Generation] | None:

@@ -62,6 +62,7 @@ from langchain_ragcache._engine import (
     ragcache_metadata,
     shared_engine,
 )
+from langchain_ragcache._keys import sampling_of
 from langchain_ragcache._messages import to_layout
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
@@ -395,7 +396,8 @@ class ChatRagCache(BaseChatModel):
         prompt, llm_string = self._cache_key(messages, stop, kwargs)
         question, pk, threshold = cache.request_key(prompt, llm_string)
         return question, pk, {"threshold": threshold, "max_tokens": cache.budget(llm_string),
-                              "model": self.model_name, "blend_setting": lambda: self._blend_for(kwargs)}
+                              "model": self.model_name, "blend_setting": lambda: self._blend_for(kwargs),
+                              "sampling": sampling_of(llm_string)}
 
     def _stream_plan(self, messages: list[BaseMessage], stop: list[str] | None,
                      kwargs: dict[str, Any]) -> _StreamPlan:

@@ -45,7 +45,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity
+from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity, sampling_of
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
 from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_write_total
@@ -125,6 +125,10 @@ class RagCacheMiddleware(AgentMiddleware):
         """The request's new-token budget (an answer cut at it is served only to the same budget)."""
         return self.cache.budget(_llm_string(request.model, request.model_settings))
 
+    def _sampling(self, request: ModelRequest) -> Any:
+        """The request's :class:`ragcache.answering.Sampling` (temperature, seed, ``n``: the replay rule)."""
+        return sampling_of(_llm_string(request.model, request.model_settings))
+
     def _served(self, answer: Answer, response: list[Any]) -> Any:
         if answer.layer != "semantic":
             return response[0]
@@ -146,7 +150,8 @@ class RagCacheMiddleware(AgentMiddleware):
             return self._result(request, response[0])
 
         answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model),
-                                     max_tokens=self._budget(request), blend_setting=_blend_of(request.model))
+                                     max_tokens=self._budget(request), blend_setting=_blend_of(request.model),
+                                     sampling=self._sampling(request))
         return self._served(answer, response)
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -164,7 +169,8 @@ class RagCacheMiddleware(AgentMiddleware):
 
         answer = await self.cache.path.arun(question, pk, call, threshold=threshold,
                                             model=_declared_model(request.model), max_tokens=self._budget(request),
-                                            blend_setting=_blend_of(request.model))
+                                            blend_setting=_blend_of(request.model),
+                                            sampling=self._sampling(request))
         return self._served(answer, response)
 
 

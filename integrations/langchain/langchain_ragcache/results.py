@@ -105,7 +105,8 @@ def answer_record(answer: Answer) -> dict[str, Any]:
     """``response_metadata["ragcache"]`` of an :class:`Answer`: ``layer``, ``finish_reason``,
     ``approximate``, ``recompute_ratio``, ``blend_setting`` (the blend setting of a blended answer), ``ttft_s``,
     ``usage`` (zero on a hit) and, on a hit,
-    ``similarity`` / ``matched_question`` / ``entry_id`` and the stored answer's ``model``."""
+    ``similarity`` / ``matched_question`` / ``entry_id``, the stored answer's ``model`` and ``sampled``
+    (one unseeded sample replayed under the ``cache_sampled=True`` opt-in)."""
     rec: dict[str, Any] = {"layer": answer.layer, "finish_reason": answer.finish_reason,
                            "approximate": answer.approximate, "recompute_ratio": answer.recompute_ratio,
                            "blend_setting": answer.blend_setting, "ttft_s": answer.ttft_s, "usage": answer.usage.to_dict()}
@@ -113,7 +114,7 @@ def answer_record(answer: Answer) -> dict[str, Any]:
         prov = answer.provenance
         rec.update(similarity=None if answer.similarity is None else round(float(answer.similarity), 6),
                    matched_question=answer.matched_question, entry_id=answer.details.get("entry_id"),
-                   model=prov.model if prov else None)
+                   model=prov.model if prov else None, sampled=bool(prov and prov.sampled))
     return rec
 
 

@@ -9,6 +9,7 @@ an engine whose weights changed in memory stops reusing old KV once it is given 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -26,6 +27,11 @@ __all__ = ["BoundChunkCache", "ChunkSettings", "DocSpan", "context_window"]
 
 log = logging.getLogger(__name__)
 
+STORE_RETRY_S = 30.0
+"""After a chunk store failed (down, or past its timeout), seconds before it is tried again: meanwhile
+every document is a miss (exact prefill) and nothing is stored, so a hanging store costs its timeout
+once, not on every request."""
+
 DocSpan = tuple[int, int, Sequence[int]]
 """``(start, end, token ids)`` of one document in a prompt (positions in tokens, ``end`` exclusive)."""
 
@@ -38,6 +44,7 @@ class ChunkSettings(Protocol):
     kv_format: KVFormat
     hits: int
     misses: int
+    store_down_until: float
 
     def sink_for(self, model: Any) -> list[int]: ...
 
@@ -104,7 +111,7 @@ class BoundChunkCache:
         """
         ids = [[int(t) for t in d] for _, _, d in docs]
         keys = [self.key(d) for d in ids]
-        found = self.store.get_many(keys, fingerprint=self.fingerprint) if keys else []
+        found = self._get_many(keys, "lookup")
         plan = ChunkPlan()
         for (s, e, _), d, key, kv in zip(docs, ids, keys, found, strict=True):
             kv = self._checked(key, kv, d)
@@ -173,11 +180,42 @@ class BoundChunkCache:
         """
         ids = list(dict.fromkeys(tuple(int(t) for t in d) for d in docs))  # each document once
         keys = [self.key(d) for d in ids]
-        found = self.store.get_many(keys, fingerprint=self.fingerprint) if keys else []
+        if keys and self._store_down():
+            return 0
+        found = self._get_many(keys, "store")
+        if keys and self._store_down():  # the read failed: nothing is written
+            return 0
         todo = [list(d) for d, k, kv in zip(ids, keys, found, strict=True) if self._checked(k, kv, list(d)) is None]
         if todo:
-            self.store.put_many([self.compute(d) for d in todo])
+            chunks = [self.compute(d) for d in todo]
+            try:
+                self.store.put_many(chunks)
+            except OSError as e:  # RemoteStoreError: a failing store costs the stored chunks, never the answer
+                self._failed("store", e)
+                return 0
         return len(todo)
+
+    def _store_down(self) -> bool:
+        """Whether the store failed less than :data:`STORE_RETRY_S` seconds ago (then it is not tried)."""
+        return time.monotonic() < getattr(self.cache, "store_down_until", 0.0)  # a custom settings object: 0
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        self.cache.store_down_until = time.monotonic() + STORE_RETRY_S
+        log.warning("chunk store failed during %s (%s: %s): every document is computed exactly (a miss) and nothing "
+                    "is stored for %.0f s", what, type(e).__name__, e, STORE_RETRY_S)
+
+    def _get_many(self, keys: list[ChunkHash], what: str) -> list[ChunkKV | None]:
+        """``store.get_many(keys)``; all ``None`` (misses) when the store is down or fails (logged: a
+        :class:`~ragcache.remote.RemoteStoreError`, which a hanging Redis / Valkey raises after its timeout)."""
+        if not keys:
+            return []
+        if self._store_down():
+            return [None] * len(keys)
+        try:
+            return list(self.store.get_many(keys, fingerprint=self.fingerprint))
+        except OSError as e:
+            self._failed(what, e)
+            return [None] * len(keys)
 
     def lookup_or_compute(self, doc_ids: Sequence[int]) -> tuple[ChunkKV, bool]:
         """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss; counted)."""

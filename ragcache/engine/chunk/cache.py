@@ -74,6 +74,8 @@ class ChunkCache:
         self.kv_format = KVFormat.of(name.strip().lower(), group_size=group_size, dtype=dtype)
         self.hits = 0
         self.misses = 0
+        self.store_down_until = 0.0
+        """``time.monotonic()`` until which the store is skipped after a failure (:data:`~ragcache.engine.chunk.bound.STORE_RETRY_S`)."""
 
     def sink_for(self, model: Any) -> list[int]:
         """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""

@@ -49,7 +49,7 @@ from llama_index.postprocessor.ragcache import StableOrderPostprocessor, node_se
 from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
 from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
-from ragcache.answering import Answer
+from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer
 from ragcache.backend import BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, RagCache, Request
@@ -116,6 +116,11 @@ class RagCacheQueryEngine(BaseQueryEngine):
         lint: volatile-text lint of the layout (``off``, ``warn``, ``move``, ``raise``).
         cache_truncated: also store answers cut at the LLM's token budget (off by default; a
             truncated answer is only served to requests with the same budget).
+        cache_sampled: replay one stored sample when the LLM samples without a seed (``temperature > 0``,
+            no ``seed``), labelled in the answer's provenance; default ``False``: each such query is a
+            fresh draw, neither looked up nor stored (:class:`ragcache.answering.Sampling`).
+        lookup_timeout_s: deadline (seconds) of each answer-cache lookup and store: an embedder or store
+            that fails or hangs past it costs a logged miss (nothing stored), never the answer.
         anthropic_min_tokens: minimum cacheable length overrides for breakpoint placement
             (an int for every model, or by model family), as the server applies them.
         token_counter: exact token counter for breakpoint placement (default: an estimate).
@@ -131,6 +136,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  node_postprocessors: Sequence[BaseNodePostprocessor] = (), order_by: str = "content_hash",
                  id_source: str = "none", namespace: str = "default", streaming: bool = False,
                  similarity_threshold: float | None = None, lint: LintMode = "warn", cache_truncated: bool = False,
+                 cache_sampled: bool = False, lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S,
                  anthropic_min_tokens: Mapping[str, int] | int | None = None,
                  token_counter: Callable[[str], int] | None = None,
                  callback_manager: CallbackManager | None = None) -> None:
@@ -171,6 +177,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         self._threshold = similarity_threshold
         self._lint = lint
         self._cache_truncated = cache_truncated
+        self._cache_sampled = cache_sampled
+        self._lookup_timeout_s = lookup_timeout_s
         super().__init__(callback_manager=callback_manager or CallbackManager([]))
 
     @classmethod
@@ -232,7 +240,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         b = self._backend
         return RagCache(b, semantic=self._semantic, system=self._system, namespace=self._namespace,  # type: ignore[arg-type]
                         doc_order="given", lint=self._lint, max_new_tokens=b.max_new_tokens,
-                        temperature=b.temperature, params=b.params, cache_truncated=self._cache_truncated)
+                        temperature=b.temperature, params=b.params, cache_truncated=self._cache_truncated,
+                        cache_sampled=self._cache_sampled, lookup_timeout_s=self._lookup_timeout_s)
 
     def prepare(self, query_bundle: QueryBundle, nodes: Sequence[NodeWithScore]) -> PreparedQuery:
         """Order ``nodes`` canonically and prepare the request with :meth:`RagCache.prepare` (layout,
@@ -266,6 +275,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
                     recompute_ratio=answer.recompute_ratio, blend_setting=answer.blend_setting,
                     finish_reason=answer.finish_reason,
                     completion_tokens=u.completion_tokens)
+        if answer.layer == "semantic":  # one unseeded sample replayed under cache_sampled=True
+            meta["sampled"] = bool(answer.provenance and answer.provenance.sampled)
         if answer.layer in ("prefix", "chunk", "prefix+chunk", "model"):
             meta.update(prefix_tokens_reused=u.prefix_reused, chunk_tokens_reused=u.chunk_reused,
                         docs_hit=answer.details.get("docs_hit", 0), docs_missed=answer.details.get("docs_missed", 0),
@@ -333,7 +344,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
 
     def _path_kw(self, rag: RagCache, prep: PreparedQuery) -> dict[str, Any]:
         return {"max_tokens": prep.request.max_new_tokens, "threshold": self._threshold, "model": rag.model,
-                "blend_setting": rag.blend_setting}
+                "blend_setting": rag.blend_setting, "sampling": rag.sampling(prep.request)}
 
     def _stream(self, items: Iterator[str | Answer], meta: dict[str, Any], t0: float,
                 called: list[float]) -> Iterator[str]:
