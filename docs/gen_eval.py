@@ -229,6 +229,11 @@ TOPICS = ("Local engine", "Quantized KV", "Semantic cache", "Providers", "Scalin
 
 
 # --------------------------------------------------------------------------------------- headlines
+def _license(name: str) -> dict:
+    """The license figures of the first setting of a license record (:mod:`ragcache.engine.blend.license`)."""
+    return _load(name)["settings"][0]["license"]
+
+
 def _blend_row(rule: str) -> dict:
     return _load("blend")["summary"][rule]
 
@@ -262,12 +267,12 @@ class Headline:
 HEADLINES: tuple[Headline, ...] = (
     Headline("prefix-cache hit, 2,000 cached + 64 new tokens: TTFT speed-up", "prefix",
              lambda: _load("prefix")["ttft_ratio"], "{:.1f}x"),
-    Headline("chunk reuse, query-aware r = 0.15: CPU speed-up (median item)", "blend",
-             lambda: _blend_row("infoflow r=0.15")["median_item_cpu_speedup"], "{:.2f}x"),
-    Headline("chunk reuse, query-aware r = 0.15: teacher-forced top-1 agreement", "blend",
-             lambda: _blend_row("infoflow r=0.15")["tf_top1_agreement"], "{:.3f}"),
-    Headline("chunk reuse, query-aware r = 0.15: mean KL / full reuse's", "blend",
-             lambda: _kl_share("infoflow r=0.15"), "{:.2f}x"),
+    Headline("chunk reuse at the defaults (licensed r = 0.3): CPU speed-up, items 50-131 (median)",
+             "eval_decisive_50-131", lambda: _license("eval_decisive_50-131")["median_cpu_speedup"], "{:.2f}x"),
+    Headline("chunk reuse at the defaults: flips on decisive tokens, items 50-131", "eval_decisive_50-131",
+             lambda: "{decisive_flips} / {decisive_tokens}".format(**_license("eval_decisive_50-131")), "{}"),
+    Headline("chunk reuse at the defaults: answer F1, blended / full prefill", "eval_decisive_50-131",
+             lambda: "{f1:.3f} / {ref_f1:.3f}".format(**_license("eval_decisive_50-131")), "{}"),
     Headline("semantic cache, default guards: QQP held-out precision, true / wrong hits", "semantic_default_decider",
              lambda: _decider("guards", "qqp_heldout"), "{}"),
     Headline("semantic cache, learned verifier: QQP held-out precision, true / wrong hits", "semantic_default_decider",
