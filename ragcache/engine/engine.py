@@ -225,14 +225,7 @@ class LocalEngine(EngineKeys):
             use_chunk_cache = False
         ids = prompt.input_ids
         n = len(ids)
-        if n == 0:
-            raise ValueError("prompt has no tokens: give a non-empty question")
-        if n + max_new_tokens > self.context_window:
-            raise ContextWindowError(
-                f"prompt is {n} tokens and max_new_tokens is {max_new_tokens}, but the model's context window is "
-                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k), a shorter question or "
-                f"history, or a smaller max_new_tokens"
-            )
+        self._check_size(n, max_new_tokens)
         r = self.recompute_ratio if recompute_ratio is None else recompute_ratio
         check_recompute_ratio(r)
         use_chunks = (self.chunk_cache is not None) if use_chunk_cache is None else use_chunk_cache
@@ -284,6 +277,16 @@ class LocalEngine(EngineKeys):
         if store_missed_chunks:
             stats.chunk_store_s, missed = self.store_chunks(missed, view), []
         return PrefillResult(cache, logits, stats, exact_upto, missed, view)
+
+    def _check_size(self, n: int, max_new_tokens: int) -> None:
+        if n == 0:
+            raise ValueError("prompt has no tokens: give a non-empty question")
+        if n + max_new_tokens > self.context_window:
+            raise ContextWindowError(
+                f"prompt is {n} tokens and max_new_tokens is {max_new_tokens}, but the model's context window is "
+                f"{self.context_window} tokens: use fewer or shorter documents (lower top-k), a shorter question or "
+                f"history, or a smaller max_new_tokens"
+            )
 
     def store_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
                      namespace: str | None = None) -> float:

@@ -212,11 +212,14 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
         "full_cpu_s"}]}``; ``share`` counts an exact fallback as 1.
 
     Raises:
-        ValueError: a prompt without documents.
+        ValueError: a prompt without documents, or ``golds`` not one list per prompt.
+
+    Why one function: one loop over prompts, whose per-prompt reference (answer, margins, stable prefix and
+    chunk KV in each context) every setting's measurement reads; the per-setting steps are apart
+    (:func:`_free_run`, :func:`_precision_flips`).
     """
     from ragcache.engine.blend.calibration import (
         fidelity,
-        greedy_answer,
         reference_answer,
         teacher_forced_logits,
     )
@@ -252,11 +255,7 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
             ref_text = engine.tokenizer.decode(answer, skip_special_tokens=True)
             extra = {"ref_text": ref_text, "ref_f1": best_f1(ref_text, golds[i]), "golds": list(golds[i])}
         if low is not None and i % yardstick_every == 0:
-            low_cache = kv.new_cache(low)
-            low_first = kv.forward(low, list(ids), low_cache, 0)[-1]
-            low_logits = teacher_forced_logits(low, low_cache, low_first, answer, n)
-            extra["bf16_mismatch"] = [t for t, a in enumerate(answer) if int(low_logits[t].argmax()) != int(a)]
-            del low_cache
+            extra["bf16_mismatch"] = _precision_flips(low, ids, answer)
         p = stable_prefix_len(spans)
         prefix_tensors = kv.cache_tensors(_prefix_cache(model, ids, p)) if p else None
         chunks: dict[str, list] = {}
@@ -274,13 +273,7 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
             blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
             agree, kl = fidelity(reference, blended, answer)
             share = 1.0 if res.exact else res.tokens_recomputed / max(n_doc, 1)
-            free: dict[str, Any] = {}
-            if golds is not None:  # the blend's own greedy answer, from its cache cut back to the prompt
-                if len(answer) > 1:
-                    res.cache.crop(-(len(answer) - 1))  # drop the forced answer's KV (transformers: negative = remove)
-                own, _ = greedy_answer(model, res.cache, res.last_logits, n, answer_tokens, eos)
-                text = engine.tokenizer.decode(own, skip_special_tokens=True)
-                free = {"answer_text": text, "f1": best_f1(text, golds[i]), "answer_match": own == answer}
+            free = {} if golds is None else _free_run(engine, res, answer, n, answer_tokens, eos, golds[i])
             row = {"prompt": first_index + i, "prompt_tokens": n, "doc_tokens": n_doc, "answer_tokens": len(answer),
                    "top1_agreement": agree, "mean_kl": kl, "share": share, "exact": bool(res.exact), "cpu_s": cpu,
                    "full_cpu_s": full_cpu}
@@ -294,6 +287,31 @@ def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[Ble
         if checkpoint is not None:
             checkpoint(out)
     return out
+
+
+def _precision_flips(low: Any, ids: Sequence[int], answer: Sequence[int]) -> list[int]:
+    """Answer positions where ``low`` (a bfloat16 copy of the model), teacher-forced along ``answer`` after a
+    full prefill of ``ids``, picks another top-1 token (the yardstick of :func:`measure_settings`)."""
+    from ragcache.engine.blend.calibration import teacher_forced_logits
+
+    cache = kv.new_cache(low)
+    first = kv.forward(low, list(ids), cache, 0)[-1]
+    logits = teacher_forced_logits(low, cache, first, answer, len(ids))
+    return [t for t, a in enumerate(answer) if int(logits[t].argmax()) != int(a)]
+
+
+def _free_run(engine: Any, res: Any, answer: list[int], n: int, answer_tokens: int, eos: set[int],
+              golds: Sequence[str]) -> dict[str, Any]:
+    """The blend's own greedy answer from its cache cut back to the prompt (``res.cache`` holds the forced
+    ``answer[:-1]`` after the ``n`` prompt tokens): ``{"answer_text", "f1", "answer_match"}``."""
+    from ragcache.engine.blend.calibration import greedy_answer
+    from ragcache.engine.blend.license import best_f1
+
+    if len(answer) > 1:
+        res.cache.crop(-(len(answer) - 1))  # drop the forced answer's KV (transformers: negative = remove)
+    own, _ = greedy_answer(engine.model, res.cache, res.last_logits, n, answer_tokens, eos)
+    text = engine.tokenizer.decode(own, skip_special_tokens=True)
+    return {"answer_text": text, "f1": best_f1(text, golds), "answer_match": own == answer}
 
 
 def setting_row(measured: dict, confidence: float) -> dict:
