@@ -1,10 +1,14 @@
 """``ragcache calibrate --plan PLAN.json``: calibrate named blend settings on MuSiQue development items.
 
-The plan file (JSON) is written before the run: ``{"settings": [BlendSetting fields...],
-"min_agreement": 0.95, "confidence": 0.95, "max_mean_share": 0.30, "answer_tokens": 32}``.
-Prompts are :func:`ragcache.app.calibrate.musique_prompts` (system text, the item's first
-``docs`` passages as documents, the question). The measurement and the decision are
-:func:`ragcache.engine.blend.setting.calibrate_settings`; the table is printed, the full
+The plan file (JSON) is written before the run (by hand, or by ``ragcache calibrate`` from its options,
+:func:`ragcache.app.calibrate.build_plan`): ``{"settings": [BlendSetting fields...], "rule": {"name":
+"decisive-flips-v1", thresholds...}, "prompts": {"variants": 2, "seed": 40, "docs": 6},
+"answer_tokens": 32, "yardstick_every": 1, "note": "..."}`` (:meth:`SettingsPlan.to_dict
+<ragcache.engine.blend.setting.SettingsPlan.to_dict>`). With ``"prompts"`` the prompts are
+:func:`ragcache.app.calibrate.calibration_variants`; without, :func:`ragcache.app.calibrate.musique_prompts`
+(the item's first ``docs`` passages). A plan without ``"rule"`` (the retired pooled-agreement rule)
+is measured and licenses nothing. The measurement and the decision are
+:func:`ragcache.engine.blend.setting.calibrate_settings`; the table and verdict are printed, the full
 measurement written to ``--json`` (when given) and the record saved where engines read it.
 """
 
@@ -74,8 +78,12 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 
+    from ragcache.config import Config
+
     console = console or Console()
     sp = read_plan(plan)
+    cfg = Config.from_env()
+    home = home or cfg.paths  # where the CLI's engines read records, as the record line below says
     if threads:
         torch.set_num_threads(threads)
     if sp.prompts:  # the plan's fresh prompts: variants per question, prompt index = item * variants + v
@@ -90,7 +98,9 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     sp.note = (f"{sp.note} items {start}-{end - 1} of {Path(data).name}, {what}, "
                f"torch threads {torch.get_num_threads()}, load at start {[round(x, 2) for x in os.getloadavg()]}"
                ).strip()
-    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
+    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(kv_format=cfg.kv_format,
+                                                                      group_size=cfg.kv_group_size),
+                                         calibration=False, home=cfg.paths)  # the chunk format the CLI serves with
 
     def keep(measured: list[dict]) -> None:  # the measurement so far, after every item
         if json_path:
