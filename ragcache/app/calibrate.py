@@ -1,28 +1,20 @@
-"""``ragcache calibrate``: license a CacheBlend setting for a model on MuSiQue development items.
+"""``ragcache calibrate``'s prompts (MuSiQue development items) and ``ragcache calibrate semantic``.
 
-Without ``--plan`` the command builds a plan from its options (:func:`build_plan`: candidate settings,
-the license rule of :mod:`ragcache.engine.blend.license` with its thresholds, the prompt procedure of
-:func:`calibration_variants`), writes it to a JSON file *before* anything is measured
-(:func:`write_plan`), and runs it exactly as ``ragcache calibrate --plan FILE`` does
-(:func:`ragcache.app.calibrate_settings.main`). Prompts are built as in ``ragcache bench blend`` (a
-system text, passages as documents, the question through the chat template). The record goes to
-``$RAGCACHE_HOME/calibration/<fingerprint>.json`` and every later
-:class:`~ragcache.engine.engine.LocalEngine` on that model uses it.
+:func:`calibration_variants` builds the fresh calibration prompts of a plan, :func:`musique_prompts` the
+items' first passages, as ``ragcache bench blend`` does (a system text, passages as documents, the
+question through the chat template). The blend calibration itself (a plan built from the options and
+written first, or a plan file, run under the license rule) is :mod:`ragcache.app.calibrate_settings`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from ragcache.app.output import err_console
-from ragcache.atomic import atomic_write_json
 
 DEV_ITEMS = 50
 """Items ``[0, 50)`` of the MuSiQue sample are the development split: calibrations run on them only."""
@@ -114,102 +106,6 @@ def calibration_variants(data: str | Path, start: int, end: int, *, variants: in
             golds.append(list(item["answers"]))
             names.append(f"item {i} variant {v}")
     return prompts, golds, names
-
-
-def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
-               chunk_context: str = "prefix", variants: int = 2, seed: int = 40, docs: int = 6,
-               answer_tokens: int = 32, yardstick_every: int = 1, rule: dict[str, Any] | None = None,
-               note: str = "") -> Any:
-    """The :class:`~ragcache.engine.blend.setting.SettingsPlan` ``ragcache calibrate`` runs when given no
-    ``--plan``: one candidate per ratio (:func:`~ragcache.engine.blend.setting.candidate_settings`), the
-    license rule with ``rule``'s thresholds over the defaults, fresh prompts from
-    :func:`calibration_variants` (``variants`` per question, ``seed``, ``docs`` passages), the bfloat16
-    yardstick on every ``yardstick_every``-th prompt (0: never).
-
-    Raises:
-        ValueError: a bad ratio, selection rule, chunk context, threshold or count (the message names it).
-    """
-    from ragcache.engine.blend.license import LicenseRule
-    from ragcache.engine.blend.setting import DEFAULT_CANDIDATE_RATIOS, SettingsPlan, candidate_settings
-
-    for name, v, low in (("variants", variants, 1), ("docs", docs, 1), ("answer_tokens", answer_tokens, 1),
-                         ("yardstick_every", yardstick_every, 0), ("seed", seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
-    try:
-        lic = LicenseRule(**(rule or {}))
-    except TypeError as e:
-        raise ValueError(f"license rule: {e}") from None
-    settings = candidate_settings(DEFAULT_CANDIDATE_RATIOS if ratios is None else ratios, rank_by=selection,
-                                  chunk_context=chunk_context)
-    return SettingsPlan(settings=settings, rule=lic, answer_tokens=answer_tokens, yardstick_every=yardstick_every,
-                        prompts={"variants": variants, "seed": seed, "docs": docs}, note=note)
-
-
-def plan_path(home: Any, now: datetime | None = None) -> Path:
-    """Where a plan goes by default: ``<home>/calibration/plans/plan-<UTC time>.json`` (``-2``, ``-3``, ...
-    added when that name is taken, so an earlier plan is never overwritten)."""
-    from ragcache.home import Home
-
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    folder = Home.of(home).calibration / "plans"
-    path, n = folder / f"plan-{stamp}.json", 1
-    while path.exists():
-        n += 1
-        path = folder / f"plan-{stamp}-{n}.json"
-    return path
-
-
-def write_plan(plan: Any, path: str | Path) -> Path:
-    """Write ``plan`` (a SettingsPlan) as JSON to ``path``, which must not exist yet (a plan is written once,
-    before its run); returns the path.
-
-    Raises:
-        ValueError: ``path`` exists.
-    """
-    path = Path(path).expanduser()
-    if path.exists():
-        raise ValueError(f"{path} exists: a plan is written once, before its run. Pass another --plan-out, or run "
-                         f"that plan with --plan {path}")
-    atomic_write_json(path, plan.to_dict(), indent=1)
-    return path
-
-
-def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 50, docs: int = 6,
-         ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
-         chunk_context: str = "prefix", variants: int = 2, seed: int = 40, answer_tokens: int = 32,
-         yardstick_every: int = 1, rule: dict[str, Any] | None = None, threads: int | None = None, save: bool = True,
-         home: str | None = None, plan_out: str | Path | None = None, json_path: str | None = None,
-         console: Console | None = None) -> Any:
-    """``ragcache calibrate`` without ``--plan``: build the plan from the options (:func:`build_plan`), write it
-    to ``plan_out`` (default :func:`plan_path` under ``home``, default ``$RAGCACHE_HOME``) *before* anything is
-    measured, say where, then run it exactly as ``--plan`` does (:func:`ragcache.app.calibrate_settings.main`:
-    the table, the verdict, the record). Returns the :class:`Calibration`.
-
-    Raises:
-        ValueError: a bad option (before the plan is written), an existing ``plan_out``, an empty item range;
-            after the plan is written: a missing data file, a model that cannot load.
-    """
-    from ragcache.app.calibrate_settings import main as run_plan
-    from ragcache.config import Config
-
-    console = console or Console()
-    if end <= start:
-        raise ValueError(f"no items in [{start}, {end}): --end must be > --start")
-    when = datetime.now(timezone.utc)
-    plan = build_plan(ratios=ratios, selection=selection, chunk_context=chunk_context, variants=variants, seed=seed,
-                      docs=docs, answer_tokens=answer_tokens, yardstick_every=yardstick_every, rule=rule,
-                      note=f"ragcache calibrate --model {model or 'embedded'}: plan written "
-                           f"{when.isoformat(timespec='seconds')} before the run.")
-    home = home or Config.from_env().paths
-    path = write_plan(plan, plan_out if plan_out else plan_path(home, when))
-    console.print(f"plan written to {path} before the run ({len(plan.settings)} candidates, rule "
-                  f"{plan.rule.to_dict()['name']}); to run it again: ragcache calibrate --plan {path}")
-    if end > DEV_ITEMS:
-        err_console().print(f"warning: items {DEV_ITEMS}-{end - 1} are past the development split (0-{DEV_ITEMS - 1}); "
-                            "a calibration run on evaluation items makes them development items")
-    return run_plan(plan=path, data=data, start=start, end=end, docs=docs, threads=threads, save=save, home=home,
-                    json_path=json_path, model=model, console=console)
 
 
 def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float = 0.95, embedder: str | None = None,

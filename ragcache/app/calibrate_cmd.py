@@ -15,19 +15,20 @@ calibrate_app = typer.Typer(help="Calibrate a cache to this deployment: license 
                                  "(options below) or fit the semantic hit decision (`calibrate semantic`).")
 console = make_console()
 
-RETIRED = {"--min-agreement": "min_agreement", "--confidence": "confidence", "--max-ratio": "max_ratio"}
-"""Options of the retired pooled-agreement rule (ragcache issue 40): given, they stop the command and name
-what replaced them."""
+RULE_OPTIONS = ("decisive_margin", "max_decisive_flip_rate", "alpha", "large_margin", "min_large_tokens",
+                "max_f1_drop", "min_speedup")
+"""The license rule's thresholds (:class:`~ragcache.engine.blend.license.LicenseRule` fields); unset: its defaults."""
 REPLACED_BY = ("blends are now licensed by the decisive-token rule (ragcache.engine.blend.license): set its "
                "thresholds with --max-decisive-flip-rate, --decisive-margin, --large-margin, --min-large-tokens, "
                "--max-f1-drop, --min-speedup, --alpha, and the candidates with --ratios / --selection")
 BUILDS_THE_PLAN = ("ratios", "selection", "chunk_context", "variants", "seed", "answer_tokens", "yardstick_every",
-                   "plan_out", "decisive_margin", "max_decisive_flip_rate", "alpha", "large_margin",
-                   "min_large_tokens", "max_f1_drop", "min_speedup")
+                   "plan_out", *RULE_OPTIONS)
 """Options that build a plan: meaningless with ``--plan`` (the plan file says all of it)."""
 
 
 def _retired(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> None:
+    """The options of the retired pooled-agreement rule (ragcache issue 40) stop the command, naming what
+    replaced them."""
     if value is not None:
         raise typer.BadParameter(f"{param.opts[0]} belonged to the retired pooled-agreement rule; {REPLACED_BY}",
                                  ctx=ctx, param=param)
@@ -114,12 +115,10 @@ def calibrate(
         run_or_exit(console, run_plan, plan=plan, data=data, start=start, end=end, docs=docs, threads=threads,
                     save=save, home=home, json_path=json_out, model=model, console=console)
         return
-    from ragcache.app.calibrate import main as run
+    from ragcache.app.calibrate_settings import run_options
 
-    rule = {k: v for k, v in (("max_decisive_flip_rate", max_decisive_flip_rate), ("decisive_margin", decisive_margin),
-                              ("alpha", alpha), ("large_margin", large_margin), ("min_large_tokens", min_large_tokens),
-                              ("max_f1_drop", max_f1_drop), ("min_speedup", min_speedup)) if v is not None}
-    run_or_exit(console, run, model=model, data=data, start=start, end=end, docs=docs,
+    rule = {k: ctx.params[k] for k in RULE_OPTIONS if ctx.params.get(k) is not None}
+    run_or_exit(console, run_options, model=model, data=data, start=start, end=end, docs=docs,
                 ratios=[r.strip() for r in ratios.split(",") if r.strip()], selection=selection,
                 chunk_context=chunk_context, variants=variants, seed=seed, answer_tokens=answer_tokens,
                 yardstick_every=yardstick_every, rule=rule, threads=threads, save=save, home=home, plan_out=plan_out,

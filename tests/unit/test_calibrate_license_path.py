@@ -146,7 +146,8 @@ GOLDS = [["France"], ["the mat"]]
 
 def test_engine_calibrate_records_the_rule_and_the_engine_uses_it(tiny, tmp_path):
     engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), calibration=False)
-    lenient = LicenseRule(max_decisive_flip_rate=0.99, min_large_tokens=0, max_f1_drop=1.0, min_speedup=0.001)
+    lenient = LicenseRule(decisive_margin=0.0, max_decisive_flip_rate=0.99, min_large_tokens=0, max_f1_drop=1.0,
+                          min_speedup=0.001)  # a tiny random model has few decisive tokens: count every one
     settings = [BlendSetting(recompute_ratio=1.0, chunk_context="prefix"), BlendSetting(recompute_ratio=0.0)]
     cal = engine.calibrate(PROMPTS, golds=GOLDS, settings=settings, rule=lenient, answer_tokens=4, home=tmp_path)
     assert cal.rule == lenient.to_dict() and engine.calibration is cal and cal.blend_allowed
@@ -186,3 +187,15 @@ def test_engine_calibrate_refuses_the_retired_options_and_bad_inputs(tiny, kwarg
     if not kwargs:
         with pytest.raises(ValueError, match="no document"):
             engine.calibrate(["just a question"], golds=[["x"]], save=False)
+
+
+def test_the_help_names_the_rules_own_defaults():
+    import typer
+
+    from ragcache.app.calibrate_cmd import RULE_OPTIONS, calibrate_app
+
+    params = {p.name: p for p in typer.main.get_group(calibrate_app).params}
+    for name in RULE_OPTIONS:  # the options default to None (the rule's own); their help says which value that is
+        shown = re.search(r"\(.*default ([0-9.]+)\)", params[name].help).group(1)
+        assert float(shown) == getattr(LicenseRule(), name), name
+    assert all(params[n].hidden for n in ("min_agreement", "confidence", "max_ratio"))
