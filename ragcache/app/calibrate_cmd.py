@@ -69,20 +69,24 @@ def calibrate(
         None, callback=number_in(0.0, 1.0, "a share of decisive tokens"),
         help="License rule: bound on the upper confidence bound of the flip rate on decisive tokens "
              "(default 0.01)."),
-    decisive_margin: Optional[float] = typer.Option(None, callback=number_in(0.0, math.inf, "logits"), help="License rule: a token is decisive when full "
-                                                    "prefill's top-1 leads its top-2 by this many logits (default 1.0)."),
+    decisive_margin: Optional[float] = typer.Option(
+        None, callback=number_in(0.0, math.inf, "logits"),
+        help="License rule: a token is decisive when full prefill's top-1 leads its top-2 by this many logits "
+             "(default 1.0)."),
     alpha: Optional[float] = typer.Option(None, callback=number_in(0.0, 1.0, "a family-wise error rate"),
                                           help="License rule: family-wise one-sided error, split over the k "
                                                "candidates (default 0.05)."),
-    large_margin: Optional[float] = typer.Option(None, callback=number_in(0.0, math.inf, "logits"), help="License rule: no flip allowed on tokens led by "
-                                                 "this many logits (default 3.0)."),
+    large_margin: Optional[float] = typer.Option(
+        None, callback=number_in(0.0, math.inf, "logits"),
+        help="License rule: no flip allowed on tokens led by this many logits (default 3.0)."),
     min_large_tokens: Optional[int] = typer.Option(None, min=0, help="License rule: ... over at least this many such "
                                                    "tokens (default 300)."),
     max_f1_drop: Optional[float] = typer.Option(None, callback=number_in(0.0, 1.0, "an F1 difference"),
                                                 help="License rule: free-running gold F1 may fall at most this far "
                                                      "below full prefill's (default 0.02)."),
-    min_speedup: Optional[float] = typer.Option(None, callback=number_in(0.0, math.inf, "a speed-up factor"), help="License rule: median CPU "
-                                                "speed-up over full prefill (x, default 1.5)."),
+    min_speedup: Optional[float] = typer.Option(
+        None, callback=number_in(0.0, math.inf, "a speed-up factor"),
+        help="License rule: median CPU speed-up over full prefill (x, default 1.5)."),
     yardstick_every: int = typer.Option(1, min=0, help="Run the bfloat16-vs-float32 full-prefill yardstick on every "
                                         "n-th prompt (reported, never gating; holds a bfloat16 copy of the model; "
                                         "0: off)."),
@@ -103,26 +107,27 @@ def calibrate(
     """License a CacheBlend setting for a model under the decisive-token rule, and record it: the plan
     (candidates, rule, prompt procedure) is written to a file first, then run; or run a plan file with
     --plan (``ragcache calibrate semantic``: the semantic cache's hit decision on your labelled pairs)."""
-    if ctx.invoked_subcommand is not None:
-        return
+    if ctx.invoked_subcommand is None:
+        _run(ctx)
+
+
+def _run(ctx: typer.Context) -> None:
+    """Run the plan file of ``--plan``, or build a plan from the options, write it and run it."""
     from ragcache.app.bench_cmd import data_dir
+    from ragcache.app.calibrate_settings import main as run_plan, run_options
 
-    data = data or str(data_dir() / "musique_s.json")
-    if plan is not None:
-        from ragcache.app.calibrate_settings import main as run_plan
-
+    o = ctx.params
+    common = {"model": o["model"], "data": o["data"] or str(data_dir() / "musique_s.json"), "start": o["start"],
+              "end": o["end"], "docs": o["docs"], "threads": o["threads"], "save": o["save"], "home": o["home"],
+              "json_path": o["json_out"], "console": console}
+    if o["plan"] is not None:
         _check_plan_only(ctx)
-        run_or_exit(console, run_plan, plan=plan, data=data, start=start, end=end, docs=docs, threads=threads,
-                    save=save, home=home, json_path=json_out, model=model, console=console)
+        run_or_exit(console, run_plan, plan=o["plan"], **common)
         return
-    from ragcache.app.calibrate_settings import run_options
-
-    rule = {k: ctx.params[k] for k in RULE_OPTIONS if ctx.params.get(k) is not None}
-    run_or_exit(console, run_options, model=model, data=data, start=start, end=end, docs=docs,
-                ratios=[r.strip() for r in ratios.split(",") if r.strip()], selection=selection,
-                chunk_context=chunk_context, variants=variants, seed=seed, answer_tokens=answer_tokens,
-                yardstick_every=yardstick_every, rule=rule, threads=threads, save=save, home=home, plan_out=plan_out,
-                json_path=json_out, console=console)
+    run_or_exit(console, run_options, **common, ratios=[r.strip() for r in o["ratios"].split(",") if r.strip()],
+                selection=o["selection"], chunk_context=o["chunk_context"], variants=o["variants"], seed=o["seed"],
+                answer_tokens=o["answer_tokens"], yardstick_every=o["yardstick_every"], plan_out=o["plan_out"],
+                rule={k: o[k] for k in RULE_OPTIONS if o[k] is not None})
 
 
 @calibrate_app.command("semantic")

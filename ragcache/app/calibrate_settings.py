@@ -75,8 +75,8 @@ def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selecti
     """The :class:`~ragcache.engine.blend.setting.SettingsPlan` ``ragcache calibrate`` runs when given no
     ``--plan``: one candidate per ratio (:func:`~ragcache.engine.blend.setting.candidate_settings`), the
     license rule with ``rule``'s thresholds over the defaults, fresh prompts from
-    :func:`ragcache.app.calibrate.calibration_variants` (``variants`` per question, ``seed``, ``docs`` passages), the bfloat16
-    yardstick on every ``yardstick_every``-th prompt (0: never).
+    :func:`ragcache.app.calibrate.calibration_variants` (``variants`` per question, ``seed``, ``docs``
+    passages), the bfloat16 yardstick on every ``yardstick_every``-th prompt (0: never).
 
     Raises:
         ValueError: a bad ratio, selection rule, chunk context, threshold or count (the message names it).
@@ -128,20 +128,21 @@ def write_plan(plan: Any, path: str | Path) -> Path:
 
 
 def run_options(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 50, docs: int = 6,
-         ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
-         chunk_context: str = "prefix", variants: int = 2, seed: int = 40, answer_tokens: int = 32,
-         yardstick_every: int = 1, rule: dict[str, Any] | None = None, threads: int | None = None, save: bool = True,
-         home: str | None = None, plan_out: str | Path | None = None, json_path: str | None = None,
-         console: Console | None = None) -> Any:
+                ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
+                chunk_context: str = "prefix", variants: int = 2, seed: int = 40, answer_tokens: int = 32,
+                yardstick_every: int = 1, rule: dict[str, Any] | None = None, threads: int | None = None,
+                save: bool = True, home: str | None = None, plan_out: str | Path | None = None,
+                json_path: str | None = None, console: Console | None = None) -> Any:
     """``ragcache calibrate`` without ``--plan``: build the plan from the options (:func:`build_plan`), write it
     to ``plan_out`` (default :func:`plan_path` under ``home``, default ``$RAGCACHE_HOME``) *before* anything is
-    measured, say where, then run it exactly as ``--plan`` does (:func:`main`:
-    the table, the verdict, the record). Returns the :class:`Calibration`.
+    measured, say where, then run it exactly as ``--plan`` does (:func:`main`: the table, the verdict, the
+    record). Returns the :class:`~ragcache.engine.blend.calibration.Calibration`.
 
     Raises:
         ValueError: a bad option (before the plan is written), an existing ``plan_out``, an empty item range;
             after the plan is written: a missing data file, a model that cannot load.
     """
+    from ragcache.app.calibrate import DEV_ITEMS
     from ragcache.app.output import err_console
     from ragcache.config import Config
 
@@ -157,13 +158,11 @@ def run_options(model: str | None = None, data: str | Path = "", start: int = 0,
     path = write_plan(plan, plan_out if plan_out else plan_path(home, when))
     console.print(f"plan written to {path} before the run ({len(plan.settings)} candidates, rule "
                   f"{plan.rule.to_dict()['name']}); to run it again: ragcache calibrate --plan {path}")
-    from ragcache.app.calibrate import DEV_ITEMS
-
     if end > DEV_ITEMS:
-        err_console().print(f"warning: items {DEV_ITEMS}-{end - 1} are past the development split (0-{DEV_ITEMS - 1}); "
-                            "a calibration run on evaluation items makes them development items")
+        err_console().print(f"warning: items {DEV_ITEMS}-{end - 1} are past the development split "
+                            f"(0-{DEV_ITEMS - 1}); a calibration run on evaluation items makes them development items")
     return main(plan=path, data=data, start=start, end=end, docs=docs, threads=threads, save=save, home=home,
-                    json_path=json_path, model=model, console=console)
+                json_path=json_path, model=model, console=console)
 
 
 def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs: int = 6, threads: int | None = None,
