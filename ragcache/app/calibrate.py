@@ -1,10 +1,9 @@
-"""``ragcache calibrate``: the per-model CacheBlend fidelity check on MuSiQue development items.
+"""``ragcache calibrate``'s prompts (MuSiQue development items) and ``ragcache calibrate semantic``.
 
-Prompts are built as in ``ragcache bench blend`` (a system text, passages as documents, the
-question through the chat template), with the item's first ``docs`` passages; the check itself
-is :func:`ragcache.engine.blend.calibration.calibrate` (teacher-forced top-1 agreement and KL against
-full prefill at each r). The record goes to ``$RAGCACHE_HOME/calibration/<fingerprint>.json``
-and every later :class:`~ragcache.engine.engine.LocalEngine` on that model uses it.
+:func:`calibration_variants` builds the fresh calibration prompts of a plan, :func:`musique_prompts` the
+items' first passages, as ``ragcache bench blend`` does (a system text, passages as documents, the
+question through the chat template). The blend calibration itself (a plan built from the options and
+written first, or a plan file, run under the license rule) is :mod:`ragcache.app.calibrate_settings`.
 """
 
 from __future__ import annotations
@@ -16,8 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ragcache.app.output import err_console
 
+DEV_ITEMS = 50
+"""Items ``[0, 50)`` of the MuSiQue sample are the development split: calibrations run on them only."""
 SYSTEM = ("You will be asked a question after reading several passages. Please directly answer the question "
           "based on the given passages. Do NOT repeat the question. The answer should be within 5 words.")
 QUESTION = ("Answer the question directly based on the given passages. Do NOT repeat the question. "
@@ -106,57 +106,6 @@ def calibration_variants(data: str | Path, start: int, end: int, *, variants: in
             golds.append(list(item["answers"]))
             names.append(f"item {i} variant {v}")
     return prompts, golds, names
-
-
-def main(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 4, docs: int = 6,
-         ratios: list[float] | list[str] | None = None, min_agreement: float = 0.95, confidence: float = 0.95,
-         max_ratio: float = 0.5,
-         answer_tokens: int = 32, threads: int | None = None, save: bool = True, home: str | None = None,
-         selection: str | None = None, console: Console | None = None) -> Any:
-    """Run the check and print the table; returns the :class:`Calibration`. ``home``: where the
-    record goes (default ``$RAGCACHE_HOME``); the chunk format and decode cache are the
-    ``RAGCACHE_*`` settings the engines of the CLI use."""
-    import torch
-
-    from ragcache.config import Config
-    from ragcache.engine.blend.calibration import DEFAULT_RATIOS, calibration_path, check_options
-    from ragcache.engine.chunk.cache import ChunkCache
-    from ragcache.engine.engine import LocalEngine
-
-    ratios = check_options(ratios=ratios or DEFAULT_RATIOS, min_agreement=min_agreement,
-                           max_ratio=max_ratio, answer_tokens=answer_tokens,
-                           confidence=confidence)  # before the data and the model load
-    console = console or Console()
-    cfg = Config.from_env()
-    home = home or cfg.paths
-    if threads:
-        torch.set_num_threads(threads)
-    prompts = musique_prompts(data, start, end, docs)
-    chunks = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size)
-    engine = LocalEngine.from_pretrained(model, chunk_cache=chunks, calibration=False, decode_cache=cfg.decode_cache,
-                                         home=cfg.paths)
-    cal = engine.calibrate(prompts, ratios=ratios, min_agreement=min_agreement,
-                           confidence=confidence, max_ratio=max_ratio, answer_tokens=answer_tokens, save=save, home=home,
-                           rank_by=selection, progress=lambda line: err_console().print(line))  # progress is a diagnostic: stderr
-    t = Table(title=f"blend fidelity ({cal.rank_by} selection) vs full prefill, {cal.model}: items {start}-{end - 1}, "
-                    f"{answer_tokens} teacher-forced tokens, chunk KV {cal.chunk_dtype}")
-    for c in ("r", "top-1 agreement (mean)", "top-1 agreement (min)", "pooled (tokens)",
-              f"lower bound ({confidence:g})", "mean KL (nats)"):
-        t.add_column(c, justify="right")
-    for row in cal.ratios:
-        t.add_row(f"{row['r']:g}", f"{row['top1_agreement']:.3f}", f"{row['min_top1_agreement']:.3f}",
-                  f"{row['pooled_top1_agreement']:.3f} ({row['answer_tokens']})",
-                  f"{row['agreement_lower_bound']:.3f}", f"{row['mean_kl']:.4f}")
-    console.print(t)
-    if cal.blend_allowed:
-        console.print(f"r = {cal.recompute_ratio:g} is the smallest ratio whose agreement is >= {min_agreement:g} "
-                      f"with confidence {confidence:g}")
-    else:
-        console.print(f"no r <= {max_ratio:g} reaches agreement {min_agreement:g} with confidence {confidence:g}: "
-                      "this model gets exact prefill (more prompts, --end, tighten the bound)")
-    if save:
-        console.print(f"recorded in {calibration_path(cal.fingerprint, home)}")
-    return cal
 
 
 def semantic_main(pairs: str | Path, precision: float = 0.97, confidence: float = 0.95, embedder: str | None = None,

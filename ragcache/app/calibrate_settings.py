@@ -1,10 +1,14 @@
 """``ragcache calibrate --plan PLAN.json``: calibrate named blend settings on MuSiQue development items.
 
-The plan file (JSON) is written before the run: ``{"settings": [BlendSetting fields...],
-"min_agreement": 0.95, "confidence": 0.95, "max_mean_share": 0.30, "answer_tokens": 32}``.
-Prompts are :func:`ragcache.app.calibrate.musique_prompts` (system text, the item's first
-``docs`` passages as documents, the question). The measurement and the decision are
-:func:`ragcache.engine.blend.setting.calibrate_settings`; the table is printed, the full
+The plan file (JSON) is written before the run, by hand or by ``ragcache calibrate`` from its options
+(:func:`run_options`: :func:`build_plan`, then :func:`write_plan`, then :func:`main`): ``{"settings": [BlendSetting fields...], "rule": {"name":
+"decisive-flips-v1", thresholds...}, "prompts": {"variants": 2, "seed": 40, "docs": 6},
+"answer_tokens": 32, "yardstick_every": 1, "note": "..."}`` (:meth:`SettingsPlan.to_dict
+<ragcache.engine.blend.setting.SettingsPlan.to_dict>`). With ``"prompts"`` the prompts are
+:func:`ragcache.app.calibrate.calibration_variants`; without, :func:`ragcache.app.calibrate.musique_prompts`
+(the item's first ``docs`` passages). A plan without ``"rule"`` (the retired pooled-agreement rule)
+is measured and licenses nothing. The measurement and the decision are
+:func:`ragcache.engine.blend.setting.calibrate_settings`; the table and verdict are printed, the full
 measurement written to ``--json`` (when given) and the record saved where engines read it.
 """
 
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +68,103 @@ def read_plan(path: str | Path) -> Any:
                         rule=rule, prompts=dict(prompts), yardstick_every=int(d.get("yardstick_every", 0)))
 
 
+def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
+               chunk_context: str = "prefix", variants: int = 2, seed: int = 40, docs: int = 6,
+               answer_tokens: int = 32, yardstick_every: int = 1, rule: dict[str, Any] | None = None,
+               note: str = "") -> Any:
+    """The :class:`~ragcache.engine.blend.setting.SettingsPlan` ``ragcache calibrate`` runs when given no
+    ``--plan``: one candidate per ratio (:func:`~ragcache.engine.blend.setting.candidate_settings`), the
+    license rule with ``rule``'s thresholds over the defaults, fresh prompts from
+    :func:`ragcache.app.calibrate.calibration_variants` (``variants`` per question, ``seed``, ``docs``
+    passages), the bfloat16 yardstick on every ``yardstick_every``-th prompt (0: never).
+
+    Raises:
+        ValueError: a bad ratio, selection rule, chunk context, threshold or count (the message names it).
+    """
+    from ragcache.engine.blend.license import LicenseRule
+    from ragcache.engine.blend.setting import DEFAULT_CANDIDATE_RATIOS, SettingsPlan, candidate_settings
+
+    for name, v, low in (("variants", variants, 1), ("docs", docs, 1), ("answer_tokens", answer_tokens, 1),
+                         ("yardstick_every", yardstick_every, 0), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
+    try:
+        lic = LicenseRule(**(rule or {}))
+    except TypeError as e:
+        raise ValueError(f"license rule: {e}") from None
+    settings = candidate_settings(DEFAULT_CANDIDATE_RATIOS if ratios is None else ratios, rank_by=selection,
+                                  chunk_context=chunk_context)
+    return SettingsPlan(settings=settings, rule=lic, answer_tokens=answer_tokens, yardstick_every=yardstick_every,
+                        prompts={"variants": variants, "seed": seed, "docs": docs}, note=note)
+
+
+def plan_path(home: Any, now: datetime | None = None) -> Path:
+    """Where a plan goes by default: ``<home>/calibration/plans/plan-<UTC time>.json`` (``-2``, ``-3``, ...
+    added when that name is taken, so an earlier plan is never overwritten)."""
+    from ragcache.home import Home
+
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    folder = Home.of(home).calibration / "plans"
+    path, n = folder / f"plan-{stamp}.json", 1
+    while path.exists():
+        n += 1
+        path = folder / f"plan-{stamp}-{n}.json"
+    return path
+
+
+def write_plan(plan: Any, path: str | Path) -> Path:
+    """Write ``plan`` (a SettingsPlan) as JSON to ``path``, which must not exist yet (a plan is written once,
+    before its run); returns the path.
+
+    Raises:
+        ValueError: ``path`` exists.
+    """
+    path = Path(path).expanduser()
+    if path.exists():
+        raise ValueError(f"{path} exists: a plan is written once, before its run. Pass another --plan-out, or run "
+                         f"that plan with --plan {path}")
+    atomic_write_json(path, plan.to_dict(), indent=1)
+    return path
+
+
+def run_options(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 50, docs: int = 6,
+                ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
+                chunk_context: str = "prefix", variants: int = 2, seed: int = 40, answer_tokens: int = 32,
+                yardstick_every: int = 1, rule: dict[str, Any] | None = None, threads: int | None = None,
+                save: bool = True, home: str | None = None, plan_out: str | Path | None = None,
+                json_path: str | None = None, console: Console | None = None) -> Any:
+    """``ragcache calibrate`` without ``--plan``: build the plan from the options (:func:`build_plan`), write it
+    to ``plan_out`` (default :func:`plan_path` under ``home``, default ``$RAGCACHE_HOME``) *before* anything is
+    measured, say where, then run it exactly as ``--plan`` does (:func:`main`: the table, the verdict, the
+    record). Returns the :class:`~ragcache.engine.blend.calibration.Calibration`.
+
+    Raises:
+        ValueError: a bad option (before the plan is written), an existing ``plan_out``, an empty item range;
+            after the plan is written: a missing data file, a model that cannot load.
+    """
+    from ragcache.app.calibrate import DEV_ITEMS
+    from ragcache.app.output import err_console
+    from ragcache.config import Config
+
+    console = console or Console()
+    if end <= start:
+        raise ValueError(f"no items in [{start}, {end}): --end must be > --start")
+    when = datetime.now(timezone.utc)
+    plan = build_plan(ratios=ratios, selection=selection, chunk_context=chunk_context, variants=variants, seed=seed,
+                      docs=docs, answer_tokens=answer_tokens, yardstick_every=yardstick_every, rule=rule,
+                      note=f"ragcache calibrate --model {model or 'embedded'}: plan written "
+                           f"{when.isoformat(timespec='seconds')} before the run.")
+    home = home or Config.from_env().paths
+    path = write_plan(plan, plan_out if plan_out else plan_path(home, when))
+    console.print(f"plan written to {path} before the run ({len(plan.settings)} candidates, rule "
+                  f"{plan.rule.to_dict()['name']}); to run it again: ragcache calibrate --plan {path}")
+    if end > DEV_ITEMS:
+        err_console().print(f"warning: items {DEV_ITEMS}-{end - 1} are past the development split "
+                            f"(0-{DEV_ITEMS - 1}); a calibration run on evaluation items makes them development items")
+    return main(plan=path, data=data, start=start, end=end, docs=docs, threads=threads, save=save, home=home,
+                json_path=json_path, model=model, console=console)
+
+
 def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs: int = 6, threads: int | None = None,
          save: bool = True, home: str | None = None, json_path: str | None = None, model: str | None = None,
          console: Console | None = None) -> Any:
@@ -74,8 +177,12 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.engine import LocalEngine
 
+    from ragcache.config import Config
+
     console = console or Console()
     sp = read_plan(plan)
+    cfg = Config.from_env()
+    home = home or cfg.paths  # where the CLI's engines read records, as the record line below says
     if threads:
         torch.set_num_threads(threads)
     if sp.prompts:  # the plan's fresh prompts: variants per question, prompt index = item * variants + v
@@ -90,7 +197,9 @@ def main(plan: str | Path, data: str | Path, start: int = 0, end: int = 50, docs
     sp.note = (f"{sp.note} items {start}-{end - 1} of {Path(data).name}, {what}, "
                f"torch threads {torch.get_num_threads()}, load at start {[round(x, 2) for x in os.getloadavg()]}"
                ).strip()
-    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(), calibration=False)
+    engine = LocalEngine.from_pretrained(model, chunk_cache=ChunkCache(kv_format=cfg.kv_format,
+                                                                      group_size=cfg.kv_group_size),
+                                         calibration=False, home=cfg.paths)  # the chunk format the CLI serves with
 
     def keep(measured: list[dict]) -> None:  # the measurement so far, after every item
         if json_path:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -372,20 +372,68 @@ class LocalEngine(EngineKeys):
         # Only hit documents are blended; missed ones are computed in this request's context (exact).
         return blend_request(self, ids, p, cache, plan, r, stats)
 
-    def calibrate(self, prompts: Sequence[Any], **kwargs: Any) -> Any:
-        """Measure blend fidelity on ``prompts``, record it for this model and use it from now on.
+    RETIRED_CALIBRATE_OPTIONS = ("ratios", "min_agreement", "confidence", "max_ratio", "rank_by")
 
-        Runs :func:`ragcache.engine.blend.calibration.calibrate` (same keyword arguments: ``ratios``,
-        ``min_agreement`` (default 0.95), ``confidence`` (0.95), ``max_ratio`` (0.5), ``answer_tokens`` (32), ``save``,
-        ``home``, ``progress``) and sets :attr:`calibration`. Returns the
-        :class:`~ragcache.engine.blend.calibration.Calibration`.
+    def calibrate(self, prompts: Sequence[Any], *, golds: Sequence[Sequence[str]] | None = None,
+                  settings: Sequence[Any] | None = None, rule: Any = None, answer_tokens: int = 32,
+                  yardstick_every: int = 0, save: bool = True, home: Any = None,
+                  progress: Callable[[str], None] | None = None, note: str = "", **retired: Any) -> Any:
+        """Measure blend settings on ``prompts`` under the license rule, record the verdict for this model
+        and use it from now on.
+
+        Runs :func:`ragcache.engine.blend.setting.calibrate_settings` with a
+        :class:`~ragcache.engine.blend.setting.SettingsPlan` of ``settings`` and ``rule`` (what
+        ``ragcache calibrate`` runs), and sets :attr:`calibration`; the record carries the rule's name
+        and thresholds, so only this rule's verdict ever licenses a blend.
+
+        Args:
+            prompts: RAG prompts with documents (messages lists with ``ragcache_kind`` document blocks,
+                PromptLayouts or :class:`Prompt`); development data, never the data a result is reported on.
+            golds: each prompt's gold answers (the rule scores free-running answers by F1); required.
+            settings: the candidate :class:`~ragcache.engine.blend.setting.BlendSetting` s (default
+                :func:`~ragcache.engine.blend.setting.candidate_settings`: infoflow selection at r = 0.15,
+                0.20, 0.30 over prefix-conditioned chunks); their number is the rule's Bonferroni ``k``.
+            rule: the :class:`~ragcache.engine.blend.license.LicenseRule` (default: its defaults).
+            answer_tokens: the full-prefill greedy answer forced through each blend (tokens, stops at EOS).
+            yardstick_every: run the bfloat16-vs-float32 full-prefill yardstick on every n-th prompt (0:
+                never; it holds a bfloat16 copy of the model while it runs).
+            save: write the record under ``home`` (default: this engine's home).
+            progress: called with one line per prompt and setting.
+            note: how the prompts were made, kept in the record.
+
+        Returns:
+            The :class:`~ragcache.engine.blend.calibration.Calibration` (``blend_allowed`` only when a
+            setting is licensed; :meth:`~ragcache.engine.blend.calibration.Calibration.verdict` says why).
 
         Raises:
-            ValueError: see :func:`ragcache.engine.blend.calibration.calibrate`.
+            TypeError: an option of the retired pooled-agreement rule (``ratios``, ``min_agreement``,
+                ``confidence``, ``max_ratio``, ``rank_by``), or any other unknown keyword.
+            ValueError: no prompts or settings, no ``golds`` (or not one list per prompt), a prompt
+                without documents, a bad setting or threshold.
         """
-        from ragcache.engine.blend.calibration import calibrate
+        from ragcache.engine.blend.license import LicenseRule
+        from ragcache.engine.blend.setting import SettingsPlan, calibrate_settings, candidate_settings
 
-        self.calibration = calibrate(self, prompts, **{"home": self.config.home, **kwargs})
+        if retired:
+            old = [k for k in retired if k in self.RETIRED_CALIBRATE_OPTIONS]
+            if old:
+                raise TypeError(f"calibrate(): {', '.join(old)} belonged to the retired pooled-agreement rule "
+                                "(ragcache issue 40): pass settings=candidate_settings(ratios, rank_by=...) and "
+                                "rule=LicenseRule(...) (ragcache.engine.blend.setting / .license)")
+            raise TypeError(f"calibrate() got unexpected keyword arguments {sorted(retired)}")
+        if rule is None:
+            rule = LicenseRule()
+        if not isinstance(rule, LicenseRule):
+            raise TypeError(f"rule must be a LicenseRule (ragcache.engine.blend.license); got {type(rule).__name__}")
+        if isinstance(answer_tokens, bool) or not isinstance(answer_tokens, int) or answer_tokens < 1:
+            raise ValueError(f"answer_tokens must be an integer >= 1; got {answer_tokens!r}")
+        if isinstance(yardstick_every, bool) or not isinstance(yardstick_every, int) or yardstick_every < 0:
+            raise ValueError(f"yardstick_every must be an integer >= 0; got {yardstick_every!r}")
+        plan = SettingsPlan(settings=list(candidate_settings() if settings is None else settings), rule=rule,
+                            answer_tokens=answer_tokens, yardstick_every=yardstick_every, note=note)
+        self.calibration = calibrate_settings(self, prompts, plan, save=save,
+                                              home=self.config.home if home is None else home,
+                                              progress=progress, golds=golds)
         return self.calibration
 
     # -- decode --------------------------------------------------------------

@@ -12,8 +12,9 @@ runner = CliRunner()
 OPTIONS = [
     (["ask", "hi", "--threshold"], "[-1, 1]", "cosine similarity"),
     (["demo", "--recompute-ratio"], "[0, 1]", "share of the prompt's tokens"),
-    (["calibrate", "--min-agreement"], "[0, 1]", "share of answer tokens"),
-    (["calibrate", "--max-ratio"], "[0, 1]", "share of the prompt's tokens"),
+    (["calibrate", "--max-decisive-flip-rate"], "[0, 1]", "share of decisive tokens"),
+    (["calibrate", "--max-f1-drop"], "[0, 1]", "an F1 difference"),
+    (["calibrate", "--alpha"], "[0, 1]", "a family-wise error rate"),
     (["bench", "blend-peer", "--ratio"], "[0, 1]", "share of the prompt's tokens"),
 ]
 

@@ -19,7 +19,7 @@ import ragcache.engine.kv as kvmod
 from ragcache.engine import attention
 from ragcache.engine import kv
 from ragcache.engine.attention import attend_positions, causal_attention
-from ragcache.engine.blend.calibration import Calibration, calibration_path, fidelity, load_calibration
+from ragcache.engine.blend.calibration import Calibration, fidelity
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.blend.reuse import ReusePolicy
@@ -308,42 +308,7 @@ def test_calibration_blocks_blending_and_sets_r(tiny):
     assert LocalEngine(tiny, recompute_ratio=0.1, calibration=yes).recompute_ratio == 0.1  # explicit r wins
 
 
-def test_calibrate_records_and_engine_loads_it(tiny, tmp_path, monkeypatch):
-    from ragcache.home import Home
-
-    monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path)))  # the library's default home
-    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
-    assert engine.calibration is None
-    prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]
-    cal = engine.calibrate(prompts, ratios=[0.15, 0.5, 1.0], max_ratio=1.0, min_agreement=0.999, answer_tokens=6,
-                           confidence=0.0)
-    rows = {row["r"]: row for row in cal.ratios}
-    assert rows[1.0]["top1_agreement"] == 1.0 and rows[1.0]["mean_kl"] < 1e-6  # r = 1 is full prefill
-    for row in cal.ratios:
-        assert 0.0 <= row["top1_agreement"] <= 1.0 and row["mean_kl"] >= 0 and len(row["per_prompt"]) == 2
-    meets = [r for r in sorted(rows) if rows[r]["pooled_top1_agreement"] >= 0.999]
-    assert cal.recompute_ratio == meets[0] and cal.blend_allowed
-    path = calibration_path(tiny.fingerprint)
-    assert path.parent == tmp_path / "calibration" and json.loads(path.read_text())["fingerprint"] == cal.fingerprint
-    assert load_calibration(tiny.fingerprint) == cal
-    assert LocalEngine(tiny).calibration == cal and LocalEngine(tiny).recompute_ratio == cal.recompute_ratio
-    assert engine.chunk_cache.misses == 0 and len(engine.chunk_cache.store) == 0  # nothing stored
-    with pytest.raises(ValueError, match="no document"):
-        engine.calibrate(["just a question"], save=False)
-
-
-def test_calibration_needs_confidence_not_luck(tiny, tmp_path):
-    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
-    prompts = [rag(DOCS[:3]), rag(DOCS[1:], "Who reviews configuration changes?")]
-    # r = 1 agrees on every token, but 2 prompts x <= 6 tokens cannot show 0.95 with confidence 0.95
-    cal = engine.calibrate(prompts, ratios=[0.5, 1.0], max_ratio=1.0, answer_tokens=6, save=False)
-    full = {row["r"]: row for row in cal.ratios}[1.0]
-    assert full["pooled_top1_agreement"] == 1.0 and full["agreement_lower_bound"] < 0.95
-    assert not cal.blend_allowed and cal.recompute_ratio is None and cal.confidence == 0.95
-    loose = engine.calibrate(prompts, ratios=[1.0], max_ratio=1.0, answer_tokens=6, save=False, confidence=0.0)
-    assert loose.blend_allowed and loose.recompute_ratio == 1.0
-    with pytest.raises(ValueError, match="confidence must be in"):
-        engine.calibrate(prompts, confidence=1.0, save=False)
+# LocalEngine.calibrate (the license rule's record, loaded by later engines): test_calibrate_license_path.py
 
 
 @pytest.mark.parametrize("p, n, conf, low, high", [
@@ -382,20 +347,21 @@ def test_calibrate_cli_on_a_local_model(tiny, tmp_path):
     data.write_text(json.dumps([{"question": "How long does the canary last?", "answers": ["15 minutes"],
                                  "ctxs": [{"title": "", "text": d} for d in DOCS]}]))
     home = tmp_path / "home"
-    args = ["calibrate", "--model", str(model_dir), "--data", str(data), "--end", "1", "--docs", "2",
-            "--ratios", "0.5,1.0", "--max-ratio", "1.0", "--answer-tokens", "4", "--home", str(home)]
+    args = ["calibrate", "--model", str(model_dir), "--data", str(data), "--end", "1", "--docs", "2", "--variants",
+            "1", "--ratios", "0.5,1.0", "--answer-tokens", "4", "--home", str(home)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
+    (plan,) = (home / "calibration" / "plans").glob("plan-*.json")  # written first, beside the records
     (record,) = (home / "calibration").glob("*.json")
     rec = json.loads(record.read_text())
-    assert [row["r"] for row in rec["ratios"]] == [0.5, 1.0] and rec["ratios"][1]["top1_agreement"] == 1.0
-    assert rec["prompts"] == 1 and "recorded in" in res.output
-    # one prompt of 4 answer tokens cannot show agreement 0.95 with confidence: exact prefill
-    assert rec["recompute_ratio"] is None and not rec["blend_allowed"] and "gets exact prefill" in res.output
-    assert rec["ratios"][1]["agreement_lower_bound"] < 0.95 and rec["confidence"] == 0.95
-    res = CliRunner().invoke(app, [*args, "--confidence", "0"])
-    assert res.exit_code == 0, res.output
-    assert json.loads(record.read_text())["recompute_ratio"] in (0.5, 1.0)
+    assert rec["rule"]["name"] == "decisive-flips-v1" == json.loads(plan.read_text())["rule"]["name"]
+    assert [row["setting"]["recompute_ratio"] for row in rec["settings"]] == [0.5, 1.0]
+    assert rec["settings"][1]["license"]["decisive_flips"] == 0 and rec["prompts"] == 1 and "recorded in" in res.output
+    # one prompt of 4 answer tokens holds no 300 large-margin tokens: nothing licensed, exact prefill
+    assert rec["recompute_ratio"] is None and not rec["blend_allowed"]
+    assert "no setting licensed" in " ".join(res.output.split())
+    retired = CliRunner().invoke(app, [*args, "--confidence", "0"])
+    assert retired.exit_code == 2 and "retired" in retired.output
     missing = CliRunner().invoke(app, ["calibrate", "--model", str(model_dir), "--data", str(tmp_path / "no.json")])
     assert missing.exit_code == 2 and "not found" in missing.output
 

@@ -1,27 +1,22 @@
-"""Per-model blend fidelity check: which recompute ratio r (if any) keeps CacheBlend close to full prefill.
+"""The per-model blend calibration record, and the teacher-forced measures a blend is judged by.
 
 A small model's greedy continuation flips after almost any change, so answer F1 against full
-prefill cannot see r (ragcache issue 12). Teacher-forced metrics can: the full-prefill greedy
-answer ``a_0 .. a_{T-1}`` is fed to both the full-prefill cache and the blended cache, and at each
-answer position the two next-token distributions are compared:
+prefill alone cannot see a blend's effect (ragcache issue 12). Teacher-forced measures can: the
+full-prefill greedy answer ``a_0 .. a_{T-1}`` is fed to both the full-prefill cache and the blended
+cache (:func:`teacher_forced_logits`), and at each answer position the two next-token distributions
+are compared (:func:`fidelity`: top-1 agreement with ``a_i`` and ``KL(p_full || p_blend)`` in nats).
 
-* top-1 agreement: the share of positions where the blended argmax equals ``a_i``
-  (the full prefill's argmax, by construction);
-* mean KL: ``KL(p_full || p_blend)`` averaged over the positions (nats).
-
-:func:`calibrate` runs CacheBlend (every document taken from its independently computed chunk
-KV, CacheBlend §5; :func:`ragcache.engine.blend.blend_prefill`) at a few r values on a few
-prompts and records, keyed by the model fingerprint, the smallest r whose agreement meets the
-bound (default 0.95) *with confidence*: the one-sided Wilson score lower bound (Wilson, JASA
-1927; default confidence 0.95) of the agreement pooled over every teacher-forced answer token
-must reach it, so a handful of prompts cannot license blending by luck (on SmolLM2-135M, 4
-development prompts gave a mean of 0.978 at r = 0.5 where the evaluation split measured 0.93).
-When no r <= ``max_ratio`` (default 0.5) meets it, the record says blending is not allowed and
-:class:`~ragcache.engine.engine.LocalEngine` takes exact prefill.
+The decision is the license rule's (:mod:`ragcache.engine.blend.license`, ragcache issue 40): a
+calibration (:func:`ragcache.engine.blend.setting.calibrate_settings`; ``ragcache calibrate`` or
+:meth:`LocalEngine.calibrate <ragcache.engine.engine.LocalEngine.calibrate>`) measures candidate
+settings and records a :class:`Calibration` that names the rule and the setting it licenses, if
+any. A record of the retired pooled-agreement rule (a one-sided Wilson lower bound of the pooled
+top-1 agreement, :func:`agreement_lower_bound`, which the decode-cache check still uses) loads and
+licenses nothing; without a licensed setting :class:`~ragcache.engine.engine.LocalEngine` takes exact
+prefill.
 Records live in ``$RAGCACHE_HOME/calibration/<fingerprint digest>.json`` (atomic writes). A model
-without one there falls back to the record packaged with ragcache for it (:data:`PACKAGED_DIR`; the
-embedded SmolLM2-135M ships one, measured as the README's CacheBlend section says), so a default
-engine follows measured evidence; a record under ``$RAGCACHE_HOME`` always wins.
+without one there falls back to the record packaged with ragcache for it (:data:`PACKAGED_DIR`), so
+a default engine follows measured evidence; a record under ``$RAGCACHE_HOME`` always wins.
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -44,9 +38,6 @@ from ragcache.engine import kv
 from ragcache.home import Home
 
 log = logging.getLogger(__name__)
-
-DEFAULT_RATIOS = (0.05, 0.10, 0.15, 0.30, 0.50)
-
 
 @dataclass(slots=True)
 class Calibration:
@@ -269,29 +260,6 @@ def check_confidence(confidence: Any) -> float:
     return float(confidence)
 
 
-def check_options(*, ratios: Sequence[float], min_agreement: float, max_ratio: float, answer_tokens: int,
-                  confidence: float) -> list[float]:
-    """Check :func:`calibrate`'s options before any work; returns the sorted ratios.
-
-    Raises:
-        ValueError: a ratio outside (0, 1] (or none), ``min_agreement`` outside (0, 1], ``max_ratio``
-            outside [0, 1], ``answer_tokens`` not an integer >= 1, or a bad ``confidence``.
-    """
-    try:
-        rs = sorted(float(r) for r in ratios)
-    except (TypeError, ValueError):
-        raise ValueError(f"ratios must be numbers in (0, 1], got {ratios!r}") from None
-    if not rs or any(not 0.0 < r <= 1.0 for r in rs):
-        raise ValueError(f"ratios must be in (0, 1], got {rs}")
-    if isinstance(answer_tokens, bool) or not hasattr(type(answer_tokens), "__index__") or answer_tokens < 1:
-        raise ValueError(f"answer_tokens must be an integer >= 1, got {answer_tokens!r}")
-    for name, v, lo_open in (("min_agreement", min_agreement, True), ("max_ratio", max_ratio, False)):
-        if isinstance(v, bool) or not isinstance(v, int | float) or not (0.0 < v <= 1.0 if lo_open else 0.0 <= v <= 1.0):
-            raise ValueError(f"{name} must be in {'(0, 1]' if lo_open else '[0, 1]'}, got {v!r}")
-    check_confidence(confidence)
-    return rs
-
-
 @torch.inference_mode()
 def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) -> float:
     """One-sided Wilson score lower bound of a proportion (Wilson, "Probable inference, the law of
@@ -369,109 +337,3 @@ def reference_answer(engine: Any, ids: Sequence[int],
     cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - w0
     answer, rows = greedy_answer(model, ref_cache, logits, n, answer_tokens, eos_ids(model, engine.tokenizer))
     return answer, rows, cpu_s, wall_s
-
-
-def calibrate(engine: Any, prompts: Sequence[Any], *, ratios: Sequence[float] = DEFAULT_RATIOS,
-              min_agreement: float = 0.95, max_ratio: float = 0.5, answer_tokens: int = 32,
-              confidence: float = 0.95, save: bool = True, rank_by: str | None = None,
-              home: Home | str | Path | None = None, progress: Callable[[str], None] | None = None) -> Calibration:
-    """Measure CacheBlend's teacher-forced fidelity against full prefill and record the r to use.
-
-    Args:
-        engine: a :class:`~ragcache.engine.engine.LocalEngine`; its chunk cache's storage dtype
-            and sink are used (a default :class:`ChunkCache` when it has none). Nothing is stored
-            in its caches.
-        prompts: prompts with documents (PromptLayouts, messages lists with ``ragcache_kind``
-            document blocks, or :class:`Prompt`), a few are enough (the CLI uses 4).
-        ratios: the r values to try, each in (0, 1] (r = 1 must give agreement 1 and KL 0: a check
-            of the measurement itself).
-        min_agreement: bound on teacher-forced top-1 agreement.
-        confidence: the bound must hold for the Wilson lower bound at this one-sided confidence
-            (:func:`agreement_lower_bound`) of the agreement pooled over all answer tokens; 0
-            compares the pooled agreement itself. More prompts tighten the bound.
-        max_ratio: the largest r worth blending at; above it exact prefill is chosen.
-        answer_tokens: length of the full-prefill greedy answer that is teacher-forced (stops at EOS).
-        save: write the record under the ragcache home.
-        rank_by: the selection rule to measure (default: the engine's, :attr:`LocalEngine.selection`).
-        progress: called with one line per prompt and ratio.
-
-    Returns:
-        The :class:`Calibration` (also written to :func:`calibration_path` when ``save``).
-
-    Raises:
-        ValueError: no prompts, a prompt without a document, or a bad option (:func:`check_options`:
-            a ratio outside (0, 1], ``answer_tokens < 1``, a bound outside (0, 1], ``max_ratio``
-            outside [0, 1], ``confidence`` not 0 or in [0.5, 1)).
-
-    Why one function: one measurement loop (prompts x ratios) whose running totals decide the
-    recorded r; the steps it calls (:func:`check_options`, the fidelity measure) are already apart.
-    """
-    from ragcache.engine.blend.prefill import blend_prefill
-    from ragcache.engine.chunk.cache import ChunkCache
-
-    if not prompts:
-        raise ValueError("calibrate needs at least one prompt with documents")
-    ratios = check_options(ratios=ratios, min_agreement=min_agreement, max_ratio=max_ratio,
-                           answer_tokens=answer_tokens, confidence=confidence)  # before any work
-    model, say = engine.model, progress or (lambda _msg: None)
-    cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
-    check_layer = engine.reuse_policy.check_layer
-    rank_by = engine.selection if rank_by is None else rank_by
-    built = [engine.build_prompt(p) for p in prompts]
-    for i, p in enumerate(built):
-        if not p.document_spans():
-            raise ValueError(f"prompt {i} has no document piece: calibrate needs RAG prompts with documents")
-    per_r: dict[float, list[dict]] = {r: [] for r in ratios}
-    tokens, seconds = 0, 0.0
-    with engine._lock:
-        for i, prompt in enumerate(built):
-            ids = prompt.input_ids
-            n = len(ids)
-            answer, reference, _, wall_s = reference_answer(engine, ids, answer_tokens)
-            seconds += wall_s
-            tokens += n
-            spans = [(s, e) for s, e, _ in prompt.document_spans()]
-            bound = cc.bind(model, engine.fingerprint, engine.namespace)  # never another namespace's KV
-            chunks = [bound.lookup(piece.ids) or bound.compute(piece.ids) for _, _, piece in prompt.document_spans()]
-            for r in ratios:
-                res = blend_prefill(model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=chunks,
-                                    recompute_ratio=r, check_layer=check_layer, rank_by=rank_by)
-                blended = teacher_forced_logits(model, res.cache, res.last_logits, answer, n)
-                agree, kl = fidelity(reference, blended, answer)
-                per_r[r].append({"prompt": i, "prompt_tokens": n, "answer_tokens": len(answer),
-                                 "top1_agreement": agree, "mean_kl": kl})
-                say(f"prompt {i} ({n} tokens, {len(answer)} answer tokens) r={r:g}: "
-                    f"top-1 agreement {agree:.3f}, mean KL {kl:.4f}")
-    table = [ratio_row(r, per_r[r], confidence) for r in ratios]
-    chosen = choose_ratio(table, min_agreement, max_ratio)
-    cal = Calibration(
-        fingerprint=record_digest(engine.fingerprint), model=str(engine.fingerprint), recompute_ratio=chosen,
-        blend_allowed=chosen is not None, min_agreement=min_agreement, max_ratio=max_ratio, ratios=table,
-        prefill_tokens_per_s=tokens / seconds if seconds > 0 else None, prompts=len(built),
-        answer_tokens=answer_tokens, chunk_dtype=str(cc.dtype).replace("torch.", ""), sink_ids=cc.sink_for(model),
-        check_layer=check_layer, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        confidence=confidence, rank_by=rank_by)
-    if save:
-        save_calibration(cal, home)
-    return cal
-
-
-def ratio_row(r: float, per_prompt: list[dict], confidence: float) -> dict:
-    """One row of the calibration table from per-prompt results (``top1_agreement``,
-    ``answer_tokens``, ``mean_kl``): means, the pooled agreement and its lower bound."""
-    n = sum(x["answer_tokens"] for x in per_prompt)
-    pooled = sum(x["top1_agreement"] * x["answer_tokens"] for x in per_prompt) / n if n else 0.0
-    return {"r": r,
-            "top1_agreement": sum(x["top1_agreement"] for x in per_prompt) / len(per_prompt),
-            "pooled_top1_agreement": pooled,
-            "agreement_lower_bound": agreement_lower_bound(pooled, n, confidence),
-            "min_top1_agreement": min(x["top1_agreement"] for x in per_prompt),
-            "mean_kl": sum(x["mean_kl"] for x in per_prompt) / len(per_prompt),
-            "answer_tokens": n,
-            "per_prompt": per_prompt}
-
-
-def choose_ratio(table: Sequence[dict], min_agreement: float, max_ratio: float) -> float | None:
-    """The smallest r <= ``max_ratio`` whose ``agreement_lower_bound`` reaches ``min_agreement``."""
-    ok = [row["r"] for row in table if row["r"] <= max_ratio and row["agreement_lower_bound"] >= min_agreement]
-    return min(ok) if ok else None

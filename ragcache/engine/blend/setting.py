@@ -17,10 +17,12 @@ ceiling, a cheaper ranking pass over early layers) and the chunk context:
   chunk" layouts of CacheBlend §5 and EPIC, Hu et al., arXiv 2410.15332, §3, which place the
   shared system prompt before every cached chunk.)
 
-:func:`calibrate_settings` measures candidate settings against full prefill (teacher-forced top-1
-agreement and KL, :mod:`ragcache.engine.blend.calibration`) and licenses the cheapest one whose Wilson
-lower bound of the pooled agreement reaches the bound and whose mean recomputed share stays under
-a cap; the :class:`~ragcache.engine.blend.calibration.Calibration` record names it (``setting``).
+:func:`calibrate_settings` measures the candidate settings of a :class:`SettingsPlan` against full
+prefill (teacher-forced flips by the full prefill's margin, free-running answers against gold answers,
+CPU time) and licenses the fastest one the plan's license rule passes
+(:mod:`ragcache.engine.blend.license`); the :class:`~ragcache.engine.blend.calibration.Calibration`
+record names it (``setting``) and carries the rule. :func:`candidate_settings` builds the usual
+candidates (one per recompute ratio), as ``ragcache calibrate`` and ``LocalEngine.calibrate`` do.
 """
 
 from __future__ import annotations
@@ -365,6 +367,47 @@ class SettingsPlan:
     prompts: dict = field(default_factory=dict)
     yardstick_every: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as the JSON object :func:`ragcache.app.calibrate_settings.read_plan` reads back to an equal
+        plan (``note``, ``answer_tokens``, ``yardstick_every``, ``prompts``, ``rule``, ``settings``; the retired
+        rule's thresholds only for a plan without the rule)."""
+        d: dict[str, Any] = {"note": self.note, "answer_tokens": self.answer_tokens,
+                             "yardstick_every": self.yardstick_every}
+        if self.prompts:
+            d["prompts"] = dict(self.prompts)
+        if self.rule is not None:
+            d["rule"] = self.rule.to_dict()
+        else:
+            d |= {"min_agreement": self.min_agreement, "confidence": self.confidence,
+                  "max_mean_share": self.max_mean_share}
+        d["settings"] = [s.to_dict() for s in self.settings]
+        return d
+
+
+DEFAULT_CANDIDATE_RATIOS = (0.15, 0.20, 0.30)
+"""The recompute ratios ``ragcache calibrate`` and :meth:`LocalEngine.calibrate
+<ragcache.engine.engine.LocalEngine.calibrate>` try when given none (three candidates: each one more
+tightens every candidate's Bonferroni bound)."""
+
+
+def candidate_settings(ratios: Sequence[float] = DEFAULT_CANDIDATE_RATIOS, *, rank_by: str = "infoflow",
+                       chunk_context: str = "prefix") -> list[BlendSetting]:
+    """One :class:`BlendSetting` per recompute ratio, with one selection rule and chunk context (default:
+    query-aware ``infoflow`` selection over chunks computed after the request's stable prefix).
+
+    Raises:
+        ValueError: no ratio, a ratio that is not a number in [0, 1] or given twice, or a bad rule / context.
+    """
+    try:
+        rs = [float(r) for r in ratios]
+    except (TypeError, ValueError):
+        raise ValueError(f"ratios must be numbers in [0, 1]; got {list(ratios)!r}") from None
+    if not rs:
+        raise ValueError("at least one recompute ratio is needed")
+    if len(set(rs)) != len(rs):
+        raise ValueError(f"ratios must differ; got {rs}")
+    return [BlendSetting(recompute_ratio=r, rank_by=rank_by, chunk_context=chunk_context) for r in sorted(rs)]
+
 
 def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, *, save: bool = True,
                        home: Any = None, progress: Callable[[str], None] | None = None,
@@ -456,6 +499,7 @@ def precision_yardstick(rows: Sequence[dict], decisive_margin: float = 1.0) -> d
             "decisive_tokens": dec, "decisive_flips": dflips, "decisive_flip_rate": dflips / max(dec, 1)}
 
 
-__all__ = ["CHUNK_CONTEXTS", "BlendSetting", "SettingsPlan", "calibrate_settings", "choose_setting", "compute_after",
+__all__ = ["CHUNK_CONTEXTS", "DEFAULT_CANDIDATE_RATIOS", "BlendSetting", "SettingsPlan", "calibrate_settings",
+           "candidate_settings", "choose_setting", "compute_after",
            "context_view",
            "licensed_setting", "measure_settings", "precision_yardstick", "setting_row", "stable_prefix_len"]
