@@ -1,9 +1,11 @@
 """Fixtures and doubles shared by the CLI tests that run `ragcache ask` through typer's runner:
 a tiny model folder, a fresh `$RAGCACHE_HOME`, a notes folder and a fixed model answer.
-Import the fixtures into a test module (`from cli_doubles import home, tiny_dir  # noqa: F401`)."""
+Import the fixtures into a test module (`from cli_doubles import home, tiny_dir  # noqa: F401`).
+A child process that a test sends Ctrl-C starts with ``preexec_fn=sigint_default``."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,12 @@ def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop
 
     monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
     return calls
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child process that a test sends Ctrl-C (``SIGINT``): the child's SIGINT back
+    to the default action, so Python installs its ``KeyboardInterrupt`` handler there. A non-interactive
+    shell starts a background job (``pytest ... &``, ``nohup``) with SIGINT ignored, an ignored signal
+    stays ignored across ``exec``, and Python leaves an ignored SIGINT alone: without this the child
+    would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

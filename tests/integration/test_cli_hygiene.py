@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
+from cli_doubles import fixed_answer, home, sigint_default, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.argv import normalize
 from ragcache.app.cli import app
 
@@ -231,7 +231,7 @@ def _env(home: Path) -> dict:
 def test_ctrl_c_during_start_up_prints_one_line(home, notes, delay_s):
     p = subprocess.Popen([sys.executable, "-c", "from ragcache.app.entry import main; main()", "ask", "--docs",
                           str(notes), "When do backups run?"], env=_env(home), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     time.sleep(delay_s)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=120)

@@ -14,7 +14,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from cli_doubles import home, tiny_dir, write_notes  # noqa: F401 - fixtures
+from cli_doubles import home, sigint_default, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.cli import app
 from ragcache.app.corpus import decode_bytes, scan_folder
 
@@ -92,7 +92,7 @@ def test_ctrl_c_under_json_is_a_json_error(home, tmp_path):
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-c", "from ragcache.app.entry import main; main()", "ask", "--json",
                           "--docs", str(notes), "When do backups run?"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     time.sleep(1.0)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
