@@ -47,7 +47,7 @@ def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop
     returns the list of layouts it was asked with."""
     calls = []
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         calls.append(layout)
         return BackendResult(text, "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01, finish_reason=finish)
 

@@ -55,7 +55,7 @@ from ragcache.testing import run_in_threads
 
 class ScriptedBackend:
     """A :class:`~ragcache.backend.Backend` that answers ``text`` with ``finish`` after ``delay_s``
-    seconds and counts its calls (thread-safe). ``approximate`` / ``recompute_ratio`` / ``blend_setting``
+    seconds and counts its calls and their tenants (thread-safe). ``approximate`` / ``recompute_ratio`` / ``blend_setting``
     are reported as a blended local prefill would (so provenance equality across entry points is
     checked); ``blend_setting`` is also the setting the backend declares (``None``: exact prefill)."""
 
@@ -71,15 +71,18 @@ class ScriptedBackend:
         self._blend = blend_setting
         self._lock = threading.Lock()
         self.calls = 0
+        self.tenants: list[str | None] = []  # the tenant of each call (the Backend contract's ``tenant``)
 
     @property
     def blend_setting(self) -> str | None:
         """The blend setting it answers at (``None`` when it reports exact answers)."""
         return self._blend if self.approximate else None
 
-    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                 tenant: str | None = None) -> BackendResult:
         with self._lock:
             self.calls += 1
+            self.tenants.append(tenant)
         time.sleep(self.delay_s)
         n = len(layout.render().split())
         return BackendResult(self.text, "prefix+chunk", CacheUsage.local(prompt_tokens=n, prefix_reused=min(n, 4),
@@ -87,8 +90,10 @@ class ScriptedBackend:
                              0.001, self.finish, self.approximate, self.recompute_ratio,  # type: ignore[arg-type]
                              blend_setting=self.blend_setting)
 
-    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
-        return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature)
+    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                        tenant: str | None = None) -> BackendResult:
+        return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                       tenant=tenant)
 
 
 class EntryPoint(Protocol):

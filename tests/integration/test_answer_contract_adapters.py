@@ -84,20 +84,22 @@ class LlamaIndexEntry:
             model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
             blend_setting = property(lambda self: backend.blend_setting)  # type: ignore[assignment]
 
-            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
-                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
+                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
-            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
-                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                                tenant: Any = None) -> Any:
+                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                               tenant=tenant)
 
-            def stream(self, layout: Any) -> Any:
-                r = backend.generate(layout, max_new_tokens=0, temperature=0.0)
+            def stream(self, layout: Any, *, tenant: Any = None) -> Any:
+                r = backend.generate(layout, max_new_tokens=0, temperature=0.0, tenant=tenant)
                 yield r.text[:7]
                 yield r.text[7:]
                 yield r
 
-            async def astream(self, layout: Any) -> Any:
-                for item in self.stream(layout):
+            async def astream(self, layout: Any, *, tenant: Any = None) -> Any:
+                for item in self.stream(layout, tenant=tenant):
                     yield item
 
         self.name, self.mode = f"LlamaIndex {mode}", mode

@@ -246,7 +246,7 @@ CHILD = textwrap.dedent("""
 
     CALLS = sys.argv[1]
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         with open(CALLS, "a") as f:
             f.write("call\\n")
         time.sleep(3)
