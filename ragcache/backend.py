@@ -266,6 +266,11 @@ class BackendResult:
                              "(map the provider's native value with its adapter's FINISH_REASONS table)")
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of a request that names none (``RagCache``'s and the adapters' default namespace):
+``None`` and ``"default"`` are one tenant, whose KV is the local engine's own."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """An LLM backend that answers a laid-out prompt.
@@ -275,6 +280,15 @@ class Backend(Protocol):
     may be blended (the local engine) also has ``blend_setting``: the name of the blend setting it
     answers at, ``None`` for exact prefill (absent: never blended); a stored blended answer is served
     only to a request at the same setting (:func:`ragcache.provenance.may_serve`).
+
+    ``tenant`` is part of the contract: every entry point passes the request's tenant (its namespace,
+    ``None`` or :data:`DEFAULT_TENANT` for the default one) and every backend takes it. A backend with
+    KV of its own (:class:`ragcache.engine.backend.LocalBackend`, the LlamaIndex backend over
+    ``RagCacheLLM``) salts the request's prefix and chunk KV keys with it: it is hashed into the root of
+    the block-hash chain and into every chunk key (:func:`ragcache.engine.keys.kv_salt`), as vLLM's
+    ``Request.cache_salt``, so two tenants reuse none of each other's KV unless the engine opts in
+    (``share_kv_across_namespaces=True``). A provider backend keeps its prompt cache per API key (per
+    organisation) and leaves ``tenant`` unused.
     """
 
     name: str
@@ -282,16 +296,19 @@ class Backend(Protocol):
     @property
     def model_id(self) -> str: ...
 
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                 tenant: str | None = None) -> BackendResult: ...
 
 
 @runtime_checkable
 class AsyncBackend(Protocol):
-    """A backend with a native async path (the pipeline runs ``generate`` in a thread otherwise)."""
+    """A backend with a native async path (the pipeline runs ``generate`` in a thread otherwise);
+    ``tenant`` as in :class:`Backend`."""
 
-    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult: ...
+    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                        tenant: str | None = None) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "OPENAI_CACHE_READ",
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "OPENAI_CACHE_READ",
            "OPENAI_CACHE_WRITE", "model_with_fields",
            "provider_layer"]

@@ -42,7 +42,8 @@ class Request:
         question: the question as asked (the embedded part of the semantic key).
         layout: the stable-first prompt.
         partition: the semantic cache's exact partition key (``None`` without a semantic cache).
-        namespace: tenant; max_new_tokens / temperature: generation parameters (in the partition).
+        namespace: tenant (in the partition; the backend's ``tenant``, the KV salt);
+            max_new_tokens / temperature: generation parameters (in the partition).
     """
 
     question: str
@@ -67,7 +68,9 @@ class RagCache:
             ``None``: :meth:`Config.from_env() <ragcache.config.Config.from_env>`. ``RagCache`` is the
             library's facade, so it is the one library class that reads the environment, and only here.
         system: default system text (stable: it goes first and is cached).
-        namespace: tenant; answers never cross namespaces.
+        namespace: tenant: answers never cross namespaces, and each request's namespace is the tenant its
+            backend is given (:class:`ragcache.backend.Backend`), which salts a local engine's prefix and
+            chunk KV keys (no KV shared across tenants unless the engine opts in).
         doc_order: ``canonical`` (by id, then content: stable bytes) or ``given``.
         lint: what to do with volatile text (dates, ids) found in stable segments: ``warn``,
             ``move`` (into the volatile segment, which stays in the partition), ``raise`` or ``off``.
@@ -126,7 +129,6 @@ class RagCache:
         self.semantic = semantic
         self.system = system
         self.namespace = namespace
-        self._takes_namespace: dict[str, bool] = {}
         self.doc_order = doc_order
         self.lint = lint
         self.max_new_tokens = max_new_tokens
@@ -220,34 +222,19 @@ class RagCache:
                         unset_temperature=0.0)
 
     # -- step 3 ----------------------------------------------------------------------------------
-    def _kv_salt(self, request: Request, method: str) -> dict[str, Any]:
-        """``{"namespace": request.namespace}`` when the backend's ``method`` takes a ``namespace``
-        (a local engine salts its prefix and chunk KV keys with it, so tenants never share KV unless the
-        engine opts in with ``share_kv_across_namespaces``); ``{}`` for a backend without KV of its own
-        (a provider keeps its cache per API key)."""
-        accepts = self._takes_namespace.get(method)
-        if accepts is None:
-            import inspect
-
-            try:
-                params = inspect.signature(getattr(self.backend, method)).parameters
-            except (TypeError, ValueError):  # a builtin or C callable: no signature, pass nothing extra
-                params = {}
-            accepts = "namespace" in params
-            self._takes_namespace[method] = accepts
-        return {"namespace": request.namespace} if accepts else {}
-
     def generate(self, request: Request) -> BackendResult:
-        """Run the backend on the request's layout (blocking)."""
+        """Run the backend on the request's layout (blocking). The request's namespace is its tenant
+        (:class:`ragcache.backend.Backend`): a local engine salts its prefix and chunk KV with it, so
+        tenants never share KV unless the engine opts in with ``share_kv_across_namespaces``."""
         return self.backend.generate(request.layout, max_new_tokens=request.max_new_tokens,
-                                     temperature=request.temperature, **self._kv_salt(request, "generate"))
+                                     temperature=request.temperature, tenant=request.namespace)
 
     async def agenerate(self, request: Request) -> BackendResult:
         """Async :meth:`generate`: the backend's own async path, else a worker thread."""
         import asyncio  # lazily: the sync hit path never needs it
         if isinstance(self.backend, AsyncBackend):
             return await self.backend.agenerate(request.layout, max_new_tokens=request.max_new_tokens,
-                                                temperature=request.temperature, **self._kv_salt(request, "agenerate"))
+                                                temperature=request.temperature, tenant=request.namespace)
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------

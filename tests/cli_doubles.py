@@ -1,9 +1,15 @@
 """Fixtures and doubles shared by the CLI tests that run `ragcache ask` through typer's runner:
 a tiny model folder, a fresh `$RAGCACHE_HOME`, a notes folder and a fixed model answer.
-Import the fixtures into a test module (`from cli_doubles import home, tiny_dir  # noqa: F401`)."""
+Import the fixtures into a test module (`from cli_doubles import home, tiny_dir  # noqa: F401`).
+A test sends Ctrl-C to a child process through :func:`interrupt_cli`."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,9 +51,41 @@ def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop
     returns the list of layouts it was asked with."""
     calls = []
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         calls.append(layout)
         return BackendResult(text, "model", CacheUsage.local(prompt_tokens=10), ttft_s=0.01, finish_reason=finish)
 
     monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
     return calls
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child process that a test sends Ctrl-C (``SIGINT``): the child's SIGINT back
+    to the default action, so Python installs its ``KeyboardInterrupt`` handler there. A non-interactive
+    shell starts a background job (``pytest ... &``, ``nohup``) with SIGINT ignored, an ignored signal
+    stays ignored across ``exec``, and Python leaves an ignored SIGINT alone: without this the child
+    would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_STARTED = "ragcache-test: main() starts"
+_CHILD = ("import sys; from ragcache.app.entry import main; "
+          f"sys.stderr.write({_STARTED!r} + '\\n'); sys.stderr.flush(); main()")
+
+
+def interrupt_cli(args: list[str], home: Path, delay_s: float) -> tuple[int, str]:
+    """Run ``ragcache *args`` in a child process (``$RAGCACHE_HOME`` ``home``, one thread), send it Ctrl-C
+    ``delay_s`` seconds after its ``main()`` starts, and return its exit code and stderr.
+
+    The child's SIGINT is the default (:func:`sigint_default`), and the delay counts from the line the
+    child writes just before ``main()``, not from the spawn: on a loaded machine Python's own start-up
+    can take longer than ``delay_s``, and an interrupt there is Python's, not ragcache's to report."""
+    env = {**os.environ, "RAGCACHE_HOME": str(home), "RAGCACHE_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", _CHILD, *args], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    first = p.stderr.readline()  # blocks until main() is about to run (or the child ended)
+    time.sleep(delay_s)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    return p.returncode, (first if first.strip() != _STARTED else "") + err

@@ -61,6 +61,16 @@ def tiny_wide3():
     return tiny_llama(seed=3, initializer_range=0.2)
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_seed1):
+    """A :class:`~ragcache.LocalEngine` on ``tiny_seed1`` without a calibration record (exact prefill),
+    one per test module. A module that needs another engine (other weights, a chunk cache, a block
+    size, a recording subclass, a server around it) defines its own ``engine``, which overrides this."""
+    from ragcache import LocalEngine
+
+    return LocalEngine(tiny_seed1, calibration=False)
+
+
 @pytest.fixture(scope="session")
 def smol():
     """The real embedded SmolLM2-135M-Instruct (converted once under RAGCACHE_HOME)."""

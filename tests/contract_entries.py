@@ -1,14 +1,18 @@
 """The answer-path contract's entry points over a notes folder (RagCache, ``ragcache ask`` in-process),
-shared by the unit contract and the ``ragcache ask`` process contract."""
+shared by the unit contract and the ``ragcache ask`` process contract; and RagCache's entries of the
+tenant case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) over a local engine.
+``ragcache ask`` has no tenant case: it is one user's command, its requests are the default tenant's."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ragcache.answering import Answer
-from ragcache.testing.answer_contract import ScriptedBackend
+from ragcache.testing.answer_contract import TENANT_DOCS, TENANT_SYSTEM, ScriptedBackend
 
 
 def _notes(folder: Path) -> Path:
@@ -62,3 +66,25 @@ class AskEntry:
         from ragcache.config import Config
 
         return ask(question, self.folder, cfg=Config.from_env(), quiet=True).answer
+
+
+class RagCacheTenantEntry:
+    """``RagCache(LocalBackend(engine))`` without an answer cache, its requests ``tenant``'s: the facade's
+    ``namespace=`` (``sync`` / ``async``) or each call's (``per-call``)."""
+
+    stores_length = False
+
+    def __init__(self, engine: Any, tenant: str, mode: str) -> None:
+        from ragcache import RagCache
+        from ragcache.engine.backend import LocalBackend
+
+        self.name, self.mode, self.tenant = f"RagCache {mode}", mode, tenant
+        ns = "default" if mode == "per-call" else tenant
+        self.rag = RagCache(LocalBackend(engine), semantic=None, system=TENANT_SYSTEM, namespace=ns, max_new_tokens=2)
+
+    def ask(self, question: str) -> Answer:
+        if self.mode == "async":
+            return asyncio.run(self.rag.aanswer(question, list(TENANT_DOCS)))
+        if self.mode == "per-call":
+            return self.rag.answer(question, list(TENANT_DOCS), namespace=self.tenant)
+        return self.rag.answer(question, list(TENANT_DOCS))

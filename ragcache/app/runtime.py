@@ -164,9 +164,10 @@ class LazyLocalBackend:
         return None if setting is None else setting.name
 
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
-                 namespace: str | None = None) -> BackendResult:
-        tenant = {} if namespace is None else {"namespace": namespace}  # the request's KV salt (LocalBackend)
-        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, **tenant)
+                 tenant: str | None = None) -> BackendResult:
+        """:meth:`LocalBackend.generate <ragcache.engine.backend.LocalBackend.generate>` on the loaded
+        model; ``tenant`` salts the request's KV."""
+        return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
 
 def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:

@@ -81,44 +81,45 @@ class LocalBackend:
         answer only to a request at the same setting."""
         return self.engine.blend_setting_name(self.options.get("recompute_ratio"), self.options.get("use_chunk_cache"))
 
-    def _opts(self, namespace: str | None) -> dict[str, Any]:
-        return {**self.options, "namespace": namespace} if namespace is not None else dict(self.options)
+    def _opts(self, tenant: str | None) -> dict[str, Any]:
+        return {**self.options, "namespace": tenant} if tenant is not None else dict(self.options)
 
     def generate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
-                 namespace: str | None = None) -> BackendResult:
+                 tenant: str | None = None) -> BackendResult:
         """Answer a layout (or messages / a Prompt) on the engine; blocking.
 
         Args:
-            namespace: the request's namespace (tenant): salts its prefix and chunk KV keys
-                (:meth:`ragcache.engine.engine.LocalEngine.kv_salt`), so no KV is reused across
-                namespaces unless the engine has ``share_kv_across_namespaces=True``.
+            tenant: the request's tenant (:class:`ragcache.backend.Backend`): salts its prefix and
+                chunk KV keys (the engine's request ``namespace``,
+                :meth:`ragcache.engine.engine.LocalEngine.kv_salt`), so no KV is reused across tenants
+                unless the engine has ``share_kv_across_namespaces=True``. ``None`` / ``"default"``:
+                the engine's own KV.
         """
         g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                 **self._opts(namespace))
+                                 **self._opts(tenant))
         return result_of(g)
 
     async def agenerate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
-                        namespace: str | None = None) -> BackendResult:
+                        tenant: str | None = None) -> BackendResult:
         """:meth:`generate` off the event loop (through the engine's one async bridge)."""
         gen = None
         async for ev in self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                            **self._opts(namespace)):
+                                            **self._opts(tenant)):
             gen = ev.generation or gen
         assert gen is not None
         return result_of(gen)
 
     def stream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
-               namespace: str | None = None) -> Any:
-        """The engine's stream events (``StreamEvent``; the last carries the ``Generation``); ``namespace``
+               tenant: str | None = None) -> Any:
+        """The engine's stream events (``StreamEvent``; the last carries the ``Generation``); ``tenant``
         as in :meth:`generate`."""
         return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                  **self._opts(namespace))
+                                  **self._opts(tenant))
 
     def astream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
-                namespace: str | None = None) -> AsyncIterator[Any]:
+                tenant: str | None = None) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
         return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   **self._opts(namespace))
-
+                                   **self._opts(tenant))
 
 __all__ = ["LocalBackend", "layer_of", "result_of", "usage_of"]

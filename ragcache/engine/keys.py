@@ -15,8 +15,10 @@ KV-Cache Sharing in Multi-Tenant LLM Serving", NDSS 2025; Gu et al., "Auditing P
 Language Model APIs", arXiv 2502.07776). The hosted APIs keep their prompt caches per
 organisation for the same reason.
 
-So a request's namespace (``RagCache.answer(namespace=...)``, the tenant the local servers derive
-from a caller's API key, bearer token or tenant header) is hashed into the root of its prefix
+So a request's namespace, its tenant (the ``tenant`` every :class:`~ragcache.backend.Backend` takes:
+``RagCache.answer(namespace=...)``, ``ChatRagCache(tenant=...)``, ``RagCacheLLM(tenant=...)``, the
+LlamaIndex query engine's ``namespace``, the tenant the local servers derive from a caller's API key,
+bearer token or tenant header) is hashed into the root of its prefix
 block-hash chain and into every chunk KV key (:func:`kv_salt`): two tenants never reuse each
 other's KV, even for byte-identical text. The namespace is only ever hashed, never stored.
 
@@ -31,13 +33,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ragcache.backend import DEFAULT_TENANT
 from ragcache.hashing import canonical_json, encode, sha256_hex
 
 if TYPE_CHECKING:
     from ragcache.engine.chunk import BoundChunkCache
     from ragcache.models import ModelFingerprint
 
-DEFAULT_NAMESPACE = "default"
+DEFAULT_NAMESPACE = DEFAULT_TENANT
 """The namespace of requests that name none (``RagCache``'s and the adapters' default): its KV
 salt is the engine's own, so KV precomputed with ``ChunkCache.precompute(engine, ...)`` and
 requests sent to the engine directly reuse each other."""

@@ -36,11 +36,19 @@ Use it by subclassing :class:`AnswerPathContract` and providing two fixtures, ``
 Entry points answer one fixed request shape: a question over the documents the test module
 chose (the same documents, system text, model and budget everywhere, so every entry point keys
 the same partition), with :class:`ScriptedBackend` as the model.
+
+The tenant is part of the contract too (:class:`TenantKVContract`): two tenants sending the same
+system text and documents through an entry point, to one local engine, reuse none of each other's
+prefix or chunk KV unless the engine opts in (``share_kv_across_namespaces=True``). A subclass provides
+``make_tenant_entry``: a factory ``(engine, tenant) -> EntryPoint`` whose model is that
+:class:`~ragcache.engine.engine.LocalEngine` and whose requests are ``tenant``'s, asking over
+:data:`TENANT_SYSTEM` and :data:`TENANT_DOCS`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -55,7 +63,7 @@ from ragcache.testing import run_in_threads
 
 class ScriptedBackend:
     """A :class:`~ragcache.backend.Backend` that answers ``text`` with ``finish`` after ``delay_s``
-    seconds and counts its calls (thread-safe). ``approximate`` / ``recompute_ratio`` / ``blend_setting``
+    seconds and counts its calls and their tenants (thread-safe). ``approximate`` / ``recompute_ratio`` / ``blend_setting``
     are reported as a blended local prefill would (so provenance equality across entry points is
     checked); ``blend_setting`` is also the setting the backend declares (``None``: exact prefill)."""
 
@@ -71,15 +79,18 @@ class ScriptedBackend:
         self._blend = blend_setting
         self._lock = threading.Lock()
         self.calls = 0
+        self.tenants: list[str | None] = []  # the tenant of each call (the Backend contract's ``tenant``)
 
     @property
     def blend_setting(self) -> str | None:
         """The blend setting it answers at (``None`` when it reports exact answers)."""
         return self._blend if self.approximate else None
 
-    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    def generate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                 tenant: str | None = None) -> BackendResult:
         with self._lock:
             self.calls += 1
+            self.tenants.append(tenant)
         time.sleep(self.delay_s)
         n = len(layout.render().split())
         return BackendResult(self.text, "prefix+chunk", CacheUsage.local(prompt_tokens=n, prefix_reused=min(n, 4),
@@ -87,8 +98,10 @@ class ScriptedBackend:
                              0.001, self.finish, self.approximate, self.recompute_ratio,  # type: ignore[arg-type]
                              blend_setting=self.blend_setting)
 
-    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> BackendResult:
-        return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature)
+    async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                        tenant: str | None = None) -> BackendResult:
+        return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                       tenant=tenant)
 
 
 class EntryPoint(Protocol):
@@ -185,4 +198,71 @@ class AnswerPathContract:
         assert blended.calls == 1
 
 
-__all__ = ["AnswerPathContract", "EntryPoint", "QUESTION", "ScriptedBackend"]
+TENANT_SYSTEM = ("You are the support assistant of the Northwind Traders warehouse. Answer from the passages "
+                 "only, cite the passage number, and say so when the passages do not hold the answer. ") * 2
+"""The system text of the tenant case: several 16-token blocks, so a prefix hit is visible."""
+TENANT_DOCS = ("The canary deployment lasts fifteen minutes before traffic shifts to the new version entirely.",
+               "Rollbacks are triggered automatically when the error rate exceeds two percent for five minutes.")
+TENANT_QUESTIONS = ("How long does the canary last?", "When do rollbacks happen?", "How many replicas are kept?")
+
+TenantFactory = Callable[[Any, str], EntryPoint]
+
+
+def tenant_engine(*, share: bool = False) -> Any:
+    """A tiny random :class:`~ragcache.engine.engine.LocalEngine` (float32, :func:`ragcache.testing.tiny_llama`)
+    with a prefix cache and a memory chunk cache that blends on any chunk hit (r = 0.15, no calibration), so
+    the KV caches alone decide what is reused. ``share``: ``share_kv_across_namespaces``."""
+    import torch
+
+    from ragcache.engine.chunk import ChunkCache, MemoryChunkStore
+    from ragcache.engine.engine import LocalEngine
+
+    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
+    return LocalEngine(_tiny(), chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15,
+                       share_kv_across_namespaces=share)
+
+
+@functools.cache
+def _tiny() -> Any:
+    from ragcache.testing import tiny_llama
+
+    return tiny_llama(seed=0)
+
+
+def _kv(engine: Any) -> tuple[int, int]:
+    """The engine's prefix-cache hits and reused tokens so far."""
+    st = engine.prefix_cache.stats
+    return st.hits, st.tokens_reused
+
+
+class TenantKVContract:
+    """Two tenants through an entry point share no KV unless the engine opts in (see the module docstring
+    for the ``make_tenant_entry`` fixture)."""
+
+    def test_two_tenants_share_no_kv(self, make_tenant_entry: TenantFactory) -> None:
+        engine = tenant_engine()
+        acme, globex = make_tenant_entry(engine, "acme"), make_tenant_entry(engine, "globex")
+        acme.ask(TENANT_QUESTIONS[0])
+        own = acme.ask(TENANT_QUESTIONS[1])
+        assert own.layer != "semantic" and own.usage.reused > 0, f"{acme.name}: a tenant reused none of its own KV"
+        before = _kv(engine)
+        other = globex.ask(TENANT_QUESTIONS[2])
+        assert other.layer != "semantic", other
+        assert (other.usage.reused, other.usage.prefix_reused, other.usage.chunk_reused) == (0, 0, 0), \
+            f"{globex.name}: a second tenant reused the first one's KV: {other.usage}"
+        assert _kv(engine) == before, f"{globex.name}: the prefix cache counted a hit across tenants"
+        again = globex.ask(TENANT_QUESTIONS[0])  # the second tenant reuses its own KV
+        assert again.usage.reused > 0, f"{globex.name}: the tenant's own KV was not reused"
+
+    def test_tenants_share_kv_when_the_engine_opts_in(self, make_tenant_entry: TenantFactory) -> None:
+        engine = tenant_engine(share=True)
+        acme, globex = make_tenant_entry(engine, "acme"), make_tenant_entry(engine, "globex")
+        acme.ask(TENANT_QUESTIONS[0])
+        before = _kv(engine)
+        other = globex.ask(TENANT_QUESTIONS[2])
+        assert other.layer != "semantic" and other.usage.reused > 0, f"{globex.name}: no reuse with the opt-in"
+        assert _kv(engine)[0] > before[0]
+
+
+__all__ = ["AnswerPathContract", "EntryPoint", "QUESTION", "ScriptedBackend", "TENANT_DOCS", "TENANT_QUESTIONS",
+           "TENANT_SYSTEM", "TenantKVContract", "tenant_engine"]

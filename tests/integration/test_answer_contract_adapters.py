@@ -15,6 +15,13 @@ Cross-entry pairs share a partition: the query engine's four modes; the middlewa
 stream, astream and the LangChain LLM cache (``invoke``); the proxy's plain and streamed requests (a
 streamed miss is relayed as upstream sends it, inside the path's flight). The LLM cache (LangChain's
 own loop) is a reader here, not a writer.
+
+The tenant case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) runs over every adapter
+entry point with a local engine: ChatRagCache (invoke, stream, astream; the ``tenant`` field and the
+``tenant`` call option), the LangChain middleware over ChatRagCache, RagCacheLLM (the ``tenant`` field
+and per-call ``tenant=``) and the LlamaIndex query engine over RagCacheLLM (query, stream, aquery,
+astream; ``namespace=`` and ``for_tenant``). The proxy has no case: its upstream is a provider, whose
+prompt cache is per API key; the local servers' tenants are checked in ``test_tenant_kv.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +46,13 @@ from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
-from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend  # noqa: E402
+from ragcache.testing.answer_contract import (  # noqa: E402
+    TENANT_DOCS,
+    TENANT_SYSTEM,
+    AnswerPathContract,
+    ScriptedBackend,
+    TenantKVContract,
+)
 
 DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
         "Deploys go out on Tuesdays after the change review meeting."]
@@ -84,20 +97,22 @@ class LlamaIndexEntry:
             model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
             blend_setting = property(lambda self: backend.blend_setting)  # type: ignore[assignment]
 
-            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
-                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
+                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
-            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
-                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                                tenant: Any = None) -> Any:
+                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                               tenant=tenant)
 
-            def stream(self, layout: Any) -> Any:
-                r = backend.generate(layout, max_new_tokens=0, temperature=0.0)
+            def stream(self, layout: Any, *, tenant: Any = None) -> Any:
+                r = backend.generate(layout, max_new_tokens=0, temperature=0.0, tenant=tenant)
                 yield r.text[:7]
                 yield r.text[7:]
                 yield r
 
-            async def astream(self, layout: Any) -> Any:
-                for item in self.stream(layout):
+            async def astream(self, layout: Any, *, tenant: Any = None) -> Any:
+                for item in self.stream(layout, tenant=tenant):
                     yield item
 
         self.name, self.mode = f"LlamaIndex {mode}", mode
@@ -419,3 +434,122 @@ def test_async_stream_readers_serve_what_a_writer_stored(reader, store, servers)
     assert (hit.approximate, hit.recompute_ratio, hit.finish_reason) == (first.approximate, first.recompute_ratio,
                                                                          "stop")
     assert r.ask("When do the backups run?").layer == "semantic" and backend.calls == 1
+
+
+# ---------------------------------------------------------------------------------------------- tenants
+class ChatTenantEntry:
+    """ChatRagCache over the contract's engine: ``tenant`` as its field (``invoke`` / ``stream`` /
+    ``astream``) or as a call option (``bind``); no LLM cache, so every ask reaches the engine."""
+
+    def __init__(self, engine: Any, tenant: str, mode: str) -> None:
+        from langchain_ragcache import ChatRagCache
+
+        self.name, self.mode = f"ChatRagCache {mode}", mode
+        if mode == "bind":
+            self.model = ChatRagCache(engine=engine, max_tokens=2, cache=False).bind(tenant=tenant)
+        else:
+            self.model = ChatRagCache(engine=engine, max_tokens=2, cache=False, tenant=tenant)
+
+    def ask(self, question: str) -> Answer:
+        from langchain_core.messages import SystemMessage
+
+        msgs = [SystemMessage(TENANT_SYSTEM), HumanMessage("\n\n".join([*TENANT_DOCS, f"Question: {question}"]))]
+        if self.mode == "stream":
+            msg = reduce(add, self.model.stream(msgs))
+        elif self.mode == "astream":
+            async def run() -> Any:
+                return reduce(add, [c async for c in self.model.astream(msgs)])
+
+            msg = asyncio.run(run())
+        else:
+            msg = self.model.invoke(msgs)
+        return lc_answer(question, msg)
+
+
+class MiddlewareTenantEntry:
+    """An agent whose model is ChatRagCache(tenant=...) over the contract's engine, with RagCacheMiddleware."""
+
+    name = "middleware"
+
+    def __init__(self, engine: Any, tenant: str) -> None:
+        from langchain.agents import create_agent
+        from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
+        from langchain_ragcache.middleware import RagCacheMiddleware
+
+        model = ChatRagCache(engine=engine, max_tokens=2, tenant=tenant)
+        store = SemanticCache(None, embedder=HashingEmbedder())
+        self.agent = create_agent(model, [], system_prompt=TENANT_SYSTEM,
+                                  middleware=[RagCacheMiddleware(RagCacheSemanticCache(store))])
+
+    def ask(self, question: str) -> Answer:
+        text = "\n\n".join([*TENANT_DOCS, f"Question: {question}"])
+        return lc_answer(question, self.agent.invoke({"messages": [HumanMessage(text)]})["messages"][-1])
+
+
+class LlmTenantEntry:
+    """RagCacheLLM over the contract's engine: ``tenant`` as its field or per call (``chat(..., tenant=)``)."""
+
+    def __init__(self, engine: Any, tenant: str, mode: str) -> None:
+        from llama_index.llms.ragcache import RagCacheLLM
+
+        self.name, self.mode, self.tenant = f"RagCacheLLM {mode}", mode, tenant
+        self.llm = RagCacheLLM(engine, max_new_tokens=2, tenant=tenant if mode == "field" else None)
+
+    def ask(self, question: str) -> Answer:
+        from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+
+        msgs = [ChatMessage(role=MessageRole.SYSTEM, content=TENANT_SYSTEM),
+                ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text=t) for t in (*TENANT_DOCS, question)])]
+        kw = {"tenant": self.tenant} if self.mode == "per-call" else {}
+        extra = self.llm.chat(msgs, **kw).additional_kwargs
+        return Answer(question, "", extra["layer"], _usage(extra["usage"]), finish_reason=extra["finish_reason"],
+                      approximate=extra["approximate"], recompute_ratio=extra["recompute_ratio"])
+
+
+class QueryEngineTenantEntry(LlamaIndexEntry):
+    """RagCacheQueryEngine over RagCacheLLM on the contract's engine, without an answer cache: ``namespace=``
+    (``query`` / ``stream`` / ``aquery`` / ``astream``) or ``for_tenant`` (``query``)."""
+
+    def __init__(self, engine: Any, tenant: str, mode: str, *, per_request: bool = False) -> None:
+        from llama_index.core.retrievers import BaseRetriever
+        from llama_index.core.schema import NodeWithScore, TextNode
+        from llama_index.llms.ragcache import RagCacheLLM
+        from llama_index.query_engine.ragcache import RagCacheQueryEngine
+
+        nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(TENANT_DOCS)]
+
+        class Fixed(BaseRetriever):
+            def _retrieve(self, query_bundle: Any) -> list:
+                return list(nodes)
+
+        self.name = f"query engine {mode}{' for_tenant' if per_request else ''}"
+        self.mode = mode
+        qe = RagCacheQueryEngine(Fixed(), RagCacheLLM(engine, max_new_tokens=2), semantic_cache=False,
+                                 system_prompt=TENANT_SYSTEM, lint="off", streaming=mode in ("stream", "astream"),
+                                 **({} if per_request else {"namespace": tenant}))
+        self.engine = qe.for_tenant(tenant) if per_request else qe
+
+
+TENANT_ENTRIES = {
+    "chatragcache-invoke": lambda e, t: ChatTenantEntry(e, t, "invoke"),
+    "chatragcache-stream": lambda e, t: ChatTenantEntry(e, t, "stream"),
+    "chatragcache-astream": lambda e, t: ChatTenantEntry(e, t, "astream"),
+    "chatragcache-bind": lambda e, t: ChatTenantEntry(e, t, "bind"),
+    "middleware": MiddlewareTenantEntry,
+    "ragcachellm-field": lambda e, t: LlmTenantEntry(e, t, "field"),
+    "ragcachellm-per-call": lambda e, t: LlmTenantEntry(e, t, "per-call"),
+    "llamaindex-query": lambda e, t: QueryEngineTenantEntry(e, t, "query"),
+    "llamaindex-stream": lambda e, t: QueryEngineTenantEntry(e, t, "stream"),
+    "llamaindex-aquery": lambda e, t: QueryEngineTenantEntry(e, t, "aquery"),
+    "llamaindex-astream": lambda e, t: QueryEngineTenantEntry(e, t, "astream"),
+    "llamaindex-for-tenant": lambda e, t: QueryEngineTenantEntry(e, t, "query", per_request=True),
+}
+
+
+@pytest.fixture(params=sorted(TENANT_ENTRIES))
+def make_tenant_entry(request):
+    return TENANT_ENTRIES[request.param]
+
+
+class TestAdaptersTenantKV(TenantKVContract):
+    """Two tenants through every adapter entry point share no KV unless the engine opts in."""

@@ -6,7 +6,6 @@ model call. Item 1: the second ask of a question at the defaults is a semantic h
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
+from cli_doubles import fixed_answer, home, interrupt_cli, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.argv import normalize
 from ragcache.app.cli import app
 
@@ -229,13 +228,8 @@ def _env(home: Path) -> dict:
 
 @pytest.mark.parametrize("delay_s", [0.3, 1.0, 2.5])
 def test_ctrl_c_during_start_up_prints_one_line(home, notes, delay_s):
-    p = subprocess.Popen([sys.executable, "-c", "from ragcache.app.entry import main; main()", "ask", "--docs",
-                          str(notes), "When do backups run?"], env=_env(home), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    time.sleep(delay_s)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 130, (p.returncode, err)
+    code, err = interrupt_cli(["ask", "--docs", str(notes), "When do backups run?"], home, delay_s)
+    assert code == 130, (code, err)
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "ragcache: interrupted", err
 
 
@@ -246,7 +240,7 @@ CHILD = textwrap.dedent("""
 
     CALLS = sys.argv[1]
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         with open(CALLS, "a") as f:
             f.write("call\\n")
         time.sleep(3)

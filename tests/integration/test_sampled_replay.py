@@ -132,8 +132,8 @@ def llamaindex_entry(backend, store, *, temperature, seed=None, n=1, opt=False, 
         name = property(lambda self: backend.name)  # type: ignore[assignment]
         model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
 
-        def generate(self, layout: Any, *, max_new_tokens: int, temperature: float) -> Any:
-            return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
+        def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
+            return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
     llm = MockLLM()
     object.__setattr__(llm, "temperature", temperature)  # what RagCacheQueryEngine reads of an LLM's sampling

@@ -279,7 +279,7 @@ class TopicBackend:
     def __init__(self) -> None:
         self.calls = 0
 
-    def generate(self, layout, *, max_new_tokens, temperature):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         from ragcache.backend import BackendResult, CacheUsage
 
         self.calls += 1

@@ -93,14 +93,14 @@ def test_tenants_stay_apart_in_a_disk_store_shared_by_two_engines(tiny, tmp_path
     assert two.generate(rag("Replicas?", DOCS[::-1]), max_new_tokens=1, namespace="acme").stats.docs_hit == 3
 
 
-def test_backend_passes_the_namespace(tiny):
+def test_backend_passes_the_tenant(tiny):
     backend = LocalBackend(make(tiny))
-    backend.generate(rag(), max_new_tokens=2, temperature=0.0, namespace="acme")
-    again = backend.generate(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, namespace="acme")
-    other = backend.generate(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, namespace="globex")
+    backend.generate(rag(), max_new_tokens=2, temperature=0.0, tenant="acme")
+    again = backend.generate(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, tenant="acme")
+    other = backend.generate(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, tenant="globex")
     assert again.usage.prefix_reused > 0 and again.layer != "model"
     assert other.usage.prefix_reused == 0 and other.usage.chunk_reused == 0 and other.layer == "model"
-    events = list(backend.stream(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, namespace="initech"))
+    events = list(backend.stream(rag("Rollbacks?"), max_new_tokens=2, temperature=0.0, tenant="initech"))
     assert events[-1].generation.stats.prefix_tokens_reused == 0
 
 
@@ -129,18 +129,33 @@ def test_ragcache_tenants_share_kv_only_with_the_opt_in(tiny):
     assert other.usage.prefix_reused > 0
 
 
-def test_ragcache_passes_no_namespace_to_a_backend_without_kv():
-    """A provider backend keeps its cache per API key: it is not given a ``namespace`` it does not take."""
+def test_ragcache_gives_every_backend_the_tenant():
+    """The tenant is part of the Backend contract: RagCache gives it to every backend, sync and async (a
+    provider backend keeps its cache per API key and leaves it unused)."""
+    import asyncio
+
     from ragcache import RagCache
     from ragcache.backend import BackendResult, CacheUsage
 
     class Provider:
         name, model_id = "provider", "m"
 
-        def generate(self, layout, *, max_new_tokens, temperature):
+        def __init__(self):
+            self.tenants = []
+
+        def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
+            self.tenants.append(tenant)
             return BackendResult("ok", "provider", CacheUsage())
 
-    assert RagCache(Provider(), semantic=None).answer("Why?", ["doc"], namespace="acme").text == "ok"
+        async def agenerate(self, layout, *, max_new_tokens, temperature, tenant=None):
+            return self.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
+
+    p = Provider()
+    rag_ = RagCache(p, semantic=None, namespace="initech")
+    assert rag_.answer("Why?", ["doc"], namespace="acme").text == "ok"
+    assert asyncio.run(rag_.aanswer("Why?", ["doc"], namespace="globex")).text == "ok"
+    rag_.answer("Why?", ["doc"])
+    assert p.tenants == ["acme", "globex", "initech"]
 
 
 # ------------------------------------------------------------------ end to end: the local servers

@@ -5,16 +5,11 @@ keeps its brackets (no markup is read from it), ``cache invalidate ""`` names wh
 a note."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from typer.testing import CliRunner
 
-from cli_doubles import home, tiny_dir, write_notes  # noqa: F401 - fixtures
+from cli_doubles import home, interrupt_cli, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.app.cli import app
 from ragcache.app.corpus import decode_bytes, scan_folder
 
@@ -88,15 +83,8 @@ def test_a_single_file_that_is_not_a_note_is_refused(tmp_path, home, name):
 
 def test_ctrl_c_under_json_is_a_json_error(home, tmp_path):
     notes = write_notes(tmp_path / "notes")
-    env = {**os.environ, "RAGCACHE_HOME": str(home), "RAGCACHE_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen([sys.executable, "-c", "from ragcache.app.entry import main; main()", "ask", "--json",
-                          "--docs", str(notes), "When do backups run?"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 130, (p.returncode, err)
+    code, err = interrupt_cli(["ask", "--json", "--docs", str(notes), "When do backups run?"], home, 1.0)
+    assert code == 130, (code, err)
     assert json.loads(err.strip().splitlines()[-1]) == {"error": "interrupted", "exit_code": 130}, err
 
 

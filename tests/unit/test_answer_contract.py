@@ -2,16 +2,18 @@
 (in-process): miss -> store -> hit, unfinished answers not stored, 8 concurrent identical misses ->
 one backend call, and an answer stored through one entry point served through the other with equal
 Answer fields. Both keep answers in the default store ($RAGCACHE_HOME/answers) with the packaged
-embedder; the model is the contract's scripted backend."""
+embedder; the model is the contract's scripted backend. The tenant case over RagCache (the facade's
+namespace, sync and async, and each call's): two tenants of one local engine share no KV unless the
+engine opts in."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from contract_entries import AskEntry, RagCacheEntry, notes_folder
+from contract_entries import AskEntry, RagCacheEntry, RagCacheTenantEntry, notes_folder
 
-from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend
+from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend, TenantKVContract
 
 
 @pytest.fixture()
@@ -34,6 +36,15 @@ def make_other(request, notes, monkeypatch):
 
 class TestAnswerPath(AnswerPathContract):
     """Every check of the contract, over RagCache and `ragcache ask`."""
+
+
+@pytest.fixture(params=["sync", "async", "per-call"])
+def make_tenant_entry(request):
+    return lambda engine, tenant: RagCacheTenantEntry(engine, tenant, request.param)
+
+
+class TestTenantKV(TenantKVContract):
+    """Two tenants through RagCache share no KV unless the engine opts in."""
 
 
 def test_the_default_answer_store_is_under_ragcache_home_and_none_means_none(notes, tmp_path):

@@ -43,7 +43,7 @@ class EchoBackend:
         self.calls = 0
         self.finish = finish
 
-    def generate(self, layout, *, max_new_tokens, temperature):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         self.calls += 1
         n = len(layout.render().split())
         return BackendResult(f"answer #{self.calls}", "model", CacheUsage.local(prompt_tokens=n),
@@ -289,7 +289,7 @@ def test_concurrent_identical_misses_make_one_backend_call(flight):
     from concurrent.futures import ThreadPoolExecutor
 
     class SlowBackend(EchoBackend):
-        def generate(self, layout, *, max_new_tokens, temperature):
+        def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
             time.sleep(0.3)
             return super().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
 
@@ -326,7 +326,7 @@ def test_no_documents_is_none_or_empty():
 class _AsyncSlowBackend(EchoBackend):
     """An async backend whose model call takes 0.3 s on the event loop."""
 
-    async def agenerate(self, layout, *, max_new_tokens, temperature):
+    async def agenerate(self, layout, *, max_new_tokens, temperature, tenant=None):
         import asyncio
 
         await asyncio.sleep(0.3)
@@ -357,7 +357,7 @@ def test_sync_and_async_callers_share_one_flight():
     import time
 
     class Both(_AsyncSlowBackend):
-        def generate(self, layout, *, max_new_tokens, temperature):
+        def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
             time.sleep(0.3)
             return super().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature)
 

@@ -161,7 +161,7 @@ def test_demo_session_prints_untrusted_text_literally(capsys):
     class Fixed:
         name, model_id = "local", "fixed"
 
-        def generate(self, layout, *, max_new_tokens, temperature):
+        def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
             return BackendResult(BRACKETS, "model", CacheUsage.local(prompt_tokens=3))
 
     emb = HashingEmbedder()

@@ -34,7 +34,7 @@ def populated(tmp_path, monkeypatch):
     base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
     cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV on disk
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         q = layout.question
         return BackendResult(f"answer to [{q}]", "model", CacheUsage.local(prompt_tokens=5))
 
@@ -102,7 +102,7 @@ def test_evicted_answers_stay_gone_after_reopen(populated, monkeypatch):
     ("first\n\n- item\n- item", "first - item - item"),
 ])
 def test_ls_previews_an_answer_on_one_line(populated, monkeypatch, answer, preview):
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         return BackendResult(answer + " \x1b[31mred", "model", CacheUsage.local(prompt_tokens=5))
 
     monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)

@@ -11,11 +11,6 @@ from ragcache.testing import tiny_llama
 from ragcache.semantic import partition_key
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    return LocalEngine(tiny_seed1, calibration=False)
-
-
 @pytest.mark.parametrize("temperature", [math.nan, -1.0])
 def test_generate_refuses_bad_temperature(engine, temperature):
     with pytest.raises(ValueError, match="temperature >= 0"):

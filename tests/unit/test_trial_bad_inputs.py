@@ -10,11 +10,6 @@ from ragcache.semantic.text import normalize_question
 from ragcache.text_checks import check_encodable, checked_question, is_blank
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    return LocalEngine(tiny_seed1, calibration=False)
-
-
 @pytest.mark.parametrize("backend", [None, 42, "local", object()])
 def test_ragcache_refuses_a_non_backend(backend):
     with pytest.raises(TypeError, match="backend must be a ragcache Backend"):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
+from ragcache.backend import DEFAULT_TENANT
 from ragcache.prompt.layout import PromptLayout, Segment, as_document, parse_document
 from ragcache.semantic.partition import PartitionKey, request_partition
 
@@ -303,7 +304,7 @@ def key_text(prompt: str, *, extractor: QuestionExtractor | None = None) -> Keye
 
 # ------------------------------------------------------------------------------ the model
 _CHAT_DEFAULTS: dict[str, Any] = {"top_p": 1.0, "seed": None, "stop": None, "default_stop": None,
-                                  "tool_choice": None}
+                                  "tool_choice": None, "tenant": None}
 _IDENTITY_KEYS = ("_type", "model_name", "model_fingerprint", "tools", "blend_setting")
 
 
@@ -324,8 +325,9 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
     """``(model, params, tools)`` of LangChain's ``llm_string`` for the partition.
 
     For :class:`~langchain_ragcache.ChatRagCache`: ``model = "local:<weights fingerprint>"``,
-    ``params = {"temperature", "max_tokens"}`` plus any other option not at its default, and the
-    bound tools: what :class:`ragcache.RagCache` puts in its partition for a ``LocalBackend``.
+    ``params = {"temperature", "max_tokens"}`` plus any other option not at its default (a ``tenant``
+    other than the default one among them, so answers stay per tenant), and the bound tools: what
+    :class:`ragcache.RagCache` puts in its partition for a ``LocalBackend``.
     For other models: ``("langchain", {"llm_string": llm_string}, [])`` (every parameter exact).
     """
     try:
@@ -339,6 +341,8 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
     for k in sorted(d):
         v = d[k]
         if k in _IDENTITY_KEYS or k in params or v in ([], ()) or (k in _CHAT_DEFAULTS and _CHAT_DEFAULTS[k] == v):
+            continue
+        if k == "tenant" and v == DEFAULT_TENANT:  # the default tenant, however it is named
             continue
         params[k] = json.loads(json.dumps(v, default=repr, sort_keys=True))
     tools = [json.loads(json.dumps(t, default=repr, sort_keys=True)) for t in d.get("tools") or []]

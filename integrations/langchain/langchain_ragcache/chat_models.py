@@ -15,6 +15,11 @@ KV was reused (``cache_creation`` is 0: local KV writes cost nothing), and
 ``model``, or ``semantic`` for an answer served by the LLM cache), ``approximate`` and
 ``recompute_ratio`` (CacheBlend reused document KV), TTFT and the whole ``CacheUsage``.
 
+Tenants: ``ChatRagCache(tenant="acme")``, or per call ``invoke(..., tenant="acme")`` /
+``bind(tenant="acme")``, names who a request is for; the engine salts the request's prefix and chunk KV
+with it (:class:`ragcache.backend.Backend`'s ``tenant``), so tenants that share one engine in one
+process reuse none of each other's KV unless the engine opts in (``share_kv_across_namespaces=True``).
+
 Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
 (``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``). With
 :class:`~langchain_ragcache.RagCacheSemanticCache` the stream goes through ragcache's one answer path
@@ -73,14 +78,14 @@ from langchain_ragcache.tools import (
 )
 from langchain_ragcache.usage import HIT_USAGE, usage_metadata
 from ragcache.answering import Answer
-from ragcache.backend import BackendResult
+from ragcache.backend import DEFAULT_TENANT, BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
 from ragcache.limits import check_recompute_ratio
 from ragcache.models import DEFAULT_MODEL
 
 _CALL_OPTIONS = frozenset({"max_tokens", "temperature", "top_p", "seed", "recompute_ratio", "use_chunk_cache",
-                           "use_prefix_cache", "stream", "tools", "tool_choice"})
+                           "use_prefix_cache", "stream", "tools", "tool_choice", "tenant"})
 
 
 class ChatRagCache(BaseChatModel):
@@ -100,11 +105,19 @@ class ChatRagCache(BaseChatModel):
             (default): the engine's, i.e. the model's calibration record, else exact prefill.
         prefix_cache_bytes: byte budget of the exact prefix KV cache.
         stream_cache: serve / fill the LLM cache when streaming (see module docstring).
+        tenant: who the requests are for (an opaque id, not a secret); ``None`` (default): the default
+            tenant. The engine salts each request's prefix and chunk KV with it (the root of the
+            block-hash chain and every chunk key, as vLLM's ``cache_salt``), so two tenants of one
+            process reuse none of each other's KV unless the engine has
+            ``share_kv_across_namespaces=True``; it is also in the LLM-cache key, so answers stay per
+            tenant. Per call: ``invoke(..., tenant="acme")`` or ``bind(tenant="acme")``; from a
+            ``RunnableConfig``: ``configurable_fields(tenant=ConfigurableField(id="tenant"))`` and
+            ``config={"configurable": {"tenant": "acme"}}``.
         timeout / max_retries: LangChain's standard parameters; a local model has no network
             call to time out or retry, so they are accepted and not used.
 
     Call options (``invoke(..., max_tokens=..)``): ``max_tokens``, ``temperature``, ``top_p``,
-    ``seed``, ``recompute_ratio``, ``use_chunk_cache``, ``use_prefix_cache``; ``bind_tools`` adds
+    ``seed``, ``recompute_ratio``, ``use_chunk_cache``, ``use_prefix_cache``, ``tenant``; ``bind_tools`` adds
     ``tools`` / ``tool_choice`` (prompted tool calling, see :mod:`langchain_ragcache.tools`).
 
     Raises (on call):
@@ -126,6 +139,7 @@ class ChatRagCache(BaseChatModel):
     prefix_cache_bytes: int = 512 << 20
     streaming: bool = False
     stream_cache: bool = True
+    tenant: str | None = None
     timeout: float | None = None
     max_retries: int | None = None
     api_key: Any = Field(default=None, exclude=True, repr=False)
@@ -157,6 +171,7 @@ class ChatRagCache(BaseChatModel):
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         check_recompute_ratio(self.recompute_ratio)
+        _check_tenant(self.tenant)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
         if self.engine is not None:
@@ -206,6 +221,7 @@ class ChatRagCache(BaseChatModel):
             "seed": self.seed,
             "default_stop": list(self.stop) if self.stop else None,
             **({"blend_setting": blend} if blend is not None else {}),
+            **({"tenant": self.tenant} if self.tenant not in (None, DEFAULT_TENANT) else {}),
         }
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
@@ -241,6 +257,7 @@ class ChatRagCache(BaseChatModel):
         for k in ("use_chunk_cache", "use_prefix_cache"):
             if k in kwargs:
                 opts[k] = bool(kwargs[k])
+        opts["tenant"] = _check_tenant(kwargs.get("tenant", self.tenant))
         return opts
 
     # ------------------------------------------------------------------ tools
@@ -291,10 +308,12 @@ class ChatRagCache(BaseChatModel):
         rest, calls, invalid = parse_tool_calls(text, names)
         return AIMessage(content=rest, tool_calls=calls, invalid_tool_calls=invalid, **fields)
 
-    def _backend(self, opts: dict[str, Any]) -> tuple[LocalBackend, int, float]:
-        """The pipeline's local backend with this call's options, the budget and the temperature."""
-        rest = {k: v for k, v in opts.items() if k not in ("max_new_tokens", "temperature")}
-        return LocalBackend(self.get_engine(), **rest), opts["max_new_tokens"], opts["temperature"]
+    def _backend(self, opts: dict[str, Any]) -> tuple[LocalBackend, dict[str, Any]]:
+        """The pipeline's local backend with this call's options, and the keyword arguments of each of its
+        calls: the budget, the temperature and the tenant (:class:`ragcache.backend.Backend`)."""
+        per_call = ("max_new_tokens", "temperature", "tenant")
+        rest = {k: v for k, v in opts.items() if k not in per_call}
+        return LocalBackend(self.get_engine(), **rest), {k: opts.get(k) for k in per_call}
 
     def _response_metadata(self, result: BackendResult) -> dict[str, Any]:
         return {"model_name": self.model_name, "model_provider": "ragcache", "finish_reason": result.finish_reason,
@@ -308,18 +327,18 @@ class ChatRagCache(BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         opts = self._options(stop, kwargs)
         messages, names = self._with_tools(messages, kwargs)
-        backend, budget, temperature = self._backend(opts)
+        backend, call = self._backend(opts)
         prompt = backend.engine.build_prompt(to_layout(messages))
-        result = backend.generate(prompt, max_new_tokens=budget, temperature=temperature)
+        result = backend.generate(prompt, **call)
         return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         opts = self._options(stop, kwargs)
         messages, names = self._with_tools(messages, kwargs)
-        backend, budget, temperature = self._backend(opts)
+        backend, call = self._backend(opts)
         prompt = backend.engine.build_prompt(to_layout(messages))
-        result = await backend.agenerate(prompt, max_new_tokens=budget, temperature=temperature)
+        result = await backend.agenerate(prompt, **call)
         return ChatResult(generations=[ChatGeneration(message=self._message(result, names))])
 
     # ------------------------------------------------------------------ streaming
@@ -345,10 +364,10 @@ class ChatRagCache(BaseChatModel):
             box["result"] = message_result(msg)
             yield box["result"]
             return
-        backend, budget, temperature = self._backend(opts)
+        backend, call = self._backend(opts)
         prompt = backend.engine.build_prompt(to_layout(messages))
         final: Generation | None = None
-        for ev in backend.stream(prompt, max_new_tokens=budget, temperature=temperature):
+        for ev in backend.stream(prompt, **call):
             final = ev.generation or final
             if ev.text:
                 yield ev.text
@@ -366,10 +385,10 @@ class ChatRagCache(BaseChatModel):
             box["result"] = message_result(msg)
             yield box["result"]
             return
-        backend, budget, temperature = self._backend(opts)
+        backend, call = self._backend(opts)
         prompt = backend.engine.build_prompt(to_layout(messages))  # tokenising: milliseconds
         final: Generation | None = None
-        async for ev in backend.astream(prompt, max_new_tokens=budget, temperature=temperature):
+        async for ev in backend.astream(prompt, **call):
             final = ev.generation or final
             if ev.text:
                 yield ev.text
@@ -507,6 +526,19 @@ class ChatRagCache(BaseChatModel):
         stored = self._for_cache(plan)
         if stored is not None:
             await plan.cache.aupdate(*plan.key, stored)
+
+
+def _check_tenant(tenant: Any) -> str | None:
+    """``tenant`` when it is ``None`` or a non-empty string.
+
+    Raises:
+        TypeError / ValueError: another type, or an empty string.
+    """
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError(f"tenant must be a non-empty str or None (the default tenant), got {type(tenant).__name__}")
+    if tenant == "":
+        raise ValueError("tenant must be a non-empty str or None (the default tenant)")
+    return tenant
 
 
 @dataclass(slots=True)

@@ -197,8 +197,10 @@ class AnthropicBackend:
                              "build one with PromptLayout.build(question=..., documents=...)")
         return self.caching.build(layout, max_tokens=max_new_tokens, temperature=temperature, extra=self.extra)
 
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0) -> BackendResult:
-        """Answer a layout through ``client.messages`` (stream or create)."""
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0,
+                 tenant: str | None = None) -> BackendResult:
+        """Answer a layout through ``client.messages`` (stream or create). ``tenant`` is left unused: the
+        provider keeps its prompt cache per API key (:class:`ragcache.backend.Backend`)."""
         if self.client is None:
             raise ValueError("this backend has no sync client; pass client=anthropic.Anthropic(...) or use agenerate")
         req = self._request(layout, max_new_tokens, temperature)
@@ -215,7 +217,7 @@ class AnthropicBackend:
         return self.caching.result(req, msg, ttft if ttft is not None else time.perf_counter() - t0)
 
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int = 256,
-                        temperature: float = 0.0) -> BackendResult:
+                        temperature: float = 0.0, tenant: str | None = None) -> BackendResult:
         """Async :meth:`generate` through ``async_client``."""
         if self.async_client is None:
             raise ValueError("this backend has no async client; pass async_client=anthropic.AsyncAnthropic(...)")

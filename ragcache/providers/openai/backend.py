@@ -233,8 +233,10 @@ class OpenAIBackend:
         opts = {**dict(kwargs.get("stream_options") or {}), "include_usage": True}
         return {**kwargs, "stream": True, "stream_options": opts}
 
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0) -> BackendResult:
-        """Answer a layout through ``client.chat.completions.create`` (streamed or not)."""
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int = 256, temperature: float = 0.0,
+                 tenant: str | None = None) -> BackendResult:
+        """Answer a layout through ``client.chat.completions.create`` (streamed or not). ``tenant`` is left unused: the
+        provider keeps its prompt cache per API key (:class:`ragcache.backend.Backend`)."""
         if self.client is None:
             raise ValueError("this backend has no sync client; pass client=openai.OpenAI(...) or use agenerate")
         kwargs = self.request(layout, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -249,7 +251,7 @@ class OpenAIBackend:
         return self.result(acc.text, acc.usage, acc.finish_reason, acc.ttft(), acc.model, acc.refusal)
 
     async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int = 256,
-                        temperature: float = 0.0) -> BackendResult:
+                        temperature: float = 0.0, tenant: str | None = None) -> BackendResult:
         """Async :meth:`generate` through ``async_client`` (else the sync client in a worker thread)."""
         if self.async_client is None:
             return await asyncio.to_thread(self.generate, layout, max_new_tokens=max_new_tokens,

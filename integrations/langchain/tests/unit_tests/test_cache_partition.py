@@ -55,7 +55,8 @@ def test_same_question_reworded_hits(tiny_engine_plain, sem) -> None:
     assert again.response_metadata["ragcache"]["matched_question"] == Q
 
 
-@pytest.mark.parametrize("change", ["temperature", "max_tokens", "model", "system", "documents", "history"])
+@pytest.mark.parametrize("change", ["temperature", "max_tokens", "model", "system", "documents", "history", "tenant",
+                                    "tenant-call-option"])
 def test_anything_but_the_question_changed_misses(tiny_engine_plain, sem, change) -> None:
     base = ChatRagCache(engine=tiny_engine_plain, max_tokens=4, cache=sem)
     ask(base)
@@ -75,8 +76,29 @@ def test_anything_but_the_question_changed_misses(tiny_engine_plain, sem, change
         docs = OTHER_DOCS
     elif change == "history":
         extra = {"history": [("human", "hi"), ("ai", "hello")]}
+    elif change == "tenant":  # answers stay per tenant, as the KV does
+        llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=4, cache=sem, tenant="globex")
+    elif change == "tenant-call-option":
+        llm = base.bind(tenant="globex")
     out = (RagPrompt(system=system) | llm).invoke({"question": Q, "context": docs, **extra})
     assert layer(out) != "semantic"
+
+
+@pytest.mark.parametrize("how", ["field", "call-option"])
+def test_the_default_tenant_is_no_tenant(tiny_engine_plain, sem, how) -> None:
+    base = ChatRagCache(engine=tiny_engine_plain, max_tokens=4, cache=sem)
+    ask(base)
+    llm = ChatRagCache(engine=tiny_engine_plain, max_tokens=4, cache=sem, tenant="default") if how == "field" \
+        else base.bind(tenant="default")
+    assert layer(ask(llm, REWORDED)) == "semantic"
+
+
+@pytest.mark.parametrize("bad,error", [(3, TypeError), ("", ValueError)])
+def test_a_bad_tenant_is_refused(tiny_engine_plain, bad, error) -> None:
+    with pytest.raises((error, ValueError), match="tenant"):
+        ChatRagCache(engine=tiny_engine_plain, tenant=bad)
+    with pytest.raises(error, match="tenant"):
+        ChatRagCache(engine=tiny_engine_plain, max_tokens=2).invoke("Hi?", tenant=bad)
 
 
 def test_other_model_name_misses(sem) -> None:

@@ -20,6 +20,10 @@ Block roles in the last user message are decided by ragcache's one rule,
   others are volatile text (computed every time, never cached as documents).
 Documents are rendered as every ragcache document is (``<document>`` blocks).
 
+Tenants: ``RagCacheLLM(tenant="acme")`` or ``llm.chat(messages, tenant="acme")`` names who a
+request is for; the engine salts its prefix and chunk KV with it, so tenants of one engine share no KV
+unless the engine opts in (``share_kv_across_namespaces=True``).
+
 Each response carries the cache accounting: ``additional_kwargs`` holds ``layer``,
 ``approximate`` / ``recompute_ratio`` (a CacheBlend prefill is labelled), ``usage`` (ragcache's
 :class:`~ragcache.CacheUsage` as a dict) and flat counts (:func:`stats_kwargs`); ``raw`` holds the
@@ -155,6 +159,12 @@ class RagCacheLLM(LLM):
         recompute_ratio: the blend's r in [0, 1] (None: the engine's: the model's calibration record, else exact prefill).
         use_prefix_cache / use_chunk_cache: per-request cache switches (None: chunk cache
             when the engine has one).
+        tenant: who the requests are for (an opaque id, not a secret); ``None`` (default): the default
+            tenant. The engine salts each request's prefix and chunk KV with it (the root of the
+            block-hash chain and every chunk key, as vLLM's ``cache_salt``): two tenants of one engine
+            reuse none of each other's KV unless the engine has ``share_kv_across_namespaces=True``.
+            Per call: ``llm.chat(messages, tenant="acme")`` (``complete`` / ``stream_*`` / async too);
+            :class:`~llama_index.query_engine.ragcache.RagCacheQueryEngine` passes its ``namespace``.
 
     Raises:
         ValueError: a parameter out of range.
@@ -169,6 +179,7 @@ class RagCacheLLM(LLM):
     recompute_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
     use_prefix_cache: bool = Field(default=True)
     use_chunk_cache: bool | None = Field(default=None)
+    tenant: str | None = Field(default=None, min_length=1, description="KV salt: who the requests are for")
 
     _engine: Any = PrivateAttr()
 
@@ -217,13 +228,17 @@ class RagCacheLLM(LLM):
     def _gen_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
                "stop": self.stop, "seed": self.seed, "use_prefix_cache": self.use_prefix_cache,
-               "use_chunk_cache": self.use_chunk_cache, "recompute_ratio": self.recompute_ratio}
+               "use_chunk_cache": self.use_chunk_cache, "recompute_ratio": self.recompute_ratio,
+               "tenant": self.tenant}
         if "max_tokens" in kwargs:
             kwargs["max_new_tokens"] = kwargs.pop("max_tokens")
+        if kwargs.get("tenant", "") is None:  # a caller with no tenant of its own: this LLM's
+            del kwargs["tenant"]
         unknown = set(kwargs) - set(out)
         if unknown:
             raise ValueError(f"unknown generation arguments {sorted(unknown)}; RagCacheLLM takes {sorted(out)}")
         out.update(kwargs)
+        out["namespace"] = out.pop("tenant")  # the engine's name for the request's tenant (its KV salt)
         return out
 
     def _completion_messages(self, prompt: str, formatted: bool) -> list[ChatMessage]:

@@ -21,7 +21,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from ragcache.backend import BackendResult, CacheUsage, provider_layer
+from ragcache.backend import DEFAULT_TENANT, BackendResult, CacheUsage, provider_layer
 from ragcache.prompt.layout import PromptLayout
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
@@ -110,7 +110,16 @@ class LlamaIndexBackend:
             v = getattr(self.llm, name, None)
             if v:
                 out[name] = json.loads(json.dumps(v, sort_keys=True, default=repr))
+        own = getattr(self.llm, "tenant", None) if self.kind == "ragcache" else None
+        if own not in (None, DEFAULT_TENANT):  # RagCacheLLM(tenant=...): answers stay per tenant too
+            out["tenant"] = own
         return out
+
+    def _call_kw(self, tenant: str | None) -> dict[str, Any]:
+        """The LLM call's keyword arguments for the request's ``tenant``: ``RagCacheLLM`` takes it (its
+        engine salts the request's KV with it; the default tenant leaves the LLM's own ``tenant``);
+        other LLMs call a provider, whose prompt cache is per API key, and take nothing."""
+        return {"tenant": tenant} if self.kind == "ragcache" and tenant not in (None, DEFAULT_TENANT) else {}
 
     def messages(self, layout: PromptLayout) -> LaidOutMessages:
         """The chat messages for ``layout``, shaped for the LLM's kind."""
@@ -157,21 +166,26 @@ class LlamaIndexBackend:
         return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish, details=details)
 
     # -- Backend protocol ----------------------------------------------------------------------
-    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                 tenant: str | None = None) -> BackendResult:
+        """Answer ``layout`` with the LLM (its own budget and temperature, which the partition holds);
+        ``tenant`` salts the KV of a ``RagCacheLLM`` (:class:`ragcache.backend.Backend`)."""
         t0 = time.perf_counter()
-        resp = self.llm.chat(self.messages(layout).messages)
+        resp = self.llm.chat(self.messages(layout).messages, **self._call_kw(tenant))
         return self.result(resp, resp.message.content or "", time.perf_counter() - t0)
 
-    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float) -> BackendResult:
+    async def agenerate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                        tenant: str | None = None) -> BackendResult:
+        """Async :meth:`generate`."""
         t0 = time.perf_counter()
-        resp = await self.llm.achat(self.messages(layout).messages)
+        resp = await self.llm.achat(self.messages(layout).messages, **self._call_kw(tenant))
         return self.result(resp, resp.message.content or "", time.perf_counter() - t0)
 
-    def stream(self, layout: PromptLayout) -> Iterator[str | BackendResult]:
+    def stream(self, layout: PromptLayout, *, tenant: str | None = None) -> Iterator[str | BackendResult]:
         """Text deltas, then the final :class:`ragcache.BackendResult` (the shape
-        :meth:`ragcache.answering.AnswerPath.stream` reads)."""
+        :meth:`ragcache.answering.AnswerPath.stream` reads); ``tenant`` as in :meth:`generate`."""
         t0, first, text, last = time.perf_counter(), None, "", None
-        for r in self.llm.stream_chat(self.messages(layout).messages):
+        for r in self.llm.stream_chat(self.messages(layout).messages, **self._call_kw(tenant)):
             if r.delta:
                 first = first or time.perf_counter()
                 text += r.delta
@@ -179,10 +193,10 @@ class LlamaIndexBackend:
             last = r
         yield self.result(last, text, (first or time.perf_counter()) - t0)
 
-    async def astream(self, layout: PromptLayout) -> AsyncIterator[str | BackendResult]:
+    async def astream(self, layout: PromptLayout, *, tenant: str | None = None) -> AsyncIterator[str | BackendResult]:
         """Async :meth:`stream`."""
         t0, first, text, last = time.perf_counter(), None, "", None
-        async for r in await self.llm.astream_chat(self.messages(layout).messages):
+        async for r in await self.llm.astream_chat(self.messages(layout).messages, **self._call_kw(tenant)):
             if r.delta:
                 first = first or time.perf_counter()
                 text += r.delta

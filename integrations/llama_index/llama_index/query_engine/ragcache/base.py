@@ -23,11 +23,16 @@ and ``metadata``: ``layer`` (``semantic``, ``prefix``, ``chunk``, ``prefix+chunk
 (see :meth:`RagCacheQueryEngine._query`). Streaming returns a ``StreamingResponse``
 (``AsyncStreamingResponse`` from ``aquery``) whose ``metadata`` is completed when the
 stream ends.
+
+Tenants: ``namespace=`` (or ``engine.for_tenant(tenant)`` per request) partitions the answers and is the
+tenant every LLM call carries (:class:`ragcache.backend.Backend`), so a :class:`RagCacheLLM`'s engine
+salts the request's prefix and chunk KV with it: two tenants share no KV unless the engine opts in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -110,7 +115,10 @@ class RagCacheQueryEngine(BaseQueryEngine):
         node_postprocessors: run after retrieval, before the stable order.
         order_by: canonical node order (see :class:`StableOrderPostprocessor`).
         id_source: document id rendered into each block (see :func:`node_segment`).
-        namespace: tenant / cache salt of the semantic partition.
+        namespace: the tenant (an opaque id, not a secret): it partitions the answers and is the
+            ``tenant`` the backend is given, so a ``RagCacheLLM``'s engine salts the request's prefix and
+            chunk KV with it (two tenants share no KV unless the engine has
+            ``share_kv_across_namespaces=True``). Per request: :meth:`for_tenant`.
         streaming: return streaming responses.
         similarity_threshold: semantic-cache cosine threshold per lookup (None: the cache's).
         lint: volatile-text lint of the layout (``off``, ``warn``, ``move``, ``raise``).
@@ -200,6 +208,23 @@ class RagCacheQueryEngine(BaseQueryEngine):
                              f"{type(index).__name__}")
         return cls(LiveIndexRetriever(index, similarity_top_k=similarity_top_k, **dict(retriever_kwargs or {})),
                    llm, **kwargs)
+
+    def for_tenant(self, tenant: str) -> RagCacheQueryEngine:
+        """This engine for requests of ``tenant`` (a shallow copy sharing the retriever, the LLM and its
+        KV caches, and the answer store): ``engine.for_tenant(user.org_id).query(question)``. Its answers
+        are in ``tenant``'s partitions and its LLM calls carry ``tenant``, which salts a ``RagCacheLLM``'s
+        prefix and chunk KV (see ``namespace``).
+
+        Raises:
+            TypeError / ValueError: ``tenant`` not a string, or empty.
+        """
+        if not isinstance(tenant, str):
+            raise TypeError(f"tenant must be a non-empty str, got {type(tenant).__name__}")
+        if not tenant:
+            raise ValueError("tenant must be a non-empty str ('default' for the default tenant)")
+        other = copy.copy(self)
+        other._namespace = tenant
+        return other
 
     @property
     def llm(self) -> Any:
@@ -326,7 +351,8 @@ class RagCacheQueryEngine(BaseQueryEngine):
         called: list[float] = []  # when the LLM was called (so ttft_s counts retrieval and lookup)
         if self._streaming:
             items = rag.path.stream(prep.question, prep.partition,
-                                    lambda: _timed(called, self._backend.stream(prep.layout)), **self._path_kw(rag, prep))
+                                    lambda: _timed(called, self._backend.stream(prep.layout, tenant=prep.request.namespace)),
+                                    **self._path_kw(rag, prep))
             gen = self._stream(items, meta, t0, called)
             first = next(gen, None)  # the lookup runs now; a hit fills the metadata at once
             if first is not None and not called:
@@ -378,7 +404,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
         if self._streaming:
             called: list[float] = []
             items = rag.path.astream(prep.question, prep.partition,
-                                     lambda: _atimed(called, self._backend.astream(prep.layout)), **kw)
+                                     lambda: _atimed(called, self._backend.astream(prep.layout,
+                                                                                   tenant=prep.request.namespace)),
+                                     **kw)
             gen = self._astream(items, meta, t0, called)
             first = await anext(gen, None)  # the lookup runs now; a hit fills the metadata at once
             if first is not None and not called:
