@@ -11,7 +11,8 @@ and starts it on the same port and data, which the fault tests use.
         store = RedisChunkStore(vk.url)
 
 From a shell: ``python -m ragcache.testing.local_servers`` starts both and prints the
-``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL`` lines to export (Ctrl-C stops them).
+``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL`` lines to export (Ctrl-C or SIGTERM stops them and
+deletes their data).
 
 PostgreSQL refuses to run as root; under root the server runs as the system
 user ``embedded_postgres`` (created with ``useradd`` if missing, as the
@@ -219,16 +220,40 @@ class LocalValkey:
         self.close()
 
 
-def main() -> None:  # pragma: no cover - interactive helper
-    with LocalPostgres() as pg, LocalValkey() as vk:
-        print(f"export RAGCACHE_SEMANTIC_URL={pg.url}")
-        print(f"export RAGCACHE_KV_URL={vk.url}")
-        print("servers running; Ctrl-C stops them and deletes their data", flush=True)
-        try:
+class _Stop(Exception):
+    """Raised in the main thread by SIGTERM / SIGINT: unwinds the ``with`` blocks that started servers."""
+
+
+def main() -> None:  # pragma: no cover - interactive helper (tests run it as a child process)
+    """Start both servers, print the settings to export, and stop them (data deleted) on SIGTERM or
+    SIGINT (Ctrl-C) alike: a service manager's or ``kill``'s SIGTERM leaves nothing running. A signal
+    that comes while they start is remembered and stops them once both are up."""
+    import signal
+
+    stops = (signal.SIGTERM, signal.SIGINT)
+    pending: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        for sig in stops:  # a second signal must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Stop(signum)
+
+    for sig in stops:  # while starting: remember (raising inside a server's start could leave it running)
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        with LocalPostgres() as pg, LocalValkey() as vk:
+            for sig in stops:
+                signal.signal(sig, stop)
+            if pending:
+                stop(pending[0], None)
+            print(f"export RAGCACHE_SEMANTIC_URL={pg.url}")
+            print(f"export RAGCACHE_KV_URL={vk.url}")
+            print(f"servers running (data in {pg.root} and {vk.root}); Ctrl-C or SIGTERM stops them and deletes "
+                  "their data", flush=True)
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    except _Stop:
+        pass
 
 
 if __name__ == "__main__":
