@@ -1,6 +1,11 @@
 """Read and prune a persisted semantic answer cache without loading an embedder.
 
-SQLite is the semantic cache's source of truth (:mod:`ragcache.semantic.stores.store`): its FAISS
+:func:`open_answers` opens the store the settings point at: :class:`PgAnswers` (PostgreSQL +
+pgvector, ``RAGCACHE_SEMANTIC_URL``) or :class:`AnswerStore` (the embedded SQLite + FAISS folder,
+``RAGCACHE_ANSWERS_DIR``); both have ``where``, ``exists``, ``list``, ``get``, ``stats``, ``remove``,
+``evict`` and ``clear``.
+
+SQLite is the embedded semantic cache's source of truth (:mod:`ragcache.semantic.stores.store`): its FAISS
 snapshots are checked against SQLite's ids when a cache opens, and rows removed here are
 dropped from the snapshot then. So ``ragcache cache ls|show|evict`` work on the database
 directly, in one transaction each. A process that has the cache open (``ragcache serve``)
@@ -70,9 +75,16 @@ class AnswerStore:
     _COLS = ("e.id, e.partition, p.namespace, e.question, e.answer, e.metadata, e.created, e.accessed, "
              "e.expires, e.hits")
 
+    kind = "sqlite"
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.db_path = self.path / DB_NAME
+
+    @property
+    def where(self) -> str:
+        """The store, as ``cache stats`` names it: the folder."""
+        return str(self.path)
 
     @property
     def exists(self) -> bool:
@@ -119,7 +131,7 @@ class AnswerStore:
         """Entries, partitions, namespaces, hits of the stored entries, bytes on disk, oldest and newest entry,
         and the lookups of every process since the folder was created: ``lookups`` = ``lookup_hits`` +
         ``lookup_misses``, ``hit_rate`` (None before the first lookup)."""
-        out: dict[str, Any] = {"path": str(self.path), "entries": 0, "partitions": 0, "namespaces": {}, "hits": 0,
+        out: dict[str, Any] = {"store": self.kind, "where": self.where, "path": str(self.path), "entries": 0, "partitions": 0, "namespaces": {}, "hits": 0,
                                "bytes": _dir_bytes(self.path), "oldest": None, "newest": None,
                                "lookups": 0, "lookup_hits": 0, "lookup_misses": 0, "hit_rate": None}
         if not self.exists:
@@ -166,18 +178,15 @@ class AnswerStore:
         Raises:
             ValueError: neither criterion given, or a negative (or NaN) one.
         """
-        if older_than_s is None and keep is None:
-            raise ValueError("give --older-than SECONDS and/or --keep N")
-        if (older_than_s is not None and not older_than_s >= 0) or (keep is not None and keep < 0):  # NaN too
-            raise ValueError("--older-than and --keep must be >= 0")
-        rows = self._rows()
-        victims = set()
-        if older_than_s is not None:
-            cut = time.time() - older_than_s
-            victims |= {r.id for r in rows if r.accessed < cut}
-        if keep is not None:
-            victims |= {r.id for r in rows[keep:]}
-        return self.remove(sorted(victims))
+        return self.remove(_victims(self._rows(), older_than_s, keep))
+
+    def clear(self) -> int:
+        """Delete the folder (every answer, snapshot and lookup count). Returns the bytes freed."""
+        import shutil
+
+        n = _dir_bytes(self.path)
+        shutil.rmtree(self.path, ignore_errors=True)
+        return n
 
     @staticmethod
     def _drop_empty(db: sqlite3.Connection) -> list[str]:
@@ -187,10 +196,164 @@ class AnswerStore:
         return empty
 
 
+def _victims(rows: list[AnswerRow], older_than_s: float | None, keep: int | None) -> list[int]:
+    """Ids of ``rows`` (most recently used first) unused for ``older_than_s`` seconds or past the first ``keep``.
+
+    Raises:
+        ValueError: neither criterion given, or a negative (or NaN) one.
+    """
+    if older_than_s is None and keep is None:
+        raise ValueError("give --older-than SECONDS and/or --keep N")
+    if (older_than_s is not None and not older_than_s >= 0) or (keep is not None and keep < 0):  # NaN too
+        raise ValueError("--older-than and --keep must be >= 0")
+    victims = set()
+    if older_than_s is not None:
+        cut = time.time() - older_than_s
+        victims |= {r.id for r in rows if r.accessed < cut}
+    if keep is not None:
+        victims |= {r.id for r in rows[keep:]}
+    return sorted(victims)
+
+
+class PgAnswers:
+    """The answers of a PostgreSQL + pgvector semantic cache (``RAGCACHE_SEMANTIC_URL``), read and
+    pruned in SQL (no embedder, no migration: a schema not created yet is an empty cache). Every
+    process sharing the database sees a removal on its next lookup.
+
+    Args:
+        url: ``postgresql://...``. schema: the cache's PostgreSQL schema (default ``ragcache``).
+
+    Raises (on use):
+        RemoteStoreError: the server cannot be reached. ImportError: ``psycopg`` missing.
+    """
+
+    kind = "postgresql"
+    _COLS = ("id, partition, namespace, question, answer, metadata, extract(epoch from created), "
+             "extract(epoch from accessed), extract(epoch from expires), hits")
+
+    def __init__(self, url: str, *, schema: str = "ragcache") -> None:
+        from ragcache.semantic.stores.pg_schema import check_identifier
+
+        self.url, self.schema = url, check_identifier(schema)
+
+    @property
+    def where(self) -> str:
+        """The store, as ``cache stats`` names it: the URL without its password, and the schema."""
+        from ragcache.remote import redact
+
+        return f"{redact(self.url)} (schema {self.schema})"
+
+    def _run(self, fn: Any) -> Any:
+        from ragcache.semantic.stores.pg_schema import PgPool
+
+        pool = PgPool(self.url, size=1)
+        try:
+            return pool.run(fn)
+        finally:
+            pool.close()
+
+    def _has(self, conn: Any, table: str) -> bool:
+        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.{table}",)).fetchone()[0]
+
+    @property
+    def exists(self) -> bool:
+        return bool(self._run(lambda c: self._has(c, "entries")))
+
+    def _rows(self, where: str = "", args: tuple = (), limit: int | None = None) -> list[AnswerRow]:
+        sql = f"SELECT {self._COLS} FROM {self.schema}.entries {where} ORDER BY accessed DESC, id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+
+        def run(c: Any) -> list:
+            return c.execute(sql, args).fetchall() if self._has(c, "entries") else []
+        return [AnswerRow(int(r[0]), r[1], r[2], r[3], r[4], r[5] if isinstance(r[5], dict) else json.loads(r[5]),
+                          float(r[6]), float(r[7]), None if r[8] is None else float(r[8]), int(r[9]))
+                for r in self._run(run)]
+
+    def list(self, *, namespace: str | None = None, limit: int | None = None) -> list[AnswerRow]:
+        """Stored answers, most recently used first."""
+        if namespace is None:
+            return self._rows(limit=limit)
+        return self._rows("WHERE namespace = %s", (namespace,), limit)
+
+    def get(self, entry_id: int) -> AnswerRow | None:
+        entry_id = int(entry_id)
+        if not -(1 << 63) <= entry_id < 1 << 63:  # bigint range
+            return None
+        rows = self._rows("WHERE id = %s", (entry_id,))
+        return rows[0] if rows else None
+
+    def stats(self) -> dict[str, Any]:
+        """As :meth:`AnswerStore.stats`; ``bytes`` is the schema's tables and indexes on the server."""
+        out: dict[str, Any] = {"store": self.kind, "where": self.where, "path": None, "entries": 0, "partitions": 0,
+                               "namespaces": {}, "hits": 0, "bytes": 0, "oldest": None, "newest": None,
+                               "lookups": 0, "lookup_hits": 0, "lookup_misses": 0, "hit_rate": None}
+        s = self.schema
+
+        def run(c: Any) -> None:
+            if not self._has(c, "entries"):
+                return
+            n, hits, lo, hi, parts = c.execute(
+                f"SELECT count(*), coalesce(sum(hits), 0), extract(epoch from min(created)), "
+                f"extract(epoch from max(created)), count(DISTINCT partition) FROM {s}.entries").fetchone()
+            out.update(entries=int(n), hits=int(hits), oldest=None if lo is None else float(lo),
+                       newest=None if hi is None else float(hi), partitions=int(parts))
+            out["namespaces"] = {k: int(v) for k, v in c.execute(
+                f"SELECT namespace, count(*) FROM {s}.entries GROUP BY namespace ORDER BY namespace").fetchall()}
+            out["bytes"] = int(c.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                                         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                                         "AND c.relkind = 'r'", (s,)).fetchone()[0])
+            if self._has(c, "lookups"):
+                h, m = c.execute(f"SELECT coalesce(sum(hits), 0), coalesce(sum(misses), 0) FROM {s}.lookups").fetchone()
+                h, m = int(h), int(m)
+                out.update(lookups=h + m, lookup_hits=h, lookup_misses=m, hit_rate=h / (h + m) if h + m else None)
+        self._run(run)
+        return out
+
+    def remove(self, ids: list[int]) -> int:
+        if not ids:
+            return 0
+        sql = f"DELETE FROM {self.schema}.entries WHERE id = ANY(%s)"
+        return int(self._run(lambda c: c.execute(sql, ([int(i) for i in ids],)).rowcount if self._has(c, "entries")
+                             else 0))
+
+    def remove_question(self, partition: str, question: str) -> int:
+        rows = self._rows("WHERE partition = %s AND question = %s", (partition, question))
+        return self.remove([r.id for r in rows])
+
+    def evict(self, *, older_than_s: float | None = None, keep: int | None = None) -> int:
+        """As :meth:`AnswerStore.evict`."""
+        return self.remove(_victims(self._rows(), older_than_s, keep))
+
+    def clear(self) -> int:
+        """Delete every answer and the lookup counts (the schema, its embedder record and indexes stay).
+        Returns the bytes the tables held before."""
+        n = self.stats()["bytes"]
+
+        def run(c: Any) -> None:
+            for table in ("entries", "lookups"):
+                if self._has(c, table):
+                    c.execute(f"DELETE FROM {self.schema}.{table}")
+        self._run(run)
+        return n
+
+
+def open_answers(cfg: Any) -> AnswerStore | PgAnswers:
+    """The answer store the settings point at: PostgreSQL when ``cfg.semantic_url`` is a
+    ``postgresql://`` URL, else the folder it names (``file://DIR`` or a path), else
+    ``cfg.answers_dir``: where ``ragcache ask`` and the adapters keep answers."""
+    from ragcache.semantic.urls import POSTGRES_SCHEMES, url_scheme
+
+    url = cfg.semantic_url
+    if url and url_scheme(url) in POSTGRES_SCHEMES:
+        return PgAnswers(url)
+    return AnswerStore(url.removeprefix("file://") if url else cfg.answers_dir)
+
+
 def _dir_bytes(path: Path) -> int:
     if not path.exists():
         return 0
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-__all__ = ["AnswerRow", "AnswerStore"]
+__all__ = ["AnswerRow", "AnswerStore", "PgAnswers", "open_answers"]

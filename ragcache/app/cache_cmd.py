@@ -1,9 +1,12 @@
-"""``ragcache cache stats|ls|show|invalidate|evict|clear``: see and manage what is on disk.
+"""``ragcache cache stats|ls|show|invalidate|evict|clear``: see and manage the caches the settings point at.
 
-Layers under ``$RAGCACHE_HOME`` (each path configurable, see :mod:`ragcache.config`):
+Layers (each location configurable, see :mod:`ragcache.config`); every command works on the store
+``ragcache ask`` and the adapters use, and ``stats`` names it:
 
-- ``answers``: the semantic answer cache (SQLite + FAISS), ``$RAGCACHE_ANSWERS_DIR``;
-- ``chunks``: per-document KV (one safetensors file per document chunk), ``$RAGCACHE_KV_DIR``;
+- ``answers``: the semantic answer cache: PostgreSQL + pgvector when ``$RAGCACHE_SEMANTIC_URL`` is
+  set (shared by every process), else SQLite + FAISS in ``$RAGCACHE_ANSWERS_DIR``;
+- ``chunks``: per-document KV: Redis / Valkey when ``$RAGCACHE_KV_URL`` is a ``redis://`` URL (the
+  folder when it is a path), else one safetensors file per document chunk in ``$RAGCACHE_KV_DIR``;
 - ``index``: retrieval indexes of ``ask`` folders and the demo corpus, ``$RAGCACHE_INDEX_DIR``.
 
 The exact prefix KV cache lives in the serving process's memory only (nothing to manage on disk).
@@ -25,11 +28,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ragcache.app.answers import AnswerStore
+from ragcache.app.answers import open_answers
 from ragcache.app.output import clean, error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
 
-cache_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="See and manage the on-disk caches (answers, chunk KV, indexes).")
+cache_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="See and manage the caches the settings point at (answers, chunk KV, indexes).")
 console = make_console()
 
 
@@ -95,9 +98,94 @@ def chunk_header(path: Path) -> dict[str, str]:
         return dict(meta)
 
 
+def redis_kv_url(cfg: Config) -> str | None:
+    """``cfg.kv_url`` when it names a Redis / Valkey server (``redis://``, ``valkey://``...), else ``None``."""
+    from ragcache.config import kv_url_scheme
+
+    if cfg.kv_url and kv_url_scheme(cfg.kv_url) not in ("", "file"):
+        return cfg.kv_url
+    return None
+
+
+def kv_folder(cfg: Config) -> Path:
+    """The chunk KV folder: ``$RAGCACHE_KV_URL`` when it is a path (or ``file://DIR``), else ``$RAGCACHE_KV_DIR``."""
+    if cfg.kv_url and redis_kv_url(cfg) is None:
+        return Path(cfg.kv_url.removeprefix("file://")).expanduser()
+    return cfg.kv_dir
+
+
+def _redis_store(cfg: Config) -> Any:
+    from ragcache.engine.chunk.stores.factory import open_chunk_store
+
+    return open_chunk_store(redis_kv_url(cfg))
+
+
+def _header_of(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (the header alone suffices)."""
+    if len(data) < 8:
+        raise ValueError("not a safetensors value")
+    (n,) = struct.unpack("<Q", data[:8])
+    if len(data) < 8 + n:
+        raise ValueError("a truncated safetensors header")
+    return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
+
+
+def _redis_rows(cfg: Config) -> list[dict[str, Any]]:
+    """Chunk KV values in Redis / Valkey, least recently used first (the store's LRU index), each with
+    its safetensors header read by ``GETRANGE`` (no tensor is fetched): two pipelined round trips."""
+    store = _redis_store(cfg)
+
+    def text(k: Any) -> str:
+        return k.decode() if isinstance(k, bytes) else str(k)
+
+    def read() -> tuple[list, dict, dict]:
+        r = store._r
+        keys = [(text(k), float(t)) for k, t in r.zrange(store._lru, 0, -1, withscores=True)]
+        sizes = {text(k): int(v) for k, v in r.hgetall(store._size).items()}
+        pipe = r.pipeline(transaction=False)
+        for k, _ in keys:
+            pipe.getrange(store._k(k), 0, 7)
+        lengths = {k: struct.unpack("<Q", h)[0] if len(h) == 8 else 0 for (k, _), h in zip(keys, pipe.execute())}
+        wanted = [k for k, n in lengths.items() if 0 < n <= 100 << 20]
+        pipe = r.pipeline(transaction=False)
+        for k in wanted:
+            pipe.getrange(store._k(k), 0, 7 + lengths[k])
+        return keys, sizes, dict(zip(wanted, pipe.execute()))
+
+    try:
+        keys, sizes, heads = store._call("cache ls", read)
+    finally:
+        store.close()
+    out = []
+    for k, used in keys:
+        row: dict[str, Any] = {"key": k, "bytes": sizes.get(k, 0), "used": used, "path": None}
+        try:
+            if k not in heads:
+                raise ValueError("no readable value (evicted or expired by the server)")
+            meta = _header_of(heads[k])
+            row.update(n_tokens=int(meta.get("n_tokens", 0)), dtype=meta.get("dtype"),
+                       model=(meta.get("fingerprint") or "")[:12])
+        except ValueError as e:
+            row["error"] = str(e)
+        out.append(row)
+    return out
+
+
+def chunk_where(cfg: Config) -> str:
+    """The chunk KV store, as ``cache stats`` names it: the Redis / Valkey URL (password hidden) and key
+    prefix, or the folder."""
+    from ragcache.remote import redact
+
+    url = redis_kv_url(cfg)
+    return f"{redact(url)} (prefix ragcache:)" if url else str(kv_folder(cfg))
+
+
 def chunk_files(cfg: Config) -> list[dict[str, Any]]:
-    """Chunk KV files, least recently used first (the disk store evicts in this order)."""
-    root = cfg.kv_dir
+    """Chunk KV entries of the store the settings point at (:func:`chunk_where`), least recently used
+    first (the order both stores evict in)."""
+    if redis_kv_url(cfg):
+        return _redis_rows(cfg)
+    root = kv_folder(cfg)
     if not root.is_dir():
         return []
     out = []
@@ -131,13 +219,18 @@ def index_folders(cfg: Config) -> list[dict[str, Any]]:
 
 
 def collect_stats(cfg: Config) -> dict[str, Any]:
+    """Each layer's entries and bytes, in the stores the settings point at; ``answers.store`` /
+    ``chunks.store`` say which kind (``sqlite`` / ``postgresql``, ``files`` / ``redis``) and ``where`` where."""
     chunks = chunk_files(cfg)
     idx = index_folders(cfg)
+    shared_kv = redis_kv_url(cfg) is not None
     return {
         "home": str(cfg.home),
-        "answers": AnswerStore(cfg.answers_dir).stats(),
-        "chunks": {"path": str(cfg.kv_dir), "files": len(chunks), "bytes": sum(c["bytes"] for c in chunks),
-                   "max_bytes": cfg.kv_max_bytes, "tokens": sum(c.get("n_tokens", 0) for c in chunks)},
+        "answers": open_answers(cfg).stats(),
+        "chunks": {"store": "redis" if shared_kv else "files", "where": chunk_where(cfg),
+                   "path": None if shared_kv else str(kv_folder(cfg)), "files": len(chunks),
+                   "bytes": sum(c["bytes"] for c in chunks), "max_bytes": None if shared_kv else cfg.kv_max_bytes,
+                   "tokens": sum(c.get("n_tokens", 0) for c in chunks)},
         "index": {"path": str(cfg.index_dir), "folders": len(idx), "bytes": sum(i["bytes"] for i in idx)},
         "prefix": {"persisted": False, "note": "the exact prefix KV cache is in the serving process's memory only"},
     }
@@ -152,18 +245,21 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
         print_json(s)
         return
     a, c, i = s["answers"], s["chunks"], s["index"]
-    t = Table(title=Text(clean(f"ragcache caches under {s['home']}")))
-    for col in ("layer", "entries", "on disk", "details"):
-        t.add_column(col)
+    t = Table(title=Text(clean(f"ragcache caches (home {s['home']})")))
+    for col in ("layer", "store", "entries", "size", "details"):
+        t.add_column(col, overflow="fold")
     rate = "-" if a["hit_rate"] is None else f"{a['hit_rate']:.0%}"
-    t.add_row("answers", str(a["entries"]), _bytes(a["bytes"]),
+    t.add_row("answers", Text(clean(f"{a['store']}: {a['where']}", newlines=False)), str(a["entries"]),
+              _bytes(a["bytes"]),
               Text(clean(f"{a['lookups']} lookups: {a['lookup_hits']} hits, {a['lookup_misses']} misses (hit rate "
                          f"{rate}); {a['partitions']} partitions, namespaces {a['namespaces'] or '-'}",
                          newlines=False)))
-    t.add_row("chunks", str(c["files"]), _bytes(c["bytes"]),
-              Text(f"{c['tokens']} tokens of KV, budget {_bytes(c['max_bytes'])}"))
-    t.add_row("index", str(i["folders"]), _bytes(i["bytes"]), Text("retrieval indexes"))
-    t.add_row("prefix", "-", "-", Text("in process memory only"))
+    budget = "the server's maxmemory" if c["max_bytes"] is None else _bytes(c["max_bytes"])
+    t.add_row("chunks", Text(clean(f"{c['store']}: {c['where']}", newlines=False)), str(c["files"]),
+              _bytes(c["bytes"]), Text(f"{c['tokens']} tokens of KV, budget {budget}"))
+    t.add_row("index", Text(clean(f"files: {i['path']}", newlines=False)), str(i["folders"]), _bytes(i["bytes"]),
+              Text("retrieval indexes"))
+    t.add_row("prefix", "-", "-", "-", Text("in process memory only"))
     console.print(t)
 
 
@@ -175,11 +271,11 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
     """List stored answers, chunk KV files or index folders."""
     cfg = _cfg()
     if layer is LayerName.answers:
-        rows = [r.to_dict(full=as_json) for r in run_or_exit(console, AnswerStore(cfg.answers_dir).list,
+        rows = [r.to_dict(full=as_json) for r in run_or_exit(console, open_answers(cfg).list,
                                                          namespace=namespace, limit=limit)]
         cols = ("id", "namespace", "question", "answer", "hits", "accessed")
     elif layer is LayerName.chunks:
-        rows = chunk_files(cfg)[::-1][:limit]
+        rows = run_or_exit(console, chunk_files, cfg)[::-1][:limit]
         cols = ("key", "n_tokens", "bytes", "model", "used")
     else:
         rows = index_folders(cfg)[:limit]
@@ -187,7 +283,9 @@ def ls(layer: LayerName = typer.Option(LayerName.answers, help="Which layer to l
     if as_json:
         print_json(rows)
         return
-    t = Table(title=Text(f"{layer.value} ({len(rows)} shown)"))
+    where = {LayerName.answers: lambda: open_answers(cfg).where, LayerName.chunks: lambda: chunk_where(cfg),
+             LayerName.index: lambda: str(cfg.index_dir)}[layer]()
+    t = Table(title=Text(clean(f"{layer.value} in {where} ({len(rows)} shown)", newlines=False)))
 
     def _cell(col: str, value: object) -> str:
         # a question or answer is a one-line preview: its line breaks and tabs read as spaces ("ls" showed
@@ -210,7 +308,7 @@ def show(entry: str = typer.Argument(..., metavar="ENTRY", help="An answer id (f
     """Everything stored for one answer or one chunk KV file."""
     cfg = _cfg()
     if entry.isascii() and entry.isdigit():  # str.isdigit alone also accepts '²' and other scripts' digits
-        row = run_or_exit(console, AnswerStore(cfg.answers_dir).get, int(entry))
+        row = run_or_exit(console, open_answers(cfg).get, int(entry))
         if row is None:
             error(console, f"no stored answer with id {entry}: list them with `ragcache cache ls`")
             raise typer.Exit(2)
@@ -220,12 +318,19 @@ def show(entry: str = typer.Argument(..., metavar="ENTRY", help="An answer id (f
             error(console, f"{entry!r} is neither an answer id (a number) nor a chunk key (a lower-case hex "
                            "digest): list them with `ragcache cache ls` / `ragcache cache ls --layer chunks`")
             raise typer.Exit(2)
-        p = cfg.kv_dir / f"{entry}.safetensors"
-        if not p.is_file():
-            error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
-            raise typer.Exit(2)
-        d = {"key": entry, "path": str(p), "bytes": p.stat().st_size, "used": p.stat().st_mtime,
-             "metadata": run_or_exit(console, chunk_header, p)}
+        if redis_kv_url(cfg):
+            found = [r for r in run_or_exit(console, chunk_files, cfg) if r["key"] == entry]
+            if not found:
+                error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
+                raise typer.Exit(2)
+            d = {**found[0], "where": chunk_where(cfg)}
+        else:
+            p = kv_folder(cfg) / f"{entry}.safetensors"
+            if not p.is_file():
+                error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
+                raise typer.Exit(2)
+            d = {"key": entry, "path": str(p), "bytes": p.stat().st_size, "used": p.stat().st_mtime,
+                 "metadata": run_or_exit(console, chunk_header, p)}
     if as_json:
         print_json(d)
         return
@@ -265,7 +370,7 @@ def invalidate(document: str = typer.Argument(..., metavar="DOCUMENT", help="A d
                        f"{p.name}#0 (see `ragcache cache ls`), a content hash, or the document text")
         raise typer.Exit(2)
     removed = 0
-    if AnswerStore(cfg.answers_dir).exists:
+    if run_or_exit(console, lambda: open_answers(cfg).exists):
         sem = run_or_exit(console, answer_cache, cfg, query_embedder(cfg))
         try:
             removed = sum(sem.invalidate(k) for k in keys if k.strip())
@@ -300,24 +405,41 @@ def evict(layer: EvictLayer = typer.Option(EvictLayer.answers, help="answers or 
     """Free space: least recently used answers or chunk KV files first."""
     cfg = _cfg()
     if layer is EvictLayer.answers:
-        n = run_or_exit(console, AnswerStore(cfg.answers_dir).evict, older_than_s=older_than, keep=keep)
-        freed = None
+        store = open_answers(cfg)
+        n = run_or_exit(console, store.evict, older_than_s=older_than, keep=keep)
+        freed, where = None, store.where
     else:
         if max_bytes is None or max_bytes < 0:
             error(console, "give --max-bytes N (>= 0) for the chunk layer")
             raise typer.Exit(2)
-        files = chunk_files(cfg)
-        total, n, freed = sum(f["bytes"] for f in files), 0, 0
+        n, freed = run_or_exit(console, _evict_chunks, cfg, max_bytes)
+        where = chunk_where(cfg)
+    if as_json:
+        print_json({"layer": layer.value, "where": where, "removed": n, "bytes_freed": freed})
+    else:
+        say(console, f"evicted {n} {layer.value} entr{'y' if n == 1 else 'ies'}" + (f" ({_bytes(freed)})" if freed else "")
+            + " from ", (clean(where, newlines=False), "bold"))
+
+
+def _evict_chunks(cfg: Config, max_bytes: int) -> tuple[int, int]:
+    """Drop least recently used chunk KV down to ``max_bytes``: ``(entries removed, bytes freed)``."""
+    files = chunk_files(cfg)
+    store = _redis_store(cfg) if redis_kv_url(cfg) else None
+    total, n, freed = sum(f["bytes"] for f in files), 0, 0
+    try:
         for f in files:  # least recently used first
             if total - freed <= max_bytes:
                 break
-            Path(f["path"]).unlink(missing_ok=True)
+            if store is not None:
+                store.remove(f["key"])
+            else:
+                Path(f["path"]).unlink(missing_ok=True)
             freed += f["bytes"]
             n += 1
-    if as_json:
-        print_json({"layer": layer.value, "removed": n, "bytes_freed": freed})
-    else:
-        say(console, f"evicted {n} {layer.value} entr{'y' if n == 1 else 'ies'}" + (f" ({_bytes(freed)})" if freed else ""))
+    finally:
+        if store is not None:
+            store.close()
+    return n, freed
 
 
 def interactive() -> bool:
@@ -331,11 +453,13 @@ def interactive() -> bool:
 def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, chunks, index) or one layer."),
           yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
           as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Delete a cache layer from disk (converted models under $RAGCACHE_HOME/models are kept).
+    """Delete a cache layer from the stores the settings point at (PostgreSQL rows, Valkey keys or folders;
+    converted models under $RAGCACHE_HOME/models are kept).
     Asks first unless --yes (on stderr, with --json too); with no terminal to ask on (a script, a
     pipe) and no --yes it deletes nothing and exits with code 2."""
     cfg = _cfg()
-    dirs = {"answers": cfg.answers_dir, "chunks": cfg.kv_dir, "index": cfg.index_dir}
+    answers = open_answers(cfg)
+    dirs = {"answers": answers.where, "chunks": chunk_where(cfg), "index": str(cfg.index_dir)}
     chosen = list(dirs) if layer is ClearLayer.all else [layer.value]
     if not yes and not interactive():  # a piped "y" is not a person's answer: refuse in every output mode
         error(console, f"cache clear would delete {', '.join(chosen)} and stdin is not a terminal to confirm on: "
@@ -346,15 +470,31 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
                       err=True)
     out = {}
     for c in chosen:
-        d = dirs[c]
-        n = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
-        shutil.rmtree(d, ignore_errors=True)
-        out[c] = {"path": str(d), "bytes_freed": n}
+        if c == "answers":
+            n = run_or_exit(console, answers.clear)
+        elif c == "chunks" and redis_kv_url(cfg):
+            n = run_or_exit(console, _clear_redis_chunks, cfg)
+        else:
+            d = kv_folder(cfg) if c == "chunks" else cfg.index_dir
+            n = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
+            shutil.rmtree(d, ignore_errors=True)
+        out[c] = {"path": dirs[c], "bytes_freed": n}
     if as_json:
         print_json(out)
     else:
         for c, v in out.items():
             say(console, f"cleared {c}: ", (clean(v["path"], newlines=False), "bold"), f" ({_bytes(v['bytes_freed'])})")
+
+
+def _clear_redis_chunks(cfg: Config) -> int:
+    """Delete every chunk under the store's prefix in Redis / Valkey; the bytes its index counted."""
+    store = _redis_store(cfg)
+    try:
+        n = store.nbytes
+        store.clear()
+        return n
+    finally:
+        store.close()
 
 
 __all__ = ["cache_app", "chunk_files", "chunk_header", "collect_stats", "index_folders"]

@@ -136,7 +136,7 @@ def test_schema_is_versioned(pg_server, open_cache, schema):
 
     open_cache()
     with psycopg.connect(pg_server.url) as c:
-        assert c.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 5
+        assert c.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 6
         idx = {r[0] for r in c.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = %s", (schema,))}
     assert any("hnsw" in d for d in idx) and any("gin" in d for d in idx)
     open_cache()  # a second open migrates nothing and agrees on the embedder

@@ -4,6 +4,7 @@ Tables live in one PostgreSQL schema (default ``ragcache``)::
 
     schema_version(version)      migrations applied, one row per step
     meta(key, value)             embedder fingerprint and width the cache was built with
+    lookups(name, hits, misses)  lookups of every process that used the cache (added on flush)
     entries(id, partition, namespace, qhash, question, answer, metadata jsonb, docs text[],
             embedding vector(d), created, accessed, expires, hits, state jsonb)
 
@@ -76,6 +77,9 @@ def migrations(schema: str, dim: int, hnsw_m: int, ef_construction: int) -> list
         f"DELETE FROM {s}.entries WHERE question ~ '[0-9\u2044]';"
         f"UPDATE {s}.entries SET qhash = encode(sha256(convert_to(question, 'UTF8')), 'hex') "
         f"WHERE qhash <> encode(sha256(convert_to(question, 'UTF8')), 'hex')",
+        # 6: lookups of every process (hits / misses), added on flush: `ragcache cache stats` reads them
+        f"CREATE TABLE IF NOT EXISTS {s}.lookups (name text PRIMARY KEY, hits bigint NOT NULL DEFAULT 0, "
+        "misses bigint NOT NULL DEFAULT 0)",
     ]
 
 

@@ -93,6 +93,7 @@ class PgAnswerStore(PgFlightLocks):
         self._lock = threading.Lock()
         self._touched: dict[int, int] = {}
         self._touch_at = time.monotonic()
+        self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the lookups table
         self._vocab: dict[str, tuple[float, int, PartitionSpeller]] = {}
         self._pool = PgPool(url, size=pool_size, configure=self._configure)
         self._migrate()
@@ -320,10 +321,21 @@ class PgAnswerStore(PgFlightLocks):
         return self.aflight_lock(key, timeout_s)
 
     def flush(self) -> None:
-        """Write pending hit counts / access times (everything else is committed as it happens)."""
+        """Write pending hit counts / access times and add this process's lookups since the last flush to
+        the schema's totals (``ragcache cache stats``); everything else is committed as it happens."""
         with self._lock:
             items, self._touched = list(self._touched.items()), {}
+            now = (self.counters.lookup_hits, self.counters.lookup_misses)
+            hits, misses = now[0] - self._flushed_lookups[0], now[1] - self._flushed_lookups[1]
+            self._flushed_lookups = now
         self._write_touches(items)
+        if hits or misses:
+            sql = (f"INSERT INTO {self.schema}.lookups AS l (name, hits, misses) VALUES ('all', %s, %s) "
+                   "ON CONFLICT (name) DO UPDATE SET hits = l.hits + excluded.hits, misses = l.misses + excluded.misses")
+            try:
+                self._pool.run(lambda c: c.execute(sql, (hits, misses)))
+            except RemoteStoreError as e:  # statistics only: losing them is not an error
+                logger.warning("semantic cache: could not record %d lookups (%s)", hits + misses, e)
 
     def close(self) -> None:
         try:
