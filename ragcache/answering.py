@@ -85,6 +85,15 @@ _FAILED = object()
 """What :meth:`AnswerPath._guarded` returns for a dependency that raised or passed its deadline."""
 
 
+CACHE_TRUNCATED = True
+"""The one rule for answers cut at their token budget (``finish_reason == "length"``), the default of
+every entry point (``RagCache``, ``ragcache ask``, the demo, the LangChain cache and middleware, the
+LlamaIndex query engine, the proxy): stored, with the budget in the partition and the entry, and
+served only to a request with the same budget (greedy decoding gives it the same text). A small
+model's answers often fill a short budget; not storing them left those entry points without a hit.
+An entry point whose budget is not known stores no cut answer (it could never be served)."""
+
+
 def cacheable(result: BackendResult, *, cache_truncated: bool = False, question: str | None = None) -> bool:
     """Whether an answer may be stored: non-empty text that ended normally (``stop``), or was cut at
     its token budget (``length``) when ``cache_truncated`` (the entry point's budget rule: the budget
@@ -122,7 +131,8 @@ class AnswerPath:
 
     Args:
         semantic: the answer cache, or ``None``.
-        cache_truncated: store answers cut at their token budget (:func:`cacheable`).
+        cache_truncated: store answers cut at their token budget (:func:`cacheable`; default
+            :data:`CACHE_TRUNCATED`).
         single_flight: concurrent identical misses make one call (see the module docstring).
         flight_timeout_s: longest wait (seconds, finite, >= 0) for a leader before one waiter takes over.
         ttl_s: time to live of stored answers (``None``: the cache's default).
@@ -136,7 +146,7 @@ class AnswerPath:
         ``lookup_timeout_s``.
     """
 
-    def __init__(self, semantic: Any = None, *, cache_truncated: bool = False, single_flight: bool = True,
+    def __init__(self, semantic: Any = None, *, cache_truncated: bool = CACHE_TRUNCATED, single_flight: bool = True,
                  flight_timeout_s: float = 60.0, ttl_s: float | None = None, cache_sampled: bool = False,
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         from ragcache.semantic.flight import check_timeout
@@ -288,8 +298,9 @@ class AnswerPath:
         """Store ``result`` when :meth:`cacheable` and the request is no fresh draw (:meth:`fresh_draw`), with its
         :class:`Provenance` under :data:`PROVENANCE_KEY`, its finish reason, budget and length, and return its
         :class:`Answer`. A store that fails or passes ``lookup_timeout_s`` is logged; the answer is returned."""
+        cut_unknown = result.finish_reason == "length" and max_tokens is None  # never servable: not stored
         if self.semantic is not None and partition is not None and self.fresh_draw(sampling) is None \
-                and self.cacheable(result, question=question):
+                and self.cacheable(result, question=question) and not cut_unknown:
             prov = Provenance.of(result, model=model, sampled=self._labels_sampled(sampling))
             meta = {**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}
             self._guarded("store", lambda: self.semantic.store(
@@ -538,5 +549,5 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
+__all__ = ["CACHE_TRUNCATED", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
            "Provenance", "Sampling", "cacheable", "hit_answer"]

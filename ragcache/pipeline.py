@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
+from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.config import Config
 from ragcache.backend import AsyncBackend, Backend, BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
@@ -71,14 +71,14 @@ class RagCache:
         namespace: tenant: answers never cross namespaces, and each request's namespace is the tenant its
             backend is given (:class:`ragcache.backend.Backend`), which salts a local engine's prefix and
             chunk KV keys (no KV shared across tenants unless the engine opts in).
-        doc_order: ``canonical`` (by id, then content: stable bytes) or ``given``.
+        doc_order: ``canonical`` (by content, never by id: stable bytes) or ``given``.
         lint: what to do with volatile text (dates, ids) found in stable segments: ``warn``,
             ``move`` (into the volatile segment, which stays in the partition), ``raise`` or ``off``.
         max_new_tokens / temperature: generation parameters (part of the semantic partition).
         params: other generation parameters the backend applies that change the answer (``top_p``,
             ``stop``, ``seed``...); ``None`` values are left out. Part of the partition.
         cache_truncated: also store answers cut at ``max_new_tokens`` (``finish_reason == "length"``);
-            off by default. A stored truncated answer is only ever served within its own
+            on by default, the rule of every entry point (:data:`ragcache.answering.CACHE_TRUNCATED`). A stored truncated answer is only ever served within its own
             ``max_new_tokens`` (the budget is in the partition). No other unfinished answer
             (content filter, tool call, refusal, pause, context window, a cut stream) is ever stored
             (:func:`ragcache.answering.cacheable`).
@@ -106,7 +106,7 @@ class RagCache:
                  system: str = DEFAULT_SYSTEM, namespace: str = "default", doc_order: str = "canonical",
                  lint: LintMode = "move",
                  max_new_tokens: int = 96, temperature: float = 0.0, params: Mapping[str, Any] | None = None,
-                 cache_truncated: bool = False, single_flight: bool = True, flight_timeout_s: float = 60.0,
+                 cache_truncated: bool = CACHE_TRUNCATED, single_flight: bool = True, flight_timeout_s: float = 60.0,
                  config: Config | None = None, cache_sampled: bool = False,
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):

@@ -1,6 +1,7 @@
 """The answer-path contract's entry points over a notes folder (RagCache, ``ragcache ask`` in-process),
-shared by the unit contract and the ``ragcache ask`` process contract; and RagCache's entries of the
-tenant case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) over a local engine.
+shared by the unit contract and the ``ragcache ask`` process contract; at their defaults, a LangChain
+chain and the LlamaIndex query engine too (the defaults case); and RagCache's entries of the tenant
+case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) over a local engine.
 ``ragcache ask`` has no tenant case: it is one user's command, its requests are the default tenant's."""
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from typing import Any
+
 from ragcache.answering import Answer
+from ragcache.backend import CacheUsage
 from ragcache.testing.answer_contract import TENANT_DOCS, TENANT_SYSTEM, ScriptedBackend
 
 
@@ -36,7 +40,7 @@ class RagCacheEntry:
     with the CLI's system text and budget."""
 
     name = "RagCache"
-    stores_length = False  # cache_truncated=False by default
+    stores_length = True  # the one rule (ragcache.answering.CACHE_TRUNCATED): served to the same budget only
 
     def __init__(self, backend: ScriptedBackend, folder: Path) -> None:
         from ragcache import RagCache
@@ -55,7 +59,7 @@ class AskEntry:
     """``ragcache ask`` in-process (:func:`ragcache.app.ask.ask`), its model replaced by the backend."""
 
     name = "ragcache ask"
-    stores_length = True  # cache_truncated=True: documented, served only to the same budget
+    stores_length = True  # the one rule (ragcache.answering.CACHE_TRUNCATED): served to the same budget only
 
     def __init__(self, backend: ScriptedBackend, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr("ragcache.app.ask.LazyLocalBackend", lambda *a, **k: backend)
@@ -88,3 +92,100 @@ class RagCacheTenantEntry:
         if self.mode == "per-call":
             return self.rag.answer(question, list(TENANT_DOCS), namespace=self.tenant)
         return self.rag.answer(question, list(TENANT_DOCS))
+
+
+def _chunks(folder: Path) -> list:
+    from ragcache.app.corpus import scan_folder
+
+    return list(scan_folder(folder).chunks())
+
+
+class _Text:
+    """What :class:`ScriptedBackend` reads of a prompt (``render()``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def render(self) -> str:
+        return self.text
+
+
+class LangChainEntry:
+    """The LangChain guide's chain at its defaults: ``RagPrompt(system=...) | ChatRagCache(cache=
+    RagCacheSemanticCache())`` (the default answer store, the default budget) over LangChain
+    ``Document``s with random ids, as ``InMemoryVectorStore`` gives them: each entry (each "process")
+    draws new ids. ChatRagCache's identity is the tiny random engine's; its answer is the scripted
+    model's."""
+
+    name = "LangChain"
+    stores_length = True
+
+    def __init__(self, backend: ScriptedBackend, folder: Path) -> None:
+        import uuid
+
+        from langchain_core.documents import Document
+        from langchain_core.outputs import ChatGeneration, ChatResult
+        from langchain_ragcache import ChatRagCache, RagCacheSemanticCache, RagPrompt
+        from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
+
+        class Scripted(ChatRagCache):
+            def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+                r = backend.generate(_Text(" ".join(m.text for m in messages)), max_new_tokens=self.max_tokens,
+                                     temperature=0.0)
+                return ChatResult(generations=[ChatGeneration(message=self._message(r, []))])
+
+        self.docs = [Document(page_content=c.text, id=str(uuid.uuid4())) for c in _chunks(folder)]
+        llm = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), cache=RagCacheSemanticCache())
+        self.chain = RagPrompt(system="Answer the question from the documents in one sentence.") | llm
+
+    def ask(self, question: str) -> Answer:
+        from langchain_ragcache.results import finish_reason_of
+
+        msg = self.chain.invoke({"question": question, "context": list(reversed(self.docs))})
+        rec = msg.response_metadata["ragcache"]
+        return Answer(question, msg.text, rec["layer"], CacheUsage(), finish_reason=rec.get("finish_reason")
+                      or finish_reason_of(msg))
+
+
+class LlamaIndexEntry:
+    """``RagCacheQueryEngine`` at its defaults (the default answer store, the LLM's default budget) over
+    nodes with random ids, as a fresh index gives them; its LLM backend calls the scripted model."""
+
+    name = "LlamaIndex"
+    stores_length = True
+
+    def __init__(self, backend: ScriptedBackend, folder: Path) -> None:
+        from llama_index.core.llms import MockLLM
+        from llama_index.core.retrievers import BaseRetriever
+        from llama_index.core.schema import NodeWithScore, TextNode
+        from llama_index.query_engine.ragcache import RagCacheQueryEngine
+        from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
+
+        nodes = [NodeWithScore(node=TextNode(text=c.text), score=1.0 - i / 10) for i, c in enumerate(_chunks(folder))]
+
+        class Fixed(BaseRetriever):
+            def _retrieve(self, query_bundle: Any) -> list:
+                return list(nodes)
+
+        class Scripted(LlamaIndexBackend):
+            name = property(lambda self: backend.name)  # type: ignore[assignment]
+            model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
+
+            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
+                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
+
+        self.engine = RagCacheQueryEngine(Fixed(), MockLLM(), system_prompt="Answer from the documents.")
+        self.engine._backend = Scripted(MockLLM())
+
+    def ask(self, question: str) -> Answer:
+        resp = self.engine.query(question)
+        m = resp.metadata
+        return Answer(question, str(resp), m["layer"], CacheUsage(), finish_reason=m["finish_reason"])
+
+
+def restart_in_process() -> None:
+    """What a process restart does to the default answer store: every open default cache is flushed
+    and closed, so the next entry point reopens it from disk (its FAISS snapshots and SQLite rows)."""
+    from ragcache.semantic import defaults
+
+    defaults._close_all()

@@ -34,6 +34,7 @@ from filelock import FileLock
 from rich.console import Console
 from rich.text import Text
 
+from ragcache.answering import CACHE_TRUNCATED
 from ragcache.app.corpus import scan_folder
 from ragcache.app.output import clean, err_console, say, warn
 from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
@@ -139,7 +140,7 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
 
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
-        threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = True,
+        threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
         console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0) -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 

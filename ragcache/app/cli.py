@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from ragcache.answering import CACHE_TRUNCATED
 from ragcache.app.argv import RagcacheGroup, number_in
 from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
@@ -99,7 +100,7 @@ def ask(
                                               "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
-    cache_truncated: bool = typer.Option(True, help="Store an answer cut at the token budget too; it is served "
+    cache_truncated: bool = typer.Option(CACHE_TRUNCATED, help="Store an answer cut at the token budget too; it is served "
                                          "only to the same budget (a larger --max-new-tokens asks the model)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, layer, similarity, usage, timings)."),
 ) -> None:

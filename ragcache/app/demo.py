@@ -254,10 +254,10 @@ def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk
         say(console, ("chunk KV: " + _reuse_mode(engine), "dim"))
         log.info("chunk KV: %s", _reuse_detail(engine))
     with _backend(backend, engine) as be:
-        # The demo's short budget cuts most answers; keep them anyway: a truncated answer is served only
-        # to a request with this same budget (it is in the partition), never to a larger one.
+        # A cut answer is kept (the default rule): it is served only to a request with this same budget
+        # (it is in the partition), never to a larger one.
         rag = RagCache(be, semantic=answer_cache(cfg, emb, path=None), system=DEMO_SYSTEM,
-                       max_new_tokens=max_new_tokens, cache_truncated=True)
+                       max_new_tokens=max_new_tokens)
         answers = run_session(rag, retriever, DEMO_SESSION, top_k=cfg.top_k, console=console, backend=backend)
         summary = summarize(answers, console, rag)
     summary["wall_s"] = time.perf_counter() - t0

@@ -8,9 +8,10 @@ and bytes are stable:
 ``system text -> tools -> history -> documents -> volatile text -> question``
 
 * documents are rendered canonically (NFC, ``\\n`` newlines, metadata attributes
-  in sorted key order) and, by default, sorted by id, else by content hash, so
-  the same retrieved set gives the same bytes whatever order the retriever
-  returned it in;
+  in sorted key order; ids are not rendered) and, by default, sorted by content
+  (:func:`~ragcache.prompt.segments.canonical_documents`), so the same retrieved set
+  gives the same bytes whatever order the retriever returned it in and whatever ids
+  a vector store gave it;
 * tool definitions are copied with their keys sorted at every level;
 * the lint finds text that changes per request (dates, times, weekdays, UUIDs,
   request ids, counters, epoch timestamps, retrieval scores in document metadata)
@@ -36,6 +37,7 @@ from ragcache.prompt.chat_turns import CACHE_POINT, CachePoint, final_turn_block
 from ragcache.prompt.segments import (
     Segment,
     SegmentKind,
+    canonical_documents,
     check_unique_ids,
     history_text,
     as_document,
@@ -137,6 +139,13 @@ def _history_segments(history: Sequence[Any]) -> list[Segment]:
     return out
 
 
+def _document_block(text: str, doc_id: Any) -> Segment:
+    """A final-turn document block: its :func:`render_document` rendering parsed back (else the text
+    itself), with the id the block was marked with (for ``invalidate``; never rendered)."""
+    seg = parse_document(text) or Segment("document", text)
+    return seg if doc_id is None else Segment("document", seg.text, str(doc_id), seg.metadata)
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """One block of a laid-out prompt, as a backend renders it.
@@ -176,8 +185,8 @@ class PromptLayout:
     ) -> PromptLayout:
         """Order, normalise and lint the parts of a request. Copies every input.
 
-        ``doc_order="canonical"`` sorts documents by id (documents with ids first), then by content
-        hash, and drops exact duplicates; ``"given"`` keeps the caller's order (retrieval order).
+        ``doc_order="canonical"`` sorts documents by content (:func:`canonical_documents`: ids never
+        decide the order) and drops exact duplicates; ``"given"`` keeps the caller's order (retrieval order).
         ``lint``: ``"warn"`` emits a ``UserWarning`` per certain finding and one for the
         possible ones; ``"move"`` moves each sentence of the system text holding *certainly*
         volatile text (a UUID, a request id, a timestamp, a date or time after "Current date:",
@@ -201,8 +210,7 @@ class PromptLayout:
         tool_list = [canonicalize(t) for t in tools]
         system_text, moved, findings = _lint_parts(system_text, tool_list, docs, lint)
         if doc_order == "canonical":
-            unique = {d.render_hash: d for d in docs}
-            docs = sorted(unique.values(), key=lambda d: (d.id is None, d.id or "", d.render_hash))
+            docs = canonical_documents(docs)
         if volatile is not None and volatile.strip():
             moved.append(normalize_text(volatile))
         segs: list[Segment] = []
@@ -237,7 +245,7 @@ class PromptLayout:
           question); the other unmarked blocks before the last :data:`CACHE_POINT` are documents,
           those after it volatile text; without a cache point they are all documents;
         * a document text that is a :func:`render_document` rendering keeps its id and attributes
-          (:func:`parse_document`); any other text is the document's text. Documents keep their
+          (:func:`parse_document`; the block's ``id`` mark is its id); any other text is the document's text. Documents keep their
           given order; volatile pieces are joined by a newline, question pieces by a blank line.
 
         ``lint`` as in :meth:`build` (default ``"off"``: the caller chose these bytes).
@@ -255,8 +263,7 @@ class PromptLayout:
         question: list[str] = []
         for kind, block in final_turn_blocks(final):
             if kind == "document":
-                documents.append(block if isinstance(block, Segment) else (parse_document(block[0]) or Segment(
-                    "document", block[0], block[1])))
+                documents.append(block if isinstance(block, Segment) else _document_block(*block))
             else:
                 (volatile if kind == "volatile" else question).append(block.text if isinstance(block, Segment)
                                                                       else block[0])
@@ -315,7 +322,7 @@ class PromptLayout:
 
         ``system`` (role system) -> ``tools`` (role system, canonical JSON) -> ``history`` (their
         roles) -> ``document`` (role user, :func:`render_document` bytes, ``doc_id`` = the caller's
-        id, else the first 16 hex digits of the content hash) -> ``volatile`` -> ``question``
+        id, else the first 16 hex digits of the content hash; not in the bytes) -> ``volatile`` -> ``question``
         (role user). The final user turn is the document, volatile and question blocks.
         """
         out: list[Block] = []
@@ -366,5 +373,6 @@ class PromptLayout:
 
 
 __all__ = ["CACHE_POINT", "Block", "CachePoint", "PromptLayout", "Segment", "SegmentKind", "as_document",
+           "canonical_documents",
            "parse_document", "VolatileFinding", "VolatileTextMoved", "VOLATILE_METADATA_KEYS", "canonicalize",
            "find_volatile", "first_divergence", "move_volatile", "normalize_text", "render_document", "word_tokens"]

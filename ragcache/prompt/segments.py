@@ -1,6 +1,13 @@
 """Prompt segments and documents: the :class:`Segment` record, the one document normaliser
 (:func:`as_document`), the canonical document rendering (:func:`render_document`) and its inverse
-(:func:`parse_document`). :mod:`ragcache.prompt.layout` orders segments into a prompt.
+(:func:`parse_document`), and the canonical order of a document set (:func:`canonical_documents`).
+:mod:`ragcache.prompt.layout` orders segments into a prompt.
+
+A document's identity is its content: its text and the metadata rendered with it. Its id (a caller's
+name, a vector store's random UUID, a LlamaIndex node id) is metadata *about* it: kept for
+``invalidate(id)`` and to name its KV, never rendered, so it enters neither the prompt bytes, nor
+the semantic partition, nor the order. The same documents after a re-index or a restart (new
+random ids) are the same prompt and the same partition.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ class Segment:
 
     ``kind`` is one of system, tools, document, history, volatile, question;
     ``text`` is its text (for tools, the canonical JSON of the tool list);
-    ``id`` a caller document id; ``metadata`` rendered as sorted attributes;
+    ``id`` a caller document id (for ``invalidate``; not rendered); ``metadata`` rendered as sorted attributes;
     ``role`` the chat role for history segments.
     """
 
@@ -57,8 +64,8 @@ class Segment:
 
     @property
     def render_hash(self) -> str:
-        """Hex sha256 of the rendered bytes (:func:`render_document`: id, metadata and text), which
-        is what the model sees; orders and de-duplicates documents and enters partition keys."""
+        """Hex sha256 of the rendered bytes (:func:`render_document`: metadata and text, not the id),
+        which is what the model sees; orders and de-duplicates documents and enters partition keys."""
         return hashlib.sha256(render_document(self).encode("utf-8")).hexdigest()
 
 
@@ -77,14 +84,14 @@ def _attr(value: Any) -> str:
 
 
 def render_document(seg: Segment) -> str:
-    """Render a document segment as ``<document id=".." k="v">\\ntext\\n</document>``.
+    """Render a document segment as ``<document k="v">\\ntext\\n</document>``.
 
-    Attributes follow the id in sorted key order; values that are not strings are
-    written as sorted-key JSON. The same content gives the same bytes every time.
+    Metadata attributes in sorted key order; values that are not strings are written as
+    sorted-key JSON. The id is not rendered (a document's identity is its content; see the
+    module docstring): to show the model a name, put it in the metadata (``source``, ``title``).
+    The same content gives the same bytes every time.
     """
-    attrs = ([f'id="{_attr(seg.id)}"'] if seg.id is not None else []) + [
-        f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)
-    ]
+    attrs = [f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)]
     head = "<document" + "".join(" " + a for a in attrs) + ">"
     return f"{head}\n{normalize_text(seg.text)}\n</document>"
 
@@ -95,9 +102,10 @@ _DOC_ATTR = re.compile(r' ([^\s="<>]+)="([^"]*)"')
 
 def parse_document(text: str) -> Segment | None:
     """The document Segment whose :func:`render_document` bytes are ``text``, or ``None`` when
-    ``text`` is not exactly such a rendering. Attribute values come back as strings (a value
-    rendered from JSON renders to the same bytes again). Untrusted text is only matched, never
-    evaluated.
+    ``text`` is not exactly such a rendering. Every attribute is metadata (an ``id=""`` attribute
+    someone wrote is shown to the model, so it stays in the bytes); the Segment has no id. Attribute
+    values come back as strings (a value rendered from JSON renders to the same bytes again).
+    Untrusted text is only matched, never evaluated.
     """
     m = _DOC_HEAD.match(text)
     if m is None or not text.endswith("\n</document>"):
@@ -105,9 +113,19 @@ def parse_document(text: str) -> Segment | None:
     import html  # here: html.entities is a large table, needed only for a rendered document block
 
     attrs = {k: html.unescape(v) for k, v in _DOC_ATTR.findall(m.group(1))}
-    doc_id = attrs.pop("id", None)
-    seg = Segment("document", text[m.end(): -len("\n</document>")], doc_id, attrs)
+    seg = Segment("document", text[m.end(): -len("\n</document>")], None, attrs)
     return seg if render_document(seg) == text else None
+
+
+def canonical_documents(docs: Sequence[Segment]) -> list[Segment]:
+    """The canonical order of a document set, the one rule of every entry point: by content (the
+    normalised text's hash, then the rendered bytes' hash), exact duplicates of the rendered bytes
+    dropped (the first kept). Ids never decide the order: a vector store's random ids would give
+    the same documents another order, another prompt and another partition after every restart."""
+    unique: dict[str, Segment] = {}
+    for d in docs:
+        unique.setdefault(d.render_hash, d)
+    return sorted(unique.values(), key=lambda d: (d.content_hash, d.render_hash))
 
 
 def check_unique_ids(docs: Sequence[Segment]) -> None:

@@ -16,6 +16,8 @@ suite checks that each one, seen from outside, behaves as that path says:
 - an answer made by a blend is served only to a backend at the same blend setting: an exact backend
   and one at another setting miss and call (:func:`ragcache.provenance.may_serve`), and the exact answer
   they store then serves everyone.
+- :class:`DefaultsContract`: at the entry point's defaults, an answer cut at the budget is a hit
+  the second time and after a restart.
 
 Use it by subclassing :class:`AnswerPathContract` and providing two fixtures, ``make_entry`` and
 ``make_other``: each a factory ``backend -> EntryPoint`` over the *same* answer store for the test
@@ -264,5 +266,30 @@ class TenantKVContract:
         assert _kv(engine)[0] > before[0]
 
 
-__all__ = ["AnswerPathContract", "EntryPoint", "QUESTION", "ScriptedBackend", "TENANT_DOCS", "TENANT_QUESTIONS",
-           "TENANT_SYSTEM", "TenantKVContract", "tenant_engine"]
+class DefaultsContract:
+    """At an entry point's defaults, the embedded model's way of answering gets hits: an answer cut at
+    the token budget (a small model often fills it) is stored under the one rule
+    (:data:`ragcache.answering.CACHE_TRUNCATED`), so the second identical question is a semantic hit,
+    and so is the first question after a restart (documents' ids, random in a vector store, are
+    metadata: the partition and the order come from their content).
+
+    A subclass provides ``make_entry`` (``backend -> EntryPoint`` at the entry point's defaults, over
+    the persistent default answer store) and ``restart`` (a callable that does what a process restart
+    does to that store)."""
+
+    def test_a_cut_answer_is_a_hit_again_and_after_a_restart(self, make_entry: Factory, restart: Any) -> None:
+        backend = ScriptedBackend(finish="length")
+        entry = make_entry(backend)
+        first = entry.ask(QUESTION)
+        assert first.layer != "semantic" and first.finish_reason == "length" and backend.calls == 1, entry.name
+        hit = entry.ask(QUESTION)
+        assert hit.layer == "semantic" and backend.calls == 1, f"{entry.name}: a cut answer was not served again"
+        assert hit.text == first.text and hit.finish_reason == "length"
+        restart()
+        again = make_entry(backend).ask(QUESTION)
+        assert again.layer == "semantic" and backend.calls == 1, f"{entry.name}: no hit after a restart"
+        assert again.text == first.text
+
+
+__all__ = ["AnswerPathContract", "DefaultsContract", "EntryPoint", "QUESTION", "ScriptedBackend", "TENANT_DOCS",
+           "TENANT_QUESTIONS", "TENANT_SYSTEM", "TenantKVContract", "tenant_engine"]

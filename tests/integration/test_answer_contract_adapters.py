@@ -77,7 +77,7 @@ def _usage(d: Any) -> CacheUsage:
 class LlamaIndexEntry:
     """RagCacheQueryEngine over two fixed nodes; its LLM backend calls the scripted model."""
 
-    stores_length = False  # cache_truncated=False by default
+    stores_length = True  # the one rule (ragcache.answering.CACHE_TRUNCATED)
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
         from llama_index.core.llms import MockLLM
@@ -191,7 +191,7 @@ def lc_answer(question: str, msg: Any) -> Answer:
 class MiddlewareEntry:
     """An agent (``create_agent``) whose model is the scripted chat model, with RagCacheMiddleware."""
 
-    stores_length = False
+    stores_length = True
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
         from langchain.agents import create_agent
@@ -213,7 +213,7 @@ class ChatRagCacheEntry:
     model; ``stream`` goes through the answer path, ``astream`` through its lookup and record, ``invoke``
     through the LangChain LLM cache (the framework's loop)."""
 
-    stores_length = False
+    stores_length = True
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
         from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
@@ -307,7 +307,7 @@ class ProxyEntry:
     upstream reports no blended prefill, so the scripted model here reports none either; Anthropic
     has no ``content_filter`` stop reason (its kind is ``refusal``)."""
 
-    stores_length = False
+    stores_length = True
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str, servers: list) -> None:
         from ragcache.server.app import running_server

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from contract_entries import AskEntry, RagCacheEntry, RagCacheTenantEntry, notes_folder
+from contract_entries import (AskEntry, LangChainEntry, LlamaIndexEntry, RagCacheEntry, RagCacheTenantEntry, notes_folder,
+                             restart_in_process)
 
-from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend, TenantKVContract
+from ragcache.testing.answer_contract import AnswerPathContract, DefaultsContract, ScriptedBackend, TenantKVContract
 
 
 @pytest.fixture()
@@ -45,6 +46,25 @@ def make_tenant_entry(request):
 
 class TestTenantKV(TenantKVContract):
     """Two tenants through RagCache share no KV unless the engine opts in."""
+
+
+DEFAULT_ENTRIES = {"ragcache": lambda b, f, mp: RagCacheEntry(b, f), "ask": AskEntry,
+                   "langchain": lambda b, f, mp: LangChainEntry(b, f), "llamaindex": lambda b, f, mp: LlamaIndexEntry(b, f)}
+
+
+class TestDefaults(DefaultsContract):
+    """At each entry point's defaults (RagCache, `ragcache ask`, the LangChain guide's chain, the LlamaIndex
+    query engine), a cut answer is a hit again and after a restart (issue 42)."""
+
+    @pytest.fixture(params=sorted(DEFAULT_ENTRIES))
+    def make_entry(self, request, notes, monkeypatch):
+        if request.param in ("langchain", "llamaindex"):
+            pytest.importorskip("langchain_ragcache" if request.param == "langchain" else "llama_index.core")
+        return lambda backend: DEFAULT_ENTRIES[request.param](backend, notes, monkeypatch)
+
+    @pytest.fixture()
+    def restart(self):
+        return restart_in_process
 
 
 def test_the_default_answer_store_is_under_ragcache_home_and_none_means_none(notes, tmp_path):

@@ -156,18 +156,20 @@ def test_document_metadata_and_ids_are_in_the_partition():
     renamed = rag.prepare(q, [{**DOCS[0], "id": "refunds-v2"}]).partition
     tagged = rag.prepare(q, [{**DOCS[0], "metadata": {"region": "uk"}}]).partition
     reordered = rag.prepare(q, list(reversed(DOCS[:2]))).partition
-    assert len({base.digest, renamed.digest, tagged.digest}) == 3
+    assert renamed.digest == base.digest and renamed.document_ids != base.document_ids  # an id is metadata
+    assert tagged.digest != base.digest  # rendered metadata is content
     assert reordered == rag.prepare(q, DOCS[:2]).partition  # canonical order: same key
 
 
 @pytest.mark.parametrize("budgets", [(8, 16), (8, 8)])
-def test_truncated_answers_are_not_stored_by_default(budgets):
+def test_truncated_answers_are_stored_by_default_and_served_to_their_budget_only(budgets):
     backend = EchoBackend(finish="length")
     rag = _rag(backend)
     q = "How long do refunds take?"
-    for b in budgets:
-        assert rag.answer(q, DOCS[:1], max_new_tokens=b).layer == "model"
-    assert backend.calls == 2
+    layers = [rag.answer(q, DOCS[:1], max_new_tokens=b).layer for b in budgets]
+    assert layers == (["model", "semantic"] if budgets[0] == budgets[1] else ["model", "model"])
+    off = _rag(EchoBackend(finish="length"), cache_truncated=False)
+    assert [off.answer(q, DOCS[2:3], max_new_tokens=8).layer for _ in range(2)] == ["model", "model"]
 
 
 def test_truncated_answers_stored_on_request_never_serve_a_larger_budget():
@@ -620,7 +622,7 @@ KIND_CASES = {
     "documents then question": ("S.", [], ["Refunds take 30 days.", "Orders ship on weekdays.", "How long?"]),
     "history, then documents and question": (None, [("user", "hi"), ("assistant", "hello")],
                                              ["Refunds take 30 days.", "How long?"]),
-    "a rendered document keeps its id": ("S.", [], ['<document id="refunds">\nRefunds take 30 days.\n</document>',
+    "a rendered document keeps its attributes": ("S.", [], ['<document id="refunds">\nRefunds take 30 days.\n</document>',
                                                      "How long?"]),
 }
 

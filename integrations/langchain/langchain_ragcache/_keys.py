@@ -158,7 +158,8 @@ def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segme
     """One final-turn block for :meth:`PromptLayout.from_messages`: a typed Segment when its kind is
     known (a RagPrompt record or a ``ragcache_kind`` key), else the plain text (kind left to the rule)."""
     if kind == "document":
-        return parse_document(text) or Segment("document", text, None if doc_id is None else str(doc_id))
+        seg = parse_document(text) or Segment("document", text)
+        return seg if doc_id is None else Segment("document", seg.text, str(doc_id), seg.metadata)
     if kind in ("volatile", "question"):
         return Segment(kind, text)
     return text
@@ -263,8 +264,9 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
     if kinds is not None:
         for b, k in zip(texts, kinds, strict=True):
             kind, text = k.get("kind") or "question", str(b.get("text", ""))
-            if kind in ("document", "volatile", "question"):
-                final.append(marked_block(text, kind, k.get("id")))
+            if kind in ("document", "volatile", "question"):  # a RagPrompt record names the document's own id
+                doc_id = k["document"].get("id") if isinstance(k.get("document"), Mapping) else k.get("id")
+                final.append(marked_block(text, kind, doc_id))
             else:
                 extra.setdefault("other_text", []).append({"kind": kind, "text": text})
         if not any(isinstance(b, Segment) and b.kind == "question" and b.text.strip() for b in final):

@@ -49,7 +49,7 @@ from langchain_ragcache._keys import (
 from langchain_ragcache._messages import parse_cache_prompt
 from langchain_ragcache.results import answer_message, answer_record, message_result
 from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
-from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
+from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
 from ragcache.provenance import may_serve
 from ragcache.backend import BackendResult
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
@@ -82,8 +82,10 @@ class RagCacheSemanticCache(BaseCache):
         question_extractor: ``text -> question | None`` applied to the last human turn (or a
             completion prompt) when it is not a RagPrompt message; the question must occur in
             the text. ``None`` returns mean "cannot tell": the whole prompt is matched exactly.
-        cache_truncated: also store answers cut at the token budget (off by default, as
-            :class:`ragcache.RagCache`).
+        cache_truncated: also store answers cut at the token budget, served only to the same budget
+            (the budget is in the partition): on by default, the rule of every entry point
+            (:data:`ragcache.answering.CACHE_TRUNCATED`). A model whose budget the cache cannot read
+            from LangChain's ``llm_string`` has its cut answers not stored.
         cache_sampled: replay one stored sample to later calls that sample without a seed (labelled
             ``provenance.sampled``); default ``False``: such a call (temperature > 0, or unset on a
             provider model, whose API samples by default) is a fresh draw, neither looked up nor stored.
@@ -106,7 +108,7 @@ class RagCacheSemanticCache(BaseCache):
     def __init__(self, semantic_cache: SemanticCache | None = None, *, path: str | Path | None = DEFAULT_LOCATION,
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
-                 cache_truncated: bool = False, cache_sampled: bool = False,
+                 cache_truncated: bool = CACHE_TRUNCATED, cache_sampled: bool = False,
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S, **kwargs: Any) -> None:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a non-empty str (use 'default' for a single tenant), "

@@ -52,7 +52,7 @@ from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_w
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.prompt.layout import as_document, canonicalize, render_document
+from ragcache.prompt.layout import as_document, canonical_documents, canonicalize, render_document
 from ragcache.semantic import PartitionKey
 from ragcache.prompt.volatile import move_volatile
 
@@ -295,14 +295,13 @@ def _caller_hour(request: ModelRequest) -> float:
 def canonical_documents(message: BaseMessage) -> BaseMessage:
     """A tool result whose artifact is a list of ``Document`` (a retriever tool with
     ``response_format="content_and_artifact"``), rendered canonically: one
-    :func:`~ragcache.prompt.layout.render_document` block per document, sorted by id then content,
-    duplicates dropped. Other messages are returned unchanged."""
+    :func:`~ragcache.prompt.layout.render_document` block per document in the canonical order
+    (:func:`~ragcache.prompt.layout.canonical_documents`: by content, never by id), duplicates dropped. Other messages are returned unchanged."""
     art = getattr(message, "artifact", None)
     if not isinstance(message, ToolMessage) or not isinstance(art, Sequence) or not art or \
             not all(isinstance(d, Document) for d in art):
         return message
-    segs = {s.render_hash: s for s in (as_document(d) for d in art)}
-    ordered = sorted(segs.values(), key=lambda s: (s.id is None, s.id or "", s.render_hash))
+    ordered = canonical_documents([as_document(d) for d in art])
     text = "\n\n".join(render_document(s) for s in ordered)
     return message.model_copy(update={"content": text})
 

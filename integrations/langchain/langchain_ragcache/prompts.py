@@ -8,9 +8,10 @@
     ...history...
     HumanMessage([<document> block per document, canonical order], volatile text, question)
 
-Documents are rendered canonically and sorted (by id, then content hash), so the
-same retrieved set gives the same request bytes in whatever order the retriever
-returned it: a provider's prompt cache or the local prefix / chunk KV cache sees
+Documents are rendered canonically and sorted by content (their ids, random in a
+vector store such as ``InMemoryVectorStore``, are kept for ``invalidate`` but never
+rendered nor used to order), so the same retrieved set gives the same request bytes in
+whatever order the retriever returned it and after a restart: a provider's prompt cache or the local prefix / chunk KV cache sees
 the same prefix. For ``ChatAnthropic`` (``provider="anthropic"``, or
 :meth:`RagPrompt.for_model`), ``cache_control`` breakpoints are placed by
 ragcache's Anthropic adapter (:func:`ragcache.providers.anthropic.layout_request`: at most 4,

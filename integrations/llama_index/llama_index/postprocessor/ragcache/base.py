@@ -45,10 +45,10 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
 
     Args:
         node: any LlamaIndex node.
-        id_source: what goes into the rendered ``id=""`` attribute: ``"none"`` (the
-            default: the bytes then depend on content and metadata only, so the chunk
-            KV of a node survives re-indexing, which gives nodes new random ids),
-            ``"node_id"`` or ``"ref_doc_id"``.
+        id_source: what goes into a rendered ``id=""`` attribute (a metadata attribute, so
+            part of the content the model sees): ``"none"`` (the default: the bytes then depend
+            on content and metadata only, so the partition and the chunk KV of a node survive
+            re-indexing, which gives nodes new random ids), ``"node_id"`` or ``"ref_doc_id"``.
 
     Raises:
         ValueError: unknown ``id_source``.
@@ -57,12 +57,11 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
         raise ValueError(f"id_source must be 'none', 'node_id' or 'ref_doc_id', got {id_source!r}")
     excluded = set(node.excluded_llm_metadata_keys or ())
     meta = {str(k): v for k, v in (node.metadata or {}).items() if k not in excluded and _json_like(v)}
-    doc_id = None
     if id_source == "node_id":
-        doc_id = node.node_id
+        meta["id"] = node.node_id
     elif id_source == "ref_doc_id":
-        doc_id = node.ref_doc_id or node.node_id
-    return Segment("document", node.get_content(metadata_mode=MetadataMode.NONE), doc_id, meta)
+        meta["id"] = node.ref_doc_id or node.node_id
+    return Segment("document", node.get_content(metadata_mode=MetadataMode.NONE), None, meta)
 
 
 def node_key(node: BaseNode, segment: Segment) -> dict[str, str]:

@@ -54,7 +54,7 @@ from llama_index.postprocessor.ragcache import StableOrderPostprocessor, node_se
 from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
 from llama_index.query_engine.ragcache.messages import LaidOutMessages
 
-from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer
+from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer
 from ragcache.backend import BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, RagCache, Request
@@ -122,8 +122,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
         streaming: return streaming responses.
         similarity_threshold: semantic-cache cosine threshold per lookup (None: the cache's).
         lint: volatile-text lint of the layout (``off``, ``warn``, ``move``, ``raise``).
-        cache_truncated: also store answers cut at the LLM's token budget (off by default; a
-            truncated answer is only served to requests with the same budget).
+        cache_truncated: also store answers cut at the LLM's token budget, served only to requests
+            with the same budget (it is in the partition): on by default, the rule of every entry
+            point (:data:`ragcache.answering.CACHE_TRUNCATED`).
         cache_sampled: replay one stored sample when the LLM samples without a seed (``temperature > 0``,
             no ``seed``), labelled in the answer's provenance; default ``False``: each such query is a
             fresh draw, neither looked up nor stored (:class:`ragcache.answering.Sampling`).
@@ -143,7 +144,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
                  system_prompt: str | None = DEFAULT_SYSTEM,
                  node_postprocessors: Sequence[BaseNodePostprocessor] = (), order_by: str = "content_hash",
                  id_source: str = "none", namespace: str = "default", streaming: bool = False,
-                 similarity_threshold: float | None = None, lint: LintMode = "warn", cache_truncated: bool = False,
+                 similarity_threshold: float | None = None, lint: LintMode = "warn", cache_truncated: bool = CACHE_TRUNCATED,
                  cache_sampled: bool = False, lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S,
                  anthropic_min_tokens: Mapping[str, int] | int | None = None,
                  token_counter: Callable[[str], int] | None = None,
