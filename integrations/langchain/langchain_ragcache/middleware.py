@@ -52,7 +52,8 @@ from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_w
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.prompt.layout import as_document, canonical_documents, canonicalize, render_document
+from ragcache.prompt.layout import as_document, canonicalize, render_document
+from ragcache.prompt.segments import canonical_documents as canonical_order
 from ragcache.semantic import PartitionKey
 from ragcache.prompt.volatile import move_volatile
 
@@ -301,7 +302,7 @@ def canonical_documents(message: BaseMessage) -> BaseMessage:
     if not isinstance(message, ToolMessage) or not isinstance(art, Sequence) or not art or \
             not all(isinstance(d, Document) for d in art):
         return message
-    ordered = canonical_documents([as_document(d) for d in art])
+    ordered = canonical_order([as_document(d) for d in art])
     text = "\n\n".join(render_document(s) for s in ordered)
     return message.model_copy(update={"content": text})
 
