@@ -32,7 +32,8 @@ def guide_block() -> str:
 
 
 def run(home: Path, cwd: Path) -> tuple[str, dict]:
-    env = {**os.environ, "RAGCACHE_HOME": str(home), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "RAGCACHE_HOME": str(home), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}  # this checkout
     for var in ("RAGCACHE_SEMANTIC_URL", "RAGCACHE_ANSWERS_DIR"):
         env.pop(var, None)
     r = subprocess.run([sys.executable, "-c", guide_block() + AFTER], cwd=cwd, env=env, capture_output=True,
