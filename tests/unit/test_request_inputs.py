@@ -49,7 +49,8 @@ def test_temperature_that_is_not_a_number_at_least_zero_is_named(bad, exc):
 def test_numpy_and_integral_values_still_work(ok):
     rag = _rag()
     assert rag.answer(Q, DOCS[:1], **ok).layer == "model"
-    assert rag.answer(Q, DOCS[:1], **ok).layer == "semantic"
+    # a sampled request without a seed is a fresh draw (one replay rule at every entry point)
+    assert rag.answer(Q, DOCS[:1], **ok).layer == ("model" if "temperature" in ok else "semantic")
 
 
 @pytest.mark.parametrize("kw, match", [
