@@ -219,10 +219,8 @@ class LocalEngine(EngineKeys):
             ValueError: for an empty prompt.
             ContextWindowError: when ``len(prompt) + max_new_tokens`` exceeds the context window.
         """
-        if self.kv_reuse_blocker:  # windowed attention: no reuse (warned once, in __init__)
-            use_prefix_cache, use_chunk_cache = False, False
-        if self.rope_switch is not None:  # length-dependent RoPE: no chunk reuse (warned once, in __init__)
-            use_chunk_cache = False
+        if self.kv_reuse_blocker or self.rope_switch:  # windowed attention: no reuse; a RoPE switch: no chunk reuse
+            use_prefix_cache, use_chunk_cache = use_prefix_cache and not self.kv_reuse_blocker, False  # (warned once)
         ids = prompt.input_ids
         n = len(ids)
         self._check_size(n, max_new_tokens)

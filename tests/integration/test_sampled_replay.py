@@ -206,7 +206,7 @@ def entry(request, servers):
 
 
 def _twice(make, **kw) -> tuple[list[Outcome], int]:
-    backend = ScriptedBackend()
+    backend = ScriptedBackend(approximate=False, recompute_ratio=None)  # exact: served at any blend setting
     ask = make(backend, **kw)
     return [ask(), ask()], backend.calls
 
