@@ -173,13 +173,13 @@ def test_anthropic_routes_share_the_app_and_the_kv(base_url, client, engine, mod
     body = {"model": "claude-sonnet-4-6", "max_tokens": 2, "messages": [{"role": "user", "content": content}],
             "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]}
     key = {"x-api-key": "local"}  # the OpenAI client's key: one tenant (another's KV is never reused)
-    r = httpx.post(f"{base_url}/v1/messages", json=body, headers=key)
+    r = httpx.post(f"{base_url}/v1/messages", json=body, headers=key, timeout=120)
     assert r.status_code == 200 and r.json()["usage"]["cache_creation_input_tokens"] > 0
     assert r.headers["x-ragcache-prefix-reused"] == "0" and r.json()["usage"]["cache_read_input_tokens"] == 0
     client.chat.completions.create(model=model, messages=messages("Brakes?", system=system), max_tokens=2,
                                    temperature=0)
     assert engine.generations[-1].stats.prefix_tokens_reused >= 16  # the system turn the Anthropic route stored
-    r = httpx.post(f"{base_url}/v1/messages", json=body, headers=key)
+    r = httpx.post(f"{base_url}/v1/messages", json=body, headers=key, timeout=120)
     g = engine.generations[-1]
     assert r.json()["usage"]["cache_read_input_tokens"] > 0
     assert int(r.headers["x-ragcache-prefill-reused"]) == reuse(g)
