@@ -236,7 +236,7 @@ def test_pg_schema_from_before_the_state_column_is_migrated(pg_cache, pg_server)
     assert c2.update_state(i, {"threshold": 0.9})
     assert pg_cache(threshold=1.0).candidates_for(QS_X[0], partition=PK)[0].state == {"threshold": 0.9}
     with psycopg.connect(pg_server.url) as conn:
-        assert conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 5  # + the NFC rehash
+        assert conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()[0] == 6  # + the NFC rehash (5) and the lookups table (6)
 
 
 # ------------------------------------------------------------------ vectors of another embedder
