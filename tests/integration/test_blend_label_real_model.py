@@ -44,7 +44,10 @@ def test_a_blended_answer_of_the_real_model_is_labelled_everywhere(smol):
     again = exact.answer("Where do backups go and when?", DOCS[::-1])
     assert again.layer != "semantic" and not again.approximate
 
-    with running_server(engine) as url:
+    # the route on an engine of its own (same setting, empty chunk cache): the RagCache runs above stored
+    # these texts' chunk KV under the same (default) tenant, which the route would otherwise reuse at once
+    served = LocalEngine(smol, chunk_cache=ChunkCache(), recompute_ratio=0.15, min_reuse_tokens=0, calibration=False)
+    with running_server(served) as url:
         model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
 
         def ask(docs):
