@@ -143,7 +143,9 @@ def _document_block(text: str, doc_id: Any) -> Segment:
     """A final-turn document block: its :func:`render_document` rendering parsed back (else the text
     itself), with the id the block was marked with (for ``invalidate``; never rendered)."""
     seg = parse_document(text) or Segment("document", text)
-    return seg if doc_id is None else Segment("document", seg.text, str(doc_id), seg.metadata)
+    if doc_id is None or str(doc_id) == seg.content_hash[:16]:  # no id: blocks()' content-hash fallback mark
+        return seg
+    return Segment("document", seg.text, str(doc_id), seg.metadata)
 
 
 @dataclass(frozen=True, slots=True)

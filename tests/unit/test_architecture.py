@@ -126,7 +126,10 @@ def test_blocks_are_the_prompt_in_order():
     kinds = [(b.kind, b.role) for b in lay.blocks()]
     assert kinds == [("system", "system"), ("history", "user"), ("history", "assistant"), ("document", "user"),
                      ("document", "user"), ("volatile", "user"), ("question", "user")]
-    assert [b.doc_id for b in lay.blocks() if b.kind == "document"] == ["refund-policy", "shipping"]
+    # ids are metadata (kept, not rendered); the canonical order is by content, not by id
+    from ragcache.prompt.segments import as_document, canonical_documents
+    assert [b.doc_id for b in lay.blocks() if b.kind == "document"] == [
+        d.id for d in canonical_documents([as_document(d) for d in DOCS[:2]])]
     final = lay.to_messages()[-1]["content"]
     assert [b["ragcache_kind"] for b in final] == ["document", "document", "volatile", "question"]
 

@@ -159,7 +159,9 @@ def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segme
     known (a RagPrompt record or a ``ragcache_kind`` key), else the plain text (kind left to the rule)."""
     if kind == "document":
         seg = parse_document(text) or Segment("document", text)
-        return seg if doc_id is None else Segment("document", seg.text, str(doc_id), seg.metadata)
+        if doc_id is None or str(doc_id) == seg.content_hash[:16]:  # no id: blocks()' content-hash fallback mark
+            return seg
+        return Segment("document", seg.text, str(doc_id), seg.metadata)
     if kind in ("volatile", "question"):
         return Segment(kind, text)
     return text

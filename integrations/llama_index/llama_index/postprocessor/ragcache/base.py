@@ -45,10 +45,10 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
 
     Args:
         node: any LlamaIndex node.
-        id_source: what goes into a rendered ``id=""`` attribute (a metadata attribute, so
-            part of the content the model sees): ``"none"`` (the default: the bytes then depend
-            on content and metadata only, so the partition and the chunk KV of a node survive
-            re-indexing, which gives nodes new random ids), ``"node_id"`` or ``"ref_doc_id"``.
+        id_source: the segment's id (kept for ``invalidate``, never rendered: the bytes, the
+            order and the partition depend on content and metadata only, so they survive
+            re-indexing, which gives nodes new random ids): ``"none"`` (the default),
+            ``"node_id"`` or ``"ref_doc_id"``.
 
     Raises:
         ValueError: unknown ``id_source``.
@@ -57,11 +57,12 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
         raise ValueError(f"id_source must be 'none', 'node_id' or 'ref_doc_id', got {id_source!r}")
     excluded = set(node.excluded_llm_metadata_keys or ())
     meta = {str(k): v for k, v in (node.metadata or {}).items() if k not in excluded and _json_like(v)}
+    doc_id = None  # the segment's id: metadata kept for invalidate, never rendered (ragcache.prompt.segments)
     if id_source == "node_id":
-        meta["id"] = node.node_id
+        doc_id = node.node_id
     elif id_source == "ref_doc_id":
-        meta["id"] = node.ref_doc_id or node.node_id
-    return Segment("document", node.get_content(metadata_mode=MetadataMode.NONE), None, meta)
+        doc_id = node.ref_doc_id or node.node_id
+    return Segment("document", node.get_content(metadata_mode=MetadataMode.NONE), doc_id, meta)
 
 
 def node_key(node: BaseNode, segment: Segment) -> dict[str, str]:
@@ -88,7 +89,7 @@ class StableOrderPostprocessor(BaseNodePostprocessor):
 
     order_by: OrderBy = Field(default="content_hash", description="canonical order key")
     dedup: bool = Field(default=True, description="drop nodes with repeated content or id")
-    id_source: IdSource = Field(default="none", description="id rendered into each document")
+    id_source: IdSource = Field(default="none", description="id kept with each document (not rendered)")
 
     @classmethod
     def class_name(cls) -> str:

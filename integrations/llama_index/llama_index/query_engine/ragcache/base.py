@@ -114,7 +114,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         system_prompt: system text (stable; volatile text in it is linted per ``lint``).
         node_postprocessors: run after retrieval, before the stable order.
         order_by: canonical node order (see :class:`StableOrderPostprocessor`).
-        id_source: document id rendered into each block (see :func:`node_segment`).
+        id_source: document id kept with each block, not rendered (see :func:`node_segment`).
         namespace: the tenant (an opaque id, not a secret): it partitions the answers and is the
             ``tenant`` the backend is given, so a ``RagCacheLLM``'s engine salts the request's prefix and
             chunk KV with it (two tenants share no KV unless the engine has
