@@ -19,7 +19,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 
-from langchain_ragcache.usage import cache_usage
+from langchain_ragcache.usage import cache_usage, own_record
 from ragcache.backend import provider_layer
 
 
@@ -59,7 +59,7 @@ class RagCacheCallbackHandler(BaseCallbackHandler):
             for g in gens:
                 msg = getattr(g, "message", None)
                 meta = dict(getattr(msg, "response_metadata", None) or {})
-                rc = dict(meta.get("ragcache") or {})
+                rc = dict(own_record(msg) or {})  # ragcache's own record, not a local server's body
                 usage = cache_usage(msg)  # the one LangChain -> CacheUsage mapping
                 layer = rc.get("layer") or provider_layer(usage.cache_read if usage else 0)
                 rec = CallRecord(layer=layer, wall_s=wall, model=meta.get("model_name") or meta.get("model"),

@@ -48,7 +48,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity, sampling_of
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
-from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, with_one_write_total
+from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, own_record, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
@@ -428,8 +428,8 @@ def _with_usage(msg: Any, placed: list[str], notes: Sequence[str] = ()) -> Any:
     ``provider-cache``."""
     if not isinstance(msg, AIMessage):
         return msg
-    own = msg.response_metadata.get("ragcache")
-    if isinstance(own, Mapping) and own.get("layer"):
+    own = own_record(msg)  # not a local server's body record (its engine layer is no provider call's)
+    if own is not None and own.get("layer"):
         return msg.model_copy(update={"response_metadata": {
             **msg.response_metadata, "ragcache": {**own, "breakpoints": list(placed), "notes": list(notes)}}})
     usage = cache_usage(msg)

@@ -22,7 +22,7 @@ from ragcache.backend import LAYERS, BackendResult, CacheUsage, FinishReason, pr
 from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
 from ragcache.providers.openai.backend import FINISH_REASONS as OPENAI_FINISH
 
-from langchain_ragcache.usage import HIT_USAGE, cache_usage, usage_metadata
+from langchain_ragcache.usage import HIT_USAGE, cache_usage, own_record, usage_metadata
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     **OPENAI_FINISH, **ANTHROPIC_FINISH,
@@ -87,8 +87,9 @@ def message_result(generation: Any, *, ttft_s: float = 0.0) -> BackendResult:
     text = msg.text if isinstance(msg, AIMessage) else str(getattr(generation, "text", ""))
     usage = cache_usage(msg) or CacheUsage()
     meta = getattr(msg, "response_metadata", None) or {}
+    # the layer only from ragcache's own record; the blend labels also from a local server's body record
     own = meta.get("ragcache") if isinstance(meta.get("ragcache"), Mapping) else {}
-    layer = own.get("layer")
+    layer = (own_record(msg) or {}).get("layer")
     if layer == "semantic" or layer not in LAYERS:
         layer = provider_layer(usage.cache_read)
     _, native = native_finish(generation)

@@ -53,6 +53,18 @@ def cache_write_by_ttl(usage: Mapping[str, Any] | None) -> dict[str, int]:
     return {k: int(details.get(k) or 0) for k in TTL_WRITE_KEYS if k in details}
 
 
+def own_record(message: Any) -> Mapping[str, Any] | None:
+    """ragcache's own record of a chat message (``response_metadata["ragcache"]`` with a ``usage``
+    mapping: :class:`~langchain_ragcache.ChatRagCache`, a semantic hit, the layout middleware), else
+    ``None``. ragcache's local servers also put a ``"ragcache"`` object in their response bodies
+    (the local engine's layer, e.g. ``model``, and the blend labels), which langchain-anthropic copies
+    into ``response_metadata``: that one has no ``usage`` and is not this record, since a call through
+    a provider client is labelled by :func:`ragcache.backend.provider_layer`."""
+    meta = getattr(message, "response_metadata", None) or {}
+    own = meta.get("ragcache") if isinstance(meta, Mapping) else None
+    return own if isinstance(own, Mapping) and isinstance(own.get("usage"), Mapping) else None
+
+
 def cache_usage(message: Any) -> CacheUsage | None:
     """ragcache's :class:`CacheUsage` of a LangChain chat message, or ``None`` when it reports none.
 
@@ -61,9 +73,8 @@ def cache_usage(message: Any) -> CacheUsage | None:
     from ``usage_metadata``: cache reads are ``cache_read``; cache writes are ``cache_creation`` plus
     the per-TTL counts; the uncached input is ``input_tokens`` less both (never below 0).
     """
-    meta = getattr(message, "response_metadata", None) or {}
-    own = meta.get("ragcache") if isinstance(meta, Mapping) else None
-    if isinstance(own, Mapping) and isinstance(own.get("usage"), Mapping):
+    own = own_record(message)
+    if own is not None:
         known = CacheUsage.__dataclass_fields__
         try:
             return CacheUsage(**{k: v for k, v in own["usage"].items() if k in known})
@@ -89,5 +100,5 @@ def with_one_write_total(usage: Mapping[str, Any], cache_write: int) -> UsageMet
     return UsageMetadata(**{**dict(usage), "input_token_details": details})  # type: ignore[typeddict-item]
 
 
-__all__ = ["HIT_USAGE", "PROVIDER_USAGE_KEYS", "TTL_WRITE_KEYS", "cache_usage", "cache_write_by_ttl",
+__all__ = ["HIT_USAGE", "PROVIDER_USAGE_KEYS", "TTL_WRITE_KEYS", "cache_usage", "cache_write_by_ttl", "own_record",
            "usage_metadata", "with_one_write_total"]
