@@ -278,7 +278,7 @@ class DefaultsContract:
     does to that store)."""
 
     def test_a_cut_answer_is_a_hit_again_and_after_a_restart(self, make_entry: Factory, restart: Any) -> None:
-        backend = ScriptedBackend(finish="length")
+        backend = ScriptedBackend(finish="length", approximate=False, recompute_ratio=None)  # exact, as at the defaults
         entry = make_entry(backend)
         first = entry.ask(QUESTION)
         assert first.layer != "semantic" and first.finish_reason == "length" and backend.calls == 1, entry.name

@@ -48,7 +48,7 @@ def shared(tmp_path, monkeypatch, pg_server, valkey_server):
     base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
     cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV to Valkey
 
-    def generate(self, layout, *, max_new_tokens, temperature, namespace=None):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
         return BackendResult(f"answer to [{layout.question}]", "model", CacheUsage.local(prompt_tokens=5))
 
     monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
