@@ -103,7 +103,9 @@ def test_openai_unfinished_answers_are_not_stored(native, extra, finish, stream)
     if extra.get("cut") and not stream:
         pytest.skip("a cut body of a plain completion is an HTTP error, not an answer")
     upstream = Upstream(lambda body: _openai_response(native, stream=body.get("stream", False), **extra))
-    rag = _openai_rag(upstream, stream=stream)
+    # A cut at the budget is stored by default (the one rule, ragcache.answering.CACHE_TRUNCATED: with the
+    # budget in the key, served to the same budget only); here the opt-out must keep it unstored.
+    rag = _openai_rag(upstream, stream=stream, **({"cache_truncated": False} if finish == "length" else {}))
     first = rag.answer(Q, DOCS)
     assert first.finish_reason == finish and first.layer == "provider"
     assert first.provenance is not None and first.provenance.finish_reason == finish
@@ -124,9 +126,9 @@ def test_openai_normal_stop_is_stored_and_a_hit_replays_no_usage(stream):
     assert hit.provenance == Provenance("provider", "stop", model="openai:gpt-x", stop_reason="stop")
 
 
-def test_openai_cut_at_the_budget_is_stored_only_with_cache_truncated():
+def test_openai_cut_at_the_budget_is_stored_by_default_for_its_own_budget():
     upstream = Upstream(lambda body: _openai_response("length", stream=False))
-    rag = _openai_rag(upstream, stream=False, cache_truncated=True)
+    rag = _openai_rag(upstream, stream=False)  # the default: ragcache.answering.CACHE_TRUNCATED
     assert rag.answer(Q, DOCS).finish_reason == "length"
     hit = rag.answer(Q, DOCS)
     assert hit.layer == "semantic" and hit.finish_reason == "length" and upstream.requests == 1
@@ -193,7 +195,9 @@ def test_anthropic_unfinished_answers_are_not_stored(native, extra, finish, mode
     if extra.get("cut") and mode == "create":
         pytest.skip("a cut body of a plain message is an HTTP error, not an answer")
     upstream = Upstream(lambda body: _anthropic_response(native, stream=body.get("stream", False), **extra))
-    rag = _anthropic_rag(upstream, stream=mode != "create", aio=mode.startswith("async"))
+    # max_tokens is stored by default under the one rule (CACHE_TRUNCATED); the opt-out keeps it unstored.
+    rag = _anthropic_rag(upstream, stream=mode != "create", aio=mode.startswith("async"),
+                         **({"cache_truncated": False} if finish == "length" else {}))
 
     def ask():
         return asyncio.run(rag.aanswer(Q, DOCS)) if mode.startswith("async") else rag.answer(Q, DOCS)
