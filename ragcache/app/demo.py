@@ -215,7 +215,7 @@ def _reuse_mode(engine: Any) -> str:
     cal = engine.calibration
     licensed = engine._recompute_ratio is None and engine.config.blend_setting is None and cal is not None \
         and cal.blend_allowed
-    why = ("this model's calibration showed it keeps the answers" if licensed
+    why = ("this model's calibration found it rarely changes a confidently chosen word" if licensed
            else "you asked for it with a recompute ratio")
     return (f"documents found in the chunk cache are reused at their new positions (CacheBlend, setting {setting}) "
             f"and each such answer is labelled approximate, because it may differ slightly from computing everything "
