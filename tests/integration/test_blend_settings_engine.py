@@ -124,7 +124,9 @@ def test_embedded_model_end_to_end_at_the_packaged_setting():
     """The real SmolLM2-135M with the record in force (the packaged one unless the home has its own): a
     second request over the same documents blends at the licensed setting and says so, or (no setting
     licensed) is prefilled exactly and says why."""
-    eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache())
+    # min_reuse_tokens=0: blend whatever the machine's measured prefill rate (the cost rule skips a blend of
+    # these 100 tokens on a fast or idle machine; the licence, not the rate, is what this test checks)
+    eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache(), min_reuse_tokens=0)
     setting = licensed_setting(eng.calibration)
     eng.generate(messages(), max_new_tokens=4, use_prefix_cache=False)
     st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4, use_prefix_cache=False).stats
