@@ -31,11 +31,8 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
-import string
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
+from ragcache.engine.blend.license import best_f1, normalize_answer, token_f1  # noqa: F401 (re-exported)
 from benchmarks.blend_plot import plot as plot_summary
 from benchmarks.plotting import draw
 from ragcache.config import Config, env_setting
@@ -61,30 +59,7 @@ RULES: dict[str, dict] = {"cacheblend": {}, "prophet": {"rank_by": "prophet"}, "
 DEFAULT_DATA = "/work/shared/data/musique_s.json"
 
 
-# -- scoring (CacheBlend / SQuAD-style) ------------------------------------------------------
-def normalize_answer(text: str) -> str:
-    """First line, lower-cased, punctuation and articles (a/an/the) removed, spaces collapsed."""
-    text = text.strip().split("\n")[0].lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """Multiset word-overlap F1 of two normalised answers (1.0 when both are empty)."""
-    p, r = normalize_answer(prediction).split(), normalize_answer(reference).split()
-    if not p or not r:
-        return float(p == r)
-    common = sum((Counter(p) & Counter(r)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(p), common / len(r)
-    return 2 * precision * recall / (precision + recall)
-
-
-def best_f1(prediction: str, golds: list[str]) -> float:
-    """F1 against each gold answer, best one kept."""
-    return max((token_f1(prediction, g) for g in golds), default=0.0)
+# -- scoring (CacheBlend / SQuAD-style): the license rule's own, one definition
 
 
 def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
