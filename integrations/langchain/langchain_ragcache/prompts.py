@@ -76,10 +76,10 @@ def _block_kinds(layout: PromptLayout, final: list[dict[str, Any]]) -> list[dict
     out = []
     for b in final:
         rec: dict[str, Any] = {"kind": b["ragcache_kind"]}
-        if b.get("id") is not None:
-            rec["id"] = b["id"]
         if b["ragcache_kind"] == "document":
             seg = next(docs)
+            if seg.id is not None:  # the document's own id (never a content-hash stand-in): invalidate() takes it
+                rec["id"] = seg.id
             rec["document"] = {"id": seg.id, "metadata": dict(seg.metadata)}
         out.append(rec)
     return out
