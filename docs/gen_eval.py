@@ -2,11 +2,15 @@
 
 One page per study file ``bench/results/<name>.json``: headed by the command that produced it, the
 commit that last wrote the file, the machine and its load (as recorded in the JSON; "not recorded"
-where the JSON has none), then every table the JSON holds. ``evaluation/index.md`` lists the studies
-by topic with the headline figures (:data:`HEADLINES`), which the README quotes; a test checks that
-the README's figures equal these, so a number cannot go stale silently.
+where the JSON has none), then the study's plot (``bench/results/<name>.png``, copied into the site
+next to the page) and every table the JSON holds. ``evaluation/index.md`` leads with the headline
+figures (``HEADLINES``), which the README quotes, each under its study's link and plot; a test checks
+that the README's figures equal these, so a number cannot go stale silently. The index then lists the
+current studies (``CURRENT``) by topic; every other study (calibration plans and their inputs, item
+ranges merged into a record, earlier releases) is listed on ``evaluation/archive.md``.
 
-Importable without mkdocs (the tests call :func:`headline_values`, :func:`study_page`).
+Importable without mkdocs (the tests call ``headline_values``, ``study_page``, ``index_page``,
+``archive_page``).
 """
 
 from __future__ import annotations
@@ -227,6 +231,17 @@ STUDIES: dict[str, Study] = {
 }
 TOPICS = ("Local engine", "Quantized KV", "Semantic cache", "Providers", "Scaling out", "Command line")
 
+CURRENT: tuple[str, ...] = (
+    "prefix", "prefix_hits", "eval_decisive_50-131", "calibration_decisive_smollm2", "blend", "blend_peer",
+    "kvquant", "decode_check",
+    "semantic_default_decider", "semantic_split", "semantic_qqp900_before_after", "semantic", "semantic_stream",
+    "verifier_ablation", "verifier_interactions", "lexicon", "stemmers",
+    "provider", "lint", "shared", "ask_latency",
+)
+"""The studies listed on the evaluation landing page: the shipped records and what the guides quote.
+Every other study is development history (calibration plans and their inputs, item ranges merged into
+a record, earlier releases) and is listed on the archive page."""
+
 
 # --------------------------------------------------------------------------------------- headlines
 def _license(name: str) -> dict:
@@ -322,8 +337,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
         s = ", ".join(_fmt(x) for x in v)
         return s if len(s) <= 60 else f"{len(v)} values"
-    s = str(v).replace("|", "/").replace("\n", " ")
-    return s if len(s) <= 200 else s[:197] + "..."
+    return str(v).replace("|", "/").replace("\n", " ")  # whole: the table cell wraps
 
 
 def _flat(d: dict, prefix: str = "", depth: int = 0) -> dict[str, Any]:
@@ -472,15 +486,15 @@ def study_page(name: str) -> str:
     machine, load = _machine_and_load(d) if isinstance(d, dict) else ("not recorded", "not recorded")
     out = [f"# {study.title}", "",
            "Generated from the data at build time; do not edit (docs/gen_eval.py).", "",
-           "| | |", "|---|---|",
+           "| field | value |", "|---|---|",
            f"| command | `{command}` |",
            f"| data file | `bench/results/{name}.json` |",
            f"| commit | {_commit(path)} |",
            f"| machine | {machine} |",
            f"| load average | {load} |", ""]
-    png = RESULTS / f"{name}.png"
-    if png.exists():
-        out += [f"Plot: `bench/results/{name}.png` in the repository.", ""]
+    if plot_of(name):
+        out += [f"![Plot of {_alt(study.title)}]({name}.png)", "",
+                f"The plot `bench/results/{name}.png`, drawn by the benchmark from this data.", ""]
     if not isinstance(d, dict):
         return "\n".join(out + _section("Data", d))
     if name in SUMMARIES:
@@ -501,23 +515,71 @@ def study_page(name: str) -> str:
     return "\n".join(out)
 
 
+def plot_of(name: str) -> Path | None:
+    """The study's plot ``bench/results/<name>.png``, or None when the benchmark drew none."""
+    png = RESULTS / f"{name}.png"
+    return png if png.is_file() else None
+
+
+def _alt(title: str) -> str:
+    return title.replace("`", "").replace("[", "(").replace("]", ")")
+
+
+def _studies() -> list[str]:
+    return sorted(p.stem for p in RESULTS.glob("*.json"))
+
+
+def _title(name: str) -> str:
+    return STUDIES[name].title if name in STUDIES else name
+
+
+def _by_topic(names: list[str], level: str) -> list[str]:
+    out: list[str] = []
+    for topic in (*TOPICS, "Other"):
+        members = [n for n in names if STUDIES.get(n, Study("", "Other", "")).topic == topic]
+        if members:
+            out += [f"{level} {topic}", ""] + [f"- [{_title(n)}]({n}.md)" + (" (plot)" if plot_of(n) else "")
+                                           for n in members] + [""]
+    return out
+
+
 def index_page() -> str:
-    """``evaluation/index.md``: the headline figures and every study by topic."""
+    """``evaluation/index.md``: the headline figures, each under its study's link and plot, then the
+    current studies by topic and a pointer to the archive."""
     out = ["# Evaluation", "",
            "Every page here is generated at build time from a benchmark's JSON under `bench/results/`,",
            "headed by the command that produced it, the commit that last wrote it, and the machine and its",
            "load as recorded. Benchmarks are scripts (`ragcache bench NAME`): each prints a table, writes",
-           "the JSON and draws a PNG. Timings on the project's shared 2-core CPU are indicative; the",
-           "load average is part of every result.", "",
-           "## Headline figures", "", "| measured | value | study |", "|---|---|---|"]
-    out += [f"| {label} | {value} | [{STUDIES[study].title}]({study}.md) |" for label, study, value in headline_values()]
-    out.append("")
-    names = sorted(p.stem for p in RESULTS.glob("*.json"))
-    for topic in (*TOPICS, "Other"):
-        members = [n for n in names if STUDIES.get(n, Study("", "Other", "")).topic == topic]
-        if members:
-            out += [f"## {topic}", ""] + [f"- [{STUDIES[n].title if n in STUDIES else n}]({n}.md)" for n in members] + [""]
+           "the JSON and draws a PNG, shown on the study's page. Timings on the project's shared 2-core CPU",
+           "are indicative; the load average is part of every result.", "",
+           "## Headline figures", "",
+           "The figures the README quotes, read from the data at build time, under the study that measured them.", ""]
+    values = headline_values()
+    for study in dict.fromkeys(s for _, s, _ in values):
+        out += [f"### [{_title(study)}]({study}.md)", "", "| measured | value |", "|---|---|"]
+        out += [f"| {label} | {value} |" for label, s, value in values if s == study] + [""]
+        if plot_of(study):
+            out += [f"[![Plot of {_alt(_title(study))}]({study}.png)]({study}.md)", ""]
+    current = [n for n in _studies() if n in CURRENT]
+    archived = [n for n in _studies() if n not in CURRENT]
+    out += ["## Current studies", "",
+            "The shipped records and the studies the guides quote; \"(plot)\" marks a page with a plot.", ""]
+    out += _by_topic(current, "###")
+    out += ["## Development archive", "",
+            f"{len(archived)} more studies record how the settings were reached: calibration plans and their",
+            "inputs, runs over item ranges that were merged into the records above, and earlier releases.",
+            "They are listed in the [development archive](archive.md).", ""]
     return "\n".join(out)
+
+
+def archive_page() -> str:
+    """``evaluation/archive.md``: every study not in ``CURRENT``, by topic."""
+    archived = [n for n in _studies() if n not in CURRENT]
+    out = ["# Development archive", "",
+           "How the shipped settings were reached: calibration plans fixed before a run (inputs), runs over",
+           "item ranges merged into a record, development-item studies and earlier releases. Each page is",
+           "generated from its JSON like the [current studies](index.md); the shipped records are there.", ""]
+    return "\n".join(out + _by_topic(archived, "##"))
 
 
 def main() -> None:
@@ -525,9 +587,15 @@ def main() -> None:
 
     with mkdocs_gen_files.open("evaluation/index.md", "w") as f:
         f.write(index_page())
-    for p in sorted(RESULTS.glob("*.json")):
-        with mkdocs_gen_files.open(f"evaluation/{p.stem}.md", "w") as f:
-            f.write(study_page(p.stem))
+    with mkdocs_gen_files.open("evaluation/archive.md", "w") as f:
+        f.write(archive_page())
+    for name in _studies():
+        with mkdocs_gen_files.open(f"evaluation/{name}.md", "w") as f:
+            f.write(study_page(name))
+        png = plot_of(name)
+        if png:  # into the site next to the page, so the page shows it
+            with mkdocs_gen_files.open(f"evaluation/{png.name}", "wb") as f:
+                f.write(png.read_bytes())
 
 
 if __name__ == "<run_path>":  # run by mkdocs-gen-files at build time only
