@@ -533,8 +533,11 @@ def _title(name: str) -> str:
     return STUDIES[name].title if name in STUDIES else name
 
 
-def _by_topic(names: list[str], level: str) -> list[str]:
+def _by_topic(names: list[str], level: str, order: tuple[str, ...]) -> list[str]:
+    """A list of links per topic, each topic's studies in ``order`` (unknown names last, by name)."""
     out: list[str] = []
+    rank = {n: i for i, n in enumerate(order)}
+    names = sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
     for topic in (*TOPICS, "Other"):
         members = [n for n in names if STUDIES.get(n, Study("", "Other", "")).topic == topic]
         if members:
@@ -559,12 +562,12 @@ def index_page() -> str:
         out += [f"### [{_title(study)}]({study}.md)", "", "| measured | value |", "|---|---|"]
         out += [f"| {label} | {value} |" for label, s, value in values if s == study] + [""]
         if plot_of(study):
-            out += [f"[![Plot of {_alt(_title(study))}]({study}.png)]({study}.md)", ""]
+            out += [f"[![Plot of {_alt(_title(study))}]({study}.png){{ .eval-thumb }}]({study}.md)", ""]
     current = [n for n in _studies() if n in CURRENT]
     archived = [n for n in _studies() if n not in CURRENT]
     out += ["## Current studies", "",
             "The shipped records and the studies the guides quote; \"(plot)\" marks a page with a plot.", ""]
-    out += _by_topic(current, "###")
+    out += _by_topic(current, "###", CURRENT)
     out += ["## Development archive", "",
             f"{len(archived)} more studies record how the settings were reached: calibration plans and their",
             "inputs, runs over item ranges that were merged into the records above, and earlier releases.",
@@ -579,7 +582,7 @@ def archive_page() -> str:
            "How the shipped settings were reached: calibration plans fixed before a run (inputs), runs over",
            "item ranges merged into a record, development-item studies and earlier releases. Each page is",
            "generated from its JSON like the [current studies](index.md); the shipped records are there.", ""]
-    return "\n".join(out + _by_topic(archived, "##"))
+    return "\n".join(out + _by_topic(archived, "##", tuple(STUDIES)))
 
 
 def main() -> None:
