@@ -74,7 +74,7 @@ def test_landing_page_leads_with_the_headlines_and_their_plots(gen_eval):
         section = head.split(f"]({study}.md)", 1)[1].split("\n### ", 1)[0]
         assert f"| {label} | {value} |" in section, f"{label!r} is not under its study {study}"
         if (RESULTS / f"{study}.png").is_file():
-            assert f"]({study}.png){{ .eval-thumb }}]({study}.md)" in section, f"{study}: the plot is missing or not linked"
+            assert f"]({study}.png){{ .eval-thumb }}]({study}.md)" in section, f"{study}: no linked plot"
 
 
 def test_development_studies_are_in_the_archive_only(gen_eval):
