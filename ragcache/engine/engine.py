@@ -113,7 +113,7 @@ class LocalEngine(EngineKeys):
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
-        self._eos = eos_ids(self.model, self.tokenizer)
+        self._eos = frozenset(eos_ids(self.model, self.tokenizer))
         self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
         # caches do not support), or None; when set, every request is a full prefill.
@@ -162,6 +162,26 @@ class LocalEngine(EngineKeys):
         from ragcache.engine.blend.request import blend_name
 
         return blend_name(self, recompute_ratio, use_chunk_cache)
+
+    @property
+    def configured_recompute_ratio(self) -> float | None:
+        """The r this engine was given (constructor, ``RAGCACHE_RECOMPUTE_RATIO`` or the :attr:`recompute_ratio`
+        setter), or ``None`` when it takes its r from a blend setting or calibration record. A caller's r
+        wins over a record's: the blend's setting rule reads this (:func:`ragcache.engine.blend.request.setting_for`)."""
+        return self._recompute_ratio
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The engine's re-entrant lock: held by every forward pass over the model and every cache write
+        (:meth:`stream`, :meth:`store_chunks`); a caller running its own passes on :attr:`model` (a
+        calibration, a decode check) holds it for their duration."""
+        return self._lock
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The token ids that end an answer: the generation config's, the model config's and the tokenizer's EOS
+        (:func:`ragcache.engine.decode.eos_ids`, read once at construction)."""
+        return self._eos
 
     @property
     def selection(self) -> str:
