@@ -75,11 +75,9 @@ class EngineConfig:
         if self.blend_setting is not None and type(self.blend_setting).__name__ != "BlendSetting":
             raise TypeError(f"blend_setting must be a BlendSetting or None; got {type(self.blend_setting).__name__}")
         if self.selection is not None:
-            from ragcache.engine.blend.hkvd import RANKINGS
+            from ragcache.engine.blend.rules import check_serving_rule
 
-            if self.selection not in RANKINGS or self.selection == "given":
-                raise ValueError(f"selection must be one of {[r for r in RANKINGS if r != 'given']}; "
-                                 f"got {self.selection!r}")
+            check_serving_rule(self.selection, "selection")
         if not isinstance(self.share_kv_across_namespaces, bool):
             raise TypeError(f"share_kv_across_namespaces must be True or False, got {self.share_kv_across_namespaces!r}")
         if self.reuse_policy is not None and self.min_reuse_tokens is not None:

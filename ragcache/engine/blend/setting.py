@@ -49,7 +49,8 @@ class BlendSetting:
 
     Attributes:
         recompute_ratio: r in [0, 1] (the floor of the budget when ``mass_bound`` is set).
-        rank_by: ``blend_prefill``'s rule (a query rule for the options below).
+        rank_by: the KV selection rule's name (:data:`ragcache.engine.blend.rules.SELECTION_RULES`, a
+            serving one; a rule ranking before layer 0 for the options below).
         chunk_context: ``"sink"`` or ``"prefix"`` (module doc).
         doc_top: whole documents recomputed (0: token selection only).
         mass_bound: per-request budget: recompute until the ranking's score mass left on reused
@@ -73,12 +74,11 @@ class BlendSetting:
     name: str = ""
 
     def __post_init__(self) -> None:
-        from ragcache.engine.blend.hkvd import RANKINGS
+        from ragcache.engine.blend.rules import check_serving_rule
 
         if not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1]; got {self.recompute_ratio}")
-        if self.rank_by not in RANKINGS or self.rank_by == "given":
-            raise ValueError(f"rank_by must be one of {[r for r in RANKINGS if r != 'given']}; got {self.rank_by!r}")
+        check_serving_rule(self.rank_by)
         if self.chunk_context not in CHUNK_CONTEXTS:
             raise ValueError(f"chunk_context must be one of {CHUNK_CONTEXTS}; got {self.chunk_context!r}")
         if isinstance(self.doc_top, bool) or not isinstance(self.doc_top, int) or self.doc_top < 0:
