@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -102,7 +103,7 @@ class LocalEngine(EngineKeys):
                                         max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = cfg.recompute_ratio
-        self._selection = cfg.selection
+        self._rank_by = cfg.rank_by
         self.namespace = cfg.namespace
         self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
@@ -184,11 +185,18 @@ class LocalEngine(EngineKeys):
         return self._eos
 
     @property
-    def selection(self) -> str:
-        """The blend's rule (``rank_by``): the config's, else the calibration record's, else ``DEFAULT_SELECTION``."""
+    def rank_by(self) -> str:
+        """The name of the KV selection rule a caller's r blends with (:mod:`ragcache.engine.blend.rules`): the
+        config's ``rank_by``, else the calibration record's, else ``DEFAULT_SELECTION``."""
         from ragcache.engine.blend.selection import resolve_selection
 
-        return resolve_selection(self._selection, self.calibration if self._recompute_ratio is None else None)
+        return resolve_selection(self._rank_by, self.calibration if self._recompute_ratio is None else None)
+
+    @property
+    def selection(self) -> str:
+        """Deprecated name of :attr:`rank_by` (warns)."""
+        warnings.warn("LocalEngine.selection is deprecated: read LocalEngine.rank_by", DeprecationWarning, stacklevel=2)
+        return self.rank_by
 
     @recompute_ratio.setter
     def recompute_ratio(self, r: float | None) -> None:

@@ -58,7 +58,7 @@ class EngineView(Protocol):
         """The r the engine was given (not one taken from a setting or record), or ``None``."""
 
     @property
-    def selection(self) -> str:
+    def rank_by(self) -> str:
         """The name of the KV selection rule a caller's r blends with (:mod:`ragcache.engine.blend.rules`)."""
 
     def build_prompt(self, source: Any) -> Any:

@@ -32,7 +32,7 @@ def setting_for(engine: EngineView, r: float | None) -> BlendSetting | None:
             BlendSetting(**{**configured.to_dict(), "recompute_ratio": r, "name": ""})
     if r is not None and (engine.configured_recompute_ratio is not None or engine.calibration is None
                           or engine.calibration.recompute_ratio != r):
-        return BlendSetting(recompute_ratio=r, rank_by=engine.selection)
+        return BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)
     return licensed_setting(engine.calibration)
 
 
@@ -47,7 +47,7 @@ def blend_name(engine: EngineView, r: float | None = None, use_chunk_cache: bool
     r = engine.recompute_ratio if r is None else r
     if r is None:
         return None
-    return (setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)).name
+    return (setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)).name
 
 
 def chunk_view(engine: EngineView, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None,
@@ -69,7 +69,7 @@ def blend_request(engine: EngineView, ids: list[int], p: int, cache: Any, plan: 
     """
     from ragcache.engine.blend.prefill import blend_prefill
 
-    setting = setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)
+    setting = setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)
     kwargs = setting.blend_kwargs()
     kwargs["recompute_ratio"] = r
     if plan.hits[-1][1] >= len(ids):  # query rules need a question after the last document

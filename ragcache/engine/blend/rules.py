@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import torch
+if TYPE_CHECKING:  # the table is read without torch (the command-line help): tensors are imported where used
+    import torch
 
-from ragcache.engine.blend.selection import query_scores, random_scores
-from ragcache.engine.rope import RopeSpec
+    from ragcache.engine.rope import RopeSpec
 
 Stage = Literal["check_layer", "before_layers"]
 
@@ -111,6 +111,10 @@ class RankInputs:
         """Stage 1 of the dual-stage pipeline (:func:`ragcache.engine.blend.selection.query_scores`): the
         uncached tokens and the last one run over the reused KV; float32 ``[n]`` scores, each fused layer's
         ``layer_weights(probs [H, m, n_keys], v [Hkv, n_keys, D]) -> [n_keys]`` normalised over the documents."""
+        import torch
+
+        from ragcache.engine.blend.selection import query_scores
+
         pos = self.uncached
         if len(pos) == 0 or pos[-1] != self.n - 1:
             pos = torch.cat([pos, torch.tensor([self.n - 1], device=self.ids.device)]).unique()
@@ -130,7 +134,7 @@ class BeforeLayersRule(SelectionRule):
 
 
 # -- the rules ------------------------------------------------------------------------------------------
-class Deviation(CheckLayerRule):
+class DeviationRule(CheckLayerRule):
     """CacheBlend §4.2: the K+V (or K / V) deviation between fresh and cached KV at the check layer."""
 
     name = "deviation"
@@ -140,7 +144,7 @@ class Deviation(CheckLayerRule):
         return deviation
 
 
-class DeviationTimesAttention(CheckLayerRule):
+class DeviationTimesAttentionRule(CheckLayerRule):
     """The deviation weighted by the question's attention mass at the check layer (after Cache-Craft)."""
 
     name = "deviation*attention"
@@ -151,7 +155,7 @@ class DeviationTimesAttention(CheckLayerRule):
         return deviation * tail_mass()
 
 
-class Attention(CheckLayerRule):
+class AttentionRule(CheckLayerRule):
     """The question's attention mass at the check layer alone."""
 
     name = "attention"
@@ -162,7 +166,7 @@ class Attention(CheckLayerRule):
         return tail_mass()
 
 
-class Prophet(BeforeLayersRule):
+class ProphetRule(BeforeLayersRule):
     """ProphetKV (arXiv 2602.02579): the question's attention probability, fused over layers."""
 
     name = "prophet"
@@ -173,11 +177,11 @@ class Prophet(BeforeLayersRule):
         return inputs.question_pass(lambda probs, v: probs.mean(dim=(0, 1)))
 
 
-class InfoFlow(BeforeLayersRule):
+class InfoFlowRule(BeforeLayersRule):
     """InfoFlow KV (arXiv 2603.05353): the attention norm ``alpha_qj * ||v_j||`` per head, fused over layers."""
 
     name = "infoflow"
-    summary = "query-aware: the question's attention times value norm, fused over layers (default)"
+    summary = "query-aware, the default: the question's attention times value norm, fused over layers"
     reads_question = True
 
     def score(self, inputs: RankInputs) -> torch.Tensor:
@@ -188,17 +192,19 @@ class InfoFlow(BeforeLayersRule):
         return inputs.question_pass(weights)
 
 
-class Random(BeforeLayersRule):
+class RandomRule(BeforeLayersRule):
     """Uniform random document tokens from ``seed``: the baseline any rule must beat."""
 
     name = "random"
-    summary = "seeded random tokens (a baseline)"
+    summary = "seeded random tokens, a baseline"
 
     def score(self, inputs: RankInputs) -> torch.Tensor:
+        from ragcache.engine.blend.selection import random_scores
+
         return random_scores(inputs.n, inputs.seed, device=inputs.ids.device)
 
 
-class Given(BeforeLayersRule):
+class GivenRule(BeforeLayersRule):
     """Caller-given ``token_scores`` (e.g. :func:`~ragcache.engine.blend.selection.oracle_scores`)."""
 
     name = "given"
@@ -214,13 +220,13 @@ class Given(BeforeLayersRule):
 
 
 SELECTION_RULES: dict[str, type[SelectionRule]] = {
-    "deviation": Deviation,
-    "deviation*attention": DeviationTimesAttention,
-    "attention": Attention,
-    "prophet": Prophet,
-    "infoflow": InfoFlow,
-    "random": Random,
-    "given": Given,
+    "deviation": DeviationRule,
+    "deviation*attention": DeviationTimesAttentionRule,
+    "attention": AttentionRule,
+    "prophet": ProphetRule,
+    "infoflow": InfoFlowRule,
+    "random": RandomRule,
+    "given": GivenRule,
 }
 """Every KV selection rule by name (the value of ``rank_by``): the one table validation, the
 command-line help, the benchmarks and the docs read. Add a rule here."""
@@ -282,6 +288,7 @@ def unregister_rule(name: str) -> None:
     SELECTION_RULES.pop(name, None)
 
 
-__all__ = ["SELECTION_RULES", "Attention", "BeforeLayersRule", "CheckLayerRule", "Deviation",
-           "DeviationTimesAttention", "Given", "InfoFlow", "Prophet", "Random", "RankInputs", "SelectionRule",
+__all__ = ["SELECTION_RULES", "AttentionRule", "BeforeLayersRule", "CheckLayerRule", "DeviationRule",
+           "DeviationTimesAttentionRule", "GivenRule", "InfoFlowRule", "ProphetRule", "RandomRule", "RankInputs",
+           "SelectionRule",
            "check_serving_rule", "register_rule", "rules_help", "selection_rule", "serving_rules", "unregister_rule"]

@@ -67,7 +67,7 @@ def _tail_probs(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale: fl
 
 def layer_score(weights: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
     """One layer's score ``[n_keys]``: a rule's per-key ``weights`` (e.g. the tail queries' mean attention
-    probability, :class:`ragcache.engine.blend.rules.Prophet`) kept at the document keys (``doc_mask``,
+    probability, :class:`ragcache.engine.blend.rules.ProphetRule`) kept at the document keys (``doc_mask``,
     bool ``[n_keys]``; others 0) and normalised to sum 1 over them, so every layer carries equal weight."""
     s = weights * doc_mask.to(weights.device)
     total = s.sum()
