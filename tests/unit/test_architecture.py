@@ -800,11 +800,12 @@ def private_engine_reads(source: str) -> list[str]:
 
     out = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute) and private(node.attr) and is_engine(node.value):
-            out.append(f"{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
-                and len(node.args) >= 2 and is_engine(node.args[0]) and isinstance(node.args[1], ast.Constant) \
-                and isinstance(node.args[1].value, str) and private(node.args[1].value):
+        attribute = isinstance(node, ast.Attribute) and private(node.attr) and is_engine(node.value)
+        by_name = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and is_engine(node.args[0]) \
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+            and private(node.args[1].value)
+        if attribute or by_name:
             out.append(f"{node.lineno}: {ast.unparse(node)}")
     return out
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore, open_chunk_store
-from ragcache.engine.chunk.stores.registry import CHUNK_STORES, ChunkStoreKind, store_kind, url_schemes
+from ragcache.engine.chunk.stores import (
+    DiskChunkStore,
+    MemoryChunkStore,
+    open_chunk_store,
+)
+from ragcache.engine.chunk.stores.registry import (
+    CHUNK_STORES,
+    ChunkStoreKind,
+    store_kind,
+    url_schemes,
+)
 
 
 @pytest.mark.parametrize("url, kind", [(None, "memory"), ("", "memory"), ("/var/kv", "disk"), ("file:///var/kv", "disk"),

@@ -50,7 +50,12 @@ from ragcache.engine.blend.hkvd import (
     tail_attention,
 )
 from ragcache.engine.blend.layers import layer_forward, qkv
-from ragcache.engine.blend.rules import SELECTION_RULES, BeforeLayersRule, RankInputs, selection_rule
+from ragcache.engine.blend.rules import (
+    SELECTION_RULES,
+    BeforeLayersRule,
+    RankInputs,
+    selection_rule,
+)
 from ragcache.engine.blend.selection import plan_recompute
 from ragcache.engine.chunk.cache import context_window
 from ragcache.engine.chunk.stores import ChunkKV
