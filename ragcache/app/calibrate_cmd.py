@@ -126,7 +126,7 @@ def _run(ctx: typer.Context) -> None:
         run_or_exit(console, run_plan, plan=o["plan"], **common)
         return
     run_or_exit(console, run_options, **common, ratios=[r.strip() for r in o["ratios"].split(",") if r.strip()],
-                selection=o["rank_by"], chunk_context=o["chunk_context"], variants=o["variants"], seed=o["seed"],
+                rank_by=o["rank_by"], chunk_context=o["chunk_context"], variants=o["variants"], seed=o["seed"],
                 answer_tokens=o["answer_tokens"], yardstick_every=o["yardstick_every"], plan_out=o["plan_out"],
                 rule={k: o[k] for k in RULE_OPTIONS if o[k] is not None})
 

@@ -17,7 +17,7 @@ request's question reads from them, measured in a cheap first pass (*dual stage*
    uncached token and the last token are recomputed at every layer (the others keep their
    chunk KV). Stage 1's cost is part of the blend's time (TTFT).
 
-Rules:
+Rules (classes in :mod:`ragcache.engine.blend.rules`, by name in its ``SELECTION_RULES`` table):
 
 - ``"prophet"``: the score is the attention probability itself, after ProphetKV (Wang et al.,
   "ProphetKV: User-Query-Driven Selective Recomputation for Efficient KV Cache Reuse in RAG",
