@@ -58,7 +58,6 @@ class EngineConfig:
     prefix_cache_bytes: int = 512 << 20
     block_size: int = 16
     recompute_ratio: float | None = None
-    rank_by: str | None = None
     selection: str | None = None
     namespace: str | None = None
     share_kv_across_namespaces: bool = False
@@ -73,6 +72,7 @@ class EngineConfig:
     decode_sink_tokens: int = 0
     home: Home | str | Path | None = None
     blend_setting: BlendSetting | None = None
+    rank_by: str | None = None  # last: the fields before it keep their positions
 
     def __post_init__(self) -> None:
         check_recompute_ratio(self.recompute_ratio)
