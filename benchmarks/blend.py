@@ -42,6 +42,7 @@ from rich.table import Table
 
 from ragcache.atomic import atomic_write_json
 from ragcache.engine.blend.license import best_f1, normalize_answer, token_f1  # noqa: F401 (re-exported)
+from ragcache.engine.blend.rules import serving_rules
 from benchmarks.blend_plot import plot as plot_summary
 from benchmarks.plotting import draw
 from ragcache.config import Config, env_setting
@@ -53,9 +54,10 @@ QUESTION = ("Answer the question directly based on the given passages. Do NOT re
 TOP_K = 6
 MAX_NEW_TOKENS = 32
 RATIOS = [0.05, 0.10, 0.15, 0.30, 0.50, 1.0]  # r = 0 (full reuse) always runs too
-# selection rules run at every ratio: name -> blend_prefill options (over the CacheBlend defaults)
-RULES: dict[str, dict] = {"cacheblend": {}, "prophet": {"rank_by": "prophet"}, "infoflow": {"rank_by": "infoflow"},
-                          "random": {"rank_by": "random", "seed": 0}}
+# KV selection rules run at every ratio: name -> blend_prefill options (over the CacheBlend defaults); every serving
+# rule of the table (ragcache.engine.blend.rules), CacheBlend's "deviation" under its historical name "cacheblend"
+RULES: dict[str, dict] = {"cacheblend": {}} | {
+    name: {"rank_by": name} | ({"seed": 0} if name == "random" else {}) for name in serving_rules() if name != "deviation"}
 DEFAULT_DATA = "/work/shared/data/musique_s.json"
 
 

@@ -26,6 +26,7 @@ import typer
 
 from ragcache.app.argv import number_in
 from ragcache.app.output import make_console, run_or_exit
+from ragcache.engine.blend.rules import rules_help
 
 bench_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Benchmarks: print a table, write JSON and draw a PNG "
                                                    "(the PNG needs matplotlib: pip install 'ragcache[bench]').")
@@ -124,13 +125,15 @@ def bench_blend(
     json_path: str = json_option("blend"),
     plot_path: str = plot_option("blend"),
     ratios: str = typer.Option("0.05,0.10,0.15,0.30,0.50,1.0", help="Comma-separated recompute ratios (r=0 always runs)."),
-    rules: str = typer.Option("cacheblend", help="Comma-separated selection rules run at every ratio: cacheblend, prophet, infoflow, random."),
+    rank_by: str = typer.Option("cacheblend", "--rank-by", "--rules",
+                                help="Comma-separated KV selection rules run at every ratio (--rules: their former "
+                                     f"name): cacheblend (= deviation), {rules_help()}."),
     threads: Optional[int] = typer.Option(None, help="torch threads (default: RAGCACHE_BENCH_THREADS or torch's)."),
 ) -> None:
     """CacheBlend vs full prefill, prefix-only and full reuse on MuSiQue (items 0-49 dev, 50-149 evaluation)."""
     run_bench("blend", data=musique(data), start=start, end=end, json_path=json_path,
               plot_path=plot_path, ratios=[float(r) for r in ratios.split(",") if r.strip()], threads=threads,
-              rules=[r.strip() for r in rules.split(",") if r.strip()])
+              rules=[r.strip() for r in rank_by.split(",") if r.strip()])
 
 
 @bench_app.command("blend-variants")
@@ -173,12 +176,13 @@ def bench_blend_peer(
     json_path: str = typer.Option("bench/results/blend_peer.json", "--json", help="Where to write the JSON."),
     ratio: float = typer.Option(0.15, callback=number_in(0.0, 1.0, "a share of the prompt's tokens"),
                                 help="Recompute ratio of both caches."),
-    rule: str = typer.Option("infoflow", help="ragcache's selection rule (blend_prefill rank_by)."),
+    rank_by: str = typer.Option("infoflow", "--rank-by", "--rule",
+                                help=f"ragcache's KV selection rule (--rule: its former name): {rules_help()}."),
     threads: int = typer.Option(1, help="torch threads."),
 ) -> None:
     """kvboost (pip install 'ragcache[bench]') vs ragcache's chunk cache when the same documents come back reordered."""
     run_bench("blend_peer", data=musique(data), start=start, end=end,
-              json_path=json_path, ratio=ratio, rule=rule, threads=threads)
+              json_path=json_path, ratio=ratio, rule=rank_by, threads=threads)
 
 
 @bench_app.command("semantic")

@@ -10,6 +10,7 @@ import typer
 
 from ragcache.app.argv import number_in
 from ragcache.app.output import make_console, run_or_exit
+from ragcache.engine.blend.rules import rules_help
 
 calibrate_app = typer.Typer(help="Calibrate a cache to this deployment: license a CacheBlend setting for a model "
                                  "(options below) or fit the semantic hit decision (`calibrate semantic`).")
@@ -20,8 +21,8 @@ RULE_OPTIONS = ("decisive_margin", "max_decisive_flip_rate", "alpha", "large_mar
 """The license rule's thresholds (:class:`~ragcache.engine.blend.license.LicenseRule` fields); unset: its defaults."""
 REPLACED_BY = ("blends are now licensed by the decisive-token rule (ragcache.engine.blend.license): set its "
                "thresholds with --max-decisive-flip-rate, --decisive-margin, --large-margin, --min-large-tokens, "
-               "--max-f1-drop, --min-speedup, --alpha, and the candidates with --ratios / --selection")
-BUILDS_THE_PLAN = ("ratios", "selection", "chunk_context", "variants", "seed", "answer_tokens", "yardstick_every",
+               "--max-f1-drop, --min-speedup, --alpha, and the candidates with --ratios / --rank-by")
+BUILDS_THE_PLAN = ("ratios", "rank_by", "chunk_context", "variants", "seed", "answer_tokens", "yardstick_every",
                    "plan_out", *RULE_OPTIONS)
 """Options that build a plan: meaningless with ``--plan`` (the plan file says all of it)."""
 
@@ -59,8 +60,8 @@ def calibrate(
     seed: int = typer.Option(40, min=0, help="Seed of the prompt procedure."),
     ratios: str = typer.Option("0.15,0.20,0.30", help="Comma-separated recompute ratios r: one candidate setting "
                                "each (each candidate more tightens every bound: Bonferroni over k)."),
-    selection: str = typer.Option("infoflow", help="Selection rule of the candidates (blend_prefill rank_by: "
-                                  "infoflow, prophet, deviation, ...)."),
+    rank_by: str = typer.Option("infoflow", "--rank-by", "--selection", help="KV selection rule of the candidates "
+                                f"(--selection: its former name): {rules_help()}."),
     chunk_context: str = typer.Option("prefix", help="Chunk KV of the candidates: computed after the stable prefix "
                                       "(prefix) or after BOS alone (sink)."),
     answer_tokens: int = typer.Option(32, min=1, help="Answer length (tokens, stops at EOS): forced through each "
@@ -125,7 +126,7 @@ def _run(ctx: typer.Context) -> None:
         run_or_exit(console, run_plan, plan=o["plan"], **common)
         return
     run_or_exit(console, run_options, **common, ratios=[r.strip() for r in o["ratios"].split(",") if r.strip()],
-                selection=o["selection"], chunk_context=o["chunk_context"], variants=o["variants"], seed=o["seed"],
+                rank_by=o["rank_by"], chunk_context=o["chunk_context"], variants=o["variants"], seed=o["seed"],
                 answer_tokens=o["answer_tokens"], yardstick_every=o["yardstick_every"], plan_out=o["plan_out"],
                 rule={k: o[k] for k in RULE_OPTIONS if o[k] is not None})
 

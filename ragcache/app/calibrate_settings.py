@@ -68,7 +68,7 @@ def read_plan(path: str | Path) -> Any:
                         rule=rule, prompts=dict(prompts), yardstick_every=int(d.get("yardstick_every", 0)))
 
 
-def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
+def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, rank_by: str = "infoflow",
                chunk_context: str = "prefix", variants: int = 2, seed: int = 40, docs: int = 6,
                answer_tokens: int = 32, yardstick_every: int = 1, rule: dict[str, Any] | None = None,
                note: str = "") -> Any:
@@ -79,7 +79,7 @@ def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selecti
     passages), the bfloat16 yardstick on every ``yardstick_every``-th prompt (0: never).
 
     Raises:
-        ValueError: a bad ratio, selection rule, chunk context, threshold or count (the message names it).
+        ValueError: a bad ratio, KV selection rule (``rank_by``), chunk context, threshold or count (the message names it).
     """
     from ragcache.engine.blend.license import LicenseRule
     from ragcache.engine.blend.setting import DEFAULT_CANDIDATE_RATIOS, SettingsPlan, candidate_settings
@@ -92,7 +92,7 @@ def build_plan(*, ratios: Sequence[float] | Sequence[str] | None = None, selecti
         lic = LicenseRule(**(rule or {}))
     except TypeError as e:
         raise ValueError(f"license rule: {e}") from None
-    settings = candidate_settings(DEFAULT_CANDIDATE_RATIOS if ratios is None else ratios, rank_by=selection,
+    settings = candidate_settings(DEFAULT_CANDIDATE_RATIOS if ratios is None else ratios, rank_by=rank_by,
                                   chunk_context=chunk_context)
     return SettingsPlan(settings=settings, rule=lic, answer_tokens=answer_tokens, yardstick_every=yardstick_every,
                         prompts={"variants": variants, "seed": seed, "docs": docs}, note=note)
@@ -128,7 +128,7 @@ def write_plan(plan: Any, path: str | Path) -> Path:
 
 
 def run_options(model: str | None = None, data: str | Path = "", start: int = 0, end: int = 50, docs: int = 6,
-                ratios: Sequence[float] | Sequence[str] | None = None, selection: str = "infoflow",
+                ratios: Sequence[float] | Sequence[str] | None = None, rank_by: str = "infoflow",
                 chunk_context: str = "prefix", variants: int = 2, seed: int = 40, answer_tokens: int = 32,
                 yardstick_every: int = 1, rule: dict[str, Any] | None = None, threads: int | None = None,
                 save: bool = True, home: str | None = None, plan_out: str | Path | None = None,
@@ -150,7 +150,7 @@ def run_options(model: str | None = None, data: str | Path = "", start: int = 0,
     if end <= start:
         raise ValueError(f"no items in [{start}, {end}): --end must be > --start")
     when = datetime.now(timezone.utc)
-    plan = build_plan(ratios=ratios, selection=selection, chunk_context=chunk_context, variants=variants, seed=seed,
+    plan = build_plan(ratios=ratios, rank_by=rank_by, chunk_context=chunk_context, variants=variants, seed=seed,
                       docs=docs, answer_tokens=answer_tokens, yardstick_every=yardstick_every, rule=rule,
                       note=f"ragcache calibrate --model {model or 'embedded'}: plan written "
                            f"{when.isoformat(timespec='seconds')} before the run.")

@@ -213,7 +213,7 @@ def _reuse_mode(engine: Any) -> str:
                 "calibration has shown that reusing them keeps this model's answers (RAGCACHE_RECOMPUTE_RATIO=0.15 "
                 f"turns reuse on, every such answer labelled approximate); more in {GUIDE}.")
     cal = engine.calibration
-    licensed = engine._recompute_ratio is None and engine.config.blend_setting is None and cal is not None \
+    licensed = engine.configured_recompute_ratio is None and engine.config.blend_setting is None and cal is not None \
         and cal.blend_allowed
     why = ("this model's calibration found it rarely changes a confidently chosen word" if licensed
            else "you asked for it with a recompute ratio")

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +37,9 @@ from ragcache.engine import kv
 from ragcache.engine.blend.calibration import agreement_lower_bound, check_confidence, fidelity
 from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.hashing import hash_value
+
+if TYPE_CHECKING:
+    from ragcache.engine.interface import EngineView
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +154,7 @@ def _teacher_forced_steps(model: Any, cache: Any, first: torch.Tensor, answer: S
 
 
 @torch.inference_mode()
-def check_decode(engine: Any, prompts: Sequence[Any], *, spec: DecodeCacheSpec | None = None,
+def check_decode(engine: EngineView, prompts: Sequence[Any], *, spec: DecodeCacheSpec | None = None,
                  min_agreement: float = 0.95, confidence: float = 0.95, answer_tokens: int = 32,
                  save: bool = True, home: Home | str | Path | None = None,
                  progress: Callable[[str], None] | None = None) -> DecodeCheck:
@@ -183,7 +186,7 @@ def check_decode(engine: Any, prompts: Sequence[Any], *, spec: DecodeCacheSpec |
         raise ValueError(f"min_agreement must be in (0, 1], got {min_agreement!r}")
     check_confidence(confidence)
     model, say, rows = engine.model, progress or (lambda _m: None), []
-    with engine._lock:
+    with engine.lock:
         for i, p in enumerate(engine.build_prompt(p) for p in prompts):
             ids = p.input_ids
             n, cache = len(ids), kv.new_cache(model)
@@ -194,7 +197,7 @@ def check_decode(engine: Any, prompts: Sequence[Any], *, spec: DecodeCacheSpec |
                 tok = int(logits.argmax())
                 answer.append(tok)
                 ref.append(logits.float()[None])
-                if tok in engine._eos or step == answer_tokens - 1:
+                if tok in engine.eos_token_ids or step == answer_tokens - 1:
                     break
                 logits = kv.forward(model, [tok], cache, n + step)[-1]
             got = _teacher_forced_steps(model, handed, first, answer, n)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -102,7 +103,7 @@ class LocalEngine(EngineKeys):
                                         max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = cfg.recompute_ratio
-        self._selection = cfg.selection
+        self._rank_by = cfg.rank_by
         self.namespace = cfg.namespace
         self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
@@ -113,7 +114,7 @@ class LocalEngine(EngineKeys):
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
-        self._eos = eos_ids(self.model, self.tokenizer)
+        self._eos = frozenset(eos_ids(self.model, self.tokenizer))
         self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
         # caches do not support), or None; when set, every request is a full prefill.
@@ -164,11 +165,38 @@ class LocalEngine(EngineKeys):
         return blend_name(self, recompute_ratio, use_chunk_cache)
 
     @property
-    def selection(self) -> str:
-        """The blend's rule (``rank_by``): the config's, else the calibration record's, else ``DEFAULT_SELECTION``."""
+    def configured_recompute_ratio(self) -> float | None:
+        """The r this engine was given (constructor, ``RAGCACHE_RECOMPUTE_RATIO`` or the :attr:`recompute_ratio`
+        setter), or ``None`` when it takes its r from a blend setting or calibration record. A caller's r
+        wins over a record's: the blend's setting rule reads this (:func:`ragcache.engine.blend.request.setting_for`)."""
+        return self._recompute_ratio
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The engine's re-entrant lock: held by every forward pass over the model and every cache write
+        (:meth:`stream`, :meth:`store_chunks`); a caller running its own passes on :attr:`model` (a
+        calibration, a decode check) holds it for their duration."""
+        return self._lock
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """The token ids that end an answer: the generation config's, the model config's and the tokenizer's EOS
+        (:func:`ragcache.engine.decode.eos_ids`, read once at construction)."""
+        return self._eos
+
+    @property
+    def rank_by(self) -> str:
+        """The name of the KV selection rule a caller's r blends with (:mod:`ragcache.engine.blend.rules`): the
+        config's ``rank_by``, else the calibration record's, else ``DEFAULT_SELECTION``."""
         from ragcache.engine.blend.selection import resolve_selection
 
-        return resolve_selection(self._selection, self.calibration if self._recompute_ratio is None else None)
+        return resolve_selection(self._rank_by, self.calibration if self._recompute_ratio is None else None)
+
+    @property
+    def selection(self) -> str:
+        """Deprecated name of :attr:`rank_by` (warns)."""
+        warnings.warn("LocalEngine.selection is deprecated: read LocalEngine.rank_by", DeprecationWarning, stacklevel=2)
+        return self.rank_by
 
     @recompute_ratio.setter
     def recompute_ratio(self, r: float | None) -> None:

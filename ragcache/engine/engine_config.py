@@ -7,6 +7,7 @@ fails before a model is loaded. Nothing here reads the environment: the app laye
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,8 +31,10 @@ class EngineConfig:
         prefix_cache_bytes: byte budget of the exact prefix KV cache (bytes, >= 1).
         block_size: prefix-cache block size (tokens, >= 1).
         recompute_ratio: the blend's r in [0, 1]; ``None``: the model's calibration record, else exact prefill.
-        selection: the blend's selection rule (``blend_prefill``'s ``rank_by``); ``None``: the
-            calibration record's rule, else :data:`ragcache.engine.blend.selection.DEFAULT_SELECTION`.
+        rank_by: the name of the blend's KV selection rule (a serving rule of
+            :data:`ragcache.engine.blend.rules.SELECTION_RULES`); ``None``: the calibration record's rule,
+            else :data:`ragcache.engine.blend.selection.DEFAULT_SELECTION`.
+        selection: deprecated name of ``rank_by`` (accepted with a ``DeprecationWarning``).
         namespace: cache salt; KV never crosses namespaces.
         share_kv_across_namespaces: let requests of different namespaces (tenants) reuse each other's
             prefix and chunk KV (default False: a request's namespace salts its KV keys; sharing lets a
@@ -69,17 +72,24 @@ class EngineConfig:
     decode_sink_tokens: int = 0
     home: Home | str | Path | None = None
     blend_setting: BlendSetting | None = None
+    rank_by: str | None = None  # last: the fields before it keep their positions
 
     def __post_init__(self) -> None:
         check_recompute_ratio(self.recompute_ratio)
         if self.blend_setting is not None and type(self.blend_setting).__name__ != "BlendSetting":
             raise TypeError(f"blend_setting must be a BlendSetting or None; got {type(self.blend_setting).__name__}")
         if self.selection is not None:
-            from ragcache.engine.blend.hkvd import RANKINGS
+            warnings.warn("EngineConfig(selection=...) is deprecated: the selection rule's name is rank_by=... "
+                          "(ragcache.engine.blend.rules)", DeprecationWarning, stacklevel=3)
+            if self.rank_by is not None and self.rank_by != self.selection:
+                raise ValueError(f"selection={self.selection!r} (deprecated) and rank_by={self.rank_by!r} disagree: "
+                                 "give rank_by only")
+            object.__setattr__(self, "rank_by", self.selection)
+            object.__setattr__(self, "selection", None)
+        if self.rank_by is not None:
+            from ragcache.engine.blend.rules import check_serving_rule
 
-            if self.selection not in RANKINGS or self.selection == "given":
-                raise ValueError(f"selection must be one of {[r for r in RANKINGS if r != 'given']}; "
-                                 f"got {self.selection!r}")
+            check_serving_rule(self.rank_by)
         if not isinstance(self.share_kv_across_namespaces, bool):
             raise TypeError(f"share_kv_across_namespaces must be True or False, got {self.share_kv_across_namespaces!r}")
         if self.reuse_policy is not None and self.min_reuse_tokens is not None:

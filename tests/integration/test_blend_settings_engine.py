@@ -111,7 +111,7 @@ def test_no_licensed_setting_means_exact_prefill(lm):
     assert st.docs_hit == 3 and not st.approximate and st.blend_setting is None
     # a caller's ratio still blends, with sink-context chunks and the engine's rule, labelled
     st = eng.generate(messages(), max_new_tokens=2, recompute_ratio=0.3, use_prefix_cache=False).stats
-    assert st.approximate and st.blend_setting == f"{eng.selection} r=0.3"
+    assert st.approximate and st.blend_setting == f"{eng.rank_by} r=0.3"
 
 
 def test_blend_setting_config_is_type_checked(lm):

@@ -783,6 +783,72 @@ def test_no_cross_module_import_of_a_private_name(root):
     assert not found, f"a private name used by another module: make it public in its module (or move it): {found}"
 
 
+_ENGINE_OWNER = "ragcache/engine/engine.py"
+"""The one module that may read a :class:`~ragcache.engine.engine.LocalEngine`'s underscore attributes."""
+
+
+def private_engine_reads(source: str) -> list[str]:
+    """``"line: receiver._name"`` for each read of an underscore attribute of an engine in ``source``: an
+    attribute ``_x`` (not a dunder) of a receiver whose expression ends in ``engine`` (``engine``,
+    ``self.engine``, ``self._engine``, ``backend.engine``...), or ``getattr`` of such a receiver with a
+    literal ``"_x"``. Words in strings and comments do not count."""
+    def is_engine(node: ast.AST) -> bool:
+        return ast.unparse(node).lower().endswith("engine")
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        attribute = isinstance(node, ast.Attribute) and private(node.attr) and is_engine(node.value)
+        by_name = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 and is_engine(node.args[0]) \
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+            and private(node.args[1].value)
+        if attribute or by_name:
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_private_engine_read_finder_finds_every_form():
+    reads = ["with engine._lock:\n    pass", "x = self.engine._eos", "r = rag.backend.engine._recompute_ratio",
+             "self._engine._selection = 'x'", "getattr(engine, '_eos', None)", "f(engine._decide(plan))"]
+    for src in reads:
+        assert private_engine_reads(src), src
+    fine = ['"""engine._lock is documented."""\n# engine._eos\nx = 1', "engine.lock", "self._engine.model",
+            "engine.__class__", "getattr(engine, 'lock')", "peer._encode(text)", "self._lock"]
+    for src in fine:
+        assert private_engine_reads(src) == [], src
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_module_reads_an_engines_private_state(root):
+    """The blend, the calibration, the decode check, the app and the servers use the engine's public
+    members (:class:`ragcache.engine.interface.EngineView`); only ``engine.py`` reads its underscore state."""
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(_ROOT).as_posix()
+        if rel != _ENGINE_OWNER:
+            found += [f"{rel}:{r}" for r in private_engine_reads(f.read_text(encoding="utf-8"))]
+    assert not found, ("an engine's private attribute read outside ragcache/engine/engine.py (make what is "
+                       f"needed public on LocalEngine, see ragcache.engine.interface.EngineView): {found}")
+
+
+def test_the_engine_view_is_public_on_the_local_engine(tiny_wide3):
+    from ragcache.engine.engine import LocalEngine
+    from ragcache.engine.interface import EngineView
+
+    engine = LocalEngine(tiny_wide3, calibration=False, recompute_ratio=0.2)
+    members = sorted({n for n in vars(EngineView) if not n.startswith("_")} | set(EngineView.__annotations__))
+    assert "lock" in members and "eos_token_ids" in members and "configured_recompute_ratio" in members
+    assert [n for n in members if not hasattr(engine, n)] == []
+    with engine.lock:  # re-entrant: the engine's own calls inside a caller's hold do not deadlock
+        assert engine.generate("Hi", max_new_tokens=1).stats.decode_tokens == 1
+    assert engine.configured_recompute_ratio == 0.2 and engine.eos_token_ids
+    engine.recompute_ratio = None
+    assert engine.configured_recompute_ratio is None
+
+
 @pytest.mark.parametrize("root", _PACKAGES[1:], ids=lambda p: p.name)
 def test_no_import_cycle_in_the_integrations(root):
     cycles = import_cycles(import_graph(root))

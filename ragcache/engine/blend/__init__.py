@@ -2,7 +2,8 @@
 
 - :mod:`~ragcache.engine.blend.prefill`: :func:`blend_prefill`, the fused prefill with selective recomputation
   (CacheBlend, Yao et al. 2024, §4).
-- :mod:`~ragcache.engine.blend.selection` and :mod:`~ragcache.engine.blend.hkvd`: which tokens are recomputed.
+- :mod:`~ragcache.engine.blend.rules`: the KV selection rules, one table (``SELECTION_RULES``);
+  :mod:`~ragcache.engine.blend.selection` and :mod:`~ragcache.engine.blend.hkvd`: how they rank tokens.
 - :mod:`~ragcache.engine.blend.layers`: one decoder layer run by hand for a subset of positions.
 - :mod:`~ragcache.engine.blend.setting`: a named :class:`~ragcache.engine.blend.setting.BlendSetting` and its
   calibration; :mod:`~ragcache.engine.blend.calibration`: the per-model record that licenses one.
@@ -12,11 +13,16 @@
 
 from __future__ import annotations
 
-from ragcache.engine.blend.prefill import (
-    BlendResult,
-    Deviation,
-    blend_prefill,
-    select_hkvd,
-)
+from typing import Any
 
 __all__ = ["BlendResult", "Deviation", "blend_prefill", "select_hkvd"]
+
+
+def __getattr__(name: str) -> Any:
+    """The blend's public names, imported on first use: the rule table (:mod:`~ragcache.engine.blend.rules`)
+    is read by the command-line help without importing torch."""
+    if name in __all__:
+        from ragcache.engine.blend import prefill
+
+        return getattr(prefill, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

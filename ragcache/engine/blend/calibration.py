@@ -29,13 +29,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ragcache.atomic import atomic_write_json
 from ragcache.engine import kv
 from ragcache.home import Home
+
+if TYPE_CHECKING:
+    from ragcache.engine.interface import EngineView
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +322,7 @@ def greedy_answer(model: Any, cache: Any, logits: torch.Tensor, start: int, answ
     return answer, torch.cat(rows)
 
 
-def reference_answer(engine: Any, ids: Sequence[int],
+def reference_answer(engine: EngineView, ids: Sequence[int],
                      answer_tokens: int) -> tuple[list[int], torch.Tensor, float, float]:
     """Full prefill of ``ids`` and its greedy answer: the reference a blend is judged against.
 

@@ -11,7 +11,8 @@ is computed on its own.
 Positions here are *local*: 0 is the first token after the exact prefix. The budget of a
 ratio r over ``n_doc`` cached document tokens is ``ceil(r * n_doc)`` document tokens; forced
 tokens (chunk heads / tails) count inside it, deviation ranking fills the rest. Tokens
-without cached KV and the last prompt token are always selected and never counted.
+without cached KV and the last prompt token are always selected and never counted. The rules that rank
+the tokens, by name, are :data:`ragcache.engine.blend.rules.SELECTION_RULES`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ import torch
 
 Deviation = Literal["v", "k", "kv"]
 DEVIATIONS: tuple[str, ...] = ("v", "k", "kv")
-RankBy = Literal["deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given"]
-# the first three rank at the check layer; the others rank before layer 0 (ragcache.engine.blend.selection)
-RANKINGS: tuple[str, ...] = ("deviation", "deviation*attention", "attention", "prophet", "infoflow", "random", "given")
 
 
 def budget(recompute_ratio: float, n_doc: int) -> int:
@@ -142,3 +140,11 @@ def gradual_counts(k_final: int, n_doc: int, recompute_ratio: float, gradual_lay
     r0 = min(1.0, 2.0 * recompute_ratio) if gradual_start is None else max(float(gradual_start), recompute_ratio)
     k0 = max(k_final, budget(r0, n_doc))
     return [round(k0 + (k_final - k0) * j / gradual_layers) for j in range(gradual_layers + 1)]
+
+
+def __getattr__(name: str) -> object:
+    if name == "RANKINGS":  # the rule names moved to one table: ragcache.engine.blend.rules.SELECTION_RULES
+        from ragcache.engine.blend.rules import SELECTION_RULES
+
+        return tuple(SELECTION_RULES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

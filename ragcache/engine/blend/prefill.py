@@ -20,7 +20,7 @@ Knowledge Fusion", EuroSys 2025, arXiv 2405.16444, §4):
 Query-aware selection (ProphetKV, arXiv 2602.02579; InfoFlow KV, arXiv 2603.05353), random
 and oracle-score selection replace step 3: a stage-1 pass of the question over the reused KV
 ranks the document tokens before layer 0, then step 4 runs from layer 0 for the chosen tokens
-(``rank_by``; :mod:`ragcache.engine.blend.selection`).
+(``rank_by``, the name of a rule in :data:`ragcache.engine.blend.rules.SELECTION_RULES`).
 
 ``recompute_ratio = 1`` reproduces a full prefill; ``recompute_ratio = 0`` is full KV reuse
 (no layer recomputes document tokens; only uncached tokens are computed).
@@ -41,9 +41,7 @@ import torch
 
 from ragcache.engine import kv as kvb
 from ragcache.engine.blend.hkvd import (
-    RANKINGS,
     Deviation,
-    RankBy,
     boundary_mask,
     budget,
     gradual_counts,
@@ -52,20 +50,17 @@ from ragcache.engine.blend.hkvd import (
     tail_attention,
 )
 from ragcache.engine.blend.layers import layer_forward, qkv
-from ragcache.engine.blend.selection import (
-    OTHER_RULES,
-    QUERY_RULES,
-    plan_recompute,
-    query_scores,
-    random_scores,
+from ragcache.engine.blend.rules import (
+    SELECTION_RULES,
+    BeforeLayersRule,
+    RankInputs,
+    selection_rule,
 )
+from ragcache.engine.blend.selection import plan_recompute
 from ragcache.engine.chunk.cache import context_window
 from ragcache.engine.chunk.stores import ChunkKV
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 from ragcache.limits import check_recompute_ratio
-
-PRE_LAYER_RULES = QUERY_RULES + OTHER_RULES  # rank before layer 0, then recompute at every layer
-QUESTION_RULES = ("deviation*attention", "attention") + QUERY_RULES  # need tokens after the last document
 
 __all__ = ["BlendResult", "Deviation", "blend_prefill", "select_hkvd"]
 
@@ -124,8 +119,7 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
         raise ValueError(f"prompt of {n} tokens exceeds the model's context window of {window} tokens; "
                          "retrieve fewer or shorter documents")
     check_recompute_ratio(recompute_ratio)
-    if rank_by not in RANKINGS:
-        raise ValueError(f"rank_by must be one of {RANKINGS}; got {rank_by!r}")
+    rule = selection_rule(rank_by)
     if not 0 <= prefix_len < n:
         raise ValueError(f"prefix_len={prefix_len} must leave at least the last of {n} tokens to compute")
     if (prefix_len > 0) != (prefix_cache is not None) or kvb.cache_len(prefix_cache) != prefix_len:
@@ -140,7 +134,7 @@ def _validate(input_ids: Sequence[int], prefix_len: int, prefix_cache: Any, doc_
         if ckv.n_tokens != e - s or list(input_ids[s:e]) != ckv.token_ids:
             raise ValueError(f"chunk KV of {ckv.n_tokens} tokens does not match the ids of span ({s}, {e})")
         prev_end = e
-    if rank_by in QUESTION_RULES and doc_spans and prev_end == n:
+    if rule.reads_question and doc_spans and prev_end == n:
         raise ValueError(f"rank_by={rank_by!r} ranks document tokens by the attention of the tokens after the last "
                          f"document (the question), but the last document ends the prompt ({n} tokens): put the "
                          "question after the documents or use rank_by='deviation'")
@@ -183,26 +177,6 @@ def _fused_buffers(model: Any, spec: RopeSpec, n: int, prefix_len: int, prefix_c
     return k_all, v_all, doc_mask
 
 
-def _pre_layer_scores(model: Any, rank_by: str, ids: torch.Tensor, suffix: torch.Tensor, suffix_doc: torch.Tensor,
-                      spec: RopeSpec, k_all: list, v_all: list, doc_mask: torch.Tensor, tail_from: int, seed: int,
-                      token_scores: torch.Tensor | None, query_layers: Sequence[int] | None) -> torch.Tensor:
-    """Scores ``[n]`` of the rules that rank before layer 0 (:mod:`ragcache.engine.blend.selection`)."""
-    n = doc_mask.shape[0]
-    if rank_by == "random":
-        return random_scores(n, seed, device=ids.device)
-    if rank_by == "given":
-        if token_scores is None or tuple(token_scores.shape) != (n,):
-            raise ValueError(f"rank_by='given' needs token_scores of shape ({n},); got "
-                             f"{None if token_scores is None else tuple(token_scores.shape)}")
-        return token_scores.to(ids.device).float()
-    pos = suffix[~suffix_doc]
-    if len(pos) == 0 or pos[-1] != n - 1:
-        pos = torch.cat([pos, torch.tensor([n - 1], device=ids.device)]).unique()
-    cos, sin = (t.to(ids.device) for t in spec.cos_sin(pos))
-    return query_scores(model, ids, pos, tail_from, cos, sin, k_all, v_all, doc_mask.to(ids.device), rank_by,
-                        query_layers)
-
-
 def _run_selected(model: Any, ids: torch.Tensor, selected: torch.Tensor, spec: RopeSpec, k_all: list, v_all: list,
                   n: int) -> torch.Tensor:
     """Every layer for the positions ``selected`` only (their fresh K/V scattered in); last hidden ``[1, m, d]``."""
@@ -218,7 +192,7 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
                   doc_spans: Sequence[tuple[int, int]], chunk_kvs: Sequence[ChunkKV], recompute_ratio: float,
                   check_layer: int = 1, deviation: Deviation = "kv", gradual_layers: int = 0,
                   gradual_start: float | None = None, doc_head_tokens: int = 0, doc_tail_tokens: int = 0,
-                  rank_by: RankBy = "deviation", seed: int = 0, token_scores: torch.Tensor | None = None,
+                  rank_by: str = "deviation", seed: int = 0, token_scores: torch.Tensor | None = None,
                   query_layers: Sequence[int] | None = None, doc_top: int = 0, mass_bound: float | None = None,
                   max_share: float | None = None) -> BlendResult:
     """Prefill ``input_ids`` reusing a prefix cache and per-document chunk KVs (CacheBlend).
@@ -242,14 +216,13 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
         gradual_start: first fraction r0 of the gradual schedule (default ``min(1, 2r)``).
         doc_head_tokens / doc_tail_tokens: always recompute the first / last this-many tokens of
             each document (EPIC, arXiv 2410.15332); they count inside the budget (r > 0).
-        rank_by: ``"deviation"`` (default, CacheBlend §4.2: KV deviation at ``check_layer``);
-            ``"deviation*attention"`` / ``"attention"``: that deviation times / replaced by the
-            check layer's tail attention mass (:func:`~ragcache.engine.blend.hkvd.tail_attention`).
-            Ranked before layer 0, then the chosen tokens recomputed at every layer (no check
-            layer; :mod:`ragcache.engine.blend.selection`): ``"prophet"`` / ``"infoflow"``, the
-            question's attention (norm) over the reused tokens at their global positions, fused
-            over ``query_layers``, from a stage-1 pass counted in this call's time;
-            ``"random"`` (seeded by ``seed``); ``"given"`` (``token_scores``, e.g. the bench's oracle).
+        rank_by: the name of the KV selection rule (:data:`ragcache.engine.blend.rules.SELECTION_RULES`):
+            ``"deviation"`` (default, CacheBlend §4.2: KV deviation at ``check_layer``) and the other
+            check-layer rules rank at ``check_layer``; the before-layers rules (``"infoflow"``,
+            ``"prophet"``: the question's attention (norm) over the reused tokens at their global positions,
+            fused over ``query_layers``, from a stage-1 pass counted in this call's time; ``"random"``,
+            seeded by ``seed``; ``"given"``, ``token_scores``) rank before layer 0, then the chosen tokens
+            are recomputed at every layer (no check layer; :mod:`ragcache.engine.blend.rules`).
         seed: the random rule's seed.
         token_scores: float ``[n]`` scores for ``rank_by="given"`` (higher: recomputed first).
         query_layers: layers fused by the query rules (negative indices count from the end; default all);
@@ -300,16 +273,18 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
     scores = None
 
     exact = False
+    rule = selection_rule(rank_by)
     planned = bool(doc_top) or mass_bound is not None or max_share is not None
-    if planned and rank_by not in PRE_LAYER_RULES:
+    if planned and not isinstance(rule, BeforeLayersRule):
         raise ValueError(f"doc_top / mass_bound / max_share need a rule that ranks before layer 0 "
-                         f"{PRE_LAYER_RULES}; got rank_by={rank_by!r}")
-    if (recompute_ratio == 0.0 and not planned) or rank_by in PRE_LAYER_RULES:
+                         f"{[k for k, c in SELECTION_RULES.items() if issubclass(c, BeforeLayersRule)]}; "
+                         f"got rank_by={rank_by!r}")
+    if (recompute_ratio == 0.0 and not planned) or isinstance(rule, BeforeLayersRule):
         if recompute_ratio == 0.0 and not planned:
             sel_local = select_hkvd(torch.zeros(n - prefix_len, device=device), suffix_doc, 0.0)
         else:
-            scores = _pre_layer_scores(model, rank_by, ids, suffix, suffix_doc, spec, k_all, v_all, doc_mask,
-                                       tail_from, seed, token_scores, query_layers)
+            scores = rule.score(RankInputs(model, ids, doc_mask.to(device), tail_from, seed, token_scores,
+                                           query_layers, spec, k_all, v_all, suffix[~suffix_doc]))
             if planned:
                 local_spans = [(s - prefix_len, e - prefix_len) for s, e in doc_spans]
                 sel_local, exact = plan_recompute(scores[prefix_len:], suffix_doc, local_spans, recompute_ratio,
@@ -330,9 +305,8 @@ def blend_prefill(model: Any, input_ids: Sequence[int], *, prefix_len: int, pref
             h_in = h
             h, k_new, v_new = layer_forward(layers[i], h, None, cos, sin, k_all[i], v_all[i], n, write_from=prefix_len)
         dev = kv_deviation(deviation, k_new[0, :, prefix_len:], cached_k, v_new[0, :, prefix_len:], cached_v)
-        if rank_by != "deviation":
-            mass = _tail_mass(layers[check_layer], h_in, cos, sin, k_all[check_layer], tail_from, n)[prefix_len:]
-            dev = mass if rank_by == "attention" else dev * mass
+        dev = rule.score(dev, lambda: _tail_mass(layers[check_layer], h_in, cos, sin, k_all[check_layer],
+                                                  tail_from, n)[prefix_len:])
         n_doc_suffix = int(suffix_doc.sum())
         counts = gradual_counts(budget(recompute_ratio, n_doc_suffix), n_doc_suffix, recompute_ratio,
                                 min(gradual_layers, n_layers - 1 - check_layer), gradual_start)

@@ -16,24 +16,27 @@ per-request budget passes its ceiling is recomputed in full and is labelled exac
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.engine.blend.setting import BlendSetting, context_view, licensed_setting
 
+if TYPE_CHECKING:
+    from ragcache.engine.interface import EngineView
 
-def setting_for(engine: Any, r: float | None) -> BlendSetting | None:
+
+def setting_for(engine: EngineView, r: float | None) -> BlendSetting | None:
     """The blend setting of a request whose ratio is ``r`` (``None``: none given by the caller)."""
     configured = getattr(engine.config, "blend_setting", None)
     if configured is not None:
         return configured if r is None or r == configured.recompute_ratio else \
             BlendSetting(**{**configured.to_dict(), "recompute_ratio": r, "name": ""})
-    if r is not None and (engine._recompute_ratio is not None or engine.calibration is None
+    if r is not None and (engine.configured_recompute_ratio is not None or engine.calibration is None
                           or engine.calibration.recompute_ratio != r):
-        return BlendSetting(recompute_ratio=r, rank_by=engine.selection)
+        return BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)
     return licensed_setting(engine.calibration)
 
 
-def blend_name(engine: Any, r: float | None = None, use_chunk_cache: bool | None = None) -> str | None:
+def blend_name(engine: EngineView, r: float | None = None, use_chunk_cache: bool | None = None) -> str | None:
     """The name of the blend setting a request with ratio ``r`` (``None``: the engine's) blends at, or
     ``None`` when it is prefilled exactly whatever the caches hold (no chunk cache, chunk reuse off,
     attention the caches do not support, no ratio and no licensing record). What a request allows:
@@ -44,10 +47,10 @@ def blend_name(engine: Any, r: float | None = None, use_chunk_cache: bool | None
     r = engine.recompute_ratio if r is None else r
     if r is None:
         return None
-    return (setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)).name
+    return (setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)).name
 
 
-def chunk_view(engine: Any, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None,
+def chunk_view(engine: EngineView, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None,
                namespace: str | None = None) -> Any:
     """The bound chunk cache this request reads and stores its documents' chunk KV in: the engine's
     chunk cache under the KV salt of the request's ``namespace`` (``engine.chunks_for``), in the chunk
@@ -56,7 +59,7 @@ def chunk_view(engine: Any, ids: Sequence[int], spans: Sequence[tuple[int, int]]
     return context_view(engine.chunks_for(namespace), ids, spans, setting.chunk_context if setting else "sink")
 
 
-def blend_request(engine: Any, ids: list[int], p: int, cache: Any, plan: Any, r: float, stats: Any
+def blend_request(engine: EngineView, ids: list[int], p: int, cache: Any, plan: Any, r: float, stats: Any
                   ) -> tuple[Any, int, Any]:
     """Blend the chunk hits of ``plan`` into the request (``blend_prefill``); fills ``stats``.
 
@@ -66,7 +69,7 @@ def blend_request(engine: Any, ids: list[int], p: int, cache: Any, plan: Any, r:
     """
     from ragcache.engine.blend.prefill import blend_prefill
 
-    setting = setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.selection)
+    setting = setting_for(engine, r) or BlendSetting(recompute_ratio=r, rank_by=engine.rank_by)
     kwargs = setting.blend_kwargs()
     kwargs["recompute_ratio"] = r
     if plan.hits[-1][1] >= len(ids):  # query rules need a question after the last document

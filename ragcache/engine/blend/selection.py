@@ -17,7 +17,7 @@ request's question reads from them, measured in a cheap first pass (*dual stage*
    uncached token and the last token are recomputed at every layer (the others keep their
    chunk KV). Stage 1's cost is part of the blend's time (TTFT).
 
-Rules:
+Rules (classes in :mod:`ragcache.engine.blend.rules`, by name in its ``SELECTION_RULES`` table):
 
 - ``"prophet"``: the score is the attention probability itself, after ProphetKV (Wang et al.,
   "ProphetKV: User-Query-Driven Selective Recomputation for Efficient KV Cache Reuse in RAG",
@@ -41,7 +41,7 @@ attention metrics" / "attention-norm signal", chosen on development items
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -49,13 +49,11 @@ import torch
 from ragcache.engine.blend.layers import attend, finish, qkv
 from ragcache.engine.rope import RopeSpec, rerotate_keys
 
-QUERY_RULES: tuple[str, ...] = ("prophet", "infoflow")
 DEFAULT_SELECTION = "infoflow"
 """The rule an engine blends with when neither its config nor a calibration record names one
 (chosen on development items 0-1 by ``ragcache bench blend-variants``, the only ones that study reached;
 see the README's CacheBlend section). It is the rule a caller's ``recompute_ratio`` blends with: the
 embedded model's calibration record licenses no r, so by default nothing is blended."""
-OTHER_RULES: tuple[str, ...] = ("random", "given")
 
 
 def _tail_probs(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale: float | None) -> torch.Tensor:
@@ -67,44 +65,34 @@ def _tail_probs(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, scale: fl
     return scores.masked_fill(mask[None], float("-inf")).softmax(dim=-1)
 
 
-def layer_score(rule: str, probs: torch.Tensor, v: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
-    """One layer's score ``[n_keys]`` of each key, normalised to sum 1 over the document keys.
-
-    Args:
-        rule: ``"prophet"`` (mean attention probability) or ``"infoflow"`` (mean of
-            probability times the value's L2 norm, per head).
-        probs: ``[H, m, n_keys]`` tail-query attention probabilities.
-        v: ``[Hkv, n_keys, D]`` values of the layer.
-        doc_mask: bool ``[n_keys]``, True at reused document tokens (others score 0).
-    """
-    if rule == "infoflow":
-        vnorm = v.float().norm(dim=-1).repeat_interleave(probs.shape[0] // v.shape[0], dim=0)  # [H, n]
-        s = (probs * vnorm[:, None, :]).mean(dim=(0, 1))
-    elif rule == "prophet":
-        s = probs.mean(dim=(0, 1))
-    else:
-        raise ValueError(f"query rule must be one of {QUERY_RULES}; got {rule!r}")
-    s = s * doc_mask.to(s.device)
+def layer_score(weights: torch.Tensor, doc_mask: torch.Tensor) -> torch.Tensor:
+    """One layer's score ``[n_keys]``: a rule's per-key ``weights`` (e.g. the tail queries' mean attention
+    probability, :class:`ragcache.engine.blend.rules.ProphetRule`) kept at the document keys (``doc_mask``,
+    bool ``[n_keys]``; others 0) and normalised to sum 1 over them, so every layer carries equal weight."""
+    s = weights * doc_mask.to(weights.device)
     total = s.sum()
     return s / total if total > 0 else s
 
 
 def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: int, cos: torch.Tensor,
                  sin: torch.Tensor, k_all: Sequence[torch.Tensor], v_all: Sequence[torch.Tensor],
-                 doc_mask: torch.Tensor, rule: str, layers: Sequence[int] | None = None) -> torch.Tensor:
+                 doc_mask: torch.Tensor, layer_weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 layers: Sequence[int] | None = None) -> torch.Tensor:
     """Stage 1 of the dual-stage pipeline: fused query-attention score of every position, float32 ``[n]``.
 
     Runs the uncached tokens at ``pos`` (sorted int64 ``[m]``, including the tail
     ``pos >= tail_from`` and the last token) through every decoder layer over the fused buffers
     ``k_all`` / ``v_all`` (``[1, Hkv, n, D]`` per layer, document keys already at their global
     positions); writes only the K/V of ``pos`` (never document positions), which stage 2
-    overwrites. ``cos`` / ``sin``: ``[m, D]`` of ``pos``. ``layers``: the layers fused (default all).
+    overwrites. ``cos`` / ``sin``: ``[m, D]`` of ``pos``. ``layer_weights(probs [H, m_tail, n], v [Hkv, n, D])``:
+    a rule's per-key weights at one layer (:class:`ragcache.engine.blend.rules.BeforeLayersRule`), normalised
+    by :func:`layer_score`. ``layers``: the layers fused (default all).
     The pass stops after the last fused layer, so fusing layers ``0..l`` costs about ``(l + 1) / L``
     of the full ranking pass (the cheaper ranking pass of ragcache issue 31; stage 2 rewrites every
     layer's K/V of ``pos`` before reading them).
 
     Raises:
-        ValueError: no tail query (``pos`` has no position ``>= tail_from``) or an unknown rule.
+        ValueError: no tail query (``pos`` has no position ``>= tail_from``).
     """
     n = doc_mask.shape[0]
     tail = (pos >= tail_from).nonzero().flatten()
@@ -121,7 +109,7 @@ def query_scores(model: Any, ids: torch.Tensor, pos: torch.Tensor, tail_from: in
         v_all[i][:, :, pos] = v
         if i in use:
             probs = _tail_probs(q[:, :, tail], k_all[i][:, :, :n], pos[tail], getattr(layer.self_attn, "scaling", None))
-            total += layer_score(rule, probs, v_all[i][0, :, :n], doc_mask)
+            total += layer_score(layer_weights(probs, v_all[i][0, :, :n]), doc_mask)
         if i >= last:  # layers past the last fused one cannot change the score (a cheaper ranking pass)
             break
         if i + 1 < len(blocks):  # the last layer's output is not needed
@@ -265,6 +253,6 @@ def chunk_order(scores: torch.Tensor, doc_spans: Sequence[tuple[int, int]]) -> l
     return sorted(range(len(doc_spans)), key=lambda i: (weights[i], i))
 
 
-__all__ = ["DEFAULT_SELECTION", "OTHER_RULES", "QUERY_RULES", "chunk_order", "layer_score", "oracle_scores",
+__all__ = ["DEFAULT_SELECTION", "chunk_order", "layer_score", "oracle_scores",
            "plan_recompute", "query_scores",
            "random_scores", "resolve_selection"]

@@ -31,11 +31,14 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ragcache.engine import kv
+
+if TYPE_CHECKING:
+    from ragcache.engine.interface import EngineView
 
 CHUNK_CONTEXTS = ("sink", "prefix")
 
@@ -46,7 +49,8 @@ class BlendSetting:
 
     Attributes:
         recompute_ratio: r in [0, 1] (the floor of the budget when ``mass_bound`` is set).
-        rank_by: ``blend_prefill``'s rule (a query rule for the options below).
+        rank_by: the KV selection rule's name (:data:`ragcache.engine.blend.rules.SELECTION_RULES`, a
+            serving one; a rule ranking before layer 0 for the options below).
         chunk_context: ``"sink"`` or ``"prefix"`` (module doc).
         doc_top: whole documents recomputed (0: token selection only).
         mass_bound: per-request budget: recompute until the ranking's score mass left on reused
@@ -70,12 +74,11 @@ class BlendSetting:
     name: str = ""
 
     def __post_init__(self) -> None:
-        from ragcache.engine.blend.hkvd import RANKINGS
+        from ragcache.engine.blend.rules import check_serving_rule
 
         if not 0.0 <= self.recompute_ratio <= 1.0:
             raise ValueError(f"recompute_ratio must be in [0, 1]; got {self.recompute_ratio}")
-        if self.rank_by not in RANKINGS or self.rank_by == "given":
-            raise ValueError(f"rank_by must be one of {[r for r in RANKINGS if r != 'given']}; got {self.rank_by!r}")
+        check_serving_rule(self.rank_by)
         if self.chunk_context not in CHUNK_CONTEXTS:
             raise ValueError(f"chunk_context must be one of {CHUNK_CONTEXTS}; got {self.chunk_context!r}")
         if isinstance(self.doc_top, bool) or not isinstance(self.doc_top, int) or self.doc_top < 0:
@@ -189,7 +192,7 @@ def _prefix_cache(model: Any, ids: Sequence[int], p: int) -> Any:
 
 
 @torch.inference_mode()
-def measure_settings(engine: Any, prompts: Sequence[Any], settings: Sequence[BlendSetting], *,
+def measure_settings(engine: EngineView, prompts: Sequence[Any], settings: Sequence[BlendSetting], *,
                      answer_tokens: int = 32, progress: Callable[[str], None] | None = None,
                      checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
                      token_detail: bool = False, golds: Sequence[Sequence[str]] | None = None,
@@ -302,7 +305,7 @@ def _precision_flips(low: Any, ids: Sequence[int], answer: Sequence[int]) -> lis
     return [t for t, a in enumerate(answer) if int(logits[t].argmax()) != int(a)]
 
 
-def _free_run(engine: Any, res: Any, answer: list[int], n: int, answer_tokens: int, eos: set[int],
+def _free_run(engine: EngineView, res: Any, answer: list[int], n: int, answer_tokens: int, eos: set[int],
               golds: Sequence[str]) -> dict[str, Any]:
     """The blend's own greedy answer from its cache cut back to the prompt (``res.cache`` holds the forced
     ``answer[:-1]`` after the ``n`` prompt tokens): ``{"answer_text", "f1", "answer_match"}``."""
@@ -409,7 +412,7 @@ def candidate_settings(ratios: Sequence[float] = DEFAULT_CANDIDATE_RATIOS, *, ra
     return [BlendSetting(recompute_ratio=r, rank_by=rank_by, chunk_context=chunk_context) for r in sorted(rs)]
 
 
-def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, *, save: bool = True,
+def calibrate_settings(engine: EngineView, prompts: Sequence[Any], plan: SettingsPlan, *, save: bool = True,
                        home: Any = None, progress: Callable[[str], None] | None = None,
                        checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
                        golds: Sequence[Sequence[str]] | None = None) -> Any:
@@ -436,14 +439,14 @@ def calibrate_settings(engine: Any, prompts: Sequence[Any], plan: SettingsPlan, 
     check_confidence(plan.confidence)
     if plan.rule is not None and golds is None:
         raise ValueError("the license rule scores free-running answers: pass golds (one list of gold answers per prompt)")
-    with engine._lock:
+    with engine.lock:
         measured = measure_settings(engine, prompts, plan.settings, answer_tokens=plan.answer_tokens,
                                     progress=progress, checkpoint=checkpoint, first_index=first_index, golds=golds,
                                     yardstick_every=plan.yardstick_every)
     return record_settings(engine, measured, plan, n_prompts=len(prompts), save=save, home=home)
 
 
-def record_settings(engine: Any, measured: Sequence[dict], plan: SettingsPlan, *, n_prompts: int, save: bool = True,
+def record_settings(engine: EngineView, measured: Sequence[dict], plan: SettingsPlan, *, n_prompts: int, save: bool = True,
                     home: Any = None) -> Any:
     """The :class:`~ragcache.engine.blend.calibration.Calibration` of measured settings (:func:`measure_settings`
     output, possibly merged from several runs over disjoint prompts), saved when ``save``."""

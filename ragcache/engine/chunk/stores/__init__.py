@@ -1,4 +1,5 @@
-"""Chunk KV stores behind one protocol (:class:`ChunkStore`): memory, disk, Redis / Valkey, and the URL factory.
+"""Chunk KV stores behind one protocol (:class:`ChunkStore`): memory, disk, Redis / Valkey, their table by kind
+(:data:`~ragcache.engine.chunk.stores.registry.CHUNK_STORES`) and the URL factory.
 
 :class:`RedisChunkStore` is imported lazily (it needs the ``redis`` client, ``ragcache[shared]``).
 """

@@ -1,34 +1,23 @@
-"""The one place a chunk store URL becomes a store (memory, disk or Redis / Valkey)."""
+"""The one place a chunk store URL becomes a store: the kind :data:`~.registry.CHUNK_STORES` names for it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ragcache.engine.chunk.stores.base import ChunkStore
-from ragcache.engine.chunk.stores.disk import DiskChunkStore
-from ragcache.engine.chunk.stores.memory import MemoryChunkStore
-from ragcache.config import KV_URL_SCHEMES, kv_url_scheme
+from ragcache.engine.chunk.stores.registry import store_kind
 
 __all__ = ["open_chunk_store"]
 
 
 def open_chunk_store(url: str | None = None, **kwargs: Any) -> ChunkStore:
-    """The chunk store a URL names: ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`~.redis_store.RedisChunkStore`;
+    """The chunk store a URL names, by :data:`~ragcache.engine.chunk.stores.registry.CHUNK_STORES`:
+    ``redis://`` / ``rediss://`` / ``unix://`` / ``valkey://`` -> :class:`~.redis_store.RedisChunkStore`;
     ``None`` -> a :class:`~.memory.MemoryChunkStore` (the default; the app layer passes ``RAGCACHE_KV_URL``);
     a path or ``file://DIR`` -> :class:`~.disk.DiskChunkStore`. ``kwargs`` go to the constructor.
 
     Raises:
-        ValueError: an unknown URL scheme.
+        ValueError: an unknown URL scheme (the message lists the kinds).
     """
-    if not url:
-        return MemoryChunkStore(**kwargs)
-    scheme = kv_url_scheme(url)
-    if scheme not in KV_URL_SCHEMES:
-        raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
-    if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
-        if scheme.startswith("valkey"):
-            url = "redis" + url[len("valkey"):]
-        from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
-
-        return RedisChunkStore(url, **kwargs)
-    return DiskChunkStore(url.removeprefix("file://"), **kwargs)
+    kind = store_kind(url)
+    return kind.opener(url or None, **kwargs)
