@@ -150,13 +150,13 @@ def resolve(obj, name: str, collection) -> str | None:
     return None
 
 
-def documented(path: str) -> bool:
-    """Whether ``path`` is inside the documented packages (``llama_index``: its ``ragcache`` parts only)."""
+def documented(path: str, roots: tuple[str, ...] = DOCUMENTED_ROOTS) -> bool:
+    """Whether ``path`` is inside the documented packages ``roots`` (``llama_index``: its ``ragcache`` parts)."""
     root = path.split(".", 1)[0]
-    return root in DOCUMENTED_ROOTS and (root != "llama_index" or path.endswith(".ragcache") or ".ragcache." in path)
+    return root in roots and (root != "llama_index" or path.endswith(".ragcache") or ".ragcache." in path)
 
 
-def _outside(name: str) -> bool:
+def _outside(name: str, roots: tuple[str, ...]) -> bool:
     """Whether an unresolved ``name`` is outside the documented packages: a built-in or a module that is
     importable and is not one of :data:`DOCUMENTED_ROOTS`."""
     if name.startswith("."):
@@ -164,15 +164,15 @@ def _outside(name: str) -> bool:
     root = name.split(".", 1)[0]
     if hasattr(builtins, root):
         return True
-    if root in DOCUMENTED_ROOTS:
-        return not documented(name)
+    if root in roots:
+        return not documented(name, roots)
     try:
         return importlib.util.find_spec(root) is not None
     except (ImportError, ValueError):
         return False
 
 
-def render(obj, kind: str, content: str, collection) -> tuple[str, str | None]:
+def render(obj, kind: str, content: str, collection, roots: tuple[str, ...] = DOCUMENTED_ROOTS) -> tuple[str, str | None]:
     """The Markdown for one role in ``obj``'s docstring, and the name when it does not resolve."""
     role = parse_role(kind, content)
     code = f"`{role.title}`"
@@ -180,7 +180,7 @@ def render(obj, kind: str, content: str, collection) -> tuple[str, str | None]:
         return code, None
     target = resolve(obj, role.name, collection)
     if target is None:
-        return code, None if _outside(role.name) else role.name
+        return code, None if _outside(role.name, roots) else role.name
     # autorefs: a link where the target is documented on the site, the code span (with tooltip) elsewhere
     return f'<autoref identifier="{target}" optional>{code}</autoref>', None
 
@@ -189,12 +189,17 @@ if griffe is not None:
 
     class SphinxRoles(griffe.Extension):
         """Rewrite the Sphinx roles of every docstring of a loaded package into autorefs cross-references
-        (see the module docstring); log a warning for each reference that does not resolve."""
+        (see the module docstring); log a warning for each reference that does not resolve. ``roots``:
+        the documented root packages (default :data:`DOCUMENTED_ROOTS`)."""
+
+        def __init__(self, roots: tuple[str, ...] | list[str] = DOCUMENTED_ROOTS) -> None:
+            super().__init__()
+            self.roots = tuple(roots)
 
         def on_package(self, *, pkg, loader, **kwargs) -> None:
             collection = loader.modules_collection
             for obj in self._objects(pkg):
-                if not documented(obj.path):
+                if not documented(obj.path, self.roots):
                     continue
                 doc = obj.docstring
                 if doc is None or ":" not in doc.value:
@@ -202,7 +207,7 @@ if griffe is not None:
                 unresolved: list[str] = []
 
                 def sub(m, obj=obj, unresolved=unresolved):
-                    text, bad = render(obj, m["kind"], m["content"], collection)
+                    text, bad = render(obj, m["kind"], m["content"], collection, self.roots)
                     if bad:
                         unresolved.append(f":{m['kind']}:`{bad}`")
                     return text
