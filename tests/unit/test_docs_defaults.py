@@ -90,6 +90,11 @@ def _cli_option(command: str, option: str) -> Callable[[], Any]:
     return get
 
 
+def _dataclass_default(path: str, field: str) -> Any:
+    mod, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(mod), name).__dataclass_fields__[field].default
+
+
 def _field(path: str, field: str) -> Callable[[], Any]:
     """The default of a pydantic field (LangChain and LlamaIndex classes are pydantic models)."""
     def get() -> Any:
@@ -143,6 +148,12 @@ KNOWN: tuple[Known, ...] = (
     Known("the LlamaIndex query engine's budget for an LLM that states none", _const(
         "llama_index.query_engine.ragcache.backend", "DEFAULT_MAX_NEW_TOKENS"), (
         r"`metadata\.num_output`, (?P<v>\d+) when it states none",)),
+    Known("sharing KV across namespaces", lambda: _dataclass_default(
+        "ragcache.engine.engine_config.EngineConfig", "share_kv_across_namespaces"), (
+        r"``share_kv_across_namespaces`` \(default (?P<v>True|False)",)),
+    Known("a local Valkey's eviction policy", lambda: _sig_default(
+        "ragcache.testing.local_servers.LocalValkey", "maxmemory_policy"), (
+        r"``maxmemory_policy`` \(default ``(?P<v>[\w-]+)``",)),
     Known("the embedded model", _config("model"), (
         r"embedded (?:defaults \()?(?P<v>SmolLM2-[\w-]+)",)),
     Known("the embedded embedder", _config("embedder"), (
@@ -153,7 +164,6 @@ KNOWN: tuple[Known, ...] = (
 #: Parameters whose signature default is ``None`` and whose docstring states the value that ``None``
 #: stands for: (object path, parameter) -> the code's value.
 DERIVED: dict[tuple[str, str], Callable[[], Any]] = {
-    ("langchain_ragcache.cache.RagCacheSemanticCache", "threshold"): lambda: None,
     ("ragcache.models.load_model", "dtype"): lambda: _sig_default("ragcache.models.model_fingerprint", "dtype"),
 }
 
@@ -324,16 +334,13 @@ def named_mismatches(items: tuple[Text, ...]) -> list[str]:
         for m in re.finditer(ENV_RE, flat):
             if m["name"] not in env:
                 bad.append(f"{t.where}: {m['name']} is not a setting")
-            elif m["v"].strip().startswith("`") or not same(parse_value(m["v"]), env[m["name"]]):
-                if not (m["v"].strip().startswith("`") and str(env[m["name"]]) in m["v"]):
-                    bad.append(f"{t.where}: {m.group(0)!r}: the code's default is {env[m['name']]!r}")
+            elif not same(parse_value(m["v"]), env[m["name"]]):
+                bad.append(f"{t.where}: {m.group(0)!r}: the code's default is {env[m['name']]!r}")
         for m in re.finditer(FLAG_RE, flat):
             defaults = _cli_defaults().get(m["name"])
             stated = parse_value(m["v"])
             if defaults is None:
                 bad.append(f"{t.where}: {m['name']} is not an option of the command line")
-            elif isinstance(stated, tuple) and m["name"] == "--start":
-                continue  # "items --start to --end - 1 (default 0-49)": checked with --end below
             elif not any(m["v"].replace(" ", "") == str(d) or same(stated, d) for d in defaults):
                 bad.append(f"{t.where}: {m.group(0)!r}: the option's default is {defaults}")
         for m in re.finditer(PARAM_RE, flat):
