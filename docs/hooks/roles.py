@@ -11,7 +11,8 @@ mkdocstrings, which renders Markdown and does not know roles. Two parts, both re
   stays a code span (with the full name as its tooltip) where it is not, such as a private helper. A
   target inside the documented packages that does not resolve (a typo, a renamed or removed name) is a
   warning, which fails ``mkdocs build --strict``. Names outside them (the standard library, LangChain)
-  render as code spans.
+  render as code spans. A full name in a documented package that is not loaded yet (``ragcache`` loads
+  before the adapters) is linked as written, unchecked.
 - :func:`on_post_page`, an mkdocs hook: every built page is scanned with :func:`raw_roles`, and a page with
   a role left in its text (a generated page, a guide, a docstring the extension did not see) fails the
   build, naming the page and the roles.
@@ -179,6 +180,8 @@ def render(obj, kind: str, content: str, collection, roots: tuple[str, ...] = DO
     if not role.link:
         return code, None
     target = resolve(obj, role.name, collection)
+    if target is None and documented(role.name, roots) and role.name.split(".", 1)[0] not in collection:
+        target = role.name  # another documented package, not loaded yet (ragcache citing an adapter)
     if target is None:
         return code, None if _outside(role.name, roots) else role.name
     # autorefs: a link where the target is documented on the site, the code span (with tooltip) elsewhere
@@ -216,6 +219,8 @@ if griffe is not None:
                 for bad in unresolved:
                     griffe.logger.warning(f"{obj.path}: the docstring's {bad} names nothing in the documented "
                                           f"packages (misspelled, moved or removed?)")
+
+        on_package_loaded = on_package  # the name of the same hook in griffe 1.x
 
         @classmethod
         def _objects(cls, obj):
