@@ -354,6 +354,48 @@ def named_mismatches(items: tuple[Text, ...]) -> list[str]:
     return bad
 
 
+# the command line's help texts
+def _cli_params() -> Iterator[tuple[str, Any]]:
+    import typer
+
+    from ragcache.app.cli import app
+
+    def walk(cmd: Any, path: str) -> Iterator[tuple[str, Any]]:
+        for p in getattr(cmd, "params", []):
+            yield path, p
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    yield from walk(typer.main.get_command(app), "ragcache")
+
+
+def _rule_default(option: str) -> Any:
+    """The license rule's default for a ``ragcache calibrate`` rule option (``--max-f1-drop``)."""
+    return _dataclass_default("ragcache.engine.blend.license.LicenseRule", option.lstrip("-").replace("-", "_"))
+
+
+def cli_help_mismatches(params: Iterator[tuple[str, Any]]) -> list[str]:
+    """Each option whose help states a default that is not the code's: "default $RAGCACHE_X, else V" against
+    the setting, "(default V)" against the option's own default or, for an option whose default is unset
+    (``None``: the license rule decides), the rule's."""
+    from ragcache.config import ENV_VARS, Config
+
+    env = {v.name: Config.__dataclass_fields__[v.field].default for v in ENV_VARS}
+    bad = []
+    for path, p in params:
+        helptext, opt = " ".join((getattr(p, "help", None) or "").split()), p.opts[-1]
+        for m in re.finditer(r"default:? \$(?P<env>RAGCACHE_[A-Z_]+), else (?P<v>[\w.-]*\w)(?=[).,;]| \(|$)",
+                             helptext):
+            if m["env"] not in env or not (m["v"] == str(env[m["env"]]) or same(parse_value(m["v"]), env[m["env"]])):
+                bad.append(f"{path} {opt}: {m.group(0)!r}; the setting's default is {env.get(m['env'], 'missing')!r}")
+        for m in re.finditer(r"\bdefault:? (?P<v>-?\d[\d.]*\d|\d)\)", helptext):
+            code = p.default if p.default is not None else (
+                _rule_default(opt) if helptext.startswith("License rule") else "no default in the code")
+            if not same(parse_value(m["v"]), code):
+                bad.append(f"{path} {opt}: {m.group(0)!r}; the code's default is {code!r}")
+    return bad
+
+
 # the Args: entries of the public API
 DEFAULT_IN_ARG = re.compile(r"(?:\b[Dd]efault:? |\(default |, default |[Dd]efaults to )"
                             r"(?P<v>``[^`]+``|[\d.]+ ?(?:s|KiB|MiB|GiB|tokens)?\b|True|False|None|float\d+)")
@@ -428,6 +470,10 @@ def test_named_settings_in_the_guides_are_the_codes():
     assert named_mismatches(texts()) == []
 
 
+def test_cli_help_defaults_are_the_codes():
+    assert cli_help_mismatches(_cli_params()) == []
+
+
 def test_args_defaults_are_the_signatures():
     assert arg_mismatches(api_objects()) == []
 
@@ -462,6 +508,23 @@ def test_a_wrong_named_setting_fails():
     right = Text("fixture", "`RAGCACHE_PREFIX_MAX_BYTES` (default 512 MiB); `--variants` (default 2); "
                             "`single_flight=True`, the default")
     assert named_mismatches((right,)) == []
+
+
+def test_a_wrong_cli_help_default_fails():
+    class Option:
+        def __init__(self, opt: str, default: Any, helptext: str) -> None:
+            self.opts, self.default, self.help = [opt], default, helptext
+
+    options = [("ragcache calibrate", Option("--max-f1-drop", None, "License rule: F1 may fall (default 0.05).")),
+               ("ragcache ask", Option("--top-k", None, "Chunks (default $RAGCACHE_TOP_K, else 5).")),
+               ("ragcache demo", Option("--max-new-tokens", 64, "Decode budget (default 128).")),
+               ("ragcache ask", Option("--port", None, "Port (default 8788)."))]
+    bad = cli_help_mismatches(iter(options))
+    assert [b.split(":")[0] for b in bad] == ["ragcache calibrate --max-f1-drop", "ragcache ask --top-k",
+                                              "ragcache demo --max-new-tokens", "ragcache ask --port"]
+    assert "the code's default is 0.02" in bad[0] and "the setting's default is 4" in bad[1]
+    right = [("ragcache calibrate", Option("--max-f1-drop", None, "License rule: F1 may fall (default 0.02)."))]
+    assert cli_help_mismatches(iter(right)) == []
 
 
 def _fixture(max_new_tokens: int = 64, threshold: float | None = None, cache_truncated: bool = True) -> None:
