@@ -262,10 +262,29 @@ def known_mismatches(items: tuple[Text, ...], known: tuple[Known, ...] = KNOWN) 
 
 
 # named settings in the guides: RAGCACHE_X, --flag, name=value
-ENV_RE = r"`(?P<name>RAGCACHE_[A-Z_]+)`? \(default (?P<v>[^),;]+)"
+ENV_RE = r"`\$?(?P<name>RAGCACHE_[A-Z_]+)`? \(default (?P<v>[^),;]+)"
 FLAG_RE = r"`(?P<name>--[a-z-]+)`(?: [a-z ]{0,20})? \(default (?P<v>[^\s),;:]+(?:, ?[\d.]+)*)"
 PARAM_RE = (r"`(?:(?P<owner>[A-Z]\w+)\()?(?P<name>[a-z_]+)=(?P<v>[^`]+?)\)?`"
             r"(?:,? \(?(?:the|is the) default(?P<of> of `\w+`(?:,? (?:and )?`\w+`)*)?| \(default\))")
+
+
+@cache
+def _env_defaults() -> dict[str, tuple[Any, ...]]:
+    """Each setting's default: the :class:`~ragcache.config.Config` field's value (when it has one) and
+    the form the docs show (``EnvVar.default``: ``~/.cache/ragcache``, ``$RAGCACHE_HOME/answers``)."""
+    import dataclasses
+
+    from ragcache.config import ENV_VARS, Config
+
+    out = {}
+    for v in ENV_VARS:
+        value = Config.__dataclass_fields__[v.field].default
+        out[v.name] = (v.default,) if value is dataclasses.MISSING else (value, v.default)
+    return out
+
+
+def _env_same(stated: str, defaults: tuple[Any, ...]) -> bool:
+    return any(stated.strip().strip("`") == str(d) or same(parse_value(stated), d) for d in defaults)
 
 
 @cache
@@ -325,17 +344,15 @@ def _param_defaults(name: str, owner: str | None) -> list[Any]:
 def named_mismatches(items: tuple[Text, ...]) -> list[str]:
     """Each "``RAGCACHE_X`` (default V", "``--flag`` (default V" or "``name=V`` (the default" whose value is
     not the code's (a name the code does not have is reported too)."""
-    from ragcache.config import ENV_VARS, Config
-
-    env = {v.name: Config.__dataclass_fields__[v.field].default for v in ENV_VARS}
+    env = _env_defaults()
     bad = []
     for t in items:
         flat = _flat(t.text)
         for m in re.finditer(ENV_RE, flat):
             if m["name"] not in env:
                 bad.append(f"{t.where}: {m['name']} is not a setting")
-            elif not same(parse_value(m["v"]), env[m["name"]]):
-                bad.append(f"{t.where}: {m.group(0)!r}: the code's default is {env[m['name']]!r}")
+            elif not _env_same(m["v"], env[m["name"]]):
+                bad.append(f"{t.where}: {m.group(0)!r}: the code's default is {env[m['name']][-1]}")
         for m in re.finditer(FLAG_RE, flat):
             defaults = _cli_defaults().get(m["name"])
             stated = parse_value(m["v"])
@@ -378,16 +395,15 @@ def cli_help_mismatches(params: Iterator[tuple[str, Any]]) -> list[str]:
     """Each option whose help states a default that is not the code's: "default $RAGCACHE_X, else V" against
     the setting, "(default V)" against the option's own default or, for an option whose default is unset
     (``None``: the license rule decides), the rule's."""
-    from ragcache.config import ENV_VARS, Config
-
-    env = {v.name: Config.__dataclass_fields__[v.field].default for v in ENV_VARS}
+    env = _env_defaults()
     bad = []
     for path, p in params:
         helptext, opt = " ".join((getattr(p, "help", None) or "").split()), p.opts[-1]
         for m in re.finditer(r"default:? \$(?P<env>RAGCACHE_[A-Z_]+), else (?P<v>[\w.-]*\w)(?=[).,;]| \(|$)",
                              helptext):
-            if m["env"] not in env or not (m["v"] == str(env[m["env"]]) or same(parse_value(m["v"]), env[m["env"]])):
-                bad.append(f"{path} {opt}: {m.group(0)!r}; the setting's default is {env.get(m['env'], 'missing')!r}")
+            if m["env"] not in env or not _env_same(m["v"], env[m["env"]]):
+                bad.append(f"{path} {opt}: {m.group(0)!r}; the setting's default is "
+                           f"{env[m['env']][-1] if m['env'] in env else 'missing'}")
         for m in re.finditer(r"\bdefault:? (?P<v>-?\d[\d.]*\d|\d)\)", helptext):
             code = p.default if p.default is not None else (
                 _rule_default(opt) if helptext.startswith("License rule") else "no default in the code")
@@ -441,8 +457,12 @@ def arg_mismatches(objects: dict[str, Any], derived: dict = DERIVED) -> list[str
                     if m["v"].startswith("``") and isinstance(stated, str) and not m["v"].startswith("``\""):
                         continue  # not a literal: prose (``$RAGCACHE_HOME/answers``, ``Settings.llm``)
                     before = re.findall(r"\w+", text[:m.start()])[-1:]
-                    if before and before[0] != name and before[0] in params:
-                        continue  # the default of another parameter ("a temperature (default 0.0")
+                    if before and before[0] != name and before[0] in params:  # "a temperature (default 0.0"
+                        other = params[before[0]].default
+                        if other is not inspect.Parameter.empty and not same(stated, other):
+                            bad.append(f"{path}({before[0]}): the docstring states the default {m['v']}, the "
+                                       f"signature's is {other!r}")
+                        continue
                     if code is None and stated is not None:
                         if (path, name) not in derived:
                             bad.append(f"{path}({name}=None): the docstring states the default {m['v']}; "
