@@ -4,7 +4,7 @@ The code is the source: constants (``DEFAULT_THRESHOLD``, ``CACHE_TRUNCATED``, `
 signature defaults (``inspect.signature``), the settings (``ragcache.config``), the command line's options
 and the packaged verifier head. The texts are every docstring of ragcache and its integrations, the
 hand-written guides (``docs/**/*.md``), the README and the generated reference's prose
-(``docs/gen_reference.py``). Three checks, each shown to fail on a fixture:
+(``docs/gen_reference.py``: the CLI and configuration pages). Four checks, each shown to fail on a fixture:
 
 - :data:`KNOWN`: defaults stated in prose ("0.94 for the guards", "``lookup_timeout_s`` (default 10 s",
   "``--cache-truncated``, on by default"): each pattern's value must be the code's, and each pattern must
@@ -12,6 +12,8 @@ hand-written guides (``docs/**/*.md``), the README and the generated reference's
 - named settings in the guides: "``RAGCACHE_X`` (default V", "``--flag`` (default V", "``name=V`` (the
   default" and "``Owner(name=V)`` is the default" are compared with the settings, the options and the
   signatures of the public API; a name the test cannot find fails too.
+- the command line's help: "default $RAGCACHE_X, else V" against the setting, "(default V)" against the
+  option's default or, for ``ragcache calibrate``'s rule options, the license rule's (``LicenseRule``).
 - the ``Args:`` entries of the public API (the reference page's objects and their public methods): a
   parameter described with "default V" (a literal) must have V as its signature default; a parameter
   whose signature default is ``None`` (a default derived elsewhere) must be listed in :data:`DERIVED`
@@ -289,20 +291,11 @@ def _env_same(stated: str, defaults: tuple[Any, ...]) -> bool:
 
 @cache
 def _cli_defaults() -> dict[str, list[Any]]:
-    import typer
-
-    from ragcache.app.cli import app
-
+    """Each option of the command line (``--variants``) -> its defaults, one per command that has it."""
     out: dict[str, list[Any]] = {}
-
-    def walk(cmd: Any) -> None:
-        for p in getattr(cmd, "params", []):
-            for opt in getattr(p, "opts", []):
-                out.setdefault(opt, []).append(p.default)
-        for sub in getattr(cmd, "commands", {}).values():
-            walk(sub)
-
-    walk(typer.main.get_command(app))
+    for _, p in _cli_params():
+        for opt in getattr(p, "opts", []):
+            out.setdefault(opt, []).append(p.default)
     return out
 
 
@@ -373,6 +366,7 @@ def named_mismatches(items: tuple[Text, ...]) -> list[str]:
 
 # the command line's help texts
 def _cli_params() -> Iterator[tuple[str, Any]]:
+    """(command path, click parameter) for every parameter of every command of ``ragcache``."""
     import typer
 
     from ragcache.app.cli import app
