@@ -128,7 +128,8 @@ def resolve(obj, name: str, collection) -> str | None:
     as a full path, the name relative to each enclosing scope (``.get`` in a class, ``.backend`` in a
     package); then, when exactly one matches, a member of a class of the docstring's module (``get_many``
     in a module's docstring about its one store class) or a name of a submodule of the docstring's package
-    (a class a package exports lazily, through its ``__getattr__``)."""
+    (a class a package exports lazily, through its ``__getattr__``; also by its full public path,
+    ``ragcache.engine.blend.blend_prefill``)."""
     bare = name.lstrip(".")
     first, _, rest = bare.partition(".")
     candidates = []
@@ -143,12 +144,32 @@ def resolve(obj, name: str, collection) -> str | None:
         if (found := _lookup(collection, candidate)) is not None:
             return found
     module = obj if obj.is_module else obj.module
-    for within in ([c for c in module.members.values() if not c.is_alias and c.is_class],
-                   [m for m in module.members.values() if not m.is_alias and m.is_module]):
-        found = {f for f in (_lookup(collection, f"{scope.path}.{bare}") for scope in within) if f is not None}
-        if len(found) == 1:
-            return found.pop()
+    if (found := _one_of(collection, [c for c in module.members.values() if not c.is_alias and c.is_class], bare)):
+        return found
+    if (found := _in_submodules(collection, module, bare)):
+        return found
+    head, _, last = bare.rpartition(".")  # ragcache.engine.blend.blend_prefill: a package's lazy export
+    for candidate in (c.rpartition(".")[0] for c in candidates if head):
+        try:
+            package = collection[candidate]
+            if package.is_alias or not package.is_module:
+                continue
+        except Exception:  # not a known object
+            continue
+        if found := _in_submodules(collection, package, last):
+            return found
     return None
+
+
+def _one_of(collection, scopes, bare: str) -> str | None:
+    """The one object ``bare`` names in ``scopes`` (``None`` when none or several)."""
+    found = {f for f in (_lookup(collection, f"{scope.path}.{bare}") for scope in scopes) if f is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _in_submodules(collection, module, bare: str) -> str | None:
+    """The one object ``bare`` names in the submodules of ``module`` (a name the package exports lazily)."""
+    return _one_of(collection, [m for m in module.members.values() if not m.is_alias and m.is_module], bare)
 
 
 def documented(path: str, roots: tuple[str, ...] = DOCUMENTED_ROOTS) -> bool:

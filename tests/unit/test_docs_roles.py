@@ -79,7 +79,8 @@ class Store:
 
 
 def helper():
-    """Help; :meth:`.missing` and :func:`rcfixture.gone` name nothing."""
+    """Help; :meth:`.missing` and :func:`rcfixture.gone` name nothing; :class:`rcfixture.Lazy` is the
+    package's lazy export."""
 '''
 
 
@@ -102,7 +103,9 @@ def _ref(target: str, title: str) -> str:
 
 
 def test_extension_resolves_roles_in_their_scope_and_warns_on_the_unknown(caplog):
-    docs = _load("rcfixture", {"store.py": STORE, "records.py": "class Record:\n    '''A record.'''\n"}, caplog)
+    modules = {"store.py": STORE, "records.py": "class Record:\n    '''A record.'''\n",
+               "lazy.py": "class Lazy:\n    '''Imported on first use (the package's __getattr__).'''\n"}
+    docs = _load("rcfixture", modules, caplog)
     assert docs["rcfixture.store"].startswith(f"Stores. {_ref('rcfixture.store.Store', 'Store')} keeps things; "
                                              f"{_ref('rcfixture.store.Store.get', 'get')} reads one")
     assert docs["rcfixture.store.Store"] == (
@@ -111,7 +114,9 @@ def test_extension_resolves_roles_in_their_scope_and_warns_on_the_unknown(caplog
         "Not in the packages: `ValueError`, `Anything`.")
     assert docs["rcfixture.store.Store.get"] == (f"Read {_ref('rcfixture.store.Store.size', 'Store.size')} items; "
                                                 f"see {_ref('rcfixture.store.helper', 'rcfixture.store.helper')}.")
-    assert docs["rcfixture.store.helper"] == "Help; `missing` and `rcfixture.gone` name nothing."
+    assert docs["rcfixture.store.helper"] == ("Help; `missing` and `rcfixture.gone` name nothing; "
+                                              f"{_ref('rcfixture.lazy.Lazy', 'rcfixture.Lazy')} is the\n"
+                                              "package's lazy export.")
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 2
     assert "rcfixture.store.helper: the docstring's :meth:`.missing` names nothing" in warned[0]
