@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+# benchmark docstrings quoted from the JSON (a study's "rule") keep their Sphinx roles: shown as code spans
+plain_roles = runpy.run_path(str(ROOT / "docs" / "hooks" / "roles.py"))["plain_roles"]
 BLEND = ("ragcache bench blend --data ../shared/data/musique_s.json --start 50 --end 150 --rules cacheblend,infoflow "
          "--ratios 0.05,0.10,0.15,0.20,0.30 --threads 1")
 
@@ -337,7 +340,8 @@ def _fmt(v: Any) -> str:
     if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
         s = ", ".join(_fmt(x) for x in v)
         return s if len(s) <= 60 else f"{len(v)} values"
-    return str(v).replace("|", "/").replace("\n", " ")  # whole: the table cell wraps
+    return plain_roles(str(v)).replace("|", "/").replace("
+", " ")  # whole: the table cell wraps
 
 
 def _flat(d: dict, prefix: str = "", depth: int = 0) -> dict[str, Any]:

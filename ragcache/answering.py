@@ -126,7 +126,7 @@ def _parameters(fn: Any) -> Any:
 
 class AnswerPath:
     """The one answer path over a semantic cache (:class:`~ragcache.semantic.SemanticCache`,
-    :class:`~ragcache.semantic.PgSemanticCache`, any object with their ``lookup`` / ``store`` /
+    :class:`~ragcache.semantic.pg_cache.PgSemanticCache`, any object with their ``lookup`` / ``store`` /
     ``flight_lock`` / ``aflight_lock``), or over none (every call goes to the backend).
 
     Args:

@@ -279,7 +279,7 @@ def bench_prefix_hits(
     sizes: str = typer.Option("1000,3500", help="Comma-separated prompt lengths (tokens)."),
     repeats: int = typer.Option(2, min=1, help="Runs per point; the best is kept."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
-    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: the embedded SmolLM2-135M-Instruct)."),
 ) -> None:
     """TTFT after prefix hits of several sizes vs the cold prefill, masked vs maskless attention."""
     run_bench("prefix_hits", json_path=json_path, plot_path=plot_path,

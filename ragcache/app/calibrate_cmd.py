@@ -48,7 +48,7 @@ def _check_plan_only(ctx: typer.Context) -> None:
 @calibrate_app.callback(invoke_without_command=True)
 def calibrate(
     ctx: typer.Context,
-    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: embedded SmolLM2-135M)."),
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: the embedded SmolLM2-135M-Instruct)."),
     data: Optional[str] = typer.Option(None, help="MuSiQue sample (JSON list) the prompts come from; default "
                                                   "$RAGCACHE_DATA_DIR/musique_s.json."),
     start: int = typer.Option(0, min=0, help="First item. Development items only (0-49): never the items a "

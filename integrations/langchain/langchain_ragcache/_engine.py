@@ -11,7 +11,7 @@ from ragcache.engine.engine import LocalEngine
 from ragcache.models import DEFAULT_MODEL
 
 TINY_RANDOM_MODEL = "ragcache/tiny-random-llama"
-"""Model name of :func:`ragcache.models.tiny_llama` (random weights; for structure-only tests)."""
+"""Model name of :func:`ragcache.testing.tiny_llama` (random weights; for structure-only tests)."""
 
 _ENGINES: dict[tuple, LocalEngine] = {}
 _ENGINES_LOCK = threading.Lock()

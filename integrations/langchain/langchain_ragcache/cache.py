@@ -75,8 +75,10 @@ class RagCacheSemanticCache(BaseCache):
         embedder: ``None`` for the packaged all-MiniLM-L6-v2 (one per process, shared by every
             cache: :func:`ragcache.semantic.embedding.shared_embedder`), a sentence-transformers path,
             an object with ``encode(list[str])``, or a :class:`~langchain_ragcache.RagCacheEmbeddings`.
-        threshold: cosine similarity needed for a hit (``sim >= threshold``); 1.0 serves
-            only the same words. Default: ragcache's tuned default (0.75, with guards).
+        threshold: cosine similarity needed for a hit (``sim >= threshold``, and the decider's yes);
+            1.0 serves exact repeats only. Default ``None``: the cache's own gate, that is
+            ``$RAGCACHE_THRESHOLD`` for the default store when set, else the decider's: 0.94 with the
+            guards (the default decider), the recorded threshold after ``ragcache calibrate semantic``.
         namespace: tenant / cache salt; part of every partition key.
         ttl_s: time to live of stored answers in seconds (``None``: no expiry).
         question_extractor: ``text -> question | None`` applied to the last human turn (or a

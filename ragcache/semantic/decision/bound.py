@@ -5,7 +5,7 @@ It holds what a lookup under the bound needs between the lookup and the fresh an
 
 - the *pending explorations*: a lookup that falls in the uncertain band returns a miss and records
   (partition, question) -> (entry, similarity, cached answer); when the caller stores the fresh
-  answer for that question (every entry point stores after a miss), :meth:`ErrorBound.resolve`
+  answer for that question (every entry point stores after a miss), :meth:`ErrorBoundAPI.resolve`
   compares the two answers by the *equivalence* and the policy appends the observation to the
   entry's state (persisted by the store: SQLite or PostgreSQL);
 - the pooled observations of this process, binned (the prior of every entry's sigmoid);
@@ -312,7 +312,7 @@ class ErrorBoundAPI:
     def resolve(self, question: str, answer: str, *, partition: Any = None) -> bool | None:
         """Compare the fresh ``answer`` for ``question`` with the answer its pending exploration did
         not serve (the cache's ``equivalence``) and record the outcome; ``None`` when nothing was
-        pending. :meth:`store` does this; call it when you answer a question without storing it."""
+        pending. :meth:`SemanticCache.store <ragcache.semantic.cache.SemanticCache.store>` does this; call it when you answer a question without storing it."""
         got = self._resolve(question, answer, checked_partition(partition))
         return None if got is None else got[0]
 

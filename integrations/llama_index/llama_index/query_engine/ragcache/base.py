@@ -13,7 +13,7 @@ scores do and no cache can reuse them. This engine, built from any retriever:
    rendered bytes, system and volatile text, model identity, generation parameters), so an
    edited document never gets a stale answer and ``invalidate(ref_doc_id)`` works;
 3. on a miss, lays the prompt out (system text, one block per node, question last;
-   :mod:`.messages`) and calls the LLM: :class:`RagCacheLLM` reuses prefix and
+   :mod:`.messages`) and calls the LLM: :class:`~llama_index.llms.ragcache.RagCacheLLM` reuses prefix and
    per-document KV, ``llama_index.llms.anthropic.Anthropic`` gets at most 4 ``CachePoint``
    breakpoints; the answer is stored unless it was cut at the token budget.
 
@@ -25,7 +25,7 @@ and ``metadata``: ``layer`` (``semantic``, ``prefix``, ``chunk``, ``prefix+chunk
 stream ends.
 
 Tenants: ``namespace=`` (or ``engine.for_tenant(tenant)`` per request) partitions the answers and is the
-tenant every LLM call carries (:class:`ragcache.backend.Backend`), so a :class:`RagCacheLLM`'s engine
+tenant every LLM call carries (:class:`ragcache.backend.Backend`), so a :class:`~llama_index.llms.ragcache.RagCacheLLM`'s engine
 salts the request's prefix and chunk KV with it: two tenants share no KV unless the engine opts in.
 """
 

@@ -33,7 +33,7 @@ MAX_MARKERS = 4
 
 
 def llm_kind(llm: Any) -> LLMKind:
-    """``"ragcache"`` for :class:`RagCacheLLM`, ``"anthropic"`` for ``llama_index.llms.anthropic.Anthropic``
+    """``"ragcache"`` for :class:`~llama_index.llms.ragcache.RagCacheLLM`, ``"anthropic"`` for ``llama_index.llms.anthropic.Anthropic``
     (and subclasses), else ``"generic"``."""
     from llama_index.llms.ragcache import RagCacheLLM
 
