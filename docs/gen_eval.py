@@ -340,8 +340,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
         s = ", ".join(_fmt(x) for x in v)
         return s if len(s) <= 60 else f"{len(v)} values"
-    return plain_roles(str(v)).replace("|", "/").replace("
-", " ")  # whole: the table cell wraps
+    return plain_roles(str(v)).replace("|", "/").replace("\n", " ")  # whole: the table cell wraps
 
 
 def _flat(d: dict, prefix: str = "", depth: int = 0) -> dict[str, Any]:

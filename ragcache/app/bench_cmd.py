@@ -1,10 +1,10 @@
 """``ragcache bench ...``: each benchmark prints a table, writes JSON under bench/results/ and draws a PNG
 (the PNG only with matplotlib, from ``pip install 'ragcache[bench]'``; without it the plot is skipped with
-one line naming the extra, after the JSON and table: :mod:`benchmarks.plotting`).
+one line naming the extra, after the JSON and table: ``benchmarks.plotting``).
 
 To add a benchmark ``NAME``: write ``benchmarks/NAME.py`` (top level of the checkout, not in the wheel) with a ``main(**options) -> dict``
 that prints, writes ``json_path`` and then draws ``plot_path`` through
-:func:`benchmarks.plotting.draw`; then register it here::
+``benchmarks.plotting.draw``; then register it here::
 
     @bench_app.command("NAME")
     def bench_NAME(json_path: str = json_option("NAME"), plot_path: str = plot_option("NAME"), ...) -> None:
