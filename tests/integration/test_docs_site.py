@@ -60,9 +60,7 @@ PAGES: tuple[Page, ...] = (
     Page("a guide (the semantic cache, with the guards table)", "guides/semantic-cache/", code_fits=True),
     Page("the evaluation landing page", "evaluation/", images=_headline_plots()),
     Page("a study page", "evaluation/prefix/", images=("prefix.png",)),
-    # The API reference still holds docstring roles until they render as links (issue 42's role
-    # item); its role check is off until then. Its images, width and load are checked now.
-    Page("the Python API reference", "reference/api/", roles=False),
+    Page("the Python API reference", "reference/api/"),
 )
 
 
