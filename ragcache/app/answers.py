@@ -24,7 +24,7 @@ from typing import Any
 from ragcache.provenance import PROVENANCE_KEY, Provenance
 
 DB_NAME = "semantic.sqlite3"  # ragcache.semantic.stores.store.DB_NAME (not imported: that pulls in FAISS)
-BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.decision.budget.META_KEY (not imported, as above)
+BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.budget.META_KEY (not imported, as above)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ cosine ``>= threshold`` and every guard (numbers, negation, question type,
 antonyms, scope, entities, direction, substitution, optional verifier) to pass.
 A question longer than the embedder's window is matched exactly up to its last
 sentence (:mod:`ragcache.semantic.keying`); an answer cut at its token budget is
-not stored by default and never served to another budget (:mod:`ragcache.semantic.decision.budget`).
+not stored by default and never served to another budget (:mod:`ragcache.semantic.budget`).
 
     from ragcache.semantic import SemanticCache, partition_key
 
@@ -21,7 +21,7 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
         cache.store("How do I reset my password?", answer, partition=pk)
 """
 
-from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.cache import (
     DEFAULT_THRESHOLD,
     Candidate,
