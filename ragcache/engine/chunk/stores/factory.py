@@ -7,7 +7,7 @@ from typing import Any
 from ragcache.engine.chunk.stores.base import ChunkStore
 from ragcache.engine.chunk.stores.disk import DiskChunkStore
 from ragcache.engine.chunk.stores.memory import MemoryChunkStore
-from ragcache.config import KV_URL_SCHEMES, kv_url_scheme
+from ragcache.config import KV_URL_CHOICES, KV_URL_SCHEMES, bad_url_scheme, url_scheme
 
 __all__ = ["open_chunk_store"]
 
@@ -22,9 +22,9 @@ def open_chunk_store(url: str | None = None, **kwargs: Any) -> ChunkStore:
     """
     if not url:
         return MemoryChunkStore(**kwargs)
-    scheme = kv_url_scheme(url)
+    scheme = url_scheme(url)
     if scheme not in KV_URL_SCHEMES:
-        raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use redis://..., rediss://..., file://DIR or a path")
+        raise bad_url_scheme("chunk store URL", url, KV_URL_CHOICES)
     if scheme in ("redis", "rediss", "unix", "valkey", "valkeys"):
         if scheme.startswith("valkey"):
             url = "redis" + url[len("valkey"):]
