@@ -3,7 +3,6 @@ chunk-store reads, provider tokens), so the hit rate and the JSON form are writt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, ClassVar
 
@@ -16,13 +15,13 @@ class Counters:
 
     - ``RATE = (part, whole)``: attribute names; ``hit_rate = part / whole`` (0.0 while ``whole`` is 0);
       ``whole`` may name a property, or be a tuple of attributes that are summed.
-    - ``SHOWN``: derived values (properties) the dict shows, each after the field it names (``None``: at
-      the end), in this order; ``HIDDEN``: fields it leaves out.
+    - ``SHOWN``: ``(name, after)`` pairs: derived values (properties) the dict shows, each after the field
+      ``after`` (``None``: at the end), in this order; ``HIDDEN``: fields it leaves out.
     """
 
     __slots__ = ()
     RATE: ClassVar[tuple[str, str | tuple[str, ...]]] = ("hits", "lookups")
-    SHOWN: ClassVar[Mapping[str, str | None]] = {"hit_rate": None}
+    SHOWN: ClassVar[tuple[tuple[str, str | None], ...]] = (("hit_rate", None),)
     HIDDEN: ClassVar[frozenset[str]] = frozenset()
 
     @property
@@ -40,6 +39,6 @@ class Counters:
             if f.name not in self.HIDDEN:
                 v = getattr(self, f.name)
                 out[f.name] = dict(v) if isinstance(v, dict) else v
-            out.update({k: getattr(self, k) for k, after in self.SHOWN.items() if after == f.name})
-        out.update({k: getattr(self, k) for k, after in self.SHOWN.items() if after is None})
+            out.update({k: getattr(self, k) for k, after in self.SHOWN if after == f.name})
+        out.update({k: getattr(self, k) for k, after in self.SHOWN if after is None})
         return out

@@ -29,14 +29,17 @@ from ragcache.semantic.cache import (
     SemanticHit,
 )
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
+from ragcache.semantic.flight import FlightLocks
 from ragcache.semantic.decision.guards import (
     ANTONYM_PAIRS,
     GUARD_REASONS,
+    GUARDS,
     SCOPE_GROUPS,
     AntonymGuard,
     DirectionGuard,
     EntityGuard,
     Guard,
+    GuardKind,
     GuardSet,
     GuardVerdict,
     NegationGuard,
@@ -52,12 +55,14 @@ from ragcache.semantic.partition import PartitionKey, partition_key, request_par
 from ragcache.semantic.decision.policy import SemanticPolicy
 from ragcache.semantic.stores.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
 from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
+from ragcache.semantic.speller import QuerySpeller
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
 
 __all__ = [
     "ANTONYM_PAIRS",
     "DEFAULT_THRESHOLD",
+    "GUARDS",
     "GUARD_REASONS",
     "SCOPE_GROUPS",
     "AnswerBudget",
@@ -66,7 +71,9 @@ __all__ = [
     "DirectionGuard",
     "EntityGuard",
     "FaissAnswerStore",
+    "FlightLocks",
     "Guard",
+    "GuardKind",
     "GuardSet",
     "GuardVerdict",
     "Lexicon",
@@ -77,6 +84,7 @@ __all__ = [
     "PartitionKey",
     "PutResult",
     "Query",
+    "QuerySpeller",
     "QuestionEmbedder",
     "QuestionKey",
     "QuestionTypeGuard",

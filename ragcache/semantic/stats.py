@@ -31,8 +31,8 @@ class SemanticStats(Counters):
             right / wrong).
     """
 
-    SHOWN = {"hit_rate": "misses", "mean_lookup_ms": "search_time_s", "p50_lookup_ms": "search_time_s",
-             "p99_lookup_ms": "search_time_s"}
+    SHOWN = (("hit_rate", "misses"), ("mean_lookup_ms", "search_time_s"), ("p50_lookup_ms", "search_time_s"),
+             ("p99_lookup_ms", "search_time_s"))
     HIDDEN = frozenset({"recent_lookup_s"})
 
     lookups: int = 0

@@ -8,7 +8,13 @@ import pytest
 
 from ragcache import config
 from ragcache.app.answers import AnswerStore, open_answers
-from ragcache.config import ANSWER_STORES, ENV_VARS, Config, answer_store_kind, url_scheme
+from ragcache.config import (
+    ANSWER_STORES,
+    ENV_VARS,
+    Config,
+    answer_store_kind,
+    url_scheme,
+)
 from ragcache.engine.chunk.stores.factory import open_chunk_store
 from ragcache.semantic import SemanticCache, SemanticPolicy
 from ragcache.semantic.urls import cache_class

@@ -18,7 +18,7 @@ from ragcache.semantic.stats import SemanticStats
 @dataclass(slots=True)
 class _Tally(Counters):
     RATE = ("hits", ("hits", "misses"))
-    SHOWN = {"hit_rate": "hits", "total": None}
+    SHOWN = (("hit_rate", "hits"), ("total", None))
     HIDDEN = frozenset({"scratch"})
 
     hits: int = 0

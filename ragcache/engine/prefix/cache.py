@@ -71,7 +71,7 @@ class PrefixMatch:
 class PrefixCacheStats(Counters):
     """Counters of a prefix cache (lookups, hits, tokens, blocks); ``hit_rate`` = hits / lookups."""
 
-    SHOWN = {"hit_rate": "hits"}
+    SHOWN = (("hit_rate", "hits"),)
 
     lookups: int = 0
     hits: int = 0

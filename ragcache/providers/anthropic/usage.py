@@ -133,7 +133,7 @@ class CacheStats(Counters):
     is the share of prompt tokens read from the cache."""
 
     RATE = ("cache_read_tokens", "prompt_tokens")
-    SHOWN = {"prompt_tokens": None, "read_share": None, "write_share": None, "cost_ratio": None}
+    SHOWN = (("prompt_tokens", None), ("read_share", None), ("write_share", None), ("cost_ratio", None))
 
     requests: int = 0
     input_tokens: int = 0

@@ -106,7 +106,7 @@ class OpenAIStats(Counters):
     is the share of prompt tokens read from the provider's cache."""
 
     RATE = ("cached_tokens", "prompt_tokens")
-    SHOWN = {"read_share": None}
+    SHOWN = (("read_share", None),)
 
     requests: int = 0
     prompt_tokens: int = 0
