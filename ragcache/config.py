@@ -114,8 +114,8 @@ def url_scheme(url: str) -> str:
 
 def bad_url_scheme(setting: str, url: str, choices: Sequence[str]) -> ValueError:
     """The one error for a store URL of an unknown scheme: names ``setting`` (a variable, or what the URL
-    is for), the URL, its scheme and every accepted form (``choices``)."""
-    return ValueError(f"{setting} {url!r} has an unknown scheme {url_scheme(url)!r}; use one of: {'; '.join(choices)}")
+    is for: ``"semantic cache URL"``), the scheme, the URL and every accepted form (``choices``)."""
+    return ValueError(f"unknown {setting} scheme {url_scheme(url)!r} ({url!r}): use {'; '.join(choices)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +162,7 @@ def answer_store_kind(url: str, setting: str = "semantic cache URL") -> AnswerSt
     for kind in ANSWER_STORES:
         if scheme in kind.schemes:
             return kind
-    raise bad_url_scheme(setting, url, [f"{k.example} ({k.name})" for k in ANSWER_STORES])
+    raise bad_url_scheme(setting, url, [f"{k.name}: {k.example}" for k in ANSWER_STORES])
 
 
 @dataclass(frozen=True, slots=True)
