@@ -149,3 +149,36 @@ def test_the_embedded_store_brings_its_locks_and_speller(tmp_path, folder):
         assert store.correct("no-such-partition", "chnage", None) == "chnage"
     finally:
         store.close()
+
+
+class _StorageOnly:
+    """A store with the storage members alone (a FAISS store behind it, its locks and speller hidden)."""
+
+    def __init__(self, inner: FaissAnswerStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        if name in ("locks", "correct"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+def test_a_cache_over_a_store_takes_its_helpers_when_it_has_them(tmp_path):
+    from ragcache.semantic import SemanticCache, partition_key
+
+    emb = HashingEmbedder(64)
+    store = FaissAnswerStore(tmp_path, embedder=emb)
+    full = SemanticCache(answer_store=store, embedder=emb)
+    assert full.locks is store.locks and full.speller is store
+    bare = SemanticCache(answer_store=_StorageOnly(FaissAnswerStore(None, embedder=emb)), embedder=emb, threshold=0.5)
+    assert bare.locks is LOCAL_LOCKS and bare.speller is None  # this process's locks, no typo correction
+    pk = partition_key(namespace="t", model="m")
+    bare.store("How do I change the language of the dashboard?", "Settings > Language", partition=pk)
+    assert bare.lookup("How do I change the language of the dashboard?", partition=pk).answer == "Settings > Language"
+    with bare.flight_lock("ab" * 32, 1) as locked:
+        assert locked
+    full.close()
+    bare.close()
