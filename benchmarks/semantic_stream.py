@@ -289,8 +289,12 @@ def _methods(memo: QuestionEmbedder, static: tuple[float, ...], bounds: tuple[fl
         from ragcache.semantic.stores.faiss_store import FaissAnswerStore
         from ragcache.semantic.decision.policy import SemanticPolicy
 
-        out[f"verifier ({note})"] = lambda: SemanticPolicy(FaissAnswerStore(None, embedder=memo), embedder=memo,
-                                                           threshold=-1.0, ttl_s=None, decider=decider, candidates=4)
+        def verifier_cache() -> SemanticPolicy:
+            store = FaissAnswerStore(None, embedder=memo)
+            return SemanticPolicy(store, embedder=memo, threshold=-1.0, ttl_s=None, decider=decider, candidates=4,
+                                  locks=store.locks, speller=store)
+
+        out[f"verifier ({note})"] = verifier_cache
     return out
 
 

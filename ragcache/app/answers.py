@@ -24,7 +24,7 @@ from typing import Any
 from ragcache.provenance import PROVENANCE_KEY, Provenance
 
 DB_NAME = "semantic.sqlite3"  # ragcache.semantic.stores.store.DB_NAME (not imported: that pulls in FAISS)
-BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.decision.budget.META_KEY (not imported, as above)
+BUDGET_KEY = "_ragcache_answer"  # ragcache.semantic.budget.META_KEY (not imported, as above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,13 +341,19 @@ class PgAnswers:
 def open_answers(cfg: Any) -> AnswerStore | PgAnswers:
     """The answer store the settings point at: PostgreSQL when ``cfg.semantic_url`` is a
     ``postgresql://`` URL, else the folder it names (``file://DIR`` or a path), else
-    ``cfg.answers_dir``: where ``ragcache ask`` and the adapters keep answers."""
-    from ragcache.semantic.urls import POSTGRES_SCHEMES, url_scheme
+    ``cfg.answers_dir``: where ``ragcache ask`` and the adapters keep answers.
+
+    Raises:
+        ValueError: ``cfg.semantic_url`` has a scheme :data:`ragcache.config.ANSWER_STORES` does not list.
+    """
+    from ragcache.config import answer_store_kind
 
     url = cfg.semantic_url
-    if url and url_scheme(url) in POSTGRES_SCHEMES:
-        return PgAnswers(url)
-    return AnswerStore(url.removeprefix("file://") if url else cfg.answers_dir)
+    if not url:
+        return AnswerStore(cfg.answers_dir)
+    if answer_store_kind(url, "RAGCACHE_SEMANTIC_URL").folder:
+        return AnswerStore(url.removeprefix("file://"))
+    return PgAnswers(url)
 
 
 def _dir_bytes(path: Path) -> int:

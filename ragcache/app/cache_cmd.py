@@ -100,9 +100,9 @@ def chunk_header(path: Path) -> dict[str, str]:
 
 def redis_kv_url(cfg: Config) -> str | None:
     """``cfg.kv_url`` when it names a Redis / Valkey server (``redis://``, ``valkey://``...), else ``None``."""
-    from ragcache.config import kv_url_scheme
+    from ragcache.config import url_scheme
 
-    if cfg.kv_url and kv_url_scheme(cfg.kv_url) not in ("", "file"):
+    if cfg.kv_url and url_scheme(cfg.kv_url) not in ("", "file"):
         return cfg.kv_url
     return None
 

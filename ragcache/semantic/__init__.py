@@ -9,7 +9,7 @@ cosine ``>= threshold`` and every guard (numbers, negation, question type,
 antonyms, scope, entities, direction, substitution, optional verifier) to pass.
 A question longer than the embedder's window is matched exactly up to its last
 sentence (:mod:`ragcache.semantic.keying`); an answer cut at its token budget is
-not stored by default and never served to another budget (:mod:`ragcache.semantic.decision.budget`).
+not stored by default and never served to another budget (:mod:`ragcache.semantic.budget`).
 
     from ragcache.semantic import SemanticCache, partition_key
 
@@ -21,7 +21,7 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
         cache.store("How do I reset my password?", answer, partition=pk)
 """
 
-from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.cache import (
     DEFAULT_THRESHOLD,
     Candidate,
@@ -29,14 +29,17 @@ from ragcache.semantic.cache import (
     SemanticHit,
 )
 from ragcache.semantic.embedding import QuestionEmbedder, resolve_embedder
+from ragcache.semantic.flight import FlightLocks
 from ragcache.semantic.decision.guards import (
     ANTONYM_PAIRS,
     GUARD_REASONS,
+    GUARDS,
     SCOPE_GROUPS,
     AntonymGuard,
     DirectionGuard,
     EntityGuard,
     Guard,
+    GuardKind,
     GuardSet,
     GuardVerdict,
     NegationGuard,
@@ -52,12 +55,14 @@ from ragcache.semantic.partition import PartitionKey, partition_key, request_par
 from ragcache.semantic.decision.policy import SemanticPolicy
 from ragcache.semantic.stores.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
 from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
+from ragcache.semantic.speller import QuerySpeller
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
 
 __all__ = [
     "ANTONYM_PAIRS",
     "DEFAULT_THRESHOLD",
+    "GUARDS",
     "GUARD_REASONS",
     "SCOPE_GROUPS",
     "AnswerBudget",
@@ -66,7 +71,9 @@ __all__ = [
     "DirectionGuard",
     "EntityGuard",
     "FaissAnswerStore",
+    "FlightLocks",
     "Guard",
+    "GuardKind",
     "GuardSet",
     "GuardVerdict",
     "Lexicon",
@@ -77,6 +84,7 @@ __all__ = [
     "PartitionKey",
     "PutResult",
     "Query",
+    "QuerySpeller",
     "QuestionEmbedder",
     "QuestionKey",
     "QuestionTypeGuard",

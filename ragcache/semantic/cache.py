@@ -18,11 +18,13 @@ from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate
 from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_flag, check_path,
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
+from ragcache.semantic.flight import LOCAL_LOCKS
 from ragcache.semantic.stores.faiss_store import FaissAnswerStore
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.decision.policy import SemanticPolicy, make_decider, reembedder
 from ragcache.semantic.stores.protocol import VectorAnswerStore
 from ragcache.semantic.records import Candidate, SemanticHit
+from ragcache.semantic.speller import QuerySpeller
 
 __all__ = ["DEFAULT_PARTITION", "DEFAULT_THRESHOLD", "Candidate", "SemanticCache", "SemanticHit",
            "checked_partition"]
@@ -57,7 +59,10 @@ class SemanticCache(SemanticPolicy):
             one (a warning says how many; questions longer than this embedder's window are dropped)
             instead of refusing the folder.
         answer_store: another :class:`VectorAnswerStore` to run over (``path`` and the FAISS
-            arguments are then unused); its vectors must come from ``embedder``.
+            arguments are then unused); its vectors must come from ``embedder``. Its ``locks``
+            (:class:`~ragcache.semantic.flight.FlightLocks`), when it has them, hold single flight (else
+            this process's locks); typo correction runs when it is a
+            :class:`~ragcache.semantic.speller.QuerySpeller`.
         max_error: a bound in (0, 1) on the error rate among served hits (``0.02``: at most 2%
             wrong), kept by per-entry thresholds learned online as in vCache (arXiv 2502.03771;
             :mod:`ragcache.semantic.decision.vcache`); ``threshold`` then no longer decides. A lookup whose
@@ -118,7 +123,8 @@ class SemanticCache(SemanticPolicy):
                                             reembed=reembedder(emb) if reembed else None)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
-                         error_bound=bound, languages=languages)
+                         error_bound=bound, languages=languages, locks=getattr(answer_store, "locks", LOCAL_LOCKS),
+                         speller=answer_store if isinstance(answer_store, QuerySpeller) else None)
 
     @classmethod
     def from_url(cls, url: str | None = None, **kwargs: Any) -> SemanticPolicy:

@@ -9,8 +9,8 @@ sync and async callers:
   *same* error (the leader's); when it returns, they read its stored answer; when the leader was
   cancelled they start a new flight. A leader that hangs past the flight timeout lets **one**
   waiter through (it becomes the next leader; the others wait for it), not all.
-- Across processes, the leader holds the cache's store lock of the key (``cache.flight_lock`` /
-  ``aflight_lock``, which is ``VectorAnswerStore.lock``):
+- Across processes, the leader holds the cache's lock of the key (``cache.flight_lock`` /
+  ``aflight_lock``, which hold the store's :class:`FlightLocks`):
 
   - PostgreSQL (:class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`): a session advisory lock, so the
     flight spans every process and machine on that database; a holder that crashes releases it.
@@ -30,9 +30,14 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.text import exact_form, normalize_question
@@ -63,6 +68,26 @@ def flight_key(partition: PartitionKey, question: str) -> str:
     """Hex sha256 of (partition digest, question words): what identical misses share."""
     q = exact_form(normalize_question(question))
     return hashlib.sha256(f"{partition.digest}\0{q}".encode()).hexdigest()
+
+
+@runtime_checkable
+class FlightLocks(Protocol):
+    """Named single-flight locks: what a cache holds while its leader calls the model.
+
+    A store brings its own (the ``locks`` attribute of
+    :class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore` and
+    :class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`): :data:`LOCAL_LOCKS` (this process),
+    :class:`FileFlightLocks` (every process on this machine that opens one folder) or
+    :class:`~ragcache.semantic.stores.pg_flight.PgFlightLocks` (every process on one database).
+    """
+
+    def hold(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
+        """The lock named by hex ``key``; yields whether it was taken within ``timeout_s`` seconds."""
+        ...
+
+    def ahold(self, key: str, timeout_s: float) -> AbstractAsyncContextManager[bool]:
+        """Async :meth:`hold`, waited for on the event loop (the same lock as sync callers')."""
+        ...
 
 
 class _ProcessLocks:
@@ -140,8 +165,8 @@ class FileFlightLocks:
     """Single-flight locks that span every process on this machine: one lock file per key under
     ``directory`` (``filelock``: ``fcntl.flock`` / ``msvcrt.locking``, released by the OS when the
     holder exits or crashes), taken after this process's own lock of the same key (threads).
-    ``hold(key, timeout_s)`` / ``ahold`` yield whether both were taken within ``timeout_s`` seconds,
-    the shape of :meth:`~ragcache.semantic.stores.protocol.VectorAnswerStore.lock`. The embedded store
+    ``hold(key, timeout_s)`` / ``ahold`` yield whether both were taken within ``timeout_s`` seconds
+    (:class:`FlightLocks`). The embedded store
     (:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`) uses it for a folder on disk.
     """
 

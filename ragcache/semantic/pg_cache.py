@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.decision.bound import error_bound
 from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate
 from ragcache.semantic.decision.checks import check_count, checked_partition
@@ -70,7 +70,7 @@ class PgSemanticCache(SemanticPolicy):
                               hnsw_m=hnsw_m, ef_construction=ef_construction, pool_size=pool_size)
         super().__init__(store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
-                         error_bound=bound, languages=languages)
+                         error_bound=bound, languages=languages, locks=store.locks, speller=store)
         self.ef_search = ef_search
 
     @property

@@ -1,4 +1,4 @@
-"""Records of the semantic cache: served hits, considered candidates, and the in-memory entry/partition state."""
+"""Records of a semantic lookup: the served hit and the candidates it considered."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragcache.semantic.decision.budget import AnswerBudget
 from ragcache.semantic.decision.guards import GuardVerdict
-from ragcache.semantic.decision.speller import PartitionSpeller
-from ragcache.semantic.stores.index import PartitionIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,27 +36,3 @@ class Candidate:
     similarity: float
     verdict: GuardVerdict
     state: Mapping[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class Entry:
-    id: int
-    partition: str
-    question: str
-    exact: str
-    answer: str
-    metadata: dict
-    created: float
-    expires: float | None
-    hits: int = 0
-    budget: AnswerBudget = field(default_factory=AnswerBudget)
-
-
-@dataclass(slots=True)
-class Partition:
-    key: str
-    namespace: str
-    docs: tuple[str, ...]
-    index: PartitionIndex
-    exact: dict[str, set[int]] = field(default_factory=dict)
-    speller: PartitionSpeller = field(default_factory=PartitionSpeller)

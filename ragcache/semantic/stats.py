@@ -1,4 +1,5 @@
-"""Counters of a semantic cache: hit rate, guard rejections by reason, lookup time."""
+"""Counters of a semantic cache: hit rate, guard rejections by reason, lookup time (``to_dict``: the
+counters, ``hit_rate`` and the mean / p50 / p99 lookup time in milliseconds)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ragcache.counters import Counters
+
 
 @dataclass(slots=True)
-class SemanticStats:
+class SemanticStats(Counters):
     """Snapshot of a :class:`~ragcache.semantic.SemanticCache`'s counters.
 
     Attributes:
@@ -27,6 +30,10 @@ class SemanticStats:
         outcomes_correct, outcomes_wrong: explorations resolved (the cached answer would have been
             right / wrong).
     """
+
+    SHOWN = (("hit_rate", "misses"), ("mean_lookup_ms", "search_time_s"), ("p50_lookup_ms", "search_time_s"),
+             ("p99_lookup_ms", "search_time_s"))
+    HIDDEN = frozenset({"recent_lookup_s"})
 
     lookups: int = 0
     hits: int = 0
@@ -46,9 +53,19 @@ class SemanticStats:
     outcomes_wrong: int = 0
 
     @property
-    def hit_rate(self) -> float:
-        """hits / lookups (0.0 before the first lookup)."""
-        return self.hits / self.lookups if self.lookups else 0.0
+    def mean_lookup_ms(self) -> float | None:
+        """Mean lookup time in milliseconds (``None`` before the first lookup)."""
+        return self.lookup_time_s / self.lookups * 1e3 if self.lookups else None
+
+    @property
+    def p50_lookup_ms(self) -> float | None:
+        """Median of the recent lookup times in milliseconds (``None`` when none)."""
+        return self.lookup_ms(50) if self.recent_lookup_s else None
+
+    @property
+    def p99_lookup_ms(self) -> float | None:
+        """99th percentile of the recent lookup times in milliseconds (``None`` when none)."""
+        return self.lookup_ms(99) if self.recent_lookup_s else None
 
     def lookup_ms(self, q: float) -> float:
         """Percentile ``q`` in [0, 100] of the recent lookup times, in milliseconds (nan when none)."""
@@ -87,27 +104,3 @@ class SemanticStats:
         out.rejections = dict(self.rejections)
         out.recent_lookup_s = deque(self.recent_lookup_s, maxlen=4096)
         return out
-
-    def to_dict(self) -> dict:
-        """JSON-ready counters, hit rate and lookup p50/p99 in milliseconds."""
-        return {
-            "lookups": self.lookups,
-            "hits": self.hits,
-            "misses": self.misses,
-            "hit_rate": self.hit_rate,
-            "rejections": dict(self.rejections),
-            "rejected_lookups": self.rejected_lookups,
-            "stores": self.stores,
-            "evictions": self.evictions,
-            "expirations": self.expirations,
-            "invalidations": self.invalidations,
-            "lookup_time_s": self.lookup_time_s,
-            "embed_time_s": self.embed_time_s,
-            "search_time_s": self.search_time_s,
-            "mean_lookup_ms": self.lookup_time_s / self.lookups * 1e3 if self.lookups else None,
-            "p50_lookup_ms": self.lookup_ms(50) if self.recent_lookup_s else None,
-            "p99_lookup_ms": self.lookup_ms(99) if self.recent_lookup_s else None,
-            "explorations": self.explorations,
-            "outcomes_correct": self.outcomes_correct,
-            "outcomes_wrong": self.outcomes_wrong,
-        }

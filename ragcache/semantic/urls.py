@@ -1,23 +1,25 @@
 """Which semantic cache a URL names: the one dispatch for ``SemanticCache.from_url``, the CLI and servers.
 
-``postgresql://`` / ``postgres://`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (shared by
-every process on that database); a directory path or ``file://DIR`` -> the embedded cache on disk;
-``None`` -> an in-memory embedded cache (the app layer passes ``RAGCACHE_SEMANTIC_URL``). Both are the same
-:class:`~ragcache.semantic.decision.policy.SemanticPolicy` over different stores.
+The URL is parsed and its kind looked up in :data:`ragcache.config.ANSWER_STORES` (the one table of
+answer stores: ``postgresql://`` / ``postgres://`` -> :class:`~ragcache.semantic.pg_cache.PgSemanticCache`,
+shared by every process on that database; a directory path or ``file://DIR`` -> the embedded cache on
+disk); ``None`` -> an in-memory embedded cache (the app layer passes ``RAGCACHE_SEMANTIC_URL``). Every
+kind is the same :class:`~ragcache.semantic.decision.policy.SemanticPolicy` over a different store.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from ragcache.config import AnswerStoreKind, answer_store_kind
 from ragcache.semantic.decision.policy import SemanticPolicy
 
-POSTGRES_SCHEMES = ("postgresql", "postgres")
 
-
-def url_scheme(url: str) -> str:
-    """The lower-case scheme of ``url`` (``""`` for a plain path)."""
-    return url.split("://", 1)[0].lower() if "://" in url else ""
+def cache_class(kind: AnswerStoreKind) -> type[SemanticPolicy]:
+    """The cache class a row of :data:`~ragcache.config.ANSWER_STORES` names (imported on first use)."""
+    module, name = kind.cache.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def open_semantic_cache(url: str | None = None, *, file_cache: type[SemanticPolicy], **kwargs: Any) -> SemanticPolicy:
@@ -25,15 +27,11 @@ def open_semantic_cache(url: str | None = None, *, file_cache: type[SemanticPoli
     :class:`~ragcache.semantic.cache.SemanticCache` or a subclass). ``kwargs`` go to the constructor.
 
     Raises:
-        ValueError: an unknown URL scheme.
+        ValueError: an unknown URL scheme (the error lists :data:`~ragcache.config.ANSWER_STORES`).
     """
     if not url:
         return file_cache(None, **kwargs)
-    scheme = url_scheme(url)
-    if scheme in POSTGRES_SCHEMES:
-        from ragcache.semantic.pg_cache import PgSemanticCache
-
-        return PgSemanticCache(url, **kwargs)
-    if scheme in ("", "file"):
+    kind = answer_store_kind(url)
+    if kind.folder:
         return file_cache(url.removeprefix("file://"), **kwargs)
-    raise ValueError(f"unknown semantic cache URL scheme {scheme!r}: use postgresql://..., file://DIR or a path")
+    return cache_class(kind)(url, **kwargs)

@@ -5,7 +5,7 @@ wrong value a ValueError; good values still open a cache and answer."""
 import pytest
 
 from ragcache import SemanticCache
-from ragcache.semantic.decision.budget import AnswerBudget, servable
+from ragcache.semantic.budget import AnswerBudget, servable
 from ragcache.testing import HashingEmbedder
 
 EMB = HashingEmbedder()

@@ -3,7 +3,7 @@
 import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.decision.budget import AnswerBudget, servable
+from ragcache.semantic.budget import AnswerBudget, servable
 from ragcache.testing import HashingEmbedder
 
 PK = partition_key(namespace="budget", model="m")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ragcache.semantic.decision.speller import PartitionSpeller
+from ragcache.semantic.speller import PartitionSpeller
 from ragcache.semantic.stores.index import PartitionIndex
 from ragcache.testing import HashingEmbedder
 

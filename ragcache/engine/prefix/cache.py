@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ragcache.counters import Counters
 from ragcache.hashing import BlockHash, hash_block, root_hash
 
 
@@ -67,24 +68,17 @@ class PrefixMatch:
 
 
 @dataclass(slots=True)
-class PrefixCacheStats:
+class PrefixCacheStats(Counters):
+    """Counters of a prefix cache (lookups, hits, tokens, blocks); ``hit_rate`` = hits / lookups."""
+
+    SHOWN = (("hit_rate", "hits"),)
+
     lookups: int = 0
     hits: int = 0
     tokens_looked_up: int = 0
     tokens_reused: int = 0
     blocks_inserted: int = 0
     evictions: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.lookups if self.lookups else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "lookups": self.lookups, "hits": self.hits, "hit_rate": self.hit_rate,
-            "tokens_looked_up": self.tokens_looked_up, "tokens_reused": self.tokens_reused,
-            "blocks_inserted": self.blocks_inserted, "evictions": self.evictions,
-        }
 
 
 class PrefixCache:

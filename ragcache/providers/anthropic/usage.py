@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import CacheUsage, FinishReason
+from ragcache.counters import Counters
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, thinking_setting
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
@@ -127,8 +128,12 @@ class UsageRecord:
 
 
 @dataclass(slots=True)
-class CacheStats:
-    """Cumulative provider-cache accounting over a session (tokens, USD)."""
+class CacheStats(Counters):
+    """Cumulative provider-cache accounting over a session (tokens, USD); ``hit_rate`` (= :attr:`read_share`)
+    is the share of prompt tokens read from the cache."""
+
+    RATE = ("cache_read_tokens", "prompt_tokens")
+    SHOWN = (("prompt_tokens", None), ("read_share", None), ("write_share", None), ("cost_ratio", None))
 
     requests: int = 0
     input_tokens: int = 0
@@ -160,7 +165,7 @@ class CacheStats:
     @property
     def read_share(self) -> float:
         """Fraction of prompt tokens read from the cache (the hit rate in tokens)."""
-        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return self.hit_rate
 
     @property
     def write_share(self) -> float:
@@ -170,10 +175,6 @@ class CacheStats:
     def cost_ratio(self) -> float:
         """Cost relative to the same requests without caching (1.0 = no saving)."""
         return self.cost_usd / self.uncached_cost_usd if self.uncached_cost_usd else 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "prompt_tokens": self.prompt_tokens, "read_share": self.read_share,
-                "write_share": self.write_share, "cost_ratio": self.cost_ratio}
 
 
 @dataclass(slots=True)

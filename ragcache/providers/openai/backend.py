@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragcache.backend import BackendResult, CacheUsage, FinishReason, model_with_fields, provider_layer
+from ragcache.counters import Counters
 from ragcache.prompt.layout import PromptLayout
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
@@ -100,8 +101,12 @@ def _get(obj: Any, key: str) -> Any:
 
 
 @dataclass(slots=True)
-class OpenAIStats:
-    """Running totals of a backend's requests (tokens; USD when priced)."""
+class OpenAIStats(Counters):
+    """Running totals of a backend's requests (tokens; USD when priced); ``hit_rate`` (= :attr:`read_share`)
+    is the share of prompt tokens read from the provider's cache."""
+
+    RATE = ("cached_tokens", "prompt_tokens")
+    SHOWN = (("read_share", None),)
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -114,7 +119,7 @@ class OpenAIStats:
     @property
     def read_share(self) -> float:
         """``cached_tokens / prompt_tokens`` over all requests (0 before any)."""
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return self.hit_rate
 
     def add(self, u: CacheUsage) -> None:
         self.requests += 1

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.decision.budget import servable
+from ragcache.semantic.budget import servable
 from ragcache.semantic.decision.checks import checked_partition
 from ragcache.semantic.decision.guards import GuardVerdict
 from ragcache.semantic.decision.vcache import (

@@ -6,33 +6,10 @@ the API not rate limited?" (0.93-0.98 with MiniLM) while real paraphrases score
 names a reason when they ask different things. A rejected candidate is not
 served; the rejection is counted by reason in :class:`SemanticStats`.
 
-Guards, in the order they run (the first failing one names the reason):
-
-- ``number``: the numbers (with ``$``/``%``, versions, years; digits of any script by value; superscripts,
-  subscripts, fractions and circled digits as written) must be equal.
-- ``negation``: the count of negation cues (not, no, never, n't ...) must be equal.
-- ``question_type``: both must ask for the same kind of answer (who / when / where / why / how /
-  how many / how much / how long / how often / yes-no ...; :mod:`ragcache.semantic.decision.qtype`).
-- ``focus``: "what does X contain" is not "what is X" (nor "what is in X", "what is X made of").
-- ``antonym``: an antonym pair (enable/disable, upload/download, before/after,
-  add/remove, un-/dis-/de- prefixes ...) must not split across the two questions.
-- ``scope``: words of one exclusive group (daily/weekly/monthly, all/one,
-  first/last, early/late, whole/part ...) must agree.
-- ``entity``: capitalised names, acronyms, quoted strings, versions and code
-  identifiers must match (a name on each side that the other lacks is a swap).
-- ``direction``: the same words with two spans swapped around a connective
-  ("from Boston to Denver" vs "from Denver to Boston") change the direction;
-  moving a whole clause ("Using pandas, how ..." vs "How ... using pandas") does not.
-- ``bound``, ``complement``, ``relative_time``, ``modality``, ``symbol``: a quantifier or bound ("at most",
-  "per day"), a complement ("outside", "without"), a time relative to now ("next week"), permission
-  against obligation ("can I" / "must I") or a code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / "10 * 2", "MB" / "Mb")
-  that differs (:mod:`ragcache.semantic.decision.meaning_guards`).
-- ``script``: what the word guards cannot read (symbols outside ASCII, lone letters of another
-  alphabet, names in another script) must be the same text (:mod:`ragcache.semantic.decision.meaning_guards`).
-- ``substitution``: when most content words are shared, a content word replaced
-  (disk -> memory, pandas -> polars) or a modifier inserted between two shared
-  words ("all running containers" vs "all containers") changes the question.
-- ``verifier``: an optional callable (a cross-encoder or NLI model) with the last word.
+The guards are the rows of :data:`GUARDS`, in the order they run (the first failing one names the
+reason): each guard's name, its class and what its rejection means, the one table that
+:meth:`GuardSet.default`, its validation (``disable=``), :data:`GUARD_REASONS` and
+:data:`DIFFERENT_QUESTION` read.
 
 All guards are symmetric and pure. They are lexical rules, so they reject some
 true paraphrases ("credit card" vs "card"); the cache prefers a miss to a wrong
@@ -72,35 +49,6 @@ from ragcache.semantic.text import (
     stem,
     words,
 )
-
-GUARD_REASONS: tuple[str, ...] = (
-    "number",
-    "negation",
-    "question_type",
-    "focus",
-    "antonym",
-    "scope",
-    "entity",
-    "direction",
-    "bound",
-    "complement",
-    "relative_time",
-    "modality",
-    "symbol",
-    "script",
-    "substitution",
-    "verifier",
-)
-"""Every rejection reason a default :class:`GuardSet` can report."""
-
-DIFFERENT_QUESTION: tuple[str, ...] = ("number", "negation", "question_type", "focus", "antonym", "scope", "entity",
-                                       "direction", "bound", "complement", "relative_time", "modality", "symbol",
-                                       "script")
-"""The guards whose finding marks a different question (a number, a negation, a bound, a symbol ...
-that changes what a correct answer is). The one list: the learned verifier refuses outright on each
-of them (its hard vetoes), so it only adds hits the guards refuse for being too strict. Not in it:
-``substitution`` (a replaced or inserted word: often a true paraphrase, which the verifier may
-overrule) and ``verifier``."""
 
 
 @runtime_checkable
@@ -368,11 +316,73 @@ class VerifierGuard:
         return None if score >= self.min_score else f"verifier score {score:.3f} < {self.min_score}"
 
 
+@dataclass(frozen=True, slots=True)
+class GuardKind:
+    """One guard of the default set (a row of :data:`GUARDS`).
+
+    Attributes:
+        name: the guard's name, the reason its rejections are counted under (``stats.rejections``).
+        guard: its class (the ``verifier`` row's takes the verifier callable; the others take nothing).
+        rejects: what differs between the two questions when it rejects.
+        different_question: its finding marks a different question (a number, a negation, a bound ...
+            that changes what a correct answer is): the learned verifier refuses outright on it.
+    """
+
+    name: str
+    guard: Callable[..., Guard]
+    rejects: str
+    different_question: bool = True
+
+
+GUARDS: tuple[GuardKind, ...] = (
+    GuardKind("number", NumberGuard, "the numbers (with $ / %, versions, years; digits of any script by value; "
+              "superscripts, subscripts, fractions and circled digits as written), in order, or a clock time's half "
+              "of the day"),
+    GuardKind("negation", NegationGuard, "the count of negation cues (not, no, never, n't ...)"),
+    GuardKind("question_type", QuestionTypeGuard, "the kind of answer asked for (who / when / where / why / how / "
+              "how many / how much / how long / how often / yes-no ...; ragcache.semantic.decision.qtype)"),
+    GuardKind("focus", QuestionFocusGuard, 'what is asked about X: "what does X contain" is not "what is X" (nor '
+              '"what is in X", "what is X made of")'),
+    GuardKind("antonym", AntonymGuard, "an antonym pair (enable/disable, upload/download, before/after, add/remove, "
+              "un- / dis- / de- prefixes, WordNet pairs) split across the two questions"),
+    GuardKind("scope", ScopeGuard, "words of one exclusive group (daily/weekly/monthly, all/one, first/last, "
+              "early/late, whole/part ...)"),
+    GuardKind("entity", EntityGuard, "capitalised names, acronyms, quoted strings, versions or code identifiers "
+              "(a name on each side that the other lacks is a swap)"),
+    GuardKind("direction", DirectionGuard, 'two spans swapped around a connective ("from Boston to Denver" / '
+              '"from Denver to Boston"); moving a whole clause is not a change'),
+    GuardKind("bound", BoundGuard, 'a quantifier or bound ("at most", "per day", "only")'),
+    GuardKind("complement", ComplementGuard, 'a complement ("outside", "without", "excluding")'),
+    GuardKind("relative_time", RelativeTimeGuard, 'a time relative to now ("this week" / "next week")'),
+    GuardKind("modality", ModalityGuard, 'permission against obligation or prediction ("can I" / "must I" / '
+              '"will I")'),
+    GuardKind("symbol", SymbolGuard, 'a code span, operator or meaningful case ("%Y" / "%y", "10 / 2" / '
+              '"10 * 2", "MB" / "Mb")'),
+    GuardKind("script", ScriptGuard, "what the word guards cannot read (symbols outside ASCII, lone letters of "
+              "another alphabet, names in another script), which must be the same text"),
+    GuardKind("substitution", SubstitutionGuard, "with most content words shared, a content word replaced (disk -> "
+              'memory) or a modifier inserted between two shared words ("all running containers" / "all '
+              'containers"); often a true paraphrase, so the verifier may overrule it', different_question=False),
+    GuardKind("verifier", VerifierGuard, "an optional callable (a cross-encoder or NLI model) said no, or scored "
+              "below its min_score; it runs last", different_question=False),
+)
+"""Every guard, in the order :meth:`GuardSet.default` runs them: the one table of guards."""
+
+GUARD_REASONS: tuple[str, ...] = tuple(k.name for k in GUARDS)
+"""Every rejection reason a default :class:`GuardSet` can report (the names of :data:`GUARDS`)."""
+
+DIFFERENT_QUESTION: tuple[str, ...] = tuple(k.name for k in GUARDS if k.different_question)
+"""The guards whose finding marks a different question (:attr:`GuardKind.different_question`): the
+learned verifier refuses outright on each of them (its hard vetoes), so it only adds hits the guards
+refuse for being too strict. Not in it: ``substitution`` (a replaced or inserted word: often a true
+paraphrase, which the verifier may overrule) and ``verifier``."""
+
+
 @dataclass(slots=True)
 class GuardSet:
     """An ordered list of guards; :meth:`check` returns the first rejection.
 
-    ``GuardSet.default()`` holds every guard above; pass ``verifier=`` to add the
+    ``GuardSet.default()`` holds every guard of :data:`GUARDS`; pass ``verifier=`` to add the
     verifier last, or build a custom list (any object with ``name`` and
     ``check(query, candidate)`` works).
     """
@@ -382,16 +392,14 @@ class GuardSet:
     @classmethod
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
                 disable: Iterable[str] = ()) -> GuardSet:
-        gs: list[Guard] = [NumberGuard(), NegationGuard(), QuestionTypeGuard(), QuestionFocusGuard(), AntonymGuard(), ScopeGuard(), EntityGuard(),
-                           DirectionGuard(), BoundGuard(), ComplementGuard(), RelativeTimeGuard(), ModalityGuard(), SymbolGuard(),
-                           ScriptGuard(), SubstitutionGuard()]
-        if verifier is not None:
-            gs.append(VerifierGuard(verifier))
         off = set(disable)
-        unknown = off - set(GUARD_REASONS)
+        unknown = off - {k.name for k in GUARDS}
         if unknown:
-            raise ValueError(f"unknown guard names {sorted(unknown)}; choose from {list(GUARD_REASONS)}")
-        return cls([g for g in gs if g.name not in off])
+            raise ValueError(f"unknown guard names {sorted(unknown)}; choose from {[k.name for k in GUARDS]}")
+        gs: list[Guard] = [k.guard() for k in GUARDS if k.guard is not VerifierGuard and k.name not in off]
+        if verifier is not None and "verifier" not in off:
+            gs.append(VerifierGuard(verifier))  # the last row: the one that takes an argument
+        return cls(gs)
 
     @property
     def names(self) -> list[str]:

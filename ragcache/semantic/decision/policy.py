@@ -3,10 +3,10 @@
 A lookup normalises the question (the last user turn alone), keys it
 (:mod:`ragcache.semantic.keying`: a question longer than the embedder's window is matched exactly
 up to its last sentence, which alone is embedded, or matched exactly as a whole), corrects typos
-against the partition's stored words (:mod:`ragcache.semantic.decision.speller`), embeds it, asks the store
+against the partition's stored words (:mod:`ragcache.semantic.speller`), embeds it, asks the store
 for the ``candidates`` nearest stored questions (:class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`;
 an entry with the same words is always among them), drops candidates whose answer budget does not
-fit the request (:func:`~ragcache.semantic.decision.budget.servable`), and serves the first whose cosine
+fit the request (:func:`~ragcache.semantic.budget.servable`), and serves the first whose cosine
 similarity is ``>= threshold`` and that the decider accepts, behind the coverage gate
 (:class:`~ragcache.semantic.decision.coverage.CoverageGate`: a question in a script or language the
 cache does not read, or with word pieces its embedder cannot represent, is served only as an exact
@@ -18,8 +18,11 @@ whitespace normalisation alone, :func:`~ragcache.semantic.text.exact_form`: case
 
 The same code runs for every store: :class:`~ragcache.semantic.cache.SemanticCache` (FAISS +
 SQLite, embedded) and :class:`~ragcache.semantic.pg_cache.PgSemanticCache` (PostgreSQL + pgvector,
-shared). Statistics are counted here; single flight (:class:`ragcache.answering.AnswerPath`) takes the
-store's lock (:meth:`flight_lock` / :meth:`aflight_lock`).
+shared). Of ``stores/`` it knows the protocol alone (:mod:`ragcache.semantic.stores.protocol`); the
+store's single-flight locks (:class:`~ragcache.semantic.flight.FlightLocks`) and typo corrector
+(:class:`~ragcache.semantic.speller.QuerySpeller`) come as arguments. Statistics are counted here;
+single flight (:class:`ragcache.answering.AnswerPath`) takes the locks (:meth:`flight_lock` /
+:meth:`aflight_lock`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from ragcache.semantic.decision.bound import (
     Exploration,
     decide_bounded,
 )
-from ragcache.semantic.decision.budget import AnswerBudget, merge_metadata, servable
+from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
 from ragcache.semantic.decision.checks import (
     DEFAULT_PARTITION,
     DEFAULT_THRESHOLD,
@@ -53,9 +56,11 @@ from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate, G
 from ragcache.semantic.decision.guards import GuardSet, GuardVerdict
 from ragcache.semantic.decision.vcache import add_observation
 from ragcache.semantic.embedding import QuestionEmbedder
+from ragcache.semantic.flight import LOCAL_LOCKS, FlightLocks
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.records import Candidate, SemanticHit
+from ragcache.semantic.speller import QuerySpeller
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.stores.protocol import (
     NewEntry,
@@ -136,6 +141,10 @@ class SemanticPolicy(ErrorBoundAPI):
 
     Args:
         answer_store: where entries live (:class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`).
+        locks: the single-flight locks (:class:`~ragcache.semantic.flight.FlightLocks`, usually the store's
+            ``locks``); default: this process's (:data:`~ragcache.semantic.flight.LOCAL_LOCKS`).
+        speller: what corrects a query's typos against its partition's stored words
+            (:class:`~ragcache.semantic.speller.QuerySpeller`, usually the store); ``None``: no correction.
         embedder: the resolved :class:`QuestionEmbedder` (the store holds its vectors).
         threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only;
             ``None``: the decider's own gate (its ``floor``), else :data:`DEFAULT_THRESHOLD`.
@@ -159,8 +168,9 @@ class SemanticPolicy(ErrorBoundAPI):
     def __init__(self, answer_store: VectorAnswerStore, *, embedder: QuestionEmbedder, threshold: float | None,
                  ttl_s: float | None, decider: Decider, candidates: int, typo_correction: bool = True,
                  store_truncated: bool = False, error_bound: ErrorBound | None = None,
-                 languages: Sequence[str] | str = GUARD_LANGUAGES) -> None:
-        self.answer_store = answer_store
+                 languages: Sequence[str] | str = GUARD_LANGUAGES, locks: FlightLocks = LOCAL_LOCKS,
+                 speller: QuerySpeller | None = None) -> None:
+        self.answer_store, self.locks, self.speller = answer_store, locks, speller
         self.embedder = embedder
         if threshold is None:
             threshold = getattr(decider, "floor", DEFAULT_THRESHOLD)
@@ -249,8 +259,8 @@ class SemanticPolicy(ErrorBoundAPI):
             return None, [], 0.0, None
         if key.exact_only:
             t, bounded = 1.0, False
-        elif self.typo_correction:
-            key = key.with_tail(self.answer_store.correct(digest, key.embed_text, self.embedder.known_words))
+        elif self.typo_correction and self.speller is not None:
+            key = key.with_tail(self.speller.correct(digest, key.embed_text, self.embedder.known_words))
         e0 = time.perf_counter()
         vec = self._embed_many([embed_form(key.embed_text)])[0]
         embed_s = time.perf_counter() - e0
@@ -443,14 +453,14 @@ class SemanticPolicy(ErrorBoundAPI):
     # ================================================================= single flight
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
-        """The store's single-flight lock named by hex ``key`` (yields False after ``timeout_s``)."""
-        with self.answer_store.lock(key, timeout_s) as locked:
+        """The single-flight lock named by hex ``key`` (:attr:`locks`; yields False after ``timeout_s``)."""
+        with self.locks.hold(key, timeout_s) as locked:
             yield locked
 
     @asynccontextmanager
     async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
         """Async :meth:`flight_lock`, waited for on the event loop."""
-        async with self.answer_store.alock(key, timeout_s) as locked:
+        async with self.locks.ahold(key, timeout_s) as locked:
             yield locked
 
     # ================================================================= housekeeping

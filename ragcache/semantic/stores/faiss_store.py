@@ -1,6 +1,8 @@
 """FaissAnswerStore: the embedded vector-answer store, FAISS indexes in memory over one SQLite file.
 
-Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`. One FAISS index per partition
+Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore` and
+:class:`~ragcache.semantic.speller.QuerySpeller`; its single-flight locks are ``locks``
+(:class:`~ragcache.semantic.flight.FlightLocks`). One FAISS index per partition
 (:mod:`ragcache.semantic.stores.index`: flat, HNSW above ``hnsw_threshold``), SQLite as the source of
 truth (:mod:`ragcache.semantic.stores.store`), snapshots and recovery in :mod:`ragcache.semantic.stores.persistence`.
 
@@ -22,17 +24,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
 
-from ragcache.semantic.decision.budget import merge_metadata, split_metadata
-from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks
+from ragcache.semantic.budget import merge_metadata, split_metadata
+from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks, FlightLocks
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.records import Entry, Partition
+from ragcache.semantic.stores.entries import Entry, Partition
 from ragcache.semantic.stores.locks import RWLock
 from ragcache.semantic.stores.persistence import CachePersistence
 from ragcache.semantic.stores.protocol import (
@@ -79,6 +80,8 @@ class FaissAnswerStore(CachePersistence):
         self.max_entries, self.hnsw_threshold, self.autosave_every = max_entries, hnsw_threshold, autosave_every
         self.path = None if path is None else Path(path).expanduser()
         self.reembed = reembed
+        # single flight: this process's threads and, for a folder on disk, every process that opens it
+        self.locks: FlightLocks = LOCAL_LOCKS if self.path is None else FileFlightLocks(self.path / ".flight")
         self.counters = StoreCounters()
         self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the folder's totals
         self._lock = RWLock()
@@ -302,19 +305,7 @@ class FaissAnswerStore(CachePersistence):
         with self._lock.write(), self._db.transaction():
             return self._db.set_state(entry_id, None if state is None else dict(state))
 
-    # ================================================================= single flight, lifetime
-    def lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
-        """The single-flight lock of ``key``: this process's threads and, for a folder on disk, every
-        process that opens it (a lock file under ``<folder>/.flight``)."""
-        if self.path is None:
-            return LOCAL_LOCKS.hold(key, timeout_s)
-        return FileFlightLocks(self.path / ".flight").hold(key, timeout_s)
-
-    def alock(self, key: str, timeout_s: float) -> AbstractAsyncContextManager[bool]:
-        if self.path is None:
-            return LOCAL_LOCKS.ahold(key, timeout_s)
-        return FileFlightLocks(self.path / ".flight").ahold(key, timeout_s)
-
+    # ================================================================= lifetime
     def flush(self) -> None:
         """Write FAISS snapshots of changed partitions and LRU access times (persistent stores)."""
         with self._lock.write():

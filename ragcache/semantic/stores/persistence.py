@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.decision.budget import split_metadata
+from ragcache.semantic.budget import split_metadata
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.records import Entry, Partition
+from ragcache.semantic.stores.entries import Entry, Partition
 from ragcache.semantic.stores.index import PartitionIndex
 from ragcache.semantic.stores.registry import CacheRegistry
 from ragcache.semantic.stores.store import SCHEMA_VERSION

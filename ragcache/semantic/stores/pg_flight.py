@@ -1,7 +1,7 @@
-"""PostgreSQL advisory locks for single flight (:mod:`ragcache.semantic.flight`), mixed into
-:class:`~ragcache.semantic.pg_cache.PgSemanticCache`: a session lock per (partition, question
-words) key, held on a pooled connection, so the flight spans every process and machine on the
-database and a crashed holder releases it with its connection."""
+"""PostgreSQL advisory locks for single flight (:class:`~ragcache.semantic.flight.FlightLocks`), the
+locks of :class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`: a session lock per (partition,
+question words) key, held on a pooled connection, so the flight spans every process and machine on
+the database and a crashed holder releases it with its connection."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ def _lock_id(key: str) -> int:
 
 
 class PgFlightLocks:
-    """``flight_lock`` / ``aflight_lock`` over the cache's connection pool (``self._pool``)."""
+    """``hold`` / ``ahold`` over a store's connection pool (:class:`~ragcache.semantic.stores.pg_schema.PgPool`)."""
 
-    _pool: Any
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
 
     @contextmanager
-    def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
+    def hold(self, key: str, timeout_s: float) -> Iterator[bool]:
         """Hold the PostgreSQL session advisory lock named by hex ``key``; yields ``False`` after ``timeout_s``.
 
         The lock lives on a connection held for the duration: if this process dies, the server
@@ -47,8 +48,8 @@ class PgFlightLocks:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (lock_id,))
 
     @asynccontextmanager
-    async def aflight_lock(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
-        """Async :meth:`flight_lock`: ``pg_try_advisory_lock`` tried from worker threads with event-loop
+    async def ahold(self, key: str, timeout_s: float) -> AsyncIterator[bool]:
+        """Async :meth:`hold`: ``pg_try_advisory_lock`` tried from worker threads with event-loop
         sleeps between tries (:func:`ragcache.semantic.flight.poll_lock`), so no thread blocks while
         waiting. The connection goes back to the pool only after every try has finished and
         ``pg_advisory_unlock_all()`` ran: a waiter cancelled mid-try leaves no lock behind."""

@@ -1,6 +1,7 @@
 """PgAnswerStore: the vector-answer store in PostgreSQL + pgvector, shared by every process that opens it.
 
-Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore`. No entry is held in the process:
+Implements :class:`~ragcache.semantic.stores.protocol.VectorAnswerStore` and
+:class:`~ragcache.semantic.speller.QuerySpeller`. No entry is held in the process:
 every search is SQL, so another process's store or ``invalidate`` is seen on the next lookup.
 Search is pgvector's HNSW with iterative index scans (``hnsw.iterative_scan``, pgvector >= 0.8)
 filtered by partition. The search settings are transaction-local (``set_config(..., true)``, the
@@ -10,8 +11,8 @@ An exact repeat always hits: the rows with the same words (``qhash``) are fetche
 nearest ones in one statement, and when the filtered HNSW scan returns fewer rows than asked
 (measured before ``ANALYZE``: 2 of 20 one-entry partitions came back empty) the partition is
 scanned exactly (``ORDER BY distance + 0`` cannot use the HNSW index). TTL and the ``max_entries``
-LRU cap are enforced in SQL; the single-flight lock is a session advisory lock
-(:mod:`ragcache.semantic.stores.pg_flight`).
+LRU cap are enforced in SQL; the single-flight locks (``locks``) are session advisory locks
+(:class:`~ragcache.semantic.stores.pg_flight.PgFlightLocks`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from ragcache.remote import RemoteStoreError, redact
-from ragcache.semantic.decision.budget import merge_metadata, split_metadata
-from ragcache.semantic.decision.speller import PartitionSpeller
+from ragcache.semantic.budget import merge_metadata, split_metadata
+from ragcache.semantic.speller import PartitionSpeller
 from ragcache.semantic.stores.pg_flight import PgFlightLocks
 from ragcache.semantic.stores.pg_schema import (
     MIGRATE_LOCK_ID,
@@ -61,7 +61,7 @@ def qhash(question: str) -> str:
     return hashlib.sha256(exact_form(question).encode()).hexdigest()
 
 
-class PgAnswerStore(PgFlightLocks):
+class PgAnswerStore:
     """Entries in one PostgreSQL schema, searched with pgvector's HNSW.
 
     Args:
@@ -96,6 +96,7 @@ class PgAnswerStore(PgFlightLocks):
         self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the lookups table
         self._vocab: dict[str, tuple[float, int, PartitionSpeller]] = {}
         self._pool = PgPool(url, size=pool_size, configure=self._configure)
+        self.locks = PgFlightLocks(self._pool)
         self._migrate()
 
     # ================================================================= setup
@@ -312,14 +313,7 @@ class PgAnswerStore(PgFlightLocks):
         except RemoteStoreError as e:  # access times are advisory (LRU order); losing them is not an error
             logger.warning("semantic cache: could not record %d hits (%s)", len(items), e)
 
-    # ================================================================= single flight, lifetime
-    def lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
-        """A PostgreSQL session advisory lock: the flight spans every process on the database."""
-        return self.flight_lock(key, timeout_s)
-
-    def alock(self, key: str, timeout_s: float) -> AbstractAsyncContextManager[bool]:
-        return self.aflight_lock(key, timeout_s)
-
+    # ================================================================= lifetime
     def flush(self) -> None:
         """Write pending hit counts / access times and add this process's lookups since the last flush to
         the schema's totals (``ragcache cache stats``); everything else is committed as it happens."""

@@ -1,8 +1,13 @@
 """The vector-answer store protocol: what a semantic cache needs from the engine that keeps its entries.
 
-:class:`~ragcache.semantic.decision.policy.SemanticPolicy` decides hits (keying, typo correction, budget,
-guards, statistics, single flight) once, over any object with these methods. Two stores implement
-it and pass one contract suite (:mod:`ragcache.testing.semantic_contract`):
+Storage only: entries (keys, vectors, rows) addressed by partition. The decision (keying, typo
+correction, budget, guards, statistics) is :class:`~ragcache.semantic.decision.policy.SemanticPolicy`'s,
+written once over any object with these members; it depends on this module and nothing else of
+``stores/``, and no module here imports ``decision/`` (``tests/unit/test_semantic_layers.py``). A store
+usually brings two small helpers besides, each with its own protocol: its single-flight locks
+(:class:`~ragcache.semantic.flight.FlightLocks`) and its partitions' words for typo correction
+(:class:`~ragcache.semantic.speller.QuerySpeller`). Two stores implement all three and pass one
+contract suite (:mod:`ragcache.testing.semantic_contract`):
 
 - :class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`: FAISS indexes in memory over one SQLite
   file (the embedded default; processes that open one folder see each other's writes at their
@@ -17,13 +22,12 @@ never decides whether an answer is served: it returns candidates with their cosi
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.partition import PartitionKey
 
 
@@ -98,7 +102,7 @@ class StoreCounters:
 
 @runtime_checkable
 class VectorAnswerStore(Protocol):
-    """Entries (partition, question, answer, vector, budget, state) searched by partition.
+    """Entries (partition, question, answer, vector, budget, state) searched by partition: storage only.
 
     Every method is safe to call from several threads. Writes are durable when they return.
     """
@@ -124,11 +128,6 @@ class VectorAnswerStore(Protocol):
         """False only when the store knows the partition holds no entry (lets a lookup skip embedding)."""
         ...
 
-    def correct(self, partition: str, text: str, known: frozenset[str] | None) -> str:
-        """``text`` with out-of-vocabulary words corrected against the partition's stored words
-        (:class:`~ragcache.semantic.decision.speller.PartitionSpeller`)."""
-        ...
-
     def put_many(self, entries: Sequence[NewEntry]) -> PutResult:
         """Write entries in one transaction; an entry replaces a stored question with the same words
         in its partition (within the batch, the last one wins). Enforces the store's LRU cap."""
@@ -152,14 +151,6 @@ class VectorAnswerStore(Protocol):
 
     def update_state(self, entry_id: int, state: Mapping[str, Any] | None) -> bool:
         """Replace an entry's decision state (a JSON object or ``None``); False if the entry is gone."""
-        ...
-
-    def lock(self, key: str, timeout_s: float) -> AbstractContextManager[bool]:
-        """The single-flight lock named by hex ``key``; yields False after ``timeout_s`` seconds."""
-        ...
-
-    def alock(self, key: str, timeout_s: float) -> AbstractAsyncContextManager[bool]:
-        """Async :meth:`lock`, waited for on the event loop (the same lock as sync callers')."""
         ...
 
     def __len__(self) -> int: ...

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ragcache.semantic.partition import PartitionKey
-from ragcache.semantic.records import Entry, Partition
+from ragcache.semantic.stores.entries import Entry, Partition
 from ragcache.semantic.stores.index import PartitionIndex
 
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ragcache.counters import Counters
 from ragcache.engine.chunk.chunk_kv import ChunkKV, chunk_from_payload
 from ragcache.hashing import ChunkHash
 
@@ -72,23 +73,17 @@ class ChunkStore(Protocol):
 
 
 @dataclass(slots=True)
-class StoreStats:
-    """Counters of a store: hits, misses, puts, evictions, corrupt files dropped."""
+class StoreStats(Counters):
+    """Counters of a store: hits, misses, puts, evictions, corrupt files dropped; ``hit_rate`` = hits /
+    (hits + misses)."""
+
+    RATE = ("hits", ("hits", "misses"))
 
     hits: int = 0
     misses: int = 0
     puts: int = 0
     evictions: int = 0
     corrupt: int = 0
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-    def to_dict(self) -> dict:
-        return {"hits": self.hits, "misses": self.misses, "puts": self.puts, "evictions": self.evictions,
-                "corrupt": self.corrupt, "hit_rate": self.hit_rate}
 
 
 class BatchedStore:

@@ -13,10 +13,24 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Protocol, runtime_checkable
 
 from ragcache.semantic.text import deletes1, typo_variant
 
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+
+
+@runtime_checkable
+class QuerySpeller(Protocol):
+    """What corrects a query's typos against one partition's stored words: a store that keeps them
+    (:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`, one :class:`PartitionSpeller` per
+    partition in memory; :class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`, read from the
+    database)."""
+
+    def correct(self, partition: str, text: str, known: frozenset[str] | None) -> str:
+        """``text`` with out-of-vocabulary words corrected against the words stored in ``partition``
+        (a digest); ``known``: the embedder's vocabulary (:meth:`PartitionSpeller.correct`)."""
+        ...
 
 
 class PartitionSpeller:
