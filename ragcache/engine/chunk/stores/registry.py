@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragcache.config import bad_url_scheme, url_scheme
+
 
 @dataclass(frozen=True, slots=True)
 class ChunkStoreKind:
@@ -63,11 +65,6 @@ CHUNK_STORES: dict[str, ChunkStoreKind] = {
 """Every chunk store kind by name: the one table URLs are resolved against. Add a store here."""
 
 
-def url_scheme(url: str) -> str:
-    """The lower-case scheme of a chunk store URL (``""`` for a plain path)."""
-    return url.split("://", 1)[0].lower() if "://" in url else ""
-
-
 def url_schemes() -> tuple[str, ...]:
     """Every URL scheme some kind accepts, in table order."""
     return tuple(s for kind in CHUNK_STORES.values() for s in kind.schemes)
@@ -85,8 +82,7 @@ def store_kind(url: str | None) -> ChunkStoreKind:
     for kind in CHUNK_STORES.values():
         if scheme in kind.schemes:
             return kind
-    raise ValueError(f"unknown chunk store URL scheme {scheme!r}: use "
-                     + "; ".join(f"{k.name}: {k.summary}" for k in CHUNK_STORES.values()))
+    raise bad_url_scheme("chunk store URL", url, [f"{k.name}: {k.summary}" for k in CHUNK_STORES.values()])
 
 
 __all__ = ["CHUNK_STORES", "ChunkStoreKind", "store_kind", "url_scheme", "url_schemes"]
