@@ -25,7 +25,8 @@ pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
-from integration.test_answer_contract_adapters import DOCS, SYSTEM, ScriptedChat, Text, lc_answer, scripted_upstream  # noqa: E402
+from adapter_doubles import DOCS, SYSTEM, ScriptedChat, lc_answer, scripted_upstream  # noqa: E402
+from contract_entries import Text, fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
 from langchain_core.messages import HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
@@ -117,30 +118,14 @@ def chatragcache_entry(backend, store, *, temperature, seed=None, n=1, opt=False
 
 def llamaindex_entry(backend, store, *, temperature, seed=None, n=1, opt=False, mode="query", servers=None):
     from llama_index.core.llms import MockLLM
-    from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, TextNode
     from llama_index.query_engine.ragcache import RagCacheQueryEngine
-    from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
-
-    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(DOCS)]
-
-    class Fixed(BaseRetriever):
-        def _retrieve(self, query_bundle: Any) -> list:
-            return list(nodes)
-
-    class Scripted(LlamaIndexBackend):
-        name = property(lambda self: backend.name)  # type: ignore[assignment]
-        model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
-
-        def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
-            return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
     llm = MockLLM()
     object.__setattr__(llm, "temperature", temperature)  # what RagCacheQueryEngine reads of an LLM's sampling
     object.__setattr__(llm, "seed", seed)
-    engine = RagCacheQueryEngine(Fixed(), llm, semantic_cache=store, system_prompt=SYSTEM, lint="off",
-                                 cache_sampled=opt)
-    engine._backend = Scripted(llm)
+    engine = RagCacheQueryEngine(fixed_retriever(fixed_nodes(DOCS)), llm, semantic_cache=store, system_prompt=SYSTEM,
+                                 lint="off", cache_sampled=opt)
+    engine._backend = scripted_llamaindex_backend(backend, llm)
 
     def ask() -> Outcome:
         m = engine.query(Q).metadata

@@ -1,0 +1,119 @@
+"""Doubles of the adapter contract tests (the answer-path contract over LangChain, LlamaIndex and the
+Anthropic proxy; the sampled-replay rule over the same entry points): the scripted model behind each
+framework's model interface, and an Answer read back from what each framework returns. Imports
+langchain-core; a test module skips on a missing framework before importing this one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from contract_entries import Text
+from ragcache.answering import Answer
+from ragcache.backend import CacheUsage
+from ragcache.testing.answer_contract import ScriptedBackend
+
+DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
+        "Deploys go out on Tuesdays after the change review meeting."]
+SYSTEM = "Answer from the documents. Be brief."
+
+
+def usage_of(d: Any) -> CacheUsage:
+    return CacheUsage(**{k: v for k, v in dict(d or {}).items() if k in CacheUsage.__dataclass_fields__})
+
+
+# ---------------------------------------------------------------------------------------------- LangChain
+NATIVE = {"stop": ("finish_reason", "stop"), "length": ("finish_reason", "length"),
+          "content_filter": ("finish_reason", "content_filter"), "refusal": ("stop_reason", "refusal"),
+          "incomplete": ("finish_reason", None)}
+
+
+class ScriptedChat(BaseChatModel):
+    """A LangChain chat model over the scripted model: provider-style native end reasons, and
+    ragcache's record of the layer (as ChatRagCache reports it)."""
+
+    backend: Any = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-chat"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": "scripted-1", "max_tokens": 64}
+
+    @property
+    def blend_setting(self) -> str | None:  # as ChatRagCache declares it (the middleware reads it)
+        return self.backend.blend_setting
+
+    def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        from langchain_ragcache.usage import usage_metadata
+
+        r = self.backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=64, temperature=0.0)
+        key, native = NATIVE[r.finish_reason]
+        msg = AIMessage(r.text, usage_metadata=usage_metadata(r.usage), response_metadata={
+            key: native, "model_name": "scripted-1",
+            "ragcache": {"layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
+                         "blend_setting": r.blend_setting, "usage": r.usage.to_dict()}})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+def lc_answer(question: str, msg: Any) -> Answer:
+    """An Answer read from a LangChain message: ragcache's record, the finish reason in ragcache's words."""
+    from langchain_ragcache.results import finish_reason_of
+
+    rec = msg.response_metadata["ragcache"]
+    finish = rec.get("finish_reason") or finish_reason_of(msg)
+    return Answer(question, msg.text, rec["layer"], usage_of(rec.get("usage")), finish_reason=finish,
+                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"),
+                  blend_setting=rec.get("blend_setting"))
+
+
+# ---------------------------------------------------------------------------------------------- proxy
+ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
+
+
+def scripted_upstream(backend: ScriptedBackend) -> Any:
+    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
+    null stop reason (JSON) or a stream cut before its ``message_delta``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def messages(request: Request) -> Any:
+        body = await request.json()
+        text = json.dumps(body["messages"])
+        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
+        stop = ANTHROPIC_STOP[r.finish_reason]
+        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
+               "usage": usage}
+        if not body.get("stream"):
+            return JSONResponse(msg)
+
+        def ev(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> Any:
+            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
+            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}})
+            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": r.text}})
+            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if stop is not None:  # else: cut before the end
+                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
+                                                                              "stop_sequence": None},
+                                           "usage": {"output_tokens": r.usage.completion_tokens}})
+                yield ev("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
