@@ -5,7 +5,10 @@ langchain-core; a test module skips on a missing framework before importing this
 
 from __future__ import annotations
 
+import asyncio
 import json
+from functools import reduce
+from operator import add
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -71,6 +74,49 @@ def lc_answer(question: str, msg: Any) -> Answer:
     return Answer(question, msg.text, rec["layer"], usage_of(rec.get("usage")), finish_reason=finish,
                   approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"),
                   blend_setting=rec.get("blend_setting"))
+
+
+def scripted_chat_rag_cache(backend: ScriptedBackend, *, declares_blend: bool = False, **fields: Any) -> Any:
+    """ChatRagCache (the tiny random engine for its identity; ``fields`` as its own) whose answer comes
+    from the scripted ``backend`` in one piece, through its stream (``_pieces`` / ``_apieces``) and
+    ``invoke``. ``declares_blend``: it answers at the scripted model's blend setting, as the engine's
+    would be; else at the tiny engine's."""
+    from langchain_ragcache import ChatRagCache
+    from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
+
+    class Scripted(ChatRagCache):
+        def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
+            r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
+            yield r.text
+            box["result"] = r
+            yield r
+
+        async def _apieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
+            for item in self._pieces(messages, stop, opts, kwargs, box):
+                yield item
+
+        if declares_blend:
+            def _blend_for(self, kwargs: Any) -> Any:
+                return backend.blend_setting
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+            *_, r = self._pieces(messages, stop, {}, kw, {})
+            return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
+
+    return Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), **fields)
+
+
+def lc_call(model: Any, messages: list, mode: str) -> Any:
+    """A LangChain chat model's message for ``messages``: ``stream`` and ``astream`` add up the chunks;
+    any other mode is ``invoke``."""
+    if mode == "stream":
+        return reduce(add, model.stream(messages))
+    if mode == "astream":
+        async def run() -> Any:
+            return reduce(add, [c async for c in model.astream(messages)])
+
+        return asyncio.run(run())
+    return model.invoke(messages)
 
 
 # ---------------------------------------------------------------------------------------------- proxy

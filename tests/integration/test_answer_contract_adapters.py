@@ -27,8 +27,6 @@ prompt cache is per API key; the local servers' tenants are checked in ``test_te
 from __future__ import annotations
 
 import asyncio
-from functools import reduce
-from operator import add
 from typing import Any
 
 import pytest
@@ -38,10 +36,18 @@ pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
 from langchain_core.messages import HumanMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
-from adapter_doubles import DOCS, SYSTEM, ScriptedChat, lc_answer, scripted_upstream, usage_of  # noqa: E402
-from contract_entries import Text, fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
+from adapter_doubles import (  # noqa: E402
+    DOCS,
+    SYSTEM,
+    ScriptedChat,
+    lc_answer,
+    lc_call,
+    scripted_chat_rag_cache,
+    scripted_upstream,
+    usage_of,
+)
+from contract_entries import fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
 from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
@@ -120,44 +126,14 @@ class ChatRagCacheEntry:
     stores_length = True
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
-        from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
-        from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
-
-        class Scripted(ChatRagCache):
-            def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-                r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
-                yield r.text
-                box["result"] = r
-                yield r
-
-            async def _apieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-                for item in self._pieces(messages, stop, opts, kwargs, box):
-                    yield item
-
-            def _blend_for(self, kwargs: Any) -> Any:  # the scripted model's setting, as the engine's would be
-                return backend.blend_setting
-
-            def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-                box: dict = {}
-                *_, r = self._pieces(messages, stop, {}, kw, box)
-                return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
+        from langchain_ragcache import RagCacheSemanticCache
 
         self.name, self.mode = f"ChatRagCache {mode}", mode
-        self.model = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), max_tokens=64,
-                              cache=RagCacheSemanticCache(store))
+        self.model = scripted_chat_rag_cache(backend, declares_blend=True, max_tokens=64,
+                                             cache=RagCacheSemanticCache(store))
 
     def ask(self, question: str) -> Answer:
-        msgs = [HumanMessage(question)]
-        if self.mode == "stream":
-            msg = reduce(add, self.model.stream(msgs))
-        elif self.mode == "astream":
-            async def run() -> Any:
-                return reduce(add, [c async for c in self.model.astream(msgs)])
-
-            msg = asyncio.run(run())
-        else:
-            msg = self.model.invoke(msgs)
-        return lc_answer(question, msg)
+        return lc_answer(question, lc_call(self.model, [HumanMessage(question)], self.mode))
 
 
 # ---------------------------------------------------------------------------------------------- proxy
@@ -313,16 +289,7 @@ class ChatTenantEntry:
         from langchain_core.messages import SystemMessage
 
         msgs = [SystemMessage(TENANT_SYSTEM), HumanMessage("\n\n".join([*TENANT_DOCS, f"Question: {question}"]))]
-        if self.mode == "stream":
-            msg = reduce(add, self.model.stream(msgs))
-        elif self.mode == "astream":
-            async def run() -> Any:
-                return reduce(add, [c async for c in self.model.astream(msgs)])
-
-            msg = asyncio.run(run())
-        else:
-            msg = self.model.invoke(msgs)
-        return lc_answer(question, msg)
+        return lc_answer(question, lc_call(self.model, msgs, self.mode))
 
 
 class MiddlewareTenantEntry:
@@ -376,7 +343,8 @@ class QueryEngineTenantEntry(LlamaIndexEntry):
         self.name = f"query engine {mode}{' for_tenant' if per_request else ''}"
         self.mode = mode
         qe = RagCacheQueryEngine(fixed_retriever(fixed_nodes(TENANT_DOCS)), RagCacheLLM(engine, max_new_tokens=2),
-                                 semantic_cache=False, system_prompt=TENANT_SYSTEM, lint="off", streaming=mode in ("stream", "astream"),
+                                 semantic_cache=False, system_prompt=TENANT_SYSTEM, lint="off",
+                                 streaming=mode in ("stream", "astream"),
                                  **({} if per_request else {"namespace": tenant}))
         self.engine = qe.for_tenant(tenant) if per_request else qe
 

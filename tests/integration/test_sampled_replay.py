@@ -15,8 +15,6 @@ SDK over loopback HTTP); each over an in-memory SemanticCache and the contract's
 from __future__ import annotations
 
 import asyncio
-from functools import reduce
-from operator import add
 from typing import Any
 
 import pytest
@@ -25,10 +23,17 @@ pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
-from adapter_doubles import DOCS, SYSTEM, ScriptedChat, lc_answer, scripted_upstream  # noqa: E402
-from contract_entries import Text, fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
+from adapter_doubles import (  # noqa: E402
+    DOCS,
+    SYSTEM,
+    ScriptedChat,
+    lc_answer,
+    lc_call,
+    scripted_chat_rag_cache,
+    scripted_upstream,
+)
+from contract_entries import fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
 from langchain_core.messages import HumanMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
 from ragcache.answering import AnswerPath, Sampling  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
@@ -92,27 +97,14 @@ def _lc(msg: Any) -> Outcome:
 
 
 def chatragcache_entry(backend, store, *, temperature, seed=None, n=1, opt=False, mode="stream", servers=None):
-    from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
-    from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
+    from langchain_ragcache import RagCacheSemanticCache
 
-    class Scripted(ChatRagCache):
-        def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-            r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
-            yield r.text
-            box["result"] = r
-            yield r
-
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-            *_, r = self._pieces(messages, stop, {}, kw, {})
-            return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
-
-    model = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), max_tokens=64,
-                     temperature=temperature if temperature is not None else 0.0, seed=seed,
-                     cache=RagCacheSemanticCache(store, cache_sampled=opt))
+    model = scripted_chat_rag_cache(backend, max_tokens=64, temperature=temperature if temperature is not None else 0.0,
+                                    seed=seed, cache=RagCacheSemanticCache(store, cache_sampled=opt))
 
     def ask() -> Outcome:
         msgs = [HumanMessage(Q)]
-        return _lc(reduce(add, model.stream(msgs)) if mode == "stream" else model.invoke(msgs))
+        return _lc(lc_call(model, msgs, mode))
     return ask
 
 
