@@ -68,13 +68,15 @@ def pytest_configure(config):
 
 
 def _build_engine(request):
-    """The engine a test's ``engine`` marker asks for (closest marker wins: test, class, module).
+    """The engine an ``engine`` marker asks for: the module's for :func:`engine`; for :func:`fresh_engine`
+    the closest one (test, class, module).
 
     Without a marker: ``LocalEngine(tiny_seed1, calibration=False)``, exact prefill. A marker replaces that:
     ``model`` is a model fixture's name (``"tiny"``, ``"tiny_wide"``, ...) or a dict of :func:`tiny_llama`
     keyword arguments (weights for this module alone); ``cls`` a ``LocalEngine`` subclass (a recording
     double); ``blending=True`` gives the engine a float32 in-memory chunk cache that blends on any hit at
-    r = 0.15 (:func:`engine_doubles.blending_engine`); the other keyword arguments go to the engine as given."""
+    r = 0.15 (:func:`engine_doubles.blending_engine`); the other keyword arguments go to the engine as given,
+    so ``pytest.mark.engine("tiny_seed1")`` is ``LocalEngine(tiny_seed1)``, its calibration record looked up."""
     from engine_doubles import blending_engine
     from ragcache import LocalEngine
     from ragcache.testing import tiny_llama
