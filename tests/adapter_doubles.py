@@ -1,12 +1,12 @@
-"""Doubles of the adapter contract tests (the answer-path contract over LangChain, LlamaIndex and the
-Anthropic proxy; the sampled-replay rule over the same entry points): the scripted model behind each
-framework's model interface, and an Answer read back from what each framework returns. Imports
-langchain-core; a test module skips on a missing framework before importing this one."""
+"""LangChain doubles of the adapter contract tests (the answer-path contract over LangChain, LlamaIndex
+and the Anthropic proxy; the sampled-replay rule over the same entry points): the scripted model behind
+LangChain's chat model interface, and an Answer read back from a LangChain message. Imports
+langchain-core; a test module skips on a missing framework before importing this one. The LlamaIndex
+and proxy doubles are in :mod:`contract_entries`."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from functools import reduce
 from operator import add
 from typing import Any
@@ -117,49 +117,3 @@ def lc_call(model: Any, messages: list, mode: str) -> Any:
 
         return asyncio.run(run())
     return model.invoke(messages)
-
-
-# ---------------------------------------------------------------------------------------------- proxy
-ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
-
-
-def scripted_upstream(backend: ScriptedBackend) -> Any:
-    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
-    null stop reason (JSON) or a stream cut before its ``message_delta``."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
-    from starlette.routing import Route
-
-    async def messages(request: Request) -> Any:
-        body = await request.json()
-        text = json.dumps(body["messages"])
-        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
-        stop = ANTHROPIC_STOP[r.finish_reason]
-        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
-               "usage": usage}
-        if not body.get("stream"):
-            return JSONResponse(msg)
-
-        def ev(kind: str, data: dict) -> bytes:
-            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
-        async def events() -> Any:
-            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
-            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "text", "text": ""}})
-            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                             "delta": {"type": "text_delta", "text": r.text}})
-            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
-            if stop is not None:  # else: cut before the end
-                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
-                                                                              "stop_sequence": None},
-                                           "usage": {"output_tokens": r.usage.completion_tokens}})
-                yield ev("message_stop", {"type": "message_stop"})
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])

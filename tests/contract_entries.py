@@ -3,12 +3,13 @@ shared by the unit contract and the ``ragcache ask`` process contract; at their 
 chain and the LlamaIndex query engine too (the defaults case); and RagCache's entries of the tenant
 case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) over a local engine.
 ``ragcache ask`` has no tenant case: it is one user's command, its requests are the default tenant's.
-Also the LlamaIndex doubles of every contract test (fixed nodes and retriever, a scripted backend) and
-:class:`Text`, a prompt as the scripted model reads it."""
+Also the LlamaIndex and proxy doubles of every contract test (fixed nodes and retriever, a scripted
+backend, a scripted Anthropic upstream) and :class:`Text`, a prompt as the scripted model reads it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,51 @@ def scripted_llamaindex_backend(backend: ScriptedBackend, llm: Any, *, declares_
                 yield item
 
     return Scripted(llm)
+
+
+ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
+
+
+def scripted_upstream(backend: ScriptedBackend) -> Any:
+    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
+    null stop reason (JSON) or a stream cut before its ``message_delta``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def messages(request: Request) -> Any:
+        body = await request.json()
+        text = json.dumps(body["messages"])
+        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
+        stop = ANTHROPIC_STOP[r.finish_reason]
+        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
+               "usage": usage}
+        if not body.get("stream"):
+            return JSONResponse(msg)
+
+        def ev(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> Any:
+            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
+            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}})
+            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": r.text}})
+            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if stop is not None:  # else: cut before the end
+                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
+                                                                              "stop_sequence": None},
+                                           "usage": {"output_tokens": r.usage.completion_tokens}})
+                yield ev("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
 
 
 class LangChainEntry:

@@ -44,10 +44,14 @@ from adapter_doubles import (  # noqa: E402
     lc_answer,
     lc_call,
     scripted_chat_rag_cache,
-    scripted_upstream,
     usage_of,
 )
-from contract_entries import fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
+from contract_entries import (  # noqa: E402
+    fixed_nodes,
+    fixed_retriever,
+    scripted_llamaindex_backend,
+    scripted_upstream,
+)
 from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402

@@ -30,9 +30,13 @@ from adapter_doubles import (  # noqa: E402
     lc_answer,
     lc_call,
     scripted_chat_rag_cache,
+)
+from contract_entries import (  # noqa: E402
+    fixed_nodes,
+    fixed_retriever,
+    scripted_llamaindex_backend,
     scripted_upstream,
 )
-from contract_entries import fixed_nodes, fixed_retriever, scripted_llamaindex_backend  # noqa: E402
 from langchain_core.messages import HumanMessage  # noqa: E402
 
 from ragcache.answering import AnswerPath, Sampling  # noqa: E402
