@@ -44,7 +44,7 @@ from adapter_doubles import (  # noqa: E402
     lc_answer,
     lc_call,
     scripted_chat_rag_cache,
-    usage_of,
+    usage_of as _usage,
 )
 from contract_entries import (  # noqa: E402
     fixed_nodes,
@@ -96,7 +96,7 @@ class LlamaIndexEntry:
 
             resp, text = asyncio.run(run())
         m = resp.metadata
-        return Answer(question, text, m["layer"], usage_of(m["usage"]), finish_reason=m["finish_reason"],
+        return Answer(question, text, m["layer"], _usage(m["usage"]), finish_reason=m["finish_reason"],
                       approximate=m["approximate"], recompute_ratio=m["recompute_ratio"],
                       blend_setting=m["blend_setting"])
 
@@ -332,7 +332,7 @@ class LlmTenantEntry:
                 ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text=t) for t in (*TENANT_DOCS, question)])]
         kw = {"tenant": self.tenant} if self.mode == "per-call" else {}
         extra = self.llm.chat(msgs, **kw).additional_kwargs
-        return Answer(question, "", extra["layer"], usage_of(extra["usage"]), finish_reason=extra["finish_reason"],
+        return Answer(question, "", extra["layer"], _usage(extra["usage"]), finish_reason=extra["finish_reason"],
                       approximate=extra["approximate"], recompute_ratio=extra["recompute_ratio"])
 
 
