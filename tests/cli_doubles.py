@@ -1,7 +1,8 @@
 """Fixtures and doubles shared by the CLI tests that run `ragcache ask` through typer's runner:
 a tiny model folder, a fresh `$RAGCACHE_HOME`, a notes folder and a fixed model answer.
 Import the fixtures into a test module (`from cli_doubles import home, tiny_dir  # noqa: F401`).
-A test sends Ctrl-C to a child process through :func:`interrupt_cli`."""
+Every test that sends Ctrl-C to a child process does it through :func:`interrupt_cli`, or starts the
+child with ``preexec_fn=sigint_default`` (:func:`sigint_default`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from ragcache.backend import BackendResult, CacheUsage
+
+_runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,43 @@ def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop
 
     monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
     return calls
+
+
+def cli(*args: str):
+    """``ragcache *args`` through typer's runner; asserts exit code 0 and returns the result."""
+    from ragcache.app.cli import app
+
+    r = _runner.invoke(app, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def ask_two_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fill the stores the settings point at through ``ragcache ask``, as the ``ragcache cache`` tests read
+    them: one real ask of a tiny random model (``tiny_llama(seed=1)``, saved under ``tmp_path / "tiny"``)
+    over two notes (``tmp_path / "notes"``: ``backups.md``, ``deploy.md``) that stores their chunk KV and
+    no answer; then, the local backend answering ``answer to [<question>]``, one ask of each note's
+    question (two answers stored). Returns the ``ask`` arguments (notes, model, ``--top-k 1``)."""
+    from ragcache.testing import tiny_llama
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC and are kept for 30 days.")
+    (notes / "deploy.md").write_text("Deploys go out on Tuesdays after the change review.")
+    model = tmp_path / "tiny"
+    lm = tiny_llama(seed=1)
+    lm.model.save_pretrained(model)
+    lm.tokenizer.save_pretrained(model)
+    base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
+    cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # the real engine: chunk KV stored
+
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
+        return BackendResult(f"answer to [{layout.question}]", "model", CacheUsage.local(prompt_tokens=5))
+
+    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
+    cli(*base, "When do backups run?")
+    cli(*base, "When do deploys go out?")
+    return base
 
 
 def sigint_default() -> None:

@@ -61,14 +61,51 @@ def tiny_wide3():
     return tiny_llama(seed=3, initializer_range=0.2)
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    """A :class:`~ragcache.LocalEngine` on ``tiny_seed1`` without a calibration record (exact prefill),
-    one per test module. A module that needs another engine (other weights, a chunk cache, a block
-    size, a recording subclass, a server around it) defines its own ``engine``, which overrides this."""
-    from ragcache import LocalEngine
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "engine(model='tiny_seed1', *, cls=LocalEngine, blending=False, **engine_kwargs): the engine "
+                   "the `engine` and `fresh_engine` fixtures build for this module (see tests/conftest.py)")
 
-    return LocalEngine(tiny_seed1, calibration=False)
+
+def _build_engine(request):
+    """The engine an ``engine`` marker asks for: the module's for :func:`engine`; for :func:`fresh_engine`
+    the closest one (test, class, module).
+
+    Without a marker: ``LocalEngine(tiny_seed1, calibration=False)``, exact prefill. A marker replaces that:
+    ``model`` is a model fixture's name (``"tiny"``, ``"tiny_wide"``, ...) or a dict of :func:`tiny_llama`
+    keyword arguments (weights for this module alone); ``cls`` a ``LocalEngine`` subclass (a recording
+    double); ``blending=True`` gives the engine a float32 in-memory chunk cache that blends on any hit at
+    r = 0.15 (:func:`engine_doubles.blending_engine`); the other keyword arguments go to the engine as given,
+    so ``pytest.mark.engine("tiny_seed1")`` is ``LocalEngine(tiny_seed1)``, its calibration record looked up."""
+    from engine_doubles import blending_engine
+    from ragcache import LocalEngine
+    from ragcache.testing import tiny_llama
+
+    marker = request.node.get_closest_marker("engine")
+    if marker is None:
+        return LocalEngine(request.getfixturevalue("tiny_seed1"), calibration=False)
+    kwargs = dict(marker.kwargs)
+    model = marker.args[0] if marker.args else kwargs.pop("model", "tiny_seed1")
+    cls = kwargs.pop("cls", LocalEngine)
+    loaded = tiny_llama(**model) if isinstance(model, dict) else request.getfixturevalue(model)
+    if kwargs.pop("blending", False):
+        return blending_engine(loaded, cls=cls, **kwargs)
+    return cls(loaded, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def engine(request):
+    """A :class:`~ragcache.LocalEngine` shared by the tests of a module; by default on ``tiny_seed1``
+    without a calibration record (exact prefill). A module that needs another one (other weights, a chunk
+    cache, a block size, a recording subclass) says so with ``pytestmark = pytest.mark.engine(...)``
+    (see :func:`_build_engine`)."""
+    return _build_engine(request)
+
+
+@pytest.fixture()
+def fresh_engine(request):
+    """The engine of :func:`engine`, built anew for each test: for tests whose caches must start empty."""
+    return _build_engine(request)
 
 
 @pytest.fixture(scope="session")

@@ -2,17 +2,18 @@
 shared by the unit contract and the ``ragcache ask`` process contract; at their defaults, a LangChain
 chain and the LlamaIndex query engine too (the defaults case); and RagCache's entries of the tenant
 case (:class:`~ragcache.testing.answer_contract.TenantKVContract`) over a local engine.
-``ragcache ask`` has no tenant case: it is one user's command, its requests are the default tenant's."""
+``ragcache ask`` has no tenant case: it is one user's command, its requests are the default tenant's.
+Also the LlamaIndex and proxy doubles of every contract test (fixed nodes and retriever, a scripted
+backend, a scripted Anthropic upstream) and :class:`Text`, a prompt as the scripted model reads it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from typing import Any
 
 from ragcache.answering import Answer
 from ragcache.backend import CacheUsage
@@ -100,7 +101,7 @@ def _chunks(folder: Path) -> list:
     return list(scan_folder(folder).chunks())
 
 
-class _Text:
+class Text:
     """What :class:`ScriptedBackend` reads of a prompt (``render()``)."""
 
     def __init__(self, text: str) -> None:
@@ -108,6 +109,103 @@ class _Text:
 
     def render(self) -> str:
         return self.text
+
+
+def fixed_nodes(texts: list[str]) -> list:
+    """``texts`` as LlamaIndex nodes (ids ``n0``, ``n1``, ...), each scored 1.0."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    return [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(texts)]
+
+
+def fixed_retriever(nodes: list) -> Any:
+    """A LlamaIndex retriever that returns ``nodes`` for every query."""
+    from llama_index.core.retrievers import BaseRetriever
+
+    class Fixed(BaseRetriever):
+        def _retrieve(self, query_bundle: Any) -> list:
+            return list(nodes)
+
+    return Fixed()
+
+
+def scripted_llamaindex_backend(backend: ScriptedBackend, llm: Any, *, declares_blend: bool = False) -> Any:
+    """A LlamaIndex backend on ``llm`` whose answers (``generate``, ``agenerate``, and ``stream`` /
+    ``astream``: the text in two pieces, then the result) come from the scripted ``backend``, under its
+    name and model id. ``declares_blend``: it declares the scripted model's blend setting (as a
+    RagCacheLLM declares its engine's); else the LLM's (none for MockLLM)."""
+    from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
+
+    class Scripted(LlamaIndexBackend):
+        name = property(lambda self: backend.name)  # type: ignore[assignment]
+        model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
+        if declares_blend:
+            blend_setting = property(lambda self: backend.blend_setting)  # type: ignore[assignment]
+
+        def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
+            return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
+
+        async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
+                            tenant: Any = None) -> Any:
+            return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                           tenant=tenant)
+
+        def stream(self, layout: Any, *, tenant: Any = None) -> Any:
+            r = backend.generate(layout, max_new_tokens=0, temperature=0.0, tenant=tenant)
+            yield r.text[:7]
+            yield r.text[7:]
+            yield r
+
+        async def astream(self, layout: Any, *, tenant: Any = None) -> Any:
+            for item in self.stream(layout, tenant=tenant):
+                yield item
+
+    return Scripted(llm)
+
+
+ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
+
+
+def scripted_upstream(backend: ScriptedBackend) -> Any:
+    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
+    null stop reason (JSON) or a stream cut before its ``message_delta``."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    async def messages(request: Request) -> Any:
+        body = await request.json()
+        text = json.dumps(body["messages"])
+        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
+        stop = ANTHROPIC_STOP[r.finish_reason]
+        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
+               "usage": usage}
+        if not body.get("stream"):
+            return JSONResponse(msg)
+
+        def ev(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        async def events() -> Any:
+            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
+            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}})
+            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": r.text}})
+            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+            if stop is not None:  # else: cut before the end
+                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
+                                                                              "stop_sequence": None},
+                                           "usage": {"output_tokens": r.usage.completion_tokens}})
+                yield ev("message_stop", {"type": "message_stop"})
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
 
 
 class LangChainEntry:
@@ -130,7 +228,7 @@ class LangChainEntry:
 
         class Scripted(ChatRagCache):
             def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-                r = backend.generate(_Text(" ".join(m.text for m in messages)), max_new_tokens=self.max_tokens,
+                r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=self.max_tokens,
                                      temperature=0.0)
                 return ChatResult(generations=[ChatGeneration(message=self._message(r, []))])
 
@@ -156,26 +254,12 @@ class LlamaIndexEntry:
 
     def __init__(self, backend: ScriptedBackend, folder: Path) -> None:
         from llama_index.core.llms import MockLLM
-        from llama_index.core.retrievers import BaseRetriever
         from llama_index.core.schema import NodeWithScore, TextNode
         from llama_index.query_engine.ragcache import RagCacheQueryEngine
-        from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
 
         nodes = [NodeWithScore(node=TextNode(text=c.text), score=1.0 - i / 10) for i, c in enumerate(_chunks(folder))]
-
-        class Fixed(BaseRetriever):
-            def _retrieve(self, query_bundle: Any) -> list:
-                return list(nodes)
-
-        class Scripted(LlamaIndexBackend):
-            name = property(lambda self: backend.name)  # type: ignore[assignment]
-            model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
-
-            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
-                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
-
-        self.engine = RagCacheQueryEngine(Fixed(), MockLLM(), system_prompt="Answer from the documents.")
-        self.engine._backend = Scripted(MockLLM())
+        self.engine = RagCacheQueryEngine(fixed_retriever(nodes), MockLLM(), system_prompt="Answer from the documents.")
+        self.engine._backend = scripted_llamaindex_backend(backend, MockLLM())
 
     def ask(self, question: str) -> Answer:
         resp = self.engine.query(question)

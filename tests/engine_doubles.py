@@ -1,7 +1,10 @@
-"""Engine test doubles shared by the OpenAI-compatible server, backend and framework tests."""
+"""Engine test doubles and builders shared by the server, backend, framework and KV tests."""
 
 from __future__ import annotations
 
+import torch
+
+from ragcache.engine.chunk import ChunkCache, MemoryChunkStore
 from ragcache.engine.engine import LocalEngine
 
 
@@ -17,3 +20,16 @@ class RecordingEngine(LocalEngine):
             if ev.generation is not None:
                 self.generations.append(ev.generation)
             yield ev
+
+
+def chunk_engine(loaded, store=None, *, cls=LocalEngine, **kw):
+    """A ``cls`` on ``loaded`` with a float32 :class:`ChunkCache` over ``store`` (default: a new
+    :class:`MemoryChunkStore`) that reuses chunk KV on any hit (``min_reuse_tokens=0``); ``kw`` go to the engine."""
+    store = MemoryChunkStore() if store is None else store
+    return cls(loaded, chunk_cache=ChunkCache(store, dtype=torch.float32), min_reuse_tokens=0, **kw)
+
+
+def blending_engine(loaded, store=None, *, cls=LocalEngine, **kw):
+    """A :func:`chunk_engine` that blends every hit at r = 0.15 without a calibration record (without a
+    record or a given ratio an engine prefills exactly)."""
+    return chunk_engine(loaded, store, cls=cls, calibration=False, recompute_ratio=0.15, **kw)

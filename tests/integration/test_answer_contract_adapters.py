@@ -27,9 +27,6 @@ prompt cache is per API key; the local servers' tenants are checked in ``test_te
 from __future__ import annotations
 
 import asyncio
-import json
-from functools import reduce
-from operator import add
 from typing import Any
 
 import pytest
@@ -38,10 +35,23 @@ pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
-from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.messages import HumanMessage  # noqa: E402
 
+from adapter_doubles import (  # noqa: E402
+    DOCS,
+    SYSTEM,
+    ScriptedChat,
+    lc_answer,
+    lc_call,
+    scripted_chat_rag_cache,
+    usage_of as _usage,
+)
+from contract_entries import (  # noqa: E402
+    fixed_nodes,
+    fixed_retriever,
+    scripted_llamaindex_backend,
+    scripted_upstream,
+)
 from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
@@ -54,24 +64,6 @@ from ragcache.testing.answer_contract import (  # noqa: E402
     TenantKVContract,
 )
 
-DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
-        "Deploys go out on Tuesdays after the change review meeting."]
-SYSTEM = "Answer from the documents. Be brief."
-
-
-class Text:
-    """What ScriptedBackend reads of a prompt (``render()``)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def render(self) -> str:
-        return self.text
-
-
-def _usage(d: Any) -> CacheUsage:
-    return CacheUsage(**{k: v for k, v in dict(d or {}).items() if k in CacheUsage.__dataclass_fields__})
-
 
 # ---------------------------------------------------------------------------------------------- LlamaIndex
 class LlamaIndexEntry:
@@ -81,44 +73,12 @@ class LlamaIndexEntry:
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
         from llama_index.core.llms import MockLLM
-        from llama_index.core.retrievers import BaseRetriever
-        from llama_index.core.schema import NodeWithScore, TextNode
         from llama_index.query_engine.ragcache import RagCacheQueryEngine
-        from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
-
-        nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(DOCS)]
-
-        class Fixed(BaseRetriever):
-            def _retrieve(self, query_bundle: Any) -> list:
-                return list(nodes)
-
-        class Scripted(LlamaIndexBackend):
-            name = property(lambda self: backend.name)  # type: ignore[assignment]
-            model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
-            blend_setting = property(lambda self: backend.blend_setting)  # type: ignore[assignment]
-
-            def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
-                return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
-
-            async def agenerate(self, layout: Any, *, max_new_tokens: int, temperature: float,
-                                tenant: Any = None) -> Any:
-                return await backend.agenerate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                               tenant=tenant)
-
-            def stream(self, layout: Any, *, tenant: Any = None) -> Any:
-                r = backend.generate(layout, max_new_tokens=0, temperature=0.0, tenant=tenant)
-                yield r.text[:7]
-                yield r.text[7:]
-                yield r
-
-            async def astream(self, layout: Any, *, tenant: Any = None) -> Any:
-                for item in self.stream(layout, tenant=tenant):
-                    yield item
 
         self.name, self.mode = f"LlamaIndex {mode}", mode
-        self.engine = RagCacheQueryEngine(Fixed(), MockLLM(), semantic_cache=store, system_prompt=SYSTEM, lint="off",
-                                          streaming=mode in ("stream", "astream"))
-        self.engine._backend = Scripted(MockLLM())
+        self.engine = RagCacheQueryEngine(fixed_retriever(fixed_nodes(DOCS)), MockLLM(), semantic_cache=store,
+                                          system_prompt=SYSTEM, lint="off", streaming=mode in ("stream", "astream"))
+        self.engine._backend = scripted_llamaindex_backend(backend, MockLLM(), declares_blend=True)
 
     def ask(self, question: str) -> Answer:
         if self.mode == "query":
@@ -142,52 +102,6 @@ class LlamaIndexEntry:
 
 
 # ---------------------------------------------------------------------------------------------- LangChain
-NATIVE = {"stop": ("finish_reason", "stop"), "length": ("finish_reason", "length"),
-          "content_filter": ("finish_reason", "content_filter"), "refusal": ("stop_reason", "refusal"),
-          "incomplete": ("finish_reason", None)}
-
-
-class ScriptedChat(BaseChatModel):
-    """A LangChain chat model over the scripted model: provider-style native end reasons, and
-    ragcache's record of the layer (as ChatRagCache reports it)."""
-
-    backend: Any = None
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-chat"
-
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return {"model_name": "scripted-1", "max_tokens": 64}
-
-    @property
-    def blend_setting(self) -> str | None:  # as ChatRagCache declares it (the middleware reads it)
-        return self.backend.blend_setting
-
-    def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-        from langchain_ragcache.usage import usage_metadata
-
-        r = self.backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=64, temperature=0.0)
-        key, native = NATIVE[r.finish_reason]
-        msg = AIMessage(r.text, usage_metadata=usage_metadata(r.usage), response_metadata={
-            key: native, "model_name": "scripted-1",
-            "ragcache": {"layer": r.layer, "approximate": r.approximate, "recompute_ratio": r.recompute_ratio,
-                         "blend_setting": r.blend_setting, "usage": r.usage.to_dict()}})
-        return ChatResult(generations=[ChatGeneration(message=msg)])
-
-
-def lc_answer(question: str, msg: Any) -> Answer:
-    """An Answer read from a LangChain message: ragcache's record, the finish reason in ragcache's words."""
-    from langchain_ragcache.results import finish_reason_of
-
-    rec = msg.response_metadata["ragcache"]
-    finish = rec.get("finish_reason") or finish_reason_of(msg)
-    return Answer(question, msg.text, rec["layer"], _usage(rec.get("usage")), finish_reason=finish,
-                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"),
-                  blend_setting=rec.get("blend_setting"))
-
-
 class MiddlewareEntry:
     """An agent (``create_agent``) whose model is the scripted chat model, with RagCacheMiddleware."""
 
@@ -216,92 +130,17 @@ class ChatRagCacheEntry:
     stores_length = True
 
     def __init__(self, backend: ScriptedBackend, store: SemanticCache, mode: str) -> None:
-        from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
-        from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
-
-        class Scripted(ChatRagCache):
-            def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-                r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
-                yield r.text
-                box["result"] = r
-                yield r
-
-            async def _apieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-                for item in self._pieces(messages, stop, opts, kwargs, box):
-                    yield item
-
-            def _blend_for(self, kwargs: Any) -> Any:  # the scripted model's setting, as the engine's would be
-                return backend.blend_setting
-
-            def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-                box: dict = {}
-                *_, r = self._pieces(messages, stop, {}, kw, box)
-                return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
+        from langchain_ragcache import RagCacheSemanticCache
 
         self.name, self.mode = f"ChatRagCache {mode}", mode
-        self.model = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), max_tokens=64,
-                              cache=RagCacheSemanticCache(store))
+        self.model = scripted_chat_rag_cache(backend, declares_blend=True, max_tokens=64,
+                                             cache=RagCacheSemanticCache(store))
 
     def ask(self, question: str) -> Answer:
-        msgs = [HumanMessage(question)]
-        if self.mode == "stream":
-            msg = reduce(add, self.model.stream(msgs))
-        elif self.mode == "astream":
-            async def run() -> Any:
-                return reduce(add, [c async for c in self.model.astream(msgs)])
-
-            msg = asyncio.run(run())
-        else:
-            msg = self.model.invoke(msgs)
-        return lc_answer(question, msg)
+        return lc_answer(question, lc_call(self.model, [HumanMessage(question)], self.mode))
 
 
 # ---------------------------------------------------------------------------------------------- proxy
-ANTHROPIC_STOP = {"stop": "end_turn", "length": "max_tokens", "refusal": "refusal", "incomplete": None}
-
-
-def scripted_upstream(backend: ScriptedBackend) -> Any:
-    """An Anthropic Messages server (JSON and SSE) answering with the scripted model: ``incomplete`` is a
-    null stop reason (JSON) or a stream cut before its ``message_delta``."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
-    from starlette.routing import Route
-
-    async def messages(request: Request) -> Any:
-        body = await request.json()
-        text = json.dumps(body["messages"])
-        r = await backend.agenerate(Text(text), max_new_tokens=body["max_tokens"], temperature=0.0)
-        stop = ANTHROPIC_STOP[r.finish_reason]
-        usage = {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        msg = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-               "content": [{"type": "text", "text": r.text}], "stop_reason": stop, "stop_sequence": None,
-               "usage": usage}
-        if not body.get("stream"):
-            return JSONResponse(msg)
-
-        def ev(kind: str, data: dict) -> bytes:
-            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
-        async def events() -> Any:
-            yield ev("message_start", {"type": "message_start", "message": {**msg, "content": [], "stop_reason": None}})
-            yield ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                             "content_block": {"type": "text", "text": ""}})
-            yield ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                             "delta": {"type": "text_delta", "text": r.text}})
-            yield ev("content_block_stop", {"type": "content_block_stop", "index": 0})
-            if stop is not None:  # else: cut before the end
-                yield ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
-                                                                              "stop_sequence": None},
-                                           "usage": {"output_tokens": r.usage.completion_tokens}})
-                yield ev("message_stop", {"type": "message_stop"})
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
-
-
 class ProxyEntry:
     """The proxy in front of the scripted upstream, called with the real anthropic SDK. An Anthropic
     upstream reports no blended prefill, so the scripted model here reports none either; Anthropic
@@ -454,16 +293,7 @@ class ChatTenantEntry:
         from langchain_core.messages import SystemMessage
 
         msgs = [SystemMessage(TENANT_SYSTEM), HumanMessage("\n\n".join([*TENANT_DOCS, f"Question: {question}"]))]
-        if self.mode == "stream":
-            msg = reduce(add, self.model.stream(msgs))
-        elif self.mode == "astream":
-            async def run() -> Any:
-                return reduce(add, [c async for c in self.model.astream(msgs)])
-
-            msg = asyncio.run(run())
-        else:
-            msg = self.model.invoke(msgs)
-        return lc_answer(question, msg)
+        return lc_answer(question, lc_call(self.model, msgs, self.mode))
 
 
 class MiddlewareTenantEntry:
@@ -511,21 +341,14 @@ class QueryEngineTenantEntry(LlamaIndexEntry):
     (``query`` / ``stream`` / ``aquery`` / ``astream``) or ``for_tenant`` (``query``)."""
 
     def __init__(self, engine: Any, tenant: str, mode: str, *, per_request: bool = False) -> None:
-        from llama_index.core.retrievers import BaseRetriever
-        from llama_index.core.schema import NodeWithScore, TextNode
         from llama_index.llms.ragcache import RagCacheLLM
         from llama_index.query_engine.ragcache import RagCacheQueryEngine
 
-        nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(TENANT_DOCS)]
-
-        class Fixed(BaseRetriever):
-            def _retrieve(self, query_bundle: Any) -> list:
-                return list(nodes)
-
         self.name = f"query engine {mode}{' for_tenant' if per_request else ''}"
         self.mode = mode
-        qe = RagCacheQueryEngine(Fixed(), RagCacheLLM(engine, max_new_tokens=2), semantic_cache=False,
-                                 system_prompt=TENANT_SYSTEM, lint="off", streaming=mode in ("stream", "astream"),
+        qe = RagCacheQueryEngine(fixed_retriever(fixed_nodes(TENANT_DOCS)), RagCacheLLM(engine, max_new_tokens=2),
+                                 semantic_cache=False, system_prompt=TENANT_SYSTEM, lint="off",
+                                 streaming=mode in ("stream", "astream"),
                                  **({} if per_request else {"namespace": tenant}))
         self.engine = qe.for_tenant(tenant) if per_request else qe
 

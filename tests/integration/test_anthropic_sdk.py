@@ -9,7 +9,6 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("starlette")
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.prompt.layout import PromptLayout  # noqa: E402
 from ragcache.providers.anthropic.backend import AnthropicBackend  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
@@ -32,10 +31,7 @@ def note(i: int) -> dict:
 NOTES = [note(i) for i in range(12)]
 
 
-@pytest.fixture(scope="module")
-def engine(tiny):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return LocalEngine(tiny)
+pytestmark = pytest.mark.engine("tiny")
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,10 @@ import json
 
 import httpx
 import pytest
-import torch
 
 from engine_doubles import RecordingEngine
-from ragcache.engine.chunk.cache import ChunkCache
-from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.server.app import running_server
 
-pytestmark = pytest.mark.integration
 
 DOCS = [
     "Brakes: adjust the brake cable tension with the barrel adjuster, then centre the caliper with a 5 mm hex key "
@@ -29,10 +25,7 @@ DOCS = [
 KEY = {"x-api-key": "local", "authorization": "Bearer local"}  # one tenant on both routes
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_seed1, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
+pytestmark = [pytest.mark.integration, pytest.mark.engine(cls=RecordingEngine, blending=True)]
 
 
 @pytest.fixture(scope="module")

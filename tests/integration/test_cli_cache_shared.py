@@ -8,21 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("psycopg")
 pytest.importorskip("redis")
 
-from ragcache.app.cli import app  # noqa: E402
-from ragcache.backend import BackendResult, CacheUsage  # noqa: E402
-
-runner = CliRunner()
-
-
-def cli(*args):
-    r = runner.invoke(app, list(args), catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r
+from cli_doubles import ask_two_answers, cli  # noqa: E402
 
 
 def stats() -> dict:
@@ -31,29 +21,11 @@ def stats() -> dict:
 
 @pytest.fixture()
 def shared(tmp_path, monkeypatch, pg_server, valkey_server):
-    from ragcache.testing import tiny_llama
-
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAGCACHE_SEMANTIC_URL", pg_server.url)
     monkeypatch.setenv("RAGCACHE_KV_URL", valkey_server.url)
     cli("cache", "clear", "--yes")  # the default schema and key prefix: start from empty stores
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC and are kept for 30 days.")
-    (notes / "deploy.md").write_text("Deploys go out on Tuesdays after the change review.")
-    model = tmp_path / "tiny"
-    lm = tiny_llama(seed=1)
-    lm.model.save_pretrained(model)
-    lm.tokenizer.save_pretrained(model)
-    base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
-    cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV to Valkey
-
-    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
-        return BackendResult(f"answer to [{layout.question}]", "model", CacheUsage.local(prompt_tokens=5))
-
-    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
-    cli(*base, "When do backups run?")
-    cli(*base, "When do deploys go out?")
+    base = ask_two_answers(tmp_path, monkeypatch)  # chunk KV to Valkey, two answers to PostgreSQL
     cli(*base, "When do backups run?")  # a hit
     yield {"base": base, "pg": pg_server.url, "valkey": valkey_server.url}
     cli("cache", "clear", "--yes")

@@ -14,7 +14,6 @@ pytest.importorskip("prometheus_client")
 import uvicorn  # noqa: E402
 
 from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.metrics import CacheMetrics  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
@@ -34,9 +33,7 @@ def serving(app):
     return running_server(None, app=app)
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_wide):
-    return LocalEngine(tiny_wide)  # wide init: varied text, so a stop string occurs
+pytestmark = pytest.mark.engine("tiny_wide")  # wide init: varied text, so a stop string occurs
 
 
 @pytest.fixture()

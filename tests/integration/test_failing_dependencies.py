@@ -132,7 +132,7 @@ def test_langchain_answers_without_a_failing_embedder(embedder, mode, caplog, mo
 @pytest.mark.parametrize("mode", ["raise", "hang"])
 def test_the_proxy_forwards_without_a_failing_embedder(embedder, mode, stream):
     anthropic = pytest.importorskip("anthropic")
-    from integration.test_answer_contract_adapters import scripted_upstream
+    from contract_entries import scripted_upstream
 
     from ragcache.providers.anthropic.backend import sdk_kwargs
     from ragcache.server.app import running_server

@@ -12,6 +12,7 @@ import torch
 
 from ragcache.engine.chunk import ChunkCache, ChunkHit, ChunkMiss, DiskChunkStore, MemoryChunkStore
 from ragcache.engine.engine import LocalEngine
+from engine_doubles import blending_engine, chunk_engine
 from ragcache.hashing import hash_chunk
 from ragcache.models import LoadedModel
 
@@ -48,11 +49,10 @@ def shared_store(request, tmp_path):
     return store_factory(request.param, tmp_path, url)
 
 
-def engine(loaded, store, namespace):
-    # no prefix cache in these requests, and blending on any hit, so the chunk store alone decides reuse
-    # (r = 0.15 given: without a calibration record an engine would prefill exactly)
-    return LocalEngine(loaded, chunk_cache=ChunkCache(store(), dtype=torch.float32), namespace=namespace,
-                       min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)
+def shared_engine(loaded, store, namespace):
+    """A blending engine (any hit blended) on a new handle of the shared ``store``: with the prefix cache
+    off in :func:`ask`, the chunk store alone decides reuse."""
+    return blending_engine(loaded, store(), namespace=namespace)
 
 
 def ask(eng, question="How long does the canary last?"):
@@ -62,7 +62,7 @@ def ask(eng, question="How long does the canary last?"):
 @pytest.mark.parametrize("first,second", [("tenant-a", "tenant-b"), ("tenant-a", None), (None, ""),
                                           ("A", "a")])
 def test_engines_with_different_namespaces_never_share_chunk_kv(tiny, shared_store, first, second):
-    a, b = engine(tiny, shared_store, first), engine(tiny, shared_store, second)
+    a, b = shared_engine(tiny, shared_store, first), shared_engine(tiny, shared_store, second)
     assert ask(a).stats.docs_missed == 3
     assert ask(a, "When do rollbacks happen?").stats.docs_hit == 3  # A reuses its own chunks
     got = ask(b)
@@ -100,19 +100,18 @@ def _changed_in_memory(loaded, scale=0.05):
 
 
 def test_new_namespace_after_in_memory_weight_change_stops_chunk_reuse(tiny, shared_store, tmp_path):
-    old = engine(tiny, shared_store, "weights-v1")
+    old = shared_engine(tiny, shared_store, "weights-v1")
     ask(old)
     changed = _changed_in_memory(tiny)
-    new = engine(changed, shared_store, "weights-v2")
+    new = shared_engine(changed, shared_store, "weights-v2")
     assert new.fingerprint.digest == old.fingerprint.digest  # what no digest can see
     got = ask(new)
     assert got.stats.docs_hit == 0 and not got.stats.approximate
-    fresh = LocalEngine(changed, chunk_cache=ChunkCache(MemoryChunkStore(), dtype=torch.float32),
-                        min_reuse_tokens=0, calibration=False)
+    fresh = chunk_engine(changed, calibration=False)
     right = ask(fresh)
     assert torch.equal(got.first_logits, right.first_logits) and got.token_ids == right.token_ids
     # the remedy is needed: under the old namespace the changed model reads the old weights' KV
-    stale = ask(engine(changed, shared_store, "weights-v1"))
+    stale = ask(shared_engine(changed, shared_store, "weights-v1"))
     assert stale.stats.docs_hit == 3
     assert (stale.first_logits - right.first_logits).abs().max() > 1e-3
 
@@ -149,8 +148,7 @@ def test_one_valkey_round_trip_for_a_requests_chunk_lookups(tiny, valkey_server,
     from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
 
     store = RedisChunkStore(valkey_server.url, prefix=f"rt{uuid.uuid4().hex[:8]}:")
-    eng = LocalEngine(tiny, chunk_cache=ChunkCache(store, dtype=torch.float32), min_reuse_tokens=0,
-                      calibration=False)
+    eng = chunk_engine(tiny, store, calibration=False)
     docs = DOCS + ["Configuration changes are reviewed by two engineers and rolled out on weekdays before noon."]
     eng.generate(rag(docs=docs), max_new_tokens=1, use_prefix_cache=False)  # stores the 4 chunks
     trips: list[str] = []

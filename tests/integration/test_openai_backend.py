@@ -5,18 +5,15 @@ into CacheUsage adds up and equals the engine's own accounting, provider-cache f
 from __future__ import annotations
 
 import pytest
-import torch
 
 openai = pytest.importorskip("openai")
 
 from ragcache import PromptLayout, RagCache, SemanticCache  # noqa: E402
-from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
-from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
 from ragcache.prompt.segments import as_document as _as_document, canonical_documents, render_document  # noqa: E402
 from ragcache.providers.openai import OpenAIBackend, layout_messages, openai_tools  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import HashingEmbedder, tiny_llama  # noqa: E402
+from ragcache.testing import HashingEmbedder  # noqa: E402
 
 DOCS = [
     {"id": "refunds", "text": "Refunds reach the original card within 14 days of the warehouse inspection, which "
@@ -28,11 +25,7 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_llama(seed=2), chunk_cache=cc, min_reuse_tokens=0, calibration=False,
-                          recompute_ratio=0.15)
+pytestmark = pytest.mark.engine({"seed": 2}, cls=RecordingEngine, blending=True)
 
 
 @pytest.fixture(scope="module")

@@ -8,15 +8,11 @@ import functools
 import operator
 
 import pytest
-import torch
 
 pytest.importorskip("openai")
 
-from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
-from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 
 DOCS = [
     ("Chains: replace the chain every 3,000 km or when the checker gauge drops into the 0.75 slot; a worn chain "
@@ -28,11 +24,7 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_llama(seed=4), chunk_cache=cc, min_reuse_tokens=0, calibration=False,
-                          recompute_ratio=0.15)
+pytestmark = pytest.mark.engine({"seed": 4}, cls=RecordingEngine, blending=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,10 @@ import json
 
 import httpx
 import pytest
-import torch
 
 openai = pytest.importorskip("openai")
 
-from ragcache.engine.chunk.cache import ChunkCache  # noqa: E402
 from engine_doubles import RecordingEngine  # noqa: E402
-from ragcache.engine.chunk.stores import MemoryChunkStore  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 
 SYSTEM = "You are the support assistant of a bicycle shop. Answer from the manual excerpts in one sentence."
@@ -29,11 +26,7 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    return RecordingEngine(tiny_seed1, chunk_cache=cc, min_reuse_tokens=0, calibration=False,
-                          recompute_ratio=0.15)
+pytestmark = pytest.mark.engine(cls=RecordingEngine, blending=True)
 
 
 @pytest.fixture(scope="module")

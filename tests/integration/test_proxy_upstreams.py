@@ -24,7 +24,6 @@ from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import create_local_app, running_server  # noqa: E402
@@ -74,9 +73,7 @@ def body(question, **extra):
             "messages": [{"role": "user", "content": content}], **extra}
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_wide):
-    return LocalEngine(tiny_wide)  # wide init: varied text, so the stop string occurs
+pytestmark = pytest.mark.engine("tiny_wide")  # wide init: varied text, so the stop string occurs
 
 
 @pytest.fixture()

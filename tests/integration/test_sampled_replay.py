@@ -15,8 +15,6 @@ SDK over loopback HTTP); each over an in-memory SemanticCache and the contract's
 from __future__ import annotations
 
 import asyncio
-from functools import reduce
-from operator import add
 from typing import Any
 
 import pytest
@@ -25,9 +23,21 @@ pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
-from integration.test_answer_contract_adapters import DOCS, SYSTEM, ScriptedChat, Text, lc_answer, scripted_upstream  # noqa: E402
+from adapter_doubles import (  # noqa: E402
+    DOCS,
+    SYSTEM,
+    ScriptedChat,
+    lc_answer,
+    lc_call,
+    scripted_chat_rag_cache,
+)
+from contract_entries import (  # noqa: E402
+    fixed_nodes,
+    fixed_retriever,
+    scripted_llamaindex_backend,
+    scripted_upstream,
+)
 from langchain_core.messages import HumanMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 
 from ragcache.answering import AnswerPath, Sampling  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
@@ -91,56 +101,27 @@ def _lc(msg: Any) -> Outcome:
 
 
 def chatragcache_entry(backend, store, *, temperature, seed=None, n=1, opt=False, mode="stream", servers=None):
-    from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
-    from langchain_ragcache.chat_models import TINY_RANDOM_MODEL, shared_engine
+    from langchain_ragcache import RagCacheSemanticCache
 
-    class Scripted(ChatRagCache):
-        def _pieces(self, messages: Any, stop: Any, opts: Any, kwargs: Any, box: dict) -> Any:
-            r = backend.generate(Text(" ".join(m.text for m in messages)), max_new_tokens=0, temperature=0.0)
-            yield r.text
-            box["result"] = r
-            yield r
-
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
-            *_, r = self._pieces(messages, stop, {}, kw, {})
-            return ChatResult(generations=[ChatGeneration(message=self._final(r)[1])])
-
-    model = Scripted(engine=shared_engine(TINY_RANDOM_MODEL, chunk_cache=False), max_tokens=64,
-                     temperature=temperature if temperature is not None else 0.0, seed=seed,
-                     cache=RagCacheSemanticCache(store, cache_sampled=opt))
+    model = scripted_chat_rag_cache(backend, max_tokens=64, temperature=temperature if temperature is not None else 0.0,
+                                    seed=seed, cache=RagCacheSemanticCache(store, cache_sampled=opt))
 
     def ask() -> Outcome:
         msgs = [HumanMessage(Q)]
-        return _lc(reduce(add, model.stream(msgs)) if mode == "stream" else model.invoke(msgs))
+        return _lc(lc_call(model, msgs, mode))
     return ask
 
 
 def llamaindex_entry(backend, store, *, temperature, seed=None, n=1, opt=False, mode="query", servers=None):
     from llama_index.core.llms import MockLLM
-    from llama_index.core.retrievers import BaseRetriever
-    from llama_index.core.schema import NodeWithScore, TextNode
     from llama_index.query_engine.ragcache import RagCacheQueryEngine
-    from llama_index.query_engine.ragcache.backend import LlamaIndexBackend
-
-    nodes = [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0) for i, t in enumerate(DOCS)]
-
-    class Fixed(BaseRetriever):
-        def _retrieve(self, query_bundle: Any) -> list:
-            return list(nodes)
-
-    class Scripted(LlamaIndexBackend):
-        name = property(lambda self: backend.name)  # type: ignore[assignment]
-        model_id = property(lambda self: backend.model_id)  # type: ignore[assignment]
-
-        def generate(self, layout: Any, *, max_new_tokens: int, temperature: float, tenant: Any = None) -> Any:
-            return backend.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
     llm = MockLLM()
     object.__setattr__(llm, "temperature", temperature)  # what RagCacheQueryEngine reads of an LLM's sampling
     object.__setattr__(llm, "seed", seed)
-    engine = RagCacheQueryEngine(Fixed(), llm, semantic_cache=store, system_prompt=SYSTEM, lint="off",
-                                 cache_sampled=opt)
-    engine._backend = Scripted(llm)
+    engine = RagCacheQueryEngine(fixed_retriever(fixed_nodes(DOCS)), llm, semantic_cache=store, system_prompt=SYSTEM,
+                                 lint="off", cache_sampled=opt)
+    engine._backend = scripted_llamaindex_backend(backend, llm)
 
     def ask() -> Outcome:
         m = engine.query(Q).metadata

@@ -12,7 +12,6 @@ openai = pytest.importorskip("openai")
 from typer.testing import CliRunner  # noqa: E402
 
 from ragcache.providers.anthropic.backend import sdk_kwargs  # noqa: E402
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.server.auth import check_bind, parse_keys, tenant_of  # noqa: E402
@@ -31,9 +30,7 @@ def _no_env_key(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_wide):
-    return LocalEngine(tiny_wide)
+pytestmark = pytest.mark.engine("tiny_wide")
 
 
 class Recorder:

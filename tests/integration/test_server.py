@@ -2,14 +2,12 @@
 caching rules over HTTP (with a small minimum so prompts stay short)."""
 
 import json
-import os
 
 import httpx
 import pytest
 
 anthropic = pytest.importorskip("anthropic")
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
@@ -18,10 +16,7 @@ DOCS = [f"Manual section {i}: adjust the {part} with a {tool} until it turns fre
         enumerate([("brake cable", "5 mm hex key"), ("derailleur", "screwdriver"), ("headset", "32 mm spanner")])]
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return LocalEngine(tiny_seed1)
+pytestmark = pytest.mark.engine("tiny_seed1")
 
 
 @pytest.fixture(scope="module")

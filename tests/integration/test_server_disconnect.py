@@ -48,9 +48,7 @@ class CountingEngine(LocalEngine):
             yield ev
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_seed1):
-    return CountingEngine(tiny_seed1, calibration=False)
+pytestmark = pytest.mark.engine(cls=CountingEngine, calibration=False)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,7 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 MANUAL = ("The espresso machine descales every 200 shots; the grinder burrs are replaced every 18 months, "
@@ -27,9 +25,7 @@ class Clock:
         return self.t
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return LocalEngine(tiny_llama(seed=2), calibration=False)
+pytestmark = pytest.mark.engine({"seed": 2}, calibration=False)
 
 
 def _body(question, *, mark=True, system=MANUAL, **extra):

@@ -11,11 +11,9 @@ import pytest
 
 anthropic = pytest.importorskip("anthropic")
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.providers.anthropic.backend import AnthropicCaching  # noqa: E402
 from ragcache.providers.anthropic.blocks import thinking_setting  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
-from ragcache.testing import tiny_llama  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You review pull requests for the payments service; cite the file and line of every finding. " * 4
@@ -26,9 +24,7 @@ OFF, ON_1024, ON_1500, DISABLED = None, {"type": "enabled", "budget_tokens": 102
     {"type": "enabled", "budget_tokens": 1500}, {"type": "disabled"}
 
 
-@pytest.fixture(scope="module")
-def engine():
-    return LocalEngine(tiny_llama(seed=4, max_position_embeddings=8192), calibration=False)
+pytestmark = pytest.mark.engine({"seed": 4, "max_position_embeddings": 8192}, calibration=False)
 
 
 def body(thinking):

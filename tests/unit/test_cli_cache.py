@@ -6,41 +6,18 @@ import pytest
 from typer.testing import CliRunner
 
 from ragcache.app.cli import app
+from cli_doubles import ask_two_answers, cli
 from ragcache.backend import BackendResult, CacheUsage
 
 runner = CliRunner()
 
 
-def cli(*args):
-    r = runner.invoke(app, list(args), catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    return r
-
-
 @pytest.fixture()
 def populated(tmp_path, monkeypatch):
-    from ragcache.testing import tiny_llama
-
     home = tmp_path / "home"
     monkeypatch.setenv("RAGCACHE_HOME", str(home))
+    base = ask_two_answers(tmp_path, monkeypatch)  # chunk KV on disk, two answers
     notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC and are kept for 30 days.")
-    (notes / "deploy.md").write_text("Deploys go out on Tuesdays after the change review.")
-    model = tmp_path / "tiny"
-    lm = tiny_llama(seed=1)
-    lm.model.save_pretrained(model)
-    lm.tokenizer.save_pretrained(model)
-    base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
-    cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # real engine: chunk KV on disk
-
-    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
-        q = layout.question
-        return BackendResult(f"answer to [{q}]", "model", CacheUsage.local(prompt_tokens=5))
-
-    monkeypatch.setattr("ragcache.engine.backend.LocalBackend.generate", generate)
-    cli(*base, "When do backups run?")
-    cli(*base, "When do deploys go out?")
     return {"home": home, "notes": notes, "base": base}
 
 

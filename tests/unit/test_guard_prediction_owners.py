@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from guard_cases import assert_refused, both, guard_caches
+from guard_cases import assert_refused, both, caches, embedder, kind_cases  # noqa: F401 - fixtures
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.decision.lexicon import lexicon
 from ragcache.semantic.decision.meaning_guards import first_modality
@@ -74,15 +74,7 @@ PARAPHRASES = [
     ("How can I contact you?", "How do I contact you?"),
 ]
 
-CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in both(ps)]
-
-
-@pytest.fixture(scope="module")
-def caches():
-    from ragcache.semantic.embedding import resolve_embedder
-
-    with guard_caches(resolve_embedder(None)) as c:
-        yield c
+CASES = kind_cases(KINDS)
 
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from guard_cases import assert_refused, both, guard_caches
+from guard_cases import assert_refused, both, caches, embedder, kind_cases  # noqa: F401 - fixtures
 from ragcache.semantic import partition_key
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet
 from ragcache.semantic.text import normalize_question
@@ -56,20 +56,7 @@ PARAPHRASES = [  # same kind of words on both sides: must still pass the new gua
 KINDS = {"bound": BOUND, "complement": COMPLEMENT, "relative_time": RELATIVE_TIME}
 
 
-CASES = [(k, a, b) for k, ps in KINDS.items() for a, b in both(ps)]
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    from ragcache.semantic.embedding import resolve_embedder
-
-    return resolve_embedder(None)
-
-
-@pytest.fixture(scope="module")
-def caches(embedder):
-    with guard_caches(embedder) as c:
-        yield c
+CASES = kind_cases(KINDS)
 
 
 @pytest.mark.parametrize(("kind", "stored", "asked"), CASES)

@@ -17,6 +17,7 @@ from ragcache.engine.engine import LocalEngine
 from ragcache.engine.chunk.stores import DiskChunkStore
 from ragcache.identity import DigestCache, adapter_identities, folder_digest, identity_files
 from ragcache.models import LoadedModel, load_model
+from engine_doubles import blending_engine, chunk_engine
 
 DOC_A = "The csv module reads and writes comma separated values; csv.reader yields rows as lists. " * 2
 DOC_B = "The json module encodes Python objects as JSON text and decodes JSON text back into objects. " * 2
@@ -206,12 +207,8 @@ def test_shared_disk_chunk_store_never_serves_the_old_models_kv(sharded, tmp_pat
     """The issue's case: edit the second shard, a second engine on the same DiskChunkStore."""
     store_dir = tmp_path / "chunks"
 
-    def engine(loaded, root):
-        # chunk reuse on every hit, and no prefix cache, so the chunk store alone decides what is reused
-        return LocalEngine(loaded, chunk_cache=ChunkCache(DiskChunkStore(root), dtype=torch.float32),
-                           min_reuse_tokens=0, calibration=False)
-
-    old = engine(load_model(str(sharded)), store_dir)
+    # no prefix cache below, so the chunk store alone decides what is reused
+    old = chunk_engine(load_model(str(sharded)), DiskChunkStore(store_dir), calibration=False)
     assert old.generate(rag_messages(), max_new_tokens=1, use_prefix_cache=False).stats.docs_missed == 2
     assert old.generate(rag_messages("Which module decodes?"), max_new_tokens=1,
                         use_prefix_cache=False).stats.docs_hit == 2
@@ -219,18 +216,18 @@ def test_shared_disk_chunk_store_never_serves_the_old_models_kv(sharded, tmp_pat
 
     _edit_shard(_layer_shard(sharded))
     new_loaded = load_model(str(sharded))
-    new = engine(new_loaded, store_dir)
+    new = chunk_engine(new_loaded, DiskChunkStore(store_dir), calibration=False)
     assert new.fingerprint.digest != old.fingerprint.digest
     got = new.generate(rag_messages(), max_new_tokens=3, use_prefix_cache=False)
     assert got.stats.docs_hit == 0 and got.stats.docs_missed == 2
     # the right value: what the new model gives with an empty chunk store
-    fresh = engine(new_loaded, tmp_path / "fresh").generate(rag_messages(), max_new_tokens=3)
+    fresh = chunk_engine(new_loaded, DiskChunkStore(tmp_path / "fresh"), calibration=False)
+    fresh = fresh.generate(rag_messages(), max_new_tokens=3)
     assert torch.equal(got.first_logits, fresh.first_logits) and got.token_ids == fresh.token_ids
     assert len(list(store_dir.glob("*.safetensors"))) == 4  # both models' chunks, under different keys
     # what the bug served: the new model reading the old model's chunk KV differs from the right value
-    stale = LocalEngine(LoadedModel(new_loaded.model, new_loaded.tokenizer, old.fingerprint),
-                        chunk_cache=ChunkCache(DiskChunkStore(store_dir), dtype=torch.float32),
-                        min_reuse_tokens=0, calibration=False, recompute_ratio=0.15)  # blend the hits
+    stale = blending_engine(LoadedModel(new_loaded.model, new_loaded.tokenizer, old.fingerprint),
+                            DiskChunkStore(store_dir))
     wrong = stale.generate(rag_messages(), max_new_tokens=3, use_prefix_cache=False)
     assert wrong.stats.docs_hit == 2
     assert (wrong.first_logits - fresh.first_logits).abs().max() > 1e-3

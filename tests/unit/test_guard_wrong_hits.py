@@ -1,4 +1,4 @@
-"""Wrong hits a new user found through the default SemanticCache (packaged MiniLM, default decider, and the
+"""Wrong hits the guards refuse through the default SemanticCache (packaged MiniLM, default decider, and the
 opt-in learned verifier):
 a different time relation, a negation by another word, a content word swapped in a shared frame. Each
 kind on several inputs; the true paraphrases beside them must still hit."""

@@ -1,4 +1,4 @@
-"""CLI findings of a new user's trial, through the CLI runner and subprocesses: usage errors are one
+"""CLI errors and inputs, through the CLI runner and subprocesses: usage errors are one
 ``error:`` line (a JSON object under ``--json``), Ctrl-C under ``--json`` is a JSON error, help text
 keeps its brackets (no markup is read from it), ``cache invalidate ""`` names what it wants, and
 ``--docs`` names broken links, reads byte-order-marked UTF-16 / UTF-32 and refuses a file that is not

@@ -1,4 +1,4 @@
-"""Server findings of a new user's trial: a wrong method or path gets the API's own error body
+"""Server error bodies: a wrong method or path gets the API's own error body
 (never a plain-text page), a non-list ``messages`` is a type error (not "Field required"), and a
 ``max_tokens`` over the model's limit is named as such, through the real SDKs where they apply."""
 

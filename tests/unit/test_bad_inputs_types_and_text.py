@@ -1,4 +1,4 @@
-"""Bad inputs from a new user's trial: wrong types given to the constructors, message content of
+"""Bad inputs to the public API: wrong types given to the constructors, message content of
 the wrong type, lone surrogates and control-character-only questions. Each is refused at once with
 a ValueError that names the problem and the fix, and nothing already cached is touched."""
 

@@ -1,4 +1,4 @@
-"""Bad inputs to the public API found by a newcomer's pass: NaN temperature, NaN TTLs and a non-str
+"""Bad values given to the public API: NaN temperature, NaN TTLs and a non-str
 ``invalidate`` argument must be refused with a clear ValueError (not a torch RuntimeError, an
 AttributeError, or silently accepted)."""
 
