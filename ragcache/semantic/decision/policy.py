@@ -453,7 +453,7 @@ class SemanticPolicy(ErrorBoundAPI):
     # ================================================================= single flight
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
-        """The single-flight lock named by hex ``key`` (:attr:`locks`; yields False after ``timeout_s``)."""
+        """The single-flight lock named by hex ``key`` (this policy's ``locks``; yields False after ``timeout_s``)."""
         with self.locks.hold(key, timeout_s) as locked:
             yield locked
 
