@@ -176,16 +176,15 @@ def via_anthropic_server(lm, rag, req) -> Seen:
 def via_proxy(lm, rag, req) -> Seen:
     from ragcache.providers.anthropic.backend import sdk_kwargs
     from ragcache.providers.anthropic.breakpoints import layout_request
-    from ragcache.semantic import request_partition
     from ragcache.server.app import running_server
-    from ragcache.server.proxy import AnthropicProxy, split_question
+    from ragcache.server.proxy import AnthropicProxy, body_request
     from test_cli_proxy import serving
 
     body = {**layout_request(req.layout, model=CLAUDE, max_tokens=16, min_tokens=0).kwargs, "temperature": 0,
             "stop_sequences": ["e"]}  # a stop string the tiny model emits: a complete answer, which the proxy stores
-    question, spec = split_question(body)
-    assert question == QUESTION
-    pk = request_partition(namespace="proxy-t", **spec)
+    keyed = body_request(body, tenant="t")
+    assert keyed.question == QUESTION
+    pk = keyed.partition
     assert pk.documents == req.partition.documents  # the documents' identities: invalidate() reaches it
     with running_server(LocalEngine(lm), min_tokens=64) as upstream:
         p = AnthropicProxy(upstream, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k",
