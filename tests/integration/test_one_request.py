@@ -120,7 +120,7 @@ def via_langchain_agent_middleware(lm, rag, req) -> Seen:
     from langchain_ragcache._keys import key_messages
 
     layout = key_messages([turn], system=SYSTEM).layout  # what key() lays out for the model request
-    return Seen(layout, keys[-1][1].digest, out.response_metadata["ragcache"]["layer"], out.content)
+    return Seen(layout, keys[-1].partition.digest, out.response_metadata["ragcache"]["layer"], out.content)
 
 
 def via_llamaindex_query_engine(lm, rag, req) -> Seen:
@@ -195,7 +195,7 @@ def via_proxy(lm, rag, req) -> Seen:
             first = client.messages.with_raw_response.create(**kw)
             assert first.headers["x-ragcache-layer"] in ("provider", "provider-cache") and first.parse().stop_reason == "stop_sequence"
             raw = client.messages.with_raw_response.create(**kw)
-    return Seen(spec["layout"], None, raw.headers["x-ragcache-layer"], raw.parse().content[0].text)
+    return Seen(keyed.layout, None, raw.headers["x-ragcache-layer"], raw.parse().content[0].text)
 
 
 ENTRY_POINTS = [via_ragcache, via_langchain_chain, via_langchain_agent_middleware, via_llamaindex_query_engine,

@@ -98,8 +98,7 @@ def test_ragcache_ask_says_approximate_with_the_setting_plain_and_json(hit):
                                                                                           chunk_reused=30),
                                         approximate=True, recompute_ratio=0.15, blend_setting=SETTING))
     if hit:
-        a = Answer("How?", a.text, "semantic", similarity=0.97, matched_question="How?", approximate=True,
-                   recompute_ratio=0.15, blend_setting=SETTING, provenance=a.provenance)
+        a = Answer("How?", a.text, "semantic", similarity=0.97, matched_question="How?", provenance=a.provenance)
     console = Console(width=400, record=True, force_terminal=False)
     print_answer(console, _ask_result(a))
     text = console.export_text()
