@@ -16,7 +16,15 @@ LlamaIndex query engine, the Anthropic proxy) builds a :class:`CacheRequest` her
                                                     tenant=req.tenant))
 """
 
-from ragcache.request.messages import PROVIDER_MARKERS, KeyedPrompt, exact_prompt, history_entry, key_messages, key_text
+from ragcache.request.messages import (
+    PROVIDER_MARKERS,
+    KeyedPrompt,
+    exact_prompt,
+    history_entry,
+    key_messages,
+    key_text,
+    marked_block,
+)
 from ragcache.request.question import (
     EXACT_QUESTION,
     MAX_QUESTION_CHARS,
@@ -29,4 +37,4 @@ from ragcache.request.record import CacheRequest, cache_request
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "PROVIDER_MARKERS", "CacheRequest", "KeyedPrompt",
            "QuestionExtractor", "cache_request", "exact_prompt", "history_entry", "key_messages", "key_text",
-           "labelled_question", "question_sized", "split_turn"]
+           "labelled_question", "marked_block", "question_sized", "split_turn"]

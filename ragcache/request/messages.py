@@ -27,7 +27,12 @@ from typing import Any
 
 from ragcache.backend import DEFAULT_TENANT
 from ragcache.prompt.layout import PromptLayout, Segment, as_document, parse_document
-from ragcache.request.question import EXACT_QUESTION, TEMPLATE_MARK, QuestionExtractor, split_turn
+from ragcache.request.question import (
+    EXACT_QUESTION,
+    TEMPLATE_MARK,
+    QuestionExtractor,
+    split_turn,
+)
 from ragcache.request.record import CacheRequest, cache_request
 from ragcache.sampling import Sampling
 
@@ -127,13 +132,18 @@ def exact_prompt(prompt: str, *, tools: Sequence[Mapping[str, Any]] = (),
     return KeyedPrompt(EXACT_QUESTION, layout, {**dict(extra or {}), "whole_prompt": digest}, exact=True)
 
 
-def _final_block(text: str, kind: str, doc_id: Any) -> str | Segment:
+def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segment:
+    """One final-turn block for :meth:`PromptLayout.from_messages`: a typed Segment when its kind is known
+    (``document``, with its own id unless that is the content-hash fallback mark; ``volatile``;
+    ``question``), else the plain text (its kind left to the layout rule)."""
     if kind == "document":
         seg = parse_document(text) or Segment("document", text)
         if doc_id is None or str(doc_id) == seg.content_hash[:16]:  # no id: the content-hash fallback mark
             return seg
         return Segment("document", seg.text, str(doc_id), seg.metadata)
-    return Segment(kind, text)
+    if kind in ("volatile", "question"):
+        return Segment(kind, text)
+    return text
 
 
 def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
@@ -182,7 +192,7 @@ def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = 
         for b in texts:
             kind, text = b.get("ragcache_kind") or "question", str(b.get("text", ""))
             if kind in _FINAL_KINDS:
-                final.append(_final_block(text, kind, b.get("id")))
+                final.append(marked_block(text, kind, b.get("id")))
             else:
                 extra.setdefault("other_text", []).append({"kind": kind, "text": text})
         if not any(isinstance(b, Segment) and b.kind == "question" and b.text.strip() for b in final):
@@ -222,4 +232,12 @@ def key_text(prompt: str, *, extractor: QuestionExtractor | None = None,
                        {"template": template, "completion": True})
 
 
-__all__ = ["KeyedPrompt", "PROVIDER_MARKERS", "exact_prompt", "history_entry", "key_messages", "key_text"]
+__all__ = [
+    "PROVIDER_MARKERS",
+    "KeyedPrompt",
+    "exact_prompt",
+    "history_entry",
+    "key_messages",
+    "key_text",
+    "marked_block",
+]

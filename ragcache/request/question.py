@@ -83,5 +83,12 @@ def split_turn(text: str, extractor: QuestionExtractor | None = None) -> tuple[s
     return q.strip(), text[:i] + TEMPLATE_MARK + text[i + len(q):]
 
 
-__all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "TEMPLATE_MARK", "labelled_question",
-           "question_sized", "split_turn"]
+__all__ = [
+    "EXACT_QUESTION",
+    "MAX_QUESTION_CHARS",
+    "TEMPLATE_MARK",
+    "QuestionExtractor",
+    "labelled_question",
+    "question_sized",
+    "split_turn",
+]

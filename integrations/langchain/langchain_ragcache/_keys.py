@@ -20,16 +20,15 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 
 from ragcache.backend import DEFAULT_TENANT
-from ragcache.prompt.layout import Segment, parse_document
 from ragcache.request import (
     EXACT_QUESTION,
     MAX_QUESTION_CHARS,
-    PROVIDER_MARKERS,
     KeyedPrompt,
     QuestionExtractor,
     key_text,
     labelled_question,
 )
+from ragcache.request import history_entry as plain_entry
 from ragcache.request import key_messages as key_dicts
 
 if TYPE_CHECKING:
@@ -39,33 +38,11 @@ METADATA_KEY = "ragcache"
 """Key of RagPrompt's block-kind record in ``HumanMessage.additional_kwargs``."""
 
 
-def _text_of(content: Any) -> str | None:
-    """A message content's text when it is all text (blocks joined by a blank line), else ``None``."""
-    if isinstance(content, str):
-        return content
-    texts = []
-    for b in content or []:
-        if isinstance(b, str):
-            texts.append(b)
-        elif isinstance(b, Mapping) and b.get("type", "text") == "text":
-            texts.append(str(b.get("text", "")))
-        elif isinstance(b, Mapping) and b.get("type") in ("reasoning", "thinking"):
-            continue
-        else:
-            return None
-    return "\n\n".join(texts)
-
-
 def history_entry(m: BaseMessage) -> dict[str, Any]:
-    """A message as a history entry of the layout: ``{"role", "content"}`` (text content as one
-    string, provider markers and message / tool-call ids dropped) plus ``type``, ``name``,
-    ``tool_calls`` (name and args) or ``status`` where the message has them."""
-    text = _text_of(m.content)
-    role = "assistant" if m.type == "ai" else "user"
-    content = text if text is not None else [
-        {k: v for k, v in b.items() if k not in PROVIDER_MARKERS} if isinstance(b, Mapping) else b
-        for b in m.content or []]
-    d: dict[str, Any] = {"role": role, "content": content}
+    """A message as a history entry of the layout (:func:`ragcache.request.history_entry`: text content as one
+    string, provider markers dropped) with ``type``, ``name``, ``tool_calls`` (name and args) or ``status``
+    where the message has them; message and tool-call ids are left out."""
+    d: dict[str, Any] = {"role": "assistant" if m.type == "ai" else "user", "content": m.content}
     if m.type not in ("human", "ai"):
         d["type"] = m.type
     if getattr(m, "name", None) and m.type != "human":
@@ -75,20 +52,7 @@ def history_entry(m: BaseMessage) -> dict[str, Any]:
         d["tool_calls"] = [{"name": c.get("name"), "args": c.get("args")} for c in calls]
     if m.type == "tool" and getattr(m, "status", "success") != "success":
         d["status"] = m.status
-    return json.loads(json.dumps(d, default=repr, sort_keys=True))
-
-
-def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segment:
-    """One final-turn block for :meth:`PromptLayout.from_messages`: a typed Segment when its kind is
-    known (a RagPrompt record or a ``ragcache_kind`` key), else the plain text (kind left to the rule)."""
-    if kind == "document":
-        seg = parse_document(text) or Segment("document", text)
-        if doc_id is None or str(doc_id) == seg.content_hash[:16]:  # no id: blocks()' content-hash fallback mark
-            return seg
-        return Segment("document", seg.text, str(doc_id), seg.metadata)
-    if kind in ("volatile", "question"):
-        return Segment(kind, text)
-    return text
+    return plain_entry(d)
 
 
 def _block_kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
