@@ -66,21 +66,22 @@ def test_the_answer_path_misses_a_blended_answer_for_an_exact_request_and_reads_
                            namespace="default", model="local:abc", params={"max_tokens": 8})
     blended = BackendResult("Settings > Keys.", "chunk", CacheUsage.local(prompt_tokens=5, chunk_reused=3),
                             approximate=True, recompute_ratio=0.15, blend_setting=SETTING)
-    path.record(CacheRequest('How do I rotate the keys?', None, pk, max_tokens=8), blended)
+    req = CacheRequest("How do I rotate the keys?", None, pk, max_tokens=8)
+    path.record(req, blended)
     reads: list = []
 
     def blend_setting():
         reads.append(1)
         return None
 
-    assert path.lookup(CacheRequest('How do I rotate the keys?', None, pk, max_tokens=8), blend_setting=blend_setting) is None
+    assert path.lookup(req, blend_setting=blend_setting) is None
     assert reads == [1]
-    hit = path.lookup(CacheRequest('How do I rotate the keys?', None, pk, max_tokens=8), blend_setting=SETTING)
+    hit = path.lookup(req, blend_setting=SETTING)
     assert hit is not None and hit.blend_setting == SETTING and hit.approximate
     exact = BackendResult("Open Settings.", "model", CacheUsage.local(prompt_tokens=5))
-    path.record(CacheRequest('How do I rotate the keys?', None, pk, max_tokens=8), exact)
+    path.record(req, exact)
     reads.clear()
-    assert path.lookup(CacheRequest('How do I rotate the keys?', None, pk, max_tokens=8), blend_setting=blend_setting).text == "Open Settings."
+    assert path.lookup(req, blend_setting=blend_setting).text == "Open Settings."
     assert reads == []  # an exact answer is served without asking which setting the request blends at
 
 

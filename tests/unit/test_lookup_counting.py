@@ -28,7 +28,7 @@ def ask(path: AnswerPath, how: str, question: str = Q):
     if how == "arun":
         return asyncio.run(path.arun(CacheRequest(question, None, PK), acall))
     if how == "stream":
-        return list(path.stream(CacheRequest(question, None, PK), lambda: iter(['30 ', 'days', result()])))[-1]
+        return list(path.stream(CacheRequest(question, None, PK), lambda: iter(["30 ", "days", result()])))[-1]
 
     async def collect():
         async def pieces():

@@ -11,7 +11,8 @@ from ragcache.request import EXACT_QUESTION, CacheRequest, key_messages
 from ragcache.server.proxy import body_request
 
 QUESTION = "How long do refunds take?"
-CONTEXT = "\n\n".join(f"Policy section {i}: refunds are issued to the original card after inspection." for i in range(12))
+CONTEXT = "\n\n".join(f"Policy section {i}: refunds are issued to the original card after inspection."
+                      for i in range(12))
 SYSTEM = "Answer from the documents only."
 
 
@@ -39,7 +40,8 @@ def test_a_labelled_question_is_cut_out_and_its_template_is_in_the_partition():
     assert a.question == b.question and a.partition != b.partition  # same question, other context: no crossing
 
 
-@pytest.mark.parametrize("text", [QUESTION, f"Context:\n{CONTEXT}\n\nQuestion: {QUESTION}", CONTEXT + "\n\n" + QUESTION])
+@pytest.mark.parametrize("text", [QUESTION, f"Context:\n{CONTEXT}\n\nQuestion: {QUESTION}",
+                                  CONTEXT + "\n\n" + QUESTION])
 def test_the_proxy_and_langchain_key_one_turn_by_the_same_rule(text):
     from langchain_ragcache._keys import key_messages as lc_key
 
