@@ -220,7 +220,8 @@ def replica_hit_rate(pairs_path: str, emb: Any, pg_url: str, schema: str, kv_url
 def _flight_worker(url: str, schema: str, question: str, mode: str, barrier: Any, calls: Any) -> None:
     from ragcache.answering import AnswerPath
     from ragcache.backend import BackendResult, CacheUsage
-    from ragcache.semantic.decision.checks import DEFAULT_PARTITION
+    from ragcache.request import CacheRequest
+    from ragcache.semantic.partition import DEFAULT_PARTITION
     from ragcache.semantic.pg_cache import PgSemanticCache
     from ragcache.testing import HashingEmbedder
 
@@ -234,7 +235,7 @@ def _flight_worker(url: str, schema: str, question: str, mode: str, barrier: Any
 
     barrier.wait()
     # the answer path with and without its single flight (lookup -> call -> store either way)
-    AnswerPath(cache, single_flight=mode == "single_flight").run(question, DEFAULT_PARTITION, compute)
+    AnswerPath(cache, single_flight=mode == "single_flight").run(CacheRequest(question, None, DEFAULT_PARTITION), compute)
     cache.close()
 
 

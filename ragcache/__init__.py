@@ -23,6 +23,7 @@ _EXPORTS = {
     "Answer": "ragcache.pipeline",
     "RagCache": "ragcache.pipeline",
     "Request": "ragcache.pipeline",
+    "CacheRequest": "ragcache.request",
     "DEFAULT_SYSTEM": "ragcache.pipeline",
     "Backend": "ragcache.backend",
     "AsyncBackend": "ragcache.backend",
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from ragcache.models import load_embedder, load_model
     from ragcache.providers.openai import OpenAIBackend
     from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
+    from ragcache.request import CacheRequest
     from ragcache.semantic import PartitionKey, SemanticCache, partition_key, request_partition
 
 

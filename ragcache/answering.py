@@ -1,17 +1,18 @@
 """The one answer path: lookup -> single flight -> re-lookup -> the call -> may it be stored -> store.
 
 Every entry point (``RagCache``, ``ragcache ask``, the LlamaIndex query engine, the LangChain
-middleware and ``ChatRagCache``, the proxy) maps its native request to ``(question, partition)``
-and its native response to a :class:`~ragcache.backend.BackendResult`, and answers here::
+middleware and ``ChatRagCache``, the proxy) builds one :class:`~ragcache.request.CacheRequest`
+(:mod:`ragcache.request`: question, layout, partition, tenant, budget, sampling, threshold, model),
+maps its native response to a :class:`~ragcache.backend.BackendResult`, and answers here::
 
     from ragcache.answering import AnswerPath, Provenance, cacheable
 
     path = AnswerPath(semantic_cache, cache_truncated=False, flight_timeout_s=60.0)
-    answer = path.run(question, partition, lambda: my_call(...), max_tokens=256, model="claude-...")
-    answer = await path.arun(question, partition, my_async_call, max_tokens=256)   # a coroutine function
-    for item in path.stream(question, partition, my_stream, max_tokens=256):
+    answer = path.run(request, lambda: my_call(...))
+    answer = await path.arun(request, my_async_call)   # a coroutine function
+    for item in path.stream(request, my_stream):
         ...   # str pieces of text, then one final Answer
-    hit = path.lookup(question, partition, max_tokens=256)   # Answer | None: no call, no flight
+    hit = path.lookup(request)   # Answer | None: no call, no flight
 
 - ``call()`` returns a ``BackendResult`` (a native payload to relay goes in ``result.details``);
   ``stream``'s call yields ``str`` pieces then the ``BackendResult`` (without one: ``incomplete``).
@@ -57,7 +58,7 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage
@@ -65,7 +66,7 @@ from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer, 
 from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
 
 if TYPE_CHECKING:
-    from ragcache.semantic import PartitionKey
+    from ragcache.request import CacheRequest
 
 log = logging.getLogger(__name__)
 
@@ -230,44 +231,40 @@ class AnswerPath:
         return cacheable(result, cache_truncated=self.cache_truncated, question=question)
 
     # -- lookup / store ---------------------------------------------------------------------------
-    def lookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-               threshold: float | None = None, started: float | None = None, count: bool = True,
-               sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer | None:
-        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache, for a request that
-        must be a fresh draw (:meth:`fresh_draw`), and when the cache fails or passes ``lookup_timeout_s``:
-        logged). ``count=False``: a re-read of a request already counted in the cache's lookups (hit rate).
-        ``blend_setting``: the request's (module docstring); a stored blended answer at another setting is a miss."""
-        hit = self._lookup(question, partition, max_tokens, threshold, started, count, sampling, blend_setting)
+    def lookup(self, request: CacheRequest, *, started: float | None = None, count: bool = True,
+               blend_setting: BlendName = None) -> Answer | None:
+        """The stored answer as a hit :class:`Answer`, or ``None`` (also without a cache or partition, for a
+        request that must be a fresh draw (:meth:`fresh_draw`), and when the cache fails or passes
+        ``lookup_timeout_s``: logged). ``count=False``: a re-read of a request already counted in the cache's
+        lookups (hit rate). ``blend_setting``: the request's (module docstring); a stored blended answer at
+        another setting is a miss."""
+        hit = self._lookup(request, started, count, blend_setting)
         return None if hit is _FAILED else hit
 
-    def _lookup(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
-                started: float | None, count: bool, sampling: Sampling | None, blend_setting: BlendName = None) -> Any:
+    def _lookup(self, request: CacheRequest, started: float | None, count: bool, blend_setting: BlendName = None) -> Any:
         """:meth:`lookup`, with :data:`_FAILED` for a cache that failed (so the path skips its flight)."""
-        if self.semantic is None or partition is None or self.fresh_draw(sampling) is not None:
+        partition = request.partition
+        if self.semantic is None or partition is None or self.fresh_draw(request.sampling) is not None:
             return None
         t0 = time.perf_counter() if started is None else started
         kw = {} if count or not self._recount else {"count": False}
-        hit = self._guarded("lookup", lambda: self.semantic.lookup(question, partition=partition, threshold=threshold,
-                                                                   max_tokens=max_tokens, **kw))
+        hit = self._guarded("lookup", lambda: self.semantic.lookup(
+            request.question, partition=partition, threshold=request.threshold, max_tokens=request.max_tokens, **kw))
         if hit is None or hit is _FAILED:
             return hit
-        answer = hit_answer(question, hit, time.perf_counter() - t0)
+        answer = hit_answer(request.question, hit, time.perf_counter() - t0)
         if answer.blend_setting is not None and not may_serve(answer.provenance, _blend_name(blend_setting)):
             return None
         return answer
 
-    async def alookup(self, question: str, partition: PartitionKey | None, *, max_tokens: int | None = None,
-                      threshold: float | None = None, started: float | None = None, count: bool = True,
-                      sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer | None:
+    async def alookup(self, request: CacheRequest, *, started: float | None = None, count: bool = True,
+                      blend_setting: BlendName = None) -> Answer | None:
         """Async :meth:`lookup` (in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
-        return await asyncio.to_thread(self.lookup, question, partition, max_tokens=max_tokens,
-                                       threshold=threshold, started=started, count=count, sampling=sampling,
-                                       blend_setting=blend_setting)
+        return await asyncio.to_thread(self.lookup, request, started=started, count=count, blend_setting=blend_setting)
 
-    def _looks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None, t0: float,
-               looked: bool = False, sampling: Sampling | None = None,
+    def _looks(self, request: CacheRequest, t0: float, looked: bool = False,
                blend_setting: BlendName = None) -> Callable[[], Any]:
         """The request's lookup as a function (an :class:`Answer`, ``None``, or :data:`_FAILED`): the first call
         counts in the cache's hit rate, the re-reads of the single flight do not (nor any call when the caller
@@ -276,71 +273,65 @@ class AnswerPath:
 
         def look() -> Any:
             count, first[0] = first[0], False
-            return self._lookup(question, partition, max_tokens, threshold, t0, count, sampling, blend_setting)
+            return self._lookup(request, t0, count, blend_setting)
         return look
 
-    def _alooks(self, question: str, partition: Any, max_tokens: int | None, threshold: float | None,
-                t0: float, sampling: Sampling | None = None,
-                blend_setting: BlendName = None) -> Callable[[], Awaitable[Any]]:
+    def _alooks(self, request: CacheRequest, t0: float, blend_setting: BlendName = None) -> Callable[[], Awaitable[Any]]:
         """Async :meth:`_looks` (the same lookup, and the same counting, in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
-        look = self._looks(question, partition, max_tokens, threshold, t0, sampling=sampling,
-                           blend_setting=blend_setting)
+        look = self._looks(request, t0, blend_setting=blend_setting)
 
         async def alook() -> Any:
             return await asyncio.to_thread(look)
         return alook
 
-    def record(self, question: str, partition: PartitionKey | None, result: BackendResult, *,
-               max_tokens: int | None = None, model: str | None = None, started: float | None = None,
-               metadata: Mapping[str, Any] | None = None, sampling: Sampling | None = None) -> Answer:
+    def record(self, request: CacheRequest, result: BackendResult, *, started: float | None = None,
+               metadata: Mapping[str, Any] | None = None) -> Answer:
         """Store ``result`` when :meth:`cacheable` and the request is no fresh draw (:meth:`fresh_draw`), with its
         :class:`Provenance` under :data:`PROVENANCE_KEY`, its finish reason, budget and length, and return its
-        :class:`Answer`. A store that fails or passes ``lookup_timeout_s`` is logged; the answer is returned."""
+        :class:`Answer` (``started``: ``time.perf_counter()`` at the request's start). A store that fails or
+        passes ``lookup_timeout_s`` is logged; the answer is returned."""
+        question, partition, max_tokens = request.question, request.partition, request.max_tokens
         cut_unknown = result.finish_reason == "length" and max_tokens is None  # never servable: not stored
-        if self.semantic is not None and partition is not None and self.fresh_draw(sampling) is None \
+        if self.semantic is not None and partition is not None and self.fresh_draw(request.sampling) is None \
                 and self.cacheable(result, question=question) and not cut_unknown:
-            prov = Provenance.of(result, model=model, sampled=self._labels_sampled(sampling))
+            prov = Provenance.of(result, model=request.model, sampled=self._labels_sampled(request.sampling))
             meta = {**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}
             self._guarded("store", lambda: self.semantic.store(
                 question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
                 finish_reason=result.finish_reason, max_tokens=max_tokens,
                 output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated))
         total = None if started is None else time.perf_counter() - started
-        return Answer.of(question, result, total_s=total, model=model)
+        return Answer.of(question, result, total_s=total, model=request.model)
 
-    async def arecord(self, question: str, partition: PartitionKey | None, result: BackendResult,
-                      **kwargs: Any) -> Answer:
+    async def arecord(self, request: CacheRequest, result: BackendResult, **kwargs: Any) -> Answer:
         """Async :meth:`record` (the store in a worker thread)."""
         import asyncio  # lazily: the sync hit path never needs it
 
-        return await asyncio.to_thread(self.record, question, partition, result, **kwargs)
+        return await asyncio.to_thread(self.record, request, result, **kwargs)
 
     # -- the path ---------------------------------------------------------------------------------
-    def _flies(self, partition: Any, lookup: bool, store: bool) -> bool:
-        return (self.single_flight and lookup and store and self.semantic is not None and partition is not None
+    def _flies(self, request: CacheRequest, lookup: bool, store: bool) -> bool:
+        return (self.single_flight and lookup and store and self.semantic is not None and request.partition is not None
                 and callable(getattr(self.semantic, "flight_lock", None)))
 
-    def run(self, question: str, partition: PartitionKey | None, call: Callable[[], BackendResult], *,
-            max_tokens: int | None = None, threshold: float | None = None, lookup: bool = True,
-            store: bool = True, model: str | None = None, metadata: Mapping[str, Any] | None = None,
-            looked: bool = False, sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer:
-        """Answer ``question``: a stored answer, else ``call()`` once among concurrent identical misses.
+    def run(self, request: CacheRequest, call: Callable[[], BackendResult], *, lookup: bool = True,
+            store: bool = True, metadata: Mapping[str, Any] | None = None, looked: bool = False,
+            blend_setting: BlendName = None) -> Answer:
+        """Answer ``request``: a stored answer, else ``call()`` once among concurrent identical misses.
 
         Args:
-            partition: the semantic partition (``None``: no cache for this request).
+            request: the :class:`~ragcache.request.CacheRequest` (``partition=None``: no cache for it; its
+                ``max_tokens``: a cut answer is served only to the same budget; its ``sampling``: one that
+                must be a fresh draw (:meth:`fresh_draw`) is neither looked up nor stored; its ``model``: the
+                model recorded in the provenance, else ``result.details["model"]``).
             call: the model call, ``() -> BackendResult``.
-            max_tokens: the request's new-token budget (a cut answer is served only to the same budget).
             lookup: ``False`` skips the lookup (a refresh: the answer is still stored).
             store: ``False`` stores nothing (and takes no flight).
-            model: the model id recorded in the provenance (else ``result.details["model"]``).
             metadata: more JSON-like metadata stored with the answer.
             looked: the caller has just looked this request up (a miss, counted in the cache's hit rate), so
                 this call's lookups are re-reads and not counted again.
-            sampling: the request's temperature, seed and choices (:class:`Sampling`; ``None``: a
-                deterministic request); one that must be a fresh draw (:meth:`fresh_draw`) is neither
-                looked up nor stored.
             blend_setting: the blend setting the request's backend answers at (module docstring;
                 ``None``: exact prefill): a stored answer made by another blend is not served.
 
@@ -351,19 +342,18 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        lookup, store = self._replay(sampling, lookup, store)
-        look = self._looks(question, partition, max_tokens, threshold, t0, looked, sampling, blend_setting)
+        lookup, store = self._replay(request.sampling, lookup, store)
+        look = self._looks(request, t0, looked, blend_setting)
 
         def answer(stored: bool = store) -> Answer:
-            return self.record(question, partition if stored else None, call(), max_tokens=max_tokens, model=model,
-                               started=t0, metadata=metadata, sampling=sampling)
+            return self.record(request if stored else _uncached(request), call(), started=t0, metadata=metadata)
 
         hit = look() if lookup else None
         if hit is _FAILED:  # the cache is down or hangs: a miss, no flight, nothing stored
             return answer(False)
-        if hit is not None or not self._flies(partition, lookup, store):
+        if hit is not None or not self._flies(request, lookup, store):
             return hit or answer()
-        return FLIGHTS.fly(self.semantic, flight_key(partition, question), self.flight_timeout_s,
+        return FLIGHTS.fly(self.semantic, flight_key(request.partition, request.question), self.flight_timeout_s,
                            lambda: _answer_or_none(look()), answer)
 
     def _replay(self, sampling: Sampling | None, lookup: bool, store: bool) -> tuple[bool, bool]:
@@ -374,39 +364,35 @@ class AnswerPath:
             return False, False
         return lookup, store
 
-    async def arun(self, question: str, partition: PartitionKey | None,
-                   call: Callable[[], Awaitable[BackendResult]], *, max_tokens: int | None = None,
-                   threshold: float | None = None, lookup: bool = True, store: bool = True,
-                   model: str | None = None, metadata: Mapping[str, Any] | None = None,
-                   sampling: Sampling | None = None, blend_setting: BlendName = None) -> Answer:
+    async def arun(self, request: CacheRequest, call: Callable[[], Awaitable[BackendResult]], *,
+                   lookup: bool = True, store: bool = True, metadata: Mapping[str, Any] | None = None,
+                   blend_setting: BlendName = None) -> Answer:
         """Async :meth:`run`: ``call`` is a coroutine function; waiting happens on the event loop and
         shares flights and locks with sync callers of the same question."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        lookup, store = self._replay(sampling, lookup, store)
-        look = self._alooks(question, partition, max_tokens, threshold, t0, sampling, blend_setting)
+        lookup, store = self._replay(request.sampling, lookup, store)
+        look = self._alooks(request, t0, blend_setting)
 
         async def answer(stored: bool = store) -> Answer:
-            return await self.arecord(question, partition if stored else None, await call(), max_tokens=max_tokens,
-                                      model=model, started=t0, metadata=metadata, sampling=sampling)
+            return await self.arecord(request if stored else _uncached(request), await call(), started=t0,
+                                      metadata=metadata)
 
         hit = await look() if lookup else None
         if hit is _FAILED:  # the cache is down or hangs: a miss, no flight, nothing stored
             return await answer(False)
-        if hit is not None or not self._flies(partition, lookup, store):
+        if hit is not None or not self._flies(request, lookup, store):
             return hit or await answer()
 
         async def relook() -> Answer | None:
             return _answer_or_none(await look())
-        return await FLIGHTS.afly(self.semantic, flight_key(partition, question), self.flight_timeout_s, relook,
-                                  answer)
+        return await FLIGHTS.afly(self.semantic, flight_key(request.partition, request.question),
+                                  self.flight_timeout_s, relook, answer)
 
-    def stream(self, question: str, partition: PartitionKey | None,
-               call: Callable[[], Iterable[str | BackendResult]], *, max_tokens: int | None = None,
-               threshold: float | None = None, lookup: bool = True, store: bool = True,
-               model: str | None = None, metadata: Mapping[str, Any] | None = None,
-               sampling: Sampling | None = None, blend_setting: BlendName = None) -> Iterator[str | Answer]:
+    def stream(self, request: CacheRequest, call: Callable[[], Iterable[str | BackendResult]], *,
+               lookup: bool = True, store: bool = True, metadata: Mapping[str, Any] | None = None,
+               blend_setting: BlendName = None) -> Iterator[str | Answer]:
         """:meth:`run` as a stream: yields ``str`` pieces of the answer, then one final :class:`Answer`.
 
         ``call()`` returns an iterable of ``str`` pieces ending with the :class:`BackendResult`. A hit
@@ -417,20 +403,19 @@ class AnswerPath:
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        lookup, store = self._replay(sampling, lookup, store)
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata, "sampling": sampling}
-        raw = self._looks(question, partition, max_tokens, threshold, t0, sampling=sampling,
-                          blend_setting=blend_setting)
+        lookup, store = self._replay(request.sampling, lookup, store)
+        kw = {"started": t0, "metadata": metadata}
+        raw = self._looks(request, t0, blend_setting=blend_setting)
 
         def look() -> Answer | None:
             return _answer_or_none(raw())
 
         hit = raw() if lookup else None
-        if hit is _FAILED or (hit is None and not self._flies(partition, lookup, store)):
-            stored = partition if store and hit is None else None
-            yield from self._streamed(question, stored, call, t0, kw)
+        if hit is _FAILED or (hit is None and not self._flies(request, lookup, store)):
+            stored = request if store and hit is None else _uncached(request)
+            yield from self._streamed(stored, call, t0, kw)
             return
-        key = None if hit is not None else flight_key(partition, question)
+        key = None if hit is not None else flight_key(request.partition, request.question)
         while hit is None:
             seat = FLIGHTS.join(key, self.flight_timeout_s)
             outcome = seat.wait()
@@ -439,42 +424,39 @@ class AnswerPath:
             if outcome == "done":
                 hit = look()
                 if hit is None:
-                    yield from self._streamed(question, partition, call, t0, kw)
+                    yield from self._streamed(request, call, t0, kw)
                     return
                 break
             with FLIGHTS.lead(seat), self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:
                 hit = look() if locked else None
                 if hit is None:
-                    yield from self._streamed(question, partition, call, t0, kw)
+                    yield from self._streamed(request, call, t0, kw)
                     return
         yield hit.text
         yield hit
 
-    async def astream(self, question: str, partition: PartitionKey | None,
-                      call: Callable[[], AsyncIterable[str | BackendResult]], *, max_tokens: int | None = None,
-                      threshold: float | None = None, lookup: bool = True, store: bool = True,
-                      model: str | None = None, metadata: Mapping[str, Any] | None = None,
-                      sampling: Sampling | None = None, blend_setting: BlendName = None
-                      ) -> AsyncIterator[str | Answer]:
+    async def astream(self, request: CacheRequest, call: Callable[[], AsyncIterable[str | BackendResult]], *,
+                      lookup: bool = True, store: bool = True, metadata: Mapping[str, Any] | None = None,
+                      blend_setting: BlendName = None) -> AsyncIterator[str | Answer]:
         """Async :meth:`stream`: ``call()`` returns an async iterable of ``str`` pieces ending with the
         :class:`BackendResult`; the flight is waited for on the event loop (shared with sync callers)."""
         from ragcache.semantic.flight import FLIGHTS, flight_key
 
         t0 = time.perf_counter()
-        lookup, store = self._replay(sampling, lookup, store)
-        kw = {"max_tokens": max_tokens, "model": model, "started": t0, "metadata": metadata, "sampling": sampling}
-        raw = self._alooks(question, partition, max_tokens, threshold, t0, sampling, blend_setting)
+        lookup, store = self._replay(request.sampling, lookup, store)
+        kw = {"started": t0, "metadata": metadata}
+        raw = self._alooks(request, t0, blend_setting)
 
         async def look() -> Answer | None:
             return _answer_or_none(await raw())
 
         hit = await raw() if lookup else None
-        if hit is _FAILED or (hit is None and not self._flies(partition, lookup, store)):
-            stored = partition if store and hit is None else None
-            async for item in self._astreamed(question, stored, call, t0, kw):
+        if hit is _FAILED or (hit is None and not self._flies(request, lookup, store)):
+            stored = request if store and hit is None else _uncached(request)
+            async for item in self._astreamed(stored, call, t0, kw):
                 yield item
             return
-        key = None if hit is not None else flight_key(partition, question)
+        key = None if hit is not None else flight_key(request.partition, request.question)
         while hit is None:
             seat = FLIGHTS.join(key, self.flight_timeout_s)
             outcome = await seat.await_()
@@ -483,7 +465,7 @@ class AnswerPath:
             if outcome == "done":
                 hit = await look()
                 if hit is None:
-                    async for item in self._astreamed(question, partition, call, t0, kw):
+                    async for item in self._astreamed(request, call, t0, kw):
                         yield item
                     return
                 break
@@ -491,29 +473,34 @@ class AnswerPath:
                 async with self.semantic.aflight_lock(key, seat.lock_timeout_s) as locked:
                     hit = await look() if locked else None
                     if hit is None:
-                        async for item in self._astreamed(question, partition, call, t0, kw):
+                        async for item in self._astreamed(request, call, t0, kw):
                             yield item
                         return
         yield hit.text
         yield hit
 
-    def _streamed(self, question: str, partition: Any, call: Callable[[], Iterable[str | BackendResult]],
+    def _streamed(self, request: CacheRequest, call: Callable[[], Iterable[str | BackendResult]],
                   t0: float, kw: dict[str, Any]) -> Iterator[str | Answer]:
         acc = _Pieces(t0)
         for item in call():
             if acc.add(item):
                 break
             yield item
-        yield self.record(question, partition, acc.result(), **kw)
+        yield self.record(request, acc.result(), **kw)
 
-    async def _astreamed(self, question: str, partition: Any, call: Callable[[], AsyncIterable[str | BackendResult]],
+    async def _astreamed(self, request: CacheRequest, call: Callable[[], AsyncIterable[str | BackendResult]],
                          t0: float, kw: dict[str, Any]) -> AsyncIterator[str | Answer]:
         acc = _Pieces(t0)
         async for item in call():
             if acc.add(item):
                 break
             yield item
-        yield await self.arecord(question, partition, acc.result(), **kw)
+        yield await self.arecord(request, acc.result(), **kw)
+
+
+def _uncached(request: CacheRequest) -> CacheRequest:
+    """The request without its partition: answered, nothing stored."""
+    return replace(request, partition=None)
 
 
 def _answer_or_none(hit: Any) -> Answer | None:

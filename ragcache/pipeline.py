@@ -1,6 +1,6 @@
 """RagCache: the layers run as steps, the same for every entry point.
 
-    prepare   question + documents -> Request (stable-first PromptLayout + semantic partition key)
+    prepare   question + documents -> CacheRequest (stable-first PromptLayout, partition, tenant, budget...)
     lookup    semantic response cache (hit -> Answer, no model call)
     generate  backend: local engine (prefix + chunk KV cache) or a provider (prompt caching)
     record    store the answer in the semantic cache when it may be stored; build the Answer
@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.config import Config
 from ragcache.backend import AsyncBackend, Backend, BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
+from ragcache.request import CacheRequest, cache_request
 from ragcache.text_checks import checked_question
 
 if TYPE_CHECKING:
-    from ragcache.semantic import PartitionKey, SemanticCache
+    from ragcache.semantic import SemanticCache
 
 DEFAULT_SYSTEM = (
     "You are a concise technical assistant. Answer the question using only the documents provided. "
@@ -34,24 +35,9 @@ DEFAULT_SYSTEM = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One prepared request (:meth:`RagCache.prepare`).
-
-    Attributes:
-        question: the question as asked (the embedded part of the semantic key).
-        layout: the stable-first prompt.
-        partition: the semantic cache's exact partition key (``None`` without a semantic cache).
-        namespace: tenant (in the partition; the backend's ``tenant``, the KV salt);
-            max_new_tokens / temperature: generation parameters (in the partition).
-    """
-
-    question: str
-    layout: PromptLayout
-    partition: PartitionKey | None
-    namespace: str
-    max_new_tokens: int
-    temperature: float
+Request = CacheRequest
+"""The prepared request of :meth:`RagCache.prepare`: the same class as :class:`ragcache.request.CacheRequest`
+(the one request shape of every entry point), under its earlier name."""
 
 
 class RagCache:
@@ -156,27 +142,33 @@ class RagCache:
 
     def partition(self, layout: PromptLayout, *, namespace: str | None = None, max_new_tokens: int | None = None,
                   temperature: float | None = None, document_ids: Sequence[str] = ()) -> Any:
-        """The semantic cache's exact partition key for a layout
-        (:func:`ragcache.semantic.partition.request_partition`, the one partition function)."""
-        from ragcache.semantic.partition import request_partition
+        """The semantic cache's exact partition key for a layout (:func:`ragcache.request.cache_request`,
+        the one place a partition is computed)."""
+        return self._request("", layout, self.namespace if namespace is None else namespace,
+                             self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                             self.temperature if temperature is None else temperature, document_ids, True).partition
 
-        return request_partition(
-            layout, namespace=self.namespace if namespace is None else namespace,
-            model=f"{self.backend.name}:{self.backend.model_id}",
-            params={**self.params, "temperature": self.temperature if temperature is None else temperature,
-                    "max_tokens": self.max_new_tokens if max_new_tokens is None else max_new_tokens},
-            document_ids=document_ids)
+    def _request(self, question: str, layout: PromptLayout, namespace: str, max_new_tokens: int, temperature: float,
+                 document_ids: Sequence[str], cached: bool) -> CacheRequest:
+        n = self.params.get("n", 1)
+        sampling = Sampling(temperature, self.params.get("seed"), n if isinstance(n, int) and n >= 1 else 1,
+                            unset_temperature=0.0)
+        return cache_request(question, layout, tenant=namespace, model=self.model,
+                             params={**self.params, "temperature": temperature, "max_tokens": max_new_tokens},
+                             document_ids=document_ids, max_tokens=max_new_tokens, sampling=sampling, cached=cached)
 
     def prepare(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
                 tools: Sequence[dict] = (), history: Sequence[dict] = (), volatile: str | None = None,
                 namespace: str | None = None, max_new_tokens: int | None = None,
-                temperature: float | None = None, document_ids: Sequence[str] = ()) -> Request:
+                temperature: float | None = None, document_ids: Sequence[str] = (),
+                threshold: float | None = None) -> Request:
         """Lay out a request and compute its partition key.
 
         ``documents``: strings, dicts with ``text``/``id``/``metadata``, layout Segments, LangChain
         Documents or LlamaIndex nodes (:func:`ragcache.prompt.layout.as_document`). ``document_ids``: more
         ids that ``SemanticCache.invalidate`` should accept for this answer (source document ids
-        that are not rendered into the prompt).
+        that are not rendered into the prompt). ``threshold``: the similarity a hit needs (``None``: the
+        cache's own).
 
         Raises:
             TypeError: a question, document, system text or tools of the wrong type, ``max_new_tokens``
@@ -202,39 +194,34 @@ class RagCache:
             raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temp!r}")
         temp = float(temp)
         layout = self.layout(question, documents, system=system, tools=tools, history=history, volatile=volatile)
-        pk = None
-        if self.semantic is not None:
-            pk = self.partition(layout, namespace=ns, max_new_tokens=mnt, temperature=temp, document_ids=document_ids)
-        return Request(question, layout, pk, ns, mnt, temp)
+        req = self._request(question, layout, ns, mnt, temp, document_ids, self.semantic is not None)
+        return _with_threshold(req, threshold)
 
     # -- step 2 ----------------------------------------------------------------------------------
     def lookup(self, request: Request, *, threshold: float | None = None) -> Answer | None:
         """The semantic cache's answer for ``request`` (a hit :class:`Answer`: zero usage, the stored
         provenance), or ``None`` (also without a semantic cache)."""
-        return self.path.lookup(request.question, request.partition, max_tokens=request.max_new_tokens,
-                                threshold=threshold, sampling=self.sampling(request),
-                                blend_setting=self.blend_setting)
+        return self.path.lookup(_with_threshold(request, threshold), blend_setting=self.blend_setting)
 
-    def sampling(self, request: Request) -> Sampling:
-        """The request's :class:`~ragcache.answering.Sampling`: its temperature, ``params``' ``seed`` and ``n``."""
-        n = self.params.get("n", 1)
-        return Sampling(request.temperature, self.params.get("seed"), n if isinstance(n, int) and n >= 1 else 1,
-                        unset_temperature=0.0)
+    def sampling(self, request: Request) -> Sampling | None:
+        """The request's :class:`~ragcache.answering.Sampling` (``request.sampling``: its temperature,
+        ``params``' ``seed`` and ``n``)."""
+        return request.sampling
 
     # -- step 3 ----------------------------------------------------------------------------------
     def generate(self, request: Request) -> BackendResult:
         """Run the backend on the request's layout (blocking). The request's namespace is its tenant
         (:class:`ragcache.backend.Backend`): a local engine salts its prefix and chunk KV with it, so
         tenants never share KV unless the engine opts in with ``share_kv_across_namespaces``."""
-        return self.backend.generate(request.layout, max_new_tokens=request.max_new_tokens,
-                                     temperature=request.temperature, tenant=request.namespace)
+        return self.backend.generate(request.layout, max_new_tokens=request.max_tokens,
+                                     temperature=request.temperature, tenant=request.tenant)
 
     async def agenerate(self, request: Request) -> BackendResult:
         """Async :meth:`generate`: the backend's own async path, else a worker thread."""
         import asyncio  # lazily: the sync hit path never needs it
         if isinstance(self.backend, AsyncBackend):
-            return await self.backend.agenerate(request.layout, max_new_tokens=request.max_new_tokens,
-                                                temperature=request.temperature, tenant=request.namespace)
+            return await self.backend.agenerate(request.layout, max_new_tokens=request.max_tokens,
+                                                temperature=request.temperature, tenant=request.tenant)
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------
@@ -257,30 +244,23 @@ class RagCache:
     def record(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
         """Store the backend's answer (when :meth:`cacheable`, with its provenance) and build the
         :class:`Answer`. ``started``: ``time.perf_counter()`` at the start of the request."""
-        return self.path.record(request.question, request.partition, result, max_tokens=request.max_new_tokens,
-                                model=self.model, started=started, sampling=self.sampling(request))
+        return self.path.record(request, result, started=started)
 
     async def arecord(self, request: Request, result: BackendResult, *, started: float | None = None) -> Answer:
         """Async :meth:`record`."""
-        return await self.path.arecord(request.question, request.partition, result,
-                                       max_tokens=request.max_new_tokens, model=self.model, started=started,
-                                       sampling=self.sampling(request))
+        return await self.path.arecord(request, result, started=started)
 
     def run(self, request: Request, *, use_semantic: bool = True, store: bool = True,
             threshold: float | None = None) -> Answer:
         """Answer a prepared request through the answer path (lookup, single flight, generate, store)."""
-        return self.path.run(request.question, request.partition, lambda: self.generate(request),
-                             max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                             store=store, model=self.model, blend_setting=self.blend_setting,
-                             sampling=self.sampling(request))
+        return self.path.run(_with_threshold(request, threshold), lambda: self.generate(request),
+                             lookup=use_semantic, store=store, blend_setting=self.blend_setting)
 
     async def arun(self, request: Request, *, use_semantic: bool = True, store: bool = True,
                    threshold: float | None = None) -> Answer:
         """Async :meth:`run` (the backend's async path; waits on the event loop)."""
-        return await self.path.arun(request.question, request.partition, lambda: self.agenerate(request),
-                                    max_tokens=request.max_new_tokens, threshold=threshold, lookup=use_semantic,
-                                    store=store, model=self.model, blend_setting=self.blend_setting,
-                                    sampling=self.sampling(request))
+        return await self.path.arun(_with_threshold(request, threshold), lambda: self.agenerate(request),
+                                    lookup=use_semantic, store=store, blend_setting=self.blend_setting)
 
     # -- all steps -------------------------------------------------------------------------------
     def answer(self, question: str, documents: Sequence[Any] = (), *, system: str | None = None,
@@ -312,4 +292,9 @@ class RagCache:
         return await self.arun(req, use_semantic=use_semantic, threshold=threshold)
 
 
-__all__ = ["Answer", "DEFAULT_SYSTEM", "RagCache", "Request"]
+def _with_threshold(request: CacheRequest, threshold: float | None) -> CacheRequest:
+    """``request`` with a caller's ``threshold`` (``None``: the request's own)."""
+    return request if threshold is None else replace(request, threshold=threshold)
+
+
+__all__ = ["Answer", "CacheRequest", "DEFAULT_SYSTEM", "RagCache", "Request"]

@@ -196,7 +196,8 @@ def _from_generations(raw: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """One answered question and what each layer did.
+    """One answered question and what each layer did: the one record per answer (how it ended and how it
+    was made are its :class:`Provenance`'s, read through properties, never copied).
 
     Attributes:
         question / text: the question and the answer.
@@ -205,13 +206,14 @@ class Answer:
         ttft_s: seconds to the first token (a semantic hit: the lookup time).
         total_s: wall time of the request, seconds.
         similarity / matched_question: cosine similarity and stored question of a semantic hit.
-        finish_reason: why the answer ended (:data:`~ragcache.backend.FinishReason`); on a hit, the
-            stored answer's.
-        approximate / recompute_ratio: the prefill blended cached document KV (CacheBlend) at
-            this recompute ratio, so the answer may differ from a full prefill's.
-        blend_setting: the blend setting of a blended answer (:func:`blend_of`; on a hit, the stored one's).
         details: the backend's extras (engine timings, provider breakpoints); display only.
-        provenance: where the answer came from (:class:`Provenance`: on a hit, the stored record).
+        provenance: where the answer came from (:class:`Provenance`: on a hit, the stored record; ``None``:
+            unknown, read as a finished exact answer).
+
+    Properties (from :attr:`provenance`): ``finish_reason`` (:data:`~ragcache.backend.FinishReason`; on a hit,
+    the stored answer's), ``approximate`` / ``recompute_ratio`` (the prefill blended cached document KV,
+    CacheBlend, at this ratio, so the answer may differ from a full prefill's), ``blend_setting``
+    (:func:`blend_of`), ``approximation`` (the label).
     """
 
     question: str
@@ -222,17 +224,33 @@ class Answer:
     total_s: float = 0.0
     similarity: float | None = None
     matched_question: str | None = None
-    finish_reason: FinishReason = "stop"
-    approximate: bool = False
-    recompute_ratio: float | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     provenance: Provenance | None = None
-    blend_setting: str | None = None
 
     @property
     def hit(self) -> bool:
         """Served by the semantic cache (no model call)."""
         return self.layer == "semantic"
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """Why the answer ended (its provenance's; ``stop`` when unknown)."""
+        return "stop" if self.provenance is None else self.provenance.finish_reason
+
+    @property
+    def approximate(self) -> bool:
+        """Made from blended (or quantized) KV, so it may differ from a full prefill's answer."""
+        return self.provenance is not None and self.provenance.approximate
+
+    @property
+    def recompute_ratio(self) -> float | None:
+        """The blend's recompute ratio (``None``: no blend)."""
+        return None if self.provenance is None else self.provenance.recompute_ratio
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The blend setting of a blended answer (:func:`blend_of`; on a hit, the stored one's)."""
+        return None if self.provenance is None else self.provenance.blend_setting
 
     @property
     def approximation(self) -> str | None:
@@ -256,7 +274,11 @@ class Answer:
         return self.usage.recomputed
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON object: the fields, the provenance's finish reason / approximate / recompute ratio / blend
+        setting at the top level too (as before they lived in the provenance alone)."""
         out = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        out.update(finish_reason=self.finish_reason, approximate=self.approximate,
+                   recompute_ratio=self.recompute_ratio, blend_setting=self.blend_setting)
         out["usage"] = self.usage.to_dict()
         out["details"] = dict(self.details)
         out["provenance"] = None if self.provenance is None else self.provenance.to_json()
@@ -266,20 +288,16 @@ class Answer:
     def of(cls, question: str, result: BackendResult, *, total_s: float | None = None,
            model: str | None = None) -> Answer:
         """The :class:`Answer` of a fresh backend result (``total_s``: else ``result.ttft_s``)."""
-        prov = Provenance.of(result, model=model)
         return cls(question, result.text, result.layer, result.usage, result.ttft_s,
-                   result.ttft_s if total_s is None else total_s, finish_reason=result.finish_reason,
-                   approximate=result.approximate, recompute_ratio=result.recompute_ratio, details=result.details,
-                   provenance=prov, blend_setting=prov.blend_setting)
+                   result.ttft_s if total_s is None else total_s, details=result.details,
+                   provenance=Provenance.of(result, model=model))
 
 
 def hit_answer(question: str, hit: Any, elapsed_s: float) -> Answer:
     """A semantic hit as an :class:`Answer`: layer ``semantic``, zero usage, TTFT = ``elapsed_s``
     (the lookup), the stored answer's provenance."""
-    prov = Provenance.from_metadata(hit.metadata)
     return Answer(question, hit.answer, "semantic", CacheUsage(), elapsed_s, elapsed_s, float(hit.similarity),
-                  hit.question, prov.finish_reason, prov.approximate, prov.recompute_ratio,
-                  {"entry_id": hit.entry_id}, prov, prov.blend_setting)
+                  hit.question, {"entry_id": hit.entry_id}, Provenance.from_metadata(hit.metadata))
 
 
 __all__ = ["PROVENANCE_KEY", "Answer", "Provenance", "approximation", "blend_of", "hit_answer", "may_serve"]

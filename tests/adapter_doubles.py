@@ -18,6 +18,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from contract_entries import Text
 from ragcache.answering import Answer
 from ragcache.backend import CacheUsage
+from ragcache.provenance import Provenance
 from ragcache.testing.answer_contract import ScriptedBackend
 
 DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
@@ -71,9 +72,8 @@ def lc_answer(question: str, msg: Any) -> Answer:
 
     rec = msg.response_metadata["ragcache"]
     finish = rec.get("finish_reason") or finish_reason_of(msg)
-    return Answer(question, msg.text, rec["layer"], usage_of(rec.get("usage")), finish_reason=finish,
-                  approximate=bool(rec.get("approximate")), recompute_ratio=rec.get("recompute_ratio"),
-                  blend_setting=rec.get("blend_setting"))
+    return Answer(question, msg.text, rec["layer"], usage_of(rec.get("usage")),
+                  provenance=Provenance.from_metadata({**rec, "finish_reason": finish}))
 
 
 def scripted_chat_rag_cache(backend: ScriptedBackend, *, declares_blend: bool = False, **fields: Any) -> Any:

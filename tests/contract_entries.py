@@ -17,6 +17,7 @@ import pytest
 
 from ragcache.answering import Answer
 from ragcache.backend import CacheUsage
+from ragcache.provenance import Provenance
 from ragcache.testing.answer_contract import TENANT_DOCS, TENANT_SYSTEM, ScriptedBackend
 
 
@@ -241,8 +242,8 @@ class LangChainEntry:
 
         msg = self.chain.invoke({"question": question, "context": list(reversed(self.docs))})
         rec = msg.response_metadata["ragcache"]
-        return Answer(question, msg.text, rec["layer"], CacheUsage(), finish_reason=rec.get("finish_reason")
-                      or finish_reason_of(msg))
+        return Answer(question, msg.text, rec["layer"], CacheUsage(), provenance=Provenance.from_metadata(
+            {"layer": rec["layer"], "finish_reason": rec.get("finish_reason") or finish_reason_of(msg)}))
 
 
 class LlamaIndexEntry:
@@ -264,7 +265,8 @@ class LlamaIndexEntry:
     def ask(self, question: str) -> Answer:
         resp = self.engine.query(question)
         m = resp.metadata
-        return Answer(question, str(resp), m["layer"], CacheUsage(), finish_reason=m["finish_reason"])
+        return Answer(question, str(resp), m["layer"], CacheUsage(),
+                      provenance=Provenance.from_metadata({"layer": m["layer"], "finish_reason": m["finish_reason"]}))
 
 
 def restart_in_process() -> None:

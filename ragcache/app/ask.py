@@ -188,17 +188,15 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     reasons: list[str] = []
     try:
-        req = rag.prepare(question, documents)
+        req = rag.prepare(question, documents, threshold=threshold)
         a = rag.lookup(req, threshold=threshold) if lookup else None
         if a is None and lookup:
             reasons = explain_miss(semantic, question, req.partition, threshold)
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
-            a = rag.path.run(req.question, req.partition, lambda: _generate(rag, req, None if quiet else console),
-                             max_tokens=req.max_new_tokens, threshold=threshold, lookup=lookup, store=store,
-                             model=rag.model, looked=lookup, blend_setting=rag.blend_setting,
-                             sampling=rag.sampling(req))
+            a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console), lookup=lookup,
+                             store=store, looked=lookup, blend_setting=rag.blend_setting)
     finally:
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own

@@ -117,6 +117,10 @@ def partition_key(
     return PartitionKey(digest=digest, namespace=namespace, documents=hashes, document_ids=ids)
 
 
+DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
+"""Partition used when a call gives none. Real callers key their requests (:mod:`ragcache.request`)."""
+
+
 ANTHROPIC_SHAPING = frozenset({
     "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "tool_choice", "tools", "thinking", "system",
     "output_config", "output_format", "container", "mcp_servers", "context_management", "metadata"})

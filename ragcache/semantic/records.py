@@ -14,7 +14,8 @@ class SemanticHit:
     """A served answer. ``similarity`` is the cosine similarity in [-1, 1] between the (normalised,
     typo-corrected) query and ``question``, the stored question whose answer this is (for an
     over-length question: between the embedded last sentences, the rest matched exactly).
-    ``finish_reason`` and ``max_tokens`` are those the answer was stored with (``None``: unknown)."""
+    ``budget`` is the entry's :class:`~ragcache.semantic.decision.budget.AnswerBudget`: the finish reason,
+    token budget and length the answer was stored with (``None`` fields: unknown)."""
 
     answer: str
     similarity: float
@@ -22,8 +23,7 @@ class SemanticHit:
     entry_id: int
     metadata: Mapping[str, Any] = field(default_factory=dict)
     partition: str = ""
-    finish_reason: str | None = None
-    max_tokens: int | None = None
+    budget: AnswerBudget = field(default_factory=AnswerBudget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,9 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
 1. **semantic cache** (the one replay rule, :class:`ragcache.answering.Sampling`: a request that samples,
    at ``temperature`` > 0 or unset (the Messages API's default is 1.0), is a fresh draw, neither looked up
    nor stored, unless the proxy is built with ``cache_sampled=True``; the API has no seed): the request's
-   layout is ragcache's one rule (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`): the question is the last text block of the
-   last user turn, the blocks before it are documents; everything else (model, system, tools,
+   request is ragcache's one keyer (:func:`body_request`, :mod:`ragcache.request`): the question is the
+   question of the last text block of the last user turn (the whole body matched exactly when it cannot be
+   told from its context), the blocks before it are documents; everything else (model, system, tools,
    earlier turns, the documents' identities, every answer-shaping field and the
    ``anthropic-version`` / ``anthropic-beta`` headers, and the caller's tenant as the namespace) is
    the exact partition (:func:`ragcache.semantic.request_partition`); a body field the partition
@@ -59,7 +60,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, UNSET_TEMPERATURE, Answer, AnswerPath, Sampling
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
-from ragcache.prompt.layout import PromptLayout
+from ragcache.request import CacheRequest, KeyedPrompt, key_messages
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
 from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
@@ -89,22 +90,8 @@ def _strip(block: Any) -> Any:
     return {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, Mapping) else block
 
 
-def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = None
-                   ) -> tuple[str, dict[str, Any]] | None:
-    """``(question, partition spec)`` of a request the semantic cache may answer, else ``None``.
-
-    Which text is what is ragcache's one rule (:meth:`ragcache.prompt.layout.PromptLayout.from_messages`):
-    the last text block of the final user message is the question, the text blocks before it are
-    documents (so ``invalidate(document)`` reaches the answer), earlier turns are history. The spec
-    holds the keyword arguments of :func:`ragcache.semantic.request_partition` but the namespace:
-    the ``layout``, ``model``, ``params`` (every answer-shaping body field,
-    :data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool
-    policy, thinking, structured-output settings...) and ``extra`` (the request's metadata and the
-    ``anthropic-version`` / ``anthropic-beta`` headers: a beta can change the answer's shape).
-    Requests with a temperature that is not a number >= 0, a field the partition does not know (logged),
-    a final turn that is not all text, or no question are not answered from the cache (whether a sampled
-    request may be is the answer path's rule: :func:`request_sampling`).
-    """
+def _keyed(body: Mapping[str, Any]) -> tuple[KeyedPrompt, dict[str, Any]] | None:
+    """``(keyed prompt, answer-shaping params)`` of a body the semantic cache may answer, else ``None``."""
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], Mapping) or msgs[-1].get("role") != "user":
         return None
@@ -128,13 +115,37 @@ def split_question(body: Mapping[str, Any], headers: Mapping[str, str] | None = 
     messages = [{"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
                 else [_strip(b) for b in m.get("content") or []]} for m in msgs]
     try:
-        layout = PromptLayout.from_messages(messages, system=system_text or None, tools=[_strip(t) for t in tools])
-    except (ValueError, TypeError):  # a final turn that is not all text (images, tool results): not answered from the cache
+        keyed = key_messages(messages, system=system_text or None, tools=[_strip(t) for t in tools])
+    except (ValueError, TypeError):  # a message the layout rule refuses: not answered from the cache
         return None
+    return keyed, params
+
+
+def body_request(body: Mapping[str, Any], headers: Mapping[str, str] | None = None, *, tenant: str = "default",
+                 cached: bool = True) -> CacheRequest:
+    """The :class:`~ragcache.request.CacheRequest` of a Messages API body, by ragcache's one keyer
+    (:func:`ragcache.request.key_messages`): the question is the final user turn's question (its last text
+    block, a labelled question in it, or the whole block when question-sized; else the whole prompt is
+    matched exactly), the text blocks before it are documents (so ``invalidate(document)`` reaches the
+    answer), earlier turns are history. The partition's namespace is ``proxy-<tenant>``, its model
+    ``anthropic:<model>``, its params every answer-shaping body field
+    (:data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool policy,
+    thinking, structured-output settings...), and its extra the request's metadata and the
+    ``anthropic-version`` / ``anthropic-beta`` headers (a beta can change the answer's shape).
+
+    A request the cache may not answer has no partition (``partition is None``, question ``""``): a
+    temperature that is not a number >= 0, a field the partition does not know (logged), a final turn
+    that does not end with text, no user turn last, or ``cached=False`` (whether a sampled request may be
+    answered from the cache is the answer path's rule: :func:`request_sampling`).
+    """
+    budget = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
+    keyed = _keyed(body) if cached else None
+    if keyed is None:
+        return CacheRequest("", None, None, f"proxy-{tenant}", budget, request_sampling(body), model=body.get("model"))
     h = {k: (headers or {}).get(k) for k in ("anthropic-version", "anthropic-beta")}
-    spec = {"layout": layout, "model": f"anthropic:{body.get('model')}", "params": params,
-            "extra": {"metadata": body.get("metadata"), "headers": h}}
-    return layout.question, spec
+    return keyed[0].request(model=f"anthropic:{body.get('model')}", tenant=f"proxy-{tenant}", params=keyed[1],
+                            extra={"metadata": body.get("metadata"), "headers": h}, max_tokens=budget,
+                            sampling=request_sampling(body), provenance_model=body.get("model"))
 
 
 def request_sampling(body: Mapping[str, Any]) -> Sampling | None:
@@ -272,12 +283,6 @@ class AnthropicProxy:
             h["x-api-key"] = self.api_key
         return h, tenant
 
-    def _partition(self, spec: dict[str, Any], tenant: str) -> Any:
-        from ragcache.semantic import request_partition
-
-        return request_partition(namespace=f"proxy-{tenant}", **spec)  # tenant: a digest or the operator's header
-
-    # ------------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "mode": "proxy", "upstream": self.upstream,
                              "semantic_cache": self.semantic is not None, "metrics": self.metrics.mode})
@@ -333,17 +338,15 @@ class AnthropicProxy:
         except PermissionError as e:
             return _refused(e)
         self.accounts.requests += 1
-        split = split_question(body, request.headers) if self.semantic is not None else None
-        question, pk = (split[0], self._partition(split[1], tenant)) if split is not None else (None, None)
+        key = body_request(body, request.headers, tenant=tenant, cached=self.semantic is not None)
         caching = self.accounts.get(body["model"])
         try:
             req = caching.prepare(body, scope=tenant)  # the write ledger learns per tenant
         except (ValueError, TypeError) as e:
             return _refused(e)
         out = json.dumps(req.kwargs).encode()
-        budget = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else None
         if body.get("stream"):
-            return await self._stream(out, headers, caching, req, body, question, pk, budget, t0)
+            return await self._stream(out, headers, caching, req, body, key, t0)
         called: list[float] = []
 
         async def call() -> BackendResult:
@@ -356,10 +359,9 @@ class AnthropicProxy:
             return upstream_result(read_message(msg), list(msg.get("content") or []), usage,
                                    time.perf_counter() - t0, {"response": r})
 
-        answer = await self.path.arun(question or "", pk, call, max_tokens=budget, model=body["model"],
-                                      lookup=question is not None, store=question is not None,
-                                      sampling=request_sampling(body))
-        if question is not None and self.path.fresh_draw(request_sampling(body)) is None:  # the lookup's time
+        cached = key.partition is not None
+        answer = await self.path.arun(key, call, lookup=cached, store=cached)
+        if cached and self.path.fresh_draw(key.sampling) is None:  # the lookup's time
             self.metrics.lookup((called[0] if called else time.perf_counter()) - t0, answer.hit)
         if answer.hit:
             return self._served(body, answer, t0)
@@ -376,7 +378,7 @@ class AnthropicProxy:
         return Response(r.content, status_code=r.status_code, media_type="application/json", headers=extra)
 
     async def _stream(self, out: bytes, headers: dict[str, str], caching: AnthropicCaching, req: Any,
-                      body: Mapping[str, Any], question: str | None, pk: Any, budget: int | None,
+                      body: Mapping[str, Any], key: CacheRequest,
                       t0: float) -> Response:
         """A streamed request through the one answer path (:meth:`ragcache.answering.AnswerPath.astream`):
         a stored answer replayed as events, else the upstream stream relayed as it arrives (the headers
@@ -410,9 +412,8 @@ class AnthropicProxy:
                 yield upstream_result(parser.read(), parser.blocks, self._account(caching, req, parser.usage, ttft),
                                       ttft, {})
 
-        items = self.path.astream(question or "", pk, upstream, max_tokens=budget, model=body["model"],
-                                  lookup=question is not None, store=question is not None,
-                                  sampling=request_sampling(body))
+        cached = key.partition is not None
+        items = self.path.astream(key, upstream, lookup=cached, store=cached)
         head: list[str] = []
         first: Any = None
         try:
@@ -426,7 +427,7 @@ class AnthropicProxy:
         except BaseException:
             await items.aclose()
             raise
-        if question is not None and self.path.fresh_draw(request_sampling(body)) is None:
+        if cached and self.path.fresh_draw(key.sampling) is None:
             self.metrics.lookup(state.get("called", time.perf_counter()) - t0, "called" not in state)
         if "called" not in state:  # a hit: its text, then its Answer
             hit = first if isinstance(first, Answer) else await items.__anext__()
@@ -501,4 +502,4 @@ def create_proxy_app(upstream: str, **kwargs: Any) -> Starlette:
     return AnthropicProxy(upstream, **kwargs).app
 
 
-__all__ = ["AnthropicProxy", "create_proxy_app", "split_question", "upstream_result"]
+__all__ = ["AnthropicProxy", "body_request", "create_proxy_app", "upstream_result"]

@@ -20,14 +20,26 @@ from typing import Any
 import pytest
 
 from ragcache.semantic.decision.guards import GuardSet
-from ragcache.semantic.partition import partition_key
+from ragcache.prompt.layout import PromptLayout
+from ragcache.request import CacheRequest, cache_request
+from ragcache.semantic.partition import PartitionKey
 from ragcache.testing import HashingEmbedder
 
 Opener = Callable[..., Any]
 
+
+
+def partition_of(namespace: str, model: str, documents: list[Any] | tuple[Any, ...] = ()) -> PartitionKey:
+    """The partition of a request for ``documents`` by tenant ``namespace`` to ``model`` (the one keyer's)."""
+    layout = PromptLayout.build(question="contract question", documents=documents, lint="off")
+    pk = cache_request("contract question", layout, tenant=namespace, model=model).partition
+    assert pk is not None
+    return pk
+
+
 DOC = {"id": "refund-policy", "text": "Refunds take 5 days."}
-PK = partition_key(namespace="contract", model="m", documents=[DOC])
-OTHER_NS = partition_key(namespace="other-tenant", model="m", documents=[{"id": "shipping", "text": "Ships Monday."}])
+PK = partition_of("contract", "m", [DOC])
+OTHER_NS = partition_of("other-tenant", "m", [{"id": "shipping", "text": "Ships Monday."}])
 PASTE = " ".join(f"2024-07-26 ERROR worker-{i} failed to connect to db-{i}.internal port 5432 timeout."
                  for i in range(8))
 
@@ -54,7 +66,7 @@ class SemanticCacheContract:
         assert hit is not None and hit.answer == "5 days" and hit.entry_id == i and hit.metadata == {"q": 1}
         assert 0.9 <= hit.similarity <= 1.0 + 1e-6 and hit.partition == PK.digest
         assert c.lookup("How long do refunds take?", partition=OTHER_NS) is None
-        assert c.lookup("How long do refunds take?", partition=partition_key(namespace="contract", model="m2")) is None
+        assert c.lookup("How long do refunds take?", partition=partition_of("contract", "m2")) is None
         c.store("How long do refunds take?", "7 days", partition=PK)
         assert len(c) == 1 and c.lookup("How long do refunds take?", partition=PK).answer == "7 days"
         st = c.stats
@@ -91,7 +103,7 @@ class SemanticCacheContract:
     @pytest.mark.parametrize("n_partitions", [1, 20])
     def test_exact_repeat_always_hits_in_small_partitions(self, open_cache: Opener, n_partitions: int) -> None:
         c = open_cache()
-        parts = [partition_key(namespace=f"small-{j}", model="m") for j in range(n_partitions)]
+        parts = [partition_of(f"small-{j}", "m") for j in range(n_partitions)]
         for j, pk in enumerate(parts):
             c.store(f"What is the refund window for order {j}?", f"answer {j}", partition=pk)
         for j, pk in enumerate(parts):
@@ -242,7 +254,7 @@ class SemanticCacheContract:
         out: list[Any] = [None] * 6
 
         def worker(k: int) -> None:
-            out[k] = path.run("What is single flight?", PK, compute)
+            out[k] = path.run(CacheRequest("What is single flight?", None, PK), compute)
 
         ts = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
         for t in ts:

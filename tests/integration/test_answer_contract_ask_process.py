@@ -17,6 +17,7 @@ from contract_entries import RagCacheEntry, notes_folder
 
 from ragcache.answering import Answer
 from ragcache.backend import CacheUsage
+from ragcache.provenance import Provenance
 from ragcache.testing.answer_contract import AnswerPathContract, ScriptedBackend
 
 pytestmark = pytest.mark.integration
@@ -66,8 +67,7 @@ class AskProcessEntry:
         with self.backend._lock:  # the children's calls, as the contract counts them
             self.backend.calls = len(self.calls.read_text().splitlines()) if self.calls.exists() else 0
         return Answer(d["question"], d["answer"], d["layer"], CacheUsage(**d["usage"]), d["ttft_s"], d["total_s"],
-                      d["similarity"], d["matched_question"], d["finish_reason"], d["approximate"],
-                      d["recompute_ratio"], blend_setting=d["blend_setting"])
+                      d["similarity"], d["matched_question"], provenance=Provenance.from_metadata(d))
 
 
 @pytest.fixture()

@@ -19,7 +19,7 @@ from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.prompt.layout import PromptLayout  # noqa: E402
 from ragcache.answering import AnswerPath  # noqa: E402
-from ragcache.server.proxy import AnthropicProxy, request_sampling, split_question  # noqa: E402
+from ragcache.server.proxy import AnthropicProxy, body_request, request_sampling  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
@@ -57,16 +57,18 @@ def body(question, mark=False, **extra):
             "messages": [{"role": "user", "content": content}], **extra}
 
 
-def test_split_question_only_for_deterministic_requests():
-    q, spec = split_question(body("How do I fix the brakes?"))
-    assert q == "How do I fix the brakes?" and spec["model"] == f"anthropic:{MODEL}"
-    assert len(spec["layout"].documents) == 3  # the documents are in the partition, not in the question
-    assert spec["layout"] == PromptLayout.from_messages(body("How do I fix the brakes?")["messages"], system=SYSTEM)
-    sampled = body("x?", temperature=1.0)  # split, but the answer path's replay rule makes it a fresh draw
-    assert split_question(sampled) is not None and AnswerPath(None).fresh_draw(request_sampling(sampled))
+def test_body_request_keys_only_deterministic_requests():
+    req = body_request(body("How do I fix the brakes?"), tenant="t")
+    assert req.question == "How do I fix the brakes?" and req.model == MODEL and req.tenant == "proxy-t"
+    assert len(req.layout.documents) == 3  # the documents are in the partition, not in the question
+    assert req.layout == PromptLayout.from_messages(body("How do I fix the brakes?")["messages"], system=SYSTEM)
+    assert req.partition.namespace == "proxy-t" and req.max_tokens == 16
+    sampled = body("x?", temperature=1.0)  # keyed, but the answer path's replay rule makes it a fresh draw
+    assert body_request(sampled).partition is not None and AnswerPath(None).fresh_draw(body_request(sampled).sampling)
     assert AnswerPath(None).fresh_draw(request_sampling({k: v for k, v in sampled.items() if k != "temperature"}))
-    assert split_question(body("x?", temperature="hot")) is None
-    assert split_question({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}], "temperature": 0}) is None
+    assert body_request(body("x?", temperature="hot")).partition is None
+    assert body_request({"model": MODEL, "messages": [{"role": "assistant", "content": "hi"}],
+                         "temperature": 0}).partition is None
 
 
 def test_proxy_round_trip(proxy):

@@ -120,7 +120,7 @@ def via_langchain_agent_middleware(lm, rag, req) -> Seen:
     from langchain_ragcache._keys import key_messages
 
     layout = key_messages([turn], system=SYSTEM).layout  # what key() lays out for the model request
-    return Seen(layout, keys[-1][1].digest, out.response_metadata["ragcache"]["layer"], out.content)
+    return Seen(layout, keys[-1].partition.digest, out.response_metadata["ragcache"]["layer"], out.content)
 
 
 def via_llamaindex_query_engine(lm, rag, req) -> Seen:
@@ -176,16 +176,15 @@ def via_anthropic_server(lm, rag, req) -> Seen:
 def via_proxy(lm, rag, req) -> Seen:
     from ragcache.providers.anthropic.backend import sdk_kwargs
     from ragcache.providers.anthropic.breakpoints import layout_request
-    from ragcache.semantic import request_partition
     from ragcache.server.app import running_server
-    from ragcache.server.proxy import AnthropicProxy, split_question
+    from ragcache.server.proxy import AnthropicProxy, body_request
     from test_cli_proxy import serving
 
     body = {**layout_request(req.layout, model=CLAUDE, max_tokens=16, min_tokens=0).kwargs, "temperature": 0,
             "stop_sequences": ["e"]}  # a stop string the tiny model emits: a complete answer, which the proxy stores
-    question, spec = split_question(body)
-    assert question == QUESTION
-    pk = request_partition(namespace="proxy-t", **spec)
+    keyed = body_request(body, tenant="t")
+    assert keyed.question == QUESTION
+    pk = keyed.partition
     assert pk.documents == req.partition.documents  # the documents' identities: invalidate() reaches it
     with running_server(LocalEngine(lm), min_tokens=64) as upstream:
         p = AnthropicProxy(upstream, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k",
@@ -196,7 +195,7 @@ def via_proxy(lm, rag, req) -> Seen:
             first = client.messages.with_raw_response.create(**kw)
             assert first.headers["x-ragcache-layer"] in ("provider", "provider-cache") and first.parse().stop_reason == "stop_sequence"
             raw = client.messages.with_raw_response.create(**kw)
-    return Seen(spec["layout"], None, raw.headers["x-ragcache-layer"], raw.parse().content[0].text)
+    return Seen(keyed.layout, None, raw.headers["x-ragcache-layer"], raw.parse().content[0].text)
 
 
 ENTRY_POINTS = [via_ragcache, via_langchain_chain, via_langchain_agent_middleware, via_llamaindex_query_engine,

@@ -18,6 +18,7 @@ from ragcache.semantic.pg_cache import PgSemanticCache  # noqa: E402
 from ragcache.answering import AnswerPath  # noqa: E402
 from ragcache.backend import BackendResult, CacheUsage  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
+from ragcache.request import CacheRequest
 
 EMB = HashingEmbedder(64)
 FPK = partition_key(model="flight")
@@ -149,7 +150,7 @@ def test_single_flight_threads(open_cache):
 
     out = [None] * 8
     def worker(k: int) -> None:
-        out[k] = AnswerPath(open_cache()).run("What is single flight?", FPK, compute)
+        out[k] = AnswerPath(open_cache()).run(CacheRequest("What is single flight?", None, FPK), compute)
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
     for t in ts:
         t.start()
@@ -162,7 +163,7 @@ def test_single_flight_threads(open_cache):
 def _flight_worker(url: str, schema: str, barrier, q) -> None:
     cache = PgSemanticCache(url, schema=schema, embedder=EMB)
     barrier.wait()
-    r = AnswerPath(cache).run("same question everywhere", FPK, _call("once", 0.3))
+    r = AnswerPath(cache).run(CacheRequest("same question everywhere", None, FPK), _call("once", 0.3))
     q.put((r.text, r.layer == "provider"))
     cache.close()
 
@@ -175,7 +176,7 @@ def _crash_holder(url: str, schema: str, started) -> None:
         time.sleep(60)
         return _call("never")()
 
-    AnswerPath(cache).run("crashy question", FPK, compute)
+    AnswerPath(cache).run(CacheRequest("crashy question", None, FPK), compute)
 
 
 def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schema):
@@ -209,7 +210,7 @@ def test_single_flight_processes_and_crashed_holder(pg_server, open_cache, schem
             yield locked
 
     cache.flight_lock = recording_lock
-    r = AnswerPath(cache, flight_timeout_s=30).run("crashy question", FPK, _call("recovered"))
+    r = AnswerPath(cache, flight_timeout_s=30).run(CacheRequest("crashy question", None, FPK), _call("recovered"))
     # the server dropped the dead holder's lock with its connection: taken, not waited out
     assert r.layer == "provider" and r.text == "recovered" and taken == [True]
 

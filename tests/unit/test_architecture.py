@@ -640,7 +640,7 @@ def _via_every_adapter(system, history, final):
 
     from ragcache.server.anthropic import _engine_messages
     from ragcache.server.openai import engine_messages
-    from ragcache.server.proxy import split_question
+    from ragcache.server.proxy import body_request
 
     plain = ([{"role": "system", "content": system}] if system else []) + [
         {"role": r, "content": t} for r, t in history] + [{"role": "user", "content": list(final)}]
@@ -659,7 +659,7 @@ def _via_every_adapter(system, history, final):
         "llamaindex": li_layout(li),
         "openai server": PromptLayout.from_messages(engine_messages(openai_body)),
         "anthropic server": PromptLayout.from_messages(_engine_messages(anthropic_body)),
-        "proxy": split_question(anthropic_body)[1]["layout"],
+        "proxy": body_request(anthropic_body).layout,
     }
 
 

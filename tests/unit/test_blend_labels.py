@@ -11,6 +11,7 @@ from rich.console import Console
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.engine.records import Generation, RequestStats
 from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, approximation, blend_of, may_serve
+from ragcache.request import CacheRequest
 
 SETTING = "infoflow r=0.15"
 
@@ -65,21 +66,22 @@ def test_the_answer_path_misses_a_blended_answer_for_an_exact_request_and_reads_
                            namespace="default", model="local:abc", params={"max_tokens": 8})
     blended = BackendResult("Settings > Keys.", "chunk", CacheUsage.local(prompt_tokens=5, chunk_reused=3),
                             approximate=True, recompute_ratio=0.15, blend_setting=SETTING)
-    path.record("How do I rotate the keys?", pk, blended, max_tokens=8)
+    req = CacheRequest("How do I rotate the keys?", None, pk, max_tokens=8)
+    path.record(req, blended)
     reads: list = []
 
     def blend_setting():
         reads.append(1)
         return None
 
-    assert path.lookup("How do I rotate the keys?", pk, max_tokens=8, blend_setting=blend_setting) is None
+    assert path.lookup(req, blend_setting=blend_setting) is None
     assert reads == [1]
-    hit = path.lookup("How do I rotate the keys?", pk, max_tokens=8, blend_setting=SETTING)
+    hit = path.lookup(req, blend_setting=SETTING)
     assert hit is not None and hit.blend_setting == SETTING and hit.approximate
     exact = BackendResult("Open Settings.", "model", CacheUsage.local(prompt_tokens=5))
-    path.record("How do I rotate the keys?", pk, exact, max_tokens=8)
+    path.record(req, exact)
     reads.clear()
-    assert path.lookup("How do I rotate the keys?", pk, max_tokens=8, blend_setting=blend_setting).text == "Open Settings."
+    assert path.lookup(req, blend_setting=blend_setting).text == "Open Settings."
     assert reads == []  # an exact answer is served without asking which setting the request blends at
 
 
@@ -97,8 +99,7 @@ def test_ragcache_ask_says_approximate_with_the_setting_plain_and_json(hit):
                                                                                           chunk_reused=30),
                                         approximate=True, recompute_ratio=0.15, blend_setting=SETTING))
     if hit:
-        a = Answer("How?", a.text, "semantic", similarity=0.97, matched_question="How?", approximate=True,
-                   recompute_ratio=0.15, blend_setting=SETTING, provenance=a.provenance)
+        a = Answer("How?", a.text, "semantic", similarity=0.97, matched_question="How?", provenance=a.provenance)
     console = Console(width=400, record=True, force_terminal=False)
     print_answer(console, _ask_result(a))
     text = console.export_text()

@@ -180,16 +180,17 @@ def test_demo_session_prints_untrusted_text_literally(capsys):
 @pytest.mark.parametrize(("approximate", "ratio", "hit", "missed", "want", "not_want"), [
     (False, None, 4, 0, "docs 4/4 cached, prefilled exactly", "reused ("),
     (False, None, 2, 2, "docs 2/4 cached, prefilled exactly", "blended"),
-    (True, 0.5, 3, 1, "docs 3/4 reused (blended r=0.50, approximate)", "prefilled exactly"),
+    (True, 0.5, 3, 1, "docs 3/4 reused (blended r=0.5, approximate)", "prefilled exactly"),  # blend_of names it
     (False, None, 0, 4, "", "docs"),
 ])
 def test_demo_row_says_whether_cached_documents_were_reused(approximate, ratio, hit, missed, want, not_want):
     """A chunk-cache hit prefilled exactly is not reuse: the row must not read as if it were."""
     from ragcache.app.demo import _row
-    from ragcache.provenance import Answer
+    from ragcache.provenance import Answer, Provenance
 
-    a = Answer("q?", "a.", "model", usage=CacheUsage.local(prompt_tokens=100, prefix_reused=20), approximate=approximate,
-               recompute_ratio=ratio, details={"docs_hit": hit, "docs_missed": missed})
+    a = Answer("q?", "a.", "model", usage=CacheUsage.local(prompt_tokens=100, prefix_reused=20),
+               details={"docs_hit": hit, "docs_missed": missed},
+               provenance=Provenance("model", approximate=approximate, recompute_ratio=ratio))
     cell = _row(1, a, "", "local")[4]
     assert cell.startswith("20/100")
     assert want in cell and not_want not in cell

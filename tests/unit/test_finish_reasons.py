@@ -26,6 +26,7 @@ from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC  # no
 from ragcache.providers.openai import OpenAIBackend  # noqa: E402
 from ragcache.providers.openai.backend import FINISH_REASONS as OPENAI  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
+from ragcache.request import CacheRequest  # noqa: E402
 
 DOCS = [{"id": "refunds", "text": "Refunds reach the original card within 14 days of the inspection."}]
 Q = "How long do refunds take?"
@@ -262,5 +263,5 @@ def test_an_answer_that_only_repeats_the_question_is_not_stored(echo):
     pk = partition_key(namespace="n", model="m")
     with SemanticCache(embedder=HashingEmbedder()) as c:
         path = AnswerPath(c)
-        assert path.run(q, pk, lambda: r).text == echo  # the caller still gets what the model said
-        assert len(c) == 0 and path.run(q, pk, lambda: real).text == real.text and len(c) == 1
+        assert path.run(CacheRequest(q, None, pk), lambda: r).text == echo  # the caller still gets what the model said
+        assert len(c) == 0 and path.run(CacheRequest(q, None, pk), lambda: real).text == real.text and len(c) == 1

@@ -8,6 +8,7 @@ from ragcache.answering import AnswerPath
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.testing import HashingEmbedder
+from ragcache.request import CacheRequest
 
 PK = partition_key(namespace="n", model="m")
 Q = "How long are backups kept?"
@@ -23,17 +24,17 @@ async def acall() -> BackendResult:
 
 def ask(path: AnswerPath, how: str, question: str = Q):
     if how == "run":
-        return path.run(question, PK, result)
+        return path.run(CacheRequest(question, None, PK), result)
     if how == "arun":
-        return asyncio.run(path.arun(question, PK, acall))
+        return asyncio.run(path.arun(CacheRequest(question, None, PK), acall))
     if how == "stream":
-        return list(path.stream(question, PK, lambda: iter(["30 ", "days", result()])))[-1]
+        return list(path.stream(CacheRequest(question, None, PK), lambda: iter(["30 ", "days", result()])))[-1]
 
     async def collect():
         async def pieces():
             yield "30 days"
             yield result()
-        return [x async for x in path.astream(question, PK, pieces)][-1]
+        return [x async for x in path.astream(CacheRequest(question, None, PK), pieces)][-1]
     return asyncio.run(collect())
 
 
@@ -51,8 +52,8 @@ def test_a_miss_then_a_hit_are_two_lookups(tmp_path, how):
 def test_a_caller_that_looked_first_is_not_counted_twice(tmp_path):
     with SemanticCache(tmp_path, embedder=HashingEmbedder()) as c:
         path = AnswerPath(c)
-        assert path.lookup(Q, PK) is None  # `ragcache ask` looks before loading the model
-        assert not path.run(Q, PK, result, looked=True).hit
+        assert path.lookup(CacheRequest(Q, None, PK)) is None  # `ragcache ask` looks before loading the model
+        assert not path.run(CacheRequest(Q, None, PK), result, looked=True).hit
         assert (c.stats.lookups, c.stats.misses) == (1, 1)
 
 
@@ -73,5 +74,5 @@ def test_a_cache_without_count_still_works(tmp_path):
 
     with SemanticCache(tmp_path, embedder=HashingEmbedder()) as c:
         path = AnswerPath(Plain(c))
-        assert not path.run(Q, PK, result).hit and path.run(Q, PK, result).hit
+        assert not path.run(CacheRequest(Q, None, PK), result).hit and path.run(CacheRequest(Q, None, PK), result).hit
         assert len(calls) == 2

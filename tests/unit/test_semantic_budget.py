@@ -29,7 +29,7 @@ def test_complete_answers_are_stored_and_served(cache, reason):
     for budget in (None, 16, 64, 4096):
         hit = cache.lookup(Q, partition=PK, max_tokens=budget)
         assert hit is not None and hit.answer == "Open Settings > API keys > Rotate."
-        assert hit.finish_reason == reason and hit.max_tokens == 64
+        assert hit.budget.finish_reason == reason and hit.budget.max_tokens == 64
 
 
 def test_opted_in_truncated_answer_serves_only_the_same_budget():
@@ -59,7 +59,7 @@ def test_budget_survives_reopen_and_stays_out_of_metadata(tmp_path):
     with SemanticCache(tmp_path, embedder=HashingEmbedder(), threshold=0.99) as c2:
         assert c2.lookup(Q, partition=PK, max_tokens=64) is None
         hit = c2.lookup(Q, partition=PK, max_tokens=8)
-        assert hit is not None and hit.finish_reason == "length" and dict(hit.metadata) == {"k": 1}
+        assert hit is not None and hit.budget.finish_reason == "length" and dict(hit.metadata) == {"k": 1}
 
 
 def test_bad_budget_arguments(cache):

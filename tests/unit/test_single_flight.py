@@ -16,6 +16,7 @@ from ragcache.backend import BackendResult, CacheUsage
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.flight import FLIGHTS, flight_key
 from ragcache.testing import HashingEmbedder, run_in_threads
+from ragcache.request import CacheRequest
 
 PK = partition_key(model="m")
 
@@ -40,14 +41,14 @@ def test_waiters_get_the_leaders_error_not_a_queue_of_repeats(error):
         time.sleep(0.3)
         raise error
 
-    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call), 6)
+    out, errors = run_in_threads(lambda: path.run(CacheRequest("What is a flight?", None, PK), call), 6)
     assert attempts == [1] and out == [] and len(errors) == 6
     assert all(e is error for e in errors)  # the leader's own error object, once
     assert len(FLIGHTS) == 0
     # the flight is over: the next caller calls again (and succeeds), then it is a hit
-    a = path.run("What is a flight?", PK, lambda: _result("answer"))
+    a = path.run(CacheRequest("What is a flight?", None, PK), lambda: _result("answer"))
     assert a.layer == "provider" and a.text == "answer" and len(attempts) == 1
-    hit = path.run("What is a flight?", PK, lambda: _result("never"))
+    hit = path.run(CacheRequest("What is a flight?", None, PK), lambda: _result("never"))
     assert hit.layer == "semantic" and hit.text == "answer"
 
 
@@ -60,7 +61,7 @@ def test_threads_share_one_call_and_get_a_zero_usage_hit():
         time.sleep(0.3)
         return _result("answer")
 
-    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call, max_tokens=64), 8)
+    out, errors = run_in_threads(lambda: path.run(CacheRequest("What is a flight?", None, PK, max_tokens=64), call), 8)
     assert not errors and len(calls) == 1 and all(a.text == "answer" for a in out)
     assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * 7
     for a in out:
@@ -79,7 +80,7 @@ def test_a_hung_leader_lets_one_waiter_through_not_all(waiters):
         release.wait(20)
         return _result("late")
 
-    leader = threading.Thread(target=lambda: path.run("slow one?", PK, hung))
+    leader = threading.Thread(target=lambda: path.run(CacheRequest("slow one?", None, PK), hung))
     leader.start()
     time.sleep(0.1)
 
@@ -88,7 +89,7 @@ def test_a_hung_leader_lets_one_waiter_through_not_all(waiters):
         time.sleep(0.2)
         return _result("mine")
 
-    out, errors = run_in_threads(lambda: path.run("slow one?", PK, call), waiters)
+    out, errors = run_in_threads(lambda: path.run(CacheRequest("slow one?", None, PK), call), waiters)
     assert not errors and calls.count("waiter") == 1 and len(out) == waiters
     assert sorted(a.layer for a in out) == ["provider"] + ["semantic"] * (waiters - 1)
     assert all(a.text == "mine" for a in out)
@@ -107,7 +108,7 @@ def test_an_answer_that_may_not_be_stored_is_not_served_to_the_waiters(finish):
         time.sleep(0.2)
         return _result(f"cut {len(calls)}", finish)
 
-    out, errors = run_in_threads(lambda: path.run("What is a flight?", PK, call), 4)
+    out, errors = run_in_threads(lambda: path.run(CacheRequest("What is a flight?", None, PK), call), 4)
     assert not errors and len(calls) == 4 and all(a.finish_reason == finish and a.layer == "provider" for a in out)
     assert len(path.semantic) == 0
 
@@ -121,10 +122,11 @@ def test_a_closed_stream_hands_the_flight_on():
         yield "tial"
         yield _result("partial")
 
-    it = path.stream("Stream me?", PK, pieces)
+    it = path.stream(CacheRequest("Stream me?", None, PK), pieces)
     assert next(it) == "par"
     got: list = []
-    t = threading.Thread(target=lambda: got.append(path.run("Stream me?", PK, lambda: _result("whole"))))
+    req = CacheRequest("Stream me?", None, PK)
+    t = threading.Thread(target=lambda: got.append(path.run(req, lambda: _result("whole"))))
     t.start()
     time.sleep(0.1)
     it.close()  # the consumer stops reading: nothing stored, the waiter starts a new flight
@@ -158,7 +160,7 @@ def test_async_streams_share_one_call_and_a_cut_stream_is_not_stored():
 
     async def consume(q: str, cut: bool) -> tuple[str, object]:
         text, final = "", None
-        async for item in path.astream(q, PK, pieces(cut)):
+        async for item in path.astream(CacheRequest(q, None, PK), pieces(cut)):
             if isinstance(item, str):
                 text += item
             else:
@@ -188,7 +190,8 @@ def test_sync_stream_of_identical_misses_makes_one_call():
         yield "take 14 days."
         yield _result("Refunds take 14 days.")
 
-    out, errors = run_in_threads(lambda: list(path.stream("How long do refunds take?", PK, pieces)), 4)
+    req = CacheRequest("How long do refunds take?", None, PK)
+    out, errors = run_in_threads(lambda: list(path.stream(req, pieces)), 4)
     assert not errors and len(calls) == 1
     assert all("".join(x for x in items if isinstance(x, str)) == "Refunds take 14 days." for items in out)
     assert sorted(items[-1].layer for items in out) == ["provider"] + ["semantic"] * 3

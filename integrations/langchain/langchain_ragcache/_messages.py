@@ -33,8 +33,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from ragcache.prompt.layout import PromptLayout, Segment
+from ragcache.request import marked_block
 
-from langchain_ragcache._keys import METADATA_KEY, marked_block
+from langchain_ragcache._keys import METADATA_KEY
 
 _PROVIDER_MARKERS = ("cache_control", "citations", "index")
 

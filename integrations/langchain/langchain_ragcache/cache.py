@@ -7,8 +7,8 @@ context embed almost identically (cosine > 0.9) and one is served the other's
 answer. This cache never embeds context (:mod:`langchain_ragcache._keys`): it embeds
 the question alone (RagPrompt's question block, a labelled ``Question:``, a
 question-sized last human turn, or what a ``question_extractor`` returns), and puts
-everything else into the exact partition built by ragcache's one partition function
-(:func:`ragcache.semantic.partition.request_partition`): model and parameters,
+everything else into the exact partition built by ragcache's one keyer
+(:mod:`ragcache.request`, the same for every entry point): model and parameters,
 system text, earlier turns, the documents (content and rendered bytes), volatile
 text, and the template around the question. When it cannot tell the question from
 the context, the whole prompt is matched exactly (hash), never by embedding.
@@ -29,7 +29,7 @@ import asyncio
 import time
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from langchain_core.load import dumps, loads
 from langchain_core.outputs import ChatGeneration, Generation
 
 from langchain_ragcache._keys import (
-    KeyedRequest,
     QuestionExtractor,
     blend_setting_of,
     key_messages,
@@ -52,6 +51,7 @@ from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
 from ragcache.provenance import may_serve
 from ragcache.backend import BackendResult
+from ragcache.request import CacheRequest, KeyedPrompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.decision.checks import check_path
 from ragcache.config import Config
@@ -145,29 +145,30 @@ class RagCacheSemanticCache(BaseCache):
         ``ChatRagCache``'s stream answer through it; :meth:`update` stores through it."""
 
     # ------------------------------------------------------------------ keys
-    def keyed(self, prompt: str) -> KeyedRequest:
-        """The question / layout / exact rest of a LangChain ``prompt`` (see :mod:`langchain_ragcache._keys`)."""
+    def keyed(self, prompt: str, tools: Sequence[Mapping[str, Any]] = ()) -> KeyedPrompt:
+        """The question / layout / exact rest of a LangChain ``prompt`` (:func:`ragcache.request.key_messages`)."""
         messages = parse_cache_prompt(prompt)
         if messages is None:  # a completion LLM's raw prompt
-            return key_text(prompt, extractor=self.question_extractor)
-        return key_messages(messages, extractor=self.question_extractor)
+            return key_text(prompt, extractor=self.question_extractor, tools=tools)
+        return key_messages(messages, extractor=self.question_extractor, tools=tools)
+
+    def request(self, prompt: str, llm_string: str, *, model: str | None = None) -> CacheRequest:
+        """The :class:`~ragcache.request.CacheRequest` of a LangChain ``(prompt, llm_string)`` pair: the
+        partition of :func:`~langchain_ragcache._keys.model_identity`, this cache's namespace, the budget,
+        sampling and threshold (1.0 when the whole prompt is matched exactly); ``model``: the model
+        recorded with a stored answer (default: the partition's model identity)."""
+        ident, params, tools = model_identity(llm_string)
+        return self.keyed(prompt, tools).request(model=ident, tenant=self.namespace, params=params, max_tokens=self.budget(llm_string),
+                             sampling=sampling_of(llm_string), threshold=self.threshold, provenance_model=model)
 
     def key_for(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey]:
         """The (question, partition) a LangChain ``(prompt, llm_string)`` pair is cached under.
 
-        The question is :data:`~langchain_ragcache._keys.EXACT_QUESTION` when the whole prompt
+        The question is :data:`~ragcache.request.EXACT_QUESTION` when the whole prompt
         is matched exactly (then lookups use threshold 1.0).
         """
-        question, pk, _ = self.request_key(prompt, llm_string)
-        return question, pk
-
-    def request_key(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey, float | None]:
-        """``(question, partition, threshold)`` of a LangChain ``(prompt, llm_string)`` pair: the
-        threshold is 1.0 when the whole prompt is matched exactly, else this cache's."""
-        req = self.keyed(prompt)
-        model, params, tools = model_identity(llm_string)
-        pk = req.partition(namespace=self.namespace, model=model, params=params, tools=tools)
-        return req.question, pk, (1.0 if req.exact else self.threshold)
+        req = self.request(prompt, llm_string)
+        return req.question, req.partition
 
     @staticmethod
     def budget(llm_string: str) -> int | None:
@@ -203,11 +204,11 @@ class RagCacheSemanticCache(BaseCache):
         fails or hangs: logged)."""
         if self.path.fresh_draw(sampling_of(llm_string)) is not None:
             return None
-        question, pk, threshold = self.request_key(prompt, llm_string)
+        req = self.request(prompt, llm_string)
         t0 = time.perf_counter()
         hit = self.path.guard("lookup", lambda: self.semantic_cache.lookup(
-            question, partition=pk, threshold=threshold, max_tokens=self.budget(llm_string)))
-        return self._served(question, hit, llm_string, t0)
+            req.question, partition=req.partition, threshold=req.threshold, max_tokens=req.max_tokens))
+        return self._served(req.question, hit, llm_string, t0)
 
     def _served(self, question: str, hit: SemanticHit | None, llm_string: str, t0: float) -> RETURN_VAL_TYPE | None:
         """A hit's generations, unless it was made by a blend at another setting than the model's
@@ -231,7 +232,7 @@ class RagCacheSemanticCache(BaseCache):
         """
         stored = self._storable(prompt, llm_string, return_val)
         if stored is not None:
-            self.path.record(*stored[:3], **stored[3])
+            self.path.record(stored[0], stored[1], metadata=stored[2])
 
     def clear(self, **kwargs: Any) -> None:
         """Drop this cache's entries (``namespace=`` another namespace; ``all=True`` every namespace)."""
@@ -246,27 +247,25 @@ class RagCacheSemanticCache(BaseCache):
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         stored = self._storable(prompt, llm_string, return_val)
         if stored is not None:
-            await self.path.arecord(*stored[:3], **stored[3])
+            await self.path.arecord(stored[0], stored[1], metadata=stored[2])
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.clear, **kwargs)
 
     # ------------------------------------------------------------------ helpers
     def _storable(self, prompt: str, llm_string: str, return_val: Sequence[Generation]
-                  ) -> tuple[str, PartitionKey, BackendResult, dict[str, Any]] | None:
+                  ) -> tuple[CacheRequest, BackendResult, dict[str, Any]] | None:
         gens = list(return_val)
         if not gens:
             raise ValueError("update() needs at least one generation to store")
         results = [message_result(g) for g in gens]
         if not all(self.path.cacheable(r) for r in results):
             return None
-        question, pk, _ = self.request_key(prompt, llm_string)
         model, _, _ = model_identity(llm_string)
+        req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
         gens = [ChatGeneration(message=g.message.model_copy(update={"id": None}), generation_info=g.generation_info)
                 if isinstance(g, ChatGeneration) else g for g in gens]
-        return question, pk, results[0], {"model": results[0].details.get("model") or model,
-                                          "metadata": {_GENERATIONS_KEY: dumps(gens)},
-                                          "max_tokens": self.budget(llm_string), "sampling": sampling_of(llm_string)}
+        return req, results[0], {_GENERATIONS_KEY: dumps(gens)}
 
     @staticmethod
     def _to_generations(answer: Answer, hit: SemanticHit) -> list[Generation] | None:

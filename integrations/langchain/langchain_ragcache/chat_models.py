@@ -67,7 +67,6 @@ from langchain_ragcache._engine import (
     ragcache_metadata,
     shared_engine,
 )
-from langchain_ragcache._keys import sampling_of
 from langchain_ragcache._messages import to_layout
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
@@ -82,6 +81,7 @@ from ragcache.backend import DEFAULT_TENANT, BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
 from ragcache.limits import check_recompute_ratio
+from ragcache.request import CacheRequest
 from ragcache.models import DEFAULT_MODEL
 
 _CALL_OPTIONS = frozenset({"max_tokens", "temperature", "top_p", "seed", "recompute_ratio", "use_chunk_cache",
@@ -411,12 +411,9 @@ class ChatRagCache(BaseChatModel):
         return self._final(box["result"])[0]
 
     def _path_key(self, cache: RagCacheSemanticCache, messages: list[BaseMessage], stop: list[str] | None,
-                  kwargs: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+                  kwargs: dict[str, Any]) -> tuple[CacheRequest, dict[str, Any]]:
         prompt, llm_string = self._cache_key(messages, stop, kwargs)
-        question, pk, threshold = cache.request_key(prompt, llm_string)
-        return question, pk, {"threshold": threshold, "max_tokens": cache.budget(llm_string),
-                              "model": self.model_name, "blend_setting": lambda: self._blend_for(kwargs),
-                              "sampling": sampling_of(llm_string)}
+        return cache.request(prompt, llm_string, model=self.model_name), {"blend_setting": lambda: self._blend_for(kwargs)}
 
     def _stream_plan(self, messages: list[BaseMessage], stop: list[str] | None,
                      kwargs: dict[str, Any]) -> _StreamPlan:
@@ -446,9 +443,9 @@ class ChatRagCache(BaseChatModel):
         plan = self._stream_plan(messages, stop, kwargs)
         box = plan.box
         if plan.path_key is not None:
-            question, pk, kw = plan.path_key
+            req, kw = plan.path_key
             items: Iterator[Any] = plan.cache.path.stream(
-                question, pk, lambda: self._pieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
+                req, lambda: self._pieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
         else:
             cached = plan.cache.lookup(*plan.key) if plan.key is not None else None
             if isinstance(cached, list) and cached:
@@ -506,9 +503,9 @@ class ChatRagCache(BaseChatModel):
         plan = self._stream_plan(messages, stop, kwargs)
         box = plan.box
         if plan.path_key is not None:
-            question, pk, kw = plan.path_key
+            req, kw = plan.path_key
             items: AsyncIterator[Any] = plan.cache.path.astream(
-                question, pk, lambda: self._apieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
+                req, lambda: self._apieces(messages, stop, plan.opts, plan.kwargs, box), **kw)
         else:
             cached = await plan.cache.alookup(*plan.key) if plan.key is not None else None
             if isinstance(cached, list) and cached:
@@ -549,7 +546,7 @@ class _StreamPlan:
     opts: dict[str, Any]
     kwargs: dict[str, Any]
     cache: Any
-    path_key: tuple[str, Any, dict[str, Any]] | None = None
+    path_key: tuple[CacheRequest, dict[str, Any]] | None = None
     key: tuple[str, str] | None = None
     box: dict[str, Any] = field(default_factory=dict)
 

@@ -54,7 +54,7 @@ from ragcache.answering import Answer
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.prompt.layout import as_document, canonicalize, render_document
 from ragcache.prompt.segments import canonical_documents as canonical_order
-from ragcache.semantic import PartitionKey
+from ragcache.request import CacheRequest
 from ragcache.prompt.volatile import move_volatile
 
 MAX_BREAKPOINTS = 4
@@ -91,16 +91,19 @@ class RagCacheMiddleware(AgentMiddleware):
         self.fallback_answers = 0  # answers by another model than the requested one: not stored
 
     # -- keys -----------------------------------------------------------------------------------
-    def key(self, request: ModelRequest) -> tuple[str, PartitionKey, float | None]:
-        """``(question, partition, threshold)`` of an agent's model request."""
+    def key(self, request: ModelRequest) -> CacheRequest:
+        """The :class:`~ragcache.request.CacheRequest` of an agent's model request (ragcache's one keyer over
+        its messages, system message and tools; the model's identity, budget and sampling)."""
         system = request.system_message.text if request.system_message is not None else None
-        req = key_messages(request.messages, system=system, extractor=self.cache.question_extractor)
-        model, params, _ = model_identity(_llm_string(request.model, request.model_settings))
+        llm_string = _llm_string(request.model, request.model_settings)
+        model, params, _ = model_identity(llm_string)
         if request.tool_choice is not None:
             params = {**params, "tool_choice": canonicalize(request.tool_choice)}
-        pk = req.partition(namespace=self.cache.namespace, model=model, params=params,
-                           tools=[_tool_schema(t) for t in request.tools])
-        return req.question, pk, (1.0 if req.exact else self.cache.threshold)
+        keyed = key_messages(request.messages, system=system, extractor=self.cache.question_extractor,
+                             tools=[_tool_schema(t) for t in request.tools])
+        return keyed.request(model=model, tenant=self.cache.namespace, params=params,
+                             max_tokens=self.cache.budget(llm_string), sampling=sampling_of(llm_string),
+                             threshold=self.cache.threshold, provenance_model=_declared_model(request.model))
 
     def _result(self, request: ModelRequest, response: Any) -> BackendResult:
         """The handler's response as ragcache's :class:`BackendResult` (:func:`~langchain_ragcache.results.message_result`),
@@ -122,14 +125,6 @@ class RagCacheMiddleware(AgentMiddleware):
             return replace(result, finish_reason="error")
         return result
 
-    def _budget(self, request: ModelRequest) -> int | None:
-        """The request's new-token budget (an answer cut at it is served only to the same budget)."""
-        return self.cache.budget(_llm_string(request.model, request.model_settings))
-
-    def _sampling(self, request: ModelRequest) -> Any:
-        """The request's :class:`ragcache.answering.Sampling` (temperature, seed, ``n``: the replay rule)."""
-        return sampling_of(_llm_string(request.model, request.model_settings))
-
     def _served(self, answer: Answer, response: list[Any]) -> Any:
         if answer.layer != "semantic":
             return response[0]
@@ -142,7 +137,7 @@ class RagCacheMiddleware(AgentMiddleware):
         answer, else one handler call among concurrent identical misses, stored when it ended normally."""
         if request.response_format is not None:
             return handler(request)
-        question, pk, threshold = self.key(request)
+        req = self.key(request)
         response: list[Any] = []
 
         def call() -> BackendResult:
@@ -150,9 +145,7 @@ class RagCacheMiddleware(AgentMiddleware):
             response.append(handler(request))
             return self._result(request, response[0])
 
-        answer = self.cache.path.run(question, pk, call, threshold=threshold, model=_declared_model(request.model),
-                                     max_tokens=self._budget(request), blend_setting=_blend_of(request.model),
-                                     sampling=self._sampling(request))
+        answer = self.cache.path.run(req, call, blend_setting=_blend_of(request.model))
         return self._served(answer, response)
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -160,7 +153,7 @@ class RagCacheMiddleware(AgentMiddleware):
         """Async :meth:`wrap_model_call`."""
         if request.response_format is not None:
             return await handler(request)
-        question, pk, threshold = self.key(request)
+        req = self.key(request)
         response: list[Any] = []
 
         async def call() -> BackendResult:
@@ -168,10 +161,7 @@ class RagCacheMiddleware(AgentMiddleware):
             response.append(await handler(request))
             return self._result(request, response[0])
 
-        answer = await self.cache.path.arun(question, pk, call, threshold=threshold,
-                                            model=_declared_model(request.model), max_tokens=self._budget(request),
-                                            blend_setting=_blend_of(request.model),
-                                            sampling=self._sampling(request))
+        answer = await self.cache.path.arun(req, call, blend_setting=_blend_of(request.model))
         return self._served(answer, response)
 
 

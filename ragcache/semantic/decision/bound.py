@@ -261,8 +261,7 @@ def decide_bounded(bound: ErrorBound, decider: Any, q: str, rows: list[StoredAns
         if same_words:
             bound.served_same_words()
         if same_words or not bound.explore(r.state, sim):
-            hit = SemanticHit(r.answer, sim, r.question, r.id, r.metadata, r.partition,
-                              r.budget.finish_reason, r.budget.max_tokens)
+            hit = SemanticHit(r.answer, sim, r.question, r.id, r.metadata, r.partition, r.budget)
         else:
             explored = Exploration(r.id, r.question, sim, r.answer, r.partition, r.state, time.monotonic(), vector)
     return hit, cands, explored

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ragcache.semantic.partition import PartitionKey, partition_key
+from ragcache.semantic.partition import DEFAULT_PARTITION, PartitionKey
 
 DEFAULT_THRESHOLD = 0.94
 """Cosine gate of a cache that decides with the guards alone (an embedder the learned verifier was
@@ -22,8 +22,6 @@ development pairs. It is the default decision (``guards=True``); with the learne
 (``guards="verifier"``, or a ``ragcache calibrate semantic`` record) the gate is the verifier head's
 ``floor`` instead; see the README's semantic benchmark table."""
 
-DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
-"""Partition used when a call gives none. Real callers pass ``partition_key(...)``."""
 
 
 def checked_partition(partition: PartitionKey | None) -> PartitionKey:

@@ -293,8 +293,7 @@ class SemanticPolicy(ErrorBoundAPI):
                 verdict = GuardVerdict()
             cands.append(Candidate(r.id, r.question, sim, verdict, r.state))
             if hit is None and (t >= 1.0 or sim >= t) and verdict.ok:
-                hit = SemanticHit(r.answer, sim, r.question, r.id, r.metadata, r.partition,
-                                  r.budget.finish_reason, r.budget.max_tokens)
+                hit = SemanticHit(r.answer, sim, r.question, r.id, r.metadata, r.partition, r.budget)
         return hit, cands
 
     def _embed_many(self, texts: list[str]) -> np.ndarray:

@@ -57,7 +57,8 @@ from llama_index.query_engine.ragcache.messages import LaidOutMessages
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer
 from ragcache.backend import BackendResult
 from ragcache.prompt.layout import LintMode, PromptLayout
-from ragcache.pipeline import DEFAULT_SYSTEM, RagCache, Request
+from ragcache.pipeline import DEFAULT_SYSTEM, RagCache
+from ragcache.request import CacheRequest
 from ragcache.semantic import PartitionKey, SemanticCache
 from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
@@ -65,11 +66,12 @@ from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 @dataclass(slots=True)
 class PreparedQuery:
     """Everything decided before the LLM call: the nodes in final order, ragcache's prepared
-    :class:`~ragcache.pipeline.Request` (layout and partition) and the LLM-shaped messages."""
+    :class:`~ragcache.request.CacheRequest` (layout, partition, tenant, budget, threshold) and the
+    LLM-shaped messages."""
 
     question: str
     nodes: list[NodeWithScore]
-    request: Request
+    request: CacheRequest
     laid: LaidOutMessages
 
     @property
@@ -276,7 +278,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
         nodes = self._stable.postprocess_nodes(list(nodes), query_bundle=query_bundle)
         segments = [node_segment(n.node, id_source=self._id_source) for n in nodes]
         source_ids = [str(n.node.ref_doc_id or n.node.node_id) for n in nodes]
-        req = self.pipeline().prepare(question, segments, document_ids=source_ids)
+        req = self.pipeline().prepare(question, segments, document_ids=source_ids, threshold=self._threshold)
         return PreparedQuery(question, nodes, req, self._backend.messages(req.layout))
 
     def _base_meta(self, prep: PreparedQuery, retrieve_s: float) -> dict[str, Any]:
@@ -351,9 +353,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
         meta = self._base_meta(prep, retrieve_s)
         called: list[float] = []  # when the LLM was called (so ttft_s counts retrieval and lookup)
         if self._streaming:
-            items = rag.path.stream(prep.question, prep.partition,
-                                    lambda: _timed(called, self._backend.stream(prep.layout, tenant=prep.request.namespace)),
-                                    **self._path_kw(rag, prep))
+            items = rag.path.stream(prep.request,
+                                    lambda: _timed(called, self._backend.stream(prep.layout, tenant=prep.request.tenant)),
+                                    blend_setting=rag.blend_setting)
             gen = self._stream(items, meta, t0, called)
             first = next(gen, None)  # the lookup runs now; a hit fills the metadata at once
             if first is not None and not called:
@@ -365,13 +367,9 @@ class RagCacheQueryEngine(BaseQueryEngine):
             called.append(time.perf_counter())
             return rag.generate(prep.request)
 
-        answer = rag.path.run(prep.question, prep.partition, call, **self._path_kw(rag, prep))
+        answer = rag.path.run(prep.request, call, blend_setting=rag.blend_setting)
         self._answer_meta(meta, answer, t0, called[0] - t0 if called else None)
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
-
-    def _path_kw(self, rag: RagCache, prep: PreparedQuery) -> dict[str, Any]:
-        return {"max_tokens": prep.request.max_new_tokens, "threshold": self._threshold, "model": rag.model,
-                "blend_setting": rag.blend_setting, "sampling": rag.sampling(prep.request)}
 
     def _stream(self, items: Iterator[str | Answer], meta: dict[str, Any], t0: float,
                 called: list[float]) -> Iterator[str]:
@@ -401,13 +399,12 @@ class RagCacheQueryEngine(BaseQueryEngine):
         rag = self.pipeline()
         prep = self.prepare(query_bundle, nodes)
         meta = self._base_meta(prep, retrieve_s)
-        kw = self._path_kw(rag, prep)
         if self._streaming:
             called: list[float] = []
-            items = rag.path.astream(prep.question, prep.partition,
+            items = rag.path.astream(prep.request,
                                      lambda: _atimed(called, self._backend.astream(prep.layout,
-                                                                                   tenant=prep.request.namespace)),
-                                     **kw)
+                                                                                   tenant=prep.request.tenant)),
+                                     blend_setting=rag.blend_setting)
             gen = self._astream(items, meta, t0, called)
             first = await anext(gen, None)  # the lookup runs now; a hit fills the metadata at once
             if first is not None and not called:
@@ -420,7 +417,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
             called.append(time.perf_counter())
             return await rag.agenerate(prep.request)
 
-        answer = await rag.path.arun(prep.question, prep.partition, call, **kw)
+        answer = await rag.path.arun(prep.request, call, blend_setting=rag.blend_setting)
         self._answer_meta(meta, answer, t0, called[0] - t0 if called else None)
         return Response(answer.text, source_nodes=prep.nodes, metadata=meta)
 
