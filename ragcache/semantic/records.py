@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.decision.guards import GuardVerdict
 
 
@@ -14,7 +15,7 @@ class SemanticHit:
     """A served answer. ``similarity`` is the cosine similarity in [-1, 1] between the (normalised,
     typo-corrected) query and ``question``, the stored question whose answer this is (for an
     over-length question: between the embedded last sentences, the rest matched exactly).
-    ``budget`` is the entry's :class:`~ragcache.semantic.decision.budget.AnswerBudget`: the finish reason,
+    ``budget`` is the entry's :class:`~ragcache.semantic.budget.AnswerBudget`: the finish reason,
     token budget and length the answer was stored with (``None`` fields: unknown)."""
 
     answer: str
