@@ -54,6 +54,7 @@ from contract_entries import (  # noqa: E402
 )
 from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
+from ragcache.provenance import Provenance  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
 from ragcache.testing.answer_contract import (  # noqa: E402
@@ -96,9 +97,7 @@ class LlamaIndexEntry:
 
             resp, text = asyncio.run(run())
         m = resp.metadata
-        return Answer(question, text, m["layer"], _usage(m["usage"]), finish_reason=m["finish_reason"],
-                      approximate=m["approximate"], recompute_ratio=m["recompute_ratio"],
-                      blend_setting=m["blend_setting"])
+        return Answer(question, text, m["layer"], _usage(m["usage"]), provenance=Provenance.from_metadata(m))
 
 
 # ---------------------------------------------------------------------------------------------- LangChain
@@ -179,7 +178,8 @@ class ProxyEntry:
                 msg = s.get_final_message()
         usage = CacheUsage.from_anthropic(msg.usage)
         return Answer(question, "".join(b.text for b in msg.content if b.type == "text"), layer, usage,
-                      finish_reason=finish_reason(msg.stop_reason))
+                      provenance=Provenance.from_metadata({"layer": layer,
+                                                           "finish_reason": finish_reason(msg.stop_reason)}))
 
 
 # ---------------------------------------------------------------------------------------------- wiring
@@ -332,8 +332,9 @@ class LlmTenantEntry:
                 ChatMessage(role=MessageRole.USER, blocks=[TextBlock(text=t) for t in (*TENANT_DOCS, question)])]
         kw = {"tenant": self.tenant} if self.mode == "per-call" else {}
         extra = self.llm.chat(msgs, **kw).additional_kwargs
-        return Answer(question, "", extra["layer"], _usage(extra["usage"]), finish_reason=extra["finish_reason"],
-                      approximate=extra["approximate"], recompute_ratio=extra["recompute_ratio"])
+        return Answer(question, "", extra["layer"], _usage(extra["usage"]),
+                      provenance=Provenance.from_metadata({k: extra[k] for k in (
+                          "layer", "finish_reason", "approximate", "recompute_ratio")}))
 
 
 class QueryEngineTenantEntry(LlamaIndexEntry):

@@ -61,6 +61,11 @@ PAGES: tuple[Page, ...] = (
     Page("the evaluation landing page", "evaluation/", images=_headline_plots()),
     Page("a study page", "evaluation/prefix/", images=("prefix.png",)),
     Page("the Python API reference", "reference/api/"),
+    Page("install (the Quick start commands)", "getting-started/install/", code_fits=True),
+    Page("the demo page", "getting-started/demo/", code_fits=True),
+    Page("the prompt-layout guide", "guides/prompt-layout/", code_fits=True),
+    Page("the LangChain page", "integrations/langchain/", code_fits=True),
+    Page("the local-engine guide", "guides/local-engine/", code_fits=True),
 )
 
 
