@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.home import DEFAULT_HOME, Home
-from ragcache.limits import check_recompute_ratio
+from ragcache.limits import THRESHOLD_FLOOR, check_recompute_ratio, low_threshold_message
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -133,6 +133,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "byte budget of the in-memory exact prefix KV cache"),
     EnvVar("RAGCACHE_THRESHOLD", "threshold",
            "semantic cache cosine gate (none: the decider's own, 0.94 for the guards alone; 1.0 = exact repeats only)"),
+    EnvVar("RAGCACHE_ALLOW_LOW_THRESHOLD", "allow_low_threshold",
+           f"1: accept a threshold below the floor {THRESHOLD_FLOOR:g} (RAGCACHE_THRESHOLD, ask --threshold), where "
+           "answers to questions on other topics may be served; 0: refuse it"),
     EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url",
            "shared answer cache: postgresql://... (PostgreSQL + pgvector) instead of the local SQLite + FAISS"),
     EnvVar("RAGCACHE_KV_URL", "kv_url", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
@@ -207,6 +210,7 @@ class Config:
     kv_max_bytes: int = 2 << 30
     prefix_max_bytes: int = 512 << 20
     threshold: float | None = None
+    allow_low_threshold: bool = False
     semantic_url: str | None = None
     kv_url: str | None = None
     kv_format: str = "fp16"
@@ -258,6 +262,10 @@ class Config:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:  # NaN refused too
             raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}: "
                              "fix or unset it")
+        low = None if self.threshold is None else low_threshold_message(self.threshold, "RAGCACHE_THRESHOLD")
+        if low and not self.allow_low_threshold:
+            raise ValueError(f"{low}: raise it to {THRESHOLD_FLOOR:g} or more (or unset it), or set "
+                             "RAGCACHE_ALLOW_LOW_THRESHOLD=1 to use it anyway")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.kv_url is not None and kv_url_scheme(self.kv_url) not in KV_URL_SCHEMES:

@@ -22,6 +22,7 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
 """
 
 from ragcache.semantic.decision.budget import AnswerBudget
+from ragcache.semantic.decision.checks import THRESHOLD_FLOOR, LowThresholdWarning
 from ragcache.semantic.cache import (
     DEFAULT_THRESHOLD,
     Candidate,
@@ -60,6 +61,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "GUARD_REASONS",
     "SCOPE_GROUPS",
+    "THRESHOLD_FLOOR",
     "AnswerBudget",
     "AntonymGuard",
     "Candidate",
@@ -70,6 +72,7 @@ __all__ = [
     "GuardSet",
     "GuardVerdict",
     "Lexicon",
+    "LowThresholdWarning",
     "LexiconUnavailable",
     "NegationGuard",
     "NewEntry",
