@@ -341,6 +341,28 @@ class Embedder:
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps([self.name, self._revision]).encode()).hexdigest()
 
+    @cached_property
+    def max_tokens(self) -> int | None:
+        """Word pieces of one text the embedder reads, special tokens included (all-MiniLM-L6-v2: 256);
+        it drops the rest. ``None``: the model does not say."""
+        v = getattr(self._model, "max_len" if self.runtime == "numpy" else "max_seq_length", None)
+        return int(v) if isinstance(v, int) and v > 0 else None
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of ``text`` (special tokens included) before the embedder cuts it at :attr:`max_tokens`."""
+        if self.runtime == "numpy":
+            return len(self._uncut_tokenizer.encode(text).ids)
+        return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+
+    @cached_property
+    def _uncut_tokenizer(self) -> Any:
+        """A copy of the NumPy runtime's tokenizer without its truncation (the encoder's own keeps it)."""
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(self._model.tokenizer.to_str())
+        tok.no_truncation()
+        return tok
+
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """Embed texts. Returns float32 ``[len(texts), dim]``, each row of unit L2 norm."""
         if isinstance(texts, str):
