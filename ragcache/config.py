@@ -127,6 +127,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_ANSWERS_DIR", "answers_dir", "semantic answer cache (SQLite + FAISS)", "$RAGCACHE_HOME/answers"),
     EnvVar("RAGCACHE_INDEX_DIR", "index_dir", "document retrieval indexes (one folder per corpus)",
            "$RAGCACHE_HOME/index"),
+    EnvVar("RAGCACHE_MODELS_DIR", "models_dir", "converted models (the embedded LLM, de-quantised once, ~40 s): point "
+           "replicas at one shared folder so only the first converts (a file lock there; written atomically)",
+           "$RAGCACHE_HOME/models"),
     EnvVar("RAGCACHE_KV_DIR", "kv_dir", "persisted per-document (chunk) KV, safetensors", "$RAGCACHE_HOME/kv/chunks"),
     EnvVar("RAGCACHE_KV_MAX_BYTES", "kv_max_bytes",
            "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
@@ -207,6 +210,7 @@ class Config:
     answers_dir: Path | None = None
     index_dir: Path | None = None
     kv_dir: Path | None = None
+    models_dir: Path | None = None
     kv_max_bytes: int = 2 << 30
     prefix_max_bytes: int = 512 << 20
     threshold: float | None = None
@@ -243,13 +247,16 @@ class Config:
         defaults = Home(home)  # where each folder goes when not set: the one layout of the home
         for var, name, sub in (("RAGCACHE_ANSWERS_DIR", "answers_dir", defaults.answers),
                                ("RAGCACHE_INDEX_DIR", "index_dir", defaults.index),
-                               ("RAGCACHE_KV_DIR", "kv_dir", defaults.chunks)):
+                               ("RAGCACHE_KV_DIR", "kv_dir", defaults.chunks),
+                               ("RAGCACHE_MODELS_DIR", "models_dir", defaults.models)):
             v = getattr(self, name)
             object.__setattr__(self, name, _expand(var, v) if v else sub)
             derived |= set() if v else {name}
         for var, name in (("RAGCACHE_HOME", "home"), ("RAGCACHE_ANSWERS_DIR", "answers_dir"),
                           ("RAGCACHE_INDEX_DIR", "index_dir"), ("RAGCACHE_KV_DIR", "kv_dir"),
-                          ("RAGCACHE_DATA_DIR", "data_dir")):
+                          ("RAGCACHE_MODELS_DIR", "models_dir"), ("RAGCACHE_DATA_DIR", "data_dir")):
+            if name == "models_dir" and name in derived:  # made on the first conversion, as before the setting
+                continue
             _check_folder(var, getattr(self, name), create=var != "RAGCACHE_DATA_DIR",  # data is only read
                           fix="RAGCACHE_HOME" if name in derived else var)
         for var, value, least in (("RAGCACHE_KV_MAX_BYTES", self.kv_max_bytes, 0),
@@ -312,12 +319,8 @@ class Config:
     @property
     def paths(self) -> Home:
         """Every path under the home (:class:`~ragcache.home.Home`), with the folders set here."""
-        return Home(self.home, answers=self.answers_dir, index=self.index_dir, chunks=self.kv_dir)
-
-    @property
-    def models_dir(self) -> Path:
-        """Where converted models live (``$RAGCACHE_HOME/models``)."""
-        return self.paths.models
+        return Home(self.home, answers=self.answers_dir, index=self.index_dir, chunks=self.kv_dir,
+                    models=self.models_dir)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:
