@@ -136,9 +136,6 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "byte budget of the in-memory exact prefix KV cache"),
     EnvVar("RAGCACHE_THRESHOLD", "threshold",
            "semantic cache cosine gate (none: the decider's own, 0.94 for the guards alone; 1.0 = exact repeats only)"),
-    EnvVar("RAGCACHE_ALLOW_LOW_THRESHOLD", "allow_low_threshold",
-           f"1: accept a threshold below the floor {THRESHOLD_FLOOR:g} (RAGCACHE_THRESHOLD, ask --threshold), where "
-           "answers to questions on other topics may be served; 0: refuse it"),
     EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url",
            "shared answer cache: postgresql://... (PostgreSQL + pgvector) instead of the local SQLite + FAISS"),
     EnvVar("RAGCACHE_KV_URL", "kv_url", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
@@ -147,6 +144,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "decode KV cache: dynamic or quantized (4-bit quanto)"),
     EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "answers kept (LRU)"),
     EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "seconds an answer lives (none: no expiry)"),
+    EnvVar("RAGCACHE_ALLOW_LOW_THRESHOLD", "allow_low_threshold",
+           f"1: accept a threshold below the floor {THRESHOLD_FLOOR:g} (RAGCACHE_THRESHOLD, ask --threshold), where "
+           "answers to questions on other topics may be served; 0: refuse it"),
     EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio",
            "CacheBlend recompute ratio r in [0, 1]: a set value is the caller's own r, used as given (answers "
            "labelled approximate)", RECOMPUTE_RATIO_UNSET),

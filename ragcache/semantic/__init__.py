@@ -22,7 +22,6 @@ not stored by default and never served to another budget (:mod:`ragcache.semanti
 """
 
 from ragcache.semantic.decision.budget import AnswerBudget
-from ragcache.semantic.decision.checks import THRESHOLD_FLOOR, LowThresholdWarning
 from ragcache.semantic.cache import (
     DEFAULT_THRESHOLD,
     Candidate,
@@ -55,6 +54,7 @@ from ragcache.semantic.stores.protocol import NewEntry, PutResult, Query, Stored
 from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
+from ragcache.semantic.decision.checks import THRESHOLD_FLOOR, LowThresholdWarning
 
 __all__ = [
     "ANTONYM_PAIRS",
