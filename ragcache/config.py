@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ragcache.home import DEFAULT_HOME, Home
-from ragcache.limits import check_recompute_ratio
+from ragcache.limits import THRESHOLD_FLOOR, check_recompute_ratio, low_threshold_message
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -194,6 +194,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_ANSWERS_DIR", "answers_dir", "semantic answer cache (SQLite + FAISS)", "$RAGCACHE_HOME/answers"),
     EnvVar("RAGCACHE_INDEX_DIR", "index_dir", "document retrieval indexes (one folder per corpus)",
            "$RAGCACHE_HOME/index"),
+    EnvVar("RAGCACHE_MODELS_DIR", "models_dir", "converted models (the embedded LLM, de-quantised once, ~40 s): point "
+           "replicas at one shared folder so only the first converts (a file lock there; written atomically)",
+           "$RAGCACHE_HOME/models"),
     EnvVar("RAGCACHE_KV_DIR", "kv_dir", "persisted per-document (chunk) KV, safetensors", "$RAGCACHE_HOME/kv/chunks"),
     EnvVar("RAGCACHE_KV_MAX_BYTES", "kv_max_bytes",
            "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
@@ -208,6 +211,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "decode KV cache: dynamic or quantized (4-bit quanto)"),
     EnvVar("RAGCACHE_SEMANTIC_MAX_ENTRIES", "semantic_max_entries", "answers kept (LRU)"),
     EnvVar("RAGCACHE_SEMANTIC_TTL_S", "semantic_ttl_s", "seconds an answer lives (none: no expiry)"),
+    EnvVar("RAGCACHE_ALLOW_LOW_THRESHOLD", "allow_low_threshold",
+           f"1: accept a threshold below the floor {THRESHOLD_FLOOR:g} (RAGCACHE_THRESHOLD, ask --threshold), where "
+           "answers to questions on other topics may be served; 0: refuse it"),
     EnvVar("RAGCACHE_RECOMPUTE_RATIO", "recompute_ratio",
            "CacheBlend recompute ratio r in [0, 1]: a set value is the caller's own r, used as given (answers "
            "labelled approximate)", RECOMPUTE_RATIO_UNSET),
@@ -271,9 +277,11 @@ class Config:
     answers_dir: Path | None = None
     index_dir: Path | None = None
     kv_dir: Path | None = None
+    models_dir: Path | None = None
     kv_max_bytes: int = 2 << 30
     prefix_max_bytes: int = 512 << 20
     threshold: float | None = None
+    allow_low_threshold: bool = False
     semantic_url: str | None = None
     kv_url: str | None = None
     kv_format: str = "fp16"
@@ -306,13 +314,16 @@ class Config:
         defaults = Home(home)  # where each folder goes when not set: the one layout of the home
         for var, name, sub in (("RAGCACHE_ANSWERS_DIR", "answers_dir", defaults.answers),
                                ("RAGCACHE_INDEX_DIR", "index_dir", defaults.index),
-                               ("RAGCACHE_KV_DIR", "kv_dir", defaults.chunks)):
+                               ("RAGCACHE_KV_DIR", "kv_dir", defaults.chunks),
+                               ("RAGCACHE_MODELS_DIR", "models_dir", defaults.models)):
             v = getattr(self, name)
             object.__setattr__(self, name, _expand(var, v) if v else sub)
             derived |= set() if v else {name}
         for var, name in (("RAGCACHE_HOME", "home"), ("RAGCACHE_ANSWERS_DIR", "answers_dir"),
                           ("RAGCACHE_INDEX_DIR", "index_dir"), ("RAGCACHE_KV_DIR", "kv_dir"),
-                          ("RAGCACHE_DATA_DIR", "data_dir")):
+                          ("RAGCACHE_MODELS_DIR", "models_dir"), ("RAGCACHE_DATA_DIR", "data_dir")):
+            if name == "models_dir" and name in derived:  # made on the first conversion, as before the setting
+                continue
             _check_folder(var, getattr(self, name), create=var != "RAGCACHE_DATA_DIR",  # data is only read
                           fix="RAGCACHE_HOME" if name in derived else var)
         for var, value, least in (("RAGCACHE_KV_MAX_BYTES", self.kv_max_bytes, 0),
@@ -325,6 +336,10 @@ class Config:
         if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:  # NaN refused too
             raise ValueError(f"RAGCACHE_THRESHOLD must be a cosine similarity in [-1, 1], got {self.threshold}: "
                              "fix or unset it")
+        low = None if self.threshold is None else low_threshold_message(self.threshold, "RAGCACHE_THRESHOLD")
+        if low and not self.allow_low_threshold:
+            raise ValueError(f"{low}: raise it to {THRESHOLD_FLOOR:g} or more (or unset it), or set "
+                             "RAGCACHE_ALLOW_LOW_THRESHOLD=1 to use it anyway")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.kv_url is not None and url_scheme(self.kv_url) not in KV_URL_SCHEMES:
@@ -371,12 +386,8 @@ class Config:
     @property
     def paths(self) -> Home:
         """Every path under the home (:class:`~ragcache.home.Home`), with the folders set here."""
-        return Home(self.home, answers=self.answers_dir, index=self.index_dir, chunks=self.kv_dir)
-
-    @property
-    def models_dir(self) -> Path:
-        """Where converted models live (``$RAGCACHE_HOME/models``)."""
-        return self.paths.models
+        return Home(self.home, answers=self.answers_dir, index=self.index_dir, chunks=self.kv_dir,
+                    models=self.models_dir)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Config:

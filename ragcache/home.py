@@ -4,6 +4,7 @@
     home.models / home.model_dir("smollm2-135m-instruct")
     home.calibration_file("<digest>.json"), home.file_digests
     home.answers, home.index, home.chunks   # each may be placed elsewhere (RAGCACHE_*_DIR)
+    Home("/srv/r1", models="/shared/models")  # replicas sharing one converted model (RAGCACHE_MODELS_DIR)
 
 Library functions that keep something on disk take ``home=`` (a :class:`Home`, a folder, or
 ``None``: :meth:`Home.default`, ``~/.cache/ragcache``) and resolve it with :meth:`Home.of`; they
@@ -30,6 +31,9 @@ class Home:
         answers: the persistent semantic answer cache (SQLite + FAISS), default ``root/answers``.
         index: document retrieval indexes, one folder per corpus, default ``root/index``.
         chunks: persisted chunk KV (safetensors), default ``root/kv/chunks``.
+        models: converted models (the embedded LLM de-quantised once), default ``root/models``; one
+            folder may serve several homes (replicas): a conversion is written to a temporary folder,
+            renamed into place, and guarded by a file lock there (:func:`ragcache.models.embedded_model_dir`).
 
     Raises:
         TypeError: a path that is not a ``str`` or ``os.PathLike``.
@@ -39,14 +43,16 @@ class Home:
     answers: Path
     index: Path
     chunks: Path
+    models: Path
 
     def __init__(self, root: str | Path, *, answers: str | Path | None = None, index: str | Path | None = None,
-                 chunks: str | Path | None = None) -> None:
+                 chunks: str | Path | None = None, models: str | Path | None = None) -> None:
         r = _path("root", root)
         object.__setattr__(self, "root", r)
         object.__setattr__(self, "answers", _path("answers", answers) if answers is not None else r / "answers")
         object.__setattr__(self, "index", _path("index", index) if index is not None else r / "index")
         object.__setattr__(self, "chunks", _path("chunks", chunks) if chunks is not None else r / "kv" / "chunks")
+        object.__setattr__(self, "models", _path("models", models) if models is not None else r / "models")
 
     @classmethod
     def default(cls) -> Home:
@@ -59,11 +65,6 @@ class Home:
         if home is None:
             return cls.default()
         return home if isinstance(home, Home) else cls(home)
-
-    @property
-    def models(self) -> Path:
-        """Converted models (the embedded LLM de-quantised once): ``root/models``."""
-        return self.root / "models"
 
     def model_dir(self, name: str) -> Path:
         """The folder of the converted model ``name`` under :attr:`models`."""

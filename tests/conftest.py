@@ -24,7 +24,8 @@ def _test_home() -> str:
     return str(home)
 
 
-for _var in ("RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR", "RAGCACHE_SEMANTIC_URL", "RAGCACHE_KV_URL"):
+for _var in ("RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR", "RAGCACHE_SEMANTIC_URL", "RAGCACHE_KV_URL",
+             "RAGCACHE_MODELS_DIR", "RAGCACHE_ALLOW_LOW_THRESHOLD"):
     os.environ.pop(_var, None)
 os.environ["RAGCACHE_HOME"] = _test_home()
 

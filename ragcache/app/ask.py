@@ -37,7 +37,7 @@ from rich.text import Text
 from ragcache.answering import CACHE_TRUNCATED
 from ragcache.app.corpus import scan_folder
 from ragcache.app.output import clean, err_console, say, warn
-from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes
+from ragcache.app.retrieval import Retrieved, Retriever, prune_indexes, query_part
 from ragcache.app.runtime import (
     LazyLocalBackend,
     answer_cache,
@@ -177,6 +177,14 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     for d in removed:
         log.info("removed unused index folder %s", d)
     hits = retriever.search(question, k=top_k)
+    part = query_part(question, emb)
+    if part.cut:  # the embedder would read only the beginning: the notes are searched by the ask
+        long = (f"the question is {part.tokens:,} word pieces and the embedder reads {part.window}: the notes are "
+                f"retrieved by the part that asks ({clean(part.text[:120], newlines=False)!r}); the answer cache "
+                "matches the text before the ask exactly")
+        log.info("%s", long)
+        if not quiet:
+            warn(console, long)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
     model_name = model if model is not None else cfg.model
     backend = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",

@@ -21,6 +21,7 @@ from ragcache.app.cache_cmd import cache_app
 from ragcache.app.calibrate_cmd import calibrate_app
 from ragcache.app.output import error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config, default_help
+from ragcache.limits import THRESHOLD_FLOOR, low_threshold_message
 
 app = typer.Typer(cls=RagcacheGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="ragcache: the caching layer for retrieval-augmented generation. Settings: RAGCACHE_* "
@@ -97,7 +98,11 @@ def ask(
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
     threshold: Optional[float] = typer.Option(None, callback=number_in(-1.0, 1.0, "a cosine similarity"), help="Semantic cache cosine threshold for this "
                                               "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 with "
-                                              "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only)."),
+                                              "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only; "
+                                              f"below {THRESHOLD_FLOOR:g} refused unless --allow-low-threshold)."),
+    allow_low_threshold: bool = typer.Option(False, "--allow-low-threshold", help=f"Accept a --threshold below "
+                                             f"{THRESHOLD_FLOOR:g}, where answers to other questions may be served "
+                                             "(also RAGCACHE_ALLOW_LOW_THRESHOLD=1)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither look in nor write to the semantic answer cache."),
     refresh: bool = typer.Option(False, "--refresh", help="Skip the lookup, answer with the model and replace the stored answer."),
     cache_truncated: bool = typer.Option(CACHE_TRUNCATED, help="Store an answer cut at the token budget too; it is served "
@@ -110,9 +115,14 @@ def ask(
     if no_cache and refresh:
         error(console, "--no-cache and --refresh exclude each other: --refresh stores the new answer, --no-cache stores nothing")
         raise typer.Exit(2)
+    cfg = config()
+    low = None if threshold is None else low_threshold_message(threshold, "--threshold")
+    if low and not (allow_low_threshold or cfg.allow_low_threshold):
+        error(console, f"{low}. Fix: use --threshold {THRESHOLD_FLOOR:g} or more (1.0 = exact repeats only), or add "
+                       "--allow-low-threshold to use it anyway")
+        raise typer.Exit(2)
     if question == "-":
         question = run_or_exit(console, read_stdin_question)
-    cfg = config()
     r = run_or_exit(console, run, question, docs, cfg=cfg, model=model, embedder=embedder, top_k=top_k,
                     max_new_tokens=max_new_tokens, system=system, threshold=threshold,
                     lookup=not (no_cache or refresh), store=not no_cache, cache_truncated=cache_truncated,

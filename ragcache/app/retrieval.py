@@ -32,6 +32,53 @@ class Retrieved:
     score: float  # cosine similarity in [-1, 1]
 
 
+@dataclass(frozen=True, slots=True)
+class QueryPart:
+    """What of a question the retriever embeds.
+
+    Attributes:
+        text: the embedded text: the whole question when the embedder reads all of it, else the part
+            that asks: its last sentence (split as the answer cache splits it,
+            :func:`ragcache.semantic.keying.last_sentence`), or, when even that is too long, the
+            question's last words that fit.
+        tokens: the question's word pieces (special tokens included); ``None``: not counted (an
+            embedder without :meth:`~ragcache.models.Embedder.count_tokens`).
+        window: the word pieces the embedder reads (:attr:`~ragcache.models.Embedder.max_tokens`), or ``None``.
+    """
+
+    text: str
+    tokens: int | None = None
+    window: int | None = None
+
+    @property
+    def cut(self) -> bool:
+        """Whether the question is longer than the embedder reads (only :attr:`text` is embedded)."""
+        return self.tokens is not None and self.window is not None and self.tokens > self.window
+
+
+def query_part(question: str, embedder) -> QueryPart:
+    """The part of ``question`` to embed for retrieval (:class:`QueryPart`). A sentence embedder
+    reads its first ``max_tokens`` word pieces and drops the rest, so a long pasted text followed by
+    a question would be searched by the paste's beginning; the ask is at the end."""
+    window, count = getattr(embedder, "max_tokens", None), getattr(embedder, "count_tokens", None)
+    if not isinstance(window, int) or not callable(count):
+        return QueryPart(question)
+    n = count(question)
+    if n <= window:
+        return QueryPart(question, n, window)
+    from ragcache.semantic.keying import last_sentence
+
+    head, tail = last_sentence(question)
+    if head and count(tail) <= window:
+        return QueryPart(tail, n, window)
+    words = (tail if head else question).split()
+    lo, hi = 1, len(words)  # the most trailing words that fit (at least one)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if count(" ".join(words[-mid:])) <= window else (lo, mid - 1)
+    return QueryPart(" ".join(words[-lo:]), n, window)
+
+
 class Retriever:
     """Top-k dense retrieval over chunks, kept on disk and updated incrementally.
 
@@ -130,7 +177,8 @@ class Retriever:
             return None
 
     def search(self, query: str, k: int = 4) -> list[Retrieved]:
-        """Top-``k`` chunks by cosine similarity, best first.
+        """Top-``k`` chunks by cosine similarity, best first. A query longer than the embedder reads
+        is searched by the part that asks (:func:`query_part`).
 
         Raises:
             ValueError: for an empty query or ``k < 1``.
@@ -139,7 +187,7 @@ class Retriever:
             raise ValueError("query is empty: give a question")
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        vec = self.embedder.encode([query])
+        vec = self.embedder.encode([query_part(query, self.embedder).text])
         scores, ids = self.index.search(vec, min(k, len(self.chunks)))
         return [Retrieved(self.chunks[i], float(s)) for s, i in zip(scores[0], ids[0]) if i >= 0]
 

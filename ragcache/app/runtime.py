@@ -93,7 +93,8 @@ class LazyLocalBackend:
     """:class:`~ragcache.engine.backend.LocalBackend` that loads the engine on the first ``generate``.
 
     ``model_id`` (part of the semantic partition) comes from :func:`ragcache.models.model_fingerprint`
-    without loading the model where that is possible, so a lookup in the answer cache needs no model.
+    without loading the model where that is possible (the embedded model even before its conversion),
+    so a lookup in the answer cache needs no model and no conversion.
 
     Args:
         factory: zero-argument callable returning a LocalEngine.
@@ -106,7 +107,8 @@ class LazyLocalBackend:
             :attr:`blend_setting` is known without loading the model.
 
     Raises:
-        RuntimeError: the loaded engine's fingerprint differs from the one predicted (a bug).
+        RuntimeError: the loaded engine's fingerprint differs from the one predicted (the model folder
+            changed in between).
     """
 
     name = "local"
@@ -132,7 +134,10 @@ class LazyLocalBackend:
 
             backend = LocalBackend(self._factory())
             if self._model_id is not None and backend.model_id != self._model_id:
-                raise RuntimeError(f"loaded model {backend.model_id[:12]} is not the predicted {self._model_id[:12]}")
+                raise RuntimeError(f"loaded model {backend.model_id[:12]} is not the predicted {self._model_id[:12]}: the "
+                                   "model folder changed since the lookup (another process converted the embedded "
+                                   "model with other library versions, or the weights were edited), so this "
+                                   "request's answer would be stored for another model; run it again")
             self._backend = backend
         return self._backend
 

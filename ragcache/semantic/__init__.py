@@ -58,6 +58,7 @@ from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
 from ragcache.semantic.speller import QuerySpeller
 from ragcache.semantic.stats import SemanticStats
 from ragcache.semantic.text import normalize_question
+from ragcache.semantic.decision.checks import THRESHOLD_FLOOR, LowThresholdWarning
 
 __all__ = [
     "ANTONYM_PAIRS",
@@ -65,6 +66,7 @@ __all__ = [
     "GUARDS",
     "GUARD_REASONS",
     "SCOPE_GROUPS",
+    "THRESHOLD_FLOOR",
     "AnswerBudget",
     "AntonymGuard",
     "Candidate",
@@ -77,6 +79,7 @@ __all__ = [
     "GuardSet",
     "GuardVerdict",
     "Lexicon",
+    "LowThresholdWarning",
     "LexiconUnavailable",
     "NegationGuard",
     "NewEntry",

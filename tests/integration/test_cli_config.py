@@ -30,7 +30,8 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_MIN_REUSE_TOKENS": "0", "RAGCACHE_SERVE_KEY": "k" * 16, "RAGCACHE_TENANT_HEADER": "x-tenant",
            "RAGCACHE_UPSTREAM_AUTH": "operator",
            "RAGCACHE_BENCH_THREADS": "2", "RAGCACHE_WORDNET_DIR": str(tmp_path / "wn"),
-           "RAGCACHE_MAX_FILE_BYTES": "2048"}
+           "RAGCACHE_MAX_FILE_BYTES": "2048", "RAGCACHE_ALLOW_LOW_THRESHOLD": "1",
+           "RAGCACHE_MODELS_DIR": str(tmp_path / "m")}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
@@ -43,6 +44,7 @@ def test_every_variable_is_read(tmp_path):
             Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})
     assert got["RAGCACHE_SEMANTIC_TTL_S"] == 60.0 and got["RAGCACHE_THREADS"] == 1 and got["RAGCACHE_BENCH_THREADS"] == 2
     assert got["RAGCACHE_WORDNET_DIR"] == tmp_path / "wn" and got["RAGCACHE_MAX_FILE_BYTES"] == 2048
+    assert got["RAGCACHE_ALLOW_LOW_THRESHOLD"] is True and cfg.paths.models == got["RAGCACHE_MODELS_DIR"] == tmp_path / "m"
     assert got["RAGCACHE_DATA_DIR"] == Path(tmp_path / "d") and got["RAGCACHE_UPSTREAM"] == "http://up"
     assert (got["RAGCACHE_SERVE_KEY"], got["RAGCACHE_TENANT_HEADER"], got["RAGCACHE_UPSTREAM_AUTH"]) == \
         ("k" * 16, "x-tenant", "operator")

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ragcache.limits import THRESHOLD_FLOOR, low_threshold_message
 from ragcache.semantic.partition import DEFAULT_PARTITION, PartitionKey
 
 DEFAULT_THRESHOLD = 0.94
@@ -36,6 +37,20 @@ def checked_partition(partition: PartitionKey | None) -> PartitionKey:
         raise TypeError(f"partition must be a PartitionKey from ragcache.semantic.partition_key(...), "
                          f"got {type(partition).__name__} {partition!r:.60}")
     return partition
+
+
+class LowThresholdWarning(UserWarning):
+    """A semantic cache threshold below :data:`~ragcache.limits.THRESHOLD_FLOOR`: answers to other questions may be served."""
+
+
+def warn_low_threshold(t: float) -> None:
+    """Warn (:class:`LowThresholdWarning`, attributed to the caller's line) when ``t`` is below
+    :data:`~ragcache.limits.THRESHOLD_FLOOR`: the library's rule (the CLI refuses such a threshold instead)."""
+    msg = low_threshold_message(t)
+    if msg is not None:
+        from ragcache.prompt.volatile import warn_at_caller
+
+        warn_at_caller(f"{msg}; use {THRESHOLD_FLOOR:g} or more", LowThresholdWarning)
 
 
 def check_threshold(t: Any) -> float:

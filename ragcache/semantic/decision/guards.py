@@ -407,14 +407,16 @@ class GuardSet:
 
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
         """First rejection among the guards, or an ok verdict. A guard with a ``below`` attribute
-        (the substitution guard) only runs when ``similarity`` is given and is below it. Both questions
+        (the substitution guard) only runs when ``similarity`` is given and is below it; a guard with
+        ``reads_similarity`` set (the question-type guard) is given ``similarity`` too. Both questions
         are compared without a request wrapper (:func:`~ragcache.semantic.text.request_core`)."""
         query, candidate = request_core(query), request_core(candidate)
         for g in self.guards:
             below = getattr(g, "below", None)
             if below is not None and similarity is not None and similarity >= below:
                 continue
-            detail = g.check(query, candidate)
+            reads = getattr(g, "reads_similarity", False)  # the question-type guard: loose pairs only when near
+            detail = g.check(query, candidate, similarity) if reads else g.check(query, candidate)
             if detail is not None:
                 return GuardVerdict(g.name, detail)
         return GuardVerdict()

@@ -51,6 +51,7 @@ from ragcache.semantic.decision.checks import (
     check_threshold,
     check_ttl,
     checked_partition,
+    warn_low_threshold,
 )
 from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate, GatedDecider
 from ragcache.semantic.decision.guards import GuardSet, GuardVerdict
@@ -147,7 +148,9 @@ class SemanticPolicy(ErrorBoundAPI):
             (:class:`~ragcache.semantic.speller.QuerySpeller`, usually the store); ``None``: no correction.
         embedder: the resolved :class:`QuestionEmbedder` (the store holds its vectors).
         threshold: default cosine threshold; a hit needs ``similarity >= threshold``; 1.0 = exact only;
-            ``None``: the decider's own gate (its ``floor``), else :data:`DEFAULT_THRESHOLD`.
+            ``None``: the decider's own gate (its ``floor``), else :data:`DEFAULT_THRESHOLD`. One below
+            :data:`~ragcache.limits.THRESHOLD_FLOOR` (0.5) is used but warned about
+            (:class:`~ragcache.semantic.decision.checks.LowThresholdWarning`), here and in :meth:`lookup`.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
         decider: ``check(query, candidate, similarity) -> GuardVerdict`` (a :class:`GuardSet`, or the
             learned :class:`~ragcache.semantic.decision.verifier.LearnedVerifier`).
@@ -175,6 +178,7 @@ class SemanticPolicy(ErrorBoundAPI):
         if threshold is None:
             threshold = getattr(decider, "floor", DEFAULT_THRESHOLD)
         self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
+        warn_low_threshold(self.threshold)
         self.guards = decider
         self.coverage = CoverageGate(embedder, languages)
         self._decision = GatedDecider(self.coverage, decider)  # the one hit decision: coverage, then the decider
@@ -213,6 +217,8 @@ class SemanticPolicy(ErrorBoundAPI):
         """
         t0 = time.perf_counter()
         t = self.threshold if threshold is None else check_threshold(threshold)
+        if threshold is not None:
+            warn_low_threshold(t)
         bounded = self.error_bound is not None and threshold is None
         hit, cands, embed_s, explored = self._lookup(question, checked_partition(partition), t,
                                                      max_tokens=max_tokens, bounded=bounded)

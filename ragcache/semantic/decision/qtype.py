@@ -37,6 +37,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragcache.limits import THRESHOLD_FLOOR
+
 _WH = frozenset({"who", "whom", "whose", "what", "whats", "which", "when", "where", "wheres", "why", "how", "hows",
                  "whos", "whens", "whys"})
 _AUX = frozenset({"is", "are", "am", "was", "were", "do", "does", "did", "can", "could", "will", "would", "should",
@@ -238,29 +240,46 @@ _COMPATIBLE = {frozenset({"amount", "what"}), frozenset({"amount", "how_many"}),
                frozenset({"what", "how"}), frozenset({"possible", "yesno"}), frozenset({"possible", "how"}), frozenset({"where_access", "where"}), frozenset({"where_access", "how"})}
 
 
-def compatible(a: str | None, b: str | None) -> bool:
+def compatible(a: str | None, b: str | None, *, loose: bool = True) -> bool:
     """Whether answers to questions of types ``a`` and ``b`` can be the same answer.
 
-    Equal types are; ``None`` (no interrogative) is compatible with anything; ``what`` is
-    compatible with ``how`` ("what is the way to" / "how do I"); ``where_access`` ("where can I
-    see ...") with ``where`` and ``how``; ``amount`` ("what is the leave entitlement") with ``what``,
-    ``how_many``, ``how_much`` and ``how_long``. Any other pair is not.
+    Equal types are; ``None`` (no interrogative) is compatible with anything; with ``loose`` (the
+    default), also the pairs of paraphrases that change the interrogative: ``what`` is compatible
+    with ``how`` ("what is the way to" / "how do I"); ``where_access`` ("where can I see ...") with
+    ``where`` and ``how``; ``possible`` with ``yesno`` and ``how``; ``amount`` ("what is the leave
+    entitlement") with ``what``, ``how_many``, ``how_much`` and ``how_long``. Any other pair is not.
     """
     if a is None or b is None or a == b:
         return True
-    return frozenset({a, b}) in _COMPATIBLE
+    return loose and frozenset({a, b}) in _COMPATIBLE
 
 
 @dataclass(slots=True)
 class QuestionTypeGuard:
     """Rejects a candidate that asks for another kind of answer (who / when / where / why / how
-    many / yes-no ...); see :func:`question_type` and :func:`compatible`."""
+    many / yes-no ...); see :func:`question_type` and :func:`compatible`.
+
+    The loose pairs of :func:`compatible` ("where can I see my order status" / "how do I track my
+    order") are paraphrases only when the two questions are near: at a cosine similarity below
+    ``loose_from`` (default :data:`~ragcache.limits.THRESHOLD_FLOOR`, 0.5; reached
+    only with a threshold below that floor) the types must be the same, so "Where do I find the
+    on-call calendar?" is never served "How do I rotate an API key?"'s answer (cosine 0.11), whatever
+    the threshold. Without a similarity (``check(query, candidate)``) the loose pairs are accepted.
+    """
 
     name: str = "question_type"
+    loose_from: float = THRESHOLD_FLOOR
+    reads_similarity: bool = True
+    """:meth:`~ragcache.semantic.decision.guards.GuardSet.check` passes the pair's similarity."""
 
-    def check(self, query: str, candidate: str) -> str | None:
+    def check(self, query: str, candidate: str, similarity: float | None = None) -> str | None:
         a, b = question_type(query), question_type(candidate)
-        return None if compatible(a, b) else f"question type {a} vs {b}"
+        loose = similarity is None or similarity >= self.loose_from
+        if compatible(a, b, loose=loose):
+            return None
+        if compatible(a, b):
+            return f"question type {a} vs {b} (at cosine {similarity:.2f} < {self.loose_from:g} only the same type)"
+        return f"question type {a} vs {b}"
 
 
 _COPULA = frozenset({"is", "are", "was", "were", "s"})
