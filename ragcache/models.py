@@ -319,6 +319,31 @@ def _attach_adapter(model: Any, adapter: str) -> Any:
                                  "model") from None
 
 
+def calibration_identities(fingerprint: ModelFingerprint,
+                           home: Home | str | Path | None = None) -> list[ModelFingerprint]:
+    """The identities a calibration record of this model may be keyed by, in the order to try them.
+
+    ``[fingerprint]``, then, for the embedded model converted by this recipe (a ``source:`` revision
+    whose folder still holds the weights its conversion wrote), the same model named by those weights'
+    digest: a calibration measures weights, and the same GGUF converted with other library versions
+    gives the same weights under another source revision. Nothing is guessed before the conversion
+    (no folder: only ``fingerprint``). ``home`` as :func:`load_model`'s.
+    """
+    out = [fingerprint]
+    if fingerprint.name != DEFAULT_MODEL or not str(fingerprint.revision).startswith("source:"):
+        return out
+    folder = Home.of(home).model_dir(DEFAULT_MODEL)
+    try:
+        source = json.loads((folder / _SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return out
+    if (isinstance(source, dict) and source.get("recipe") == _CONVERSION and isinstance(source.get("converted"), str)
+            and _source_revision(source) == fingerprint.revision
+            and _embedded_revision(folder, digest_cache_file(home)) == fingerprint.revision):
+        out.append(replace(fingerprint, revision=source["converted"]))
+    return out
+
+
 def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32",
                       home: Home | str | Path | None = None, setting: str = "--model") -> ModelFingerprint | None:
     """The fingerprint :func:`load_model` will give, computed without loading the model (no torch

@@ -165,7 +165,10 @@ class LazyLocalBackend:
 
         if self._recompute_ratio is not None:
             return BlendSetting(recompute_ratio=self._recompute_ratio, rank_by=DEFAULT_SELECTION).name
-        setting = licensed_setting(load_calibration(self._fingerprint, self._home))
+        from ragcache.models import calibration_identities
+
+        also = calibration_identities(self._fingerprint, self._home)[1:]
+        setting = licensed_setting(load_calibration(self._fingerprint, self._home, also=also))
         return None if setting is None else setting.name
 
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,

@@ -104,7 +104,7 @@ def test_ragcache_serves_a_hit_without_loading_or_converting(tmp_path, monkeypat
     docs = [{"id": "keys", "text": "Rotate the API keys from Settings > Keys."}]
     req = rag.prepare("How do I rotate the API keys?", docs)
     cache.store(req.question, "From Settings > Keys.", partition=req.partition, finish_reason="stop",
-                max_tokens=req.max_new_tokens)  # what another replica stored for the same model and documents
+                max_tokens=req.max_tokens)  # what another replica stored for the same model and documents
     a = rag.answer("How do I rotate the API keys?", docs)
     assert (a.layer, a.text, built) == ("semantic", "From Settings > Keys.", [])
     assert not fresh.model_dir(DEFAULT_MODEL).exists()
@@ -161,3 +161,35 @@ def test_replicas_converting_at_once_convert_once(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     assert {o.strip() for o, _ in outs} == {str(shared / DEFAULT_MODEL)}
     assert log.read_text().count("converted") == 1  # the second waited for the lock, then found it converted
+
+
+def test_a_calibration_of_the_weights_serves_their_source_identity(tmp_path):
+    """A calibration measures weights: a record keyed by the converted weights' digest is the record of
+    the source identity that wrote them, and of no other (an edited folder, nothing converted)."""
+    from ragcache.engine.blend.calibration import PACKAGED_DIR, calibration_path, load_calibration, record_digest
+    from ragcache.identity import folder_digest
+    from ragcache.models import _conversion_source, _embedded_gguf, calibration_identities
+
+    home_ = Home(tmp_path / "home")
+    fp = model_fingerprint(None, home=home_)  # before conversion: nothing but the source identity
+    assert calibration_identities(fp, home_) == [fp]
+    folder = home_.model_dir(DEFAULT_MODEL)
+    folder.mkdir(parents=True)
+    for f in REAL_MODEL.iterdir():
+        if f.name != "ragcache_source.json":
+            (folder / f.name).symlink_to(f)
+    (folder / "ragcache_source.json").write_text(json.dumps({**_conversion_source(_embedded_gguf(), None),
+                                                            "converted": folder_digest(folder)}))
+    ids = calibration_identities(fp, home_)
+    assert len(ids) == 2 and ids[0] == fp and ids[1].revision == folder_digest(folder)
+    assert ids[1].template == fp.template and ids[1].dtype == fp.dtype
+    record = json.loads(next(PACKAGED_DIR.glob("*.json")).read_text())
+    path = calibration_path(ids[1], home_)  # measured on these weights
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**record, "fingerprint": record_digest(ids[1])}))
+    cal = load_calibration(fp, home_, also=ids[1:], packaged=False)
+    assert cal is not None and cal.fingerprint == record_digest(ids[1])
+    assert load_calibration(fp, home_, packaged=False) is None  # the source identity alone has none
+    (folder / "config.json").unlink()  # edited weights' folder: its record no longer names these files
+    (folder / "config.json").write_text((REAL_MODEL / "config.json").read_text().replace("}", ', "edited": 1}', 1))
+    assert calibration_identities(fp, home_) == [fp]

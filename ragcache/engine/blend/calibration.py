@@ -189,16 +189,21 @@ PACKAGED_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 
 
 def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
-                     packaged: bool = True) -> Calibration | None:
+                     packaged: bool = True, also: Sequence[Any] = ()) -> Calibration | None:
     """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's).
 
     The record under ``home`` (default ``~/.cache/ragcache``; the CLI passes ``$RAGCACHE_HOME``) wins;
-    without one, the record packaged for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``."""
-    path = calibration_path(fingerprint, home)
-    cal = _read_record(path, fingerprint)
-    if cal is None and packaged and not path.exists():
-        cal = _read_record(PACKAGED_DIR / f"{record_digest(fingerprint)}.json", fingerprint)
-    return cal
+    without one, the record packaged for this fingerprint (:data:`PACKAGED_DIR`) when ``packaged``.
+    ``also``: other identities of the very same weights, tried in order after ``fingerprint``
+    (:func:`ragcache.models.calibration_identities`: the embedded model named by its weights' digest)."""
+    for fp in (fingerprint, *also):
+        path = calibration_path(fp, home)
+        cal = _read_record(path, fp)
+        if cal is None and packaged and not path.exists():
+            cal = _read_record(PACKAGED_DIR / f"{record_digest(fp)}.json", fp)
+        if cal is not None or path.exists():
+            return cal
+    return None
 
 
 def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
