@@ -91,11 +91,13 @@ def index_dir_for(cfg: Config, root: Path, embedder: Any) -> Path:
     return cfg.index_dir / f"docs-{hash_value(str(root.resolve()))[:16]}-{embedder.fingerprint[:8]}"
 
 
-def explain_miss(semantic: Any, question: str, partition: Any, threshold: float | None) -> list[str]:
+def explain_miss(semantic: Any, question: str, partition: Any, threshold: float | None,
+                 max_tokens: int | None = None) -> list[str]:
     """Why a lookup missed, one line per nearest stored question: its similarity against the
-    threshold and the guards' verdict (:meth:`ragcache.semantic.SemanticCache.candidates_for`)."""
+    threshold and the guards' verdict (:meth:`ragcache.semantic.SemanticCache.candidates_for`), judged
+    for the request's answer budget ``max_tokens`` (tokens; ``None``: not known) as the lookup was."""
     t = semantic.threshold if threshold is None else threshold
-    cands = semantic.candidates_for(question, partition=partition, threshold=threshold)
+    cands = semantic.candidates_for(question, partition=partition, threshold=threshold, max_tokens=max_tokens)
     if not cands:
         return ["no stored answer for this request's partition (documents, system text, model and "
                 "generation parameters must all match exactly)"]
@@ -109,7 +111,7 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
                   (f" ({v.detail})" if v.detail else "")
         else:
             why = f"similarity {c.similarity:.3f} >= {t:.2f}, guards passed"
-        out.append(f"{clean(c.question, newlines=False)!r}: {why}")
+        out.append(f"{shown_question(c.question)}: {why}")
     return out
 
 
@@ -199,7 +201,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         req = rag.prepare(question, documents, threshold=threshold)
         a = rag.lookup(req, threshold=threshold) if lookup else None
         if a is None and lookup:
-            reasons = explain_miss(semantic, question, req.partition, threshold)
+            reasons = explain_miss(semantic, question, req.partition, threshold, req.max_tokens)
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
@@ -224,6 +226,23 @@ def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
         return rag.generate(req)
 
 
+CUT_HINT = "cut at the token budget (raise --max-new-tokens for a longer answer)"
+"""What a cut answer's footer says, served by the model or by the cache."""
+
+SHOWN_QUESTION_CHARS = 120
+"""How much of a stored question a footer or a miss reason quotes (a pasted log can be 20,000 characters)."""
+
+
+def shown_question(question: str | None) -> str:
+    """``question`` quoted on one line (``repr``), cut to :data:`SHOWN_QUESTION_CHARS` characters with
+    its length when longer: the head and the tail, where a long question asks."""
+    q = clean(question or "", newlines=False)
+    if len(q) <= SHOWN_QUESTION_CHARS:
+        return repr(q)
+    half = SHOWN_QUESTION_CHARS // 2
+    return f"{q[:half]!r} ... {q[-half:]!r} ({len(q):,} characters)"
+
+
 def print_answer(console: Console, r: AskResult) -> None:
     """The answer as literal text, then one dim line of where it came from (an approximate answer says
     so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`)."""
@@ -231,13 +250,13 @@ def print_answer(console: Console, r: AskResult) -> None:
     console.print(Text(clean(a.text)), highlight=False, soft_wrap=True)
     cut = a.finish_reason == "length"
     if a.layer == "semantic":
-        how = f"served by semantic cache (similarity {a.similarity:.3f} to {a.matched_question!r})"
+        how = f"served by semantic cache (similarity {a.similarity:.3f} to {shown_question(a.matched_question)})"
         if cut:
-            how += " | cut at the token budget (--max-new-tokens for a longer answer)"
+            how += f" | {CUT_HINT}"
     else:
         how = f"served by {a.layer} | TTFT {a.ttft_s:.2f} s | tokens reused {a.tokens_reused}/{a.prompt_tokens}"
         if cut:
-            how += " | cut at the token budget (raise --max-new-tokens for a longer answer)"
+            how += f" | {CUT_HINT}"
     if a.approximation:
         how += f" | {a.approximation}"
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)

@@ -92,6 +92,38 @@ def test_verbose_logs_why_the_lookup_missed(home, notes, tiny_dir, monkeypatch, 
     assert any("semantic miss" in rec.getMessage() for rec in caplog.records)
 
 
+@pytest.mark.parametrize("first,second,guard", [
+    ("How do I read a CSV file with a header row?", "How do I read a CSV file without a header row?", "antonym"),
+    ("When does the shop open?", "When does the shop close?", None),
+    ("商店几点开门？", "商店几点关门？", "coverage"),
+])
+def test_a_cut_answer_miss_names_the_guard_that_refused_it_not_the_budget(home, notes, tiny_dir, monkeypatch,
+                                                                          first, second, guard):
+    """A stored answer cut at the budget is judged at the request's own budget: the reason a near question
+    missed is its guard's, never "the request's max_tokens is not known" (the request gave it)."""
+    fixed_answer(monkeypatch, "An answer cut at the budget", finish="length")
+    base = ["--docs", str(notes), "--model", str(tiny_dir), "--max-new-tokens", "20", "--json"]
+    ask(*base, first)
+    r = runner.invoke(app, ["ask", *base, second], catch_exceptions=False)
+    data = json.loads(r.stdout)
+    assert data["layer"] == "model", data
+    reasons = data["semantic_miss_reasons"]
+    assert reasons and not any("max_tokens is not known" in x for x in reasons), reasons
+    if guard is not None:
+        assert any(f"the {guard} guard rejected it" in x or "< threshold" in x for x in reasons), reasons
+
+
+def test_a_long_matched_question_is_quoted_short_in_the_footer(home, notes, tiny_dir, monkeypatch):
+    fixed_answer(monkeypatch, "Rotate it.")
+    long_q = "Here is my log line. " * 800 + "How do I rotate the API keys?"
+    base = ["--docs", str(notes), "--model", str(tiny_dir)]
+    ask(*base, long_q)
+    r = runner.invoke(app, ["ask", *base, long_q], catch_exceptions=False)
+    footer = [line for line in r.stdout.splitlines() if "served by semantic cache" in line]
+    assert footer and len(footer[0]) < 400, r.stdout[-600:]
+    assert f"({len(long_q):,} characters)" in footer[0] and "rotate the API keys?" in footer[0]
+
+
 def test_second_ask_reuses_chunk_kv_from_disk(home, notes, tiny_dir, monkeypatch):
     monkeypatch.setenv("RAGCACHE_MIN_REUSE_TOKENS", "0")  # blend on any hit: these notes are short
     args = ["--docs", str(notes), "--model", str(tiny_dir), "--json", "--no-cache", "--max-new-tokens", "2",
