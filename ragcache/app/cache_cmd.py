@@ -153,7 +153,7 @@ def _redis_rows(cfg: Config) -> list[dict[str, Any]]:
         return keys, sizes, dict(zip(wanted, pipe.execute()))
 
     try:
-        keys, sizes, heads = store._call("cache ls", read)
+        keys, sizes, heads = store._call("a read of its chunk list", read)
     finally:
         store.close()
     out = []
