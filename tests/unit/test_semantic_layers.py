@@ -182,3 +182,27 @@ def test_a_cache_over_a_store_takes_its_helpers_when_it_has_them(tmp_path):
         assert locked
     full.close()
     bare.close()
+
+
+@pytest.mark.parametrize("raw,want", [(1.0000001192092896, 1.0), (-1.0000001, -1.0), (0.5, 0.5), (1.0, 1.0)])
+def test_a_stored_answers_similarity_is_a_cosine_in_range(raw, want):
+    """A float32 inner product of unit vectors can exceed 1 by a rounding step; every store's rows read in
+    [-1, 1] (a hit reported 1.0000001192092896 through LlamaIndex)."""
+    from ragcache.semantic.budget import AnswerBudget
+    from ragcache.semantic.stores.protocol import StoredAnswer
+
+    assert StoredAnswer(1, "p", "q", "a", {}, AnswerBudget(), raw).similarity == want
+
+
+def test_an_exact_repeat_reads_similarity_at_most_one():
+    from ragcache.semantic import SemanticCache
+    from ragcache.testing import HashingEmbedder
+
+    cache = SemanticCache(None, embedder=HashingEmbedder())
+    questions = ["How do I rotate the API keys?", "Wie setze ich mein Passwort zurück?", "商店几点开门？",
+                 "When does the shop open on Sundays?"]
+    for q in questions:
+        cache.store(q, f"answer to {q}")
+    for q in questions:
+        hit = cache.lookup(q)
+        assert hit is not None and -1.0 <= hit.similarity <= 1.0, (q, hit)

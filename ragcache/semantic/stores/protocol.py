@@ -42,7 +42,8 @@ class StoredAnswer:
         answer: the answer text.
         metadata: the caller's metadata (the answer budget taken out).
         budget: how the answer ended (:class:`AnswerBudget`).
-        similarity: cosine similarity in [-1, 1] to the query vector.
+        similarity: cosine similarity in [-1, 1] to the query vector (a float32 inner product of two unit
+            vectors can come out as 1.0000001: it is clipped into the range here, once for every store).
         state: the entry's decision state (a JSON object, e.g. a per-entry threshold), or ``None``.
     """
 
@@ -54,6 +55,9 @@ class StoredAnswer:
     budget: AnswerBudget
     similarity: float
     state: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "similarity", min(1.0, max(-1.0, float(self.similarity))))
 
 
 @dataclass(frozen=True, slots=True)
