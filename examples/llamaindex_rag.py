@@ -78,8 +78,12 @@ def record(step: str, question: str, response: Any) -> dict[str, Any]:
 
 
 def run_local(folder: str | Path | None = None, max_tokens: int = 40, *, quiet: bool = False) -> list[dict[str, Any]]:
-    """Steps 1-4 on the embedded model. Returns one record per answer."""
-    folder = write_documents(folder or tempfile.mkdtemp(prefix="ragcache-llamaindex-"))
+    """Steps 1-4 on the embedded model. Returns one record per answer. ``folder``: where the documents are
+    written (``None``: a temporary folder, deleted on return)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="ragcache-llamaindex-") as tmp:
+            return run_local(tmp, max_tokens, quiet=quiet)
+    folder = write_documents(folder)
     embed = RagCacheEmbedding()
     index = VectorStoreIndex.from_documents(load(folder), embed_model=embed)
     llm = RagCacheLLM(max_new_tokens=max_tokens)
@@ -120,7 +124,10 @@ def run_anthropic(folder: str | Path | None = None, max_tokens: int = 16, *, min
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.app import running_server
 
-    folder = write_documents(folder or tempfile.mkdtemp(prefix="ragcache-llamaindex-"))
+    if folder is None:  # a temporary folder, deleted on return
+        with tempfile.TemporaryDirectory(prefix="ragcache-llamaindex-") as tmp:
+            return run_anthropic(tmp, max_tokens, min_tokens=min_tokens, quiet=quiet)
+    folder = write_documents(folder)
     index = VectorStoreIndex.from_documents(load(folder), embed_model=RagCacheEmbedding())
     local = LocalEngine.from_pretrained()
     rows = []
