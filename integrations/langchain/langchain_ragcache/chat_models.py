@@ -244,11 +244,10 @@ class ChatRagCache(BaseChatModel):
         # The fingerprint (name, weights digest, dtype) makes LLM-cache keys exact per model; a blending
         # model's setting is read back by the LLM cache to serve blended answers only at that setting.
         # Both are read without loading the embedded model when it is not loaded yet (_identity).
-        identity = self._identity()
-        blend = identity.blend_setting_name(self.recompute_ratio)
+        blend = self.blend_setting
         return {
             "model_name": self.model_name,
-            "model_fingerprint": identity.fingerprint.digest,
+            "model_fingerprint": self._identity().fingerprint.digest,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "top_p": self.top_p,
