@@ -95,7 +95,10 @@ class ChatRagCache(BaseChatModel):
 
     Args:
         model: model name or path (alias of ``model_name``): default the embedded
-            SmolLM2-135M-Instruct; ``ragcache/tiny-random-llama`` for structure-only tests.
+            SmolLM2-135M-Instruct; ``ragcache/tiny-random-llama`` for structure-only tests. The embedded
+            model is loaded (converted first on a new ``RAGCACHE_HOME``) by the first call the LLM cache
+            does not answer: until then the cache key holds its predicted fingerprint and blend setting
+            (:class:`ragcache.engine.predicted.PredictedEngine`).
         engine: an existing :class:`LocalEngine` to use (shares its caches); overrides ``model``.
         temperature: 0 for greedy decoding (default), > 0 samples.
         max_tokens: decode budget in tokens per answer.
@@ -125,6 +128,7 @@ class ChatRagCache(BaseChatModel):
     Raises (on call):
         ValueError: non-text content, tool messages, unknown call options, a prompt longer
             than the context window (``ContextWindowError``).
+        RuntimeError: the embedded model, loaded, is not the one predicted (:meth:`get_engine`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
