@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 
-from langchain_core.messages import HumanMessage, SystemMessage  # noqa: E402
+from langchain_core.messages import HumanMessage, SystemMessage
 
-from ragcache.config import DEFAULT_MODEL, Config  # noqa: E402
-from ragcache.models import model_fingerprint  # noqa: E402
-from ragcache.semantic import SemanticCache  # noqa: E402
+from ragcache.config import DEFAULT_MODEL, Config
+from ragcache.models import model_fingerprint
+from ragcache.semantic import SemanticCache
 
 SYSTEM = "Answer from the documents. Be brief."
 DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
@@ -72,6 +72,7 @@ def answers(tmp_path):
 def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers, monkeypatch):
     from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
     from langchain_ragcache._engine import loaded_engine
+
     from ragcache.engine.engine import LocalEngine
 
     fp = model_fingerprint(None, home=fresh)
@@ -136,9 +137,8 @@ def test_chat_model_keys_as_before_when_its_engine_is_loaded(fresh, monkeypatch)
 
 # ------------------------------------------------------------------------------------------ LlamaIndex
 def _query_engine(answers, llm=None):
-    from llama_index.query_engine.ragcache import RagCacheQueryEngine
-
     from contract_entries import fixed_nodes, fixed_retriever
+    from llama_index.query_engine.ragcache import RagCacheQueryEngine
 
     return RagCacheQueryEngine(fixed_retriever(fixed_nodes(DOCS)), llm, semantic_cache=answers, system_prompt=SYSTEM)
 

@@ -218,17 +218,17 @@ class ChatRagCache(BaseChatModel):
         calibration record: :class:`~ragcache.engine.predicted.PredictedEngine`), so an LLM-cache lookup
         needs no model; else the engine, loaded now. :meth:`get_engine` checks the loaded model against a
         prediction used."""
-        if self.engine is None and self.model_name == DEFAULT_MODEL and self._predicted is not False:
-            if loaded_engine(self.model_name, chunk_cache=self.chunk_cache,
-                             prefix_cache_bytes=self.prefix_cache_bytes) is None:
-                predicted = self._predicted
-                if predicted is None:
-                    from ragcache.config import Config
+        if (self.engine is None and self.model_name == DEFAULT_MODEL and self._predicted is not False
+                and loaded_engine(self.model_name, chunk_cache=self.chunk_cache,
+                                  prefix_cache_bytes=self.prefix_cache_bytes) is None):
+            predicted = self._predicted
+            if predicted is None:
+                from ragcache.config import Config
 
-                    predicted = PredictedEngine.of(None, home=Config.from_env().paths, chunk_cache=self.chunk_cache)
-                    self._predicted = predicted if predicted is not None else False
-                if predicted is not None and self.engine is None:
-                    return predicted
+                predicted = PredictedEngine.of(None, home=Config.from_env().paths, chunk_cache=self.chunk_cache)
+                self._predicted = predicted if predicted is not None else False
+            if predicted is not None and self.engine is None:
+                return predicted
         return self.get_engine()
 
     @property
