@@ -115,13 +115,13 @@ class LazyLocalBackend:
 
     def __init__(self, factory: Callable[[], Any], model: str | None = None, *, predict: bool = True,
                  home: Any = None, setting: str = "--model", recompute_ratio: float | None = None) -> None:
-        from ragcache.models import model_fingerprint
+        from ragcache.engine.predicted import PredictedEngine
 
         self._factory = factory
         self._backend: Any = None
-        fp = model_fingerprint(model, home=home, setting=setting) if predict else None
-        self._model_id = fp.digest if fp is not None else None
-        self._fingerprint, self._home, self._recompute_ratio = fp, home, recompute_ratio
+        self._predicted = PredictedEngine.of(model, home=home, setting=setting,
+                                             recompute_ratio=recompute_ratio) if predict else None
+        self._model_id = self._predicted.digest if self._predicted is not None else None
 
     @property
     def loaded(self) -> bool:
@@ -131,13 +131,11 @@ class LazyLocalBackend:
     def _load(self) -> Any:
         if self._backend is None:
             from ragcache.engine.backend import LocalBackend
+            from ragcache.engine.predicted import check_prediction
 
             backend = LocalBackend(self._factory())
-            if self._model_id is not None and backend.model_id != self._model_id:
-                raise RuntimeError(f"loaded model {backend.model_id[:12]} is not the predicted {self._model_id[:12]}: the "
-                                   "model folder changed since the lookup (another process converted the embedded "
-                                   "model with other library versions, or the weights were edited), so this "
-                                   "request's answer would be stored for another model; run it again")
+            if self._model_id is not None:
+                check_prediction(self._model_id, backend.model_id)
             self._backend = backend
         return self._backend
 
@@ -154,22 +152,13 @@ class LazyLocalBackend:
     @property
     def blend_setting(self) -> str | None:
         """The blend setting the engine answers at (:attr:`ragcache.engine.backend.LocalBackend.blend_setting`),
-        predicted without loading the model where it can be (the given ratio with the default selection
-        rule, else the setting the model's calibration record licenses). Read by the answer path only
-        when a stored answer was blended."""
-        if self._backend is not None or self._fingerprint is None:
+        predicted without loading the model where it can be (:meth:`PredictedEngine.blend_setting_name
+        <ragcache.engine.predicted.PredictedEngine.blend_setting_name>`: the engine's rule over the given
+        ratio and the calibration record of the predicted identity). Read by the answer path only when a
+        stored answer was blended."""
+        if self._backend is not None or self._predicted is None:
             return self._load().blend_setting
-        from ragcache.engine.blend.calibration import load_calibration
-        from ragcache.engine.blend.selection import DEFAULT_SELECTION
-        from ragcache.engine.blend.setting import BlendSetting, licensed_setting
-
-        if self._recompute_ratio is not None:
-            return BlendSetting(recompute_ratio=self._recompute_ratio, rank_by=DEFAULT_SELECTION).name
-        from ragcache.models import calibration_identities
-
-        also = calibration_identities(self._fingerprint, self._home)[1:]
-        setting = licensed_setting(load_calibration(self._fingerprint, self._home, also=also))
-        return None if setting is None else setting.name
+        return self._predicted.blend_setting_name()
 
     def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
                  tenant: str | None = None) -> BackendResult:

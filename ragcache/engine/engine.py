@@ -103,7 +103,6 @@ class LocalEngine(EngineKeys):
                                         max_bytes=cfg.prefix_cache_bytes)
         self.chunk_cache: ChunkCache | None = chunk_cache
         self._recompute_ratio = cfg.recompute_ratio
-        self._rank_by = cfg.rank_by
         self.namespace = cfg.namespace
         self.reuse_policy = cfg.reuse
         self.prefill_rate = PrefillRate()
@@ -150,13 +149,9 @@ class LocalEngine(EngineKeys):
     def recompute_ratio(self) -> float | None:
         """The r used when a request gives none: the constructor's, else the calibrated one, else ``None``
         (exact prefill: without a record no blending unless the caller sets an r or runs ``ragcache calibrate``)."""
-        if self._recompute_ratio is not None:
-            return self._recompute_ratio
-        if self.config.blend_setting is not None:  # a configured blend setting wins over the record
-            return self.config.blend_setting.recompute_ratio
-        if self.calibration is not None and self.calibration.recompute_ratio is not None:
-            return self.calibration.recompute_ratio
-        return None
+        from ragcache.engine.blend.request import default_ratio
+
+        return default_ratio(self)
 
     def blend_setting_name(self, recompute_ratio: float | None = None, use_chunk_cache: bool | None = None) -> str | None:
         """The name of the blend setting a request with these options blends its chunk hits at (``None``:
@@ -190,9 +185,9 @@ class LocalEngine(EngineKeys):
     def rank_by(self) -> str:
         """The name of the KV selection rule a caller's r blends with (:mod:`ragcache.engine.blend.rules`): the
         config's ``rank_by``, else the calibration record's, else ``DEFAULT_SELECTION``."""
-        from ragcache.engine.blend.selection import resolve_selection
+        from ragcache.engine.blend.request import selection_rule
 
-        return resolve_selection(self._rank_by, self.calibration if self._recompute_ratio is None else None)
+        return selection_rule(self)
 
     @property
     def selection(self) -> str:

@@ -28,7 +28,7 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
     Raises:
         ragcache.models.ModelNotFoundError: the model cannot be found (the message gives the fix).
     """
-    key = (model_name, bool(chunk_cache), int(prefix_cache_bytes))
+    key = _engine_key(model_name, chunk_cache, prefix_cache_bytes)
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)
         if eng is None:
@@ -49,6 +49,18 @@ def shared_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
                               decode_cache=cfg.decode_cache, home=cfg.paths)
             _ENGINES[key] = eng
         return eng
+
+
+def loaded_engine(model_name: str = DEFAULT_MODEL, *, chunk_cache: bool = True,
+                  prefix_cache_bytes: int = 512 << 20) -> LocalEngine | None:
+    """The process-wide engine :func:`shared_engine` returns for these settings when it is loaded already,
+    else ``None`` (nothing is loaded)."""
+    with _ENGINES_LOCK:
+        return _ENGINES.get(_engine_key(model_name, chunk_cache, prefix_cache_bytes))
+
+
+def _engine_key(model_name: str, chunk_cache: bool, prefix_cache_bytes: int) -> tuple:
+    return model_name, bool(chunk_cache), int(prefix_cache_bytes)
 
 
 def ragcache_metadata(result: BackendResult) -> dict[str, Any]:

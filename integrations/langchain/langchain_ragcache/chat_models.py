@@ -64,6 +64,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from langchain_ragcache._engine import (
     TINY_RANDOM_MODEL,
+    loaded_engine,
     ragcache_metadata,
     shared_engine,
 )
@@ -80,6 +81,7 @@ from ragcache.answering import Answer
 from ragcache.backend import DEFAULT_TENANT, BackendResult
 from ragcache.engine.backend import LocalBackend, result_of
 from ragcache.engine.engine import Generation, LocalEngine
+from ragcache.engine.predicted import PredictedEngine
 from ragcache.limits import check_recompute_ratio
 from ragcache.request import CacheRequest
 from ragcache.models import DEFAULT_MODEL
@@ -93,7 +95,10 @@ class ChatRagCache(BaseChatModel):
 
     Args:
         model: model name or path (alias of ``model_name``): default the embedded
-            SmolLM2-135M-Instruct; ``ragcache/tiny-random-llama`` for structure-only tests.
+            SmolLM2-135M-Instruct; ``ragcache/tiny-random-llama`` for structure-only tests. The embedded
+            model is loaded (converted first on a new ``RAGCACHE_HOME``) by the first call the LLM cache
+            does not answer: until then the cache key holds its predicted fingerprint and blend setting
+            (:class:`ragcache.engine.predicted.PredictedEngine`).
         engine: an existing :class:`LocalEngine` to use (shares its caches); overrides ``model``.
         temperature: 0 for greedy decoding (default), > 0 samples.
         max_tokens: decode budget in tokens per answer.
@@ -123,6 +128,7 @@ class ChatRagCache(BaseChatModel):
     Raises (on call):
         ValueError: non-text content, tool messages, unknown call options, a prompt longer
             than the context window (``ContextWindowError``).
+        RuntimeError: the embedded model, loaded, is not the one predicted (:meth:`get_engine`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, populate_by_name=True)
@@ -147,6 +153,7 @@ class ChatRagCache(BaseChatModel):
     model needs no key, so it is never read or stored in the cache key."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _predicted: Any = PrivateAttr(default=None)  # PredictedEngine, False (cannot be predicted) or None (not yet)
 
     @model_validator(mode="before")
     @classmethod
@@ -187,13 +194,42 @@ class ChatRagCache(BaseChatModel):
         return "ragcache-local"
 
     def get_engine(self) -> LocalEngine:
-        """The engine answering this model's calls (loaded on first use)."""
+        """The engine answering this model's calls (loaded on first use).
+
+        Raises:
+            RuntimeError: the loaded model's fingerprint is not the one this model's calls were keyed by
+                before it was loaded (:meth:`ragcache.engine.predicted.PredictedEngine.check`); the next
+                call keys by the loaded model.
+        """
         if self.engine is None:
             with self._lock:
                 if self.engine is None:
-                    self.engine = shared_engine(self.model_name, chunk_cache=self.chunk_cache,
-                                                prefix_cache_bytes=self.prefix_cache_bytes)
+                    engine = shared_engine(self.model_name, chunk_cache=self.chunk_cache,
+                                           prefix_cache_bytes=self.prefix_cache_bytes)
+                    predicted, self._predicted = self._predicted, None
+                    if predicted:
+                        predicted.check(engine.fingerprint.digest)
+                    self.engine = engine
         return self.engine
+
+    def _identity(self) -> LocalEngine | PredictedEngine:
+        """What this model's cache keys are read from: the engine when it is given or loaded; else, for the
+        embedded model, the engine predicted without loading or converting it (its fingerprint and
+        calibration record: :class:`~ragcache.engine.predicted.PredictedEngine`), so an LLM-cache lookup
+        needs no model; else the engine, loaded now. :meth:`get_engine` checks the loaded model against a
+        prediction used."""
+        if (self.engine is None and self.model_name == DEFAULT_MODEL and self._predicted is not False
+                and loaded_engine(self.model_name, chunk_cache=self.chunk_cache,
+                                  prefix_cache_bytes=self.prefix_cache_bytes) is None):
+            predicted = self._predicted
+            if predicted is None:
+                from ragcache.config import Config
+
+                predicted = PredictedEngine.of(None, home=Config.from_env().paths, chunk_cache=self.chunk_cache)
+                self._predicted = predicted if predicted is not None else False
+            if predicted is not None and self.engine is None:
+                return predicted
+        return self.get_engine()
 
     @property
     def blend_setting(self) -> str | None:
@@ -204,17 +240,18 @@ class ChatRagCache(BaseChatModel):
 
     def _blend_for(self, kwargs: dict[str, Any]) -> str | None:
         """The blend setting of a call with these options (``recompute_ratio``, ``use_chunk_cache``)."""
-        return self.get_engine().blend_setting_name(kwargs.get("recompute_ratio", self.recompute_ratio),
-                                                    kwargs.get("use_chunk_cache"))
+        return self._identity().blend_setting_name(kwargs.get("recompute_ratio", self.recompute_ratio),
+                                                   kwargs.get("use_chunk_cache"))
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
         # The fingerprint (name, weights digest, dtype) makes LLM-cache keys exact per model; a blending
         # model's setting is read back by the LLM cache to serve blended answers only at that setting.
+        # Both are read without loading the embedded model when it is not loaded yet (_identity).
         blend = self.blend_setting
         return {
             "model_name": self.model_name,
-            "model_fingerprint": self.get_engine().fingerprint.digest,
+            "model_fingerprint": self._identity().fingerprint.digest,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             "top_p": self.top_p,

@@ -24,6 +24,29 @@ if TYPE_CHECKING:
     from ragcache.engine.interface import EngineView
 
 
+def default_ratio(engine: EngineView) -> float | None:
+    """The r a request that gives none blends at (:attr:`LocalEngine.recompute_ratio
+    <ragcache.engine.engine.LocalEngine.recompute_ratio>`): the engine's configured r, else its configured
+    blend setting's, else its calibration record's; ``None``: exact prefill."""
+    if engine.configured_recompute_ratio is not None:
+        return engine.configured_recompute_ratio
+    configured = getattr(engine.config, "blend_setting", None)
+    if configured is not None:  # a configured blend setting wins over the record
+        return configured.recompute_ratio
+    cal = engine.calibration
+    return cal.recompute_ratio if cal is not None else None
+
+
+def selection_rule(engine: EngineView) -> str:
+    """The name of the KV selection rule a caller's r blends with (:attr:`LocalEngine.rank_by
+    <ragcache.engine.engine.LocalEngine.rank_by>`): the config's ``rank_by``, else the calibration record's
+    when the engine was given no r, else ``DEFAULT_SELECTION``."""
+    from ragcache.engine.blend.selection import resolve_selection
+
+    return resolve_selection(getattr(engine.config, "rank_by", None),
+                             engine.calibration if engine.configured_recompute_ratio is None else None)
+
+
 def setting_for(engine: EngineView, r: float | None) -> BlendSetting | None:
     """The blend setting of a request whose ratio is ``r`` (``None``: none given by the caller)."""
     configured = getattr(engine.config, "blend_setting", None)
@@ -91,4 +114,4 @@ def blend_request(engine: EngineView, ids: list[int], p: int, cache: Any, plan: 
     return res.last_logits.float(), plan.hits[0][0], res.cache
 
 
-__all__ = ["blend_name", "blend_request", "chunk_view", "setting_for"]
+__all__ = ["blend_name", "blend_request", "chunk_view", "default_ratio", "selection_rule", "setting_for"]

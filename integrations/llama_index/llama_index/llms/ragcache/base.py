@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -150,7 +151,10 @@ class RagCacheLLM(LLM):
 
     Args:
         engine: a :class:`ragcache.engine.engine.LocalEngine`; default: the embedded
-            SmolLM2-135M-Instruct (``model_name``) with a chunk cache.
+            SmolLM2-135M-Instruct (``model_name``) with a chunk cache, loaded (converted on a new home)
+            on the first call that needs it: its :attr:`fingerprint` and :attr:`blend_setting` are
+            predicted without it (:class:`ragcache.engine.predicted.PredictedEngine`), so a query
+            engine's semantic hit loads nothing. Another ``model_name`` is loaded at once.
         model_name: model directory or name for the default engine.
         chunk_cache: for the default engine: ``True`` (a memory ``ChunkCache``), ``False``,
             or a ``ChunkCache`` instance.
@@ -168,6 +172,8 @@ class RagCacheLLM(LLM):
 
     Raises:
         ValueError: a parameter out of range.
+        RuntimeError: (on the first call that loads the default engine) the loaded model is not the one
+            predicted (see :attr:`engine`).
     """
 
     model_name: str = Field(default="smollm2-135m-instruct", description="engine model name")
@@ -182,21 +188,36 @@ class RagCacheLLM(LLM):
     tenant: str | None = Field(default=None, min_length=1, description="KV salt: who the requests are for")
 
     _engine: Any = PrivateAttr()
+    _load: Any = PrivateAttr(default=None)
+    _predicted: Any = PrivateAttr(default=None)
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, engine: Any = None, *, model_name: str | None = None, chunk_cache: Any = True,
                  **kwargs: Any) -> None:
+        load, predicted = None, None
         if engine is None:
             from ragcache.config import Config
             from ragcache.engine.chunk.cache import ChunkCache
             from ragcache.engine.engine import LocalEngine
+            from ragcache.models import DEFAULT_MODEL
 
             cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
             cc = ChunkCache(kv_format=cfg.kv_format, group_size=cfg.kv_group_size) if chunk_cache is True \
                 else (chunk_cache or None)
-            engine = LocalEngine.from_pretrained(model_name, chunk_cache=cc, decode_cache=cfg.decode_cache,
-                                                 home=cfg.paths)
+
+            def load(name: str | None = model_name) -> Any:
+                return LocalEngine.from_pretrained(name, chunk_cache=cc, decode_cache=cfg.decode_cache, home=cfg.paths)
+
+            if model_name in (None, DEFAULT_MODEL):  # the embedded model: known before its conversion
+                from ragcache.engine.predicted import PredictedEngine
+
+                predicted = PredictedEngine.of(None, home=cfg.paths, chunk_cache=cc is not None)
+                model_name = model_name or DEFAULT_MODEL
+            if predicted is None:
+                engine = load()
         super().__init__(model_name=model_name or str(engine.fingerprint.name), **kwargs)
         self._engine = engine
+        self._load, self._predicted = (load, predicted) if engine is None else (None, None)
 
     @classmethod
     def class_name(cls) -> str:
@@ -204,24 +225,52 @@ class RagCacheLLM(LLM):
 
     @property
     def engine(self) -> Any:
-        """The wrapped :class:`~ragcache.engine.engine.LocalEngine`."""
+        """The wrapped :class:`~ragcache.engine.engine.LocalEngine` (the default one is loaded on first use).
+
+        Raises:
+            RuntimeError: the loaded model's fingerprint is not the one predicted before the load, by which
+                this LLM's answers were keyed (:meth:`ragcache.engine.predicted.PredictedEngine.check`);
+                from then on they are keyed by the loaded model.
+        """
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    engine = self._load()
+                    predicted, self._engine = self._predicted, engine
+                    self._predicted = None  # after the engine is set: _identity reads them in the other order
+                    predicted.check(engine.fingerprint.digest)
         return self._engine
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the engine is loaded (an engine given, or the default one after its first use)."""
+        return self._engine is not None
+
+    def _identity(self) -> Any:
+        """What the answer keys are read from: the engine when it is loaded, else the default engine
+        predicted without loading or converting the embedded model
+        (:class:`~ragcache.engine.predicted.PredictedEngine`), so a semantic lookup needs no model."""
+        predicted = self._predicted
+        engine = self._engine
+        return engine if engine is not None else predicted
 
     @property
     def blend_setting(self) -> str | None:
         """The blend setting this LLM's calls blend chunk hits at (its name, e.g. ``"infoflow r=0.15"``; ``None``:
         exact prefill): :meth:`ragcache.engine.engine.LocalEngine.blend_setting_name` with ``recompute_ratio``
-        and ``use_chunk_cache``. A stored answer made by a blend is served only at the same setting."""
-        return self._engine.blend_setting_name(self.recompute_ratio, self.use_chunk_cache)
+        and ``use_chunk_cache``, predicted before the default engine is loaded. A stored answer made by a
+        blend is served only at the same setting."""
+        return self._identity().blend_setting_name(self.recompute_ratio, self.use_chunk_cache)
 
     @property
     def fingerprint(self) -> str:
-        """Hex digest of the model identity (name, revision, dtype): the semantic cache's model key."""
-        return str(self._engine.fingerprint.digest)
+        """Hex digest of the model identity (name, revision, dtype): the semantic cache's model key; for the
+        default engine not loaded yet, the embedded model's predicted one (:func:`ragcache.models.model_fingerprint`)."""
+        return str(self._identity().fingerprint.digest)
 
     @property
     def metadata(self) -> LLMMetadata:
-        return LLMMetadata(context_window=int(self._engine.context_window), num_output=self.max_new_tokens,
+        return LLMMetadata(context_window=int(self.engine.context_window), num_output=self.max_new_tokens,
                            is_chat_model=True, is_function_calling_model=False, model_name=self.model_name)
 
     # ------------------------------------------------------------------ plumbing
@@ -250,12 +299,13 @@ class RagCacheLLM(LLM):
         return msgs
 
     def _events(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> tuple[Iterator[Any], str]:
-        prompt = self._engine.build_prompt(to_layout(messages))
-        return self._engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
+        engine = self.engine
+        prompt = engine.build_prompt(to_layout(messages))
+        return engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
 
     def _final(self, gen: Any, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raw = {"text": gen.text, "token_ids": list(gen.token_ids), "stats": gen.stats.to_dict(), "generation": gen,
-               "prompt_sha256": digest, "model": str(self._engine.fingerprint)}
+               "prompt_sha256": digest, "model": str(self.engine.fingerprint)}
         return stats_kwargs(gen), raw
 
     def _chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:

@@ -82,11 +82,16 @@ class LlamaIndexBackend:
         """The LLM's decode budget: its ``max_new_tokens`` / ``max_tokens`` / ``metadata.num_output``,
         the first that is a positive number; else :data:`DEFAULT_MAX_NEW_TOKENS`. LlamaIndex uses
         ``num_output=-1`` (``MockLLM``, ``DEFAULT_NUM_OUTPUTS`` unset) and ``None`` for "not stated"."""
-        for v in (getattr(self.llm, "max_new_tokens", None), getattr(self.llm, "max_tokens", None),
-                  getattr(getattr(self.llm, "metadata", None), "num_output", None)):
+        for v in self._stated_budgets():
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
                 return v
         return DEFAULT_MAX_NEW_TOKENS
+
+    def _stated_budgets(self) -> Iterator[Any]:
+        yield getattr(self.llm, "max_new_tokens", None)
+        yield getattr(self.llm, "max_tokens", None)
+        # read only when the others state none: RagCacheLLM's metadata loads its engine (a lookup needs none)
+        yield getattr(getattr(self.llm, "metadata", None), "num_output", None)
 
     @property
     def temperature(self) -> float:
