@@ -55,7 +55,9 @@ def history_entry(m: BaseMessage) -> dict[str, Any]:
     return plain_entry(d)
 
 
-def _block_kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
+def block_kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
+    """RagPrompt's record of a message's ``n`` blocks (each ``{"kind", "id" | "document"}``), or ``None``
+    when the message has none or it counts other blocks: what both the key and the prompt read."""
     meta = (message.additional_kwargs or {}).get(METADATA_KEY)
     blocks = meta.get("blocks") if isinstance(meta, Mapping) else None
     if isinstance(blocks, Sequence) and len(blocks) == n:
@@ -67,7 +69,7 @@ def _human_dict(m: BaseMessage) -> dict[str, Any]:
     """A human message as a user dict whose text blocks carry RagPrompt's kinds (``ragcache_kind``, ``id``)."""
     content = m.content if isinstance(m.content, list) else [m.content]
     blocks = [{"type": "text", "text": b} if isinstance(b, str) else dict(b) for b in content]
-    kinds = _block_kinds(m, len(blocks)) if all(b.get("type", "text") == "text" for b in blocks) else None
+    kinds = block_kinds(m, len(blocks)) if all(b.get("type", "text") == "text" for b in blocks) else None
     if kinds is not None:
         for b, k in zip(blocks, kinds, strict=True):
             doc = k.get("document")
@@ -203,6 +205,6 @@ def sampling_of(llm_string: str) -> Sampling:
                     unset_temperature=UNSET_TEMPERATURE["local" if local else "openai"])
 
 
-__all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "blend_setting_of",
+__all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",
            "history_entry", "key_messages", "key_text", "labelled_question", "llm_params", "model_identity",
            "sampling_of", "to_dicts"]

@@ -35,7 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from ragcache.prompt.layout import PromptLayout, Segment
 from ragcache.request import marked_block
 
-from langchain_ragcache._keys import METADATA_KEY
+from langchain_ragcache._keys import block_kinds
 
 _PROVIDER_MARKERS = ("cache_control", "citations", "index")
 
@@ -68,16 +68,6 @@ def _text_blocks(content: Any, *, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
-    meta = (message.additional_kwargs or {}).get(METADATA_KEY)
-    if not isinstance(meta, Mapping):
-        return None
-    blocks = meta.get("blocks")
-    if not isinstance(blocks, Sequence) or len(blocks) != n:
-        return None
-    return [dict(b) for b in blocks]
-
-
 def _role(message: BaseMessage) -> str:
     if isinstance(message, SystemMessage) or message.type == "system":
         return "system"
@@ -100,7 +90,7 @@ def _text(block: str | Segment) -> str:
 
 
 def _marked_blocks(message: BaseMessage, blocks: list[dict[str, Any]]) -> list[str | Segment]:
-    kinds = _kinds(message, len(blocks)) or [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in blocks]
+    kinds = block_kinds(message, len(blocks)) or [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in blocks]
     return [marked_block(b["text"], k.get("kind"), k.get("id")) for b, k in zip(blocks, kinds, strict=True)]
 
 
