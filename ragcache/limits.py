@@ -37,7 +37,10 @@ def low_threshold_message(t: float, setting: str = "threshold") -> str | None:
     """Why ``t`` (a checked threshold) is below :data:`THRESHOLD_FLOOR`, naming ``setting``; ``None`` at or above it."""
     if t >= THRESHOLD_FLOOR:
         return None
-    return (f"{setting} {t:g} is below the floor {THRESHOLD_FLOOR:g}, the lowest the guards are built for: below it "
+    shown = f"{t:g}"
+    if float(shown) != t or shown == "-0":  # ":g" rounds (0.49999999999 -> 0.5): the value as given instead
+        shown = repr(float(t))
+    return (f"{setting} {shown} is below the floor {THRESHOLD_FLOOR:g}, the lowest the guards are built for: below it "
             f"questions on other topics can pass the threshold (all-MiniLM-L6-v2 puts 'How do I rotate an API key?' "
             f"and 'Where do I find the on-call calendar?' at cosine 0.11) and no guard is built to tell such "
             f"questions apart, so answers to other questions may be served")

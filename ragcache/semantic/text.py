@@ -26,7 +26,10 @@ _GREETING = re.compile(
 _THANKS = re.compile(r"(?<=[.?!,])\s*(?:many\s+)?(?:thanks|thank\s+you|thx|cheers)(?:\s+\w+)?[\s.!]*$", re.IGNORECASE)
 # Words: letters/digits with inner hyphens, dots (versions, file names) or underscores.
 _WORD = re.compile(r"[a-z0-9]+(?:[._+#-][a-z0-9]+)*[+#]*")
-_NUMBER = re.compile(r"(?<![a-z0-9.])\$?\d+(?:[.,]\d+)*%?")
+# A number, scientific notation included ("1e3", "1.5e-4", "2e+10" are one number each, never "1"):
+# the exponent needs its digits, so "3 eggs" and "3e" stay plain 3.
+_NUMBER = re.compile(r"(?<![a-z0-9.])\$?\d+(?:[.,]\d+)*(?:e[+-]?\d+)?%?")
+_EXPONENT = re.compile(r"e\+?(-?)0*(?=\d)")
 
 STOPWORDS: frozenset[str] = frozenset(
     ["a", "an", "the", "i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "it", "its", "they", "them", "their", "is", "am", "are", "was", "were", "be", "been", "being", "do", "does", "did", "doing", "done", "have", "has", "had", "having", "can", "could", "would", "should", "will", "shall", "may", "might", "must", "to", "of", "in", "on", "at", "for", "from", "with", "by", "about", "as", "into", "onto", "than", "that", "this", "these", "those", "there", "here", "and", "or", "but", "if", "so", "then", "also", "just", "still", "only", "very", "really", "please", "kindly", "hi", "hello", "hey", "dear", "thanks", "thank", "sorry", "how", "what", "whats", "why", "when", "where", "which", "who", "whom", "whose", "whether", "way", "ways", "any", "anything", "something", "someone", "like", "know", "tell", "explain", "let", "help", "understand", "appreciate", "wondering", "wonder", "able", "possible", "bother", "excuse", "need", "want", "get", "got", "go", "going", "some", "im", "ive", "youre", "lets"]
@@ -42,6 +45,46 @@ NEGATIONS: frozenset[str] = frozenset(
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
 """Characters that print as nothing (soft hyphen, zero-width space / joiners, direction marks, word
 joiner, byte-order mark): a question pasted with one is the same question."""
+
+_PICTOGRAPHIC = re.compile("[\u00a9\u00ae\u203c\u2049\u2122\u2139\u2194-\u21aa\u231a-\u23ff\u24c2\u25aa-\u25fe"
+                           "\u2600-\u27bf\u2934\u2935\u2b05-\u2b55\u3030\u303d\u3297\u3299"
+                           "\U0001f000-\U0001faff\U0001fc00-\U0001fffd]")
+"""A superset of Unicode's Extended_Pictographic (emoji and the symbols that take emoji style): a zero-width
+joiner between two of these glues one emoji ("🏳️‍🌈" is the rainbow flag, "🏳️🌈" a white flag and a rainbow)."""
+_EMOJI_TRAIL = frozenset("\ufe0e\ufe0f\U0001f3fb\U0001f3fc\U0001f3fd\U0001f3fe\U0001f3ff")
+"""What may stand between an emoji and its joiner: variation selectors and skin-tone modifiers."""
+_QUOTED = re.compile("\"[^\"\n]*\"|\u201c[^\u201d\n]*\u201d|`[^`\n]*`"
+                     "|(?<!\\w)'[^'\n]*'(?!\\w)|(?<!\\w)\u2018[^\u2019\n]*\u2019(?!\\w)")
+"""A quoted span ("...", “...”, `...`, '...', ‘...’; a single quote opens and closes only away from
+letters, so the apostrophes of "what's" and "Bob's" quote nothing)."""
+
+
+def _joins_emoji(text: str, i: int) -> bool:
+    """True when the zero-width joiner at ``text[i]`` stands between two pictographic characters
+    (a variation selector or skin-tone modifier may come between the first and the joiner)."""
+    j = i - 1
+    while j >= 0 and i - j <= 3 and text[j] in _EMOJI_TRAIL:
+        j -= 1
+    return (j >= 0 and _PICTOGRAPHIC.match(text, j) is not None and i + 1 < len(text)
+            and _PICTOGRAPHIC.match(text, i + 1) is not None)
+
+
+def _drop_invisible(text: str) -> str:
+    """``text`` without the characters of :data:`_INVISIBLE`, except those that are content: a joiner
+    inside an emoji sequence (:func:`_joins_emoji`) and any of them inside a quoted span (``"a\u200bb"``
+    is three characters, a question about it is not one about ``"ab"``)."""
+    if not _INVISIBLE.search(text):
+        return text
+    quoted = [m.span() for m in _QUOTED.finditer(text)]
+    out, last = [], 0
+    for m in _INVISIBLE.finditer(text):
+        i = m.start()
+        if any(a < i < b - 1 for a, b in quoted) or (text[i] == "\u200d" and _joins_emoji(text, i)):
+            continue
+        out.append(text[last:i])
+        last = i + 1
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _fold_table() -> dict[int, str]:
@@ -67,10 +110,12 @@ _FOLDS = _fold_table()
 
 def fold_text(text: str) -> str:
     """``text`` in Unicode NFC with the meaning-keeping compatibility folds of :func:`_fold_table`
-    (width, ligatures) and the characters that print as nothing dropped. Unlike NFKC it keeps every
+    (width, ligatures) and the characters that print as nothing dropped, except where they are content:
+    a zero-width joiner that glues an emoji sequence ("🏳️‍🌈", "👨‍👩‍👧") and any of them inside a quoted
+    span (``"a\u200bb"``). Unlike NFKC it keeps every
     character that changes a number or a symbol: "3²" / "32", "H₂O" / "H2O", "½" / "1/2" and "①" / "1"
     stay different text."""
-    return _INVISIBLE.sub("", unicodedata.normalize("NFC", text.translate(_FOLDS)))
+    return _drop_invisible(unicodedata.normalize("NFC", text.translate(_FOLDS)))
 
 
 def normalize_question(text: str) -> str:
@@ -272,7 +317,7 @@ def numbers_in_order(text: str) -> list[tuple[int, str]]:
     out = []
     low = text.lower()
     for m in _NUMBER.finditer(low):
-        out.append((m.start(), _ascii_digits(re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0)))))
+        out.append((m.start(), _ascii_digits(_EXPONENT.sub(r"e\1", re.sub(r"(?<=\d),(?=\d{3}\b)", "", m.group(0))))))
     if not low.isascii():  # superscripts, subscripts, fractions, circled digits, Roman numerals: as written
         out.extend((i, ch) for i, ch in enumerate(low) if unicodedata.category(ch) in ("No", "Nl"))
     for m in _CARDINAL_RUN.finditer(low):
