@@ -36,8 +36,10 @@ from ragcache.request.question import (
 from ragcache.request.record import CacheRequest, cache_request
 from ragcache.sampling import Sampling
 
-PROVIDER_MARKERS = ("cache_control", "citations", "index", "id", "extras")
-"""Block keys that do not change what the model reads (dropped from exactly matched blocks)."""
+PROVIDER_MARKERS = ("cache_control", "index", "id", "extras")
+"""Block keys that do not change what the model reads (dropped from exactly matched blocks). A block's
+``citations`` is kept: on a document or search result it decides whether the answer cites, on an
+earlier assistant text block the model reads the cited passages."""
 
 _FINAL_KINDS = ("document", "volatile", "question")
 _THOUGHTS = ("reasoning", "thinking")
@@ -50,6 +52,18 @@ def _json(value: Any) -> Any:
 def _blocks(content: Any) -> list[dict[str, Any]]:
     items = [content] if isinstance(content, str) else list(content or [])
     return [{"type": "text", "text": b} if isinstance(b, str) else dict(b) for b in items]
+
+
+def _keyed_block(block: Any) -> Any:
+    """A block as it is matched exactly: less :data:`PROVIDER_MARKERS` (and a ``"citations": None``)."""
+    if not isinstance(block, Mapping):
+        return block
+    return {k: v for k, v in block.items() if k not in PROVIDER_MARKERS and not (k == "citations" and v is None)}
+
+
+def _cited(content: Any) -> bool:
+    return not isinstance(content, str) and any(
+        isinstance(b, Mapping) and b.get("citations") is not None for b in content or [])
 
 
 def _text_of(content: Any) -> str | None:
@@ -73,10 +87,8 @@ def history_entry(message: Mapping[str, Any]) -> dict[str, Any]:
     turn, JSON-normalised."""
     d = dict(message)
     content = d.get("content")
-    text = _text_of(content)
-    d["content"] = text if text is not None else [
-        {k: v for k, v in b.items() if k not in PROVIDER_MARKERS} if isinstance(b, Mapping) else b
-        for b in content or []]
+    text = None if _cited(content) else _text_of(content)  # cited text blocks keep their citations
+    d["content"] = text if text is not None else [_keyed_block(b) for b in content or []]
     if d.get("role") == "system":
         d = {**d, "role": "user", "type": "system"}
     return _json(d)
@@ -179,11 +191,12 @@ def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = 
         lead += 1
     blocks = _blocks(msgs[last].get("content"))
     texts = [b for b in blocks if b.get("type", "text") == "text"]
-    other = [{k: v for k, v in b.items() if k not in PROVIDER_MARKERS} for b in blocks
-             if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
+    other = [_keyed_block(b) for b in blocks if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
     extra: dict[str, Any] = {}
     if other:
         extra["other_blocks"] = _json(other)
+        # where the non-text blocks sit among the text blocks (an image and its caption), as read
+        extra["block_order"] = [b.get("type", "text") for b in blocks if b.get("type") not in _THOUGHTS]
     if last + 1 < len(msgs):
         extra["after"] = [history_entry(m) for m in msgs[last + 1:]]
     marked = any(b.get("ragcache_kind") for b in texts)

@@ -76,7 +76,9 @@ def partition_key(
         tools: tool definitions (JSON-like mappings).
         history: earlier chat turns (everything before the last user turn).
         documents: retrieved documents as texts, content hashes (64 hex), mappings
-            with ``text``/``id`` or layout ``Segment`` objects. Order does not matter.
+            with ``text``/``id`` or layout ``Segment`` objects. Order does not matter here (a
+            caller whose model reads them in a given order keys that order in ``extra``, as
+            :func:`request_partition` does).
         extra: any other JSON-like value that must match exactly.
 
     Raises:
@@ -154,7 +156,10 @@ def request_partition(layout: PromptLayout, *, namespace: str, model: str, param
 
     Rule: every byte that reaches the model is either the embedded question or in this key.
     The key covers the system text, tools, history, each document's content hash (for
-    ``invalidate``) and rendered bytes (id and metadata included), and the volatile text (a date
+    ``invalidate``) and rendered bytes (id and metadata included) in the layout's order (the order
+    the model reads them: a canonical layout has already sorted them, so the same documents
+    retrieved in another order still share the key; a ``"given"`` layout keeps the caller's order,
+    and another order is another key), and the volatile text (a date
     line, a user name moved out of the stable prefix): an answer written for one user or one day
     is never served to another.
 
@@ -172,7 +177,7 @@ def request_partition(layout: PromptLayout, *, namespace: str, model: str, param
     """
     extra_spec = dict(extra or {})
     extra_spec["volatile"] = layout.volatile
-    extra_spec["rendered_documents"] = sorted(d.render_hash for d in layout.documents)
+    extra_spec["rendered_documents"] = [d.render_hash for d in layout.documents]  # in the order the model reads
     pk = partition_key(namespace=namespace, model=model, params=params, system=layout.system_text,
                        tools=layout.tools, history=layout.history, documents=layout.documents, extra=extra_spec)
     more = tuple(str(i) for i in document_ids)
