@@ -13,12 +13,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from cli_doubles import tiny_dir  # noqa: F401 - fixture
+
 from ragcache.config import DEFAULT_MODEL
 from ragcache.home import Home
 from ragcache.identity import ModelFingerprint, folder_digest, tokenizer_digest
-from ragcache.models import _conversion_source, _embedded_gguf, _source_revision, load_model, model_fingerprint
+from ragcache.models import (
+    _conversion_source,
+    _embedded_gguf,
+    _source_revision,
+    load_model,
+    model_fingerprint,
+)
 
 REAL_MODEL = Path(os.environ.get("RAGCACHE_HOME", "~/.cache/ragcache")).expanduser() / "models" / DEFAULT_MODEL
 WEIGHTS = ("model.safetensors", "config.json")
