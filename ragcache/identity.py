@@ -25,6 +25,11 @@ the model sees, so a template edited in the folder (``chat_template.jinja``,
 :func:`folder_chat_template` reads it from a folder the way transformers loads it, so the
 fingerprint can be known before the model is loaded.
 
+So are the files that decide tokenization and decoding besides the weights (:func:`tokenizer_digest`:
+``tokenizer.json``, ``tokenizer_config.json``, ``generation_config.json`` and the other
+:data:`TOKENIZER_FILES`): an edited normaliser or end-of-sequence setting changes the answers, so it
+changes the fingerprint's :attr:`~ModelFingerprint.digest` (never its ``weights_digest``).
+
 What no digest can see: weights changed in memory after loading (``merge_and_unload``,
 training steps, ``model.load_state_dict``). Such a model needs a new ``namespace``.
 """
@@ -246,6 +251,32 @@ def folder_digest(folder: str | Path, cache_file: str | Path | None = None) -> s
             log.warning("cannot write the file digest cache %s: %s", cache_file, e)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model", "vocab.txt")
+"""Files of a model folder that decide tokenization and decoding besides the weights (:func:`tokenizer_digest`)."""
+
+
+def tokenizer_digest(folder: str | Path, cache_file: str | Path | None = None) -> str:
+    """Digest of the :data:`TOKENIZER_FILES` present at the top of ``folder`` (names, sizes, sha256;
+    a folder with none of them has a digest of its own). ``cache_file`` as :func:`folder_digest`'s.
+
+    Raises:
+        ValueError: ``folder`` is not a directory.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a directory: give a model folder")
+    files = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()]
+    cache = DigestCache(cache_file)
+    try:
+        return hash_value(["ragcache-tokenizer-files-v1", files_digest(files, cache, root=folder)])
+    finally:
+        try:
+            cache.flush()
+        except OSError as e:  # a read-only home only costs speed
+            log.warning("cannot write the file digest cache %s: %s", cache_file, e)
+
+
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -310,6 +341,9 @@ class ModelFingerprint:
             weights digest, :func:`ragcache.identity.adapter_identities`); ``()`` without adapters.
         template: digest of the chat template the tokenizer holds
             (:func:`ragcache.identity.template_digest`); ``None``: not known (left out of the digest).
+        tokenizer: digest of the tokenizer and generation-config files (:func:`ragcache.identity.tokenizer_digest`);
+            ``None``: covered by :attr:`revision` (the embedded model's ``source:`` revision) or not known
+            (left out of the digest).
 
     A model whose weights are changed in memory after loading (merged adapters, training,
     ``load_state_dict``) keeps its fingerprint: give such an engine a new ``namespace``.
@@ -320,18 +354,23 @@ class ModelFingerprint:
     dtype: str
     adapters: tuple[str, ...] = ()
     template: str | None = None
+    tokenizer: str | None = None
 
     @property
     def digest(self) -> str:
-        """Hex sha256 of (name, revision, dtype[, adapters][, chat template]): every KV and answer key."""
-        if self.template is None:
+        """Hex sha256 of (name, revision, dtype[, adapters][, chat template][, tokenizer files]): every KV
+        and answer key."""
+        extra = {} if self.template is None else {"chat_template": self.template}
+        if self.tokenizer is not None:
+            extra["tokenizer"] = self.tokenizer
+        if not extra:
             return self.weights_digest
-        fields = [self.name, self.revision, self.dtype, list(self.adapters), {"chat_template": self.template}]
+        fields = [self.name, self.revision, self.dtype, list(self.adapters), extra]
         return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
     @property
     def weights_digest(self) -> str:
-        """Hex sha256 of (name, revision, dtype[, adapters]), the chat template left out: the key of
+        """Hex sha256 of (name, revision, dtype[, adapters]), the chat template and tokenizer left out: the key of
         records that measure the weights alone (blend calibration), unchanged since 0.2."""
         fields: list = [self.name, self.revision, self.dtype]
         if self.adapters:
@@ -353,7 +392,8 @@ class ModelFingerprint:
     def __str__(self) -> str:
         extra = f"+{len(self.adapters)} adapter(s)" if self.adapters else ""
         tpl = f"+template {self.template[:8]}" if self.template else ""
-        return f"{self.name}@{self.revision[:12]}/{self.dtype}{extra}{tpl}"
+        tok = f"+tokenizer {self.tokenizer[:8]}" if self.tokenizer else ""
+        return f"{self.name}@{self.revision[:12]}/{self.dtype}{extra}{tpl}{tok}"
 
 
 @dataclass(slots=True)
@@ -444,4 +484,4 @@ def adapter_identities(model: Any) -> tuple[str, ...]:
 
 __all__ = ["LoadedModel", "ModelFingerprint", "CHAT_TEMPLATE_DIR", "CHAT_TEMPLATE_FILE", "CONFIG_FILES", "folder_chat_template", "template_digest", "DigestCache", "EMBEDDER_SKIPPED", "RACY_SECONDS", "STAT_TRUSTED", "WEIGHT_SUFFIXES",
            "adapter_identities", "embedder_folder_digest", "embedder_identity_files", "files_digest", "folder_digest",
-           "identity_files", "module_identity", "sha256_file"]
+           "identity_files", "module_identity", "sha256_file", "TOKENIZER_FILES", "tokenizer_digest"]

