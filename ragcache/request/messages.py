@@ -14,7 +14,11 @@ prompt: :func:`key_text`); the rule lives here only:
 * the final turn's kinds are :meth:`ragcache.prompt.layout.PromptLayout.from_messages`'s rule; the
   question inside it is :mod:`ragcache.request.question`'s (a label, or a question-sized turn), and a
   turn whose question cannot be told from its context is matched whole, exactly;
-* non-text blocks of the final turn (images, tool results) are matched exactly.
+* non-text blocks of the final turn (images, tool results) are matched exactly, and so are a leading
+  system message's non-text blocks (with their places among its text blocks, which are all its system
+  text) and its ``name``;
+* the ``name`` of the final user turn (and of a trailing volatile-only user message) is matched exactly:
+  who asks is part of what the model reads (``"What is my name?"``).
 """
 
 from __future__ import annotations
@@ -92,6 +96,22 @@ def history_entry(message: Mapping[str, Any]) -> dict[str, Any]:
     if d.get("role") == "system":
         d = {**d, "role": "user", "type": "system"}
     return _json(d)
+
+
+def _system_parts(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A leading system message's text (its text blocks joined by a blank line, thoughts skipped) and what
+    else of it the model reads, for the partition: its ``name`` and its non-text blocks (less provider
+    markers) with their positions among its blocks. Both parts are empty for a text-only, unnamed message."""
+    blocks = _blocks(message.get("content"))
+    text = "\n\n".join(str(b.get("text", "")) for b in blocks if b.get("type", "text") == "text")
+    parts: dict[str, Any] = {}
+    other = [{"index": i, "block": {k: v for k, v in b.items() if k not in PROVIDER_MARKERS}}
+             for i, b in enumerate(blocks) if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
+    if other:
+        parts["blocks"] = _json(other)
+    if message.get("name") is not None:
+        parts["name"] = _json(message["name"])
+    return text, parts
 
 
 def _turn(message: Mapping[str, Any]) -> bool:
@@ -179,20 +199,32 @@ def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = 
     msgs = [dict(m) for m in messages]
     whole = json.dumps(_json(msgs), sort_keys=True) + "\x00" + (system or "")
     trailing_volatile: list[str] = []
+    trailing_names: list[Any] = []
     while msgs and _turn(msgs[-1]) and _volatile_only(msgs[-1]):
-        trailing_volatile.insert(0, _text_of(msgs.pop().get("content")) or "")
+        tail = msgs.pop()
+        trailing_volatile.insert(0, _text_of(tail.get("content")) or "")
+        trailing_names.insert(0, tail.get("name"))
     last = max((i for i, m in enumerate(msgs) if _turn(m)), default=None)
     if last is None:
         return exact_prompt(whole, tools=tools)
     systems = [system] if system else []
     lead = 0
+    system_parts: list[dict[str, Any]] = []  # what a leading system message holds besides its text
     while lead < last and msgs[lead].get("role") == "system":
-        systems.append(_text_of(msgs[lead].get("content")) or "")
+        text, parts = _system_parts(msgs[lead])
+        systems.append(text)
+        if parts:
+            system_parts.append({"message": lead, **parts})
         lead += 1
     blocks = _blocks(msgs[last].get("content"))
     texts = [b for b in blocks if b.get("type", "text") == "text"]
     other = [_keyed_block(b) for b in blocks if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
     extra: dict[str, Any] = {}
+    if system_parts:
+        extra["system_parts"] = system_parts
+    names = [msgs[last].get("name"), *trailing_names]
+    if any(n is not None for n in names):  # who asks changes the answer ("What is my name?")
+        extra["user_names"] = _json(names)
     if other:
         extra["other_blocks"] = _json(other)
         # where the non-text blocks sit among the text blocks (an image and its caption), as read

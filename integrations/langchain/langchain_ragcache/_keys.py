@@ -66,7 +66,8 @@ def block_kinds(message: BaseMessage, n: int) -> list[dict[str, Any]] | None:
 
 
 def _human_dict(m: BaseMessage) -> dict[str, Any]:
-    """A human message as a user dict whose text blocks carry RagPrompt's kinds (``ragcache_kind``, ``id``)."""
+    """A human message as a user dict whose text blocks carry RagPrompt's kinds (``ragcache_kind``, ``id``),
+    with its ``name`` (:func:`_name`) when it has one."""
     content = m.content if isinstance(m.content, list) else [m.content]
     blocks = [{"type": "text", "text": b} if isinstance(b, str) else dict(b) for b in content]
     kinds = block_kinds(m, len(blocks)) if all(b.get("type", "text") == "text" for b in blocks) else None
@@ -78,7 +79,32 @@ def _human_dict(m: BaseMessage) -> dict[str, Any]:
             b.pop("id", None)
             if doc_id is not None:
                 b["id"] = doc_id
-    return {"role": "user", "content": blocks}
+    d: dict[str, Any] = {"role": "user", "content": blocks}
+    name = _name(m)
+    if name is not None:
+        d["name"] = name
+    return d
+
+
+def _name(m: BaseMessage) -> Any:
+    """The ``name`` a chat model sends with ``m`` (ChatOpenAI: ``m.name``, else ``additional_kwargs["name"]``),
+    or ``None``."""
+    return getattr(m, "name", None) or (m.additional_kwargs or {}).get("name")
+
+
+def _system_dict(m: BaseMessage) -> dict[str, Any]:
+    """A system message as a system dict: its text (``m.text``) when all its content is text, else its blocks,
+    so non-text blocks (an image) reach the key; its ``name`` when it has one."""
+    content = m.content
+    if not isinstance(content, str) and any(
+            not isinstance(b, str) and b.get("type", "text") not in ("text", "reasoning", "thinking") for b in content):
+        d: dict[str, Any] = {"role": "system", "content": [b if isinstance(b, str) else dict(b) for b in content]}
+    else:
+        d = {"role": "system", "content": m.text}
+    name = _name(m)
+    if name is not None:
+        d["name"] = name
+    return d
 
 
 def to_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
@@ -88,7 +114,7 @@ def to_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         if m.type == "human":
             out.append(_human_dict(m))
         elif m.type == "system":
-            out.append({"role": "system", "content": m.text})
+            out.append(_system_dict(m))
         else:
             out.append(history_entry(m))
     return out
