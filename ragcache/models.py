@@ -398,6 +398,23 @@ def model_fingerprint(name_or_path: str | None = None, *, dtype: str = "float32"
                             tokenizer=tokenizer_digest(folder, cache)).with_template(template)
 
 
+def _hub_identity(name: str, model: Any, cache: Path | None) -> tuple[str, str | None]:
+    """(revision, tokenizer digest) of a model loaded by hub id: its local snapshot's files' digests, else
+    the commit hash transformers reports (tokenizer not known).
+
+    Raises:
+        ModelNotFoundError: neither a snapshot nor a commit hash.
+    """
+    snapshot = _hub_snapshot(name)
+    if snapshot is not None:
+        return folder_digest(snapshot, cache), tokenizer_digest(snapshot, cache)
+    commit = getattr(model.config, "_commit_hash", None)
+    if commit:
+        return commit, None
+    raise ModelNotFoundError(f"cannot fingerprint {name!r}: no local snapshot and no commit hash. Fix: "
+                             "download it to a folder and pass the folder")
+
+
 def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: str = "cpu", adapter: str | None = None,
                allow_downloads: bool = False, home: Home | str | Path | None = None,
                setting: str = "--model") -> LoadedModel:
@@ -472,15 +489,7 @@ def load_model(name_or_path: str | None = None, *, dtype: Any = None, device: st
                     "to use the embedded SmolLM2-135M-Instruct")
         raise ModelNotFoundError(f"cannot load model {name!r} from {path}: {str(e).rstrip('.')}. Fix: {fix}") from None
     if revision == "hub":
-        snapshot = _hub_snapshot(name)
-        commit = getattr(model.config, "_commit_hash", None)
-        if snapshot is not None:
-            revision, tok = folder_digest(snapshot, cache), tokenizer_digest(snapshot, cache)
-        elif commit:
-            revision = commit
-        else:
-            raise ModelNotFoundError(f"cannot fingerprint {name!r}: no local snapshot and no commit hash. Fix: "
-                                     "download it to a folder and pass the folder")
+        revision, tok = _hub_identity(name, model, cache)
     if adapter is not None:
         model = _attach_adapter(model, adapter)
     model.to(device).eval()

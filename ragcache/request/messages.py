@@ -178,6 +178,25 @@ def marked_block(text: str, kind: str | None, doc_id: Any = None) -> str | Segme
     return text
 
 
+def _partition_extra(blocks: list[dict[str, Any]], system_parts: list[dict[str, Any]], names: list[Any],
+                     after: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the partition holds of a chat besides its layout: a leading system message's non-text parts,
+    the asker's names, the final turn's non-text blocks and where they sit, and messages after it."""
+    extra: dict[str, Any] = {}
+    if system_parts:
+        extra["system_parts"] = system_parts
+    if any(n is not None for n in names):  # who asks changes the answer ("What is my name?")
+        extra["user_names"] = _json(names)
+    other = [_keyed_block(b) for b in blocks if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
+    if other:
+        extra["other_blocks"] = _json(other)
+        # where the non-text blocks sit among the text blocks (an image and its caption), as read
+        extra["block_order"] = [b.get("type", "text") for b in blocks if b.get("type") not in _THOUGHTS]
+    if after:
+        extra["after"] = [history_entry(m) for m in after]
+    return extra
+
+
 def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = None,
                  tools: Sequence[Mapping[str, Any]] = (), documents: Iterable[Any] = (),
                  extractor: QuestionExtractor | None = None) -> KeyedPrompt:
@@ -218,19 +237,7 @@ def key_messages(messages: Sequence[Mapping[str, Any]], *, system: str | None = 
         lead += 1
     blocks = _blocks(msgs[last].get("content"))
     texts = [b for b in blocks if b.get("type", "text") == "text"]
-    other = [_keyed_block(b) for b in blocks if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
-    extra: dict[str, Any] = {}
-    if system_parts:
-        extra["system_parts"] = system_parts
-    names = [msgs[last].get("name"), *trailing_names]
-    if any(n is not None for n in names):  # who asks changes the answer ("What is my name?")
-        extra["user_names"] = _json(names)
-    if other:
-        extra["other_blocks"] = _json(other)
-        # where the non-text blocks sit among the text blocks (an image and its caption), as read
-        extra["block_order"] = [b.get("type", "text") for b in blocks if b.get("type") not in _THOUGHTS]
-    if last + 1 < len(msgs):
-        extra["after"] = [history_entry(m) for m in msgs[last + 1:]]
+    extra = _partition_extra(blocks, system_parts, [msgs[last].get("name"), *trailing_names], msgs[last + 1:])
     marked = any(b.get("ragcache_kind") for b in texts)
     final: list[Any] = [Segment("volatile", t) for t in trailing_volatile]
     if marked:
