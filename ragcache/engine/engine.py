@@ -43,7 +43,7 @@ from ragcache.engine.keys import EngineKeys
 from ragcache.engine.windowed import kv_reuse_blocker, rope_switch
 from ragcache.prompt.layout import PromptLayout
 from ragcache.limits import check_recompute_ratio, context_window_of
-from ragcache.models import LoadedModel, calibration_identities, load_model, unwrap_adapters
+from ragcache.models import LoadedModel, load_model, unwrap_adapters
 
 PromptSource = PromptLayout | Prompt | str | Sequence[Mapping[str, Any]] | Sequence[int]
 """What :meth:`LocalEngine.build_prompt` renders: a layout, a built prompt, one user turn, chat
@@ -87,7 +87,7 @@ class LocalEngine(EngineKeys):
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
                  chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
-        from ragcache.engine.blend.calibration import Calibration, load_calibration
+        from ragcache.engine.blend.calibration import Calibration, model_calibration
 
         if not all(hasattr(loaded, a) for a in ("model", "tokenizer", "fingerprint")):
             raise TypeError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
@@ -109,9 +109,7 @@ class LocalEngine(EngineKeys):
         if isinstance(cfg.calibration, Calibration) or cfg.calibration is None:
             self.calibration = cfg.calibration
         else:
-            self.calibration = load_calibration(self.fingerprint, cfg.home,
-                                                also=calibration_identities(self.fingerprint, cfg.home)[1:]) \
-                if cfg.calibration else None
+            self.calibration = model_calibration(self.fingerprint, cfg.home) if cfg.calibration else None
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()

@@ -48,7 +48,7 @@ class PredictedEngine:
     It holds the members of :class:`~ragcache.engine.interface.EngineView` that the blend setting's rule
     reads (:func:`ragcache.engine.blend.request.blend_name`), so :meth:`blend_setting_name` names the
     setting the engine will name, by the same rule, with no model loaded. The calibration record is read
-    on first use (by the predicted identity, :func:`ragcache.models.calibration_identities`).
+    on first use, as the engine reads it (:func:`ragcache.engine.blend.calibration.model_calibration`).
     ``kv_reuse_blocker`` is ``None``: a model whose attention the KV caches do not support never blends,
     so no blended answer is stored under its fingerprint for a predicted setting to match.
 
@@ -100,11 +100,9 @@ class PredictedEngine:
     def calibration(self) -> Any:
         """The calibration record the engine will load for the predicted identity, or ``None``."""
         if self._calibration is _UNREAD:
-            from ragcache.engine.blend.calibration import load_calibration
-            from ragcache.models import calibration_identities
+            from ragcache.engine.blend.calibration import model_calibration
 
-            also = calibration_identities(self.fingerprint, self.home)[1:]
-            self._calibration = load_calibration(self.fingerprint, self.home, also=also)
+            self._calibration = model_calibration(self.fingerprint, self.home)
         return self._calibration
 
     @property

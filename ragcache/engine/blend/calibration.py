@@ -206,6 +206,16 @@ def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
     return None
 
 
+def model_calibration(fingerprint: Any, home: Home | str | Path | None = None) -> Calibration | None:
+    """The calibration record an engine on this model reads: :func:`load_calibration` by ``fingerprint``,
+    then by the other identities of the same weights (:func:`ragcache.models.calibration_identities`).
+    The one lookup of a loaded engine and of its prediction
+    (:class:`~ragcache.engine.predicted.PredictedEngine`), so both name the same blend setting."""
+    from ragcache.models import calibration_identities
+
+    return load_calibration(fingerprint, home, also=calibration_identities(fingerprint, home)[1:])
+
+
 def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
     try:
         cal = Calibration.from_dict(json.loads(path.read_text()))
