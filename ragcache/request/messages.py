@@ -100,12 +100,12 @@ def history_entry(message: Mapping[str, Any]) -> dict[str, Any]:
 
 def _system_parts(message: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """A leading system message's text (its text blocks joined by a blank line, thoughts skipped) and what
-    else of it the model reads, for the partition: its ``name`` and its non-text blocks (less provider
-    markers) with their positions among its blocks. Both parts are empty for a text-only, unnamed message."""
+    else of it the model reads, for the partition: its ``name`` and its non-text blocks (as matched
+    exactly, :func:`_keyed_block`) with their positions among its blocks. Both parts are empty for a text-only, unnamed message."""
     blocks = _blocks(message.get("content"))
     text = "\n\n".join(str(b.get("text", "")) for b in blocks if b.get("type", "text") == "text")
     parts: dict[str, Any] = {}
-    other = [{"index": i, "block": {k: v for k, v in b.items() if k not in PROVIDER_MARKERS}}
+    other = [{"index": i, "block": _keyed_block(b)}
              for i, b in enumerate(blocks) if b.get("type", "text") != "text" and b.get("type") not in _THOUGHTS]
     if other:
         parts["blocks"] = _json(other)
