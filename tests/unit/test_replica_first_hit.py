@@ -23,6 +23,15 @@ runner = CliRunner()
 REAL_MODEL = Path(os.environ.get("RAGCACHE_HOME", "~/.cache/ragcache")).expanduser() / "models" / DEFAULT_MODEL
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _real_model_converted():
+    """REAL_MODEL holds the converted embedded model: on a machine where nothing converted it yet (a fresh
+    home, this module run alone) it is converted first, once (``embedded_model_dir``)."""
+    from ragcache.models import embedded_model_dir
+
+    assert embedded_model_dir(Home(REAL_MODEL.parent.parent)) == REAL_MODEL
+
+
 def _no_conversion(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the embedded model was converted or loaded for a semantic hit")

@@ -27,6 +27,15 @@ from ragcache.models import (
 )
 
 REAL_MODEL = Path(os.environ.get("RAGCACHE_HOME", "~/.cache/ragcache")).expanduser() / "models" / DEFAULT_MODEL
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _real_model_converted():
+    """REAL_MODEL holds the converted embedded model: on a machine where nothing converted it yet (a fresh
+    home, this module run alone) it is converted first, once (``embedded_model_dir``)."""
+    from ragcache.models import embedded_model_dir
+
+    assert embedded_model_dir(Home(REAL_MODEL.parent.parent)) == REAL_MODEL
 WEIGHTS = ("model.safetensors", "config.json")
 
 
