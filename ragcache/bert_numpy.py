@@ -170,12 +170,14 @@ class NumpyBertEncoder:
     def _p(self, name: str) -> np.ndarray:
         return self._w[name]
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """ids, mask: ``[b, t]`` -> last hidden states ``[b, t, hidden]`` (float32)."""
+    def _forward(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None) -> np.ndarray:
+        """ids, mask (and BERT's segment ids ``types``, default all 0): ``[b, t]`` -> last hidden states
+        ``[b, t, hidden]`` (float32)."""
         b, t = ids.shape
         p = self._p
+        seg = p("embeddings.token_type_embeddings.weight")
         x = p("embeddings.word_embeddings.weight")[ids] + p("embeddings.position_embeddings.weight")[:t][None] \
-            + p("embeddings.token_type_embeddings.weight")[0][None, None]
+            + (seg[0][None, None] if types is None else seg[types])
         x = _layer_norm(x, p("embeddings.LayerNorm.weight"), p("embeddings.LayerNorm.bias"), self.eps)
         h, d = self.heads, self.dim // self.heads
         bias = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)

@@ -25,9 +25,9 @@ def kind_cases(kinds: dict[str, list]) -> list[tuple[str, str, str]]:
 
 @contextmanager
 def guard_caches(embedder) -> Iterator[dict[str, SemanticCache]]:
-    """The default cache, the guards at a low threshold (so a refusal is theirs, not the cosine's), and
-    ``guards="verifier"``."""
-    with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5) as low, \
+    """The default cache (the pair model behind the hard vetoes), the rules alone at a low threshold (so a
+    refusal is theirs, not the cosine's), and ``guards="verifier"``."""
+    with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5, guards="rules") as low, \
             SemanticCache(embedder=embedder, guards="verifier") as v:
         yield {"default": d, "guards at 0.5": low, "verifier": v}
 

@@ -211,6 +211,17 @@ def bench_semantic(
               qqp=q)
 
 
+@bench_app.command("pair-model")
+def bench_pair_model(
+    json_path: str = json_option("semantic_pair_model"),
+    plot_path: str = plot_option("semantic_pair_model"),
+    data: str = typer.Option(None, help="Folder of the development data (the held-out parts are read); default "
+                                        "$RAGCACHE_DATA_DIR."),
+) -> None:
+    """The default hit decision (pair model) against the rules and plain cosine on held-out pairs; its latency."""
+    run_bench("semantic_pair_model", data=data or str(data_dir()), json_path=json_path, plot_path=plot_path)
+
+
 @bench_app.command("provider")
 def bench_provider(json_path: str = json_option("provider"), plot_path: str = plot_option("provider")) -> None:
     """Naive vs ragcache prompt layout against the local Anthropic-compatible server: cache read share and cost."""

@@ -37,13 +37,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
 from ragcache.semantic.decision.bound import (
     ErrorBound,
     ErrorBoundAPI,
     Exploration,
     decide_bounded,
 )
-from ragcache.semantic.budget import AnswerBudget, merge_metadata, servable
 from ragcache.semantic.decision.checks import (
     DEFAULT_PARTITION,
     DEFAULT_THRESHOLD,
@@ -53,7 +53,11 @@ from ragcache.semantic.decision.checks import (
     checked_partition,
     warn_low_threshold,
 )
-from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate, GatedDecider
+from ragcache.semantic.decision.coverage import (
+    GUARD_LANGUAGES,
+    CoverageGate,
+    GatedDecider,
+)
 from ragcache.semantic.decision.guards import GuardSet, GuardVerdict
 from ragcache.semantic.decision.vcache import add_observation
 from ragcache.semantic.embedding import QuestionEmbedder
@@ -82,23 +86,28 @@ class Decider(Protocol):
 
 def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], bool | float] | None,
                  embedder: QuestionEmbedder | None = None, *, home: Any = None) -> Decider:
-    """What a cache decides hits with: ``True`` (the default) the default :class:`GuardSet`, or the
-    learned verifier at the threshold of a ``ragcache calibrate semantic`` record for ``embedder``; ``False``
-    none (plain cosine), a given set, with ``verifier`` appended as the last guard; ``"verifier"`` the
-    learned verifier (:func:`ragcache.semantic.decision.verifier.default_verifier`) for an ``embedder`` the
-    shipped head was fitted for. ``home``: the ragcache home the calibration record is read from.
+    """What a cache decides hits with.
 
-    The guards stay the default because they serve fewer wrong answers on held-out QQP pairs (0.913
-    precision at recall 0.173 through the real cache, against 0.879 at 0.314 for the verifier at its
-    shipped threshold; README, "The learned hit decision").
+    - ``True`` (the default): the pair model behind the hard vetoes
+      (:class:`~ragcache.semantic.decision.pair_decider.PairDecider`) for the packaged all-MiniLM-L6-v2 embedder
+      (the model's base); the default :class:`GuardSet` for any other embedder; a ``ragcache calibrate semantic``
+      record for ``embedder`` (the learned verifier at the user's own threshold) takes precedence. With
+      ``verifier`` given, the default :class:`GuardSet` with ``verifier`` as its last guard.
+    - ``"rules"``: the default :class:`GuardSet` alone (every guard a veto; the decision before the pair model).
+    - ``"verifier"``: the logistic verifier over pair features
+      (:func:`ragcache.semantic.decision.verifier.default_verifier`) for the embedder its head was fitted for.
+    - ``False``: none (plain cosine); a :class:`GuardSet`: that set, with ``verifier`` appended as its last guard.
+
+    ``home``: the ragcache home the calibration record is read from.
 
     Raises:
-        ValueError: ``"verifier"`` with an embedder the shipped head was not fitted for, or an
-            unknown string.
+        ValueError: ``"verifier"`` with an embedder the shipped head was not fitted for, or an unknown string.
     """
     if isinstance(guards, str):
+        if guards == "rules":
+            return GuardSet.default(verifier)
         if guards != "verifier":
-            raise ValueError(f"guards must be True, False, 'verifier' or a GuardSet; got {guards!r}")
+            raise ValueError(f"guards must be True, False, 'rules', 'verifier' or a GuardSet; got {guards!r}")
         from ragcache.semantic.decision.verifier import default_verifier
 
         learned = default_verifier(embedder, home=home) if embedder is not None else None
@@ -115,9 +124,21 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
         calibrated = calibrated_verifier(embedder, home=home)  # the user's own `ragcache calibrate semantic` record
         if calibrated is not None:
             return calibrated
+        if pair_model_fits(embedder):
+            from ragcache.semantic.decision.pair_decider import PairDecider
+
+            return PairDecider()
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])
+
+
+def pair_model_fits(embedder: QuestionEmbedder) -> bool:
+    """Whether the shipped pair model decides for ``embedder``: the packaged all-MiniLM-L6-v2 (by name), whose
+    weights are the model's base and whose cosines its floor was chosen on."""
+    from ragcache.semantic.decision.pair_model import EMBEDDER_NAME
+
+    return str(getattr(embedder, "name", "")).lower().endswith(EMBEDDER_NAME.lower())
 
 
 def reembedder(embedder: QuestionEmbedder) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
@@ -489,7 +510,7 @@ class SemanticPolicy(ErrorBoundAPI):
         """Flush and close the store. The cache must not be used afterwards."""
         self.answer_store.close()
 
-    def __enter__(self):  # noqa: ANN204 - returns the subclass
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -174,38 +174,44 @@ def _wh_class(toks: list[str], i: int) -> str:
 
 def _clause_type(toks: list[str]) -> str | None:
     """Type of one clause when it opens with an interrogative or an auxiliary, else None."""
+    return _clause_read(toks)[0]
+
+
+def _clause_read(toks: list[str]) -> tuple[str | None, str | None]:
+    """``(type, opener)`` of one clause: its type (:func:`_clause_type`) and the interrogative or auxiliary word
+    it was read from; ``(None, None)`` when it opens with neither."""
     j = 0
     while j < len(toks) and toks[j] in _FILLERS and toks[j] not in _AUX:
         j += 1
     if j >= len(toks):
-        return None
+        return None, None
     w = toks[j]
     # prepositions before an interrogative: "in which city", "at what time", "for what reason", "since when"
     if w in ("in", "at", "on", "for", "since", "from", "to", "by", "with", "of", "until", "till") and j + 1 < len(toks) \
             and toks[j + 1] in _WH:
         c = _wh_class(toks, j + 1)
         if w == "since" and toks[j + 1] == "when":
-            return "when"
-        return c
+            return "when", "when"
+        return c, toks[j + 1]
     if w in _WH:
-        return _wh_class(toks, j)
+        return _wh_class(toks, j), w
     if w in _AUX:
         rest = toks[j + 1 :]
         # indirect question: "can you tell me when ...", "do you know where ...", "is there a way to ..."
         if rest[:1] and rest[0] in _ASKERS and len(rest) > 1 and rest[1] in _ASK_VERBS:
             for k in range(2, min(len(rest), 7)):
                 if rest[k] in _WH:
-                    return _wh_class(rest, k)
+                    return _wh_class(rest, k), rest[k]
             if rest[1] in ("recommend", "suggest"):
-                return "what"
+                return "what", "what"
         if rest[:2] in (["there", "a"], ["there", "any"]) and any(r in _WAY for r in rest[2:4]):
-            return "how"
+            return "how", w
         if rest[:3] in (["it", "possible", "to"], ["it", "possible", "for"]):
-            return "possible"  # "is it possible to recover X": compatible with yes-no and with "how can I"
+            return "possible", w  # "is it possible to recover X": compatible with yes-no and with "how can I"
         if "or" in rest[1:]:
-            return "choice"  # an alternative question ("is it fact or fiction?") picks one of two
-        return "yesno"
-    return None
+            return "choice", w  # an alternative question ("is it fact or fiction?") picks one of two
+        return "yesno", w
+    return None, None
 
 
 def question_type(text: str) -> str | None:
@@ -217,12 +223,23 @@ def question_type(text: str) -> str | None:
     "When ..., what ..." / "If ..., how ..." clause is subordinate and the next clause decides;
     failing that, the first interrogative word anywhere ("dark mode app how").
     """
+    return _read(text)[0]
+
+
+def question_opener(text: str) -> str | None:
+    """The interrogative or auxiliary word :func:`question_type` read the type from ("what" for "What is the
+    deadline for X?", "when" for "When is X due?", "is" for "Is X open?"), or ``None`` with no interrogative."""
+    return _read(text)[1]
+
+
+def _read(text: str) -> tuple[str | None, str | None]:
+    """``(question_type(text), question_opener(text))``, read once."""
     sents = [s for s in _SENT.split(text.strip()) if s]
     asks = [s for s in sents if s.rstrip().endswith("?")]
     order = asks + [s for s in sents if s not in asks]
     for sent in order:
         typed = [(toks, c) for toks in (_tokens(cl) for cl in _CLAUSE.split(sent)) if toks
-                 for c in [_clause_type(toks)] if c is not None]
+                 for c in [_clause_read(toks)] if c[0] is not None]
         if typed:
             (toks0, c0), later = typed[0], typed[1:]
             if later and toks0[0] in ("when", "where", "if", "while", "once", "whenever") and \
@@ -232,8 +249,8 @@ def question_type(text: str) -> str | None:
     toks = _tokens(text)
     for i, t in enumerate(toks):
         if t in _WH:
-            return _wh_class(toks, i)
-    return None
+            return _wh_class(toks, i), t
+    return None, None
 
 
 _COMPATIBLE = {frozenset({"amount", "what"}), frozenset({"amount", "how_many"}), frozenset({"amount", "how_much"}), frozenset({"amount", "how_long"}),
@@ -287,10 +304,7 @@ _CONTAINER = frozenset({"in", "inside", "on", "under", "behind", "within", "at",
 _TAIL_PREPS = frozenset({"of", "from", "for", "with", "like", "about", "made"})
 _AS_BE = frozenset({"mean", "means", "stand"})  # "what does API mean / stand for" asks what API is
 _FOCUS_VERBS = frozenset(
-    "contain contains include includes hold holds have has need needs require requires eat eats do does use uses "
-    "cover covers involve involves offer offers provide provides return returns cause causes say says look looks "
-    "consist consists support supports show shows want wants measure measures produce produces make makes sell "
-    "sells feed feeds store stores carry carries cost costs".split())
+    ["contain", "contains", "include", "includes", "hold", "holds", "have", "has", "need", "needs", "require", "requires", "eat", "eats", "do", "does", "use", "uses", "cover", "covers", "involve", "involves", "offer", "offers", "provide", "provides", "return", "returns", "cause", "causes", "say", "says", "look", "looks", "consist", "consists", "support", "supports", "show", "shows", "want", "wants", "measure", "measures", "produce", "produces", "make", "makes", "sell", "sells", "feed", "feeds", "store", "stores", "carry", "carries", "cost", "costs"])
 
 
 def question_focus(text: str) -> str | None:

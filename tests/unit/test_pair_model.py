@@ -1,0 +1,197 @@
+"""The pair model (NumPy cross-encoder) and the default hit decision built on it (PairDecider).
+
+Exactness: the NumPy runtime scores a pair as the torch model it was exported from does (a random
+adapter over the real packaged base weights). Safety: the hard vetoes refuse whatever the model says.
+End to end: the shipped model at the defaults serves rewordings the rules refused and refuses near misses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragcache.semantic import SemanticCache, partition_key
+from ragcache.semantic.decision.guards import GuardSet
+from ragcache.semantic.decision.pair_decider import (
+    HARD_VETOES,
+    SOFT_GUARDS,
+    PairDecider,
+    explicit_type_clash,
+)
+from ragcache.semantic.decision.pair_model import (
+    PairModel,
+    _merged,
+    canonical,
+    load_card,
+)
+from ragcache.semantic.decision.policy import make_decider
+
+
+@pytest.mark.parametrize("a,b", [("How much is X?", "What is the amount of X?"), ("b", "a"), ("Ab", "ab"),
+                                 ("same", "same"), ("Über", "uber")])
+def test_canonical_order_is_symmetric(a, b):
+    assert canonical(a, b) == canonical(b, a)
+    assert set(canonical(a, b)) == {a, b}
+
+
+def test_numpy_runtime_matches_torch_export(tmp_path):
+    """A random adapter exported from the torch model scores the same pairs to 1e-5 in NumPy."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    from safetensors.numpy import save_file
+    from transformers import AutoTokenizer
+
+    from ragcache.app.train_pair_model import build, export, scores
+    from ragcache.semantic.decision.pair_model import base_model_dir
+
+    torch.manual_seed(0)
+    base = base_model_dir()
+    net = build(base, rank=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        for p in net.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)  # LoRA B starts at zero: move every trained tensor
+        for n, p in net.named_parameters():
+            if "lora_" in n:
+                p.copy_(p.half().float())  # the adapter ships its low-rank factors in float16
+    save_file(export(net, 4, 8), str(tmp_path / "a.safetensors"))
+    model = PairModel(tmp_path / "a.safetensors", max_len=40)
+    pairs = [("How much is the parking fee?", "What is the amount of the parking fee?"),
+             ("Who founded Apple?", "When was Apple founded?"), ("x", "a b c d e f g")]
+    ref = scores(net, AutoTokenizer.from_pretrained(str(base)), pairs, 40)
+    got = [model.score(a, b) for a, b in pairs]
+    assert np.allclose(ref, got, atol=1e-5), (ref, got)
+    assert [model.score(b, a) for a, b in pairs] == got  # symmetric by construction
+
+
+def test_window_is_never_truncated():
+    model = PairModel(max_len=16)
+    short, long_q = "How do I reset my password?", "How do I reset my password " + "on this old device " * 4 + "?"
+    assert model.fits(short, short.lower())
+    assert not model.fits(short, long_q)
+    with pytest.raises(ValueError, match="over the pair model's window"):
+        model.score(short, long_q)
+
+
+def test_adapter_that_does_not_fit_the_base_is_refused():
+    base = {"encoder.layer.0.attention.self.query.weight": np.zeros((4, 4), np.float32)}
+    bad = {"scaling": np.array([1.0], np.float32), "layer.0.attention.self.query.lora_a": np.zeros((2, 3), np.float16),
+           "layer.0.attention.self.query.lora_b": np.zeros((4, 2), np.float16)}
+    with pytest.raises(ValueError, match="does not fit|is \\(4, 3\\)"):
+        _merged(base, bad)
+    with pytest.raises(ValueError, match="base model does not have"):
+        _merged(base, {"scaling": np.array([1.0], np.float32), "layer.9.x.lora_a": np.zeros((2, 4), np.float16),
+                       "layer.9.x.lora_b": np.zeros((4, 2), np.float16)})
+
+
+class _Always:
+    """A pair model that says yes (or no) to everything: what the vetoes must stand against."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+
+    def fits(self, a: str, b: str) -> bool:
+        return True
+
+    def score(self, a: str, b: str) -> float:
+        return self.p
+
+
+NEAR_MISSES = [
+    ("number", "Can I bring 2 guests to the party?", "Can I bring 3 guests to the party?"),
+    ("negation", "Is the API rate limited?", "Is the API not rate limited?"),
+    ("antonym", "How do I enable dark mode?", "How do I disable dark mode?"),
+    ("scope", "What is the daily limit?", "What is the monthly limit?"),
+    ("entity", "How do I install Python on Windows?", "How do I install Python on Linux?"),
+    ("direction", "How long is the flight from Boston to Denver?", "How long is the flight from Denver to Boston?"),
+    ("modality", "Can I leave early on Fridays?", "Must I leave early on Fridays?"),
+    ("question_type", "Who founded the company?", "When was the company founded?"),
+    ("question_type", "How many days of leave do I get?", "How much does the leave cost?"),
+]
+
+
+@pytest.mark.parametrize("kind,a,b", NEAR_MISSES)
+def test_hard_vetoes_refuse_whatever_the_model_says(kind, a, b):
+    d = PairDecider(_Always(1.0), threshold=0.5, floor=0.5)
+    for q, c in ((a, b), (b, a)):
+        v = d.check(q, c, 0.99)
+        assert not v.ok and v.reason in (*HARD_VETOES, "question_type"), (kind, q, c, v)
+
+
+@pytest.mark.parametrize("a,b", [("What is the deadline for timesheets?", "When are timesheets due?"),
+                                 ("What are the canteen's opening hours?", "When is the canteen open?"),
+                                 ("What is the on-call pay?", "How much is the on-call pay?"),
+                                 ("How much is the parking fee?", "What is the amount of the parking fee?")])
+def test_soft_kinds_go_to_the_model(a, b):
+    """A rewording the rules refused (question type read from a noun, a replaced word) is the model's to judge."""
+    assert explicit_type_clash(a, b) is None and explicit_type_clash(b, a) is None
+    yes, no = PairDecider(_Always(0.99), threshold=0.8), PairDecider(_Always(0.2), threshold=0.8)
+    assert yes.check(a, b, 0.9).ok and yes.check(b, a, 0.9).ok
+    v = no.check(a, b, 0.9)
+    assert v.reason == "verifier" and "pair model 0.200" in v.detail
+
+
+def test_veto_table():
+    assert set(SOFT_GUARDS) == {"question_type", "focus", "substitution"}
+    for kind in ("number", "negation", "antonym", "entity", "direction", "modality", "scope", "script", "symbol"):
+        assert kind in HARD_VETOES
+
+
+def test_an_exact_repeat_needs_no_model():
+    d = PairDecider(_Always(0.0), threshold=0.9)
+    assert d.check("How do I reset it?", "How do I reset it?", 1.0).ok
+
+
+def test_default_decider_is_the_pair_model_for_the_packaged_embedder():
+    from ragcache.semantic.embedding import resolve_embedder
+
+    emb = resolve_embedder(None)
+    assert isinstance(make_decider(True, None, emb), PairDecider)
+    assert isinstance(make_decider("rules", None, emb), GuardSet)
+    other = type("E", (), {"name": "some/other-embedder", "fingerprint": "x", "has_tokens": False})()
+    assert isinstance(make_decider(True, None, other), GuardSet)
+    with pytest.raises(ValueError, match="'rules'"):
+        make_decider("pairs", None, emb)
+
+
+def test_card_names_its_data_and_licence():
+    card = load_card()
+    assert 0.5 <= card.floor < 1.0 and 0.5 <= card.threshold < 1.0
+    assert "qqp_dev_20k.jsonl" in card.card["data"] and "non-commercial" in card.card["licence"]
+    assert card.card["command"].startswith("python -m ragcache.app.train_pair_model")
+
+
+REWORDINGS = [  # kinds the rules refused (substitution, question type read from a noun), not in any training set
+    ("How much is the parking fee at the main office?", "What is the amount of the parking fee at the main office?"),
+    ("How do I book a meeting room?", "How can I reserve a meeting room?"),
+    ("What is the deadline for submitting timesheets?", "When are timesheets due?"),
+]
+WRONG = [
+    ("How much is the parking fee at the main office?", "How much is the parking fine at the main office?"),
+    ("How do I book a meeting room?", "How do I cancel a meeting room booking?"),
+    ("What is the deadline for submitting timesheets?", "Who approves submitted timesheets?"),
+    ("How do I reset my password?", "How do I reset my username?"),
+]
+
+
+@pytest.fixture(scope="module")
+def default_cache():
+    with SemanticCache() as c:
+        yield c
+
+
+@pytest.mark.parametrize("a,b", REWORDINGS)
+def test_shipped_model_serves_rewordings_at_the_defaults(default_cache, a, b):
+    for i, (s, q) in enumerate(((a, b), (b, a))):
+        pk = partition_key(namespace=f"rew-{hash((a, b, i)) & 0xffff}", model="m")
+        default_cache.store(s, "the answer", partition=pk)
+        hit = default_cache.lookup(q, partition=pk)
+        assert hit is not None, default_cache.candidates_for(q, partition=pk)
+
+
+@pytest.mark.parametrize("a,b", WRONG)
+def test_shipped_model_refuses_near_misses_at_the_defaults(default_cache, a, b):
+    for i, (s, q) in enumerate(((a, b), (b, a))):
+        pk = partition_key(namespace=f"nm-{hash((a, b, i)) & 0xffff}", model="m")
+        default_cache.store(s, "the answer", partition=pk)
+        assert default_cache.lookup(q, partition=pk) is None, default_cache.candidates_for(q, partition=pk)
