@@ -9,7 +9,8 @@ pairs, and the hard pairs' tuning part) through the whole decision
 - the **floor** (the cosine gate): the highest multiple of 0.05 at or below which at most 2% of the
   choose positives' cosines lie (no lower than 0.5, :data:`~ragcache.limits.THRESHOLD_FLOOR`);
 - the **threshold**: the lowest probability at which the made pairs and the hard tuning pairs (labels
-  that are right) have no wrong hit, and QQP's slice (noisy labels) a precision of at least
+  that are right) have no wrong hit among the pairs the model decides (a pair every guard accepts at cosine
+  0.94 is served whatever the threshold: the rules' yes), and QQP's slice (noisy labels) a precision of at least
   ``--qqp-precision`` (0.85: QQP's labels cap measurable precision; the rules reach about 0.93 at a sixth of the
   recall), over a grid of 0.50-0.99.
 
@@ -61,10 +62,11 @@ def choose(pairs: list, cos: np.ndarray, prob: np.ndarray, *, qqp_precision: flo
     q2 = pos_cos[int(0.02 * len(pos_cos))] if len(pos_cos) else 0.5
     floor = max(0.5, math.floor(q2 / 0.05) * 0.05)
     gated = cos >= floor
+    by_model = prob < 1.0  # the rules' own yes (1.0) is served whatever the threshold: not the threshold's to fix
     chosen, rows = None, []
     for t in np.round(np.arange(0.50, 0.995, 0.01), 2):
         hit = gated & (prob >= t)
-        wrong_clean = int((hit & clean & ~y).sum())
+        wrong_clean = int((hit & clean & ~y & by_model).sum())
         qh = hit & qqp
         qprec = float((qh & y).sum() / max(qh.sum(), 1))
         rec_clean = float((hit & clean & y).sum() / max((clean & y).sum(), 1))
@@ -75,7 +77,8 @@ def choose(pairs: list, cos: np.ndarray, prob: np.ndarray, *, qqp_precision: flo
             chosen = float(t)
     if chosen is None:
         chosen = 0.99
-    return {"floor": round(float(floor), 2), "threshold": chosen, "grid": rows}
+    rules_wrong = int((gated & ~by_model & clean & ~y).sum())
+    return {"floor": round(float(floor), 2), "threshold": chosen, "grid": rows, "rules_yes_wrong_clean": rules_wrong}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     card.update({"threshold": out["threshold"], "floor": out["floor"],
                  "choice": {"rule": f"lowest threshold with no wrong hit on the made and hard tuning pairs and QQP "
                                      f"precision >= {a.qqp_precision}; floor: 2nd percentile of positives' cosine",
-                            "pairs": len(pairs), "grid": out["grid"]}})
+                            "pairs": len(pairs), "rules_yes_wrong_clean": out["rules_yes_wrong_clean"],
+                            "grid": out["grid"]}})
     atomic_write_json(card_path, card, indent=1)
     print(f"threshold {out['threshold']}, floor {out['floor']}")
     for r in out["grid"][::5]:
