@@ -1,11 +1,11 @@
-"""The default hit decision (the pair model behind the hard vetoes) against the rules and plain cosine, held out.
+"""The pair model behind the hard vetoes (``guards="pair"``) against the default guards, the verifier and plain cosine, held out.
 
 ``python -m benchmarks.semantic_pair_model`` (``ragcache bench pair-model``) decides every pair of each
 held-out set through the real :class:`~ragcache.semantic.SemanticCache` (FAISS, the packaged embedder),
 in both directions (``a`` stored, ``b`` asked, then the reverse), with:
 
-- ``default``: ``SemanticCache()`` (the pair model, :class:`~ragcache.semantic.decision.pair_decider.PairDecider`);
-- ``rules``: ``guards="rules"`` (every guard a veto at the 0.94 gate: the previous default);
+- ``default``: ``SemanticCache()`` (every guard a veto at the 0.94 gate);
+- ``pair``: ``guards="pair"`` (the pair model, :class:`~ragcache.semantic.decision.pair_decider.PairDecider`);
 - ``verifier``: ``guards="verifier"`` (the logistic head over pair features);
 - ``cosine``: ``guards=False`` at the pair model's floor (plain cosine, as a vector cache without checks).
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 KB_SETS = ("bench/data/paraphrase_kb.jsonl", "bench/data/near_miss_kb.jsonl")
-METHODS = ("default", "rules", "verifier", "cosine")
+METHODS = ("default", "pair", "verifier", "cosine")
 
 
 def _rows(path: str | Path) -> list[dict]:
@@ -58,8 +58,8 @@ def cache_for(method: str, emb: Any) -> Any:
 
     if method == "default":
         return SemanticCache(embedder=emb)
-    if method == "rules":
-        return SemanticCache(embedder=emb, guards="rules")
+    if method == "pair":
+        return SemanticCache(embedder=emb, guards="pair")
     if method == "verifier":
         return SemanticCache(embedder=emb, guards="verifier")
     return SemanticCache(embedder=emb, guards=False, threshold=load_card().floor)
@@ -105,7 +105,7 @@ def pair_scores(rows: list[dict], emb: Any) -> dict[str, list[float]]:
     from ragcache.semantic.text import embed_form, request_core
 
     dec, rules = PairDecider(), GuardSet.default()
-    out: dict[str, list[float]] = {"cosine": [], "rules": [], "default": []}
+    out: dict[str, list[float]] = {"cosine": [], "rules": [], "pair": []}
     for r in rows:
         va, vb = emb.encode([embed_form(r["a"]), embed_form(r["b"])])
         cos = float(va @ vb)
@@ -120,7 +120,7 @@ def pair_scores(rows: list[dict], emb: Any) -> dict[str, list[float]]:
             p = 1.0 if rules.check(r["a"], r["b"], cos).ok else 0.0
         else:
             p = dec.model.score(q, c)
-        out["default"].append(p)
+        out["pair"].append(p)
     return out
 
 
@@ -140,7 +140,7 @@ def curve(y: list[bool], s: list[float]) -> list[tuple[float, float, float]]:
 
 def timing(rows: list[dict], emb: Any, n: int = 40) -> dict[str, Any]:
     """Milliseconds at one thread: the pair decision's ``check`` on same-answer pairs it scores, and a whole
-    ``lookup`` that hits (embedding, search, decision), against the same lookup with ``guards="rules"``."""
+    ``lookup`` that hits (embedding, search, decision) with ``guards="pair"``, against the same lookup at the defaults."""
     from threadpoolctl import threadpool_limits
 
     from ragcache.semantic import partition_key
@@ -158,7 +158,7 @@ def timing(rows: list[dict], emb: Any, n: int = 40) -> dict[str, Any]:
             t.append(1000 * (time.perf_counter() - t0))
         out["pair_check_ms"] = {"p50": round(statistics.median(t), 1), "p95": round(sorted(t)[int(0.95 * len(t))], 1),
                                 "n": len(t)}
-        for method in ("default", "rules"):
+        for method in ("pair", "default"):
             c = cache_for(method, emb)
             lt = []
             for i, r in enumerate(pos):
@@ -185,7 +185,7 @@ def plot(curves: dict[str, dict[str, list]], path: Path, chosen: dict[str, tuple
         for method, pts in cs.items():
             ax.plot([r for _, _, r in pts], [p for _, p, _ in pts], label=method, lw=1.6)
         for method, (p, r) in chosen.get(name, {}).items():
-            ax.plot([r], [p], "o", ms=6, label=f"{method} at the defaults")
+            ax.plot([r], [p], "o", ms=6, label=f"{method}: its own threshold")
         ax.set_title(name)
         ax.set_xlabel("recall")
         ax.set_ylabel("precision")
@@ -198,13 +198,20 @@ def plot(curves: dict[str, dict[str, list]], path: Path, chosen: dict[str, tuple
 
 
 def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_pair_model.json",
-         plot_path: str | None = None) -> dict[str, Any]:
+         plot_path: str | None = None, *, replot: bool = False) -> dict[str, Any]:
     import torch
 
     from benchmarks.semantic import machine_info
     from ragcache.semantic.decision.pair_model import load_card
     from ragcache.semantic.embedding import resolve_embedder
 
+    if replot:  # draw the PNG again from the JSON (no decision is rerun)
+        res = json.loads(Path(json_path).read_text(encoding="utf-8"))
+        curves = {n: {k: [tuple(x) for x in v] for k, v in d["curves"].items()} for n, d in res["sets"].items()}
+        chosen = {n: {m: (d[m]["precision"] or 1.0, d[m]["recall"] or 0.0) for m in ("pair", "default")}
+                  for n, d in res["sets"].items()}
+        plot(curves, Path(plot_path) if plot_path else Path(json_path).with_suffix(".png"), chosen)
+        return res
     torch.set_num_threads(1)
     emb = resolve_embedder(None)
     card = load_card()
@@ -222,9 +229,9 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
                 d[method] = score(rows, directions(rows, c, f"{name}-{method}", emb))
         s = pair_scores(rows, emb)
         y = [r["same"] for r in rows]
-        curves[name] = {"pair model (default)": curve(y, s["default"]), "rules (previous default)": curve(y, s["rules"]),
+        curves[name] = {"pair model (guards='pair')": curve(y, s["pair"]), "guards (default)": curve(y, s["rules"]),
                         "plain cosine": curve(y, s["cosine"])}
-        chosen[name] = {m: (d[m]["precision"] or 1.0, d[m]["recall"] or 0.0) for m in ("default", "rules")}
+        chosen[name] = {m: (d[m]["precision"] or 1.0, d[m]["recall"] or 0.0) for m in ("pair", "default")}
         d["curves"] = {k: [[round(t, 4), round(p, 4), round(r, 4)] for t, p, r in v] for k, v in curves[name].items()}
         d["seconds"] = round(time.perf_counter() - t0, 1)
         res["sets"][name] = d
@@ -247,4 +254,4 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
 if __name__ == "__main__":
     import sys
 
-    main(*sys.argv[1:])
+    main(*[a for a in sys.argv[1:] if not a.startswith("--")], replot="--replot" in sys.argv)

@@ -25,11 +25,11 @@ def kind_cases(kinds: dict[str, list]) -> list[tuple[str, str, str]]:
 
 @contextmanager
 def guard_caches(embedder) -> Iterator[dict[str, SemanticCache]]:
-    """The default cache (the pair model behind the hard vetoes), the rules alone at a low threshold (so a
-    refusal is theirs, not the cosine's), and ``guards="verifier"``."""
+    """The default cache, the guards at a low threshold (so a refusal is theirs, not the cosine's),
+    ``guards="verifier"`` and ``guards="pair"`` (the pair model behind the hard vetoes)."""
     with SemanticCache(embedder=embedder) as d, SemanticCache(embedder=embedder, threshold=0.5, guards="rules") as low, \
-            SemanticCache(embedder=embedder, guards="verifier") as v:
-        yield {"default": d, "guards at 0.5": low, "verifier": v}
+            SemanticCache(embedder=embedder, guards="verifier") as v, SemanticCache(embedder=embedder, guards="pair") as p:
+        yield {"default": d, "guards at 0.5": low, "verifier": v, "pair": p}
 
 
 def assert_refused(caches: dict[str, SemanticCache], kind: str, stored: str, asked: str) -> None:

@@ -39,14 +39,15 @@ class SemanticCache(SemanticPolicy):
         embedder: ``None`` (packaged all-MiniLM-L6-v2), a sentence-transformers name/path, an object
             with ``encode(list[str])``, or a callable ``list[str] -> array [n, dim]``.
         threshold: cosine gate; a hit needs ``similarity >= threshold`` and the decider's yes; 1.0 = exact
-            only; ``None``: the decider's own gate (the pair model's or the learned verifier's ``floor``; 0.94
-            for the guards alone).
+            only; ``None``: the decider's own gate (the learned verifier's or the pair model's ``floor``; 0.94
+            for the guards).
         max_entries: LRU capacity over all partitions.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
-        guards: ``True`` (the default: the pair model behind the hard vetoes for the packaged embedder,
-            :class:`~ragcache.semantic.decision.pair_decider.PairDecider`; the default :class:`GuardSet` for any
-            other embedder), ``"rules"`` (every guard a veto, no model: the decision before the pair model),
-            ``"verifier"`` (the logistic verifier over pair features), ``False`` (plain cosine), or a ``GuardSet``.
+        guards: ``True`` (the default :class:`GuardSet`, or a ``ragcache calibrate semantic`` record's verifier),
+            ``"rules"`` (the default :class:`GuardSet` whatever record there is), ``"pair"`` (the pair model behind
+            the hard vetoes, :class:`~ragcache.semantic.decision.pair_decider.PairDecider`, opt in: more hits, more
+            wrong ones; see the semantic-cache guide), ``"verifier"`` (the learned verifier, opt in: more hits, more
+            wrong ones; see the README), ``False`` (plain cosine), or a ``GuardSet``.
         verifier: optional ``(query, candidate) -> bool | float`` added as the last guard.
         candidates: nearest stored questions checked per lookup (best first).
         hnsw_threshold: partition size above which its index becomes HNSW.
@@ -111,7 +112,7 @@ class SemanticCache(SemanticPolicy):
         store_truncated = check_flag("store_truncated", store_truncated)
         reembed = check_flag("reembed", reembed)
         if not isinstance(guards, (bool, str, GuardSet)):
-            raise TypeError(f"guards must be True, False, 'rules', 'verifier' or a GuardSet; got "
+            raise TypeError(f"guards must be True, False, 'rules', 'pair', 'verifier' or a GuardSet; got "
                             f"{type(guards).__name__} {guards!r:.40}")
         emb = resolve_embedder(embedder)
         bound = error_bound(max_error, equivalence, error_scope, emb)  # checked before the store opens

@@ -224,7 +224,7 @@ def test_postgres_cache_uses_the_decider_and_refuses_swapped_numbers(pg_server, 
 def test_unknown_guard_names_are_refused(guards):
     from ragcache.semantic import SemanticCache
 
-    with pytest.raises(ValueError, match="guards must be True, False, 'rules', 'verifier' or a GuardSet"):
+    with pytest.raises(ValueError, match="guards must be True, False, 'rules', 'pair', 'verifier' or a GuardSet"):
         SemanticCache(None, guards=guards)
 
 

@@ -2,7 +2,7 @@
 
 Exactness: the NumPy runtime scores a pair as the torch model it was exported from does (a random
 adapter over the real packaged base weights). Safety: the hard vetoes refuse whatever the model says.
-End to end: the shipped model at the defaults serves rewordings the rules refused and refuses near misses.
+End to end: the shipped model (``guards="pair"``) serves rewordings the rules refused and refuses near misses.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_numpy_runtime_matches_torch_export(tmp_path):
 
 
 def test_window_is_never_truncated():
-    model = PairModel(max_len=16)
+    model = PairModel(max_len=24)
     short, long_q = "How do I reset my password?", "How do I reset my password " + "on this old device " * 4 + "?"
     assert model.fits(short, short.lower())
     assert not model.fits(short, long_q)
@@ -142,15 +142,19 @@ def test_an_exact_repeat_needs_no_model():
     assert d.check("How do I reset it?", "How do I reset it?", 1.0).ok
 
 
-def test_default_decider_is_the_pair_model_for_the_packaged_embedder():
+def test_pair_decider_is_opt_in_for_the_packaged_embedder():
     from ragcache.semantic.embedding import resolve_embedder
 
     emb = resolve_embedder(None)
-    assert isinstance(make_decider(True, None, emb), PairDecider)
+    assert isinstance(make_decider("pair", None, emb), PairDecider)
+    assert isinstance(make_decider(True, None, emb), GuardSet)  # the default stays the guards (the guide says why)
     assert isinstance(make_decider("rules", None, emb), GuardSet)
     other = type("E", (), {"name": "some/other-embedder", "fingerprint": "x", "has_tokens": False})()
-    assert isinstance(make_decider(True, None, other), GuardSet)
-    with pytest.raises(ValueError, match="'rules'"):
+    with pytest.raises(ValueError, match="packaged all-MiniLM-L6-v2"):
+        make_decider("pair", None, other)
+    with pytest.raises(ValueError, match="decides alone"):
+        make_decider("pair", lambda a, b: True, emb)
+    with pytest.raises(ValueError, match="'pair'"):
         make_decider("pairs", None, emb)
 
 
@@ -161,10 +165,10 @@ def test_card_names_its_data_and_licence():
     assert card.card["command"].startswith("python -m ragcache.app.train_pair_model")
 
 
-REWORDINGS = [  # kinds the rules refused (substitution, question type read from a noun), not in any training set
+REWORDINGS = [  # the kinds the rules refused (issue 46): a replaced word, a question type read from a noun, the cosine gate
     ("How much is the parking fee at the main office?", "What is the amount of the parking fee at the main office?"),
-    ("How do I book a meeting room?", "How can I reserve a meeting room?"),
-    ("What is the deadline for submitting timesheets?", "When are timesheets due?"),
+    ("What is the on-call pay?", "How much is the on-call pay?"),
+    ("How do I unlock my account?", "What are the steps to unlock my account if it is locked?"),
 ]
 WRONG = [
     ("How much is the parking fee at the main office?", "How much is the parking fine at the main office?"),
@@ -176,12 +180,13 @@ WRONG = [
 
 @pytest.fixture(scope="module")
 def default_cache():
-    with SemanticCache() as c:
+    """``guards="pair"`` over the packaged embedder (the pair model behind the hard vetoes)."""
+    with SemanticCache(guards="pair") as c:
         yield c
 
 
 @pytest.mark.parametrize("a,b", REWORDINGS)
-def test_shipped_model_serves_rewordings_at_the_defaults(default_cache, a, b):
+def test_shipped_model_serves_rewordings(default_cache, a, b):
     for i, (s, q) in enumerate(((a, b), (b, a))):
         pk = partition_key(namespace=f"rew-{hash((a, b, i)) & 0xffff}", model="m")
         default_cache.store(s, "the answer", partition=pk)
@@ -190,7 +195,7 @@ def test_shipped_model_serves_rewordings_at_the_defaults(default_cache, a, b):
 
 
 @pytest.mark.parametrize("a,b", WRONG)
-def test_shipped_model_refuses_near_misses_at_the_defaults(default_cache, a, b):
+def test_shipped_model_refuses_near_misses(default_cache, a, b):
     for i, (s, q) in enumerate(((a, b), (b, a))):
         pk = partition_key(namespace=f"nm-{hash((a, b, i)) & 0xffff}", model="m")
         default_cache.store(s, "the answer", partition=pk)

@@ -88,12 +88,14 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
                  embedder: QuestionEmbedder | None = None, *, home: Any = None) -> Decider:
     """What a cache decides hits with.
 
-    - ``True`` (the default): the pair model behind the hard vetoes
-      (:class:`~ragcache.semantic.decision.pair_decider.PairDecider`) for the packaged all-MiniLM-L6-v2 embedder
-      (the model's base); the default :class:`GuardSet` for any other embedder; a ``ragcache calibrate semantic``
-      record for ``embedder`` (the learned verifier at the user's own threshold) takes precedence. With
-      ``verifier`` given, the default :class:`GuardSet` with ``verifier`` as its last guard.
-    - ``"rules"``: the default :class:`GuardSet` alone (every guard a veto; the decision before the pair model).
+    - ``True`` (the default): the default :class:`GuardSet` (every guard a veto, at the 0.94 gate); a
+      ``ragcache calibrate semantic`` record for ``embedder`` (the learned verifier at the user's own threshold)
+      takes precedence. With ``verifier`` given, the guards with ``verifier`` as their last guard.
+    - ``"rules"``: the default :class:`GuardSet` alone, whatever calibration record there is.
+    - ``"pair"``: the pair model behind the hard vetoes
+      (:class:`~ragcache.semantic.decision.pair_decider.PairDecider`, opt in) for the packaged all-MiniLM-L6-v2
+      embedder, the model's base. It stays opt in: on held-out pairs it served more paraphrases than the guards
+      and more wrong answers (``ragcache bench pair-model``; the semantic-cache guide has the figures).
     - ``"verifier"``: the logistic verifier over pair features
       (:func:`ragcache.semantic.decision.verifier.default_verifier`) for the embedder its head was fitted for.
     - ``False``: none (plain cosine); a :class:`GuardSet`: that set, with ``verifier`` appended as its last guard.
@@ -101,13 +103,24 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
     ``home``: the ragcache home the calibration record is read from.
 
     Raises:
-        ValueError: ``"verifier"`` with an embedder the shipped head was not fitted for, or an unknown string.
+        ValueError: ``"verifier"`` or ``"pair"`` with an embedder its model was not trained for, ``verifier=``
+            with either, or an unknown string.
     """
     if isinstance(guards, str):
         if guards == "rules":
             return GuardSet.default(verifier)
+        if guards == "pair":
+            if verifier is not None:
+                raise ValueError("guards='pair' decides alone: pass verifier= with guards=True (it runs last)")
+            if embedder is None or not pair_model_fits(embedder):
+                raise ValueError("guards='pair' needs the packaged all-MiniLM-L6-v2 embedder (the pair model's base); "
+                                 "with another embedder use guards=True, or retrain it with "
+                                 "python -m ragcache.app.train_pair_model")
+            from ragcache.semantic.decision.pair_decider import PairDecider
+
+            return PairDecider()
         if guards != "verifier":
-            raise ValueError(f"guards must be True, False, 'rules', 'verifier' or a GuardSet; got {guards!r}")
+            raise ValueError(f"guards must be True, False, 'rules', 'pair', 'verifier' or a GuardSet; got {guards!r}")
         from ragcache.semantic.decision.verifier import default_verifier
 
         learned = default_verifier(embedder, home=home) if embedder is not None else None
@@ -124,10 +137,6 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
         calibrated = calibrated_verifier(embedder, home=home)  # the user's own `ragcache calibrate semantic` record
         if calibrated is not None:
             return calibrated
-        if pair_model_fits(embedder):
-            from ragcache.semantic.decision.pair_decider import PairDecider
-
-            return PairDecider()
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])
