@@ -183,19 +183,28 @@ class AnswerPath:
     # -- a failing or hanging dependency ----------------------------------------------------------
     @property
     def boundary(self) -> Boundary:
-        """The answer cache's :class:`~ragcache.boundary.Boundary` (one per cache object, shared by every
-        path over it): every lookup, store and flight lock of this path passes it."""
+        """The answer cache's reads' :class:`~ragcache.boundary.Boundary` (one per cache object, shared by
+        every path over it): lookups pass it. Its writes pass :attr:`write_boundary` and its flight locks a
+        third, so a store that refuses writes still serves what it holds, and a lock that fails costs only
+        the cross-process flight."""
         return boundary_for(self.semantic, "answer cache", logger=log)
 
-    def guard(self, what: str, fn: Callable[[], Any], default: Any = None) -> Any:
-        """``fn()`` (a call into the answer cache), or ``default`` when it raises, passes ``lookup_timeout_s`` or
-        the cache is backed off after a failure (:mod:`ragcache.boundary`, logged naming ``what``): the path's
-        failure rule, for an entry point whose framework owns the loop (LangChain's ``BaseCache``)."""
-        return self.boundary.call(what, fn, default, deadline_s=self.lookup_timeout_s)
+    @property
+    def write_boundary(self) -> Boundary:
+        """The answer cache's writes' :class:`~ragcache.boundary.Boundary` (see :attr:`boundary`)."""
+        return boundary_for(self.semantic, "answer cache writes", logger=log)
 
-    def _guarded(self, what: str, fn: Callable[[], Any]) -> Any:
+    def guard(self, what: str, fn: Callable[[], Any], default: Any = None, *, write: bool = False) -> Any:
+        """``fn()`` (a call into the answer cache: a read, or a write with ``write=True``), or ``default`` when it
+        raises, passes ``lookup_timeout_s`` or the cache is backed off after a failure (:mod:`ragcache.boundary`,
+        logged naming ``what``): the path's failure rule, for an entry point whose framework owns the loop
+        (LangChain's ``BaseCache``)."""
+        b = self.write_boundary if write else self.boundary
+        return b.call(what, fn, default, deadline_s=self.lookup_timeout_s)
+
+    def _guarded(self, what: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
         """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`)."""
-        return self.guard(what, fn, _FAILED)
+        return self.guard(what, fn, _FAILED, write=write)
 
     # -- the rule ---------------------------------------------------------------------------------
     def cacheable(self, result: BackendResult, *, question: str | None = None) -> bool:
@@ -274,7 +283,8 @@ class AnswerPath:
             self._guarded("store", lambda: self.semantic.store(
                 question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
                 finish_reason=result.finish_reason, max_tokens=max_tokens,
-                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated))
+                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated),
+                write=True)
         total = None if started is None else time.perf_counter() - started
         return Answer.of(question, result, total_s=total, model=request.model)
 
@@ -286,7 +296,7 @@ class AnswerPath:
 
     def _locks(self) -> _GuardedLocks:
         """The answer cache's single-flight locks behind its boundary (a lock that fails is not taken)."""
-        return _GuardedLocks(self.semantic, self.boundary)
+        return _GuardedLocks(self.semantic, boundary_for(self.semantic, "flight locks", logger=log))
 
     # -- the path ---------------------------------------------------------------------------------
     def _flies(self, request: CacheRequest, lookup: bool, store: bool) -> bool:

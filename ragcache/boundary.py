@@ -91,8 +91,8 @@ class Boundary:
             self.failures += 1
             wait = min(RETRY_MAX_S, RETRY_S * 2 ** min(self.failures - 1, 16))
             self.down_until = time.monotonic() + wait
-        why = f"took longer than {deadline_s:.3g} s" if error is None else f"failed ({type(error).__name__}: {error})"
-        self.log.warning("%s failed during %s: %s; answered without it, tried again in %.3g s",
+        why = f"no reply within {deadline_s:.3g} s" if error is None else f"{type(error).__name__}: {error}"
+        self.log.warning("%s failed during %s (%s); answered without it, tried again in %.3g s",
                          self.name, what, why, wait)
 
     def succeeded(self) -> None:
@@ -210,21 +210,24 @@ class Boundary:
                     self.failed(f"{what} release", e)
 
 
-_BOUNDARIES: weakref.WeakKeyDictionary[Any, Boundary] = weakref.WeakKeyDictionary()
-_BY_ID: dict[int, Boundary] = {}
+_BOUNDARIES: weakref.WeakKeyDictionary[Any, dict[str, Boundary]] = weakref.WeakKeyDictionary()
+_BY_ID: dict[int, dict[str, Boundary]] = {}
 _GUARD = threading.Lock()
 
 
 def boundary_for(dependency: Any, name: str, *, logger: logging.Logger | None = None) -> Boundary:
-    """The :class:`Boundary` of ``dependency`` (one per object, shared by every caller in this
-    process, created on first use with ``name`` / ``logger``)."""
+    """The :class:`Boundary` named ``name`` of ``dependency`` (one per object and name, shared by every
+    caller in this process, created on first use with ``logger``). An object may have several: an answer
+    cache's lookups and stores pass ``"answer cache"``, its single-flight locks ``"flight locks"``, so a
+    lock that fails does not take the stored answers away."""
     with _GUARD:
         try:
-            b = _BOUNDARIES.get(dependency)
-            if b is None:
-                b = _BOUNDARIES[dependency] = Boundary(name, logger=logger)
-        except TypeError:  # not weakly referable (rare): one per id, kept for the process
-            b = _BY_ID.get(id(dependency))
-            if b is None:
-                b = _BY_ID[id(dependency)] = Boundary(name, logger=logger)
+            named = _BOUNDARIES.get(dependency)
+            if named is None:
+                named = _BOUNDARIES[dependency] = {}
+        except TypeError:  # not weakly referable or not hashable (rare): kept by id for the process
+            named = _BY_ID.setdefault(id(dependency), {})
+        b = named.get(name)
+        if b is None:
+            b = named[name] = Boundary(name, logger=logger)
         return b

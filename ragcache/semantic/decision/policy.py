@@ -280,7 +280,11 @@ class SemanticPolicy(ErrorBoundAPI):
         else:
             hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
         if hit is not None and touch:
-            self.answer_store.touch([hit.entry_id])
+            try:  # the LRU touch is a write: best effort, the hit never depends on it
+                self.answer_store.touch([hit.entry_id])
+            except Exception as e:  # noqa: BLE001 - a read-only or full store still serves its answers
+                logger.warning("answer store refused the LRU touch of entry %s (%s: %s); served anyway",
+                               hit.entry_id, type(e).__name__, e)
         return hit, cands, embed_s, explored
 
     def _decide(self, q: str, rows: list[StoredAnswer], t: float, judge_all: bool,
