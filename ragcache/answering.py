@@ -84,6 +84,12 @@ DEFAULT_LOOKUP_TIMEOUT_S = 10.0
 """Longest a lookup or a store may take (seconds) before the path goes on without it (a miss, or an
 answer left unstored): a hanging embedder or answer store costs this much, never the answer."""
 
+COLD_LOAD_TIMEOUT_S = 300.0
+"""Deadline (seconds) of an answer cache's one-time cold load (a lazily loaded embedder: torch and the model
+from disk), taken before the first lookup and outside ``lookup_timeout_s``: on a loaded machine it can take
+longer than a lookup may, and cut at the lookup deadline it left the first identical requests without
+their single flight, each calling the model and none stored."""
+
 _FAILED = object()
 """What :meth:`AnswerPath._guarded` returns for a dependency that raised or passed its deadline."""
 
@@ -166,6 +172,7 @@ class AnswerPath:
         self.ttl_s = ttl_s
         self.cache_sampled = bool(cache_sampled)
         self.lookup_timeout_s = lookup_timeout_s
+        self._warm = semantic is None or not callable(getattr(semantic, "warm", None))  # True: nothing to load
 
     # -- sampled requests ---------------------------------------------------------------------------
     def fresh_draw(self, sampling: Sampling | None) -> str | None:
@@ -203,8 +210,23 @@ class AnswerPath:
         return b.call(what, fn, default, deadline_s=self.lookup_timeout_s)
 
     def _guarded(self, what: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
-        """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`)."""
+        """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`).
+        The cache's one-time cold load (:meth:`warm`) comes first, under its own deadline."""
+        if not self._warm:
+            self.warm()
         return self.guard(what, fn, _FAILED, write=write)
+
+    def warm(self) -> bool:
+        """Load what the answer cache loads lazily (its embedder: ``semantic.warm()``) under
+        :data:`COLD_LOAD_TIMEOUT_S`, not the lookup deadline; concurrent first requests wait for the one load,
+        then look up and join one flight. Called before the first lookup or store; call it when you build a
+        server to take the load off the first request. A load that fails is a logged miss (tried again after
+        the back-off). Returns whether the cache is warm."""
+        if not self._warm:
+            deadline = None if self.lookup_timeout_s is None else max(COLD_LOAD_TIMEOUT_S, self.lookup_timeout_s)
+            self._warm = bool(self.boundary.call("cold load", lambda: self.semantic.warm() or True, False,
+                                                 deadline_s=deadline))
+        return self._warm
 
     # -- the rule ---------------------------------------------------------------------------------
     def cacheable(self, result: BackendResult, *, question: str | None = None) -> bool:
@@ -565,5 +587,5 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["CACHE_TRUNCATED", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
+__all__ = ["CACHE_TRUNCATED", "COLD_LOAD_TIMEOUT_S", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
            "Provenance", "Sampling", "cacheable", "hit_answer"]

@@ -400,8 +400,8 @@ class FlightTable:
 
 
 def _slow(key: str, timeout_s: float) -> None:
-    logger.warning("single flight: waited %.1f s for another process answering the same question (%s); "
-                   "answering here", timeout_s, key[:12])
+    logger.warning("single flight: the cross-process lock of %s was not taken (another process held it for "
+                   "%.1f s, or the lock failed); answering here", key[:12], timeout_s)
 
 
 FLIGHTS = FlightTable()

@@ -505,3 +505,31 @@ def test_boundary_policy_unit():
     assert b.call("read", lambda: 7, None, deadline_s=1.0) == 7 and not b.down() and b.failures == 0
     with pytest.raises(KeyboardInterrupt):
         b.call("read", lambda: (_ for _ in ()).throw(KeyboardInterrupt()), None, deadline_s=1.0)
+
+
+# ------------------------------------------------------------------------------------------- a cold load
+@pytest.mark.parametrize("entry", ["sync", "async"])
+def test_a_slow_cold_load_is_not_a_hang(tmp_path, entry):
+    """The embedder loads lazily and its load takes longer than the lookup deadline (torch on a loaded
+    machine): 8 concurrent first identical requests wait for the one load (its own deadline), join one
+    flight, make one model call and store the answer; the repeat is a hit."""
+    import time
+
+    from ragcache.semantic.embedding import LazyQuestionEmbedder, resolve_embedder
+
+    real = resolve_embedder(HashingEmbedder())
+    loads = []
+
+    def slow_load() -> Any:
+        loads.append(1)
+        time.sleep(DEADLINE_S * 3)  # longer than a lookup may take
+        return real
+
+    lazy = LazyQuestionEmbedder(slow_load, name=real.name, fingerprint=real.fingerprint, dim=real.dim)
+    backend = ScriptedBackend(delay_s=0.05)
+    cache = SemanticCache(tmp_path / "answers", embedder=lazy)
+    rag, ask = _rag(cache, backend), ENTRIES[entry]
+    answers, errors = run_in_threads(lambda: ask(rag, Q), 8)
+    assert not errors and all(a.text == backend.text for a in answers)
+    assert backend.calls == 1 and len(cache) == 1 and len(loads) == 1
+    assert ask(rag, Q).hit and ask(rag, Q2).text == backend.text

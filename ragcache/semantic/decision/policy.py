@@ -460,6 +460,16 @@ class SemanticPolicy(ErrorBoundAPI):
         return self.answer_store.expire()
 
     # ================================================================= single flight
+    def warm(self) -> None:
+        """Load what the first lookup would load (a lazily loaded embedder), so that load is not paid inside a
+        lookup's deadline. Idempotent; the answer path calls it once before its first lookup or store.
+
+        Raises:
+            whatever the embedder's load raises (a model that cannot be loaded offline)."""
+        warm = getattr(self.embedder, "warm", None)
+        if callable(warm):
+            warm()
+
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
         """The single-flight lock named by hex ``key`` (this policy's ``locks``; yields False after ``timeout_s``)."""
