@@ -165,10 +165,10 @@ def _astream(rag: Any, q: str) -> Any:
 ENTRIES = {"sync": _sync, "async": _async, "stream": _stream, "astream": _astream}
 
 
-def _rag(cache: SemanticCache, backend: ScriptedBackend) -> Any:
+def _rag(cache: SemanticCache, backend: ScriptedBackend, deadline_s: float = DEADLINE_S) -> Any:
     from ragcache import RagCache
 
-    return RagCache(backend, semantic=cache, lookup_timeout_s=DEADLINE_S)
+    return RagCache(backend, semantic=cache, lookup_timeout_s=deadline_s)
 
 
 def _cache(path: Any, dependency: str, fault: Fault) -> SemanticCache:
@@ -533,3 +533,83 @@ def test_a_slow_cold_load_is_not_a_hang(tmp_path, entry):
     assert not errors and all(a.text == backend.text for a in answers)
     assert backend.calls == 1 and len(cache) == 1 and len(loads) == 1
     assert ask(rag, Q).hit and ask(rag, Q2).text == backend.text
+
+
+# ------------------------------------------------------------------------------------------- PostgreSQL
+@pytest.fixture(scope="module")
+def small_pg():
+    """A PostgreSQL server of its own allowing only 12 connections (a burst would once take them all)."""
+    from ragcache.testing.local_servers import LocalPostgres, ServerUnavailable
+
+    try:
+        server = LocalPostgres(settings={"max_connections": "12"})
+    except ServerUnavailable as e:
+        pytest.skip(str(e))
+    yield server
+    server.close()
+
+
+def _client_connections(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return int(c.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")
+                   .fetchone()[0]) - 1  # less this one
+
+
+@pytest.mark.parametrize("entry", ["sync", "async"])
+def test_a_burst_of_misses_against_postgres_is_bounded(small_pg, entry, request):
+    """30 concurrent identical misses: one model call, the answer stored, and never more than the pool
+    (4) plus the lock connection open, so another application on the database still gets in (12 allowed)."""
+    import psycopg
+
+    from ragcache.semantic.pg_cache import PgSemanticCache
+
+    schema = f"burst_{entry}"
+    cache = PgSemanticCache(small_pg.url, schema=schema, embedder=HashingEmbedder(), pool_size=4)
+    backend = ScriptedBackend(delay_s=0.2)
+    rag, ask = _rag(cache, backend, 10.0), ENTRIES[entry]  # the default deadline: 30 lookups share 4 connections
+    peak, stop = [0], threading.Event()
+
+    def watch() -> None:
+        with psycopg.connect(small_pg.url, autocommit=True) as c:  # "another application"
+            while not stop.is_set():
+                n = c.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'") \
+                    .fetchone()[0] - 1
+                peak[0] = max(peak[0], int(n))
+                stop.wait(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        answers, errors = run_in_threads(lambda: ask(rag, Q), 30)
+    finally:
+        stop.set()
+        watcher.join()
+    assert not errors and all(a.text == backend.text for a in answers)
+    assert backend.calls == 1 and len(cache) == 1
+    assert peak[0] <= 4 + 1  # the pool and the flight-lock connection
+    assert ask(rag, Q).hit
+    cache.close()
+    assert _client_connections(small_pg.url) == 0
+
+
+def test_postgres_gone_costs_a_miss(small_pg, clock):
+    """The server stops mid-run: answered without it (no RemoteStoreError for the caller), backed off,
+    and served again once it is back."""
+    from ragcache.semantic.pg_cache import PgSemanticCache
+
+    cache = PgSemanticCache(small_pg.url, schema="gone", embedder=HashingEmbedder())
+    backend = ScriptedBackend()
+    rag = _rag(cache, backend)
+    rag.answer(Q, DOCS)
+    small_pg.stop()
+    try:
+        for q in (Q, Q2):
+            a = rag.answer(q, DOCS)
+            assert a.text == backend.text and not a.hit
+    finally:
+        small_pg.start()
+    clock.pass_backoff()
+    assert rag.answer(Q, DOCS).hit
+    cache.close()
