@@ -10,6 +10,8 @@ passes :meth:`Boundary.call` (or :meth:`Boundary.held` for a lock), which applie
   ``AttributeError`` alike). Only ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
   a cancelled task) passes through. Arguments the caller got wrong are checked *before* the call
   (the answer path checks thresholds and metadata first), so they still raise;
+- **a refusal of one call is not a failure**: :class:`Refused` (an entry over a store's size limit) is
+  logged and returns ``default`` without a back-off;
 - **a hang is cut at the deadline** (``deadline_s``): the call runs in a daemon thread and the
   request goes on without it once the deadline passes; the hung call finishes (or not) on its own;
 - **a failing dependency is backed off**: after a failure it is not called for :data:`RETRY_S`
@@ -35,7 +37,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["RETRY_MAX_S", "RETRY_S", "Boundary", "boundary_for", "check_deadline"]
+__all__ = ["RETRY_MAX_S", "RETRY_S", "Boundary", "Refused", "boundary_for", "check_deadline"]
 
 log = logging.getLogger("ragcache.boundary")
 T = TypeVar("T")
@@ -46,6 +48,11 @@ RETRY_S = 1.0
 
 RETRY_MAX_S = 30.0
 """Longest back-off (seconds) of a dependency that keeps failing."""
+
+
+class Refused(ValueError):
+    """A dependency that works refused this one call for a reason of the call's own (an answer over the
+    store's per-entry size limit): the boundary logs it and returns the default, without a back-off."""
 
 
 def check_deadline(deadline_s: Any, name: str = "lookup_timeout_s") -> float | None:
@@ -117,6 +124,9 @@ class Boundary:
         if deadline_s is None:
             try:
                 out = fn()
+            except Refused as e:
+                self.log.warning("%s refused %s (%s)", self.name, what, e)
+                return default
             except Exception as e:  # noqa: BLE001 - any failure of a cache dependency is a miss
                 self.failed(what, e)
                 return default
@@ -142,7 +152,10 @@ class Boundary:
             return value
         if not isinstance(value, Exception):
             raise value
-        self.failed(what, value)
+        if isinstance(value, Refused):
+            self.log.warning("%s refused %s (%s)", self.name, what, value)
+        else:
+            self.failed(what, value)
         return default
 
     async def acall(self, what: str, fn: Callable[[], T], default: D = None, *,  # type: ignore[assignment]

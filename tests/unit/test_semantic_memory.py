@@ -50,12 +50,16 @@ def test_the_answer_path_answers_an_answer_over_the_limit_unstored(tmp_path, cap
     from ragcache import RagCache
     from ragcache.testing.answer_contract import ScriptedBackend
 
-    backend = ScriptedBackend(text="z" * 500)
-    rag = RagCache(backend, semantic=SemanticCache(tmp_path, embedder=EMB, max_entry_bytes=200))
+    backend = ScriptedBackend(text="z" * 1500)
+    rag = RagCache(backend, semantic=SemanticCache(tmp_path, embedder=EMB, max_entry_bytes=1000))
     with caplog.at_level(logging.WARNING):
         a = rag.answer("Why is the answer long?", ["doc"])
     assert a.text == backend.text and len(rag.semantic) == 0
     assert any("max_entry_bytes" in r.getMessage() for r in caplog.records)
+    assert not rag.path.write_boundary.down()  # one refused entry does not back the writes off
+    backend.text = "short"
+    rag.answer("Why is the answer short?", ["doc"])
+    assert len(rag.semantic) == 1
 
 
 @pytest.mark.parametrize("budget", [3000, 10_000])

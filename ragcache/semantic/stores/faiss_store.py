@@ -30,6 +30,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from ragcache.boundary import Refused
 from ragcache.semantic.budget import merge_metadata, split_metadata
 from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks, FlightLocks
 from ragcache.semantic.partition import PartitionKey
@@ -245,11 +246,12 @@ class FaissAnswerStore(CachePersistence):
         the least recently used over ``max_entries`` and ``max_bytes``.
 
         Raises:
-            ValueError: an entry whose answer and metadata exceed ``max_entry_bytes`` (nothing is written)."""
+            ragcache.boundary.Refused: a ``ValueError``: an entry whose answer and metadata exceed
+                ``max_entry_bytes`` (nothing is written; the answer path logs it without backing off)."""
         for e in entries:
             n = _nbytes(e.answer, merge_metadata(e.metadata, e.budget))
             if self.max_entry_bytes is not None and n > self.max_entry_bytes:
-                raise ValueError(f"an answer of {n:,} bytes (with its metadata) is over this cache's "
+                raise Refused(f"an answer of {n:,} bytes (with its metadata) is over this cache's "
                                  f"max_entry_bytes={self.max_entry_bytes:,}; it is not stored: raise max_entry_bytes "
                                  f"(or None: no limit) to cache answers this long")
         now = time.time()
