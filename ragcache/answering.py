@@ -206,14 +206,13 @@ class AnswerPath:
         raises, passes ``lookup_timeout_s`` or the cache is backed off after a failure (:mod:`ragcache.boundary`,
         logged naming ``what``): the path's failure rule, for an entry point whose framework owns the loop
         (LangChain's ``BaseCache``)."""
+        if not self._warm:  # the cache's one-time cold load first, under its own deadline (:meth:`warm`)
+            self.warm()
         b = self.write_boundary if write else self.boundary
         return b.call(what, fn, default, deadline_s=self.lookup_timeout_s)
 
     def _guarded(self, what: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
-        """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`).
-        The cache's one-time cold load (:meth:`warm`) comes first, under its own deadline."""
-        if not self._warm:
-            self.warm()
+        """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`)."""
         return self.guard(what, fn, _FAILED, write=write)
 
     def warm(self) -> bool:
