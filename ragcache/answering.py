@@ -38,10 +38,13 @@ and labels it (``Provenance.sampled``). A request for several choices (``n > 1``
 stored sample. Seeded and temperature-0 requests are looked up and stored as usual (the temperature,
 seed and ``n`` are in the partition).
 
-A cache dependency that fails or hangs (the embedder, the answer store) costs a logged miss, never the
-answer: a lookup that raises or passes ``lookup_timeout_s`` is a miss (no flight, nothing stored for that
-request), and a store that raises or hangs is logged and the fresh answer returned. Errors of the
-model call itself still raise.
+A cache dependency that fails or hangs (the embedder, the answer store, its flight locks) costs a logged
+miss, never the answer: every call into the cache passes its :class:`~ragcache.boundary.Boundary` (one
+policy, :mod:`ragcache.boundary`). A lookup that raises anything or passes ``lookup_timeout_s`` is a miss (no
+flight, nothing stored for that request), a store that raises or hangs is logged and the fresh answer
+returned, a flight lock that cannot be taken is flown without, and a cache that failed is left alone for a
+back-off before it is tried again. The caller's own mistakes (a threshold out of range, metadata that is not
+JSON-like) are checked before the boundary and raise. Errors of the model call itself still raise.
 
 Single flight (:data:`ragcache.semantic.flight.FLIGHTS`, one lock API for sync and async callers):
 identical concurrent misses join one flight; its leader holds the store's lock (a lock file per key,
@@ -54,14 +57,13 @@ hangs past ``flight_timeout_s`` lets one waiter through (the next leader), not a
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage
+from ragcache.boundary import Boundary, boundary_for, check_deadline
 from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer, may_serve
 from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
 
@@ -81,6 +83,12 @@ def _blend_name(blend_setting: BlendName) -> str | None:
 DEFAULT_LOOKUP_TIMEOUT_S = 10.0
 """Longest a lookup or a store may take (seconds) before the path goes on without it (a miss, or an
 answer left unstored): a hanging embedder or answer store costs this much, never the answer."""
+
+COLD_LOAD_TIMEOUT_S = 300.0
+"""Deadline (seconds) of an answer cache's one-time cold load (a lazily loaded embedder: torch and the model
+from disk), taken before the first lookup and outside ``lookup_timeout_s``: on a loaded machine it can take
+longer than a lookup may, and cut at the lookup deadline it left the first identical requests without
+their single flight, each calling the model and none stored."""
 
 _FAILED = object()
 """What :meth:`AnswerPath._guarded` returns for a dependency that raised or passed its deadline."""
@@ -152,12 +160,7 @@ class AnswerPath:
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
         from ragcache.semantic.flight import check_timeout
 
-        if lookup_timeout_s is not None and (isinstance(lookup_timeout_s, bool)
-                                             or not isinstance(lookup_timeout_s, int | float)
-                                             or not 0 < lookup_timeout_s < math.inf):
-            raise ValueError(f"lookup_timeout_s must be a number of seconds > 0 (or None: no deadline), "
-                             f"got {lookup_timeout_s!r}")
-
+        lookup_timeout_s = check_deadline(lookup_timeout_s)
         if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
             raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got {type(semantic).__name__}")
         self.semantic = semantic
@@ -168,7 +171,8 @@ class AnswerPath:
         self.flight_timeout_s = check_timeout(flight_timeout_s)
         self.ttl_s = ttl_s
         self.cache_sampled = bool(cache_sampled)
-        self.lookup_timeout_s = None if lookup_timeout_s is None else float(lookup_timeout_s)
+        self.lookup_timeout_s = lookup_timeout_s
+        self._warm = semantic is None or not callable(getattr(semantic, "warm", None))  # True: nothing to load
 
     # -- sampled requests ---------------------------------------------------------------------------
     def fresh_draw(self, sampling: Sampling | None) -> str | None:
@@ -184,46 +188,44 @@ class AnswerPath:
         return sampling is not None and sampling.unseeded and self.cache_sampled
 
     # -- a failing or hanging dependency ----------------------------------------------------------
-    def guard(self, what: str, fn: Callable[[], Any], default: Any = None) -> Any:
-        """``fn()`` (a call into the answer cache), or ``default`` when it raises or passes ``lookup_timeout_s``
-        (logged as a warning naming ``what``): the path's failure rule, for an entry point whose framework
-        owns the loop (LangChain's ``BaseCache``)."""
-        out = self._guarded(what, fn)
-        return default if out is _FAILED else out
+    @property
+    def boundary(self) -> Boundary:
+        """The answer cache's reads' :class:`~ragcache.boundary.Boundary` (one per cache object, shared by
+        every path over it): lookups pass it. Its writes pass :attr:`write_boundary` and its flight locks a
+        third, so a store that refuses writes still serves what it holds, and a lock that fails costs only
+        the cross-process flight."""
+        return boundary_for(self.semantic, "answer cache", logger=log)
 
-    def _guarded(self, what: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``, or :data:`_FAILED` (logged) when it raises or passes :attr:`lookup_timeout_s`; a hung call
-        is left to finish in its own daemon thread. ``TypeError`` / ``ValueError`` (a caller's bad argument, such
-        as a threshold out of range) are raised, not taken for a failing dependency."""
-        if self.lookup_timeout_s is None:
-            try:
-                return fn()
-            except (TypeError, ValueError):
-                raise
-            except Exception as e:  # noqa: BLE001 - a cache dependency's failure costs a miss, never the answer
-                log.warning("answer cache %s failed (%s: %s): answered without it", what, type(e).__name__, e)
-                return _FAILED
-        box: list[Any] = []
+    @property
+    def write_boundary(self) -> Boundary:
+        """The answer cache's writes' :class:`~ragcache.boundary.Boundary` (see :attr:`boundary`)."""
+        return boundary_for(self.semantic, "answer cache writes", logger=log)
 
-        def target() -> None:
-            try:
-                box.append((True, fn()))
-            except BaseException as e:  # noqa: BLE001 - reported to the caller below
-                box.append((False, e))
-        worker = threading.Thread(target=target, name=f"ragcache-{what}", daemon=True)
-        worker.start()
-        worker.join(self.lookup_timeout_s)
-        if not box:
-            log.warning("answer cache %s took longer than %.3g s (lookup_timeout_s): answered without it",
-                        what, self.lookup_timeout_s)
-            return _FAILED
-        ok, value = box[0]
-        if ok:
-            return value
-        if not isinstance(value, Exception) or isinstance(value, TypeError | ValueError):
-            raise value
-        log.warning("answer cache %s failed (%s: %s): answered without it", what, type(value).__name__, value)
-        return _FAILED
+    def guard(self, what: str, fn: Callable[[], Any], default: Any = None, *, write: bool = False) -> Any:
+        """``fn()`` (a call into the answer cache: a read, or a write with ``write=True``), or ``default`` when it
+        raises, passes ``lookup_timeout_s`` or the cache is backed off after a failure (:mod:`ragcache.boundary`,
+        logged naming ``what``): the path's failure rule, for an entry point whose framework owns the loop
+        (LangChain's ``BaseCache``)."""
+        if not self._warm:  # the cache's one-time cold load first, under its own deadline (:meth:`warm`)
+            self.warm()
+        b = self.write_boundary if write else self.boundary
+        return b.call(what, fn, default, deadline_s=self.lookup_timeout_s)
+
+    def _guarded(self, what: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+        """``fn()``, or :data:`_FAILED` when the answer cache failed, hung or is backed off (:meth:`guard`)."""
+        return self.guard(what, fn, _FAILED, write=write)
+
+    def warm(self) -> bool:
+        """Load what the answer cache loads lazily (its embedder: ``semantic.warm()``) under
+        :data:`COLD_LOAD_TIMEOUT_S`, not the lookup deadline; concurrent first requests wait for the one load,
+        then look up and join one flight. Called before the first lookup or store; call it when you build a
+        server to take the load off the first request. A load that fails is a logged miss (tried again after
+        the back-off). Returns whether the cache is warm."""
+        if not self._warm:
+            deadline = None if self.lookup_timeout_s is None else max(COLD_LOAD_TIMEOUT_S, self.lookup_timeout_s)
+            self._warm = bool(self.boundary.call("cold load", lambda: self.semantic.warm() or True, False,
+                                                 deadline_s=deadline))
+        return self._warm
 
     # -- the rule ---------------------------------------------------------------------------------
     def cacheable(self, result: BackendResult, *, question: str | None = None) -> bool:
@@ -248,6 +250,7 @@ class AnswerPath:
             return None
         t0 = time.perf_counter() if started is None else started
         kw = {} if count or not self._recount else {"count": False}
+        _check_lookup(request)  # the caller's own mistakes raise; everything past here is the cache's
         hit = self._guarded("lookup", lambda: self.semantic.lookup(
             request.question, partition=partition, threshold=request.threshold, max_tokens=request.max_tokens, **kw))
         if hit is None or hit is _FAILED:
@@ -297,11 +300,12 @@ class AnswerPath:
         if self.semantic is not None and partition is not None and self.fresh_draw(request.sampling) is None \
                 and self.cacheable(result, question=question) and not cut_unknown:
             prov = Provenance.of(result, model=request.model, sampled=self._labels_sampled(request.sampling))
-            meta = {**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}
+            meta = _checked_metadata({**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}, self.ttl_s)
             self._guarded("store", lambda: self.semantic.store(
                 question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
                 finish_reason=result.finish_reason, max_tokens=max_tokens,
-                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated))
+                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated),
+                write=True)
         total = None if started is None else time.perf_counter() - started
         return Answer.of(question, result, total_s=total, model=request.model)
 
@@ -310,6 +314,10 @@ class AnswerPath:
         import asyncio  # lazily: the sync hit path never needs it
 
         return await asyncio.to_thread(self.record, request, result, **kwargs)
+
+    def _locks(self) -> _GuardedLocks:
+        """The answer cache's single-flight locks behind its boundary (a lock that fails is not taken)."""
+        return _GuardedLocks(self.semantic, boundary_for(self.semantic, "flight locks", logger=log))
 
     # -- the path ---------------------------------------------------------------------------------
     def _flies(self, request: CacheRequest, lookup: bool, store: bool) -> bool:
@@ -353,7 +361,7 @@ class AnswerPath:
             return answer(False)
         if hit is not None or not self._flies(request, lookup, store):
             return hit or answer()
-        return FLIGHTS.fly(self.semantic, flight_key(request.partition, request.question), self.flight_timeout_s,
+        return FLIGHTS.fly(self._locks(), flight_key(request.partition, request.question), self.flight_timeout_s,
                            lambda: _answer_or_none(look()), answer)
 
     def _replay(self, sampling: Sampling | None, lookup: bool, store: bool) -> tuple[bool, bool]:
@@ -387,7 +395,7 @@ class AnswerPath:
 
         async def relook() -> Answer | None:
             return _answer_or_none(await look())
-        return await FLIGHTS.afly(self.semantic, flight_key(request.partition, request.question),
+        return await FLIGHTS.afly(self._locks(), flight_key(request.partition, request.question),
                                   self.flight_timeout_s, relook, answer)
 
     def stream(self, request: CacheRequest, call: Callable[[], Iterable[str | BackendResult]], *,
@@ -427,7 +435,7 @@ class AnswerPath:
                     yield from self._streamed(request, call, t0, kw)
                     return
                 break
-            with FLIGHTS.lead(seat), self.semantic.flight_lock(key, seat.lock_timeout_s) as locked:
+            with FLIGHTS.lead(seat), self._locks().flight_lock(key, seat.lock_timeout_s) as locked:
                 hit = look() if locked else None
                 if hit is None:
                     yield from self._streamed(request, call, t0, kw)
@@ -470,7 +478,7 @@ class AnswerPath:
                     return
                 break
             with FLIGHTS.lead(seat):
-                async with self.semantic.aflight_lock(key, seat.lock_timeout_s) as locked:
+                async with self._locks().aflight_lock(key, seat.lock_timeout_s) as locked:
                     hit = await look() if locked else None
                     if hit is None:
                         async for item in self._astreamed(request, call, t0, kw):
@@ -496,6 +504,48 @@ class AnswerPath:
                 break
             yield item
         yield await self.arecord(request, acc.result(), **kw)
+
+
+class _GuardedLocks:
+    """A cache's ``flight_lock`` / ``aflight_lock`` through its :class:`~ragcache.boundary.Boundary`: a lock
+    that raises (a PostgreSQL server gone, a lock folder on a read-only disk) yields ``False`` (the leader
+    answers without the cross-process lock; this process still makes one call) and is logged."""
+
+    __slots__ = ("boundary", "semantic")
+
+    def __init__(self, semantic: Any, boundary: Boundary) -> None:
+        self.semantic, self.boundary = semantic, boundary
+
+    def flight_lock(self, key: str, timeout_s: float) -> Any:
+        return self.boundary.held("flight lock", lambda: self.semantic.flight_lock(key, timeout_s))
+
+    def aflight_lock(self, key: str, timeout_s: float) -> Any:
+        return self.boundary.aheld("flight lock", lambda: self.semantic.aflight_lock(key, timeout_s))
+
+
+def _check_lookup(request: CacheRequest) -> None:
+    """Raise for a request argument the caller got wrong (a threshold out of range), before the lookup
+    enters the cache's boundary (where any error is the cache's, a miss).
+
+    Raises:
+        TypeError / ValueError: ``request.threshold`` not a cosine in [-1, 1]."""
+    if request.threshold is not None:
+        from ragcache.semantic.decision.checks import check_threshold
+
+        check_threshold(request.threshold)
+
+
+def _checked_metadata(metadata: dict[str, Any], ttl_s: float | None) -> dict[str, Any]:
+    """``metadata`` after the store's own checks of the caller's arguments (JSON-like metadata, a TTL),
+    run before the store enters the cache's boundary.
+
+    Raises:
+        TypeError / ValueError: metadata that is not JSON-like, a bad ``ttl_s``."""
+    from ragcache.semantic.decision.checks import check_metadata, check_ttl
+
+    check_ttl(ttl_s)
+    check_metadata(metadata)
+    return metadata
 
 
 def _uncached(request: CacheRequest) -> CacheRequest:
@@ -536,5 +586,5 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["CACHE_TRUNCATED", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
+__all__ = ["CACHE_TRUNCATED", "COLD_LOAD_TIMEOUT_S", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
            "Provenance", "Sampling", "cacheable", "hit_answer"]

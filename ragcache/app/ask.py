@@ -201,14 +201,15 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         req = rag.prepare(question, documents, threshold=threshold)
         a = rag.lookup(req, threshold=threshold) if lookup else None
         if a is None and lookup:
-            reasons = explain_miss(semantic, question, req.partition, threshold, req.max_tokens)
+            reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
+                semantic, question, req.partition, threshold, req.max_tokens), [])
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
             a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console), lookup=lookup,
                              store=store, looked=lookup, blend_setting=rag.blend_setting)
     finally:
-        rag.semantic.close()
+        rag.path.guard("close", rag.semantic.close)  # a failing cache does not cost the answer printed
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
     out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
     out.skipped_bytes = folder.skipped_bytes

@@ -19,7 +19,7 @@ from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESH
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
 from ragcache.semantic.flight import LOCAL_LOCKS
-from ragcache.semantic.stores.faiss_store import FaissAnswerStore
+from ragcache.semantic.stores.faiss_store import DEFAULT_MAX_ENTRY_BYTES, FaissAnswerStore
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.decision.policy import SemanticPolicy, make_decider, reembedder
 from ragcache.semantic.stores.protocol import VectorAnswerStore
@@ -42,6 +42,12 @@ class SemanticCache(SemanticPolicy):
             only; ``None``: the decider's own gate (the learned verifier's or the pair model's ``floor``; 0.94
             for the guards).
         max_entries: LRU capacity over all partitions.
+        max_entry_bytes: largest answer + metadata (bytes) one entry holds (default 8 MiB); a larger answer
+            is refused with a ``ValueError`` naming the limit (through ``RagCache``: logged, answered unstored).
+            ``None``: no limit.
+        max_bytes: byte budget over all stored answers + metadata, least recently used evicted past it
+            (``None``: none). The open store holds vectors, ids, questions and partitions in memory; answers
+            are read from SQLite on a hit.
         ttl_s: default time to live of an entry in seconds (``None``: no expiry).
         guards: ``True`` (the default :class:`GuardSet`, or a ``ragcache calibrate semantic`` record's verifier),
             ``"rules"`` (the default :class:`GuardSet` whatever record there is), ``"pair"`` (the pair model behind
@@ -100,7 +106,8 @@ class SemanticCache(SemanticPolicy):
                  answer_store: VectorAnswerStore | None = None,
                  max_error: float | None = None, equivalence: Any = "exact",
                  error_scope: str = "hits", home: Any = None,
-                 languages: Sequence[str] | str = GUARD_LANGUAGES) -> None:
+                 languages: Sequence[str] | str = GUARD_LANGUAGES,
+                 max_entry_bytes: int | None = DEFAULT_MAX_ENTRY_BYTES, max_bytes: int | None = None) -> None:
         check_path("path", path)
         self.max_entries = check_count("max_entries", max_entries)
         candidates = check_count("candidates", candidates)
@@ -124,7 +131,8 @@ class SemanticCache(SemanticPolicy):
             answer_store = FaissAnswerStore(self.path, embedder=emb, max_entries=self.max_entries,
                                             hnsw_threshold=hnsw_threshold, autosave_every=autosave_every,
                                             search_threads=search_threads,
-                                            reembed=reembedder(emb) if reembed else None)
+                                            reembed=reembedder(emb) if reembed else None,
+                                            max_entry_bytes=max_entry_bytes, max_bytes=max_bytes)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
                          error_bound=bound, languages=languages, locks=getattr(answer_store, "locks", LOCAL_LOCKS),

@@ -152,6 +152,11 @@ class QuestionEmbedder:
                 self._token_memo.popitem(last=False)
         return pooled
 
+    def warm(self) -> None:
+        """Load whatever this embedder loads on first use (nothing here: it is loaded already). The answer
+        path calls it once, outside the lookup deadline (:data:`ragcache.answering.COLD_LOAD_TIMEOUT_S`), so a
+        cold load is not taken for a hang."""
+
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``. Returns float32 ``[len(texts), dim]``, rows of unit L2 norm.
 
@@ -329,6 +334,13 @@ class LazyQuestionEmbedder(QuestionEmbedder):
     def loaded(self) -> bool:
         """Whether the model has been loaded."""
         return self._real is not None
+
+    def warm(self) -> None:
+        """Load the model now (once; concurrent callers wait for the one load).
+
+        Raises:
+            ragcache.models.ModelNotFoundError / RuntimeError: as the first use would."""
+        self._model()
 
     def _model(self) -> QuestionEmbedder:
         if self._real is None:

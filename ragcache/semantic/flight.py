@@ -400,8 +400,8 @@ class FlightTable:
 
 
 def _slow(key: str, timeout_s: float) -> None:
-    logger.warning("single flight: waited %.1f s for another process answering the same question (%s); "
-                   "answering here", timeout_s, key[:12])
+    logger.warning("single flight: waited up to %.1f s for the cross-process lock of %s (another process "
+                   "answering the same question, or a lock that failed); answering here", timeout_s, key[:12])
 
 
 FLIGHTS = FlightTable()

@@ -41,7 +41,8 @@ class PgSemanticCache(SemanticPolicy):
             (the per-entry state of ``max_error`` lives in the entries' ``state`` column).
         max_entries: LRU capacity over the whole schema, enforced after each store.
         ef_search: HNSW search beam (``hnsw.ef_search``); ``hnsw_m`` / ``ef_construction`` build it.
-        pool_size: connections kept open by this process.
+        pool_size: connections this process opens at most (a caller beyond them waits; plus one for the
+            single-flight locks): what any burst takes of the server's ``max_connections``.
 
     Raises:
         ValueError: bad arguments (a language other than English with the packaged English embedder

@@ -47,7 +47,10 @@ class FlakyEmbedder(HashingEmbedder):
 
 
 @pytest.fixture()
-def embedder():
+def embedder(monkeypatch):
+    from ragcache import boundary
+
+    monkeypatch.setattr(boundary, "RETRY_S", 0.0)  # no back-off: every request tries the embedder again
     e = FlakyEmbedder()
     yield e
     e.release.set()
@@ -177,12 +180,12 @@ def valkey():
 def test_answers_while_valkey_is_killed_or_frozen(tiny_seed1, valkey, monkeypatch, caplog):
     from ragcache import RagCache
     from ragcache.engine.backend import LocalBackend
-    from ragcache.engine.chunk import bound
+    from ragcache import boundary
     from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
     from ragcache.engine.engine import LocalEngine
 
-    monkeypatch.setattr(bound, "STORE_RETRY_S", 0.0)  # try the store again on every request
+    monkeypatch.setattr(boundary, "RETRY_S", 0.0)  # try the store again on every request
     docs = [d * 3 for d in DOCS]
     exact = RagCache(LocalBackend(LocalEngine(tiny_seed1, calibration=False)), semantic=None, max_new_tokens=6)
     want = exact.answer(Q, docs).text
@@ -199,7 +202,7 @@ def test_answers_while_valkey_is_killed_or_frozen(tiny_seed1, valkey, monkeypatc
     assert ask().usage.chunk_reused > 0  # read back from Valkey (blended: approximate)
 
     valkey.stop()  # killed mid-run
-    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.bound"):
+    with caplog.at_level(logging.WARNING, logger="ragcache.engine.chunk.bound"):  # the chunk store's boundary logs here
         down = ask()
     assert down.text == want and down.usage.chunk_reused == 0 and not down.approximate
     assert _warned(caplog, "chunk store failed")

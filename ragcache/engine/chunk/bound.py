@@ -9,12 +9,12 @@ an engine whose weights changed in memory stops reusing old KV once it is given 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import torch
 
+from ragcache.boundary import Boundary, boundary_for
 from ragcache.engine import kv as kvb
 from ragcache.engine.chunk.chunk_kv import ChunkKV
 from ragcache.engine.chunk.plan import ChunkHit, ChunkMiss, ChunkPlan
@@ -26,11 +26,6 @@ from ragcache.limits import context_window_of
 __all__ = ["BoundChunkCache", "ChunkSettings", "DocSpan", "context_window"]
 
 log = logging.getLogger(__name__)
-
-STORE_RETRY_S = 30.0
-"""After a chunk store failed (down, or past its timeout), seconds before it is tried again: meanwhile
-every document is a miss (exact prefill) and nothing is stored, so a hanging store costs its timeout
-once, not on every request."""
 
 DocSpan = tuple[int, int, Sequence[int]]
 """``(start, end, token ids)`` of one document in a prompt (positions in tokens, ``end`` exclusive)."""
@@ -44,7 +39,7 @@ class ChunkSettings(Protocol):
     kv_format: KVFormat
     hits: int
     misses: int
-    store_down_until: float
+    store_timeout_s: float | None
 
     def sink_for(self, model: Any) -> list[int]: ...
 
@@ -90,14 +85,24 @@ class BoundChunkCache:
             log.warning("chunk %s... matched the key but not the token ids/sink; recomputing", key[:12])
         else:
             return kv
-        self.store.remove(key)
+        self._call("remove", lambda: self.store.remove(key))  # best effort: the answer never waits on it
         return None
+
+    @property
+    def boundary(self) -> Boundary:
+        """The store's :class:`~ragcache.boundary.Boundary` (one per store object): every read and write of
+        this view passes it, so a store that fails in any way (down, hanging past ``store_timeout_s``, full,
+        read only, out of memory) is a logged miss, backed off, and tried again later."""
+        return boundary_for(self.store, "chunk store", logger=log)
+
+    def _call(self, what: str, fn: Any, default: Any = None) -> Any:
+        return self.boundary.call(what, fn, default, deadline_s=getattr(self.cache, "store_timeout_s", None))
 
     def lookup(self, doc_ids: Sequence[int]) -> ChunkKV | None:
         """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit (not counted)."""
         ids = [int(t) for t in doc_ids]
         key = self.key(ids)
-        return self._checked(key, self.store.get(key, fingerprint=self.fingerprint), ids)
+        return self._checked(key, self._call("lookup", lambda: self.store.get(key, fingerprint=self.fingerprint)), ids)
 
     def lookup_many(self, docs: Sequence[DocSpan]) -> ChunkPlan:
         """Look every document of one request up with one batched read (``store.get_many``: one round
@@ -180,42 +185,25 @@ class BoundChunkCache:
         """
         ids = list(dict.fromkeys(tuple(int(t) for t in d) for d in docs))  # each document once
         keys = [self.key(d) for d in ids]
-        if keys and self._store_down():
+        if not keys or self.boundary.down():
             return 0
-        found = self._get_many(keys, "store")
-        if keys and self._store_down():  # the read failed: nothing is written
+        found = self._call("store", lambda: list(self.store.get_many(keys, fingerprint=self.fingerprint)))
+        if found is None:  # the read failed (logged, backed off): nothing is written
             return 0
         todo = [list(d) for d, k, kv in zip(ids, keys, found, strict=True) if self._checked(k, kv, list(d)) is None]
         if todo:
             chunks = [self.compute(d) for d in todo]
-            try:
-                self.store.put_many(chunks)
-            except OSError as e:  # RemoteStoreError: a failing store costs the stored chunks, never the answer
-                self._failed("store", e)
+            if self._call("store", lambda: self.store.put_many(chunks)) is None:  # a refused write costs the chunks
                 return 0
         return len(todo)
 
-    def _store_down(self) -> bool:
-        """Whether the store failed less than :data:`STORE_RETRY_S` seconds ago (then it is not tried)."""
-        return time.monotonic() < getattr(self.cache, "store_down_until", 0.0)  # a custom settings object: 0
-
-    def _failed(self, what: str, e: BaseException) -> None:
-        self.cache.store_down_until = time.monotonic() + STORE_RETRY_S
-        log.warning("chunk store failed during %s (%s: %s): every document is computed exactly (a miss) and nothing "
-                    "is stored for %.0f s", what, type(e).__name__, e, STORE_RETRY_S)
-
     def _get_many(self, keys: list[ChunkHash], what: str) -> list[ChunkKV | None]:
-        """``store.get_many(keys)``; all ``None`` (misses) when the store is down or fails (logged: a
-        :class:`~ragcache.remote.RemoteStoreError`, which a hanging Redis / Valkey raises after its timeout)."""
+        """``store.get_many(keys)`` through the store's boundary; all ``None`` (misses) when the store is
+        backed off, fails in any way or passes its deadline (logged)."""
         if not keys:
             return []
-        if self._store_down():
-            return [None] * len(keys)
-        try:
-            return list(self.store.get_many(keys, fingerprint=self.fingerprint))
-        except OSError as e:
-            self._failed(what, e)
-            return [None] * len(keys)
+        found = self._call(what, lambda: list(self.store.get_many(keys, fingerprint=self.fingerprint)))
+        return [None] * len(keys) if found is None else found
 
     def lookup_or_compute(self, doc_ids: Sequence[int]) -> tuple[ChunkKV, bool]:
         """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss; counted)."""
@@ -225,5 +213,5 @@ class BoundChunkCache:
             return kv, True
         self.cache.misses += 1
         kv = self.compute(doc_ids)
-        self.store.put(kv)
+        self._call("put", lambda: self.store.put(kv))  # best effort
         return kv, False

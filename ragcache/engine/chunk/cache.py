@@ -30,7 +30,10 @@ from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, Me
 from ragcache.engine.quant import KVFormat
 from ragcache.hashing import ChunkHash
 
-__all__ = ["BoundChunkCache", "ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore",
+DEFAULT_STORE_TIMEOUT_S = 10.0
+"""Deadline (seconds) of a chunk store call before the request goes on without it (a miss: exact prefill)."""
+
+__all__ = ["DEFAULT_STORE_TIMEOUT_S", "BoundChunkCache", "ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore",
            "context_window"]
 
 
@@ -51,6 +54,10 @@ class ChunkCache:
         group_size: KIVI group size for int formats (tokens per key group, channels per value
             group, capped at head_dim); ``None``: 64 (the CLI passes ``RAGCACHE_KV_GROUP_SIZE``).
 
+        store_timeout_s: deadline (seconds, > 0) of each read or write of the store; one that hangs past it
+            is a miss and the store is backed off (:mod:`ragcache.boundary`); ``None``: no deadline (the
+            store's own timeouts only).
+
     Attributes:
         hits / misses: lookups served from the store / computed.
         kv_format: the :class:`~ragcache.engine.quant.KVFormat` chunks are stored in.
@@ -61,7 +68,10 @@ class ChunkCache:
 
     def __init__(self, store: ChunkStore | None = None, *, sink_ids: Sequence[int] | None = None,
                  dtype: torch.dtype = torch.float16, kv_format: str | None = None,
-                 group_size: int | None = None) -> None:
+                 group_size: int | None = None, store_timeout_s: float | None = DEFAULT_STORE_TIMEOUT_S) -> None:
+        from ragcache.boundary import check_deadline
+
+        store_timeout_s = check_deadline(store_timeout_s, "store_timeout_s")
         if store is not None and not all(callable(getattr(store, m, None)) for m in ("get_many", "put")):
             raise TypeError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore) or "
                              f"None, got {type(store).__name__}: e.g. ChunkCache(DiskChunkStore('~/kv'))")
@@ -74,8 +84,8 @@ class ChunkCache:
         self.kv_format = KVFormat.of(name.strip().lower(), group_size=group_size, dtype=dtype)
         self.hits = 0
         self.misses = 0
-        self.store_down_until = 0.0
-        """``time.monotonic()`` until which the store is skipped after a failure (:data:`~ragcache.engine.chunk.bound.STORE_RETRY_S`)."""
+        self.store_timeout_s: float | None = store_timeout_s
+        """Deadline (seconds) of each call into the store; one that hangs past it is a miss (:mod:`ragcache.boundary`)."""
 
     def sink_for(self, model: Any) -> list[int]:
         """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""

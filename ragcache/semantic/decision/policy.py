@@ -310,7 +310,11 @@ class SemanticPolicy(ErrorBoundAPI):
         else:
             hit, cands = self._decide(key.text, rows, t, judge_all, max_tokens)
         if hit is not None and touch:
-            self.answer_store.touch([hit.entry_id])
+            try:  # the LRU touch is a write: best effort, the hit never depends on it
+                self.answer_store.touch([hit.entry_id])
+            except Exception as e:  # noqa: BLE001 - a read-only or full store still serves its answers
+                logger.warning("answer store refused the LRU touch of entry %s (%s: %s); served anyway",
+                               hit.entry_id, type(e).__name__, e)
         return hit, cands, embed_s, explored
 
     def _decide(self, q: str, rows: list[StoredAnswer], t: float, judge_all: bool,
@@ -486,6 +490,16 @@ class SemanticPolicy(ErrorBoundAPI):
         return self.answer_store.expire()
 
     # ================================================================= single flight
+    def warm(self) -> None:
+        """Load what the first lookup would load (a lazily loaded embedder), so that load is not paid inside a
+        lookup's deadline. Idempotent; the answer path calls it once before its first lookup or store.
+
+        Raises:
+            whatever the embedder's load raises (a model that cannot be loaded offline)."""
+        warm = getattr(self.embedder, "warm", None)
+        if callable(warm):
+            warm()
+
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
         """The single-flight lock named by hex ``key`` (this policy's ``locks``; yields False after ``timeout_s``)."""

@@ -1,11 +1,14 @@
 """The embedded store's in-memory state: one :class:`Entry` per stored answer, one :class:`Partition`
-per partition digest (its FAISS index, its same-words map and its words for typo correction)."""
+per partition digest (its FAISS index, its same-words map and its words for typo correction).
+
+Memory follows the index, not the stored bytes: an entry holds its id, partition, question and times,
+never its answer or metadata (read from SQLite for the candidates of a lookup), and ``nbytes``, the
+stored size of its answer and metadata (for the byte budget)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ragcache.semantic.budget import AnswerBudget
 from ragcache.semantic.speller import PartitionSpeller
 from ragcache.semantic.stores.index import PartitionIndex
 
@@ -16,12 +19,10 @@ class Entry:
     partition: str
     question: str
     exact: str
-    answer: str
-    metadata: dict
     created: float
     expires: float | None
     hits: int = 0
-    budget: AnswerBudget = field(default_factory=AnswerBudget)
+    nbytes: int = 0
 
 
 @dataclass(slots=True)

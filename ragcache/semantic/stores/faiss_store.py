@@ -30,6 +30,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from ragcache.boundary import Refused
 from ragcache.semantic.budget import merge_metadata, split_metadata
 from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks, FlightLocks
 from ragcache.semantic.partition import PartitionKey
@@ -49,6 +50,18 @@ from ragcache.semantic.text import exact_form
 logger = logging.getLogger("ragcache.semantic")
 
 
+DEFAULT_MAX_ENTRY_BYTES = 8 * 1024 * 1024
+"""Largest answer + metadata (bytes) one entry of the embedded store holds by default (8 MiB)."""
+
+
+def _nbytes(answer: str, metadata: Mapping[str, Any]) -> int:
+    """Stored bytes of an answer and its metadata (UTF-8, the metadata as the JSON SQLite keeps)."""
+    import json
+
+    return len(answer.encode("utf-8", "surrogatepass")) + len(json.dumps(dict(metadata), ensure_ascii=False)
+                                                            .encode("utf-8", "surrogatepass"))
+
+
 class FaissAnswerStore(CachePersistence):
     """Entries in SQLite, searched with per-partition FAISS indexes held in memory.
 
@@ -63,6 +76,14 @@ class FaissAnswerStore(CachePersistence):
         reembed: ``questions -> (vectors [n, dim], keep mask [n])``: when ``path`` was built with another
             embedder, its stored questions are re-embedded with this one (entries not kept are deleted);
             ``None``: such a folder is refused.
+        max_entry_bytes: largest answer + metadata (UTF-8 bytes) one entry may hold; a larger one is refused
+            (``ValueError`` naming the limit; through the answer path: logged, the answer returned unstored).
+            ``None``: no limit. Default :data:`DEFAULT_MAX_ENTRY_BYTES`.
+        max_bytes: byte budget over every entry's answer + metadata; the least recently used are evicted
+            past it (``None``: no budget, ``max_entries`` alone).
+
+    Memory follows the index, not the stored bytes: the store holds vectors (FAISS), ids, questions and
+    partitions; answers and metadata stay in SQLite and are read for a lookup's candidates only.
 
     Raises:
         ValueError: bad arguments, or ``path`` holds a cache built with another embedder.
@@ -71,7 +92,12 @@ class FaissAnswerStore(CachePersistence):
 
     def __init__(self, path: str | Path | None, *, embedder: Any, max_entries: int = 100_000,
                  hnsw_threshold: int = 20_000, autosave_every: int = 1000, search_threads: int | None = 1,
-                 reembed: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+                 reembed: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None = None,
+                 max_entry_bytes: int | None = DEFAULT_MAX_ENTRY_BYTES, max_bytes: int | None = None) -> None:
+        for name, v in (("max_entry_bytes", max_entry_bytes), ("max_bytes", max_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a whole number of bytes >= 1 or None (no limit), got {v!r}")
+        self.max_entry_bytes, self.max_bytes = max_entry_bytes, max_bytes
         if search_threads is not None:
             if search_threads < 1:
                 raise ValueError(f"search_threads must be >= 1 or None, got {search_threads}")
@@ -138,13 +164,12 @@ class FaissAnswerStore(CachePersistence):
             if p is None:
                 return
             part = self._partition(PartitionKey(p[0], p[1], (), tuple(p[2])))
-        meta, budget = split_metadata(row.metadata)
         q = row.question
         stale = [i for i in part.exact.get(exact_form(q), ()) if i != entry_id]
         if stale:  # the writer replaced these (its 'del' rows follow; dropping now keeps one answer per question)
             self._forget(stale)
-        self._remember(Entry(row.id, row.partition, q, exact_form(q), row.answer, meta, row.created, row.expires,
-                             row.hits, budget), part)
+        self._remember(Entry(row.id, row.partition, q, exact_form(q), row.created, row.expires, row.hits,
+                             _nbytes(row.answer, row.metadata)), part)
         part.index.add(np.asarray([row.id], np.int64), row.vector[None, :])
 
     def _forget_memory(self, ids: list[int]) -> None:
@@ -202,9 +227,14 @@ class FaissAnswerStore(CachePersistence):
                 self.counters.expirations += len(live)
         live = sorted(((s, e) for s, e in found if e is not None and e.id not in expired),
                       key=lambda p: (-p[0], -p[1].id))
-        states = self._db.states([e.id for _, e in live]) if live else {}
-        return [StoredAnswer(e.id, e.partition, e.question, e.answer, e.metadata, e.budget, s, states.get(e.id))
-                for s, e in live]
+        rows = self._db.answers([e.id for _, e in live]) if live else {}  # answers are read here, not held
+        out = []
+        for s, e in live:
+            if e.id in rows:  # else deleted by another process since the search
+                answer, stored, state = rows[e.id]
+                meta, budget = split_metadata(stored)
+                out.append(StoredAnswer(e.id, e.partition, e.question, answer, meta, budget, s, state))
+        return out
 
     def __len__(self) -> int:
         self._sync()
@@ -212,6 +242,18 @@ class FaissAnswerStore(CachePersistence):
 
     # ================================================================= writes
     def put_many(self, entries: Sequence[NewEntry]) -> PutResult:
+        """Store ``entries`` (each replaces a stored entry with the same words in its partition), then evict
+        the least recently used over ``max_entries`` and ``max_bytes``.
+
+        Raises:
+            ragcache.boundary.Refused: a ``ValueError``: an entry whose answer and metadata exceed
+                ``max_entry_bytes`` (nothing is written; the answer path logs it without backing off)."""
+        for e in entries:
+            n = _nbytes(e.answer, merge_metadata(e.metadata, e.budget))
+            if self.max_entry_bytes is not None and n > self.max_entry_bytes:
+                raise Refused(f"an answer of {n:,} bytes (with its metadata) is over this cache's "
+                                 f"max_entry_bytes={self.max_entry_bytes:,}; it is not stored: raise max_entry_bytes "
+                                 f"(or None: no limit) to cache answers this long")
         now = time.time()
         with self._lock.write():
             ids: list[int] = []
@@ -253,8 +295,8 @@ class FaissAnswerStore(CachePersistence):
                 self._forget(old)
             added.setdefault(e.partition.digest, []).append(k)
             expires = None if e.ttl_s is None else now + e.ttl_s
-            self._remember(Entry(i, e.partition.digest, e.question, exact_form(e.question), e.answer,
-                                 dict(e.metadata), now, expires, 0, e.budget), part)
+            self._remember(Entry(i, e.partition.digest, e.question, exact_form(e.question), now, expires, 0,
+                                 _nbytes(e.answer, merge_metadata(e.metadata, e.budget))), part)
         for digest, rows in added.items():
             live = [k for k in rows if ids[k] in self._entries]  # a repeat within the batch replaced its twin
             vecs = np.stack([np.asarray(entries[k].vector, np.float32) for k in live])

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from ragcache.semantic.budget import split_metadata
 from ragcache.semantic.partition import PartitionKey
 from ragcache.semantic.stores.entries import Entry, Partition
 from ragcache.semantic.stores.index import PartitionIndex
@@ -105,25 +104,24 @@ class CachePersistence(CacheRegistry):
                        want["embedder"][:12], len(rows) - int(np.sum(keep)))
 
     def _load(self) -> None:
-        """Read every live entry from SQLite into memory and load / reconcile each partition's index."""
+        """Read every live entry's key (not its answer) from SQLite into memory and load / reconcile each
+        partition's index."""
         self._seq = self._db.last_change()
         for key, ns, docs in self._db.partitions():
             self._partition(PartitionKey(key, ns, (), tuple(docs)))
         vecs: dict[str, tuple[list[int], list[np.ndarray]]] = {}
         now, dead = time.time(), []
-        for row in self._db.entries(self.embedder.dim):
-            if row.expires is not None and row.expires <= now:
-                dead.append(row.id)
+        for i, partition, question, vector, created, expires, hits, nbytes in self._db.keys(self.embedder.dim):
+            if expires is not None and expires <= now:
+                dead.append(i)
                 continue
-            part = self._parts.get(row.partition)
+            part = self._parts.get(partition)
             if part is None:
                 continue
-            meta, budget = split_metadata(row.metadata)
-            self._remember(Entry(row.id, row.partition, row.question, exact_form(row.question), row.answer,
-                                  meta, row.created, row.expires, row.hits, budget), part)
-            ids, vs = vecs.setdefault(row.partition, ([], []))
-            ids.append(row.id)
-            vs.append(row.vector)
+            self._remember(Entry(i, partition, question, exact_form(question), created, expires, hits, nbytes), part)
+            ids, vs = vecs.setdefault(partition, ([], []))
+            ids.append(i)
+            vs.append(vector)
         for key, part in list(self._parts.items()):
             ids, vs = vecs.get(key, ([], []))
             part.index = self._load_index(key, np.asarray(ids, np.int64), vs)

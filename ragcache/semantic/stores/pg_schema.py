@@ -116,32 +116,51 @@ def check_identifier(name: str) -> str:
     return name
 
 
-class PgPool:
-    """A small pool of autocommit psycopg connections that replaces broken ones.
+class PoolExhausted(RemoteStoreError):
+    """Every connection of a :class:`PgPool` stayed in use for its whole wait (``wait_s``)."""
 
-    ``with pool.connection() as conn:`` lends one connection. When the server goes away (restart,
+
+class PgPool:
+    """A bounded pool of autocommit psycopg connections that replaces broken ones.
+
+    ``with pool.connection() as conn:`` lends one connection. At most ``size`` connections are open at
+    once (lent or idle), whatever the concurrency: a caller beyond them waits (up to ``wait_s``) for one
+    to come back, so a burst of requests never takes more of the server's ``max_connections`` than
+    ``size`` per process (plus one for the single-flight locks,
+    :class:`~ragcache.semantic.stores.pg_flight.PgFlightLocks`). When the server goes away (restart,
     network), the failing call raises :class:`RemoteStoreError` and the broken connection is dropped;
     the next call connects afresh. :meth:`run` retries once on a fresh connection, so a server
     restart between two calls is invisible to the caller.
 
     Args:
         url: ``postgresql://user[:password]@host:port/db`` (libpq URL; ``?sslmode=...`` etc. pass through).
-        size: connections kept open at most.
+        size: connections open at most (lent and idle together), >= 1.
         connect_timeout_s: libpq connect timeout.
+        wait_s: longest wait (seconds) for a free connection before :class:`PoolExhausted` (a
+            :class:`RemoteStoreError`: through the answer path, a logged miss).
+
+    Raises:
+        ValueError: ``size`` < 1 or ``wait_s`` not > 0.
     """
 
     def __init__(self, url: str, *, size: int = 4, connect_timeout_s: int = 5,
-                 configure: Any = None) -> None:
+                 configure: Any = None, wait_s: float = 10.0) -> None:
         try:
             import psycopg  # noqa: F401
         except ImportError as e:
             raise ImportError("the PostgreSQL semantic store needs psycopg and pgvector: "
                               "pip install 'ragcache[shared]'") from e
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"pool_size must be a whole number of connections >= 1, got {size!r}")
+        if not 0 < wait_s < float("inf"):
+            raise ValueError(f"the pool's wait must be a number of seconds > 0, got {wait_s!r}")
         self.url = url
         self.size = size
+        self.wait_s = float(wait_s)
         self.connect_timeout_s = connect_timeout_s
         self.configure = configure
         self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -157,39 +176,60 @@ class PgPool:
             self.configure(conn)
         return conn
 
+    def connect(self) -> Any:
+        """A new connection of its own, outside the pool's count (the caller closes it).
+
+        Raises:
+            RemoteStoreError: the server cannot be reached."""
+        return self._connect()
+
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        """Lend a connection; a connection that broke is closed instead of returned to the pool."""
+        """Lend a connection (waiting up to ``wait_s`` while ``size`` are in use); a connection that broke
+        is closed instead of returned to the pool.
+
+        Raises:
+            PoolExhausted: no connection came back within ``wait_s``. RemoteStoreError: the server is gone.
+            RuntimeError: the pool is closed."""
         import psycopg
         from psycopg import pq
 
         if self._closed:
             raise RuntimeError("this PostgreSQL semantic cache is closed")
+        if not self._slots.acquire(timeout=self.wait_s):
+            raise PoolExhausted(f"all {self.size} connections to PostgreSQL at {redact(self.url)} stayed in use for "
+                                f"{self.wait_s:.3g} s; raise pool_size (and the server's max_connections) or lower "
+                                "the concurrency")
         try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
-        ok = False
-        try:
-            yield conn
-            ok = True
-        except psycopg.OperationalError as e:
-            if not conn.broken and not conn.closed:
-                raise
-            raise RemoteStoreError(f"lost the connection to PostgreSQL at {redact(self.url)} "
-                                   f"({str(e).strip()}); the next call reconnects") from e
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            ok = False
+            try:
+                yield conn
+                ok = True
+            except psycopg.OperationalError as e:
+                if not conn.broken and not conn.closed:
+                    raise
+                raise RemoteStoreError(f"lost the connection to PostgreSQL at {redact(self.url)} "
+                                       f"({str(e).strip()}); the next call reconnects") from e
+            finally:
+                if (ok or not conn.broken) and not conn.closed \
+                        and conn.info.transaction_status == pq.TransactionStatus.IDLE and not self._closed:
+                    self._idle.put(conn)
+                else:
+                    conn.close()
         finally:
-            if (ok or not conn.broken) and not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE \
-                    and not self._closed and self._idle.qsize() < self.size:
-                self._idle.put(conn)
-            else:
-                conn.close()
+            self._slots.release()
 
     def run(self, fn: Any) -> Any:
         """``fn(conn)`` on a pooled connection, retried once on a fresh one if the connection was lost."""
         try:
             with self.connection() as conn:
                 return fn(conn)
+        except PoolExhausted:
+            raise
         except RemoteStoreError:
             self.discard_idle()
             with self.connection() as conn:

@@ -71,7 +71,11 @@ class PgAnswerStore:
         schema: PostgreSQL schema holding ragcache's tables (one per embedder / deployment).
         max_entries: LRU capacity over the whole schema, enforced after each store.
         ef_search: HNSW search beam (``hnsw.ef_search``); ``hnsw_m`` / ``ef_construction`` build it.
-        pool_size: connections kept open by this process.
+        pool_size: connections this process opens at most (lent and idle; a caller beyond them waits
+            up to ``pool_wait_s``), plus one for the single-flight locks: what a burst of any size takes
+            of the server's ``max_connections``.
+        pool_wait_s: longest wait (seconds) for a free connection; past it the call raises
+            :class:`~ragcache.remote.RemoteStoreError` (through the answer path: a logged miss).
         vocab_refresh_s: seconds a partition's word list (typo correction) is reused before it is read
             again; this process's own stores refresh it at once.
 
@@ -83,7 +87,7 @@ class PgAnswerStore:
 
     def __init__(self, url: str, *, embedder: Any, schema: str = "ragcache", max_entries: int = 1_000_000,
                  ef_search: int = 40, hnsw_m: int = 16, ef_construction: int = 64, pool_size: int = 4,
-                 vocab_refresh_s: float = 2.0) -> None:
+                 vocab_refresh_s: float = 2.0, pool_wait_s: float = 10.0) -> None:
         self.url, self.schema = url, check_identifier(schema)
         self.embedder, self.dim = embedder, int(embedder.dim)
         self.max_entries, self.ef_search = max_entries, int(ef_search)
@@ -95,7 +99,7 @@ class PgAnswerStore:
         self._touch_at = time.monotonic()
         self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the lookups table
         self._vocab: dict[str, tuple[float, int, PartitionSpeller]] = {}
-        self._pool = PgPool(url, size=pool_size, configure=self._configure)
+        self._pool = PgPool(url, size=pool_size, configure=self._configure, wait_s=pool_wait_s)
         self.locks = PgFlightLocks(self._pool)
         self._migrate()
 
@@ -335,6 +339,7 @@ class PgAnswerStore:
         try:
             self.flush()
         finally:
+            self.locks.close()
             self._pool.close()
 
 

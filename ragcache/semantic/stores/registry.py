@@ -122,9 +122,19 @@ class CacheRegistry:
             self._db.drop_index(k)
 
     def _evict_over_capacity(self) -> None:
+        """Evict the least recently used entries past ``max_entries`` and past ``max_bytes`` (answer +
+        metadata bytes, :attr:`Entry.nbytes`)."""
         over = len(self._entries) - self.max_entries
-        if over > 0:
-            with self._touch_lock:
-                victims = [i for i, _ in zip(self._lru, range(over))]
+        budget = getattr(self, "max_bytes", None)
+        with self._touch_lock:
+            victims = [i for i, _ in zip(self._lru, range(max(over, 0)))]
+            if budget is not None:
+                total = sum(e.nbytes for e in self._entries.values()) - sum(self._entries[i].nbytes for i in victims)
+                for i in list(self._lru)[len(victims):-1]:  # never the newest entry
+                    if total <= budget:
+                        break
+                    victims.append(i)
+                    total -= self._entries[i].nbytes
+        if victims:
             self._remove_ids(victims)
             self.counters.evictions += len(victims)

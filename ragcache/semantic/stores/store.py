@@ -229,6 +229,28 @@ class SQLiteStore:
         return [(k, ns, json.loads(d)) for k, ns, d in
                 self._db.execute("SELECT key, namespace, docs FROM partitions ORDER BY key")]
 
+    def keys(self, dim: int) -> Iterator[tuple[int, str, str, np.ndarray, float, float | None, int, int]]:
+        """``(id, partition, question, vector [dim], created, expires, hits, nbytes)`` of every entry, least
+        recently used first: what an open store holds in memory (``nbytes``: bytes of the stored answer and
+        metadata, which are not read)."""
+        for i, part, q, vec, created, expires, hits, n in self._db.execute(
+                "SELECT id, partition, question, vector, created, expires, hits, "
+                "length(CAST(answer AS BLOB)) + length(CAST(metadata AS BLOB)) FROM entries ORDER BY accessed, id"):
+            v = np.frombuffer(vec, dtype=np.float32)
+            if v.shape[0] != dim:
+                raise ValueError(f"entry {i} has a vector of width {v.shape[0]}, expected {dim}")
+            yield i, part, q, v, created, expires, hits, int(n)
+
+    def answers(self, ids: list[int]) -> dict[int, tuple[str, dict, dict | None]]:
+        """``(answer, metadata, state)`` of each id (absent ids are left out): what a lookup reads for its
+        candidates."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        return {i: (a, json.loads(m), None if st is None else json.loads(st)) for i, a, m, st in
+                self._db.execute(f"SELECT id, answer, metadata, state FROM entries WHERE id IN ({marks})",
+                                 [int(i) for i in ids])}
+
     def entries(self, dim: int) -> Iterator[EntryRow]:
         for row in self._db.execute(f"SELECT {_COLS} FROM entries ORDER BY accessed, id"):
             yield _row(row, dim)

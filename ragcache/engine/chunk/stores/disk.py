@@ -149,8 +149,11 @@ class DiskChunkStore(BatchedStore):
                     return None
                 self.stats.corrupt += 1
             log.warning("chunk file %s failed its check (%s); treating as a miss and deleting it", path, e)
-            with self._folder_lock:
-                path.unlink(missing_ok=True)
+            try:  # best effort: the miss does not depend on it (a read-only folder keeps the file)
+                with self._folder_lock:
+                    path.unlink(missing_ok=True)
+            except OSError as gone:
+                log.debug("could not delete %s (%s)", path, gone)
             return None
         if fingerprint is not None and kv.fingerprint != fingerprint:
             log.warning("chunk file %s belongs to model %s..., not %s...; miss",

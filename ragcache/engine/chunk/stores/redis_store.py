@@ -16,8 +16,10 @@ LRU budget kept in a sorted set (``<prefix>lru``, score = last access) and a siz
 read that index; values the server evicted or expired leave it when a read misses them.
 
 One request's documents cost one round trip: :meth:`get_many` is a single pipeline (MGET plus the
-LRU touch). A server that cannot be reached raises :class:`~ragcache.remote.RemoteStoreError`;
-the client reconnects on the next call.
+LRU touch). Any error of the server (unreachable, out of memory under ``noeviction``, a read-only
+replica) raises :class:`~ragcache.remote.RemoteStoreError` naming the fix; the client reconnects on
+the next call. A read never depends on a write: the LRU touch and the removal of stale index entries
+that a read does are best effort, so a read-only replica serves reads.
 """
 
 from __future__ import annotations
@@ -128,13 +130,15 @@ class RedisChunkStore:
         return f"{self.prefix}kv:{key}"
 
     def _call(self, what: str, fn: Any) -> Any:
+        """``fn()``, with every error of the server or its client as a :class:`RemoteStoreError` naming the
+        server and the fix (unreachable, out of memory under ``noeviction``, a read-only replica, ...)."""
         import redis
 
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise RemoteStoreError(f"Redis / Valkey at {redact(self.url)} unreachable during {what} ({e}); "
-                                   "check that the server is running; the next call reconnects") from e
+        except redis.RedisError as e:
+            raise RemoteStoreError(f"Redis / Valkey at {redact(self.url)} failed during {what}: "
+                                   f"{_advice(e)}") from e
 
     # ------------------------------------------------------------------ reads
     def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None:
@@ -150,7 +154,12 @@ class RedisChunkStore:
             pipe = self._r.pipeline(transaction=False)
             pipe.mget([self._k(k) for k in keys])
             pipe.zadd(self._lru, {k: time.time() for k in keys}, xx=True)
-            return pipe.execute()[0]
+            values, touched = pipe.execute(raise_on_error=False)
+            if isinstance(values, Exception):
+                raise values
+            if isinstance(touched, Exception):  # a read-only replica, a full server: the read stands
+                log.debug("LRU touch in %s refused (%s); the values read are served", redact(self.url), touched)
+            return values
 
         raw = self._call("get", fetch)
         out: list[ChunkKV | None] = []
@@ -175,7 +184,10 @@ class RedisChunkStore:
             self.stats.misses += kv is None
             out.append(kv)
         if gone:  # drop corrupt values, and index entries whose value the server evicted or expired
-            self._call("get", lambda: self._drop_many(gone))
+            try:  # best effort: the read does not depend on it (a read-only replica refuses it)
+                self._call("get", lambda: self._drop_many(gone))
+            except RemoteStoreError as e:
+                log.debug("could not drop %d stale chunk(s): %s", len(gone), e)
         return out
 
     def _drop_many(self, keys: list[str]) -> list:
@@ -250,6 +262,22 @@ class RedisChunkStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _advice(e: Exception) -> str:
+    """What a Redis / Valkey error means for this store and what to do about it."""
+    import redis
+
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, redis.ConnectionError | redis.TimeoutError):
+        return f"unreachable ({text}); check that the server is running; the next call reconnects"
+    if isinstance(e, redis.exceptions.ReadOnlyError):
+        return (f"the server is a read-only replica ({text}); point the store at the primary (RAGCACHE_KV_URL) "
+                "or read from the replica without writing")
+    if isinstance(e, redis.exceptions.OutOfMemoryError):
+        return (f"the server is at its maxmemory and refuses writes ({text}); set maxmemory-policy allkeys-lru "
+                "(or volatile-lru with ttl_s) so it evicts, raise maxmemory, or give the store a max_bytes budget")
+    return text
 
 
 def _batches(it: Iterable, n: int) -> Iterable[list]:
