@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from ragcache.engine import kv as kvb
+from ragcache.engine.chunk.admission import Sightings
 from ragcache.engine.chunk.chunk_kv import ChunkKV
 from ragcache.engine.chunk.plan import ChunkHit, ChunkMiss, ChunkPlan
 from ragcache.engine.chunk.stores import ChunkStore
@@ -45,6 +46,7 @@ class ChunkSettings(Protocol):
     hits: int
     misses: int
     store_down_until: float
+    sightings: Sightings
 
     def sink_for(self, model: Any) -> list[int]: ...
 
@@ -194,6 +196,27 @@ class BoundChunkCache:
                 self._failed("store", e)
                 return 0
         return len(todo)
+
+    def admit(self, docs: Iterable[Sequence[int]], after: int) -> tuple[list[list[int]], list[list[int]]]:
+        """Count one sighting of each missed document (once per document) and split them by the admission
+        rule (:mod:`ragcache.engine.chunk.admission`): ``(admitted, first)``, the documents seen at least
+        ``after`` times and the others. The counts are the store's (``sight_many``: shared by every process
+        using it), or the parent cache's in-process ones for a store without it. ``after <= 1``: every
+        document is admitted, nothing is counted. A failing store admits nothing (it is skipped for
+        :data:`STORE_RETRY_S`)."""
+        ids = [list(d) for d in dict.fromkeys(tuple(int(t) for t in d) for d in docs)]
+        if after <= 1 or not ids:
+            return ids, []
+        if self._store_down():
+            return [], []
+        counter = self.store if isinstance(self.store, Sightings) else self.cache.sightings
+        try:
+            counts = counter.sight_many([self.key(d) for d in ids])
+        except OSError as e:
+            self._failed("sighting", e)
+            return [], []
+        return ([d for d, n in zip(ids, counts, strict=True) if n >= after],
+                [d for d, n in zip(ids, counts, strict=True) if n < after])
 
     def _store_down(self) -> bool:
         """Whether the store failed less than :data:`STORE_RETRY_S` seconds ago (then it is not tried)."""

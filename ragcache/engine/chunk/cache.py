@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
 from ragcache.engine.quant import KVFormat
@@ -76,6 +77,8 @@ class ChunkCache:
         self.misses = 0
         self.store_down_until = 0.0
         """``time.monotonic()`` until which the store is skipped after a failure (:data:`~ragcache.engine.chunk.bound.STORE_RETRY_S`)."""
+        self.sightings = SightingCounts()
+        """Sighting counts kept in this process for a store that keeps none (:mod:`ragcache.engine.chunk.admission`)."""
 
     def sink_for(self, model: Any) -> list[int]:
         """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""
