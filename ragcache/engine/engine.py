@@ -121,7 +121,8 @@ class LocalEngine(EngineKeys):
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
-        self.chunk_queue = ChunkQueue(self._lock, max_docs=cfg.chunk_queue, admission=cfg.chunk_admission)
+        self.chunk_queue = ChunkQueue(self._lock, max_docs=cfg.chunk_queue, admission=cfg.chunk_admission,
+                                      sink_kv=self._cached_sink)
         self._eos = frozenset(eos_ids(self.model, self.tokenizer))
         self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
@@ -178,7 +179,7 @@ class LocalEngine(EngineKeys):
     @property
     def lock(self) -> threading.RLock:
         """The engine's re-entrant lock: held by every forward pass over the model and every cache write
-        (:meth:`stream`, :meth:`store_chunks`); a caller running its own passes on :attr:`model` (a
+        (:meth:`prefill`, :meth:`stream`, :meth:`store_chunks`, the chunk queue's worker per document); a caller running its own passes on :attr:`model` (a
         calibration, a decode check) holds it for their duration."""
         return self._lock
 
@@ -365,6 +366,21 @@ class LocalEngine(EngineKeys):
         if self.chunk_cache is None or not docs:
             return 0.0
         return self.chunk_queue.submit(view or self.chunks_for(namespace), docs)
+
+    def _cached_sink(self, view: BoundChunkCache, capacity: int) -> tuple[Any, int] | None:
+        """A chunk context's leading whole blocks from the prefix cache, copied into a cache of ``capacity``
+        positions, and their number of tokens; ``None`` when the prefix cache holds none (the chunk queue
+        then computes the context too). A prefix-conditioned chunk is computed after the request's stable
+        prefix, which that request put in the prefix cache: reading it back spares a forward pass over the
+        system text for every document (:data:`~ragcache.engine.chunk.bound.SinkKV`)."""
+        if len(view.sink) < self.prefix_cache.block_size or self.kv_reuse_blocker or self.rope_switch is not None:
+            return None
+        match = self.prefix_cache.match(view.sink, namespace=view.namespace, fingerprint=view.fingerprint)
+        try:
+            pieces = self.prefix_cache.pieces(match)
+            return None if pieces is None else (self._start_cache(pieces, capacity), match.num_tokens)
+        finally:
+            self.prefix_cache.release(match)
 
     def drain_chunk_queue(self, timeout: float | None = None, *, first_sightings: bool = False) -> bool:
         """Wait until the chunk queue has computed every admitted document (:meth:`ChunkQueue.drain

@@ -158,12 +158,12 @@ class Gate:
         self.started, self.go, self.calls = threading.Event(), threading.Event(), []
         real = BoundChunkCache.add_many
 
-        def add_many(view, docs):
+        def add_many(view, docs, **kw):
             docs = list(docs)
             self.calls.append(len(docs))
             self.started.set()
             assert self.go.wait(60)
-            return real(view, docs)
+            return real(view, docs, **kw)
 
         monkeypatch.setattr(BoundChunkCache, "add_many", add_many)
 
@@ -200,28 +200,42 @@ def test_a_request_is_not_held_behind_sightings_being_counted(tiny, monkeypatch)
     assert engine.drain_chunk_queue(60)
 
 
-def test_a_request_arriving_while_chunks_are_computed_is_served_first(tiny, monkeypatch):
-    gate = Gate(monkeypatch)
+def test_a_request_arriving_while_a_chunk_is_computed_is_served_before_the_rest_of_it(tiny, monkeypatch):
+    from ragcache.engine.chunk.bound import PIECE_TOKENS
+    from ragcache.engine.chunk.queue import ChunkQueue
+
+    started, go, pieces = threading.Event(), threading.Event(), []
+    real = ChunkQueue._step
+
+    def step(queue, run_piece):
+        pieces.append(1)
+        started.set()
+        assert go.wait(60)
+        return real(queue, run_piece)
+
+    monkeypatch.setattr(ChunkQueue, "_step", step)
+    long_doc = "The csv module reads and writes tabular data in CSV format. " * 30
     engine = default_engine(tiny, chunk_admission=1)
-    engine.generate(rag(SYSTEM, DOCS), max_new_tokens=1)  # 4 documents queued
-    assert gate.started.wait(60)  # the worker computes the first one, holding the engine lock
+    assert len(engine.tokenizer.encode(long_doc)) > 2 * PIECE_TOKENS  # computed in several pieces
+    engine.generate(rag(SYSTEM, [long_doc] + DOCS[1:]), max_new_tokens=1)  # 4 documents queued
+    assert started.wait(60)  # the worker is about to run the first piece of the first document
     seen_at_start = []
 
     def second():
-        for ev in engine.stream(rag(SYSTEM, OTHER_DOCS), max_new_tokens=2):
-            if not seen_at_start:  # holding the engine lock: no chunk is being computed now
-                seen_at_start.append(len(gate.calls))
+        for _ in engine.stream(rag(SYSTEM, OTHER_DOCS), max_new_tokens=2):
+            if not seen_at_start:  # holding the engine lock: no piece is being computed now
+                seen_at_start.append((len(pieces), len(engine.chunk_cache.store)))
 
     t = threading.Thread(target=second)
     t.start()
-    while engine.chunk_queue.active_requests == 0 and t.is_alive():  # it is marked, waiting for the lock
+    while engine.chunk_queue.active_requests == 0 and t.is_alive():  # it is marked, waiting for its turn
         t.join(0.01)
-    gate.go.set()
+    go.set()
     t.join(120)
     assert not t.is_alive()
-    assert seen_at_start == [1]  # only the document being computed when it arrived; the other 3 wait for it
+    assert seen_at_start == [(1, 0)]  # served before the piece that was waiting ran: no chunk finished
     assert engine.drain_chunk_queue(120)
-    assert len(engine.chunk_cache.store) == 6  # its own 2 missed documents too, after it
+    assert len(engine.chunk_cache.store) == 6 and len(pieces) > 6  # its own 2 missed documents too, after it
 
 
 def test_a_full_queue_drops_documents(tiny, monkeypatch):
@@ -232,3 +246,39 @@ def test_a_full_queue_drops_documents(tiny, monkeypatch):
     gate.go.set()
     assert engine.drain_chunk_queue(60)
     assert len(engine.chunk_cache.store) == 2
+
+
+@pytest.mark.parametrize("system", [SYSTEMS[0], SYSTEMS[7], "You answer questions about the library. " * 6,
+                                    "You answer questions about the library. " * 9])
+def test_a_prefix_conditioned_chunk_reads_its_context_from_the_prefix_cache(tiny, monkeypatch, system):
+    """The queue computes a prefix-conditioned chunk after the request's stable prefix taken from the prefix
+    cache (only the document and the prefix's last partial block are prefilled), and stores the same KV as a
+    chunk computed from position 0."""
+    from ragcache.engine import kv as kvb
+    from ragcache.engine.blend.setting import BlendSetting
+    from ragcache.engine.chunk import bound
+
+    setting = BlendSetting(recompute_ratio=0.2, chunk_context="prefix", doc_top=1)
+    engine = default_engine(tiny, chunk_admission=1, blend_setting=setting)
+    starts, real = [], kvb.forward
+
+    def forward(model, ids, cache, start, *a, **kw):
+        starts.append((start, len(ids)))
+        return real(model, ids, cache, start, *a, **kw)
+
+    engine.generate(rag(system, DOCS[:2]), max_new_tokens=1)
+    prefix = engine.build_prompt(rag(system, DOCS[:2])).document_spans()[0][0]  # the stable prefix's length
+    monkeypatch.setattr(bound.kvb, "forward", forward)
+    assert engine.drain_chunk_queue(60) and len(engine.chunk_cache.store) == 2
+    first = [start for start, _ in starts if start <= prefix]  # each chunk's first piece
+    assert len(first) == 2 and all(s == prefix // 16 * 16 for s in first), (first, prefix)  # 0: no whole block
+    monkeypatch.setattr(bound.kvb, "forward", real)
+    from ragcache.engine.blend.request import chunk_view
+
+    prompt = engine.build_prompt(rag(system, DOCS[:2]))
+    v = chunk_view(engine, prompt.input_ids, [(s, e) for s, e, _ in prompt.document_spans()], 0.2)
+    for _, _, piece in prompt.document_spans():
+        stored, fresh = v.lookup(piece.ids), v.compute(piece.ids)
+        assert stored is not None and stored.start == prefix
+        assert torch.allclose(stored.keys.float(), fresh.keys.float(), atol=1e-4)
+        assert torch.allclose(stored.values.float(), fresh.values.float(), atol=1e-4)

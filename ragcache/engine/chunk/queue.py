@@ -7,9 +7,11 @@ waits for nothing. A worker thread, started when there is work and gone when the
    (:meth:`BoundChunkCache.admit <ragcache.engine.chunk.bound.BoundChunkCache.admit>`,
    :mod:`ragcache.engine.chunk.admission`; no model work, no engine lock), and keeps the documents
    that reached the admission count; the rest are remembered as *first sightings* (bounded);
-2. computes the admitted documents one at a time, each under the engine lock, and only while no
-   request is in flight (:meth:`request` marks one): a request that arrives while a chunk is being
-   computed waits for that one document at most, then runs before the rest.
+2. computes the admitted documents one at a time, in pieces of
+   :data:`~ragcache.engine.chunk.bound.PIECE_TOKENS` tokens, each piece under the engine lock and
+   started only while no request is in flight (:meth:`request` marks one): a request that arrives
+   while a chunk is being computed waits for one piece at most, then runs before the rest. The store
+   is read and written outside the engine lock.
 
 Under pressure work is dropped, never queued without bound: a submit beyond ``max_docs`` documents
 waiting drops them (counted in :attr:`ChunkQueueStats.dropped`), and the oldest first sightings are
@@ -76,13 +78,18 @@ class ChunkQueue:
         lock: the engine's lock, held while one document's chunk KV is computed and stored.
         max_docs: documents waiting at most (:data:`DEFAULT_QUEUE_DOCS`); 0: compute in :meth:`submit`.
         admission: sightings of a document at which its chunk KV is computed (1: every miss).
+        sink_kv: where a chunk context's KV may already be (:data:`~ragcache.engine.chunk.bound.SinkKV`: the
+            engine's prefix cache), passed to :meth:`BoundChunkCache.add_many
+            <ragcache.engine.chunk.bound.BoundChunkCache.add_many>`.
 
     Raises:
         ValueError: ``max_docs`` < 0 or ``admission`` < 1.
     """
 
-    def __init__(self, lock: Any, *, max_docs: int = DEFAULT_QUEUE_DOCS, admission: int = DEFAULT_ADMISSION) -> None:
+    def __init__(self, lock: Any, *, max_docs: int = DEFAULT_QUEUE_DOCS, admission: int = DEFAULT_ADMISSION,
+                 sink_kv: Any = None) -> None:
         self._lock = lock
+        self._sink_kv = sink_kv
         self.max_docs = check_queue_docs(max_docs)
         self.admission = check_admission(admission)
         self._cond = threading.Condition()  # guards every field below
@@ -206,8 +213,7 @@ class ChunkQueue:
                         self._ready.extend((view, d) for d in admitted[:room])
                         self._waiting += min(room, len(admitted))
                 else:
-                    with self._lock:
-                        self._compute(view, [job])
+                    self._compute(view, [job], step=self._step)
             except Exception as e:  # noqa: BLE001 - a failing chunk costs the chunk, never the engine
                 self.stats.failed += 1
                 log.warning("chunk KV computation failed (%s: %s); the document stays a miss", type(e).__name__, e)
@@ -230,10 +236,19 @@ class ChunkQueue:
                 self._seen.popitem(last=False)
         return admitted
 
-    def _compute(self, view: Any, docs: list[list[int]]) -> None:
-        """Compute and store ``docs``' chunk KV (the caller holds the engine lock)."""
+    def _step(self, run_piece: Any) -> Any:
+        """One piece of a chunk's prefill: once no request is in flight, under the engine lock."""
+        with self._cond:
+            while self._active:  # requests first
+                self._cond.wait()
+        with self._lock:
+            return run_piece()
+
+    def _compute(self, view: Any, docs: list[list[int]], step: Any = None) -> None:
+        """Compute and store ``docs``' chunk KV (``step``: per piece, :meth:`_step`; ``None``: the caller holds
+        the engine lock)."""
         if docs:
-            n = view.add_many(docs)
+            n = view.add_many(docs, step=step, sink_kv=self._sink_kv)
             with self._cond:
                 self.stats.computed += n
 
