@@ -332,13 +332,18 @@ class LocalEngine(EngineKeys):
         reuse is cut back to the last block boundary at or before its start (the few system tokens in
         that block are computed again, exactly; :meth:`prefill` cuts the match only when it blends); on
         a miss the whole match is kept and the document is computed in the request's context from ``p``
-        (and its chunk KV queued as any miss's). A match that ends between documents is kept.
+        (and its chunk KV queued as any miss's). Only a match that entered the document by less than a
+        block is cut: one that holds more of it had the same document there before (the same documents
+        in the same order, another question), and exact reuse beats blending. A match that ends between
+        documents is kept.
 
         Returns:
             ``(prefix tokens to reuse when blending, plan)``; the plan's hits all start at or after it.
         """
-        straddle = next((s for s, e, _ in doc_spans if s < p < e), None)
         bs = self.prefix_cache.block_size
+        # the match entered the document by less than a block: only its shared wrapper head matched. A match that
+        # holds more of it held the same document there before: exact reuse of it beats blending it.
+        straddle = next((s for s, e, _ in doc_spans if s < p < e and p - s < bs), None)
         cut = p if straddle is None else straddle // bs * bs
         plan = view.lookup_many([(s, e, piece.ids) for s, e, piece in doc_spans if s >= cut])
         if straddle is not None and not any(h.start == straddle for h in plan.hits):

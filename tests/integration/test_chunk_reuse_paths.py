@@ -60,6 +60,20 @@ def test_blending_after_a_cut_prefix_at_r1_equals_full_prefill(tiny, system):
     assert full.token_ids == ref.token_ids
 
 
+def test_the_same_documents_in_the_same_order_stay_exact_prefix_reuse(tiny):
+    """Another question over the same documents in the same order: the prefix cache holds them all, exactly,
+    and no document is cut out of the match to be blended (even one that shares its last block with the
+    question)."""
+    for system in SYSTEMS:
+        engine = blending_engine(tiny)
+        engine.generate(rag(system, DOCS), max_new_tokens=2)
+        again = rag(system, DOCS, "What does the json module do?")
+        last_doc = engine.build_prompt(again).document_spans()[-1][0]
+        warm = engine.generate(again, max_new_tokens=2)
+        assert warm.stats.prefix_tokens_reused > last_doc, system
+        assert not warm.stats.approximate and warm.stats.docs_hit == 0
+
+
 def test_a_missed_document_the_prefix_runs_into_keeps_the_whole_match(tiny):
     for system in SYSTEMS:
         engine = blending_engine(tiny)
