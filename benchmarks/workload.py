@@ -117,7 +117,7 @@ def novel_stream(chunks: Sequence[Any], retriever: Any, n: int, k: int, seed: in
         if chunks[i].id in used:
             continue
         q = rng.choice(TEMPLATES).format(n=topic_name(chunks[i].text))
-        hits = [r.chunk for r in retriever.search(q, k=min(len(chunks), 8 * k)) if r.chunk.id not in used][:k]
+        hits = [r.chunk for r in retriever.search(q, k=len(chunks)) if r.chunk.id not in used][:k]  # ranked, unused
         if len(hits) < k:
             continue
         used.update(c.id for c in hits)
