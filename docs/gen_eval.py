@@ -45,6 +45,8 @@ class Study:
 STUDIES: dict[str, Study] = {
     "prefix": Study("Prefix cache: TTFT after a hit", "Local engine", "ragcache bench prefix"),
     "prefix_hits": Study("Prefix cache: attention after a hit", "Local engine", "ragcache bench prefix-hits"),
+    "workload": Study("Chunk reuse on request streams: novel, Zipf and demo workloads", "Local engine",
+                      "ragcache bench workload"),
     "blend": Study("Chunk reuse (CacheBlend / query-aware), evaluation items 50-109", "Local engine",
                    BLEND + "  (three runs merged: items 50-57, 58-83, 84-109)"),
     "blend_items50-57": Study("Chunk reuse, evaluation items 50-57 (part)", "Local engine", BLEND),
@@ -470,12 +472,25 @@ def _license_summary(d: dict) -> list[str]:
     return out + [""]
 
 
+def _workload_summary(d: dict) -> list[str]:
+    """Per regime and configuration: CPU, latency, reuse and what the chunk store held (``ragcache bench workload``)."""
+    rows = [[regime, config, m.get("total_cpu_s"), m.get("ttft_p50_s"), m.get("ttft_p95_s"), m.get("e2e_p50_s"),
+             m.get("e2e_p95_s"), m.get("prefill_reused_share"), m.get("chunks_stored"), m.get("chunks_read_again")]
+            for regime, r in (d.get("regimes") or {}).items() for config, m in (r.get("configs") or {}).items()]
+    out = _md(["regime", "configuration", "CPU s", "TTFT p50 s", "TTFT p95 s", "end-to-end p50 s", "end-to-end p95 s",
+               "prefill reused", "chunks stored", "chunks read again"], rows)
+    for key, v in (d.get("targets") or {}).items():
+        out += [f"- target {key.replace('_', ' ')}: " + ", ".join(f"{k.replace('_', ' ')} {_fmt(x)}" for k, x in v.items())]
+    return out + [""]
+
+
 SUMMARIES: dict[str, Callable[[dict], list[str]]] = {
     **{n: _license_summary for n in ("calibration_decisive_smollm2", "eval_decisive_50-131", "calibration_decisive_0-24",
                                      "calibration_decisive_25-49", "eval_decisive_50-90", "eval_decisive_91-131")},
     **{n: _blend_summary for n in ("blend", "blend_items50-57", "blend_items58-83", "blend_items84-109",
                                    "blend_cacheblend_v1", "blend_dev", "blend_items30-39")},
     "semantic": _semantic_summary, "semantic_hard": _semantic_summary, "provider": _provider_summary,
+    "workload": _workload_summary,
 }
 """Hand-picked columns shown first for the studies the guides quote; the full data follows."""
 

@@ -219,6 +219,12 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "labelled approximate)", RECOMPUTE_RATIO_UNSET),
     EnvVar("RAGCACHE_MIN_REUSE_TOKENS", "min_reuse_tokens",
            "reusable document tokens needed to blend chunk KV (none: what saves 0.1 s at the measured prefill rate)"),
+    EnvVar("RAGCACHE_CHUNK_ADMISSION", "chunk_admission",
+           "requests that must miss a document before its chunk KV is computed (1: every miss; 2: the second, so a "
+           "document seen once costs nothing)"),
+    EnvVar("RAGCACHE_CHUNK_QUEUE", "chunk_queue",
+           "documents waiting for their chunk KV, computed in the background when the engine is idle (more are "
+           "dropped); 0: computed after each answer on the request's thread"),
     EnvVar("RAGCACHE_MAX_FILE_BYTES", "max_file_bytes",
            "ask: a --docs file larger than this is skipped with a warning (about 750 chunks to embed); 0: no limit"),
     EnvVar("RAGCACHE_TOP_K", "top_k", "documents retrieved per question (ask, demo)"),
@@ -291,6 +297,8 @@ class Config:
     semantic_ttl_s: float | None = None
     recompute_ratio: float | None = None
     min_reuse_tokens: int | None = None
+    chunk_admission: int = 2
+    chunk_queue: int = 64
     max_file_bytes: int = 1 << 20
     top_k: int = 4
     max_new_tokens: int = 128
@@ -330,6 +338,8 @@ class Config:
                                   ("RAGCACHE_PREFIX_MAX_BYTES", self.prefix_max_bytes, 1),
                                   ("RAGCACHE_SEMANTIC_MAX_ENTRIES", self.semantic_max_entries, 1),
                                   ("RAGCACHE_MAX_FILE_BYTES", self.max_file_bytes, 0),
+                                  ("RAGCACHE_CHUNK_ADMISSION", self.chunk_admission, 1),
+                                  ("RAGCACHE_CHUNK_QUEUE", self.chunk_queue, 0),
                                   ("RAGCACHE_TOP_K", self.top_k, 1), ("RAGCACHE_MAX_NEW_TOKENS", self.max_new_tokens, 1)):
             if value < least:  # name only the variable that is wrong
                 raise ValueError(f"{var} must be >= {least}, got {value}: fix or unset it")

@@ -89,6 +89,7 @@ def ask_two_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str
     lm.model.save_pretrained(model)
     lm.tokenizer.save_pretrained(model)
     base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
+    monkeypatch.setenv("RAGCACHE_CHUNK_ADMISSION", "1")  # store at the first miss (the default waits for a second)
     cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # the real engine: chunk KV stored
 
     def generate(self, layout, *, max_new_tokens, temperature, tenant=None):

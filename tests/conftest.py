@@ -76,7 +76,7 @@ def _build_engine(request):
     ``model`` is a model fixture's name (``"tiny"``, ``"tiny_wide"``, ...) or a dict of :func:`tiny_llama`
     keyword arguments (weights for this module alone); ``cls`` a ``LocalEngine`` subclass (a recording
     double); ``blending=True`` gives the engine a float32 in-memory chunk cache that blends on any hit at
-    r = 0.15 (:func:`engine_doubles.blending_engine`); the other keyword arguments go to the engine as given,
+    r = 0.15 and stores every missed document before ``generate`` returns (:func:`engine_doubles.blending_engine`); the other keyword arguments go to the engine as given,
     so ``pytest.mark.engine("tiny_seed1")`` is ``LocalEngine(tiny_seed1)``, its calibration record looked up."""
     from engine_doubles import blending_engine
     from ragcache import LocalEngine

@@ -24,8 +24,13 @@ class RecordingEngine(LocalEngine):
 
 def chunk_engine(loaded, store=None, *, cls=LocalEngine, **kw):
     """A ``cls`` on ``loaded`` with a float32 :class:`ChunkCache` over ``store`` (default: a new
-    :class:`MemoryChunkStore`) that reuses chunk KV on any hit (``min_reuse_tokens=0``); ``kw`` go to the engine."""
+    :class:`MemoryChunkStore`) that reuses chunk KV on any hit (``min_reuse_tokens=0``); ``kw`` go to the engine.
+
+    Every missed document is stored by the time ``generate`` returns (``chunk_admission=1, chunk_queue=0``:
+    what the reuse tests build on) unless ``kw`` says otherwise; the defaults (second-sighting admission,
+    background queue) are tested in ``tests/integration/test_chunk_reuse_paths.py``."""
     store = MemoryChunkStore() if store is None else store
+    kw = {"chunk_admission": 1, "chunk_queue": 0, **kw}
     return cls(loaded, chunk_cache=ChunkCache(store, dtype=torch.float32), min_reuse_tokens=0, **kw)
 
 

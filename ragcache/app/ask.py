@@ -6,8 +6,10 @@ Order of work, so a repeated question costs an embedder load and a lookup, not a
 2. update the retrieval index: only chunks whose text is new are embedded; unused index folders
    are deleted (:func:`ragcache.app.retrieval.prune_indexes`);
 3. retrieve the top-k chunks, lay out the request and look in the semantic answer cache;
-4. on a miss, load the model (the engine's chunk KV persists under ``$RAGCACHE_HOME/kv``, so a
-   later run over the same folder reuses each document's KV), answer, and store the answer.
+4. on a miss, load the model, answer, and store the answer. The engine's chunk KV persists under
+   ``$RAGCACHE_HOME/kv``: a document missed by a second run is computed before the command exits
+   (the engine's chunk queue is drained after the answer is printed; a document seen once is only
+   counted, :mod:`ragcache.engine.chunk.admission`), and later runs reuse it.
 
 An answer cut at the token budget is stored too (``cache_truncated``, on by default): the budget
 is part of the semantic partition, so it is served only to a request with the same budget, and
@@ -217,6 +219,9 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.linked_folders = list(folder.linked_folders)
     if not quiet:
         print_answer(console, out)
+    engine = getattr(backend, "engine", None) if backend.loaded else None
+    if hasattr(engine, "drain_chunk_queue"):  # the chunk queue's work (sightings, admitted chunks) before exiting
+        engine.drain_chunk_queue(EXIT_DRAIN_S)
     return out
 
 
@@ -226,6 +231,9 @@ def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
     with console.status("loading the model and answering"):
         return rag.generate(req)
 
+
+EXIT_DRAIN_S = 300.0
+"""Seconds ``ask`` waits at most, after the answer, for the chunk queue (the KV of documents missed twice)."""
 
 CUT_HINT = "cut at the token budget (raise --max-new-tokens for a longer answer)"
 """What a cut answer's footer says, served by the model or by the cache."""

@@ -298,6 +298,33 @@ def bench_prefix_hits(
               model=model, console=console)
 
 
+@bench_app.command("workload")
+def bench_workload(
+    json_path: str = json_option("workload"),
+    plot_path: str = plot_option("workload"),
+    requests: int = typer.Option(60, min=1, help="Requests per stream (>= 60 for a result)."),
+    regimes: str = typer.Option("novel,zipf,demo", help="Comma-separated document-reuse regimes: novel (no "
+                                "document repeats), zipf (skewed topic popularity), demo (the demo's session, again "
+                                "and again)."),
+    configs: str = typer.Option("defaults,every_miss,prefix_only", help="Comma-separated configurations: defaults "
+                                "(prefix + chunk cache at the defaults), every_miss (every missed document's chunk KV "
+                                "computed after its answer, as before), prefix_only (chunk cache off), no_cache."),
+    max_new_tokens: int = typer.Option(16, min=1, help="Answer tokens per request."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+    topics: int = typer.Option(24, min=1, help="Topics of the zipf regime."),
+    zipf_s: float = typer.Option(1.1, min=0.0, help="Exponent of the zipf regime's popularity."),
+    seed: int = typer.Option(0, help="Seed of the streams."),
+    limit: Optional[int] = typer.Option(None, min=1, help="Requests per stream for a smoke run (overrides --requests)."),
+    model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: RAGCACHE_MODEL, the "
+                                        "embedded SmolLM2-135M-Instruct)."),
+) -> None:
+    """Streams of RAG requests over the demo's corpus: where chunk KV reuse pays (CPU, TTFT, reuse, chunks read again)."""
+    run_bench("workload", json_path=json_path, plot_path=plot_path, requests=requests,
+              regimes=tuple(r.strip() for r in regimes.split(",") if r.strip()),
+              configs=tuple(c.strip() for c in configs.split(",") if c.strip()), max_new_tokens=max_new_tokens,
+              threads=threads, topics=topics, zipf_s=zipf_s, seed=seed, limit=limit, model=model, console=console)
+
+
 @bench_app.command("lexicon")
 def bench_lexicon(
     json_path: str = json_option("lexicon"),

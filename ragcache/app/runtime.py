@@ -86,7 +86,8 @@ def build_engine(cfg: Config, model: str | None = None, *, chunk_cache: bool = T
                         home=cfg.paths, setting=setting_name(cfg, "model", model))
     return LocalEngine(loaded, chunk_cache=cc, prefix_cache_bytes=cfg.prefix_max_bytes,
                        recompute_ratio=cfg.recompute_ratio if recompute_ratio is None else recompute_ratio,
-                       decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens, home=cfg.paths)
+                       decode_cache=cfg.decode_cache, min_reuse_tokens=cfg.min_reuse_tokens, home=cfg.paths,
+                       chunk_admission=cfg.chunk_admission, chunk_queue=cfg.chunk_queue)
 
 
 class LazyLocalBackend:

@@ -5,7 +5,9 @@ A request's prefill takes, in order:
 1. the longest exact prefix from the :class:`~ragcache.engine.prefix.PrefixCache`
    (whole blocks, always leaving at least the last prompt token to compute);
 2. if a chunk cache is attached, one batched lookup of the documents after that prefix
-   (:meth:`~ragcache.engine.chunk.BoundChunkCache.lookup_many`). Documents that
+   (:meth:`~ragcache.engine.chunk.BoundChunkCache.lookup_many`; a prefix that runs into a document,
+   as the system text's last block runs into the first document's wrapper, is cut back to that
+   document's start when it hits, :meth:`LocalEngine._chunk_plan`). Documents that
    miss are computed in the request's own context at every layer, like any uncached token,
    never on their own. When the hits are worth it (:class:`~ragcache.engine.blend.reuse.ReusePolicy`,
    and a per-model calibration allows blending), the hit documents' KV is fused CacheBlend-style
@@ -14,8 +16,10 @@ A request's prefill takes, in order:
    prefix is computed exactly: a request with no chunk hit is exactly a full prefill.
 
 Decode then continues from the request's own cache. Exactly computed KV (prompt and
-answer, for multi-turn reuse) is inserted back into the prefix cache, and missed documents'
-chunk KV is computed on its own and stored after the answer (see :meth:`LocalEngine.store_chunks`).
+answer, for multi-turn reuse) is inserted back into the prefix cache, and missed documents are
+handed to the chunk queue (:mod:`ragcache.engine.chunk.queue`): their chunk KV is computed on its own,
+in the background while no request is in flight, once a document has been missed ``chunk_admission``
+times (:mod:`ragcache.engine.chunk.admission`). No request waits for it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 from ragcache.engine import kv
 from ragcache.engine.blend.request import blend_request, chunk_view
 from ragcache.engine.chunk import BoundChunkCache, ChunkCache, ChunkPlan
+from ragcache.engine.chunk.queue import ChunkQueue, ChunkQueueStats
 from ragcache.engine.decode import DecodeResult, check_sampling, check_stops, decode, eos_ids
 from ragcache.engine.decode_cache import DecodeCacheSpec, check_decode, load_decode_check
 from ragcache.engine.engine_config import EngineConfig
@@ -79,7 +84,10 @@ class LocalEngine(EngineKeys):
             format is part of :attr:`answer_identity`, and a model whose recorded
             :meth:`check_decode` fails the bound decodes exactly); ``decode_backend`` /
             ``decode_nbits`` / ``residual_length`` / ``decode_sink_tokens`` (the ``QuantizedCache``
-            backend, bits, and the recent and first (attention sink) tokens kept in full precision).
+            backend, bits, and the recent and first (attention sink) tokens kept in full precision);
+            ``chunk_admission`` (default 2: a missed document's chunk KV is computed at its second
+            miss) and ``chunk_queue`` (default 64 documents waiting in the background queue; 0: computed
+            after each answer on the caller's thread), :meth:`queue_chunks`.
 
     Raises:
         ValueError: a setting out of range (see :class:`EngineConfig`); TypeError: an unknown setting.
@@ -113,6 +121,8 @@ class LocalEngine(EngineKeys):
         self.decode_check = load_decode_check(self.fingerprint.digest, self.decode.tag, cfg.home) \
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
+        self.chunk_queue = ChunkQueue(self._lock, max_docs=cfg.chunk_queue, admission=cfg.chunk_admission,
+                                      sink_kv=self._cached_sink)
         self._eos = frozenset(eos_ids(self.model, self.tokenizer))
         self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the
@@ -169,7 +179,7 @@ class LocalEngine(EngineKeys):
     @property
     def lock(self) -> threading.RLock:
         """The engine's re-entrant lock: held by every forward pass over the model and every cache write
-        (:meth:`stream`, :meth:`store_chunks`); a caller running its own passes on :attr:`model` (a
+        (:meth:`prefill`, :meth:`stream`, :meth:`store_chunks`, the chunk queue's worker per document); a caller running its own passes on :attr:`model` (a
         calibration, a decode check) holds it for their duration."""
         return self._lock
 
@@ -232,9 +242,9 @@ class LocalEngine(EngineKeys):
         """Compute the KV cache of ``prompt`` and the logits of its last token, reusing cached KV.
 
         Args:
-            store_missed_chunks: compute and store the chunk KV of documents that missed the
-                chunk cache before returning (``False``: the caller does it later with
-                :meth:`store_chunks` and ``result.missed_docs``, as :meth:`stream` does after decode).
+            store_missed_chunks: hand the documents that missed the chunk cache to the chunk queue
+                (:meth:`queue_chunks`) before returning (``False``: the caller does it later with
+                ``result.missed_docs``, as :meth:`stream` does after decode).
             namespace: the request's tenant, hashed into its KV keys (:meth:`kv_salt`).
             prefix_limit: reuse at most this many prompt tokens from the prefix cache (``None``: no limit).
 
@@ -242,6 +252,13 @@ class LocalEngine(EngineKeys):
             ValueError: for an empty prompt.
             ContextWindowError: when ``len(prompt) + max_new_tokens`` exceeds the context window.
         """
+        with self._lock:  # a chunk computed by the queue's worker waits, and so does this for it (one document)
+            return self._prefill(prompt, use_prefix_cache, use_chunk_cache, recompute_ratio, max_new_tokens,
+                                 store_missed_chunks, namespace, prefix_limit)
+
+    def _prefill(self, prompt: Prompt, use_prefix_cache: bool, use_chunk_cache: bool | None,
+                 recompute_ratio: float | None, max_new_tokens: int, store_missed_chunks: bool,
+                 namespace: str | None, prefix_limit: int | None) -> PrefillResult:
         if self.kv_reuse_blocker or self.rope_switch:  # windowed attention: no reuse; a RoPE switch: no chunk reuse
             use_prefix_cache, use_chunk_cache = use_prefix_cache and not self.kv_reuse_blocker, False  # (warned once)
         ids = prompt.input_ids
@@ -260,25 +277,29 @@ class LocalEngine(EngineKeys):
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
+            doc_spans = prompt.document_spans()
+            view = chunk_view(self, ids, [(s, e) for s, e, _ in doc_spans], r, namespace) if use_chunks else None
+            blend = False
+            if use_chunks:  # the setting's chunk context: BOS sink or the request's stable prefix
+                cut, plan = self._chunk_plan(p, doc_spans, view)
+                if plan.hits or plan.missed:
+                    stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
+                    missed = [m.token_ids for m in plan.missed]
+                    blend = self._decide(plan, r, stats)
+                if blend and cut < p:  # the match ran into a hit document: reuse the prefix up to it only
+                    self.prefix_cache.truncate(match, cut)
+                    p = cut
             pieces = self.prefix_cache.pieces(match) if match else None
             cache = self._start_cache(pieces, n + min(max_new_tokens, self.PREALLOCATE_DECODE))
-            spans = [(s, e, piece) for s, e, piece in prompt.document_spans() if s >= p]
             blended = False
-            view = chunk_view(self, ids, [(s, e) for s, e, _ in prompt.document_spans()], r, namespace) \
-                if use_chunks else None
-            if use_chunks and spans:  # the setting's chunk context: BOS sink or the request's stable prefix
-                plan = view.lookup_many([(s, e, piece.ids) for s, e, piece in spans])
-                stats.docs_hit, stats.docs_missed = len(plan.hits), len(plan.missed)
-                missed = [m.token_ids for m in plan.missed]
-                blend = self._decide(plan, r, stats)
-                if blend:
-                    try:
-                        logits, exact_upto, cache = self._blend(ids, p, cache, plan, r, stats)
-                        blended = True
-                    except NotImplementedError as e:
-                        log.warning("CacheBlend unavailable for this model (%s); falling back to full prefill", e)
-                        stats.reuse_decision = f"CacheBlend unavailable ({e}): exact prefill"
-                        cache = self._start_cache(pieces, n + min(max_new_tokens, self.PREALLOCATE_DECODE))
+            if blend:
+                try:
+                    logits, exact_upto, cache = self._blend(ids, p, cache, plan, r, stats)
+                    blended = True
+                except NotImplementedError as e:
+                    log.warning("CacheBlend unavailable for this model (%s); falling back to full prefill", e)
+                    stats.reuse_decision = f"CacheBlend unavailable ({e}): exact prefill"
+                    cache = self._start_cache(pieces, n + min(max_new_tokens, self.PREALLOCATE_DECODE))
             if not blended:
                 t1 = time.perf_counter()
                 logits = self._forward_suffix(ids, p, cache)
@@ -296,8 +317,38 @@ class LocalEngine(EngineKeys):
                                      known=match.hashes if match is not None else ())
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
-            stats.chunk_store_s, missed = self.store_chunks(missed, view), []
+            stats.chunk_store_s, missed = self.queue_chunks(missed, view), []
         return PrefillResult(cache, logits, stats, exact_upto, missed, view)
+
+    def _chunk_plan(self, p: int, doc_spans: Sequence[tuple[int, int, Any]],
+                    view: BoundChunkCache) -> tuple[int, ChunkPlan]:
+        """The chunk plan of the documents after a ``p``-token prefix match, and the prefix to reuse when
+        the request blends.
+
+        A prefix match (whole blocks) may end inside a document: every document opens with the same
+        wrapper tokens (``<document>\\n``), so the system text's last block runs into the first document
+        whichever it is. That document could not be blended (it starts before the prefix) and, missed,
+        would never be stored. So it is looked up with the documents after it: on a hit the prefix to
+        reuse is cut back to the last block boundary at or before its start (the few system tokens in
+        that block are computed again, exactly; :meth:`prefill` cuts the match only when it blends); on
+        a miss the whole match is kept and the document is computed in the request's context from ``p``
+        (and its chunk KV queued as any miss's). Only a match that entered the document by less than a
+        block is cut: one that holds more of it had the same document there before (the same documents
+        in the same order, another question), and exact reuse beats blending. A match that ends between
+        documents is kept.
+
+        Returns:
+            ``(prefix tokens to reuse when blending, plan)``; the plan's hits all start at or after it.
+        """
+        bs = self.prefix_cache.block_size
+        # the match entered the document by less than a block: only its shared wrapper head matched. A match that
+        # holds more of it held the same document there before: exact reuse of it beats blending it.
+        straddle = next((s for s, e, _ in doc_spans if s < p < e and p - s < bs), None)
+        cut = p if straddle is None else straddle // bs * bs
+        plan = view.lookup_many([(s, e, piece.ids) for s, e, piece in doc_spans if s >= cut])
+        if straddle is not None and not any(h.start == straddle for h in plan.hits):
+            cut = p  # the straddled document missed: nothing to blend before p
+        return cut, plan
 
     def _check_size(self, n: int, max_new_tokens: int) -> None:
         if n == 0:
@@ -309,9 +360,50 @@ class LocalEngine(EngineKeys):
                 f"history, or a smaller max_new_tokens"
             )
 
+    def queue_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
+                     namespace: str | None = None) -> float:
+        """Hand documents (token ids) that missed the chunk cache to the chunk queue (:attr:`chunk_queue`,
+        :mod:`ragcache.engine.chunk.queue`): a sighting of each is counted, and those seen
+        ``chunk_admission`` times (:mod:`ragcache.engine.chunk.admission`) are computed and stored in the
+        background while no request is in flight (:meth:`drain_chunk_queue` waits for it). ``view``: as
+        :meth:`store_chunks`. Returns the seconds spent on the caller's thread (0 with a queue; with
+        ``chunk_queue=0`` the sighting and the computation happen here)."""
+        if self.chunk_cache is None or not docs:
+            return 0.0
+        return self.chunk_queue.submit(view or self.chunks_for(namespace), docs)
+
+    def _cached_sink(self, view: BoundChunkCache, capacity: int) -> tuple[Any, int] | None:
+        """A chunk context's leading whole blocks from the prefix cache, copied into a cache of ``capacity``
+        positions, and their number of tokens; ``None`` when the prefix cache holds none (the chunk queue
+        then computes the context too). A prefix-conditioned chunk is computed after the request's stable
+        prefix, which that request put in the prefix cache: reading it back spares a forward pass over the
+        system text for every document (:data:`~ragcache.engine.chunk.bound.SinkKV`)."""
+        if len(view.sink) < self.prefix_cache.block_size or self.kv_reuse_blocker or self.rope_switch is not None:
+            return None
+        match = self.prefix_cache.match(view.sink, namespace=view.namespace, fingerprint=view.fingerprint)
+        try:
+            pieces = self.prefix_cache.pieces(match)
+            return None if pieces is None else (self._start_cache(pieces, capacity), match.num_tokens)
+        finally:
+            self.prefix_cache.release(match)
+
+    def drain_chunk_queue(self, timeout: float | None = None, *, first_sightings: bool = False) -> bool:
+        """Wait until the chunk queue has computed every admitted document (:meth:`ChunkQueue.drain
+        <ragcache.engine.chunk.queue.ChunkQueue.drain>`); ``True`` when drained, ``False`` when ``timeout``
+        seconds passed first. ``first_sightings``: also compute the documents seen fewer than
+        ``chunk_admission`` times (call it when the engine is idle and its documents will be asked again:
+        the demo does at its end). Never call it from inside a request or while holding :attr:`lock`."""
+        return self.chunk_queue.drain(timeout, first_sightings=first_sightings)
+
+    @property
+    def chunk_queue_stats(self) -> ChunkQueueStats:
+        """Documents the chunk queue was handed, dropped, counted as first sightings, admitted and computed."""
+        return self.chunk_queue.stats
+
     def store_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
                      namespace: str | None = None) -> float:
-        """Compute and store the chunk KV of documents (token ids) that missed the chunk cache.
+        """Compute and store the chunk KV of documents (token ids) that missed the chunk cache, now and
+        unconditionally (no admission rule, no queue; requests use :meth:`queue_chunks`).
 
         A missed document is computed in its request's context at every layer (exact), but
         what is stored for next time is its KV computed on its own after the chunk cache's sink
@@ -320,8 +412,9 @@ class LocalEngine(EngineKeys):
         chunk's content would depend on which request happened to store it first, and the
         blend fidelity measured by :meth:`calibrate` (on independently computed chunks, as
         CacheBlend stores them, §5) would not hold for it. The price is one extra forward pass
-        over the document with short attention, paid after the answer: ``chunk_store_s``
-        in the stats (measured by ``ragcache bench prefix``).
+        over the document with short attention, paid in the background by the chunk queue (``chunk_store_s``
+        in the stats is the part paid on the request's thread: 0 with a queue; measured by
+        ``ragcache bench prefix``).
 
         ``view``: the chunk cache view of the request's setting (:attr:`PrefillResult.chunk_view`, already
         under the request's KV salt); default the BOS-sink one under the KV salt of ``namespace``. Returns: seconds spent (0 when there is no chunk cache or nothing to store).
@@ -497,7 +590,7 @@ class LocalEngine(EngineKeys):
         prompt = self.build_prompt(prompt)
         use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
         gen_rng = torch.Generator().manual_seed(seed) if seed is not None else None
-        with self._lock:
+        with self.chunk_queue.request(), self._lock:  # marked first: the chunk queue's worker yields to it
             t0 = time.perf_counter()
             pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
                                recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
@@ -530,7 +623,7 @@ class LocalEngine(EngineKeys):
                 keys, values = kv.cache_tensors(cache)
                 self.prefix_cache.insert(seq, keys, values, namespace=self._prefix_salt(namespace, len(seq)),
                                          upto=len(seq), fingerprint=self.fingerprint.digest)
-            stats.chunk_store_s = self.store_chunks(pre.missed_docs, pre.chunk_view, namespace=namespace)
+            stats.chunk_store_s = self.queue_chunks(pre.missed_docs, pre.chunk_view, namespace=namespace)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 
     def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:

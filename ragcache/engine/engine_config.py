@@ -17,6 +17,8 @@ from ragcache.limits import check_recompute_ratio
 from ragcache.engine.prompt import TemplateDate, resolve_template_date
 from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.blend.reuse import ReusePolicy
+from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
+from ragcache.engine.chunk.queue import DEFAULT_QUEUE_DOCS, check_queue_docs
 
 if TYPE_CHECKING:
     from ragcache.engine.blend.setting import BlendSetting
@@ -50,6 +52,11 @@ class EngineConfig:
             :class:`~ragcache.home.Home` or folder; ``None``: ``~/.cache/ragcache``).
         blend_setting: a :class:`~ragcache.engine.blend.setting.BlendSetting` (rule, budget, chunk
             context) that wins over the calibration record's; ``None``: the record's licensed setting.
+        chunk_admission: requests that must miss a document before its chunk KV is computed (>= 1; default
+            2, the second: a document seen once costs nothing, :mod:`ragcache.engine.chunk.admission`).
+        chunk_queue: documents waiting for their chunk KV in the background queue (>= 0; default 64, more
+            are dropped; 0: computed after each answer on the request's thread,
+            :mod:`ragcache.engine.chunk.queue`).
 
     Raises:
         ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
@@ -72,7 +79,9 @@ class EngineConfig:
     decode_sink_tokens: int = 0
     home: Home | str | Path | None = None
     blend_setting: BlendSetting | None = None
-    rank_by: str | None = None  # last: the fields before it keep their positions
+    rank_by: str | None = None  # the fields before it keep their positions
+    chunk_admission: int = DEFAULT_ADMISSION
+    chunk_queue: int = DEFAULT_QUEUE_DOCS
 
     def __post_init__(self) -> None:
         check_recompute_ratio(self.recompute_ratio)
@@ -104,6 +113,8 @@ class EngineConfig:
         if self.decode_backend not in DECODE_BACKENDS:
             raise ValueError(f"decode_backend must be one of {DECODE_BACKENDS}; got {self.decode_backend!r}")
         resolve_template_date(self.template_date)  # bad values fail here, not on the first request
+        check_admission(self.chunk_admission)
+        check_queue_docs(self.chunk_queue)
 
     @classmethod
     def of(cls, config: EngineConfig | None = None, **overrides: Any) -> EngineConfig:

@@ -24,8 +24,9 @@ class RequestStats:
     else ``"dynamic"``): the answer may then differ from exact prefill and decoding;
     ``recompute_ratio`` is the r used for blending and ``None`` without it; ``blend_setting`` names the
     blend setting (rule, budget, chunk context) of a blended answer. ``reuse_decision`` says why the path was taken.
-    ``chunk_store_s`` is the time spent computing and storing missed documents' chunk KV
-    (after the answer, off the TTFT path).
+    ``chunk_store_s`` is the time the request spent computing and storing missed documents' chunk KV on
+    its own thread: 0 with the engine's chunk queue (computed in the background), after the answer with
+    ``chunk_queue=0``.
     """
 
     prompt_tokens: int = 0

@@ -129,6 +129,19 @@ class ChunkStoreContract:
         assert store.put(kv) is False
         assert not store.contains(kv.key) and len(store) == 0
 
+    def test_sightings_are_counted(self, make_store: StoreFactory) -> None:
+        """A store that counts sightings (``sight_many``, :mod:`ragcache.engine.chunk.admission`) counts each key
+        apart, a key given twice twice, and the counts do not depend on what is stored."""
+        store = make_store()
+        if not hasattr(store, "sight_many"):
+            pytest.skip(f"{type(store).__name__} keeps no sighting counts (the chunk cache counts in process)")
+        a, b = make_kv(0), make_kv(1)
+        assert store.sight_many([]) == []
+        assert store.sight_many([a.key]) == [1]
+        assert store.sight_many([a.key, b.key, b.key]) == [2, 1, 2]
+        store.put(a)
+        assert store.sight_many([a.key]) == [3] and len(store) == 1
+
     def test_overwrite_keeps_one_entry(self, make_store: StoreFactory, fmt: str) -> None:
         store = make_store()
         kv = make_kv(0, fmt=fmt)

@@ -26,7 +26,8 @@ def test_a_blended_answer_of_the_real_model_is_labelled_everywhere(smol):
     from ragcache.server.app import running_server
     from ragcache.testing import HashingEmbedder
 
-    engine = LocalEngine(smol, chunk_cache=ChunkCache(), recompute_ratio=0.15, min_reuse_tokens=0, calibration=False)
+    engine = LocalEngine(smol, chunk_cache=ChunkCache(), recompute_ratio=0.15, min_reuse_tokens=0, calibration=False,
+                         chunk_admission=1, chunk_queue=0)
     assert engine.blend_setting_name() == "infoflow r=0.15"
     store = SemanticCache(None, embedder=HashingEmbedder())
     rag = RagCache(LocalBackend(engine), semantic=store, doc_order="given", max_new_tokens=4)
@@ -46,7 +47,8 @@ def test_a_blended_answer_of_the_real_model_is_labelled_everywhere(smol):
 
     # the route on an engine of its own (same setting, empty chunk cache): the RagCache runs above stored
     # these texts' chunk KV under the same (default) tenant, which the route would otherwise reuse at once
-    served = LocalEngine(smol, chunk_cache=ChunkCache(), recompute_ratio=0.15, min_reuse_tokens=0, calibration=False)
+    served = LocalEngine(smol, chunk_cache=ChunkCache(), recompute_ratio=0.15, min_reuse_tokens=0, calibration=False,
+                         chunk_admission=1, chunk_queue=0)
     with running_server(served) as url:
         model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
 

@@ -120,7 +120,7 @@ def test_embedded_model_end_to_end_at_the_packaged_setting():
     licensed) is prefilled exactly and says why."""
     # min_reuse_tokens=0: blend whatever the machine's measured prefill rate (the cost rule skips a blend of
     # these 100 tokens on a fast or idle machine; the licence, not the rate, is what this test checks)
-    eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache(), min_reuse_tokens=0)
+    eng = LocalEngine.from_pretrained(chunk_cache=ChunkCache(), min_reuse_tokens=0, chunk_admission=1, chunk_queue=0)
     setting = licensed_setting(eng.calibration)
     eng.generate(messages(), max_new_tokens=4, use_prefix_cache=False)
     st = eng.generate(messages(question="What flows through Paris?"), max_new_tokens=4, use_prefix_cache=False).stats

@@ -148,7 +148,8 @@ def test_chunk_cache_accounting_and_reorder(tiny):
     from ragcache.engine.chunk.cache import ChunkCache
 
     # min_reuse_tokens=0: blend on any hit (the cost rule would take exact prefill for these short documents)
-    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15, min_reuse_tokens=0)
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), recompute_ratio=0.15, min_reuse_tokens=0,
+                         chunk_admission=1, chunk_queue=0)  # every miss stored before generate returns
     cold = engine.generate(_rag_msgs(DOCS), max_new_tokens=4)
     assert cold.stats.docs_missed == 3 and cold.stats.docs_hit == 0
     assert cold.stats.chunk_tokens_reused == 0  # computed in this request: never counted as reused
@@ -166,7 +167,7 @@ def test_chunk_cache_r1_equals_full_prefill(tiny):
 
     from ragcache.engine.chunk.cache import ChunkCache
 
-    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32))
+    engine = LocalEngine(tiny, chunk_cache=ChunkCache(dtype=torch.float32), chunk_admission=1, chunk_queue=0)
     msgs_ = _rag_msgs(DOCS[:2])
     ref = engine.generate(msgs_, max_new_tokens=8, use_prefix_cache=False, use_chunk_cache=False)
     engine.generate(_rag_msgs(list(reversed(DOCS[:2]))), max_new_tokens=2)  # chunks cached, other order

@@ -191,7 +191,8 @@ def test_answers_while_valkey_is_killed_or_frozen(tiny_seed1, valkey, monkeypatc
     want = exact.answer(Q, docs).text
 
     chunks = ChunkCache(RedisChunkStore(valkey.url, timeout_s=DEADLINE_S), dtype=torch.float32)
-    engine = LocalEngine(tiny_seed1, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15)
+    engine = LocalEngine(tiny_seed1, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15,
+                         chunk_admission=1, chunk_queue=0)
     rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=6)
 
     def ask() -> Any:

@@ -73,8 +73,10 @@ def test_engines_with_different_namespaces_never_share_chunk_kv(tiny, shared_sto
 
 def test_one_chunk_cache_shared_by_two_engines_keeps_namespaces_apart(tiny):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    a = LocalEngine(tiny, chunk_cache=cc, namespace="a", min_reuse_tokens=0, calibration=False)
-    b = LocalEngine(tiny, chunk_cache=cc, namespace="b", min_reuse_tokens=0, calibration=False)
+    a = LocalEngine(tiny, chunk_cache=cc, namespace="a", min_reuse_tokens=0, calibration=False,
+                   chunk_admission=1, chunk_queue=0)
+    b = LocalEngine(tiny, chunk_cache=cc, namespace="b", min_reuse_tokens=0, calibration=False,
+                   chunk_admission=1, chunk_queue=0)
     ask(a)
     assert ask(b).stats.docs_hit == 0
     assert len(cc.store) == 6
@@ -172,8 +174,10 @@ def test_one_valkey_round_trip_for_a_requests_chunk_lookups(tiny, valkey_server,
 
 def test_precompute_keys_chunks_under_the_engines_namespace(tiny):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    a = LocalEngine(tiny, chunk_cache=cc, namespace="a", min_reuse_tokens=0, calibration=False)
-    b = LocalEngine(tiny, chunk_cache=cc, namespace="b", min_reuse_tokens=0, calibration=False)
+    a = LocalEngine(tiny, chunk_cache=cc, namespace="a", min_reuse_tokens=0, calibration=False,
+                   chunk_admission=1, chunk_queue=0)
+    b = LocalEngine(tiny, chunk_cache=cc, namespace="b", min_reuse_tokens=0, calibration=False,
+                   chunk_admission=1, chunk_queue=0)
     docs = [list(piece.ids) for _, _, piece in b.build_prompt(rag()).document_spans()]
     assert cc.precompute(b, docs, progress=False) == 3
     assert cc.precompute(b, docs, progress=False) == 0  # already there, under b

@@ -151,3 +151,16 @@ def test_urls_and_environment_select_the_shared_stores(valkey_server, pg_server,
         open_chunk_store("memcached://x")
     with pytest.raises(ValueError, match="scheme"):
         SemanticCache.from_url("mysql://x")
+
+
+def test_sightings_are_shared_between_clients_and_expire(store, valkey_server):
+    from ragcache.engine.chunk.admission import SIGHTING_TTL_S
+
+    other = RedisChunkStore(valkey_server.url, prefix=store.prefix)
+    k = make_kv(0).key
+    assert store.sight_many([k]) == [1] and other.sight_many([k, k]) == [2, 3]
+    ttl = other._r.ttl(f"{store.prefix}seen:{k}")
+    assert 0 < ttl <= SIGHTING_TTL_S
+    store.clear()
+    assert store.sight_many([k]) == [1]  # clear() forgets sightings too
+    other.close()

@@ -31,7 +31,8 @@ def rag(question="How long does the canary last?", docs=DOCS, system=SYSTEM):
 def make(loaded, store=None, **kw):
     # blending on any chunk hit (r given, no calibration), so the chunk store alone decides chunk reuse
     cc = ChunkCache(store if store is not None else MemoryChunkStore(), dtype=torch.float32)
-    return LocalEngine(loaded, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15, **kw)
+    return LocalEngine(loaded, chunk_cache=cc, min_reuse_tokens=0, calibration=False, recompute_ratio=0.15,
+                       **{"chunk_admission": 1, "chunk_queue": 0, **kw})
 
 
 # ------------------------------------------------------------------ the salt

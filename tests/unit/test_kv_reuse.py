@@ -187,7 +187,7 @@ def full_reference(tiny, msgs, steps=8):
 
 def test_cold_request_with_chunk_cache_is_a_full_prefill(tiny):
     cc = ChunkCache(dtype=torch.float32)
-    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, calibration=False, chunk_admission=1)
     ref = full_reference(tiny, rag(DOCS))
     cold = engine.generate(rag(DOCS), max_new_tokens=8)
     assert (cold.first_logits - ref.first_logits).abs().max() < 1e-4
@@ -196,18 +196,22 @@ def test_cold_request_with_chunk_cache_is_a_full_prefill(tiny):
     assert (st.docs_hit, st.docs_missed, st.chunk_tokens_reused, st.tokens_recomputed) == (0, 4, 0, 0)
     assert not st.approximate and st.recompute_ratio is None and "no chunk hit" in st.reuse_decision
     assert st.prefill_tokens_computed == st.prompt_tokens - st.prefix_tokens_reused
-    # the missed documents were stored afterwards, computed on their own after the sink
-    assert st.chunk_store_s > 0 and cc.misses == 4
+    # the missed documents are stored in the background (nothing paid on the request's thread), computed on
+    # their own after the sink
+    assert st.chunk_store_s == 0 and cc.misses == 4
+    assert engine.drain_chunk_queue(60)
     prompt = engine.build_prompt(rag(DOCS))
     for _, _, piece in prompt.document_spans():
         stored = cc.lookup(tiny.model, tiny.fingerprint, piece.ids)
         alone = cc.compute(tiny.model, tiny.fingerprint, piece.ids)
-        assert stored is not None and torch.equal(stored.keys, alone.keys) and torch.equal(stored.values, alone.values)
+        assert stored is not None and torch.allclose(stored.keys, alone.keys, atol=1e-5)
+        assert torch.allclose(stored.values, alone.values, atol=1e-5)
 
 
 def test_missed_documents_are_computed_in_context(tiny):
     cc = ChunkCache(dtype=torch.float32)
-    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, recompute_ratio=0.15, calibration=False)
+    engine = LocalEngine(tiny, chunk_cache=cc, min_reuse_tokens=0, recompute_ratio=0.15, calibration=False,
+                         chunk_admission=1)
     order = [DOCS[2], DOCS[3], DOCS[0], DOCS[1]]  # two misses first, then two hits
     cc.precompute(engine, DOCS[:2], progress=False)
     prompt = engine.build_prompt(rag(order))
@@ -230,7 +234,8 @@ def test_missed_documents_are_computed_in_context(tiny):
     # the hit documents' KV really came from the chunk cache (it differs from full prefill)
     assert max((bv[i][:, :, spans[2][0]:spans[3][1]] - rv[i][:, :, spans[2][0]:spans[3][1]]).abs().max()
                for i in range(2, tiny.model.config.num_hidden_layers)) > 1e-3
-    assert res.missed_docs == []  # stored before prefill returned
+    assert res.missed_docs == []  # handed to the chunk queue before prefill returned
+    assert engine.drain_chunk_queue(60)
     assert all(cc.lookup(tiny.model, tiny.fingerprint, p.ids) is not None for _, _, p in prompt.document_spans())
 
 
@@ -277,7 +282,7 @@ def test_policy_threshold_from_measured_rate():
 
 def test_default_rule_measures_the_rate_and_declines_tiny_savings(tiny):
     cc = ChunkCache(dtype=torch.float32)
-    engine = LocalEngine(tiny, chunk_cache=cc, calibration=False, recompute_ratio=0.15)
+    engine = LocalEngine(tiny, chunk_cache=cc, calibration=False, recompute_ratio=0.15, chunk_admission=1, chunk_queue=0)
     engine.generate(rag(DOCS), max_new_tokens=2)  # cold: exact, measures the prefill rate, stores the chunks
     assert engine.prefill_rate.value and engine.prefill_rate.value > 0
     # the decision, not the machine's speed, is under test: pin the measured rate to what an idle

@@ -138,3 +138,37 @@ def test_bytes_round_trip_for_value_stores(fmt_name):
             chunk_from_bytes(bad, kv.key)
     with pytest.raises(ValueError, match="key"):
         chunk_from_bytes(data, make_kv(8, fmt=fmt_name).key)
+
+
+def test_disk_sightings_are_shared_by_stores_on_one_folder_and_capped(tmp_path):
+    from ragcache.engine.chunk.stores.disk import MAX_COUNT
+
+    a, b = DiskChunkStore(tmp_path / "kv"), DiskChunkStore(tmp_path / "kv")  # two processes on one folder
+    k = make_kv(0).key
+    assert a.sight_many([k]) == [1] and b.sight_many([k]) == [2] and a.sight_many([k]) == [3]
+    assert len(a) == 0  # sightings are not entries
+    assert b.sight_many([k] * (MAX_COUNT + 5))[-1] == MAX_COUNT
+    with pytest.raises(ValueError, match="sha256"):
+        a.sight_many(["../../etc/passwd"])
+
+
+def test_disk_sightings_forget_the_least_recently_seen(tmp_path):
+    import os
+
+    store = DiskChunkStore(tmp_path / "kv")
+    keys = [make_kv(i).key for i in range(5)]
+    for i, k in enumerate(keys):
+        store.sight_many([k])
+        os.utime(store.root / "seen" / k, ns=(i * 10**9, i * 10**9))
+    store._prune_sightings(store.root / "seen", keep=3)
+    assert sorted(p.name for p in (store.root / "seen").iterdir()) == sorted(keys[2:])
+    assert store.sight_many([keys[0]]) == [1]  # forgotten: counted from one again
+
+
+def test_memory_sightings_are_bounded():
+    from ragcache.engine.chunk.admission import SightingCounts
+
+    counts = SightingCounts(max_entries=2)
+    assert counts.sight_many(["a", "b", "a"]) == [1, 1, 2]
+    counts.sight_many(["c"])  # "b" was seen least recently: forgotten
+    assert len(counts) == 2 and counts.sight_many(["b", "a"]) == [1, 3]

@@ -59,7 +59,8 @@ def test_semantic_layer_hits_rewording_misses_negation_and_edit(index, smol, sem
 
 def test_other_node_order_gives_same_prompt_and_reuses_chunk_kv(index, tiny):
     # prefix cache off so that the documents can only come from the chunk cache
-    llm = RagCacheLLM(LocalEngine(tiny, chunk_cache=ChunkCache(), min_reuse_tokens=0, calibration=False, recompute_ratio=0.15), max_new_tokens=4, use_prefix_cache=False)
+    llm = RagCacheLLM(LocalEngine(tiny, chunk_cache=ChunkCache(), min_reuse_tokens=0, calibration=False, recompute_ratio=0.15,
+                                  chunk_admission=1, chunk_queue=0), max_new_tokens=4, use_prefix_cache=False)
     qe = RagCacheQueryEngine.from_index(index, similarity_top_k=3, llm=llm, semantic_cache=False)
     nodes = qe.retriever.retrieve(Q)
     assert len(nodes) == 3

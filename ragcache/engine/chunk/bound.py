@@ -9,13 +9,14 @@ an engine whose weights changed in memory stops reusing old KV once it is given 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import torch
 
 from ragcache.boundary import Boundary, boundary_for
 from ragcache.engine import kv as kvb
+from ragcache.engine.chunk.admission import Sightings
 from ragcache.engine.chunk.chunk_kv import ChunkKV
 from ragcache.engine.chunk.plan import ChunkHit, ChunkMiss, ChunkPlan
 from ragcache.engine.chunk.stores import ChunkStore
@@ -23,9 +24,20 @@ from ragcache.engine.quant import KVFormat, quantize_kv
 from ragcache.hashing import ChunkHash, hash_chunk
 from ragcache.limits import context_window_of
 
-__all__ = ["BoundChunkCache", "ChunkSettings", "DocSpan", "context_window"]
+__all__ = ["PIECE_TOKENS", "BoundChunkCache", "ChunkSettings", "DocSpan", "SinkKV", "Step", "context_window"]
 
 log = logging.getLogger(__name__)
+
+PIECE_TOKENS = 128
+"""Tokens per forward pass when a chunk is computed in pieces (:meth:`BoundChunkCache.compute` with ``step``): a
+request waits for at most one piece of a background chunk (SmolLM2-135M, one CPU thread: ~0.6 s)."""
+
+Step = Callable[[Callable[[], Any]], Any]
+"""Runs one piece of a chunk's prefill: ``step(run_piece)`` calls ``run_piece()`` (e.g. under a lock)."""
+
+SinkKV = Callable[[Any, int], "tuple[Any, int] | None"]
+"""``sink_kv(view, positions)``: a cache holding the exact KV of the first ``n`` sink tokens of ``view`` (room for
+``positions``) and ``n``, or ``None`` (:meth:`BoundChunkCache.compute`)."""
 
 DocSpan = tuple[int, int, Sequence[int]]
 """``(start, end, token ids)`` of one document in a prompt (positions in tokens, ``end`` exclusive)."""
@@ -40,6 +52,7 @@ class ChunkSettings(Protocol):
     hits: int
     misses: int
     store_timeout_s: float | None
+    sightings: Sightings
 
     def sink_for(self, model: Any) -> list[int]: ...
 
@@ -129,8 +142,15 @@ class BoundChunkCache:
         return plan
 
     @torch.inference_mode()
-    def compute(self, doc_ids: Sequence[int]) -> ChunkKV:
+    def compute(self, doc_ids: Sequence[int], *, step: Step | None = None, sink_kv: SinkKV | None = None) -> ChunkKV:
         """Prefill ``sink + doc_ids`` from position 0 and keep the document's KV.
+
+        ``step``: run the prefill in pieces of :data:`PIECE_TOKENS` tokens, each as ``step(run_piece)``
+        (the chunk queue takes the engine lock per piece and yields to waiting requests between them);
+        ``None``: one forward pass. ``sink_kv``: ``sink_kv(self, positions)`` gives a cache already holding
+        the exact KV of the sink's first ``n`` tokens (room for ``positions``) and ``n``, or ``None``; the
+        prefill then starts at ``n`` (the engine serves a prefix-conditioned chunk's context, the request's
+        stable prefix, from its prefix cache). Same KV either way, up to float rounding.
 
         Returns a :class:`ChunkKV` with keys/values ``[num_layers, kv_heads, n, head_dim]`` in the
         cache's format (dense in its dtype, or quantized from the model's own KV), computed at
@@ -148,8 +168,16 @@ class BoundChunkCache:
                 f"document of {len(doc_ids)} tokens (+{len(self.sink)} sink tokens) exceeds the model's context "
                 f"window of {window} tokens; split it into smaller chunks"
             )
-        cache = kvb.new_cache(self.model)
-        kvb.forward(self.model, self.sink + doc_ids, cache, start=0)
+        ids = self.sink + doc_ids
+        got = sink_kv(self, len(ids)) if sink_kv is not None else None
+        cache, start = got if got is not None else (kvb.new_cache(self.model), 0)
+        if not 0 <= start <= len(self.sink):
+            raise RuntimeError(f"sink_kv gave {start} cached positions for a sink of {len(self.sink)} tokens")
+        if step is None:
+            kvb.forward(self.model, ids[start:], cache, start=start)
+        else:
+            for pos in range(start, len(ids), PIECE_TOKENS):
+                step(lambda pos=pos: kvb.forward(self.model, ids[pos:pos + PIECE_TOKENS], cache, start=pos))
         keys, values = kvb.cache_tensors(cache)
         n0 = len(self.sink)
         k = torch.stack([layer[0, :, n0:, :] for layer in keys]).cpu()
@@ -167,12 +195,13 @@ class BoundChunkCache:
             k, v = keys.to(self.cache.dtype).contiguous(), values.to(self.cache.dtype).contiguous()
         return ChunkKV(self.key(doc_ids), self.fingerprint, doc_ids, k, v, len(self.sink))
 
-    def add_many(self, docs: Iterable[Sequence[int]]) -> int:
+    def add_many(self, docs: Iterable[Sequence[int]], *, step: Step | None = None,
+                 sink_kv: SinkKV | None = None) -> int:
         """Compute and store the chunks of ``docs`` (token ids) that the store does not hold yet.
 
         One batched read checks them all (another process may have stored some meanwhile), then
-        each missing document is computed on its own after the sink and all are written with one
-        ``put_many``. Returns how many chunks were computed.
+        each missing document is computed on its own after the sink (``step``, ``sink_kv``: as :meth:`compute`) and
+        all are written with one ``put_many``. Returns how many chunks were computed.
 
         Why on its own: a document that missed was computed in its request's context at every
         layer (exact), but the KV stored for next time is computed after the sink only
@@ -181,7 +210,8 @@ class BoundChunkCache:
         depend on which request happened to store it first, and the blend fidelity measured by
         ``LocalEngine.calibrate`` (on independently computed chunks, as CacheBlend stores them,
         §5) would not hold for it. The price is one extra forward pass over the document with
-        short attention, paid after the answer (``chunk_store_s``, measured by ``ragcache bench prefix``).
+        short attention, paid in the background by the engine's chunk queue, and only for documents
+        expected to be read again (:mod:`ragcache.engine.chunk.queue`, :mod:`ragcache.engine.chunk.admission`).
         """
         ids = list(dict.fromkeys(tuple(int(t) for t in d) for d in docs))  # each document once
         keys = [self.key(d) for d in ids]
@@ -192,10 +222,27 @@ class BoundChunkCache:
             return 0
         todo = [list(d) for d, k, kv in zip(ids, keys, found, strict=True) if self._checked(k, kv, list(d)) is None]
         if todo:
-            chunks = [self.compute(d) for d in todo]
+            chunks = [self.compute(d, step=step, sink_kv=sink_kv) for d in todo]
             if self._call("store", lambda: self.store.put_many(chunks)) is None:  # a refused write costs the chunks
                 return 0
         return len(todo)
+
+    def admit(self, docs: Iterable[Sequence[int]], after: int) -> tuple[list[list[int]], list[list[int]]]:
+        """Count one sighting of each missed document (once per document) and split them by the admission
+        rule (:mod:`ragcache.engine.chunk.admission`): ``(admitted, first)``, the documents seen at least
+        ``after`` times and the others. The counts are the store's (``sight_many``: shared by every process
+        using it), or the parent cache's in-process ones for a store without it. ``after <= 1``: every
+        document is admitted, nothing is counted. A failing or backed-off store admits nothing (its boundary,
+        :mod:`ragcache.boundary`)."""
+        ids = [list(d) for d in dict.fromkeys(tuple(int(t) for t in d) for d in docs)]
+        if after <= 1 or not ids:
+            return ids, []
+        counter = self.store if isinstance(self.store, Sightings) else self.cache.sightings
+        counts = self._call("sighting", lambda: counter.sight_many([self.key(d) for d in ids]))
+        if counts is None:
+            return [], []
+        return ([d for d, n in zip(ids, counts, strict=True) if n >= after],
+                [d for d, n in zip(ids, counts, strict=True) if n < after])
 
     def _get_many(self, keys: list[ChunkHash], what: str) -> list[ChunkKV | None]:
         """``store.get_many(keys)`` through the store's boundary; all ``None`` (misses) when the store is

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
 from ragcache.engine.quant import KVFormat
@@ -86,6 +87,8 @@ class ChunkCache:
         self.misses = 0
         self.store_timeout_s: float | None = store_timeout_s
         """Deadline (seconds) of each call into the store; one that hangs past it is a miss (:mod:`ragcache.boundary`)."""
+        self.sightings = SightingCounts()
+        """Sighting counts kept in this process for a store that keeps none (:mod:`ragcache.engine.chunk.admission`)."""
 
     def sink_for(self, model: Any) -> list[int]:
         """The sink token ids used with ``model`` (resolved from its BOS when not configured)."""

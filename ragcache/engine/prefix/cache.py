@@ -167,6 +167,19 @@ class PrefixCache:
             match.released = True
             self._evict()
 
+    def truncate(self, match: PrefixMatch, max_tokens: int) -> None:
+        """Keep the first ``max_tokens // block_size`` blocks of ``match`` and unpin the rest (a request that
+        reuses less than it matched: the engine cuts a match back to a document's start)."""
+        keep = max(0, max_tokens) // self.block_size
+        with self._lock:
+            if match.released or keep >= len(match.blocks):
+                return
+            for blk in match.blocks[keep:]:
+                blk.ref_count -= 1
+            self.stats.tokens_reused -= (len(match.blocks) - keep) * self.block_size
+            self.stats.hits -= keep == 0
+            del match.blocks[keep:]
+
     @staticmethod
     def assemble(match: PrefixMatch) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
         """Concatenate the matched blocks per layer into ``[1, kv_heads, num_tokens, head_dim]``.

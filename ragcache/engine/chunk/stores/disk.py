@@ -17,6 +17,11 @@ in a process. Every write and eviction runs under one file lock (``.lock`` in th
 least recently used (oldest modification time: a read touches its file) whoever wrote it, so
 the budget holds for the folder, not per process. Reads take no lock (an entry is replaced
 atomically); a chunk another process evicts between the lookup and the read is a miss.
+
+Sightings (:mod:`ragcache.engine.chunk.admission`): ``seen/<key>`` holds one byte per sighting of a
+missed document, appended with ``O_APPEND`` (atomic across processes, no lock); its size is the
+count, capped at :data:`MAX_COUNT`. Nothing in it is read but its size. Above
+:data:`~ragcache.engine.chunk.admission.MAX_SIGHTINGS` files the least recently seen are removed.
 """
 
 from __future__ import annotations
@@ -28,19 +33,24 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from filelock import FileLock
 
+from ragcache.engine.chunk.admission import MAX_SIGHTINGS
 from ragcache.engine.chunk.stores.base import BatchedStore, ChunkKV, StoreStats, check_budget, chunk_from_payload
 from ragcache.hashing import ChunkHash
 
-__all__ = ["STALE_TEMP_S", "DiskChunkStore"]
+__all__ = ["MAX_COUNT", "STALE_TEMP_S", "DiskChunkStore"]
 
 log = logging.getLogger(__name__)
 
 STALE_TEMP_S = 600.0
 """A temporary file older than this (seconds since its last write) is a dead writer's leftover."""
+MAX_COUNT = 255
+"""Sightings a ``seen/`` file counts up to (bytes); more add nothing an admission rule needs."""
+_PRUNE_EVERY = 1024
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.safetensors$")
 _TEMP_PREFIX = ".tmp-"
 _HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] or "host"
@@ -100,6 +110,7 @@ class DiskChunkStore(BatchedStore):
         self._lock = threading.Lock()
         self._folder_lock = FileLock(str(self.root / self.LOCK_NAME))
         self.stats = StoreStats()
+        self._sighted = 0  # sightings since the last prune of seen/
         with self._folder_lock:
             self.stale_temps_removed = self._remove_stale_temps()
 
@@ -216,6 +227,41 @@ class DiskChunkStore(BatchedStore):
 
     def contains(self, key: ChunkHash) -> bool:
         return self._path(key).is_file()
+
+    def sight_many(self, keys: Sequence[ChunkHash]) -> list[int]:
+        """Count one sighting of each key in ``seen/`` (module docstring), shared by every process using the
+        folder; returns each key's count after it (at most :data:`MAX_COUNT`)."""
+        seen = self.root / "seen"
+        seen.mkdir(exist_ok=True)
+        out = []
+        for key in keys:
+            path = seen / self._path(key).stem  # the key, checked
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < MAX_COUNT:
+                    os.write(fd, b".")
+                out.append(min(os.fstat(fd).st_size, MAX_COUNT))
+            finally:
+                os.close(fd)
+        with self._lock:
+            self._sighted += len(keys)
+            prune, self._sighted = self._sighted >= _PRUNE_EVERY, self._sighted % _PRUNE_EVERY
+        if prune:
+            self._prune_sightings(seen)
+        return out
+
+    def _prune_sightings(self, seen: Path, keep: int = MAX_SIGHTINGS) -> None:
+        """Remove the least recently seen ``seen/`` files above ``keep`` (any process's)."""
+        with self._folder_lock:
+            files = []
+            for p in seen.iterdir():
+                try:
+                    files.append((p.stat().st_mtime_ns, p))
+                except FileNotFoundError:
+                    continue
+            if len(files) > keep:
+                for _, p in sorted(files)[:len(files) - keep]:
+                    p.unlink(missing_ok=True)
 
     def remove(self, key: ChunkHash) -> bool:
         path = self._path(key)

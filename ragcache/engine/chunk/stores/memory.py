@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
+from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.stores.base import BatchedStore, ChunkKV, StoreStats, check_budget
 from ragcache.hashing import ChunkHash
 
@@ -28,6 +30,11 @@ class MemoryChunkStore(BatchedStore):
         self._bytes = 0
         self._lock = threading.Lock()
         self.stats = StoreStats()
+        self._sightings = SightingCounts()
+
+    def sight_many(self, keys: Sequence[ChunkHash]) -> list[int]:
+        """Count one sighting of each key (:mod:`ragcache.engine.chunk.admission`); each key's count after it."""
+        return self._sightings.sight_many(keys)
 
     def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None:
         with self._lock:
@@ -73,6 +80,7 @@ class MemoryChunkStore(BatchedStore):
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+        self._sightings = SightingCounts()
 
     def __len__(self) -> int:
         return len(self._entries)

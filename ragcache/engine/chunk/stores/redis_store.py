@@ -20,6 +20,10 @@ LRU touch). Any error of the server (unreachable, out of memory under ``noevicti
 replica) raises :class:`~ragcache.remote.RemoteStoreError` naming the fix; the client reconnects on
 the next call. A read never depends on a write: the LRU touch and the removal of stale index entries
 that a read does are best effort, so a read-only replica serves reads.
+
+Sightings (:mod:`ragcache.engine.chunk.admission`): ``<prefix>seen:<chunk hash>`` counts with ``INCR``,
+each living :data:`~ragcache.engine.chunk.admission.SIGHTING_TTL_S` after its last sighting; one round
+trip per batch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ragcache.engine.chunk.admission import SIGHTING_TTL_S
 from ragcache.engine.chunk.chunk_kv import ChunkKV, chunk_from_bytes, chunk_to_bytes
 from ragcache.engine.chunk.stores.base import StoreStats
 from ragcache.hashing import ChunkHash
@@ -199,6 +204,21 @@ class RedisChunkStore:
     def contains(self, key: ChunkHash) -> bool:
         return bool(self._call("contains", lambda: self._r.exists(self._k(key))))
 
+    def sight_many(self, keys: Sequence[ChunkHash]) -> list[int]:
+        """Count one sighting of each key (shared by every client of the server); each key's count after it.
+        One round trip (``INCR`` and ``EXPIRE`` in a pipeline)."""
+        if not keys:
+            return []
+
+        def run() -> list:
+            pipe = self._r.pipeline(transaction=False)
+            for k in keys:
+                pipe.incr(f"{self.prefix}seen:{k}")
+                pipe.expire(f"{self.prefix}seen:{k}", SIGHTING_TTL_S)
+            return pipe.execute()
+
+        return [int(n) for n in self._call("sight", run)[0::2]]
+
     # ------------------------------------------------------------------ writes
     def put(self, kv: ChunkKV) -> bool:
         """Store ``kv`` (replacing any value under its key); ``False`` if it exceeds ``max_bytes`` alone."""
@@ -236,11 +256,14 @@ class RedisChunkStore:
         return bool(self._call("remove", lambda: self._drop_many([key]))[0])
 
     def clear(self) -> int:
-        """Delete every chunk under this prefix (SCAN + DEL; other prefixes untouched). Returns the count."""
+        """Delete every chunk and sighting count under this prefix (SCAN + DEL; other prefixes untouched).
+        Returns the number of chunks deleted."""
         def run() -> int:
             n = 0
             for batch in _batches(self._r.scan_iter(match=f"{self.prefix}kv:*", count=500), 500):
                 n += self._r.delete(*batch)
+            for batch in _batches(self._r.scan_iter(match=f"{self.prefix}seen:*", count=500), 500):
+                self._r.delete(*batch)
             self._r.delete(self._lru, self._size, self._bytes)
             return n
         return self._call("clear", run)
