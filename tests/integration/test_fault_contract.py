@@ -319,7 +319,8 @@ def _engine_rag(loaded: Any, store: Any, timeout_s: float | None = None) -> tupl
     from ragcache.engine.engine import LocalEngine
 
     chunks = ChunkCache(store, dtype=torch.float32, store_timeout_s=timeout_s or 10.0)
-    engine = LocalEngine(loaded, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15)
+    engine = LocalEngine(loaded, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15,
+                         chunk_admission=1, chunk_queue=0)  # every miss stored before the answer returns
     return engine, RagCache(LocalBackend(engine), semantic=None, max_new_tokens=6)
 
 
