@@ -83,17 +83,30 @@ def _attr(value: Any) -> str:
     return s.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
 
 
+_WRAPPER_TAG = re.compile(r"(?i)<(?=\s*/?\s*document\b)")
+
+
+def neutralise_wrapper(text: str) -> str:
+    """``text`` with the ``<`` of every tag that spells ragcache's document wrapper (``<document``,
+    ``</document``, any case, spaces allowed after ``<`` or ``/``) written as ``&lt;``, so a document
+    can neither close its own wrapper nor open another one with a forged ``source``. Text without
+    such a tag is returned unchanged (same bytes, same tokens)."""
+    return _WRAPPER_TAG.sub("&lt;", text)
+
+
 def render_document(seg: Segment) -> str:
     """Render a document segment as ``<document k="v">\\ntext\\n</document>``.
 
     Metadata attributes in sorted key order; values that are not strings are written as
-    sorted-key JSON. The id is not rendered (a document's identity is its content; see the
-    module docstring): to show the model a name, put it in the metadata (``source``, ``title``).
-    The same content gives the same bytes every time.
+    sorted-key JSON, with ``&``, ``"`` and newlines escaped. The text is content, never markup: a
+    tag in it that spells the wrapper is neutralised (:func:`neutralise_wrapper`). The id is not
+    rendered (a document's identity is its content; see the module docstring): to show the model a
+    name, put it in the metadata (``source``, ``title``). The same content gives the same bytes
+    every time.
     """
     attrs = [f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)]
     head = "<document" + "".join(" " + a for a in attrs) + ">"
-    return f"{head}\n{normalize_text(seg.text)}\n</document>"
+    return f"{head}\n{neutralise_wrapper(normalize_text(seg.text))}\n</document>"
 
 
 _DOC_HEAD = re.compile(r'<document((?: [^\s="<>]+="[^"]*")*)>\n')
