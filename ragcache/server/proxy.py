@@ -488,7 +488,8 @@ class AnthropicProxy:
         stop_seq = prov.stop_sequence if prov is not None and stop_reason == "stop_sequence" else None
         content = [dict(b) for b in prov.content] if prov is not None and prov.content else \
             [{"type": "text", "text": hit.text}]
-        message = {"id": msg_id, "type": "message", "role": "assistant", "model": body["model"],
+        model = prov.snapshot if prov is not None and prov.snapshot else body["model"]  # as upstream named it
+        message = {"id": msg_id, "type": "message", "role": "assistant", "model": model,
                    "content": content, "stop_reason": stop_reason, "stop_sequence": stop_seq, "usage": usage}
         if not body.get("stream"):
             return JSONResponse(message, headers=headers)

@@ -277,7 +277,7 @@ class RagCacheSemanticCache(BaseCache):
         if hit is None:
             return None
         answer = hit_answer(req.question, hit, time.perf_counter() - t0)
-        if not may_serve(answer.provenance, blend_setting_of(llm_string)):
+        if not may_serve(answer.provenance, blend_setting_of(llm_string)) or self.path.stale(req, answer):
             return None
         try:
             return self._to_generations(answer, hit)
@@ -338,13 +338,14 @@ class RagCacheSemanticCache(BaseCache):
         if not gens:
             raise ValueError("update() needs at least one generation to store")
         results = [message_result(g) for g in gens]
+        model, _, _ = model_identity(llm_string)
+        req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
+        self.path.observe(req, results[0])  # the snapshot the response named, stored or not
         if not all(self.path.cacheable(r) for r in results):
             return None
         raw = storable_generations(gens)
         if raw is None:
             return None
-        model, _, _ = model_identity(llm_string)
-        req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
         return req, results[0], {_GENERATIONS_KEY: raw}
 
     @staticmethod
