@@ -294,7 +294,8 @@ class RagCacheSemanticCache(BaseCache):
         """Store generations for this prompt's question (a same-words entry is replaced), when every
         generation ended normally (:func:`ragcache.answering.cacheable`; cut at the token budget only
         with ``cache_truncated``). Not stored: ``content_filter``, tool calls, a null or missing
-        finish reason on a chat message (a cut stream), refusals, pauses, context-window stops.
+        finish reason on a chat message (a cut stream), refusals, pauses, context-window stops, and
+        generations that would not read back as they were (:func:`storable_generations`).
 
         Raises:
             ValueError: ``return_val`` is empty.
