@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.boundary import Boundary, boundary_for, check_deadline
-from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, hit_answer, may_serve
+from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, SnapshotBook, hit_answer, may_serve
 from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
 
 if TYPE_CHECKING:
@@ -173,6 +173,9 @@ class AnswerPath:
         self.cache_sampled = bool(cache_sampled)
         self.lookup_timeout_s = lookup_timeout_s
         self._warm = semantic is None or not callable(getattr(semantic, "warm", None))  # True: nothing to load
+        self.snapshots = SnapshotBook()
+        """The snapshot each alias last answered with (:class:`ragcache.provenance.SnapshotBook`): an answer of
+        an older snapshot is a miss (:meth:`stale`)."""
 
     # -- sampled requests ---------------------------------------------------------------------------
     def fresh_draw(self, sampling: Sampling | None) -> str | None:
@@ -258,7 +261,25 @@ class AnswerPath:
         answer = hit_answer(request.question, hit, time.perf_counter() - t0)
         if answer.blend_setting is not None and not may_serve(answer.provenance, _blend_name(blend_setting)):
             return None
+        if self.stale(request, answer):
+            return None
         return answer
+
+    def observe(self, request: CacheRequest, result: BackendResult) -> None:
+        """Note the model a fresh ``result`` named (``details["model"]``) as the current snapshot of the
+        request's model alias (:attr:`snapshots`)."""
+        model = (result.details or {}).get("model")
+        if request.alias is not None and isinstance(model, str):
+            self.snapshots.observe(request.alias, model)
+
+    def stale(self, request: CacheRequest, answer: Answer) -> bool:
+        """Whether a stored ``answer`` was written by a snapshot its alias no longer answers with: a miss
+        (logged), whose fresh answer replaces it."""
+        if request.alias is None or not self.snapshots.stale(answer.provenance, request.alias):
+            return False
+        log.info("stored answer written by %s, but %s now answers as %s: a miss", answer.provenance.snapshot,
+                 request.alias, self.snapshots.current(request.alias))
+        return True
 
     async def alookup(self, request: CacheRequest, *, started: float | None = None, count: bool = True,
                       blend_setting: BlendName = None) -> Answer | None:
@@ -296,6 +317,7 @@ class AnswerPath:
         :class:`Answer` (``started``: ``time.perf_counter()`` at the request's start). A store that fails or
         passes ``lookup_timeout_s`` is logged; the answer is returned."""
         question, partition, max_tokens = request.question, request.partition, request.max_tokens
+        self.observe(request, result)
         cut_unknown = result.finish_reason == "length" and max_tokens is None  # never servable: not stored
         if self.semantic is not None and partition is not None and self.fresh_draw(request.sampling) is None \
                 and self.cacheable(result, question=question) and not cut_unknown:

@@ -5,6 +5,7 @@ nothing here imports the rest of ragcache but :mod:`ragcache.backend`."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -37,6 +38,9 @@ class Provenance:
             as they were (``details["content_blocks"]`` of a fresh result); ``None``: the text is all.
         sampled: one draw of a request sampled without a seed, stored under the ``cache_sampled=True``
             opt-in (:func:`ragcache.sampling.fresh_draw`): a hit replays that one sample.
+        snapshot: the model the response named (``details["model"]`` of the fresh result: the snapshot
+            behind an alias such as ``gpt-4o``), when it named one; ``model`` is the one requested. An
+            entry whose snapshot is no longer the alias's current one is a miss (:class:`SnapshotBook`).
 
     Raises:
         ValueError: a layer not in :data:`~ragcache.backend.Layer` or ``semantic``, an unknown finish
@@ -54,6 +58,7 @@ class Provenance:
     blend_setting: str | None = None
     content: tuple[Mapping[str, Any], ...] | None = None
     sampled: bool = False
+    snapshot: str | None = None
 
     VERSION: ClassVar[int] = 1
 
@@ -65,7 +70,7 @@ class Provenance:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)}")
         if self.recompute_ratio is not None and not _ratio(self.recompute_ratio):
             raise ValueError(f"recompute_ratio must be a number in [0, 1] or None, got {self.recompute_ratio!r}")
-        for name in ("model", "stop_reason", "stop_sequence", "blend_setting"):
+        for name in ("model", "stop_reason", "stop_sequence", "blend_setting", "snapshot"):
             if not isinstance(getattr(self, name), str | None):
                 raise TypeError(f"provenance {name} must be a str or None, got {type(getattr(self, name)).__name__}")
         object.__setattr__(self, "blend_setting", blend_of(self.approximate, self.recompute_ratio, self.blend_setting))
@@ -83,7 +88,8 @@ class Provenance:
         return cls(result.layer, result.finish_reason, bool(result.approximate), result.recompute_ratio,
                    *(v if isinstance(v, str) else None for v in facts),
                    blend_setting=blend_of(result.approximate, result.recompute_ratio, result.blend_setting),
-                   content=_blocks(d.get("content_blocks")), sampled=bool(sampled))
+                   content=_blocks(d.get("content_blocks")), sampled=bool(sampled),
+                   snapshot=d.get("model") if isinstance(d.get("model"), str) and d.get("model") else None)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object with a version field ``v`` (what is stored under :data:`PROVENANCE_KEY`);
@@ -91,7 +97,7 @@ class Provenance:
         out = {"v": self.VERSION, "layer": self.layer, "finish_reason": self.finish_reason,
                "approximate": self.approximate, "recompute_ratio": self.recompute_ratio, "model": self.model,
                "stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence,
-               "blend_setting": self.blend_setting, "sampled": self.sampled}
+               "blend_setting": self.blend_setting, "sampled": self.sampled, "snapshot": self.snapshot}
         if self.content is not None:
             out["content"] = [json.loads(json.dumps(b)) for b in self.content]
         return out
@@ -130,7 +136,39 @@ class Provenance:
         name = rec.get("blend_setting")
         return cls(layer, finish, approximate, ratio, *text,
                    blend_setting=blend_of(approximate, ratio, name if isinstance(name, str) else None),
-                   content=_blocks(rec.get("content")), sampled=rec.get("sampled") is True)
+                   content=_blocks(rec.get("content")), sampled=rec.get("sampled") is True,
+                   snapshot=rec.get("snapshot") if isinstance(rec.get("snapshot"), str) else None)
+
+
+class SnapshotBook:
+    """The snapshot each model alias was last seen answering with: a backend's response names the
+    model that wrote it (``gpt-4o`` answers as ``gpt-4o-2024-08-06``); once a response names a new
+    snapshot for an alias, the answers stored under the old one are misses (:meth:`stale`), so a
+    model that moved behind its name is asked again, and its answers replace the old ones.
+
+    Keyed by the alias as the partition names it (``CacheRequest.alias``). In memory, per answer path:
+    a process learns of a new snapshot from its own next fresh call under that alias. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._current: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, alias: str, snapshot: str | None) -> None:
+        """A fresh response under ``alias`` named ``snapshot`` (ignored when ``None`` or empty)."""
+        if snapshot:
+            with self._lock:
+                self._current[alias] = snapshot
+
+    def current(self, alias: str) -> str | None:
+        """The snapshot last seen for ``alias``, or ``None`` before any response named one."""
+        with self._lock:
+            return self._current.get(alias)
+
+    def stale(self, stored: Provenance | None, alias: str) -> bool:
+        """Whether a stored answer was written by another snapshot than ``alias``'s current one. An
+        answer that recorded no snapshot, or an alias no response has named yet, is not stale."""
+        now = self.current(alias)
+        return stored is not None and stored.snapshot is not None and now is not None and stored.snapshot != now
 
 
 def blend_of(approximate: bool, recompute_ratio: float | None, name: str | None) -> str | None:

@@ -38,3 +38,15 @@ def blending_engine(loaded, store=None, *, cls=LocalEngine, **kw):
     """A :func:`chunk_engine` that blends every hit at r = 0.15 without a calibration record (without a
     record or a given ratio an engine prefills exactly)."""
     return chunk_engine(loaded, store, cls=cls, calibration=False, recompute_ratio=0.15, **kw)
+
+
+class PromptRecordingEngine(LocalEngine):
+    """A LocalEngine that keeps the token ids of every prompt it prefills: what the forward pass saw."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.prefilled = []
+
+    def prefill(self, prompt, **kw):
+        self.prefilled.append(list(prompt.input_ids))
+        return super().prefill(prompt, **kw)

@@ -79,8 +79,10 @@ def _tokenizer() -> tuple[str, Callable[[str], list[Any]], Callable[[list[Any]],
         if (path / "tokenizer.json").is_file():
             from transformers import AutoTokenizer
 
+            from ragcache.engine.text_ids import text_ids
+
             tok = AutoTokenizer.from_pretrained(str(path))
-            return DEFAULT_MODEL, lambda text: tok.encode(text, add_special_tokens=False), tok.decode
+            return DEFAULT_MODEL, lambda text: text_ids(tok, text), tok.decode
     except Exception:  # noqa: BLE001 - any failure falls back to the tokenizer-free proxy
         pass
     return "word/punctuation", word_tokens, "".join

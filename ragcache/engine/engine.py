@@ -43,6 +43,7 @@ from ragcache.engine.engine_config import EngineConfig
 from ragcache.engine.prefix import PrefixCache
 from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
+from ragcache.engine.text_ids import text_ids
 from ragcache.engine.blend.reuse import PrefillRate
 from ragcache.engine.keys import EngineKeys
 from ragcache.engine.windowed import kv_reuse_blocker, rope_switch
@@ -220,7 +221,9 @@ class LocalEngine(EngineKeys):
         return context_window_of(self.model.config)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        """Tokens ``text`` takes as content (:func:`ragcache.engine.text_ids.text_ids`: control-token
+        strings counted as the text they are, as the prompt encodes them)."""
+        return len(text_ids(self.tokenizer, text))
 
     def build_prompt(self, source: PromptSource) -> Prompt:
         """:func:`ragcache.engine.prompt.build_prompt` with this engine's tokenizer and template date.

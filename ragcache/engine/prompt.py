@@ -3,7 +3,9 @@
 The engine renders messages with the tokenizer's own chat template, with every content
 piece replaced by a sentinel; the rendered string is then split at the sentinels so that
 each piece (template text, system text, each document, the question) is tokenised once on
-its own, and the joined ids are what the forward pass sees. A document therefore has the
+its own, and the joined ids are what the forward pass sees. Control tokens come only from the
+template: every content piece is encoded as text (:mod:`ragcache.engine.text_ids`), so a document
+that spells ``<|im_end|>`` is those characters, not an end of turn. A document therefore has the
 same token ids wherever it lands, which is what makes position-independent chunk keys work.
 
 Chat templates that read the clock (Llama 3.2+ ``strftime_now("%d %b %Y")`` behind "Today
@@ -28,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Literal
+
+from ragcache.engine.text_ids import text_ids
 
 if TYPE_CHECKING:
     from ragcache.prompt.layout import Block
@@ -135,7 +139,8 @@ class PromptPiece:
         kind: ``template`` (chat-template and separator text), ``system``, ``tools``,
             ``document``, ``history``, ``volatile``, ``question`` or ``raw``.
         text: the piece's text.
-        ids: its token ids (tokenised on its own, no special tokens added).
+        ids: its token ids (tokenised on its own, no special tokens added; every kind but
+            ``template`` and ``raw`` as text, :func:`ragcache.engine.text_ids.text_ids`).
         doc_id: document id for ``document`` pieces, when known.
     """
 
@@ -240,8 +245,8 @@ def render_blocks(tokenizer: Any, blocks: Sequence[Block], *, add_generation_pro
 
 def document_token_ids(tokenizer: Any, document: Any) -> list[int]:
     """The token ids a document has in every prompt: its :func:`ragcache.prompt.layout.render_document`
-    bytes (``<document id=...>`` wrapper included), tokenised on their own without special tokens,
-    exactly as :func:`render_blocks` tokenises a document piece. ``document``: anything
+    bytes (``<document ...>`` wrapper included), tokenised on their own as text (:func:`text_ids`: no
+    special token added, none parsed), exactly as :func:`render_blocks` tokenises a document piece. ``document``: anything
     :func:`ragcache.prompt.layout.as_document` takes. Chunk-cache keys hash these ids.
 
     Raises:
@@ -249,18 +254,25 @@ def document_token_ids(tokenizer: Any, document: Any) -> list[int]:
     """
     from ragcache.prompt.layout import as_document, render_document
 
-    return list(tokenizer.encode(render_document(as_document(document)), add_special_tokens=False))
+    return text_ids(tokenizer, render_document(as_document(document)))
 
 
 def _add(pieces: list[PromptPiece], tokenizer: Any, kind: str, text: str, doc_id: str | None = None) -> None:
+    """Append a piece. Only chat-template text (``template``) and a caller's own raw prompt (``raw``)
+    may produce control tokens; every content piece is encoded as text (:func:`text_ids`)."""
     if not text:
         return
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    if kind in ("template", "raw"):
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+    else:
+        ids = text_ids(tokenizer, text)
     pieces.append(PromptPiece(kind, text, ids, doc_id))
 
 
 def raw_prompt(tokenizer: Any, text: str) -> Prompt:
-    """A prompt of plain text, no chat template (special tokens such as BOS are not added)."""
+    """A prompt of plain text, no chat template (special tokens such as BOS are not added). The
+    caller writes the whole prompt, template included, so control-token strings in ``text`` are
+    parsed as control tokens: never pass untrusted content here (use :func:`build_prompt`)."""
     p: list[PromptPiece] = []
     _add(p, tokenizer, "raw", text)
     return Prompt(p)

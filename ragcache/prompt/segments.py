@@ -83,17 +83,30 @@ def _attr(value: Any) -> str:
     return s.replace("&", "&amp;").replace('"', "&quot;").replace("\n", " ")
 
 
+_WRAPPER_TAG = re.compile(r"(?i)<(?=\s*/?\s*document\b)")
+
+
+def neutralise_wrapper(text: str) -> str:
+    """``text`` with the ``<`` of every tag that spells ragcache's document wrapper (``<document``,
+    ``</document``, any case, spaces allowed after ``<`` or ``/``) written as ``&lt;``, so a document
+    can neither close its own wrapper nor open another one with a forged ``source``. Text without
+    such a tag is returned unchanged (same bytes, same tokens)."""
+    return _WRAPPER_TAG.sub("&lt;", text)
+
+
 def render_document(seg: Segment) -> str:
     """Render a document segment as ``<document k="v">\\ntext\\n</document>``.
 
     Metadata attributes in sorted key order; values that are not strings are written as
-    sorted-key JSON. The id is not rendered (a document's identity is its content; see the
-    module docstring): to show the model a name, put it in the metadata (``source``, ``title``).
-    The same content gives the same bytes every time.
+    sorted-key JSON, with ``&``, ``"`` and newlines escaped. The text is content, never markup: a
+    tag in it that spells the wrapper is neutralised (:func:`neutralise_wrapper`). The id is not
+    rendered (a document's identity is its content; see the module docstring): to show the model a
+    name, put it in the metadata (``source``, ``title``). The same content gives the same bytes
+    every time.
     """
     attrs = [f'{k}="{_attr(seg.metadata[k])}"' for k in sorted(seg.metadata, key=str)]
     head = "<document" + "".join(" " + a for a in attrs) + ">"
-    return f"{head}\n{normalize_text(seg.text)}\n</document>"
+    return f"{head}\n{neutralise_wrapper(normalize_text(seg.text))}\n</document>"
 
 
 _DOC_HEAD = re.compile(r'<document((?: [^\s="<>]+="[^"]*")*)>\n')
@@ -152,7 +165,7 @@ def as_document(doc: Any) -> Segment:
     Accepts a str; a mapping with ``text`` (or ``page_content`` / ``content``), optional ``id`` (or
     ``doc_id``) and ``metadata`` (other keys are metadata too); a document Segment; a LangChain
     ``Document`` (``page_content``, ``metadata``, ``id``); a LlamaIndex node or ``NodeWithScore``
-    (``get_content()``, ``node_id``, ``metadata``). Metadata is copied with keys sorted.
+    (:func:`node_document`: what LlamaIndex shows the LLM). Metadata is copied with keys sorted.
 
     Raises:
         ValueError: any other type, a mapping without a string text, or a non-document Segment.
@@ -182,10 +195,39 @@ def as_document(doc: Any) -> Segment:
         return Segment("document", doc.page_content, None if doc_id is None else str(doc_id),
                        canonicalize(dict(getattr(doc, "metadata", None) or {})))
     if hasattr(doc, "get_content") and hasattr(doc, "node_id"):  # LlamaIndex BaseNode
-        return Segment("document", doc.get_content(), str(doc.node_id),
-                       canonicalize(dict(getattr(doc, "metadata", None) or {})))
+        return node_document(doc, doc_id=str(doc.node_id))
     raise TypeError(f"a document must be a str, a dict with 'text', a Segment, a LangChain Document or a "
                      f"LlamaIndex node; got {type(doc).__name__}")
+
+
+def _json_like(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def node_document(node: Any, *, doc_id: str | None = None) -> Segment:
+    """The one rendering of a LlamaIndex node (``BaseNode``: ``get_content``, ``metadata``,
+    ``excluded_llm_metadata_keys``) as a document :class:`Segment`, at every entry point
+    (``RagCache.answer(documents=nodes)``, ``ChunkCache.precompute(engine, nodes)``, the LlamaIndex
+    query engine and node postprocessor): what LlamaIndex shows the LLM under ``MetadataMode.LLM``.
+    The text is the node's content without metadata (``MetadataMode.NONE``); the metadata is every
+    key LlamaIndex renders for the LLM (``excluded_llm_metadata_keys`` removed: an owner's e-mail or a
+    file's modification date never reaches the model, nor the prompt bytes, chunk keys or partition),
+    JSON-like values only, rendered as sorted attributes by :func:`render_document`. ``doc_id`` is
+    kept for ``invalidate`` and never rendered. Duck-typed: ragcache does not need LlamaIndex."""
+    try:
+        from llama_index.core.schema import MetadataMode
+
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+    except ImportError:  # a node-shaped object without LlamaIndex installed
+        text = node.get_content()
+    excluded = {str(k) for k in (getattr(node, "excluded_llm_metadata_keys", None) or ())}
+    meta = {str(k): v for k, v in (getattr(node, "metadata", None) or {}).items()
+            if str(k) not in excluded and _json_like(v)}
+    return Segment("document", text, doc_id, canonicalize(meta))
 
 
 def history_text(content: Any) -> str:

@@ -35,6 +35,9 @@ class CacheRequest:
         threshold: cosine similarity a hit needs (``None``: the cache's own; 1.0 for an exact match).
         model: the model recorded in a stored answer's provenance (``backend:model id``; ``None``: the
             result's ``details["model"]``).
+        alias: the model identity in the partition, as requested (``anthropic:claude-sonnet-4-6``): the
+            name whose current snapshot decides whether a stored answer is stale
+            (:class:`ragcache.provenance.SnapshotBook`); ``None``: not tracked.
     """
 
     question: str
@@ -45,6 +48,7 @@ class CacheRequest:
     sampling: Sampling | None = None
     threshold: float | None = None
     model: str | None = None
+    alias: str | None = None
 
     @property
     def temperature(self) -> float | None:
@@ -73,7 +77,7 @@ def cache_request(question: str, layout: PromptLayout | None, *, tenant: str = D
     Raises:
         ValueError: a field that is not JSON-like, an empty tenant or model (``cached`` only).
     """
-    pk = None
+    pk, ident = None, None
     if cached and layout is not None:
         from ragcache.semantic.partition import request_partition
 
@@ -82,7 +86,7 @@ def cache_request(question: str, layout: PromptLayout | None, *, tenant: str = D
             raise ValueError("a cached request needs its model identity (partition_model or model)")
         pk = request_partition(layout, namespace=tenant, model=ident, params=dict(params or {}), extra=extra,
                                document_ids=document_ids)
-    return CacheRequest(question, layout, pk, tenant, max_tokens, sampling, threshold, model)
+    return CacheRequest(question, layout, pk, tenant, max_tokens, sampling, threshold, model, ident)
 
 
 __all__ = ["CacheRequest", "cache_request"]

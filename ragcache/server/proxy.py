@@ -28,10 +28,17 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    arrives, and parsed on the side for text and usage. Upstream may compress its responses (gzip,
    deflate; the proxy asks for them): the proxy decodes them, parses the decoded bytes and relays
    them to the client without a ``Content-Encoding`` (identity, which every client accepts);
+   Where it does not cache the proxy is transparent (:mod:`ragcache.server.relay`): upstream's status,
+   body and the headers that steer clients (``retry-after``, ``retry-after-ms``, ``x-should-retry``,
+   ``anthropic-ratelimit-*``, ``request-id``, ``x-request-id``) are relayed, JSON and streamed, errors
+   and successes; an unreachable upstream is a ``502``, a timed-out one a ``504``, with the API's
+   error body; a stream that fails after it started ends with an ``error`` event;
 4. **accounting**: the response's usage is read back (cache read / write, cost and cost without
-   caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals; an answer is
-   stored by the one rule (:func:`ragcache.answering.cacheable`: text that ended normally; never
-   one cut at ``max_tokens``, a tool use, a refusal, a pause or a cut stream). ``x-ragcache-layer``
+   caching at list prices) per model; ``GET /v1/ragcache/stats`` returns the totals. A stream is
+   accounted once from what it said (``message_start`` carries the input and cache tokens), so a
+   stream cut by the client or upstream is billed for what it cost; an answer is stored by the one
+   rule (:func:`ragcache.answering.cacheable`: text that ended normally; never one cut at
+   ``max_tokens``, a tool use, a refusal, a pause or a cut stream). ``x-ragcache-layer``
    is a :data:`ragcache.backend.Layer`: ``provider-cache`` when upstream read part of the prompt
    from its cache, else ``provider``; ``semantic`` for a hit, which replays the stored answer's
    content blocks as they were (text blocks with their citations), JSON or streamed.
@@ -69,6 +76,7 @@ from ragcache.metrics import CacheMetrics
 from ragcache.semantic.partition import shaping_fields
 from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
 from ragcache.server.message_events import SSEParser, message_events, replay_blocks
+from ragcache.server.relay import error_event, steering_headers, upstream_failure
 from ragcache.server.sse import anthropic_event, event_stream
 
 if TYPE_CHECKING:
@@ -319,8 +327,12 @@ class AnthropicProxy:
             headers, _ = self._headers(request)
         except PermissionError as e:
             return _refused(e)
-        r = await self.client.post("/v1/messages/count_tokens", content=await request.body(), headers=headers)
-        return Response(r.content, status_code=r.status_code, media_type="application/json")
+        try:
+            r = await self.client.post("/v1/messages/count_tokens", content=await request.body(), headers=headers)
+        except httpx.HTTPError as e:
+            return self._failed(e)
+        return Response(r.content, status_code=r.status_code, media_type="application/json",
+                        headers=steering_headers(r.headers))
 
     async def messages(self, request: Request) -> Response:
         t0 = time.perf_counter()
@@ -351,7 +363,10 @@ class AnthropicProxy:
 
         async def call() -> BackendResult:
             called.append(time.perf_counter())
-            r = await self.client.post("/v1/messages", content=out, headers=headers)
+            try:
+                r = await self.client.post("/v1/messages", content=out, headers=headers)
+            except httpx.HTTPError as e:  # unreachable or timed out: 502 / 504, never stored
+                return BackendResult("", "provider", CacheUsage(), finish_reason="error", details={"failure": e})
             if r.status_code != 200:  # relayed as is, never stored
                 return BackendResult("", "provider", CacheUsage(), finish_reason="error", details={"response": r})
             msg = r.json()
@@ -365,16 +380,15 @@ class AnthropicProxy:
             self.metrics.lookup((called[0] if called else time.perf_counter()) - t0, answer.hit)
         if answer.hit:
             return self._served(body, answer, t0)
+        if "failure" in answer.details:
+            return self._failed(answer.details["failure"])
         r = answer.details["response"]
-        extra = {}
+        extra = steering_headers(r.headers)  # retry-after, x-should-retry, rate limits, request ids
         if r.status_code == 200:
             u = answer.usage
-            extra = {"x-ragcache-layer": answer.layer, "x-ragcache-cache-read": str(u.cache_read),
+            extra |= {"x-ragcache-layer": answer.layer, "x-ragcache-cache-read": str(u.cache_read),
                      "x-ragcache-cache-write": str(u.cache_write), "x-ragcache-cost-usd": f"{u.cost_usd or 0:.6f}",
                      "x-ragcache-breakpoints": str(len(req.placed))}
-        rid = r.headers.get("request-id")
-        if rid:
-            extra["request-id"] = rid
         return Response(r.content, status_code=r.status_code, media_type="application/json", headers=extra)
 
     async def _stream(self, out: bytes, headers: dict[str, str], caching: AnthropicCaching, req: Any,
@@ -390,30 +404,11 @@ class AnthropicProxy:
         the parser and the client read the same events); they travel through the path as ``latin-1``
         text (a lossless byte <-> str map), so the client gets exactly the events upstream sent; the
         stored text is the parser's, never these pieces."""
-        up = self.client.build_request("POST", "/v1/messages", content=out, headers=headers)
-        parser = SSEParser()
-        state: dict[str, Any] = {}
-
-        async def upstream() -> AsyncIterator[str | BackendResult]:
-            state["called"] = time.perf_counter()
-            r = await self.client.send(up, stream=True)
-            try:
-                if r.status_code != 200:  # relayed as is, never stored
-                    state["error"] = (await r.aread(), r.status_code)
-                    yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
-                    return
-                async for chunk in r.aiter_bytes():  # decoded: upstream may gzip its stream
-                    parser.feed(chunk)
-                    yield chunk.decode("latin-1")
-            finally:
-                await r.aclose()
-            if parser.usage and not parser.error:  # else a cut stream: incomplete, never stored
-                ttft = (parser.first_token_at or time.perf_counter()) - t0
-                yield upstream_result(parser.read(), parser.blocks, self._account(caching, req, parser.usage, ttft),
-                                      ttft, {})
-
+        leg = _UpstreamStream(self, self.client.build_request("POST", "/v1/messages", content=out, headers=headers),
+                              caching, req, t0)
+        parser, state, bill = leg.parser, leg.state, leg.bill
         cached = key.partition is not None
-        items = self.path.astream(key, upstream, lookup=cached, store=cached)
+        items = self.path.astream(key, leg.events, lookup=cached, store=cached)
         head: list[str] = []
         first: Any = None
         try:
@@ -433,10 +428,13 @@ class AnthropicProxy:
             hit = first if isinstance(first, Answer) else await items.__anext__()
             await items.aclose()
             return self._served(body, hit, t0)
+        if "failure" in state:
+            await items.aclose()
+            return self._failed(state["failure"])
         if "error" in state:
             await items.aclose()
             content, status = state["error"]
-            return Response(content, status_code=status, media_type="application/json")
+            return Response(content, status_code=status, media_type="application/json", headers=state["headers"])
         layer = provider_layer(CacheUsage.from_anthropic(parser.usage).cache_read)
 
         async def relay() -> AsyncIterator[bytes]:
@@ -447,10 +445,18 @@ class AnthropicProxy:
                     if isinstance(item, str):
                         yield item.encode("latin-1")
             finally:
+                bill()  # the client hung up: billed for what message_start reported
                 await items.aclose()
 
-        return StreamingResponse(relay(), media_type="text/event-stream",
-                                 headers={"x-ragcache-layer": layer, "x-ragcache-breakpoints": str(len(req.placed))})
+        return StreamingResponse(relay(), media_type="text/event-stream", headers={
+            **state["headers"], "x-ragcache-layer": layer, "x-ragcache-breakpoints": str(len(req.placed))})
+
+    def _failed(self, e: httpx.HTTPError) -> Response:
+        """The answer to a call whose upstream could not be reached (``502``) or did not answer in
+        time (``504``), in the Messages API's error shape (:func:`ragcache.server.relay.upstream_failure`)."""
+        status, err = upstream_failure(e, self.upstream)
+        log.warning("upstream %s failed: %s: %s", self.upstream, type(e).__name__, e)
+        return JSONResponse(err, status_code=status)
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
@@ -482,7 +488,8 @@ class AnthropicProxy:
         stop_seq = prov.stop_sequence if prov is not None and stop_reason == "stop_sequence" else None
         content = [dict(b) for b in prov.content] if prov is not None and prov.content else \
             [{"type": "text", "text": hit.text}]
-        message = {"id": msg_id, "type": "message", "role": "assistant", "model": body["model"],
+        model = prov.snapshot if prov is not None and prov.snapshot else body["model"]  # as upstream named it
+        message = {"id": msg_id, "type": "message", "role": "assistant", "model": model,
                    "content": content, "stop_reason": stop_reason, "stop_sequence": stop_seq, "usage": usage}
         if not body.get("stream"):
             return JSONResponse(message, headers=headers)
@@ -495,6 +502,69 @@ class AnthropicProxy:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+class _UpstreamStream:
+    """One streamed upstream call of the proxy: relayed as it arrives, parsed on the side, accounted
+    once (:meth:`bill`). ``state`` says how it went: ``called`` (when the call began), ``failure``
+    (the exception of a call that got no stream: a 502 / 504), ``error`` (a non-200 status and body,
+    relayed as is), ``headers`` (the steering headers to relay), ``billed`` / ``usage``."""
+
+    def __init__(self, proxy: AnthropicProxy, request: httpx.Request, caching: AnthropicCaching, req: Any,
+                 t0: float) -> None:
+        self.proxy, self.request, self.caching, self.req, self.t0 = proxy, request, caching, req, t0
+        self.parser = SSEParser()
+        self.state: dict[str, Any] = {}
+
+    def bill(self) -> CacheUsage | None:
+        """Account the stream's usage once, from what it said so far: ``message_start`` carries the
+        input, cache-write and cache-read tokens, so a stream cut by either side is billed for them.
+        Synchronous: it runs in ``finally`` blocks before any ``await`` (a cancelled task may not get
+        past one)."""
+        if self.state.get("billed") or not self.parser.usage:
+            return None
+        self.state["billed"] = True
+        ttft = (self.parser.first_token_at or time.perf_counter()) - self.t0
+        self.state["usage"] = self.proxy._account(self.caching, self.req, self.parser.usage, ttft)
+        return self.state["usage"]
+
+    async def events(self) -> AsyncIterator[str | BackendResult]:
+        """The answer path's call: upstream's decoded bytes as ``latin-1`` text, then the
+        :class:`~ragcache.backend.BackendResult` (an ``error`` result for a failed call or status)."""
+        parser, state = self.parser, self.state
+        state["called"] = time.perf_counter()
+        try:
+            r = await self.proxy.client.send(self.request, stream=True)
+        except httpx.HTTPError as e:  # unreachable or timed out: 502 / 504, never stored
+            state["failure"] = e
+            yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
+            return
+        state["headers"] = steering_headers(r.headers)
+        relayed = False
+        try:
+            if r.status_code != 200:  # relayed as is, never stored
+                state["error"] = (await r.aread(), r.status_code)
+                yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
+                return
+            try:
+                async for chunk in r.aiter_bytes():  # decoded: upstream may gzip its stream
+                    parser.feed(chunk)
+                    relayed = True
+                    yield chunk.decode("latin-1")
+            except httpx.HTTPError as e:  # cut or stalled after it started
+                if not relayed:
+                    state["failure"] = e
+                    yield BackendResult("", "provider", CacheUsage(), finish_reason="error")
+                    return
+                event = error_event(upstream_failure(e, self.proxy.upstream)[1])
+                parser.feed(b"\n\n" + event)  # the parser reads the stream as failed: never stored
+                yield event.decode("latin-1")
+        finally:
+            self.bill()  # before any await
+            await r.aclose()
+        if parser.usage and not parser.error:  # else a cut stream: incomplete, never stored
+            ttft = (parser.first_token_at or time.perf_counter()) - self.t0
+            yield upstream_result(parser.read(), parser.blocks, state["usage"], ttft, {})
 
 
 def create_proxy_app(upstream: str, **kwargs: Any) -> Starlette:

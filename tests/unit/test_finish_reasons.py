@@ -124,7 +124,8 @@ def test_openai_normal_stop_is_stored_and_a_hit_replays_no_usage(stream):
     hit = rag.answer(Q, DOCS)
     assert upstream.requests == 1 and hit.layer == "semantic" and hit.text == first.text
     assert hit.usage == CacheUsage() and hit.ttft_s > 0 and hit.finish_reason == "stop"
-    assert hit.provenance == Provenance("provider", "stop", model="openai:gpt-x", stop_reason="stop")
+    assert hit.provenance == Provenance("provider", "stop", model="openai:gpt-x", stop_reason="stop",
+                                        snapshot="gpt-x")  # the model the response named
 
 
 def test_openai_cut_at_the_budget_is_stored_by_default_for_its_own_budget():
@@ -209,6 +210,9 @@ def test_anthropic_unfinished_answers_are_not_stored(native, extra, finish, mode
     assert ask().layer == "provider" and upstream.requests == 2 and len(rag.semantic) == 0
 
 
+SNAPSHOT = "claude-sonnet-4-6"  # the model _anthropic_response names
+
+
 @pytest.mark.parametrize("mode", ["create", "stream", "async-stream"])
 @pytest.mark.parametrize(("native", "seq"), [("end_turn", None), ("stop_sequence", "###")])
 def test_anthropic_normal_stop_is_stored_with_its_native_reason(native, seq, mode):
@@ -223,7 +227,7 @@ def test_anthropic_normal_stop_is_stored_with_its_native_reason(native, seq, mod
     hit = ask()
     assert upstream.requests == 1 and hit.layer == "semantic" and hit.usage == CacheUsage()
     assert hit.provenance == Provenance("provider", "stop", model="anthropic:claude-sonnet-4-6", stop_reason=native,
-                                        stop_sequence=seq)
+                                        stop_sequence=seq, snapshot=SNAPSHOT)  # the model the response named
     row = rag.semantic.lookup(Q, partition=rag.prepare(Q, DOCS).partition)
     assert row.metadata[PROVENANCE_KEY]["v"] == 1
 

@@ -26,16 +26,20 @@ from __future__ import annotations
 import ast
 import json
 import asyncio
+import logging
+import threading
 import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
 from langchain_core.outputs import ChatGeneration, Generation
+from pydantic import BaseModel
 
 from langchain_ragcache._keys import (
     QuestionExtractor,
@@ -58,6 +62,60 @@ from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
+_UNREADABLE_REMEMBERED = 256
+log = logging.getLogger(__name__)
+
+
+def _json_form(value: Any) -> Any:
+    """``value`` with every pydantic model in it (at any depth of dicts, lists and tuples) as its JSON
+    form (``model_dump(mode="json")``): what ``with_structured_output(method="json_schema")`` leaves in
+    ``additional_kwargs["parsed"]``, which LangChain's serializer cannot write and whose parser reads
+    the dict form as well (``schema(**parsed)``)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {k: _json_form(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_form(v) for v in value]
+    return value
+
+
+def _slot(req: CacheRequest) -> tuple[str, str]:
+    """Which request a remembered unreadable entry belongs to: its question and partition digest."""
+    return req.question, req.partition.digest if req.partition is not None else ""
+
+
+def _load_generations(raw: str) -> Any:
+    """Stored generations read back (``langchain_core.load.loads``, core objects only)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return loads(raw, allowed_objects="core")
+
+
+def storable_generations(gens: Sequence[Generation]) -> str | None:
+    """The serialised form of ``gens`` that reads back to the same generations, or ``None`` when
+    there is none: only what can be served is stored. Chat messages lose their id (a hit gets a
+    fresh one) and their pydantic values become their JSON form (:func:`_json_form`); the form is
+    then loaded back and must serialise to the same bytes (a value LangChain cannot write, such as
+    an arbitrary object in ``generation_info``, fails that and nothing is stored)."""
+    plain = []
+    for g in gens:
+        if isinstance(g, ChatGeneration):
+            msg = g.message.model_copy(update={"id": None, "additional_kwargs": _json_form(g.message.additional_kwargs),
+                                               "response_metadata": _json_form(g.message.response_metadata)})
+            g = ChatGeneration(message=msg, generation_info=g.generation_info)
+        plain.append(g)
+    try:
+        raw = dumps(plain)
+        back = _load_generations(raw)
+        if isinstance(back, list) and dumps(back) == raw:
+            return raw
+    except Exception as e:  # noqa: BLE001 - any failure to write or read back means: do not store
+        log.info("answer not stored: its generations do not survive LangChain serialisation (%s: %s)",
+                 type(e).__name__, e)
+        return None
+    log.info("answer not stored: its generations do not read back as they were written (LangChain serialisation)")
+    return None
 
 
 class RagCacheSemanticCache(BaseCache):
@@ -139,6 +197,8 @@ class RagCacheSemanticCache(BaseCache):
         self.question_extractor = question_extractor
         self.cache_truncated = cache_truncated
         self.cache_sampled = cache_sampled
+        self._unreadable: dict[tuple[str, str], str] = {}  # (question, partition) -> unreadable entry's question
+        self._unreadable_lock = threading.Lock()
         self.path = AnswerPath(semantic_cache, cache_truncated=cache_truncated, ttl_s=ttl_s,
                                cache_sampled=cache_sampled, lookup_timeout_s=lookup_timeout_s)
         """The one answer path over this cache (:class:`ragcache.answering.AnswerPath`): the middleware and
@@ -208,31 +268,50 @@ class RagCacheSemanticCache(BaseCache):
         t0 = time.perf_counter()
         hit = self.path.guard("lookup", lambda: self.semantic_cache.lookup(
             req.question, partition=req.partition, threshold=req.threshold, max_tokens=req.max_tokens))
-        return self._served(req.question, hit, llm_string, t0)
+        return self._served(req, hit, llm_string, t0)
 
-    def _served(self, question: str, hit: SemanticHit | None, llm_string: str, t0: float) -> RETURN_VAL_TYPE | None:
+    def _served(self, req: CacheRequest, hit: SemanticHit | None, llm_string: str, t0: float) -> RETURN_VAL_TYPE | None:
         """A hit's generations, unless it was made by a blend at another setting than the model's
         (``blend_setting`` in ``ChatRagCache``'s identifying params; absent: exact prefill), which is a
         miss (:func:`ragcache.provenance.may_serve`, the answer path's rule)."""
         if hit is None:
             return None
-        answer = hit_answer(question, hit, time.perf_counter() - t0)
-        if not may_serve(answer.provenance, blend_setting_of(llm_string)):
+        answer = hit_answer(req.question, hit, time.perf_counter() - t0)
+        if not may_serve(answer.provenance, blend_setting_of(llm_string)) or self.path.stale(req, answer):
             return None
-        return self._to_generations(answer, hit)
+        try:
+            return self._to_generations(answer, hit)
+        except Exception as e:  # noqa: BLE001 - an entry this LangChain cannot read is a miss, never an error
+            log.warning("semantic cache entry %s could not be read back (%s: %s; written by another langchain-core?): "
+                        "a miss, and the new answer replaces it", hit.entry_id, type(e).__name__, e)
+            with self._unreadable_lock:
+                self._unreadable[_slot(req)] = hit.question
+                while len(self._unreadable) > _UNREADABLE_REMEMBERED:
+                    self._unreadable.pop(next(iter(self._unreadable)))
+            return None
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         """Store generations for this prompt's question (a same-words entry is replaced), when every
         generation ended normally (:func:`ragcache.answering.cacheable`; cut at the token budget only
         with ``cache_truncated``). Not stored: ``content_filter``, tool calls, a null or missing
-        finish reason on a chat message (a cut stream), refusals, pauses, context-window stops.
+        finish reason on a chat message (a cut stream), refusals, pauses, context-window stops, and
+        generations that would not read back as they were (:func:`storable_generations`).
 
         Raises:
             ValueError: ``return_val`` is empty.
         """
         stored = self._storable(prompt, llm_string, return_val)
         if stored is not None:
-            self.path.record(stored[0], stored[1], metadata=stored[2])
+            for req in self._targets(stored[0]):
+                self.path.record(req, stored[1], metadata=stored[2])
+
+    def _targets(self, req: CacheRequest) -> list[CacheRequest]:
+        """Where an answer is stored: under the request's question, and, when its lookup found an entry
+        this cache could not read (a logged miss), under that entry's question too, which replaces it
+        (same words) with one that reads back."""
+        with self._unreadable_lock:
+            old = self._unreadable.pop(_slot(req), None)
+        return [req] if old is None or old == req.question else [req, replace(req, question=old)]
 
     def clear(self, **kwargs: Any) -> None:
         """Drop this cache's entries (``namespace=`` another namespace; ``all=True`` every namespace)."""
@@ -247,7 +326,8 @@ class RagCacheSemanticCache(BaseCache):
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         stored = self._storable(prompt, llm_string, return_val)
         if stored is not None:
-            await self.path.arecord(stored[0], stored[1], metadata=stored[2])
+            for req in self._targets(stored[0]):
+                await self.path.arecord(req, stored[1], metadata=stored[2])
 
     async def aclear(self, **kwargs: Any) -> None:
         await asyncio.to_thread(self.clear, **kwargs)
@@ -259,28 +339,32 @@ class RagCacheSemanticCache(BaseCache):
         if not gens:
             raise ValueError("update() needs at least one generation to store")
         results = [message_result(g) for g in gens]
-        if not all(self.path.cacheable(r) for r in results):
-            return None
         model, _, _ = model_identity(llm_string)
         req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
-        gens = [ChatGeneration(message=g.message.model_copy(update={"id": None}), generation_info=g.generation_info)
-                if isinstance(g, ChatGeneration) else g for g in gens]
-        return req, results[0], {_GENERATIONS_KEY: dumps(gens)}
+        self.path.observe(req, results[0])  # the snapshot the response named, stored or not
+        if not all(self.path.cacheable(r) for r in results):
+            return None
+        raw = storable_generations(gens)
+        if raw is None:
+            return None
+        return req, results[0], {_GENERATIONS_KEY: raw}
 
     @staticmethod
     def _to_generations(answer: Answer, hit: SemanticHit) -> list[Generation] | None:
         """The generations of a hit: the stored LangChain generations (chat messages marked with
         :func:`~langchain_ragcache.results.answer_record`, zero usage, fresh ids), or for an answer stored
         by another entry point (``RagCache``, the proxy, the middleware) one message built from the
-        :class:`~ragcache.answering.Answer`."""
+        :class:`~ragcache.answering.Answer`.
+
+        Raises:
+            Exception: whatever reading the stored generations raises (``ValueError``,
+                ``NotImplementedError``...): :meth:`lookup` makes it a logged miss."""
         raw = hit.metadata.get(_GENERATIONS_KEY)
         if raw is None:
             return [ChatGeneration(message=answer_message(answer))]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            gens = loads(raw, allowed_objects="core")
-        if not isinstance(gens, list):
-            return None
+        gens = _load_generations(raw)
+        if not isinstance(gens, list) or not all(isinstance(g, Generation) for g in gens):
+            raise ValueError(f"stored generations are a {type(gens).__name__}, not a list of Generation")
         record = answer_record(answer)
         out: list[Generation] = []
         for g in gens:

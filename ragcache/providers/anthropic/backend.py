@@ -120,7 +120,7 @@ class AnthropicCaching:
         details = {
             **{k: v for k, v in rec.to_dict().items() if k != "diagnosis"},
             "diagnosis": list(rec.diagnosis),
-            "model": self.model,
+            "model": read.model or self.model,  # the snapshot the response named, else the one asked for
             "stop_reason": read.stop_reason,
             "stop_sequence": read.stop_sequence,
             "breakpoints": [p.where for p in req.placed],

@@ -15,33 +15,25 @@ de-duplication and the semantic-cache partition key all use that hash.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from ragcache.prompt.layout import Segment
+from ragcache.prompt.segments import node_document
 
 OrderBy = Literal["content_hash", "node_id", "ref_doc_id"]
 IdSource = Literal["none", "node_id", "ref_doc_id"]
 
 
-def _json_like(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
-    """A node as a layout document :class:`~ragcache.prompt.layout.Segment`.
-
-    The text is the node content without metadata; the metadata kept is what
-    LlamaIndex shows the LLM (``excluded_llm_metadata_keys`` removed), JSON-like
-    values only, rendered as sorted attributes by the layout.
+    """A node as a layout document :class:`~ragcache.prompt.layout.Segment`: ragcache's one node
+    rendering (:func:`ragcache.prompt.segments.node_document`, also behind ``RagCache.answer(documents=
+    nodes)`` and ``ChunkCache.precompute(engine, nodes)``): the node content without metadata, and
+    the metadata LlamaIndex shows the LLM (``MetadataMode.LLM``: ``excluded_llm_metadata_keys``
+    removed), JSON-like values only, rendered as sorted attributes by the layout.
 
     Args:
         node: any LlamaIndex node.
@@ -55,14 +47,12 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
     """
     if id_source not in ("none", "node_id", "ref_doc_id"):
         raise ValueError(f"id_source must be 'none', 'node_id' or 'ref_doc_id', got {id_source!r}")
-    excluded = set(node.excluded_llm_metadata_keys or ())
-    meta = {str(k): v for k, v in (node.metadata or {}).items() if k not in excluded and _json_like(v)}
     doc_id = None  # the segment's id: metadata kept for invalidate, never rendered (ragcache.prompt.segments)
     if id_source == "node_id":
         doc_id = node.node_id
     elif id_source == "ref_doc_id":
         doc_id = node.ref_doc_id or node.node_id
-    return Segment("document", node.get_content(metadata_mode=MetadataMode.NONE), doc_id, meta)
+    return node_document(node, doc_id=doc_id)
 
 
 def node_key(node: BaseNode, segment: Segment) -> dict[str, str]:
