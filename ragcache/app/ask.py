@@ -69,6 +69,7 @@ class AskResult:
     skipped_bytes: int = 0
     ignored: dict[str, int] = field(default_factory=dict)
     linked_folders: list[str] = field(default_factory=list)
+    looked_up: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -214,6 +215,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.skipped_bytes = folder.skipped_bytes
     out.ignored = dict(folder.ignored)
     out.linked_folders = list(folder.linked_folders)
+    out.looked_up = lookup
     if not quiet:
         print_answer(console, out)
     return out
@@ -243,9 +245,24 @@ def shown_question(question: str | None) -> str:
     return f"{q[:half]!r} ... {q[-half:]!r} ({len(q):,} characters)"
 
 
+def miss_line(r: AskResult) -> str | None:
+    """Why the answer did not come from the answer cache, on one line (``None`` for a hit): the lookup
+    was turned off, or the nearest stored question's reason (:func:`explain_miss`), with how many more
+    reasons ``--json`` / ``-v`` list."""
+    if r.answer.layer == "semantic":
+        return None
+    if not r.looked_up:
+        return "not looked up in the answer cache (--no-cache or --refresh)"
+    if not r.miss_reasons:
+        return "the answer cache held no answer for this request"
+    more = len(r.miss_reasons) - 1
+    return r.miss_reasons[0] + (f" (+{more} more: --json or -v)" if more else "")
+
+
 def print_answer(console: Console, r: AskResult) -> None:
     """The answer as literal text, then one dim line of where it came from (an approximate answer says
-    so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`)."""
+    so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`) and, when the answer
+    cache did not serve it, one dim line of why (:func:`miss_line`)."""
     a = r.answer
     console.print(Text(clean(a.text)), highlight=False, soft_wrap=True)
     cut = a.finish_reason == "length"
@@ -261,6 +278,9 @@ def print_answer(console: Console, r: AskResult) -> None:
         how += f" | {a.approximation}"
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('command_s', 0.0):.2f} s", "dim"))
+    why = miss_line(r)
+    if why is not None:
+        say(console, (f"cache miss: {why}", "dim"))
 
 
-__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "print_answer"]
+__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "miss_line", "print_answer"]
