@@ -48,6 +48,7 @@ from ragcache.app.runtime import (
 )
 from ragcache.config import Config
 from ragcache.hashing import hash_value
+from ragcache.home import writable
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
 from ragcache.text_checks import checked_question
 
@@ -70,6 +71,7 @@ class AskResult:
     ignored: dict[str, int] = field(default_factory=dict)
     linked_folders: list[str] = field(default_factory=list)
     looked_up: bool = True
+    home_read_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -84,6 +86,7 @@ class AskResult:
             "ignored_files": dict(self.ignored), "linked_folders": list(self.linked_folders),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
+            "home_read_only": self.home_read_only,
         }
 
 
@@ -170,11 +173,22 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
     idx = index_dir_for(cfg, folder.root, emb)
-    cfg.index_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
+    read_only = not writable(cfg.index_dir.parent)
+    if read_only:  # serve what the home holds; build nothing there, store nothing
+        store = False
+        note = (f"{cfg.index_dir.parent} is read-only: answering from what it holds, storing no index, answer or "
+                "chunk KV (point RAGCACHE_HOME at a writable folder to store them)")
+        log.info("%s", note)
+        if not quiet:
+            warn(console, note)
         retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
-                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
-        removed = prune_indexes(cfg.index_dir, idx)
+                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet, save=False)
+        removed: list[Path] = []
+    else:
+        with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
+            retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                                  bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
+            removed = prune_indexes(cfg.index_dir, idx)
     if retriever.embedded:
         log.info("embedded %d new chunks, reused %d", retriever.embedded, retriever.reused)
     for d in removed:
@@ -216,6 +230,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.ignored = dict(folder.ignored)
     out.linked_folders = list(folder.linked_folders)
     out.looked_up = lookup
+    out.home_read_only = read_only
     if not quiet:
         print_answer(console, out)
     return out

@@ -53,14 +53,16 @@ def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
 
 def chunk_store(cfg: Config) -> Any:
     """The chunk KV store: Redis / Valkey when ``cfg.kv_url`` is set (shared by every process), else
-    on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0."""
+    on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0 or
+    ``cfg.kv_dir`` cannot be written (a read-only home: this process's chunk KV is kept until it exits)."""
     from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.home import writable
 
     if cfg.kv_url:
         from ragcache.engine.chunk.stores import open_chunk_store
 
         return open_chunk_store(cfg.kv_url)
-    if cfg.kv_max_bytes == 0:
+    if cfg.kv_max_bytes == 0 or not writable(cfg.kv_dir):
         return MemoryChunkStore()
     return DiskChunkStore(cfg.kv_dir, max_bytes=cfg.kv_max_bytes)
 
