@@ -220,7 +220,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
-            a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console), lookup=lookup,
+            a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console, question), lookup=lookup,
                              store=store, looked=lookup, blend_setting=rag.blend_setting)
     finally:
         rag.semantic.close()
@@ -236,11 +236,40 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     return out
 
 
-def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
+COMFORTABLE_QUESTION_TOKENS = 1024
+"""Question length (model tokens) past which ``ask`` warns before the model answers: a question is never
+cached KV, so the model computes every one of its tokens on each miss before the first answer token."""
+
+
+def long_question_note(engine: Any, question: str) -> str | None:
+    """A warning for a question over :data:`COMFORTABLE_QUESTION_TOKENS` tokens of ``engine``'s tokenizer
+    (or over half its context window), with its token count; ``None`` below."""
+    n = engine.count_tokens(question)
+    window = getattr(engine, "context_window", None)
+    limit = min(COMFORTABLE_QUESTION_TOKENS, window // 2) if isinstance(window, int) else COMFORTABLE_QUESTION_TOKENS
+    if n <= limit:
+        return None
+    of = f" of its {window:,}-token context" if isinstance(window, int) and window < 1 << 40 else ""
+    return (f"the question is {n:,} tokens for the model (more than {limit:,}{of}): it computes every one before "
+            "the first answer token, so this answer is slow; put a long text in a note under --docs and ask about it")
+
+
+def _generate(rag: RagCache, req: Any, console: Console | None, question: str = "") -> Any:
+    """The model's answer; a question too long for the local model to answer quickly is warned about
+    first (:func:`long_question_note`, logged; on stderr unless ``console`` is ``None``)."""
+    def run() -> Any:
+        if isinstance(rag.backend, LazyLocalBackend):
+            note = long_question_note(rag.backend.engine, question)  # the model is loaded here to answer anyway
+            if note:
+                log.info("%s", note)
+                if console is not None:
+                    warn(console, note)
+        return rag.generate(req)
+
     if console is None:
-        return rag.generate(req)
+        return run()
     with console.status("loading the model and answering"):
-        return rag.generate(req)
+        return run()
 
 
 CUT_HINT = "cut at the token budget (raise --max-new-tokens for a longer answer)"

@@ -284,3 +284,21 @@ def test_plain_output_says_why_every_miss_missed_and_nothing_on_a_hit(home, note
     assert "'When do backups run?'" in line and "< threshold 0.99" in line
     line = why("When do backups not run?")
     assert "'When do backups run?'" in line and ("guard rejected it" in line or "< threshold" in line)
+
+
+@pytest.mark.parametrize(("words", "warned"), [(30, False), (600, False), (3000, True), (6000, True)])
+def test_a_question_over_the_models_comfortable_size_is_warned_with_its_token_count(home, notes, tiny_dir,
+                                                                                     monkeypatch, words, warned):
+    """Issue 50, item 5: before the model answers a long question, stderr says how many tokens it is."""
+    from ragcache.app.ask import COMFORTABLE_QUESTION_TOKENS
+    from ragcache.testing import tiny_llama
+
+    fixed_answer(monkeypatch, "Rotate it.")
+    question = " ".join(["log line"] * (words // 2)) + " How do I rotate the API keys?"
+    n = len(tiny_llama(seed=1).tokenizer.encode(question, add_special_tokens=False))
+    assert (n > COMFORTABLE_QUESTION_TOKENS) is warned  # the inputs span the limit
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), question)
+    assert r.exit_code == 0, r.output
+    assert (f"the question is {n:,} tokens for the model" in r.output) is warned, r.output[-800:]
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), question)  # a hit: no model, no warning about it
+    assert "served by semantic cache" in r.output and "tokens for the model" not in r.output
