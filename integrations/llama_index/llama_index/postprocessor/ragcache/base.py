@@ -36,12 +36,24 @@ def _json_like(value: Any) -> bool:
     return True
 
 
+LOCATION_KEYS = frozenset({"file_path", "file_dir", "directory"})
+"""Metadata keys that name where a file lies on this machine (``SimpleDirectoryReader`` sets ``file_path``
+and leaves it shown to the LLM): an absolute path under them is not rendered, so the same notes in another
+folder (a moved checkout, another user's home) give the same prompt and keep their answers. A relative
+path is kept: it names the file within the collection."""
+
+
+def _machine_path(key: Any, value: Any) -> bool:
+    return key in LOCATION_KEYS and isinstance(value, str) and (value.startswith(("/", "\\")) or value[1:3] in (":\\", ":/"))
+
+
 def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
     """A node as a layout document :class:`~ragcache.prompt.layout.Segment`.
 
     The text is the node content without metadata; the metadata kept is what
     LlamaIndex shows the LLM (``excluded_llm_metadata_keys`` removed), JSON-like
-    values only, rendered as sorted attributes by the layout.
+    values only, less an absolute path under :data:`LOCATION_KEYS`, rendered as sorted
+    attributes by the layout.
 
     Args:
         node: any LlamaIndex node.
@@ -56,7 +68,8 @@ def node_segment(node: BaseNode, *, id_source: IdSource = "none") -> Segment:
     if id_source not in ("none", "node_id", "ref_doc_id"):
         raise ValueError(f"id_source must be 'none', 'node_id' or 'ref_doc_id', got {id_source!r}")
     excluded = set(node.excluded_llm_metadata_keys or ())
-    meta = {str(k): v for k, v in (node.metadata or {}).items() if k not in excluded and _json_like(v)}
+    meta = {str(k): v for k, v in (node.metadata or {}).items()
+            if k not in excluded and _json_like(v) and not _machine_path(k, v)}
     doc_id = None  # the segment's id: metadata kept for invalidate, never rendered (ragcache.prompt.segments)
     if id_source == "node_id":
         doc_id = node.node_id
