@@ -43,6 +43,7 @@ from ragcache.app.runtime import (
     answer_cache,
     build_engine,
     bulk_embedder,
+    provider_backend,
     query_embedder,
     setting_name,
 )
@@ -147,7 +148,8 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
-        console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0) -> AskResult:
+        console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0,
+        backend: str = "local") -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
@@ -158,6 +160,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             then this one answers too.
         threshold: cosine threshold for this lookup (default ``cfg.threshold``).
         quiet: print nothing (``--json``).
+        backend: ``"local"`` (the engine over ``model``), or ``"anthropic"`` / ``"openai"``: that provider's
+            API with ``model`` as its model id (:func:`ragcache.app.runtime.provider_backend`).
 
     Raises:
         ValueError: empty question, missing folder, a folder without readable text.
@@ -203,12 +207,15 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if not quiet:
             warn(console, long)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
-    model_name = model if model is not None else cfg.model
-    backend = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
-                               home=cfg.paths, setting=setting_name(cfg, "model", model),
-                               recompute_ratio=cfg.recompute_ratio)
+    if backend == "local":
+        model_name = model if model is not None else cfg.model
+        llm: Any = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
+                                    home=cfg.paths, setting=setting_name(cfg, "model", model),
+                                    recompute_ratio=cfg.recompute_ratio)
+    else:
+        llm = provider_backend(backend, model)
     semantic = answer_cache(cfg, emb)
-    rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
+    rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     reasons: list[str] = []
@@ -225,7 +232,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     finally:
         rag.semantic.close()
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
-    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
+    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, bool(getattr(llm, "loaded", False)),
+                    reasons, timings)
     out.skipped_bytes = folder.skipped_bytes
     out.ignored = dict(folder.ignored)
     out.linked_folders = list(folder.linked_folders)
@@ -268,7 +276,8 @@ def _generate(rag: RagCache, req: Any, console: Console | None, question: str = 
 
     if console is None:
         return run()
-    with console.status("loading the model and answering"):
+    with console.status("loading the model and answering" if isinstance(rag.backend, LazyLocalBackend)
+                        else f"asking {rag.backend.name}"):
         return run()
 
 
