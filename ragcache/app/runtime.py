@@ -231,5 +231,5 @@ def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
                          home=cfg.paths)
 
 
-__all__ = ["BACKENDS", "LazyLocalBackend", "answer_cache", "provider_backend", "build_engine", "bulk_embedder", "chunk_store", "query_embedder",
-           "setting_name"]
+__all__ = ["BACKENDS", "LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store",
+           "provider_backend", "query_embedder", "setting_name"]

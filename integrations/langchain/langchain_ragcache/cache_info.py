@@ -20,9 +20,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 
-from ragcache.provenance import Answer
-
 from langchain_ragcache.results import answer_record, message_result
+from ragcache.provenance import Answer
 
 
 def cache_info(message: Any) -> dict[str, Any]:
