@@ -265,9 +265,12 @@ def long_question_note(engine: Any, question: str) -> str | None:
 def _generate(rag: RagCache, req: Any, console: Console | None, question: str = "") -> Any:
     """The model's answer; a question too long for the local model to answer quickly is warned about
     first (:func:`long_question_note`, logged; on stderr unless ``console`` is ``None``)."""
+    local = getattr(rag.backend, "name", None) == "local"
+
     def run() -> Any:
-        if isinstance(rag.backend, LazyLocalBackend):
-            note = long_question_note(rag.backend.engine, question)  # the model is loaded here to answer anyway
+        engine = getattr(rag.backend, "engine", None) if local else None  # loaded here to answer anyway
+        if engine is not None and callable(getattr(engine, "count_tokens", None)):
+            note = long_question_note(engine, question)
             if note:
                 log.info("%s", note)
                 if console is not None:
@@ -276,8 +279,7 @@ def _generate(rag: RagCache, req: Any, console: Console | None, question: str = 
 
     if console is None:
         return run()
-    with console.status("loading the model and answering" if isinstance(rag.backend, LazyLocalBackend)
-                        else f"asking {rag.backend.name}"):
+    with console.status("loading the model and answering" if local else f"asking {getattr(rag.backend, 'name', 'the model')}"):
         return run()
 
 
