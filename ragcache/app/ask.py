@@ -145,6 +145,39 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
     return folder, skipped
 
 
+def _index(cfg: Config, folder: Any, emb: Any, embedder: str | None, console: Console,
+           quiet: bool) -> tuple[bool, Retriever, list[Path]]:
+    """``(read_only, retriever, removed index folders)`` of the scanned ``folder``: built or updated under a file
+    lock in a writable home; in a read-only one (:func:`ragcache.home.writable`) read from there or built in
+    memory, with a warning that nothing is stored."""
+    removed: list[Path] = []
+    idx = index_dir_for(cfg, folder.root, emb)
+    read_only = not writable(cfg.index_dir.parent)
+    if read_only:  # serve what the home holds; build nothing there, store nothing
+        note = (f"{cfg.index_dir.parent} is read-only: answering from what it holds, storing no index, answer or "
+                "chunk KV (point RAGCACHE_HOME at a writable folder to store them)")
+        log.info("%s", note)
+        if not quiet:
+            warn(console, note)
+        retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet, save=False)
+    else:
+        with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
+            retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                                  bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
+            removed = prune_indexes(cfg.index_dir, idx)
+    return read_only, retriever, removed
+
+
+def _backend(cfg: Config, backend: str, model: str | None) -> Any:
+    """The backend that answers a miss: the local engine, loaded on first use, or a provider's API."""
+    if backend != "local":
+        return provider_backend(backend, model)
+    return LazyLocalBackend(lambda: build_engine(cfg, model), model if model is not None else cfg.model,
+                            predict=cfg.decode_cache == "dynamic", home=cfg.paths,
+                            setting=setting_name(cfg, "model", model), recompute_ratio=cfg.recompute_ratio)
+
+
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
@@ -176,23 +209,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     timings: dict[str, float] = {"read_s": time.perf_counter() - t0}
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
-    idx = index_dir_for(cfg, folder.root, emb)
-    read_only = not writable(cfg.index_dir.parent)
-    if read_only:  # serve what the home holds; build nothing there, store nothing
-        store = False
-        note = (f"{cfg.index_dir.parent} is read-only: answering from what it holds, storing no index, answer or "
-                "chunk KV (point RAGCACHE_HOME at a writable folder to store them)")
-        log.info("%s", note)
-        if not quiet:
-            warn(console, note)
-        retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
-                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet, save=False)
-        removed: list[Path] = []
-    else:
-        with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
-            retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
-                                  bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
-            removed = prune_indexes(cfg.index_dir, idx)
+    read_only, retriever, removed = _index(cfg, folder, emb, embedder, console, quiet)
+    store = store and not read_only
     if retriever.embedded:
         log.info("embedded %d new chunks, reused %d", retriever.embedded, retriever.reused)
     for d in removed:
@@ -207,13 +225,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if not quiet:
             warn(console, long)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
-    if backend == "local":
-        model_name = model if model is not None else cfg.model
-        llm: Any = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
-                                    home=cfg.paths, setting=setting_name(cfg, "model", model),
-                                    recompute_ratio=cfg.recompute_ratio)
-    else:
-        llm = provider_backend(backend, model)
+    llm = _backend(cfg, backend, model)
     semantic = answer_cache(cfg, emb)
     rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
