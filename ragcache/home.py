@@ -91,4 +91,18 @@ def _path(what: str, value: object) -> Path:
     return Path(value).expanduser()  # type: ignore[arg-type]
 
 
-__all__ = ["DEFAULT_HOME", "Home"]
+def writable(folder: str | Path) -> bool:
+    """Whether files can be created in ``folder`` (made first when missing): a temporary file is created
+    and removed, so a read-only file system, a folder without write permission and a folder that
+    cannot be made all answer ``False``."""
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+__all__ = ["DEFAULT_HOME", "Home", "writable"]

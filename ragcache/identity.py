@@ -205,10 +205,13 @@ class DigestCache:
         return digest
 
     def flush(self) -> None:
-        """Write new digests to :attr:`path` (merged with entries other processes wrote meanwhile)."""
+        """Write new digests to :attr:`path` (merged with entries other processes wrote meanwhile); nothing
+        when its folder cannot be written (a read-only home)."""
+        from ragcache.home import writable
+
         with self._lock:
-            if self.path is None or not self._dirty:
-                return
+            if self.path is None or not self._dirty or not writable(self.path.parent):
+                return  # nothing new, or a read-only home: the digests are computed again next time
             merged = {**self._read(), **self._entries}
             merged = {k: v for k, v in merged.items() if os.path.exists(k)}
             atomic_write_json(self.path, {"format": _CACHE_FORMAT, "files": merged}, indent=None)

@@ -1,5 +1,5 @@
 """Ranges checked once: the recompute ratio r, a model's context window with its one fallback, and
-the floor of a semantic cache threshold.
+the floor of a semantic cache threshold, the decode cache backends.
 
 Every entry point that takes an r (``RAGCACHE_RECOMPUTE_RATIO``, ``EngineConfig``, ``LocalEngine``,
 ``blend_prefill``, the LangChain and LlamaIndex chat models) checks it with
@@ -21,6 +21,11 @@ own, so a prompt too long for such a model fails in the model, not with a guesse
 CONTEXT_WINDOW_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """Config attributes that state a model's context window, in the order read (Llama / Qwen / Mistral,
 GPT-2, BLOOM-style and ChatGLM-style configs)."""
+
+
+DECODE_BACKENDS = ("quanto", "hqq", "fp8")
+"""The quantized decode cache backends (``EngineConfig.decode_backend``; :mod:`ragcache.engine.quant`),
+kept here so a config is checked without importing torch."""
 
 
 THRESHOLD_FLOOR = 0.5

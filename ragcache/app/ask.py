@@ -45,11 +45,13 @@ from ragcache.app.runtime import (
     answer_cache,
     build_engine,
     bulk_embedder,
+    provider_backend,
     query_embedder,
     setting_name,
 )
 from ragcache.config import Config
 from ragcache.hashing import hash_value
+from ragcache.home import writable
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
 from ragcache.text_checks import checked_question
 
@@ -71,6 +73,8 @@ class AskResult:
     skipped_bytes: int = 0
     ignored: dict[str, int] = field(default_factory=dict)
     linked_folders: list[str] = field(default_factory=list)
+    looked_up: bool = True
+    home_read_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -85,6 +89,7 @@ class AskResult:
             "ignored_files": dict(self.ignored), "linked_folders": list(self.linked_folders),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
+            "home_read_only": self.home_read_only,
         }
 
 
@@ -142,10 +147,44 @@ def _read_folder(docs: str | Path, console: Console, quiet: bool,
     return folder, skipped
 
 
+def _index(cfg: Config, folder: Any, emb: Any, embedder: str | None, console: Console,
+           quiet: bool) -> tuple[bool, Retriever, list[Path]]:
+    """``(read_only, retriever, removed index folders)`` of the scanned ``folder``: built or updated under a file
+    lock in a writable home; in a read-only one (:func:`ragcache.home.writable`) read from there or built in
+    memory, with a warning that nothing is stored."""
+    removed: list[Path] = []
+    idx = index_dir_for(cfg, folder.root, emb)
+    read_only = not writable(cfg.index_dir.parent)
+    if read_only:  # serve what the home holds; build nothing there, store nothing
+        note = (f"{cfg.index_dir.parent} is read-only: answering from what it holds, storing no index, answer or "
+                "chunk KV (point RAGCACHE_HOME at a writable folder to store them)")
+        log.info("%s", note)
+        if not quiet:
+            warn(console, note)
+        retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet, save=False)
+    else:
+        with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
+            retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
+                                  bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
+            removed = prune_indexes(cfg.index_dir, idx)
+    return read_only, retriever, removed
+
+
+def _backend(cfg: Config, backend: str, model: str | None) -> Any:
+    """The backend that answers a miss: the local engine, loaded on first use, or a provider's API."""
+    if backend != "local":
+        return provider_backend(backend, model)
+    return LazyLocalBackend(lambda: build_engine(cfg, model), model if model is not None else cfg.model,
+                            predict=cfg.decode_cache == "dynamic", home=cfg.paths,
+                            setting=setting_name(cfg, "model", model), recompute_ratio=cfg.recompute_ratio)
+
+
 def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = None, embedder: str | None = None,
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
-        console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0) -> AskResult:
+        console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0,
+        backend: str = "local") -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
@@ -156,6 +195,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             then this one answers too.
         threshold: cosine threshold for this lookup (default ``cfg.threshold``).
         quiet: print nothing (``--json``).
+        backend: ``"local"`` (the engine over ``model``), or ``"anthropic"`` / ``"openai"``: that provider's
+            API with ``model`` as its model id (:func:`ragcache.app.runtime.provider_backend`).
 
     Raises:
         ValueError: empty question, missing folder, a folder without readable text.
@@ -170,12 +211,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     timings: dict[str, float] = {"read_s": time.perf_counter() - t0}
     emb = query_embedder(cfg, embedder)
     timings["embedder_s"] = time.perf_counter() - t0 - timings["read_s"]
-    idx = index_dir_for(cfg, folder.root, emb)
-    cfg.index_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cfg.index_dir.with_name(cfg.index_dir.name + ".lock"))):  # one process builds; the others then read what it wrote
-        retriever = Retriever(folder.chunks(), emb, idx, source=str(folder.root.resolve()),
-                              bulk_embedder=bulk_embedder(cfg, embedder), progress=not quiet)
-        removed = prune_indexes(cfg.index_dir, idx)
+    read_only, retriever, removed = _index(cfg, folder, emb, embedder, console, quiet)
+    store = store and not read_only
     if retriever.embedded:
         log.info("embedded %d new chunks, reused %d", retriever.embedded, retriever.reused)
     for d in removed:
@@ -190,12 +227,9 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if not quiet:
             warn(console, long)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
-    model_name = model if model is not None else cfg.model
-    backend = LazyLocalBackend(lambda: build_engine(cfg, model), model_name, predict=cfg.decode_cache == "dynamic",
-                               home=cfg.paths, setting=setting_name(cfg, "model", model),
-                               recompute_ratio=cfg.recompute_ratio)
+    llm = _backend(cfg, backend, model)
     semantic = answer_cache(cfg, emb)
-    rag = RagCache(backend, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
+    rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     reasons: list[str] = []
@@ -208,15 +242,18 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
             for r in reasons:
                 log.info("semantic miss: %s", r)
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
-            a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console), lookup=lookup,
+            a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console, question), lookup=lookup,
                              store=store, looked=lookup, blend_setting=rag.blend_setting)
     finally:
         rag.path.guard("close", rag.semantic.close)  # a failing cache does not cost the answer printed
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
-    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, backend.loaded, reasons, timings)
+    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, bool(getattr(llm, "loaded", False)),
+                    reasons, timings)
     out.skipped_bytes = folder.skipped_bytes
     out.ignored = dict(folder.ignored)
     out.linked_folders = list(folder.linked_folders)
+    out.looked_up = lookup
+    out.home_read_only = read_only
     if not quiet:
         print_answer(console, out)
     engine = getattr(backend, "engine", None) if backend.loaded else None
@@ -225,11 +262,43 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     return out
 
 
-def _generate(rag: RagCache, req: Any, console: Console | None) -> Any:
+COMFORTABLE_QUESTION_TOKENS = 1024
+"""Question length (model tokens) past which ``ask`` warns before the model answers: a question is never
+cached KV, so the model computes every one of its tokens on each miss before the first answer token."""
+
+
+def long_question_note(engine: Any, question: str) -> str | None:
+    """A warning for a question over :data:`COMFORTABLE_QUESTION_TOKENS` tokens of ``engine``'s tokenizer
+    (or over half its context window), with its token count; ``None`` below."""
+    n = engine.count_tokens(question)
+    window = getattr(engine, "context_window", None)
+    limit = min(COMFORTABLE_QUESTION_TOKENS, window // 2) if isinstance(window, int) else COMFORTABLE_QUESTION_TOKENS
+    if n <= limit:
+        return None
+    of = f" of its {window:,}-token context" if isinstance(window, int) and window < 1 << 40 else ""
+    return (f"the question is {n:,} tokens for the model (more than {limit:,}{of}): it computes every one before "
+            "the first answer token, so this answer is slow; put a long text in a note under --docs and ask about it")
+
+
+def _generate(rag: RagCache, req: Any, console: Console | None, question: str = "") -> Any:
+    """The model's answer; a question too long for the local model to answer quickly is warned about
+    first (:func:`long_question_note`, logged; on stderr unless ``console`` is ``None``)."""
+    local = getattr(rag.backend, "name", None) == "local"
+
+    def run() -> Any:
+        engine = getattr(rag.backend, "engine", None) if local else None  # loaded here to answer anyway
+        if engine is not None and callable(getattr(engine, "count_tokens", None)):
+            note = long_question_note(engine, question)
+            if note:
+                log.info("%s", note)
+                if console is not None:
+                    warn(console, note)
+        return rag.generate(req)
+
     if console is None:
-        return rag.generate(req)
-    with console.status("loading the model and answering"):
-        return rag.generate(req)
+        return run()
+    with console.status("loading the model and answering" if local else f"asking {getattr(rag.backend, 'name', 'the model')}"):
+        return run()
 
 
 EXIT_DRAIN_S = 300.0
@@ -252,9 +321,24 @@ def shown_question(question: str | None) -> str:
     return f"{q[:half]!r} ... {q[-half:]!r} ({len(q):,} characters)"
 
 
+def miss_line(r: AskResult) -> str | None:
+    """Why the answer did not come from the answer cache, on one line (``None`` for a hit): the lookup
+    was turned off, or the nearest stored question's reason (:func:`explain_miss`), with how many more
+    reasons ``--json`` / ``-v`` list."""
+    if r.answer.layer == "semantic":
+        return None
+    if not r.looked_up:
+        return "not looked up in the answer cache (--no-cache or --refresh)"
+    if not r.miss_reasons:
+        return "the answer cache held no answer for this request"
+    more = len(r.miss_reasons) - 1
+    return r.miss_reasons[0] + (f" (+{more} more: --json or -v)" if more else "")
+
+
 def print_answer(console: Console, r: AskResult) -> None:
     """The answer as literal text, then one dim line of where it came from (an approximate answer says
-    so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`)."""
+    so, with its blend setting: :attr:`ragcache.provenance.Answer.approximation`) and, when the answer
+    cache did not serve it, one dim line of why (:func:`miss_line`)."""
     a = r.answer
     console.print(Text(clean(a.text)), highlight=False, soft_wrap=True)
     cut = a.finish_reason == "length"
@@ -270,6 +354,9 @@ def print_answer(console: Console, r: AskResult) -> None:
         how += f" | {a.approximation}"
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('command_s', 0.0):.2f} s", "dim"))
+    why = miss_line(r)
+    if why is not None:
+        say(console, (f"cache miss: {why}", "dim"))
 
 
-__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "print_answer"]
+__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "miss_line", "print_answer"]

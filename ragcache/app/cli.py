@@ -108,6 +108,9 @@ def ask(
     cache_truncated: bool = typer.Option(CACHE_TRUNCATED, help="Store an answer cut at the token budget too; it is served "
                                          "only to the same budget (a larger --max-new-tokens asks the model)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, layer, similarity, usage, timings)."),
+    backend: str = typer.Option("local", help="Who answers a miss: local (the engine over --model), anthropic or "
+                                "openai (the provider's API: --model is its model id; the key from ANTHROPIC_API_KEY / "
+                                "OPENAI_API_KEY, the URL from ANTHROPIC_BASE_URL / OPENAI_BASE_URL)."),
 ) -> None:
     """Answer a question over your own folder of .txt / .md files (semantic cache first, model on a miss)."""
     from ragcache.app.ask import ask as run
@@ -126,7 +129,7 @@ def ask(
     r = run_or_exit(console, run, question, docs, cfg=cfg, model=model, embedder=embedder, top_k=top_k,
                     max_new_tokens=max_new_tokens, system=system, threshold=threshold,
                     lookup=not (no_cache or refresh), store=not no_cache, cache_truncated=cache_truncated,
-                    console=console, quiet=as_json)
+                    console=console, quiet=as_json, backend=backend)
     if as_json:
         print_json(r.to_dict())
 

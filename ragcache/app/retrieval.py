@@ -94,6 +94,8 @@ class Retriever:
             ``meta.json`` so :func:`prune_indexes` can tell which folders are unused.
         bulk_embedder: zero-argument callable returning the embedder for many chunks (e.g. the
             torch runtime); used when more than ``bulk_min`` chunks need embedding.
+        save: write a built index to ``index_dir`` (``False``: a read-only home; the index is read
+            from there when it matches, else built in memory).
 
     Attributes:
         loaded_from_disk: the stored index matched exactly; embedded / reused: chunks embedded in
@@ -102,7 +104,7 @@ class Retriever:
 
     def __init__(self, chunks: Sequence[Chunk], embedder, index_dir: str | Path | None = None,
                  batch_size: int = 64, progress: bool = True, *, source: str | None = None,
-                 bulk_embedder: Callable[[], object] | None = None, bulk_min: int = 64) -> None:
+                 bulk_embedder: Callable[[], object] | None = None, bulk_min: int = 64, save: bool = True) -> None:
         if not chunks:
             raise ValueError("no chunks to index: give at least one document")
         self.chunks = list(chunks)
@@ -136,7 +138,7 @@ class Retriever:
         self.embedded, self.reused = len(todo), len(self.chunks) - len(todo)
         self.index = faiss.IndexFlatIP(mat.shape[1])
         self.index.add(mat)
-        if self.index_dir:
+        if self.index_dir and save:
             self._save()
 
     def _save(self) -> None:

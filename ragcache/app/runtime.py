@@ -53,14 +53,16 @@ def bulk_embedder(cfg: Config, name: str | None = None) -> Callable[[], Any]:
 
 def chunk_store(cfg: Config) -> Any:
     """The chunk KV store: Redis / Valkey when ``cfg.kv_url`` is set (shared by every process), else
-    on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0."""
+    on disk under ``cfg.kv_dir`` within ``cfg.kv_max_bytes`` (LRU), or in memory when the budget is 0 or
+    ``cfg.kv_dir`` cannot be written (a read-only home: this process's chunk KV is kept until it exits)."""
     from ragcache.engine.chunk.stores import DiskChunkStore, MemoryChunkStore
+    from ragcache.home import writable
 
     if cfg.kv_url:
         from ragcache.engine.chunk.stores import open_chunk_store
 
         return open_chunk_store(cfg.kv_url)
-    if cfg.kv_max_bytes == 0:
+    if cfg.kv_max_bytes == 0 or not writable(cfg.kv_dir):
         return MemoryChunkStore()
     return DiskChunkStore(cfg.kv_dir, max_bytes=cfg.kv_max_bytes)
 
@@ -168,6 +170,52 @@ class LazyLocalBackend:
         return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
 
+BACKENDS = ("local", "anthropic", "openai")
+"""What ``--backend`` takes: the local engine (default), or a provider's API through its SDK."""
+
+_PROVIDER_ENV = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"), "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+
+
+def provider_backend(kind: str, model: str | None, env: Any = None) -> Any:
+    """The pipeline backend of ``--backend anthropic|openai``: the provider's SDK client with its key and
+    base URL from the usual variables (``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``, ``OPENAI_API_KEY`` /
+    ``OPENAI_BASE_URL``; ``env``: else ``os.environ``), sending ``model`` (the id the provider or server
+    serves). The same layers, labels and stats as the local engine: semantic hit first, then the provider
+    call, labelled ``provider`` or ``provider-cache``.
+
+    Raises:
+        ValueError: an unknown ``kind``, no ``model``, or the key's variable unset.
+        ImportError: the SDK is not installed (names the extra).
+    """
+    import os
+
+    if kind not in _PROVIDER_ENV:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {kind!r}")
+    if not model:
+        raise ValueError(f"--backend {kind} needs --model: the model id the provider serves (the local servers of "
+                         "`ragcache serve` list theirs at GET /v1/models)")
+    env = os.environ if env is None else env
+    key_var, url_var = _PROVIDER_ENV[kind]
+    key, base_url = env.get(key_var), env.get(url_var) or None
+    if not key:
+        raise ValueError(f"--backend {kind} reads its API key from {key_var}, which is not set: export {key_var}=... "
+                         f"(and {url_var}=http://127.0.0.1:8000 for `ragcache serve`)")
+    try:
+        if kind == "anthropic":
+            import anthropic
+
+            from ragcache.providers.anthropic.backend import AnthropicBackend
+
+            return AnthropicBackend(anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=1), model)
+        import openai
+
+        from ragcache.providers.openai.backend import OpenAIBackend
+
+        return OpenAIBackend(openai.OpenAI(api_key=key, base_url=base_url, max_retries=1), model)
+    except ImportError as e:
+        raise ImportError(f"--backend {kind} needs the {kind} SDK: pip install 'ragcache[{kind}]' ({e})") from e
+
+
 def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
     """The answer cache: PostgreSQL + pgvector when ``cfg.semantic_url`` is set (shared by every process),
     else the persistent :class:`~ragcache.semantic.SemanticCache` under ``cfg.answers_dir`` (``path=None``:
@@ -184,5 +232,5 @@ def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
                          home=cfg.paths)
 
 
-__all__ = ["LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store", "query_embedder",
-           "setting_name"]
+__all__ = ["BACKENDS", "LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store",
+           "provider_backend", "query_embedder", "setting_name"]

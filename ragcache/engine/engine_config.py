@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragcache.home import Home
-from ragcache.limits import check_recompute_ratio
+from ragcache.limits import DECODE_BACKENDS, check_recompute_ratio
 from ragcache.engine.prompt import TemplateDate, resolve_template_date
-from ragcache.engine.quant import DECODE_BACKENDS
 from ragcache.engine.blend.reuse import ReusePolicy
 from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
 from ragcache.engine.chunk.queue import DEFAULT_QUEUE_DOCS, check_queue_docs

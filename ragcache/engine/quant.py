@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 import torch
 
+from ragcache.limits import DECODE_BACKENDS  # the decode cache backends (re-exported)
+
 FormatName = Literal["fp16", "int8", "int4"]
 Axis = Literal["channel", "token"]
 
@@ -253,7 +255,6 @@ def _unpack4(packed: torch.Tensor) -> torch.Tensor:
 
 
 # -- decode cache --------------------------------------------------------------------------
-DECODE_BACKENDS = ("quanto", "hqq", "fp8")
 
 
 def quantized_decode_cache(model: object, cache: object, *, backend: str = "quanto", nbits: int = 4,

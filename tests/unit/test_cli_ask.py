@@ -262,3 +262,43 @@ def test_the_setting_source_is_the_variable_only_when_it_holds_the_value():
     assert setting_source("model", "/m", {"RAGCACHE_MODEL": " /m "}) == "RAGCACHE_MODEL"
     assert setting_source("model", "/other", {"RAGCACHE_MODEL": "/m"}) == "--model"  # the option won
     assert setting_source("embedder", "e", {}) == "--embedder"
+
+
+def test_plain_output_says_why_every_miss_missed_and_nothing_on_a_hit(home, notes, tiny_dir, monkeypatch):
+    """Issue 50, item 3: without --json or -v a miss prints one ``cache miss:`` line with its reason."""
+    fixed_answer(monkeypatch, "Nightly.")
+    base = ["--docs", str(notes), "--model", str(tiny_dir)]
+
+    def why(*args):
+        r = ask(*base, *args)
+        assert r.exit_code == 0, r.output
+        lines = [x for x in r.stdout.splitlines() if x.startswith("cache miss: ")]
+        assert len(lines) <= 1, r.stdout
+        return lines[0] if lines else None
+
+    assert "no stored answer for this request's partition" in why("When do backups run?")
+    assert why("When do backups run?") is None  # a hit says where it came from, not why it missed
+    assert "not looked up in the answer cache" in why("--no-cache", "When do backups run?")
+    assert "not looked up in the answer cache" in why("--refresh", "When do backups run?")
+    line = why("--threshold", "0.99", "At what time do the backups run?")
+    assert "'When do backups run?'" in line and "< threshold 0.99" in line
+    line = why("When do backups not run?")
+    assert "'When do backups run?'" in line and ("guard rejected it" in line or "< threshold" in line)
+
+
+@pytest.mark.parametrize(("words", "warned"), [(30, False), (600, False), (3000, True), (6000, True)])
+def test_a_question_over_the_models_comfortable_size_is_warned_with_its_token_count(home, notes, tiny_dir,
+                                                                                     monkeypatch, words, warned):
+    """Issue 50, item 5: before the model answers a long question, stderr says how many tokens it is."""
+    from ragcache.app.ask import COMFORTABLE_QUESTION_TOKENS
+    from ragcache.testing import tiny_llama
+
+    fixed_answer(monkeypatch, "Rotate it.")
+    question = " ".join(["log line"] * (words // 2)) + " How do I rotate the API keys?"
+    n = len(tiny_llama(seed=1).tokenizer.encode(question, add_special_tokens=False))
+    assert (n > COMFORTABLE_QUESTION_TOKENS) is warned  # the inputs span the limit
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), question)
+    assert r.exit_code == 0, r.output
+    assert (f"the question is {n:,} tokens for the model" in r.output) is warned, r.output[-800:]
+    r = ask("--docs", str(notes), "--model", str(tiny_dir), question)  # a hit: no model, no warning about it
+    assert "served by semantic cache" in r.output and "tokens for the model" not in r.output

@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
@@ -46,11 +46,12 @@ from langchain_ragcache._keys import (
     blend_setting_of,
     key_messages,
     key_text,
+    llm_params,
     model_identity,
     sampling_of,
 )
 from langchain_ragcache._messages import parse_cache_prompt
-from langchain_ragcache.results import answer_message, answer_record, message_result
+from langchain_ragcache.results import answer_message, answer_record, message_result, reports_no_finish
 from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
 from ragcache.provenance import may_serve
@@ -59,6 +60,7 @@ from ragcache.request import CacheRequest, KeyedPrompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.decision.checks import check_path
 from ragcache.config import Config
+from ragcache.prompt.volatile import warn_at_caller
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
@@ -116,6 +118,9 @@ def storable_generations(gens: Sequence[Generation]) -> str | None:
         return None
     log.info("answer not stored: its generations do not read back as they were written (LangChain serialisation)")
     return None
+_WARNED_NO_FINISH: set[str] = set()
+"""Models already warned about in this process (:meth:`RagCacheSemanticCache._warn_no_finish`)."""
+UnreportedFinish = Literal["incomplete", "stop"]
 
 
 class RagCacheSemanticCache(BaseCache):
@@ -153,6 +158,11 @@ class RagCacheSemanticCache(BaseCache):
             (:func:`~langchain_ragcache._keys.sampling_of`).
         lookup_timeout_s: deadline (seconds) of each lookup and store; an embedder or store that fails or
             hangs past it is a logged miss (nothing stored), never the model's answer.
+        unreported_finish: how a chat answer that reports no finish reason at all is read
+            (:func:`~langchain_ragcache.results.reports_no_finish`): ``"incomplete"`` (the default; not
+            stored, since a stream cut before its last chunk looks the same, and a ``UserWarning`` says
+            so once per model) or ``"stop"`` (stored as finished: for a fake or custom chat model whose
+            answers always end normally, such as ``FakeListChatModel``).
         **kwargs: other :class:`SemanticCache` options (``guards``, ``max_entries``...).
 
     A hit returns the stored generations (a ``list``; LangChain treats anything else as a miss)
@@ -169,7 +179,11 @@ class RagCacheSemanticCache(BaseCache):
                  embedder: Any = None, threshold: float | None = None, namespace: str = "default",
                  ttl_s: float | None = None, question_extractor: QuestionExtractor | None = None,
                  cache_truncated: bool = CACHE_TRUNCATED, cache_sampled: bool = False,
-                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S, **kwargs: Any) -> None:
+                 lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S,
+                 unreported_finish: UnreportedFinish = "incomplete", **kwargs: Any) -> None:
+        if unreported_finish not in ("incomplete", "stop"):
+            raise ValueError(f"unreported_finish must be 'incomplete' (do not store answers that report no finish "
+                             f"reason) or 'stop' (store them as finished), got {unreported_finish!r}")
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a non-empty str (use 'default' for a single tenant), "
                             f"got {type(namespace).__name__}")
@@ -199,6 +213,7 @@ class RagCacheSemanticCache(BaseCache):
         self.cache_sampled = cache_sampled
         self._unreadable: dict[tuple[str, str], str] = {}  # (question, partition) -> unreadable entry's question
         self._unreadable_lock = threading.Lock()
+        self.unreported_finish = unreported_finish
         self.path = AnswerPath(semantic_cache, cache_truncated=cache_truncated, ttl_s=ttl_s,
                                cache_sampled=cache_sampled, lookup_timeout_s=lookup_timeout_s)
         """The one answer path over this cache (:class:`ragcache.answering.AnswerPath`): the middleware and
@@ -339,15 +354,38 @@ class RagCacheSemanticCache(BaseCache):
         if not gens:
             raise ValueError("update() needs at least one generation to store")
         results = [message_result(g) for g in gens]
+        unreported = [reports_no_finish(g) for g in gens]
+        if self.unreported_finish == "stop":
+            results = [replace(r, finish_reason="stop") if u else r for r, u in zip(results, unreported)]
         model, _, _ = model_identity(llm_string)
         req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
         self.path.observe(req, results[0])  # the snapshot the response named, stored or not
         if not all(self.path.cacheable(r) for r in results):
+            if any(unreported):
+                self._warn_no_finish(llm_string)
             return None
         raw = storable_generations(gens)
         if raw is None:
             return None
         return req, results[0], {_GENERATIONS_KEY: raw}
+
+    @staticmethod
+    def _warn_no_finish(llm_string: str) -> None:
+        """Warn, once per model and process, that a model's answers are not stored because its messages
+        report no finish reason, and how to allow them."""
+        model, _, _ = model_identity(llm_string)
+        if model == "langchain":  # another LangChain model: its name, else its LangChain type
+            params = llm_params(llm_string)
+            model = next((str(params[k]) for k in ("model_name", "model", "_type") if params.get(k)), model)
+        if model in _WARNED_NO_FINISH:
+            return
+        _WARNED_NO_FINISH.add(model)
+        warn_at_caller(
+            f"RagCacheSemanticCache stores no answer of model {model[:80]!r}: its messages report no finish "
+            "reason (finish_reason, stop_reason or done_reason), which is how a stream cut before its end looks. "
+            "If its answers always end normally (a fake or custom chat model), pass "
+            "RagCacheSemanticCache(unreported_finish='stop'), or set generation_info={'finish_reason': 'stop'} "
+            "on its generations.", UserWarning)
 
     @staticmethod
     def _to_generations(answer: Answer, hit: SemanticHit) -> list[Generation] | None:

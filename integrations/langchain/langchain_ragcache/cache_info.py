@@ -20,11 +20,17 @@ from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
 
+from langchain_ragcache.results import answer_record, message_result
+from ragcache.provenance import Answer
 
-def cache_info(message: Any) -> dict[str, Any] | None:
-    """A copy of ``message.response_metadata["ragcache"]``: which layer answered and its numbers;
-    ``None`` when no ragcache layer recorded anything (a plain model call without ragcache's cache,
-    chat model or layout middleware).
+
+def cache_info(message: Any) -> dict[str, Any]:
+    """Which layer answered and its numbers, on every call: a copy of ``message.response_metadata["ragcache"]``
+    when a ragcache layer recorded it, else the same keys read from the message itself
+    (:func:`~langchain_ragcache.results.message_result`: a plain model's miss under
+    ``RagCacheSemanticCache`` is layer ``provider``, or ``provider-cache`` when the provider read its
+    prompt cache, with the model's own usage and finish reason; ``incomplete`` for a model that
+    reports none, whose answers are not stored).
 
     Raises:
         TypeError: ``message`` is not a chat message (put this step right after the chat model).
@@ -33,7 +39,9 @@ def cache_info(message: Any) -> dict[str, Any] | None:
         raise TypeError(f"cache_info reads a chat model's message, got {type(message).__name__}: put "
                         "with_cache_info() right after the chat model, in place of the output parser")
     record = message.response_metadata.get("ragcache")
-    return dict(record) if isinstance(record, Mapping) else None
+    if isinstance(record, Mapping):
+        return dict(record)
+    return answer_record(Answer.of("", message_result(message)))
 
 
 def with_cache_info(parser: Runnable | None = None) -> Runnable:

@@ -57,6 +57,16 @@ def native_finish(generation: Any) -> tuple[bool, str | None]:
     return reported, None
 
 
+def reports_no_finish(generation: Any) -> bool:
+    """A chat answer (no tool calls) that names no end reason at all, in neither its message nor its
+    ``generation_info`` (a fake or custom chat model; also a stream cut before its last chunk):
+    :func:`finish_reason_of` reads it as ``incomplete``."""
+    msg = getattr(generation, "message", generation)
+    if not isinstance(msg, AIMessage) or msg.tool_calls or msg.invalid_tool_calls:
+        return False
+    return native_finish(generation) == (False, None)
+
+
 def finish_reason_of(generation: Any, *, chat: bool | None = None) -> FinishReason:
     """Why a LangChain answer ended, in ragcache's words.
 
@@ -134,4 +144,4 @@ def answer_message(answer: Answer, *, model_name: str | None = None) -> AIMessag
 
 
 __all__ = ["FINISH_REASONS", "NATIVE_KEYS", "answer_message", "answer_record", "finish_reason_of",
-           "message_result", "native_finish"]
+           "message_result", "native_finish", "reports_no_finish"]

@@ -31,13 +31,12 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ragcache.atomic import atomic_write_json
-from ragcache.engine import kv
 from ragcache.home import Home
 
 if TYPE_CHECKING:
+    import torch
+
     from ragcache.engine.interface import EngineView
 
 log = logging.getLogger(__name__)
@@ -244,6 +243,10 @@ def teacher_forced_logits(model: Any, cache: Any, first_logits: torch.Tensor, an
     Row 0 is ``first_logits`` (the prompt's last position); rows ``1..`` come from one forward
     of ``answer[:-1]`` at positions ``start..`` appended to ``cache`` (which is modified).
     """
+    import torch
+
+    from ragcache.engine import kv
+
     rows = [first_logits.float()[None]]
     if len(answer) > 1:
         rows.append(kv.forward(model, list(answer[:-1]), cache, start, logits_to_keep=len(answer) - 1))
@@ -257,6 +260,8 @@ def fidelity(reference: torch.Tensor, other: torch.Tensor, answer: Sequence[int]
         reference / other: float ``[T, vocab]`` logits at the same positions.
         answer: the ``T`` reference tokens (the reference's argmax at each position).
     """
+    import torch
+
     target = torch.as_tensor(list(answer))
     agree = (other.argmax(-1) == target).float().mean().item()
     lp, lq = torch.log_softmax(reference.float(), -1), torch.log_softmax(other.float(), -1)
@@ -278,7 +283,6 @@ def check_confidence(confidence: Any) -> float:
     return float(confidence)
 
 
-@torch.inference_mode()
 def agreement_lower_bound(agreement: float, n: int, confidence: float = 0.95) -> float:
     """One-sided Wilson score lower bound of a proportion (Wilson, "Probable inference, the law of
     succession, and statistical inference", JASA 22(158), 1927).
@@ -325,6 +329,10 @@ def greedy_answer(model: Any, cache: Any, logits: torch.Tensor, start: int, answ
     Returns:
         ``(answer, rows)``: up to ``answer_tokens`` ids, and float32 ``[len(answer), vocab]``.
     """
+    import torch
+
+    from ragcache.engine import kv
+
     answer: list[int] = []
     rows = []
     for step in range(answer_tokens):
@@ -346,6 +354,7 @@ def reference_answer(engine: EngineView, ids: Sequence[int],
         stopping at EOS), the logits that chose each of them (float32 ``[len(answer), vocab]``), and
         the CPU and wall seconds of the prefill alone.
     """
+    from ragcache.engine import kv
     from ragcache.engine.decode import eos_ids
 
     model, n = engine.model, len(ids)

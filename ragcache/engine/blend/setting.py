@@ -28,14 +28,14 @@ candidates (one per recompute ratio), as ``ragcache calibrate`` and ``LocalEngin
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ragcache.engine import kv
+# torch and the KV boundary are imported where KV is computed: naming a setting (a stored blended
+# answer's check on a semantic hit, :func:`licensed_setting`) imports no torch.
 
 if TYPE_CHECKING:
     from ragcache.engine.interface import EngineView
@@ -174,6 +174,10 @@ def compute_after(view: Any, sink_tensors: tuple | None, doc_ids: Sequence[int])
     """
     if sink_tensors is None:
         return view.compute(doc_ids)
+    import torch
+
+    from ragcache.engine import kv
+
     model = view.model
     cache = kv.cache_from_tensors(model, *sink_tensors)
     n0 = len(view.sink)
@@ -185,13 +189,27 @@ def compute_after(view: Any, sink_tensors: tuple | None, doc_ids: Sequence[int])
 
 
 def _prefix_cache(model: Any, ids: Sequence[int], p: int) -> Any:
+    from ragcache.engine import kv
+
     cache = kv.new_cache(model)
     if p:
         kv.forward(model, list(ids[:p]), cache, 0)
     return cache
 
 
-@torch.inference_mode()
+def _inference_mode(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.inference_mode()`` around ``fn``, with torch imported at the call, not at this module's import."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_inference_mode
 def measure_settings(engine: EngineView, prompts: Sequence[Any], settings: Sequence[BlendSetting], *,
                      answer_tokens: int = 32, progress: Callable[[str], None] | None = None,
                      checkpoint: Callable[[list[dict]], None] | None = None, first_index: int = 0,
@@ -223,15 +241,17 @@ def measure_settings(engine: EngineView, prompts: Sequence[Any], settings: Seque
     chunk KV in each context) every setting's measurement reads; the per-setting steps are apart
     (:func:`_free_run`, :func:`_precision_flips`).
     """
+    import torch
+
+    from ragcache.engine import kv
     from ragcache.engine.blend.calibration import (
         fidelity,
         reference_answer,
         teacher_forced_logits,
     )
+    from ragcache.engine.blend.license import best_f1
     from ragcache.engine.blend.prefill import blend_prefill
     from ragcache.engine.chunk.cache import ChunkCache
-
-    from ragcache.engine.blend.license import best_f1
     from ragcache.engine.decode import eos_ids
 
     model, say = engine.model, progress or (lambda _m: None)
@@ -297,6 +317,7 @@ def measure_settings(engine: EngineView, prompts: Sequence[Any], settings: Seque
 def _precision_flips(low: Any, ids: Sequence[int], answer: Sequence[int]) -> list[int]:
     """Answer positions where ``low`` (a bfloat16 copy of the model), teacher-forced along ``answer`` after a
     full prefill of ``ids``, picks another top-1 token (the yardstick of :func:`measure_settings`)."""
+    from ragcache.engine import kv
     from ragcache.engine.blend.calibration import teacher_forced_logits
 
     cache = kv.new_cache(low)

@@ -15,7 +15,8 @@ class          examples
 ``where_acc..`` "where can / do I ..." (where to get at something): compatible with ``where`` and ``how``
 ``why``        why; how come; what is the reason / cause / purpose; for what reason
 ``how``        how (manner); what is the best way / are the steps; what should I do
-``how_many``   how many; what number of; how many + unit of time is ``how_long``
+``how_many``   how many; what number of; how many + unit of time is ``how_long`` (the counted noun
+               of the phrase decides: "how many unused days of leave" as "how many unused leave days")
 ``how_much``   how much; what is the price / cost of; what does X cost
 ``how_long``   how long; how much time; what is the duration / time difference; how many days / hours ...
 ``how_often``  how often / frequently; how many times a day / week ...
@@ -100,6 +101,33 @@ def _tokens(text: str) -> list[str]:
     return [t.replace("'", "") for t in _TOKEN.findall(text.lower().replace("\u2019", "'"))]
 
 
+_IRREGULAR_PLURALS = frozenset({"people", "men", "women", "children", "staff", "personnel", "police", "feet", "teeth",
+                                "mice", "geese", "sheep", "fish", "deer", "crew", "folks", "data", "media", "criteria"})
+_NOT_PLURAL_ENDINGS = ("ss", "us", "is", "ous", "ics")
+_COUNTED_MODIFIERS = 3
+"""Words read before the counted noun of "how many ...": "how many unused paid leave days"."""
+
+
+def _plural_noun(word: str) -> bool:
+    """A word that reads as a plural noun: an irregular plural, or one ending in -s but not -ss / -us /
+    -is / -ous / -ics ("bonus", "class", "various" are not)."""
+    return word in _IRREGULAR_PLURALS or (len(word) > 2 and word.endswith("s") and not word.endswith(_NOT_PLURAL_ENDINGS))
+
+
+def _counted_head(toks: list[str], j: int) -> str:
+    """The noun that "how many" counts, read from ``toks[j]`` (the word after "many") on: the first
+    plural noun or time unit, passing over up to :data:`_COUNTED_MODIFIERS` modifiers ("how many
+    unused leave days", "how many unused days of leave": ``days``); the phrase ends at an auxiliary,
+    a preposition or determiner, a number or an interrogative, and a plural noun that is not a time
+    unit ("how many students miss days of school": ``students``) is the head. ``""``: none found."""
+    for t in toks[j : j + _COUNTED_MODIFIERS + 1]:
+        if t in _AUX or t in _NOT_NOUN or t in _WH or t.isdigit():
+            return ""
+        if t in _TIME_UNITS or t == "times" or _plural_noun(t):
+            return t
+    return ""
+
+
 def _wh_class(toks: list[str], i: int) -> str:
     """Class of the interrogative at ``toks[i]`` given the words after it."""
     w = toks[i]
@@ -119,11 +147,10 @@ def _wh_class(toks: list[str], i: int) -> str:
         if nxt == "come":
             return "why"
         if nxt == "many":
-            if nxt2 == "times":
+            head = _counted_head(toks, i + 2)
+            if head == "times":
                 return "how_often"
-            nxt3 = toks[i + 3] if i + 3 < len(toks) else ""
-            counted = nxt2 in _TIME_UNITS or (nxt3 in _TIME_UNITS and nxt2 not in _AUX and nxt2 not in _NOT_NOUN)
-            return "how_long" if counted else "how_many"  # "how many vacation days" counts days, as "how many days"
+            return "how_long" if head in _TIME_UNITS else "how_many"  # "how many vacation days" counts days
         if nxt == "much":
             if nxt2 in _COMPARATIVE:
                 return _COMPARATIVE[nxt2]  # "how much older" ~ "how old ... compared to" ~ "the age gap"

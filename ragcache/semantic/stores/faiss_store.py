@@ -31,6 +31,7 @@ import faiss
 import numpy as np
 
 from ragcache.boundary import Refused
+from ragcache.home import writable
 from ragcache.semantic.budget import merge_metadata, split_metadata
 from ragcache.semantic.flight import LOCAL_LOCKS, FileFlightLocks, FlightLocks
 from ragcache.semantic.partition import PartitionKey
@@ -44,7 +45,7 @@ from ragcache.semantic.stores.protocol import (
     StoreCounters,
     StoredAnswer,
 )
-from ragcache.semantic.stores.store import SQLiteStore
+from ragcache.semantic.stores.store import DB_NAME, SQLiteStore
 from ragcache.semantic.text import exact_form
 
 logger = logging.getLogger("ragcache.semantic")
@@ -105,9 +106,13 @@ class FaissAnswerStore(CachePersistence):
         self.embedder, self.dim = embedder, int(embedder.dim)
         self.max_entries, self.hnsw_threshold, self.autosave_every = max_entries, hnsw_threshold, autosave_every
         self.path = None if path is None else Path(path).expanduser()
+        self.read_only = self.path is not None and (self.path / DB_NAME).is_file() and not writable(self.path)
+        """A folder that holds answers but cannot be written (a read-only file system or permission): its
+        answers are served from an in-memory copy and nothing is written back."""
+        self._persist = self.path is not None and not self.read_only
         self.reembed = reembed
         # single flight: this process's threads and, for a folder on disk, every process that opens it
-        self.locks: FlightLocks = LOCAL_LOCKS if self.path is None else FileFlightLocks(self.path / ".flight")
+        self.locks: FlightLocks = FileFlightLocks(self.path / ".flight") if self._persist else LOCAL_LOCKS
         self.counters = StoreCounters()
         self._flushed_lookups = (0, 0)  # counters.lookup_hits / lookup_misses already added to the folder's totals
         self._lock = RWLock()
@@ -121,14 +126,14 @@ class FaissAnswerStore(CachePersistence):
         self._writes = 0
         self._seq = 0
         self._closed = False
-        self._db = SQLiteStore(self.path)
+        self._db = SQLiteStore(self.path, read_only=self.read_only)
         self._open()
         self._version = self._db.data_version()
 
     # ================================================================= other processes' writes
     def _sync(self) -> None:
         """Replay other processes' committed writes (no-op when none since the last call)."""
-        if self.path is None or self._db.data_version() == self._version:
+        if not self._persist or self._db.data_version() == self._version:
             return
         with self._lock.write():
             self._replay()

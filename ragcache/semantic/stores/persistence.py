@@ -42,6 +42,7 @@ class CachePersistence(CacheRegistry):
     _flushed_lookups: tuple[int, int]
     counters: Any
     path: Any
+    _persist: bool
     embedder: Any
     _seq: int
     reembed: Any
@@ -50,7 +51,7 @@ class CachePersistence(CacheRegistry):
 
     def _after_write(self, n: int) -> None:
         self._writes += n
-        if self.path is not None and self._writes >= self.autosave_every:
+        if self._persist and self._writes >= self.autosave_every:
             self._flush()
 
     def _flush(self) -> None:
@@ -64,7 +65,7 @@ class CachePersistence(CacheRegistry):
                 self._db.add_lookups(now[0] - self._flushed_lookups[0], now[1] - self._flushed_lookups[1])
                 self._db.prune_changes()
             self._flushed_lookups = now
-        if self.path is not None:
+        if self._persist:
             for k in sorted(self._dirty):
                 if k in self._parts:
                     self._db.write_index(k, self._parts[k].index.to_bytes())

@@ -110,14 +110,17 @@ class SQLiteStore:
     All methods must be called under the cache's write lock (or before it is shared).
     """
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, *, read_only: bool = False) -> None:
         self.directory = directory
-        if directory is not None:
+        if directory is not None and not read_only:
             directory.mkdir(parents=True, exist_ok=True)
             target = str(directory / DB_NAME)
         else:
             target = ":memory:"
         self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        if read_only and directory is not None:  # a read-only folder: work on an in-memory copy, write nothing there
+            self._copy_read_only(directory / DB_NAME)
+            return
         try:
             if directory is None:
                 self._migrate()
@@ -144,6 +147,26 @@ class SQLiteStore:
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise CorruptAnswerDBError(target, e) from None
+
+    def _copy_read_only(self, path: Path) -> None:
+        """Fill this (in-memory) database with a copy of the SQLite file ``path`` on a read-only folder,
+        opened ``immutable`` (no lock or journal file is made; the file must not change meanwhile: on a
+        read-only file system it cannot). A WAL database closed by its last process holds every commit.
+
+        Raises:
+            CorruptAnswerDBError: the file cannot be read.
+        """
+        from urllib.parse import quote
+
+        try:
+            src = sqlite3.connect(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            try:
+                src.backup(self._db)
+            finally:
+                src.close()
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise CorruptAnswerDBError(str(path), e) from None
 
     def _migrate(self) -> None:
         """Create the schema; add the ``state`` column to databases written before it existed."""
