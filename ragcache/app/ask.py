@@ -256,7 +256,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.home_read_only = read_only
     if not quiet:
         print_answer(console, out)
-    engine = getattr(backend, "engine", None) if backend.loaded else None
+    engine = getattr(llm, "engine", None) if getattr(llm, "loaded", False) else None  # a provider has no engine
     if hasattr(engine, "drain_chunk_queue"):  # the chunk queue's work (sightings, admitted chunks) before exiting
         engine.drain_chunk_queue(EXIT_DRAIN_S)
     return out
