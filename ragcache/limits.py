@@ -82,4 +82,32 @@ def context_window_of(config: Any) -> int:
     return UNKNOWN_CONTEXT_WINDOW
 
 
-__all__ = ["CONTEXT_WINDOW_FIELDS", "UNKNOWN_CONTEXT_WINDOW", "check_recompute_ratio", "context_window_of"]
+
+
+# chunk KV admission and queue bounds (ragcache.engine.chunk.admission / .queue): here so the engine's settings
+# read them without importing torch
+DEFAULT_ADMISSION = 2
+"""Sightings of a document at which its chunk KV is computed: the second request that misses it."""
+
+def check_admission(n: object) -> int:
+    """``n`` as a sighting count >= 1. Raises ValueError naming the fix otherwise."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"chunk_admission must be an integer >= 1 (sightings of a document before its chunk KV is "
+                         f"computed; 1: every miss, {DEFAULT_ADMISSION}: the second); got {n!r}")
+    return n
+
+
+DEFAULT_QUEUE_DOCS = 64
+"""Documents waiting for their chunk KV at most (a 6-document request a second for ~10 s of backlog)."""
+
+
+def check_queue_docs(n: object) -> int:
+    """``n`` as a queue bound >= 0. Raises ValueError naming the fix otherwise."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"chunk_queue must be an integer >= 0 (documents waiting for their chunk KV; 0: compute "
+                         f"after each answer on the caller's thread); got {n!r}")
+    return n
+
+
+__all__ = ["CONTEXT_WINDOW_FIELDS", "DEFAULT_ADMISSION", "DEFAULT_QUEUE_DOCS", "UNKNOWN_CONTEXT_WINDOW", "check_admission",
+           "check_queue_docs", "check_recompute_ratio", "context_window_of"]

@@ -12,16 +12,21 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragcache.home import Home
-from ragcache.limits import DECODE_BACKENDS, check_recompute_ratio
-from ragcache.engine.prompt import TemplateDate, resolve_template_date
 from ragcache.engine.blend.reuse import ReusePolicy
-from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
-from ragcache.engine.chunk.queue import DEFAULT_QUEUE_DOCS, check_queue_docs
+from ragcache.engine.prompt import TemplateDate, resolve_template_date
+from ragcache.home import Home
+from ragcache.limits import (
+    DECODE_BACKENDS,
+    DEFAULT_ADMISSION,
+    DEFAULT_QUEUE_DOCS,
+    check_admission,
+    check_queue_docs,
+    check_recompute_ratio,
+)
 
 if TYPE_CHECKING:
-    from ragcache.engine.blend.setting import BlendSetting
     from ragcache.engine.blend.calibration import Calibration
+    from ragcache.engine.blend.setting import BlendSetting
 
 
 @dataclass(frozen=True, slots=True)

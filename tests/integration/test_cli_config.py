@@ -31,7 +31,7 @@ def test_every_variable_is_read(tmp_path):
            "RAGCACHE_UPSTREAM_AUTH": "operator",
            "RAGCACHE_BENCH_THREADS": "2", "RAGCACHE_WORDNET_DIR": str(tmp_path / "wn"),
            "RAGCACHE_MAX_FILE_BYTES": "2048", "RAGCACHE_ALLOW_LOW_THRESHOLD": "1",
-           "RAGCACHE_MODELS_DIR": str(tmp_path / "m")}
+           "RAGCACHE_MODELS_DIR": str(tmp_path / "m"), "RAGCACHE_CHUNK_ADMISSION": "3", "RAGCACHE_CHUNK_QUEUE": "0"}
     assert set(env) == {v.name for v in ENV_VARS}  # the table documents every variable read
     cfg = Config.from_env(env)
     got = {v.name: getattr(cfg, v.field) for v in ENV_VARS}
@@ -39,6 +39,7 @@ def test_every_variable_is_read(tmp_path):
     assert got["RAGCACHE_ANSWERS_DIR"] == tmp_path / "a" and got["RAGCACHE_PORT"] == 9000
     assert (got["RAGCACHE_KV_FORMAT"], got["RAGCACHE_KV_GROUP_SIZE"], got["RAGCACHE_DECODE_CACHE"]) == ("int4", 32, "quantized")
     assert got["RAGCACHE_SEMANTIC_URL"] == "postgresql://u@h/db" and got["RAGCACHE_KV_URL"] == "redis://h:6379/0"
+    assert (got["RAGCACHE_CHUNK_ADMISSION"], got["RAGCACHE_CHUNK_QUEUE"]) == (3, 0)
     for bad in ({"RAGCACHE_KV_FORMAT": "int3"}, {"RAGCACHE_DECODE_CACHE": "fast"}, {"RAGCACHE_KV_GROUP_SIZE": "0"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             Config.from_env({"RAGCACHE_HOME": str(tmp_path), **bad})

@@ -28,11 +28,9 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ragcache.hashing import ChunkHash
+from ragcache.limits import DEFAULT_ADMISSION, check_admission
 
 __all__ = ["DEFAULT_ADMISSION", "MAX_SIGHTINGS", "SIGHTING_TTL_S", "SightingCounts", "Sightings", "check_admission"]
-
-DEFAULT_ADMISSION = 2
-"""Sightings of a document at which its chunk KV is computed: the second request that misses it."""
 
 MAX_SIGHTINGS = 100_000
 """Documents whose sightings a store remembers (least recently seen forgotten first): ~100 bytes each."""
@@ -48,14 +46,6 @@ class Sightings(Protocol):
     def sight_many(self, keys: Sequence[ChunkHash]) -> list[int]:
         """Count one sighting of each key (a key given twice counts twice); returns each key's count after it."""
         ...
-
-
-def check_admission(n: object) -> int:
-    """``n`` as a sighting count >= 1. Raises ValueError naming the fix otherwise."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"chunk_admission must be an integer >= 1 (sightings of a document before its chunk KV is "
-                         f"computed; 1: every miss, {DEFAULT_ADMISSION}: the second); got {n!r}")
-    return n
 
 
 class SightingCounts:

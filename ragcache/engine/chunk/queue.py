@@ -26,10 +26,12 @@ the caller's lock): the behaviour before the queue, for scripts that need a chun
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,21 +39,22 @@ from typing import Any
 
 from ragcache.counters import Counters
 from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
+from ragcache.limits import DEFAULT_QUEUE_DOCS, check_queue_docs
 
 __all__ = ["DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUEUE_DOCS = 64
-"""Documents waiting for their chunk KV at most (a 6-document request a second for ~10 s of backlog)."""
+CLOSE_WAIT_S = 10.0
+"""Seconds a process waits at exit for the chunk piece being computed (one piece: ~0.6 s on one CPU thread)."""
+
+_OPEN_QUEUES: weakref.WeakSet = weakref.WeakSet()
 
 
-def check_queue_docs(n: object) -> int:
-    """``n`` as a queue bound >= 0. Raises ValueError naming the fix otherwise."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"chunk_queue must be an integer >= 0 (documents waiting for their chunk KV; 0: compute "
-                         f"after each answer on the caller's thread); got {n!r}")
-    return n
+@atexit.register
+def _close_open_queues() -> None:
+    for q in list(_OPEN_QUEUES):
+        q.close()
 
 
 @dataclass(slots=True)
@@ -100,7 +103,9 @@ class ChunkQueue:
         self._active = 0  # requests in flight (:meth:`request`)
         self._busy = False  # the worker is sighting or computing outside the condition
         self._worker: threading.Thread | None = None
+        self._closed = False
         self.stats = ChunkQueueStats()
+        _OPEN_QUEUES.add(self)
 
     # -- requests ------------------------------------------------------------
     @contextlib.contextmanager
@@ -180,22 +185,42 @@ class ChunkQueue:
                 self._cond.wait(left)
         return True
 
+    def close(self, timeout: float | None = CLOSE_WAIT_S) -> None:
+        """Drop the waiting work and let the worker finish the piece it is computing (at most ``timeout``
+        seconds): chunks are best effort. Called for every queue at process exit, so no chunk is cut by the
+        interpreter's shutdown in the middle of a forward pass (which aborts the process)."""
+        with self._cond:
+            self._closed = True
+            self._pending.clear()
+            self._ready.clear()
+            self._waiting = 0
+            worker = self._worker
+            self._cond.notify_all()
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout)
+
     def _start(self) -> None:
         """Start the worker if it is not running (under the condition)."""
-        if self._worker is None:
+        if self._worker is None and not self._closed:
             self._worker = threading.Thread(target=self._run, name="ragcache-chunk-queue", daemon=True)
             self._worker.start()
 
     def _run(self) -> None:
         while True:
             with self._cond:
+                if self._closed:
+                    self._worker = None
+                    self._cond.notify_all()
+                    return
                 if self._pending:
                     view, docs = self._pending.popleft()
                     self._waiting -= len(docs)
                     job = None
                 elif self._ready:
-                    while self._active:  # requests first
+                    while self._active and not self._closed:  # requests first
                         self._cond.wait()
+                    if self._closed:
+                        continue
                     view, doc = self._ready.popleft()
                     self._waiting -= 1
                     job = doc
@@ -239,8 +264,10 @@ class ChunkQueue:
     def _step(self, run_piece: Any) -> Any:
         """One piece of a chunk's prefill: once no request is in flight, under the engine lock."""
         with self._cond:
-            while self._active:  # requests first
+            while self._active and not self._closed:  # requests first
                 self._cond.wait()
+            if self._closed:
+                raise RuntimeError("the chunk queue was closed (process exit): the chunk is dropped")
         with self._lock:
             return run_piece()
 
