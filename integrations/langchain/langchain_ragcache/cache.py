@@ -24,16 +24,16 @@ persist under ``$RAGCACHE_HOME`` (the store ``ragcache ask`` uses); ``path=None`
 from __future__ import annotations
 
 import ast
-import json
 import asyncio
+import json
 import logging
 import threading
 import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
@@ -51,16 +51,27 @@ from langchain_ragcache._keys import (
     sampling_of,
 )
 from langchain_ragcache._messages import parse_cache_prompt
-from langchain_ragcache.results import answer_message, answer_record, message_result, reports_no_finish
+from langchain_ragcache.results import (
+    answer_message,
+    answer_record,
+    message_result,
+    reports_no_finish,
+)
 from langchain_ragcache.usage import HIT_USAGE, PROVIDER_USAGE_KEYS
-from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, hit_answer
-from ragcache.provenance import may_serve
+from ragcache.answering import (
+    CACHE_TRUNCATED,
+    DEFAULT_LOOKUP_TIMEOUT_S,
+    Answer,
+    AnswerPath,
+    hit_answer,
+)
 from ragcache.backend import BackendResult
+from ragcache.config import Config
+from ragcache.prompt.volatile import warn_at_caller
+from ragcache.provenance import may_serve
 from ragcache.request import CacheRequest, KeyedPrompt
 from ragcache.semantic import PartitionKey, SemanticCache, SemanticHit
 from ragcache.semantic.decision.checks import check_path
-from ragcache.config import Config
-from ragcache.prompt.volatile import warn_at_caller
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
 _GENERATIONS_KEY = "langchain_generations"
@@ -98,7 +109,7 @@ def storable_generations(gens: Sequence[Generation]) -> str | None:
     """The serialised form of ``gens`` that reads back to the same generations, or ``None`` when
     there is none: only what can be served is stored. Chat messages lose their id (a hit gets a
     fresh one) and their pydantic values become their JSON form (:func:`_json_form`); the form is
-    then loaded back and must serialise to the same bytes (a value LangChain cannot write, such as
+    then loaded back and must serialise to the same JSON value (a value LangChain cannot write, such as
     an arbitrary object in ``generation_info``, fails that and nothing is stored)."""
     plain = []
     for g in gens:
@@ -110,7 +121,7 @@ def storable_generations(gens: Sequence[Generation]) -> str | None:
     try:
         raw = dumps(plain)
         back = _load_generations(raw)
-        if isinstance(back, list) and dumps(back) == raw:
+        if isinstance(back, list) and json.loads(dumps(back)) == json.loads(raw):  # the same value (key order aside)
             return raw
     except Exception as e:  # noqa: BLE001 - any failure to write or read back means: do not store
         log.info("answer not stored: its generations do not survive LangChain serialisation (%s: %s)",
@@ -118,6 +129,8 @@ def storable_generations(gens: Sequence[Generation]) -> str | None:
         return None
     log.info("answer not stored: its generations do not read back as they were written (LangChain serialisation)")
     return None
+
+
 _WARNED_NO_FINISH: set[str] = set()
 """Models already warned about in this process (:meth:`RagCacheSemanticCache._warn_no_finish`)."""
 UnreportedFinish = Literal["incomplete", "stop"]
