@@ -244,3 +244,65 @@ def test_any_exception_type_is_a_miss(tmp_path, clock, held, entry, error):
         assert e.ask(q) == backend.text
     assert backend.calls == 3 and len(cache) == 1
     cache.close()
+
+
+# ---------------------------------------------------------------------------------------------- local servers
+LOCAL_DOCS = [d * 3 for d in DOCS]
+
+
+def _server_ask(url: str, api: str) -> tuple[str, dict]:
+    """One greedy request to ``ragcache serve``'s app at ``url`` (``api``: its Anthropic or OpenAI route):
+    the answer's text and the response's headers."""
+    import httpx
+
+    content = [{"type": "text", "text": d} for d in LOCAL_DOCS] + [{"type": "text", "text": Q}]
+    if api == "anthropic":
+        r = httpx.post(f"{url}/v1/messages", headers={"x-api-key": "local"}, timeout=120, json={
+            "model": "claude-sonnet-4-6", "max_tokens": 6, "temperature": 0, "system": SYSTEM,
+            "messages": [{"role": "user", "content": content}]})
+        assert r.status_code == 200, r.text
+        return "".join(b["text"] for b in r.json()["content"] if b["type"] == "text"), dict(r.headers)
+    model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+    r = httpx.post(f"{url}/v1/chat/completions", headers={"authorization": "Bearer local"}, timeout=120, json={
+        "model": model, "max_tokens": 6, "temperature": 0,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}]})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"], dict(r.headers)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+@pytest.mark.parametrize("kind", ["raise", "hang"])
+def test_local_servers_with_a_failing_chunk_store(tiny_seed1, tmp_path, clock, api, kind):
+    """``ragcache serve``'s apps over a tiny model whose chunk store (disk) raises an unexpected type or
+    hangs: every request gets the exact answer (the one the same app gives with no chunk cache), no chunk
+    reused, while the store still hangs; once it clears, the documents are stored again and reused."""
+    from ragcache.engine.chunk.stores.disk import DiskChunkStore
+    from ragcache.engine.engine import LocalEngine
+    from ragcache.server.app import running_server
+    from test_fault_contract import _engine_rag
+
+    store = DiskChunkStore(tmp_path / "kv")
+    engine, _ = _engine_rag(tiny_seed1, store, DEADLINE_S)
+    fault = Fault(ERRORS["AttributeError"])
+    with running_server(LocalEngine(tiny_seed1, calibration=False)) as ref, running_server(engine) as url:
+        want, _ = _server_ask(ref, api)
+
+        def ask() -> tuple[str, dict]:
+            engine.prefix_cache.clear()  # every request reads its documents from the chunk store
+            return _server_ask(url, api)
+
+        assert ask()[0] == want and len(store) >= 1  # stored while healthy
+        engine.chunk_cache.store = Faulty(store, fault, {"get", "get_many", "put", "put_many"})
+        fault.mode = kind
+        try:
+            for _ in range(2):
+                text, headers = ask()
+                assert text == want and headers["x-ragcache-chunk-reused"] == "0"
+            assert fault.calls >= 1 and fault.returned == 0  # answered while the store still hung
+        finally:
+            fault.clear()
+        clock.pass_backoff()
+        ask()
+        text, headers = ask()
+        assert int(headers["x-ragcache-chunk-reused"]) > 0
+        assert text == want or headers["x-ragcache-approximate"] == "true"  # a blend is labelled
