@@ -29,12 +29,20 @@ pytest.importorskip("llama_index.core")
 pytest.importorskip("langchain")
 anthropic = pytest.importorskip("anthropic")
 
-from langchain_core.messages import HumanMessage  # noqa: E402
+import test_fault_contract
+from adapter_doubles import DOCS, SYSTEM, ScriptedChat, lc_call, scripted_chat_rag_cache
+from contract_entries import (
+    fixed_nodes,
+    fixed_retriever,
+    scripted_llamaindex_backend,
+    scripted_upstream,
+)
+from langchain_core.messages import HumanMessage
+from test_fault_contract import DEADLINE_S, ERRORS, Q2, Fault, Faulty, Q, _cache
 
-from adapter_doubles import DOCS, SYSTEM, ScriptedChat, lc_call, scripted_chat_rag_cache  # noqa: E402
-from contract_entries import fixed_nodes, fixed_retriever, scripted_llamaindex_backend, scripted_upstream  # noqa: E402
-from ragcache.testing.answer_contract import ScriptedBackend  # noqa: E402
-from test_fault_contract import DEADLINE_S, ERRORS, Q, Q2, Fault, Faulty, _cache, clock  # noqa: E402,F401
+from ragcache.testing.answer_contract import ScriptedBackend
+
+clock = test_fault_contract.clock  # the suite's fake clock (the back-off passes at once)
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -276,10 +284,11 @@ def test_local_servers_with_a_failing_chunk_store(tiny_seed1, tmp_path, clock, a
     """``ragcache serve``'s apps over a tiny model whose chunk store (disk) raises an unexpected type or
     hangs: every request gets the exact answer (the one the same app gives with no chunk cache), no chunk
     reused, while the store still hangs; once it clears, the documents are stored again and reused."""
+    from test_fault_contract import _engine_rag
+
     from ragcache.engine.chunk.stores.disk import DiskChunkStore
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.app import running_server
-    from test_fault_contract import _engine_rag
 
     store = DiskChunkStore(tmp_path / "kv")
     engine, _ = _engine_rag(tiny_seed1, store, DEADLINE_S)
