@@ -244,7 +244,7 @@ CURRENT: tuple[str, ...] = (
     "semantic_pair_model", "semantic_default_decider", "semantic_split", "semantic_qqp900_before_after", "semantic",
     "semantic_stream",
     "verifier_ablation", "verifier_interactions", "lexicon", "stemmers",
-    "provider", "lint", "shared", "ask_latency",
+    "provider", "lint", "shared", "ask_latency", "workload",
 )
 """The studies listed on the evaluation landing page: the shipped records and what the guides quote.
 Every other study is development history (calibration plans and their inputs, item ranges merged into
