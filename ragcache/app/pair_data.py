@@ -8,7 +8,7 @@ Three sources, all deterministic (fixed seeds, no clock), so one command rebuild
   whole for reporting. A slice chosen by a hash of the pair (:func:`qqp_part`) is kept for choosing
   the decision threshold, never trained on.
 - **Hard pairs** (``semantic_pairs_dev.jsonl``): the tuning part of the fixed split of
-  :func:`benchmarks.semantic_split.split` (seed 32, 30% of each kind held out). The held-out part is
+  ``benchmarks.semantic_split.split`` (seed 32, 30% of each kind held out). The held-out part is
   never trained on nor used to choose.
 - **Made here** (:func:`synthetic_pairs`): hard negatives made from the guards' own knowledge applied to
   real questions (a negation, an antonym, a number, a unit, an entity, swapped roles, modality, scope,
