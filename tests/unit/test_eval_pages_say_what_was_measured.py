@@ -59,4 +59,5 @@ def test_the_readme_compares_decisive_with_decisive_from_the_json():
 
 def test_the_demo_time_is_a_range_with_its_load():
     for text in (_flat((ROOT / "README.md").read_text()), _flat((ROOT / "docs/getting-started/demo.md").read_text())):
-        assert "98-434 s" in text and "load average 2-5" in text
+        assert re.search(r"took \d+-\d+ s\b", text) and re.search(r"load average [\d.]+-[\d.]+", text), \
+            "the demo's time is given as a range with its load"
