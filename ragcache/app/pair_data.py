@@ -144,6 +144,8 @@ FRAMES: dict[str, tuple[str, ...]] = {
                  "Who is entitled to {x}?"),
     "why": ("Why do we have {x}?", "What is the reason for {x}?", "What is the purpose of {x}?",
             "Why does {x} exist?"),
+    "permission": ("Can I {v}?", "Am I allowed to {v}?", "Is it possible to {v}?", "Is it OK to {v}?",
+                   "Is it okay if I {v}?", "May I {v}?"),
     "how_long": ("How long does {x} take?", "How much time does {x} take?", "What is the processing time of {x}?",
                  "How long is the wait for {x}?"),
 }
@@ -159,7 +161,11 @@ SYNONYMS: tuple[tuple[str, str], ...] = tuple(
               "whole/entire", "try/attempt", "check/verify", "send/submit", "go/travel", "ask/request",
               "build/construct", "show/demonstrate", "near/close to", "about/regarding", "enough/sufficient",
               "trip/journey", "flat/apartment", "movie/film", "doctor/physician", "sick/ill", "phone/telephone",
-              "company/firm", "wage/salary", "photo/picture", "mend/repair", "remove/delete", "set up/configure"]
+              "company/firm", "wage/salary", "photo/picture", "mend/repair", "remove/delete", "set up/configure",
+              "book/reserve", "update/change", "package/parcel", "spot/space", "colleague/coworker",
+              "holiday/vacation", "fee/charge", "quit/resign", "contact/reach", "turn on/enable",
+              "turn off/disable", "link/connect", "file/submit", "look at/view", "see/view",
+              "allowance/budget", "team member/colleague", "start/begin", "cancel/call off", "office/workplace"]
 )
 """Word pairs of one meaning in these questions' contexts (the positive side of a replaced word)."""
 
@@ -280,7 +286,31 @@ def positives_of(q: str, rng: random.Random) -> list[tuple[str, str]]:
         if s in q and s != t:
             out.append((q.replace(s, t, 1), "function_word"))
             break
+    composed = composed_rewording(q, rng)
+    if composed is not None:
+        out.append((composed, "composed"))
     return out
+
+
+def composed_rewording(q: str, rng: random.Random) -> str | None:
+    """``q`` reworded in two or three places at once (a function-word edit and one or two synonyms: "How do I
+    reserve a parking spot?" / "How can I book a parking space?"), as people reword; ``None`` when fewer than two
+    edits apply."""
+    c, edits = q, 0
+    for s, t in rng.sample(FUNCTION_EDITS, len(FUNCTION_EDITS)):
+        if s in c and s != t:
+            c, edits = c.replace(s, t, 1), 1
+            break
+    for s, t in rng.sample(SYNONYMS, len(SYNONYMS)):
+        for a, b in ((s, t), (t, s)):
+            n = _sub_word(c, a, b)
+            if n:
+                c, edits = n, edits + 1
+                break
+        if edits >= 3:
+            break
+    c = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", c)  # "a inexpensive" -> "an inexpensive"
+    return c if edits >= 2 and c != q else None
 
 
 _STOP = frozenset(("about", "there", "which", "would", "should", "could", "their", "where", "these", "those", "other",
@@ -434,4 +464,4 @@ def training_pairs(data: Path, *, seed: int = 46, qqp_negatives: float = 1.1, em
             "qqp_heldout": qqp["heldout"], "hard_heldout": hard["heldout"]}
 
 
-__all__ = ["Pair", "hard_pairs", "negatives_of", "positives_of", "qqp_pairs", "synthetic_pairs", "training_pairs"]
+__all__ = ["Pair", "composed_rewording", "hard_pairs", "negatives_of", "positives_of", "qqp_pairs", "synthetic_pairs", "training_pairs"]

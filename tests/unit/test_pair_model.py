@@ -12,6 +12,7 @@ import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.decision.guards import GuardSet
+from ragcache.semantic.decision.order_guards import SlotGuard
 from ragcache.semantic.decision.pair_decider import (
     HARD_VETOES,
     SOFT_GUARDS,
@@ -142,20 +143,100 @@ def test_an_exact_repeat_needs_no_model():
     assert d.check("How do I reset it?", "How do I reset it?", 1.0).ok
 
 
-def test_pair_decider_is_opt_in_for_the_packaged_embedder():
+def test_pair_decider_is_the_default_for_the_packaged_embedder():
     from ragcache.semantic.embedding import resolve_embedder
 
     emb = resolve_embedder(None)
     assert isinstance(make_decider("pair", None, emb), PairDecider)
-    assert isinstance(make_decider(True, None, emb), GuardSet)  # the default stays the guards (the guide says why)
+    assert isinstance(make_decider(True, None, emb), PairDecider)  # the default (issue 46)
     assert isinstance(make_decider("rules", None, emb), GuardSet)
+    assert isinstance(make_decider(True, lambda a, b: True, emb), GuardSet)  # a verifier of one's own runs last
     other = type("E", (), {"name": "some/other-embedder", "fingerprint": "x", "has_tokens": False})()
+    assert isinstance(make_decider(True, None, other), GuardSet)  # another embedder: the guards
     with pytest.raises(ValueError, match="packaged all-MiniLM-L6-v2"):
         make_decider("pair", None, other)
     with pytest.raises(ValueError, match="decides alone"):
         make_decider("pair", lambda a, b: True, emb)
     with pytest.raises(ValueError, match="'pair'"):
         make_decider("pairs", None, emb)
+
+
+SLOT_EDITS = [  # one span of a shared frame filled differently: the model must be sure (slot_threshold)
+    ("Can I bring my dog to the office?", "Can I bring my child to the office?"),
+    ("Are glasses covered by the vision plan?", "Are contact lenses covered by the vision plan?"),
+    ("What is the daily meal allowance when travelling?", "What is the daily meal allowance when travelling abroad?"),
+    ("Can I pay with PayPal?", "Can I get a refund to PayPal?"),
+    ("How do I renew my library card online?", "How do I renew my library card in person?"),
+]
+NOT_SLOT_EDITS = [  # a span of function words, a synonym WordNet pairs, a typo, or a rewording in several places
+    ("I work two days a week from home", "I work two days per week from home"),
+    ("Can I watch a film on the train?", "Can I watch a movie on the train?"),
+    ("How do I instal the app on my phone?", "How do I install the app on my phone?"),
+    ("How do I reserve a parking spot at the office?", "How can I book a parking space at the office?"),
+    ("How do I set up the printer in room 4?", "How do I configure the printer in room 4?"),
+    ("What should I do if my laptop is stolen?", "What steps should I take when my laptop gets stolen?"),
+]
+
+
+@pytest.mark.parametrize("a,b", SLOT_EDITS)
+def test_slot_edits_are_found(a, b):
+    g = SlotGuard()
+    assert g.check(a, b) and g.check(b, a)
+
+
+@pytest.mark.parametrize("a,b", NOT_SLOT_EDITS)
+def test_rewordings_are_not_slot_edits(a, b):
+    g = SlotGuard()
+    assert g.check(a, b) is None and g.check(b, a) is None
+
+
+@pytest.mark.parametrize("a,b", SLOT_EDITS)
+def test_a_slot_edit_needs_the_slot_threshold(a, b):
+    """A model probability above the plain threshold is not enough for a slot edit: pair models score a one-span
+    swap in a shared frame as a paraphrase (issue 46's held-out wrong hits)."""
+    unsure, sure = PairDecider(_Always(0.9), threshold=0.7), PairDecider(_Always(0.99), threshold=0.7)
+    for q, c in ((a, b), (b, a)):
+        v = unsure.check(q, c, 0.9)
+        assert v.reason == "substitution" and "one slot differs" in v.detail, v
+        assert sure.check(q, c, 0.9).ok
+
+
+def test_the_rules_yes_needs_the_models_agreement():
+    a, b = "How should I prepare for the exam?", "How will I prepare for the exam?"
+    assert GuardSet.default().check(a, b, 0.99).ok  # the rules read no modality here
+    assert PairDecider(_Always(0.3), threshold=0.7).check(a, b, 0.99).reason == "verifier"
+    assert PairDecider(_Always(0.6), threshold=0.7).check(a, b, 0.99).ok  # agreement (0.5), not the threshold
+
+
+@pytest.mark.parametrize("a,b", [("Who approves my holiday request?", "Whose holiday requests do I approve?"),
+                                 ("Whose approval does the storage plan need?", "Who is eligible for the storage plan?"),
+                                 ("Whom do I call about a leak?", "Whose leak is it?")])
+def test_whose_asks_for_an_owner(a, b):
+    assert "whose" in explicit_type_clash(a, b) and "whose" in explicit_type_clash(b, a)
+
+
+@pytest.mark.parametrize("a,b", [("Whose responsibility is the budget?", "Who is responsible for the budget?"),
+                                 ("Whose job is it to order supplies?", "Who orders the supplies?")])
+def test_whose_duty_asks_for_an_agent(a, b):
+    assert explicit_type_clash(a, b) is None
+
+
+@pytest.mark.parametrize("a,b", [("In which place can I find the annual bonus?",
+                                  "What do I need to do to receive the annual bonus?"),
+                                 ("What should I do if my laptop is stolen?", "When was my laptop stolen?"),
+                                 ("Which person approves the budget?", "Why is the budget approved?")])
+def test_a_type_named_by_a_frame_clashes_as_an_interrogative(a, b):
+    assert explicit_type_clash(a, b) and explicit_type_clash(b, a)
+
+
+def test_stage_is_the_one_order():
+    d = PairDecider(_Always(0.8), threshold=0.7)
+    assert d.stage("How do I reset it?", "How do I reset it?", 1.0).verdict.ok
+    assert d.stage("Can I bring 2 guests?", "Can I bring 3 guests?", 0.95).verdict.reason == "number"
+    st = d.stage("Can I bring my dog to the office?", "Can I bring my child to the office?", 0.8)
+    assert st.verdict is None and st.route == "slot" and d.needed(st.route) == d.slot_threshold
+    st = d.stage("How much is the parking fee?", "What is the amount of the parking fee?", 0.85)
+    assert st.route == "plain" and d.needed(st.route) == 0.7 and d.needed(st.route, 0.6) == 0.6
 
 
 def test_card_names_its_data_and_licence():
@@ -180,8 +261,8 @@ WRONG = [
 
 @pytest.fixture(scope="module")
 def default_cache():
-    """``guards="pair"`` over the packaged embedder (the pair model behind the hard vetoes)."""
-    with SemanticCache(guards="pair") as c:
+    """``SemanticCache()`` over the packaged embedder: the pair model behind the hard vetoes, the default."""
+    with SemanticCache() as c:
         yield c
 
 

@@ -460,3 +460,62 @@ class SubstitutionGuard:
                 if r < len(longer) and left not in extra and (left, longer[r]) in pairs:
                     return f"inserted {longer[k:r]} between {left!r} and {longer[r]!r}"
         return None
+
+
+_SLOT_FILLERS = frozenset({"per", "each", "much", "exactly", "actually", "currently", "usually", "generally", "normally",
+                           "basically", "typically", "ok", "okay", "allowed", "permitted"})
+"""Words a slot may gain or lose without changing the question ("two days a week" / "per week", "Can I ..." /
+"Am I allowed to ..."); the modality and bound guards read the words that do change it ("only", "must")."""
+
+
+@dataclass(slots=True)
+class SlotGuard:
+    """The two questions are one frame with one slot filled differently: a minimal edit.
+
+    The words of both (numbers in words as digits; typos, stems and abbreviations aligned to the first
+    question's spelling) are aligned by :class:`difflib.SequenceMatcher`; the pair is a *slot edit* when
+    exactly one span differs (replaced, inserted or deleted), at least ``min_shared`` words and a ``min_share``
+    (0.4) of the longer question are shared around it, and the differing span holds a content word on either side
+    that is not a synonym of one on the other (WordNet, :data:`PHRASAL`, :data:`SYNONYMS`): "Can I bring my
+    dog to the office?" / "... my child ...", "Are glasses covered?" / "Are contact lenses covered?", "the daily
+    meal allowance when travelling" / "... when travelling abroad". A span of function words only ("two days a
+    week" / "two days per week") is not a slot edit.
+
+    Why a rule here: minimal pairs are where learned pair models are known to fail (they score a one-word swap
+    in a shared frame as a paraphrase; PAWS, Zhang et al. 2019, §1 and §5), while a true rewording changes the
+    frame in more than one place. The :class:`~ragcache.semantic.decision.pair_decider.PairDecider` runs it as a
+    hard veto under the ``substitution`` reason; it is not part of the rules' default set (whose substitution
+    guard already refuses these and more).
+    """
+
+    name: str = "substitution"
+    min_shared: int = 3
+    min_share: float = 0.4
+    synonyms: Mapping[str, str] = field(default_factory=lambda: dict(SYNONYMS))
+
+    def _words(self, text: str) -> list[str]:
+        return [self.synonyms.get(w, w) for w in split_words(spelled_as_digits(text))]
+
+    def check(self, query: str, candidate: str) -> str | None:
+        import difflib
+
+        a = self._words(query)
+        b = _align(a, self._words(candidate))
+        ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+        edits = [op for op in ops if op[0] != "equal"]
+        if len(edits) != 1:
+            return None
+        shared = sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag == "equal")
+        if shared < self.min_shared or shared < self.min_share * max(len(a), len(b)):
+            return None
+        _, i1, i2, j1, j2 = edits[0]
+        span_a, span_b = a[i1:i2], b[j1:j2]
+        only_a = [w for w in span_a if w not in STOPWORDS and w not in NEGATIONS and w not in _SLOT_FILLERS]
+        only_b = [w for w in span_b if w not in STOPWORDS and w not in NEGATIONS and w not in _SLOT_FILLERS]
+        if only_a and only_b:
+            only_a, only_b = _drop_phrasal_pairs(split_words(query), only_a, only_b)
+            only_b, only_a = _drop_phrasal_pairs(split_words(candidate), only_b, only_a)
+            only_a, only_b = _drop_synonym_pairs(only_a, only_b)
+        if not only_a and not only_b:
+            return None
+        return f"one slot differs: {' '.join(span_a) or '(nothing)'} / {' '.join(span_b) or '(nothing)'}"

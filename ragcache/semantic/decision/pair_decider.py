@@ -26,10 +26,12 @@ chosen on); :func:`ragcache.semantic.decision.policy.make_decider` falls back to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ragcache.semantic.decision.checks import DEFAULT_THRESHOLD
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
+from ragcache.semantic.decision.order_guards import SlotGuard
 from ragcache.semantic.decision.qtype import (
     QuestionTypeGuard,
     compatible,
@@ -49,6 +51,26 @@ PAIR_REASON = "verifier"
 """The refusal reason when the pair model says no (the ``verifier`` row of the guard table)."""
 
 _NOUN_OPENERS = frozenset({"what", "whats", "which"})
+_FRAMED_TYPES = frozenset({"how", "why", "who", "where", "where_access"})
+"""Types a "what / which" question names by a frame as plainly as an interrogative would ("what should I do to",
+"what is the reason", "which person", "what city do you live in"): a clash with them stays a hard veto."""
+_AGENT_OPENERS = frozenset({"who", "whom"})
+_WHOSE_AGENT = frozenset({"responsibility", "job", "role", "task", "duty", "decision", "call", "turn"})
+"""After "whose", the nouns that make it ask for an agent as "who" does ("Whose job is it to ...?" / "Who ...?")."""
+
+
+def _whose_clash(query: str, candidate: str) -> str | None:
+    """"Whose" against "who" / "whom": an owner is not an agent ("Who approves my holiday request?" / "Whose holiday
+    requests do I approve?", "Whose approval does X need?" / "Who is eligible for X?"), unless "whose" names a duty
+    ("Whose responsibility is X?" / "Who is responsible for X?")."""
+    oa, ob = question_opener(query), question_opener(candidate)
+    if (oa == "whose") == (ob == "whose") or {oa, ob} - {"whose", *_AGENT_OPENERS}:
+        return None
+    words = (query if oa == "whose" else candidate).lower().split()
+    i = next((k for k, w in enumerate(words) if w.strip("?,.!") == "whose"), None)
+    if i is not None and i + 1 < len(words) and words[i + 1].strip("?,.!") in _WHOSE_AGENT:
+        return None
+    return "question type whose (an owner) vs who (an agent)"
 
 
 def explicit_type_clash(query: str, candidate: str) -> str | None:
@@ -56,13 +78,35 @@ def explicit_type_clash(query: str, candidate: str) -> str | None:
     of their own (not "what / which + noun", whose kind of answer is read from the noun) and the two kinds of
     answer are not compatible (:func:`~ragcache.semantic.decision.qtype.compatible`): "Who founded X?" / "When was
     X founded?", "How many days ..." / "How much ...", "Is X open?" / "When is X open?". ``None`` otherwise."""
+    whose = _whose_clash(query, candidate)
+    if whose is not None:
+        return whose
     a, b = question_type(query), question_type(candidate)
     if compatible(a, b):
         return None
     oa, ob = question_opener(query), question_opener(candidate)
-    if oa in _NOUN_OPENERS or ob in _NOUN_OPENERS:
+    if (oa in _NOUN_OPENERS and a not in _FRAMED_TYPES) or (ob in _NOUN_OPENERS and b not in _FRAMED_TYPES):
         return None  # "what is the deadline" asks when, by a noun: the pair model reads it
     return f"question type {a} vs {b}"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Where :meth:`PairDecider.stage` leaves a pair: decided without the model (``verdict``), or waiting for the
+    model's probability, to be compared with :meth:`PairDecider.needed` for its ``route``.
+
+    Attributes:
+        verdict: the decision when the model is not asked (an exact repeat, a hard veto, a type clash, a pair
+            longer than the model's window), else ``None``.
+        route: ``"plain"`` (the card's threshold), ``"slot"`` (a slot edit: the card's ``slot_threshold``) or
+            ``"rules_yes"`` (every guard accepts at their gate: the model need only agree, ``agree``); empty
+            when ``verdict`` is set.
+        slot: the slot edit found (for the refusal's detail), else ``None``.
+    """
+
+    verdict: GuardVerdict | None
+    route: str = ""
+    slot: str | None = None
 
 
 class PairDecider:
@@ -74,8 +118,16 @@ class PairDecider:
         threshold: the model's probability at which a candidate is served (default: the card's).
         floor: the cosine gate (the cache's default threshold; default: the card's).
 
+    The decision, in order (:meth:`stage`, then the model): an exact repeat is served; a hard veto
+    (:data:`HARD_VETOES`) or an :func:`explicit_type_clash` refuses; a pair longer than the model's window is
+    decided by every guard; otherwise the model's probability must reach the card's ``slot_threshold`` for a slot
+    edit (:class:`~ragcache.semantic.decision.order_guards.SlotGuard`: "my dog" / "my child"), ``agree`` where
+    every guard accepts at cosine 0.94 (the rules' yes stands unless the model disagrees: "How should I prepare
+    ..." / "How will I prepare ..."), else the card's ``threshold``.
+
     A refusal names the first hard veto that refused (``number``, ``negation`` ...), ``question_type`` for an
-    :func:`explicit_type_clash`, or ``verifier`` with the model's score.
+    :func:`explicit_type_clash`, ``substitution`` for a slot edit the model is not sure of, or ``verifier`` with
+    the model's score.
     """
 
     name = "pair_model"
@@ -87,10 +139,13 @@ class PairDecider:
         self._model = model
         self.threshold = card.threshold if threshold is None else float(threshold)
         self.floor = card.floor if floor is None else float(floor)
+        self.slot_threshold = card.slot_threshold
+        self.agree = card.agree
         self.rules_gate = DEFAULT_THRESHOLD
         self._all = GuardSet.default()
         self._vetoes = GuardSet([g for g in self._all.guards if g.name in HARD_VETOES])
         self._qtype = QuestionTypeGuard()
+        self._slot = SlotGuard()
 
     @property
     def model(self) -> Any:
@@ -100,6 +155,10 @@ class PairDecider:
 
             self._model = shared_pair_model()
         return self._model
+
+    def warm(self) -> None:
+        """Load the pair model now (about 0.7 s at one thread) rather than inside the first lookup that needs it."""
+        _ = self.model
 
     @property
     def names(self) -> list[str]:
@@ -112,27 +171,51 @@ class PairDecider:
         q, c = request_core(query), request_core(candidate)
         return self.model.score(q, c) if self.model.fits(q, c) else None
 
-    def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
+    def stage(self, query: str, candidate: str, similarity: float | None = None) -> Stage:
+        """Everything the decision reads before the model: a :class:`Stage` with a verdict, or the route whose
+        probability the model must reach. One order for the cache (:meth:`check`), the threshold chooser and the
+        benchmark, which batch the model calls."""
         if exact_form(query) == exact_form(candidate):
-            return GuardVerdict()  # the same text: an exact repeat is served
+            return Stage(GuardVerdict())  # the same text: an exact repeat is served
         veto = self._vetoes.check(query, candidate, similarity)
         if not veto.ok:
-            return veto
+            return Stage(veto)
         q, c = request_core(query), request_core(candidate)
         clash = explicit_type_clash(q, c)
         if clash is None and similarity is not None and similarity < self._qtype.loose_from:
             clash = self._qtype.check(q, c, similarity)  # below the floor only the same type, whatever the model says
         if clash is not None:
-            return GuardVerdict("question_type", clash)
+            return Stage(GuardVerdict("question_type", clash))
+        if not self.model.fits(q, c):
+            return Stage(self._all.check(query, candidate, similarity))  # longer than the model reads: every guard
+        slot = self._slot.check(q, c) or self._slot.check(c, q)
+        if slot is not None:
+            return Stage(None, "slot", slot)
         rules = self._all.check(query, candidate, similarity)
         if rules.ok and similarity is not None and similarity >= self.rules_gate:
-            return rules  # the rules' own yes at their gate (the decision before the pair model) stays a yes
-        if not self.model.fits(q, c):
-            return rules  # longer than the model reads: every guard decides
-        p = self.model.score(q, c)
-        if p < self.threshold:
-            return GuardVerdict(PAIR_REASON, f"pair model {p:.3f} < {self.threshold:.3f}")
-        return GuardVerdict()
+            return Stage(None, "rules_yes")
+        return Stage(None, "plain")
+
+    def needed(self, route: str, threshold: float | None = None) -> float:
+        """The probability a pair on ``route`` must reach (``threshold`` in place of the card's, for a sweep)."""
+        t = self.threshold if threshold is None else threshold
+        if route == "slot":
+            return max(self.slot_threshold, t)
+        if route == "rules_yes":
+            return self.agree
+        return t
+
+    def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
+        st = self.stage(query, candidate, similarity)
+        if st.verdict is not None:
+            return st.verdict
+        p = self.model.score(request_core(query), request_core(candidate))
+        need = self.needed(st.route)
+        if p >= need:
+            return GuardVerdict()
+        if st.route == "slot":
+            return GuardVerdict("substitution", f"{st.slot} (pair model {p:.3f} < {need:.3f})")
+        return GuardVerdict(PAIR_REASON, f"pair model {p:.3f} < {need:.3f}")
 
 
-__all__ = ["HARD_VETOES", "PAIR_REASON", "SOFT_GUARDS", "PairDecider", "explicit_type_clash"]
+__all__ = ["HARD_VETOES", "PAIR_REASON", "SOFT_GUARDS", "PairDecider", "Stage", "explicit_type_clash"]

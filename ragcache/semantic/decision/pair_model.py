@@ -72,12 +72,17 @@ class PairCard:
         threshold: a candidate is served when the model's probability is ``>= threshold``.
         floor: the cosine below which no candidate is scored (the cache's default threshold).
         card: the whole card (data, licence, held-out figures).
+        slot_threshold: the probability a *slot edit* needs (one span of a shared frame filled differently:
+            :class:`~ragcache.semantic.decision.order_guards.SlotGuard`), where pair models are weakest.
+        agree: the probability at which the model agrees with a yes of the rules at their own gate.
     """
 
     max_len: int
     threshold: float
     floor: float
     card: dict[str, Any]
+    slot_threshold: float = 0.93
+    agree: float = 0.5
 
 
 def load_card(path: str | Path | None = None) -> PairCard:
@@ -95,7 +100,8 @@ def load_card(path: str | Path | None = None) -> PairCard:
     if "threshold" not in d or "floor" not in d:
         raise ValueError(f"the pair model's card {path or CARD_FILE} has no threshold / floor: choose them with "
                          f"python -m ragcache.app.choose_pair_threshold")
-    return PairCard(int(d["max_len"]), float(d["threshold"]), float(d["floor"]), d)
+    return PairCard(int(d["max_len"]), float(d["threshold"]), float(d["floor"]), d,
+                    float(d.get("slot_threshold", 0.93)), float(d.get("agree", 0.5)))
 
 
 class PairModel:

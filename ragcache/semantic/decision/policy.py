@@ -88,14 +88,15 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
                  embedder: QuestionEmbedder | None = None, *, home: Any = None) -> Decider:
     """What a cache decides hits with.
 
-    - ``True`` (the default): the default :class:`GuardSet` (every guard a veto, at the 0.94 gate); a
+    - ``True`` (the default): for the packaged all-MiniLM-L6-v2 embedder (the pair model's base), the pair model
+      behind the hard vetoes (:class:`~ragcache.semantic.decision.pair_decider.PairDecider`, as ``"pair"``); for
+      any other embedder the default :class:`GuardSet` (every guard a veto, at the 0.94 gate, as ``"rules"``). A
       ``ragcache calibrate semantic`` record for ``embedder`` (the learned verifier at the user's own threshold)
       takes precedence. With ``verifier`` given, the guards with ``verifier`` as their last guard.
-    - ``"rules"``: the default :class:`GuardSet` alone, whatever calibration record there is.
-    - ``"pair"``: the pair model behind the hard vetoes
-      (:class:`~ragcache.semantic.decision.pair_decider.PairDecider`, opt in) for the packaged all-MiniLM-L6-v2
-      embedder, the model's base. It stays opt in: on held-out pairs it served more paraphrases than the guards
-      and more wrong answers (``ragcache bench pair-model``; the semantic-cache guide has the figures).
+    - ``"rules"``: the default :class:`GuardSet` alone (the default before the pair model), whatever calibration
+      record there is.
+    - ``"pair"``: the pair model behind the hard vetoes, for the packaged all-MiniLM-L6-v2 embedder only
+      (``ragcache bench pair-model`` measures it; the semantic-cache guide has the figures).
     - ``"verifier"``: the logistic verifier over pair features
       (:func:`ragcache.semantic.decision.verifier.default_verifier`) for the embedder its head was fitted for.
     - ``False``: none (plain cosine); a :class:`GuardSet`: that set, with ``verifier`` appended as its last guard.
@@ -137,6 +138,10 @@ def make_decider(guards: bool | str | GuardSet, verifier: Callable[[str, str], b
         calibrated = calibrated_verifier(embedder, home=home)  # the user's own `ragcache calibrate semantic` record
         if calibrated is not None:
             return calibrated
+    if guards is True and verifier is None and embedder is not None and pair_model_fits(embedder):
+        from ragcache.semantic.decision.pair_decider import PairDecider
+
+        return PairDecider()
     if isinstance(guards, GuardSet):
         return guards if verifier is None else GuardSet([*guards.guards, *GuardSet.default(verifier).guards[-1:]])
     return GuardSet.default(verifier) if guards else GuardSet([])
@@ -491,7 +496,7 @@ class SemanticPolicy(ErrorBoundAPI):
 
     # ================================================================= single flight
     def warm(self) -> None:
-        """Load what the first lookup would load (a lazily loaded embedder), so that load is not paid inside a
+        """Load what the first lookup would load (a lazily loaded embedder, the pair model), so that load is not paid inside a
         lookup's deadline. Idempotent; the answer path calls it once before its first lookup or store.
 
         Raises:
@@ -499,6 +504,10 @@ class SemanticPolicy(ErrorBoundAPI):
         warm = getattr(self.embedder, "warm", None)
         if callable(warm):
             warm()
+        from ragcache.semantic.decision.pair_decider import PairDecider
+
+        if isinstance(self._decision.decider, PairDecider):
+            self._decision.decider.warm()  # the pair model (about 0.7 s), loaded on the first paraphrase otherwise
 
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:

@@ -174,7 +174,7 @@ def _wh_class(toks: list[str], i: int) -> str:
         if nxt in ("makes", "made", "causes", "caused", "make", "cause"):
             return "why"  # "what makes the sky blue" ~ "why is the sky blue"
         if any(r in _WAY for r in rest[:4]) or (nxt in ("should", "can", "could", "do", "must")
-                                                and "do" in toks[i + 2 : i + 5]):
+                                                and "do" in toks[i + 2 : i + 6]):
             return "how"
         if nxt in _PERSON or nxt2 in _PERSON and nxt in ("kind", "sort", "type"):
             return "who"
