@@ -136,6 +136,31 @@ def pair_scores(rows: list[dict], emb: Any) -> dict[str, list[float]]:
     return out
 
 
+def before_after(rows: list[dict], emb: Any, served: list[bool]) -> dict[str, dict[str, int]]:
+    """Per reason the guards alone refused a same-answer direction (``substitution``, ``question_type``, ``cosine
+    gate`` below 0.94 ...; ``served`` where they served it): directions, and how many the default now serves.
+    ``served`` is the default's hits per direction (:func:`directions`' order)."""
+    from ragcache.semantic.decision.checks import DEFAULT_THRESHOLD
+    from ragcache.semantic.decision.guards import GuardSet
+    from ragcache.semantic.text import embed_form
+
+    rules = GuardSet.default()
+    out: dict[str, dict[str, int]] = {}
+    for d in (0, 1):
+        for i, r in enumerate(rows):
+            if not r["same"]:
+                continue
+            stored, asked = (r["a"], r["b"]) if d == 0 else (r["b"], r["a"])
+            va, vb = emb.encode([embed_form(stored), embed_form(asked)])
+            cos = float(va @ vb)
+            v = rules.check(asked, stored, cos)
+            why = v.reason if not v.ok else ("cosine gate" if cos < DEFAULT_THRESHOLD else "served")
+            row = out.setdefault(why, {"directions": 0, "default_serves": 0})
+            row["directions"] += 1
+            row["default_serves"] += int(served[d * len(rows) + i])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["directions"]))
+
+
 def curve(y: list[bool], s: list[float]) -> list[tuple[float, float, float]]:
     """``(threshold, precision, recall)`` at each distinct score (hit when ``score >= threshold``)."""
     pos = sum(y)
@@ -236,9 +261,17 @@ def main(data: str = "../shared/data", json_path: str = "bench/results/semantic_
     for name, rows in all_sets.items():
         t0 = time.perf_counter()
         d: dict[str, Any] = {"pairs": len(rows)}
+        hits: dict[str, list[bool]] = {}
         for method in METHODS:
             with cache_for(method, emb) as c:
-                d[method] = score(rows, directions(rows, c, f"{name}-{method}", emb))
+                hits[method] = directions(rows, c, f"{name}-{method}", emb)
+                d[method] = score(rows, hits[method])
+                if name.startswith("kb"):  # the project's own text (never QQP's): name each wrong hit
+                    both = [(r["a"], r["b"]) for r in rows] + [(r["b"], r["a"]) for r in rows]
+                    d[method]["wrong"] = [[s_, q_, str(r.get("kind"))] for (s_, q_), h, r in
+                                          zip(both, hits[method], rows * 2) if h and not r["same"]][:40]
+        if name != "qqp_heldout":
+            d["rules_refusal_before_after"] = before_after(rows, emb, hits["default"])
         s = pair_scores(rows, emb)
         y = [r["same"] for r in rows]
         curves[name] = {"default (pair model)": curve(y, s["pair"]), "guards alone (guards='rules')": curve(y, s["rules"]),

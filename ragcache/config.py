@@ -202,7 +202,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "byte budget of the chunk KV on disk (LRU eviction); 0 disables KV persistence"),
     EnvVar("RAGCACHE_PREFIX_MAX_BYTES", "prefix_max_bytes", "byte budget of the in-memory exact prefix KV cache"),
     EnvVar("RAGCACHE_THRESHOLD", "threshold",
-           "semantic cache cosine gate (none: the decider's own, 0.94 for the guards alone; 1.0 = exact repeats only)"),
+           "semantic cache cosine gate (none: the decider's own, 0.55 for the pair model (default), 0.94 for the "
+           "guards alone; 1.0 = exact repeats only)"),
     EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "answer store instead of RAGCACHE_ANSWERS_DIR: "
            + "; ".join(f"{k.example} ({k.doc})" for k in ANSWER_STORES)),
     EnvVar("RAGCACHE_KV_URL", "kv_url", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),

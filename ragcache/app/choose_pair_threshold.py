@@ -9,8 +9,9 @@ pairs, and the hard pairs' tuning part) through the whole decision
 - the **floor** (the cosine gate): the highest multiple of 0.05 at or below which at most 2% of the
   choose positives' cosines lie (no lower than 0.5, :data:`~ragcache.limits.THRESHOLD_FLOOR`);
 - the **threshold**: the lowest multiple of 0.05 from 0.50 at which the clean development pairs (the made
-  pairs, the hard tuning pairs and the ``--extra`` sets: labels that are right) have no wrong hit through the
-  whole decision, and QQP's slice (noisy labels) a precision of at least ``--qqp-precision`` (0.80: of the
+  pairs, the hard tuning pairs and the ``--extra`` sets: labels that are right) have no wrong hit among those the
+  model decides (a pair decided without it, such as one longer than its window, is no threshold's to fix: those
+  are listed on the card as ``decided_wrong_clean``), and QQP's slice (noisy labels) a precision of at least ``--qqp-precision`` (0.80: of the
   slice's "wrong" hits at 0.60, read by hand, about a third are same-answer pairs labelled different, so QQP's
   labels cap the precision that can be measured; the guards alone reach about 0.89 at a sixth of the recall).
 
@@ -70,10 +71,11 @@ def choose(pairs: list, cos: np.ndarray, prob: np.ndarray, route: list[str], dec
     pos_cos = np.sort(cos[y])
     q2 = pos_cos[int(0.02 * len(pos_cos))] if len(pos_cos) else 0.5
     floor = max(0.5, math.floor(q2 / 0.05) * 0.05)
+    by_model = np.array([r != "decided" for r in route])  # a decision without the model is no threshold's to fix
     chosen, rows = None, []
     for t in np.round(np.arange(0.50, 0.996, 0.05), 2):
         hit = served(decider, cos, prob, route, float(t), floor)
-        wrong_clean = int((hit & clean & ~y).sum())
+        wrong_clean = int((hit & clean & ~y & by_model).sum())
         qh = hit & qqp
         qprec = float((qh & y).sum() / max(qh.sum(), 1))
         rec_clean = float((hit & clean & y).sum() / max((clean & y).sum(), 1))
@@ -82,7 +84,9 @@ def choose(pairs: list, cos: np.ndarray, prob: np.ndarray, route: list[str], dec
                      "qqp_precision": round(qprec, 4), "qqp_recall": round(rec_qqp, 4)})
         if chosen is None and wrong_clean == 0 and qprec >= qqp_precision:
             chosen = float(t)
-    return {"floor": round(float(floor), 2), "threshold": 0.99 if chosen is None else chosen, "grid": rows}
+    decided_wrong = [[pairs[i].a, pairs[i].b] for i in np.flatnonzero((cos >= floor) & ~by_model & (prob > 0) & clean & ~y)]
+    return {"floor": round(float(floor), 2), "threshold": 0.99 if chosen is None else chosen, "grid": rows,
+            "decided_wrong_clean": decided_wrong}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"(made, hard tuning, extra) and QQP precision >= {a.qqp_precision}; floor: "
                                      f"2nd percentile of positives' cosine",
                             "pairs": len(pairs), "extra": [str(x) for x in a.extra if x.is_file()],
+                            "decided_wrong_clean": out["decided_wrong_clean"],
                             "grid": out["grid"]}})
     atomic_write_json(card_path, card, indent=1)
     print(f"threshold {out['threshold']}, floor {out['floor']}")

@@ -97,8 +97,9 @@ def ask(
                                                   help=f"Decode budget (default {default_help('max_new_tokens')})."),
     system: Optional[str] = typer.Option(None, help="System text instead of the default instructions (part of the cache key)."),
     threshold: Optional[float] = typer.Option(None, callback=number_in(-1.0, 1.0, "a cosine similarity"), help="Semantic cache cosine threshold for this "
-                                              "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.75 with "
-                                              "the learned verifier, 0.94 with the guards alone; 1.0 = exact repeats only; "
+                                              "question (default $RAGCACHE_THRESHOLD, else the decider's gate: 0.55 with "
+                                              "the pair model (the default), 0.75 with the learned verifier, 0.94 with the "
+                                              "guards alone; 1.0 = exact repeats only; "
                                               f"below {THRESHOLD_FLOOR:g} refused unless --allow-low-threshold)."),
     allow_low_threshold: bool = typer.Option(False, "--allow-low-threshold", help=f"Accept a --threshold below "
                                              f"{THRESHOLD_FLOOR:g}, where answers to other questions may be served "

@@ -145,10 +145,13 @@ def card_record(a: argparse.Namespace, *, step: int, steps: int, n_train: int, a
             "semantic_pairs_dev.jsonl": "the project's hard pairs, tuning part of the fixed split (seed 32)",
             "made": "near misses and rewordings made by ragcache.app.pair_data from the QQP questions "
                     "(a negation, antonym, number, unit, scope, entity, direction, modality, question "
-                    "type, a related noun; a synonym, a function word) and the subjects written there",
+                    "type, a related noun; a synonym, a function word, both at once) and the subjects and "
+                    "answer-type frames written there",
         },
         "held_out": ["qqp_dev.jsonl (whole)", "semantic_pairs_dev.jsonl held-out part (seed 32, 30%)",
-                     "bench/data/paraphrase_kb.jsonl and bench/data/near_miss_kb.jsonl"],
+                     "bench/data/paraphrase_kb2.jsonl and bench/data/near_miss_kb2.jsonl"],
+        "development_not_trained": ["bench/data/paraphrase_kb.jsonl and bench/data/near_miss_kb.jsonl (used to "
+                                    "choose the threshold)"],
         "licence": "The adapter is derived from QQP (non-commercial research use) and from all-MiniLM-L6-v2 "
                    "(Apache-2.0); it carries QQP's restriction.",
         "command": "python -m ragcache.app.train_pair_model --data ../shared/data",
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-len", type=int, default=56)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=46)
-    ap.add_argument("--limit", type=int, default=20000, help="train on the first N pairs (0: all)")
+    ap.add_argument("--limit", type=int, default=0, help="train on the first N pairs (0: all)")
     ap.add_argument("--eval-every", type=int, default=210, help="steps between checkpoints on the choose set")
     a = ap.parse_args(argv)
     out_dir = a.out or Path(__file__).resolve().parents[1] / "semantic" / "data"

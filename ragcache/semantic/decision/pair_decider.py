@@ -38,7 +38,7 @@ from ragcache.semantic.decision.qtype import (
     question_opener,
     question_type,
 )
-from ragcache.semantic.text import exact_form, request_core
+from ragcache.semantic.text import exact_form, request_core, split_words
 
 SOFT_GUARDS: tuple[str, ...] = ("question_type", "focus", "substitution")
 """Guards whose findings the pair model judges (a rewording rules cannot read); every other guard of
@@ -156,10 +156,6 @@ class PairDecider:
             self._model = shared_pair_model()
         return self._model
 
-    def warm(self) -> None:
-        """Load the pair model now (about 0.7 s at one thread) rather than inside the first lookup that needs it."""
-        _ = self.model
-
     @property
     def names(self) -> list[str]:
         """The checks run, in order: the hard vetoes, the explicit question type, then the model."""
@@ -193,6 +189,8 @@ class PairDecider:
             return Stage(None, "slot", slot)
         rules = self._all.check(query, candidate, similarity)
         if rules.ok and similarity is not None and similarity >= self.rules_gate:
+            if split_words(q) == split_words(c):
+                return Stage(rules)  # the same words (case, spacing, punctuation aside; the symbol guard read those)
             return Stage(None, "rules_yes")
         return Stage(None, "plain")
 

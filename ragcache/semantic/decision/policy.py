@@ -496,18 +496,17 @@ class SemanticPolicy(ErrorBoundAPI):
 
     # ================================================================= single flight
     def warm(self) -> None:
-        """Load what the first lookup would load (a lazily loaded embedder, the pair model), so that load is not paid inside a
+        """Load what the first lookup would load (a lazily loaded embedder), so that load is not paid inside a
         lookup's deadline. Idempotent; the answer path calls it once before its first lookup or store.
 
         Raises:
-            whatever the embedder's load raises (a model that cannot be loaded offline)."""
+            whatever the embedder's load raises (a model that cannot be loaded offline).
+
+        The pair model (the default decision) is not loaded here: an exact repeat never needs it, and its load
+        (about 0.7 s at one thread) is paid by the first lookup that does, well inside the lookup deadline."""
         warm = getattr(self.embedder, "warm", None)
         if callable(warm):
             warm()
-        from ragcache.semantic.decision.pair_decider import PairDecider
-
-        if isinstance(self._decision.decider, PairDecider):
-            self._decision.decider.warm()  # the pair model (about 0.7 s), loaded on the first paraphrase otherwise
 
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:
