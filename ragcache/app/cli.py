@@ -38,8 +38,12 @@ def config(**overrides: object) -> Config:
 
 
 class BackendName(str, enum.Enum):
+    """What ``ragcache demo --backend`` takes (:data:`ragcache.app.demo.DEMO_BACKENDS`)."""
+
     local = "local"
     anthropic_local = "anthropic-local"
+    anthropic = "anthropic"
+    openai = "openai"
 
 
 def _version(value: bool) -> None:
@@ -65,11 +69,16 @@ def _main(
 @app.command()
 def demo(
     model: Optional[str] = typer.Option(None, help="LLM: a local model folder or cached HF id (default: "
-                                                   f"{default_help('model')})."),
+                                                   f"{default_help('model')}); with --backend anthropic|openai, "
+                                                   "the provider's model id."),
     embedder: Optional[str] = typer.Option(None, help="sentence-transformers embedder (default: "
                                                       f"{default_help('embedder')})."),
-    backend: BackendName = typer.Option(BackendName.local, help="'local' (transformers engine) or 'anthropic-local' "
-                                        "(real anthropic SDK against ragcache's local Anthropic-compatible server)."),
+    backend: BackendName = typer.Option(BackendName.local, help="Who answers a miss: 'local' (transformers engine), "
+                                        "'anthropic-local' (real anthropic SDK against ragcache's local "
+                                        "Anthropic-compatible server), or 'anthropic' / 'openai' (the provider's API, "
+                                        "as `ragcache ask --backend`: --model is its model id, the key from "
+                                        "ANTHROPIC_API_KEY / OPENAI_API_KEY, the URL from ANTHROPIC_BASE_URL / "
+                                        "OPENAI_BASE_URL; no local model is loaded)."),
     top_k: Optional[int] = typer.Option(None, min=1,
                                         help=f"Documents retrieved per question (default {default_help('top_k')})."),
     max_new_tokens: int = typer.Option(64, min=1, help="Decode budget per answer (tokens)."),
@@ -81,9 +90,12 @@ def demo(
     """Scripted RAG session over the Python standard library's docs, showing each cache layer."""
     from ragcache.app.demo import demo as run
 
-    cfg = config(model=model, embedder=embedder, top_k=top_k, recompute_ratio=recompute_ratio)
-    run_or_exit(console, run, cfg=cfg, backend=backend.value, max_new_tokens=max_new_tokens,
-                chunk_cache=chunk_cache, console=console)
+    from ragcache.app.runtime import PROVIDERS
+
+    provider = backend.value in PROVIDERS  # --model is the provider's id, not a local model
+    cfg = config(model=None if provider else model, embedder=embedder, top_k=top_k, recompute_ratio=recompute_ratio)
+    run_or_exit(console, run, cfg=cfg, backend=backend.value, model=model if provider else None,
+                max_new_tokens=max_new_tokens, chunk_cache=chunk_cache, console=console)
 
 
 @app.command()

@@ -40,7 +40,14 @@ from rich.text import Text
 from ragcache.app.corpus import Chunk, stdlib_chunks, stdlib_corpus_id
 from ragcache.app.output import clean, say
 from ragcache.app.retrieval import Retriever, prune_indexes
-from ragcache.app.runtime import answer_cache, build_engine, bulk_embedder, query_embedder
+from ragcache.app.runtime import (
+    PROVIDERS,
+    answer_cache,
+    build_engine,
+    bulk_embedder,
+    provider_backend,
+    query_embedder,
+)
 from ragcache.config import Config
 from ragcache.engine.backend import LocalBackend
 from ragcache.pipeline import Answer, RagCache
@@ -92,13 +99,27 @@ def build_retriever(chunks: Sequence[Chunk], cfg: Config, embedder: Any, corpus_
     return r
 
 
+DEMO_BACKENDS = ("local", "anthropic-local", *PROVIDERS)
+"""What ``ragcache demo --backend`` takes: the local engine, the anthropic SDK against ragcache's own server on
+it, or a provider's API (:func:`ragcache.app.runtime.provider_backend`, as ``ragcache ask --backend``)."""
+
+
+def _check_backend(kind: str) -> None:
+    if kind not in DEMO_BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(DEMO_BACKENDS)}, got {kind!r}")
+
+
 @contextlib.contextmanager
-def _backend(kind: str, engine: Any) -> Iterator[Any]:
+def _backend(kind: str, engine: Any, provider: Any = None) -> Iterator[Any]:
+    """The session's backend: ``provider`` when given (a provider's API, no engine), else the ``engine``
+    directly (``local``) or through ragcache's Anthropic-compatible server and the anthropic SDK."""
+    if provider is not None:
+        yield provider
+        return
     if kind == "local":
         yield LocalBackend(engine)
         return
-    if kind != "anthropic-local":
-        raise ValueError(f"unknown backend {kind!r}: use 'local' or 'anthropic-local'")
+    _check_backend(kind)
     try:
         import anthropic
 
@@ -242,30 +263,45 @@ def _reuse_detail(engine: Any) -> str:
     return f"calibration: {verdict}; blend setting in force: {engine.blend_setting_name() or 'none (exact prefill)'}"
 
 
-def demo(*, cfg: Config, backend: str = "local", max_new_tokens: int = 64, chunk_cache: bool = True,
-         console: Console | None = None) -> dict:
+def demo(*, cfg: Config, backend: str = "local", model: str | None = None, max_new_tokens: int = 64,
+         chunk_cache: bool = True, console: Console | None = None) -> dict:
     """The scripted session over the standard library's documentation (model, embedder, top-k,
     recompute ratio and paths from ``cfg``). Answers are kept in memory: every run shows every
-    layer. Returns the summary dict."""
+    layer. Returns the summary dict.
+
+    Args:
+        backend: one of :data:`DEMO_BACKENDS`. ``"anthropic"`` / ``"openai"``: that provider's API answers
+            each miss (:func:`ragcache.app.runtime.provider_backend`, the same as ``ragcache ask --backend``:
+            key and URL from the usual variables) and no local model is loaded.
+        model: the provider's model id (``--model``) for a provider backend; the local backends take
+            theirs from ``cfg.model``.
+
+    Raises:
+        ValueError: an unknown backend; a provider backend without ``model`` or its API key.
+        ImportError: a provider's SDK is not installed (names the extra).
+    """
     console = console or Console()
     t0 = time.perf_counter()
     console.rule("ragcache demo: RAG over the Python standard library's documentation")
-    if backend not in ("local", "anthropic-local"):
-        raise ValueError(f"unknown backend {backend!r}: use 'local' or 'anthropic-local'")
+    _check_backend(backend)
+    provider = provider_backend(backend, model) if backend in PROVIDERS else None  # checked before anything loads
     emb = query_embedder(cfg)
-    if cfg.min_reuse_tokens is None:  # blend whenever a document hits (module docstring)
-        cfg = dataclasses.replace(cfg, min_reuse_tokens=0)
-    with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
-        engine = build_engine(cfg, chunk_cache=chunk_cache and backend == "local")
+    engine: Any = None
+    if provider is None:
+        if cfg.min_reuse_tokens is None:  # blend whenever a document hits (module docstring)
+            cfg = dataclasses.replace(cfg, min_reuse_tokens=0)
+        with console.status("loading the model (first run converts the packaged GGUF once, ~40 s)"):
+            engine = build_engine(cfg, chunk_cache=chunk_cache and backend == "local")
     chunks = stdlib_chunks()
     retriever = build_retriever(chunks, cfg, emb, f"{stdlib_corpus_id()}-{emb.fingerprint[:8]}")
-    say(console, f"model {engine.fingerprint} | embedder {emb.name} | {len(chunks)} chunks "
+    say(console, f"model {engine.fingerprint if engine is not None else model} | embedder {emb.name} | "
+                 f"{len(chunks)} chunks "
                  f"({'index loaded from disk' if retriever.loaded_from_disk else 'index built and saved'}) | "
                  f"backend {backend} | top-k {cfg.top_k}")
     if backend == "local":
         say(console, ("chunk KV: " + _reuse_mode(engine), "dim"))
         log.info("chunk KV: %s", _reuse_detail(engine))
-    with _backend(backend, engine) as be:
+    with _backend(backend, engine, provider) as be:
         # A cut answer is kept (the default rule): it is served only to a request with this same budget
         # (it is in the partition), never to a larger one.
         rag = RagCache(be, semantic=answer_cache(cfg, emb, path=None), system=DEMO_SYSTEM,

