@@ -92,7 +92,7 @@ def test_a_hit_imports_no_heavy_module(tmp_path):
 
 
 @pytest.mark.parametrize("paraphrase", ["Rotating the API keys: how?", "how to rotate the API keys",
-                                        "How should I rotate the API keys?"])
+                                        "How can I rotate the API keys?"])
 def test_a_paraphrase_hit_through_the_cli_reads_a_few_synsets(home, tiny_dir, tmp_path, monkeypatch, paraphrase):
     """Issue 22 item 4: the guards' WordNet lookups on a CLI hit read the lines they need, not the
     database (117,659 noun synsets alone)."""

@@ -114,13 +114,14 @@ def test_the_default_cache_uses_the_recorded_threshold(tmp_path, monkeypatch):
     monkeypatch.setattr(Home, "default", classmethod(lambda cls: cls(tmp_path)))  # the library's default home
     emb = resolve_embedder(None)
     head = load_head()
-    assert type(SemanticCache(embedder=emb).guards).__name__ == "GuardSet"  # no record: the guards
+    assert type(SemanticCache(embedder=emb).guards).__name__ == "PairDecider"  # no record: the pair model
     assert SemanticCache(embedder=emb, guards="verifier").guards.head.threshold == head.threshold
     save_record(SemanticCalibration(emb.name, emb.fingerprint, head_digest(head), 0.123, 0.97, 0.95, 200, 100, 90,
                                     90, 1.0, 0.97, 0.9))
     assert SemanticCache(embedder=emb).guards.head.threshold == 0.123  # a record: the verifier at its threshold
     assert SemanticCache(embedder=emb, guards="verifier").guards.head.threshold == 0.123
     assert type(SemanticCache(embedder=emb, guards=False).guards).__name__ == "GuardSet"
+    assert type(SemanticCache(embedder=emb, guards="rules").guards).__name__ == "GuardSet"  # the record aside
 
 
 def test_pair_splits_keep_clusters_together_and_are_fixed(tmp_path):

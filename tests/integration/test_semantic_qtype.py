@@ -99,7 +99,10 @@ def embedder():
 @pytest.mark.parametrize(("a", "b"), MISS)
 def test_cache_misses_other_type_with_minilm(embedder, a, b):
     pk = partition_key(namespace="qtype", model="m")
-    cache = SemanticCache(embedder=embedder, threshold=0.70)
+    with SemanticCache(embedder=embedder) as default:  # the pair model behind the hard vetoes
+        default.store(a, "A", partition=pk)
+        assert default.lookup(b, partition=pk) is None
+    cache = SemanticCache(embedder=embedder, threshold=0.70, guards="rules")  # the type guard itself
     cache.store(a, "A", partition=pk)
     best = cache.candidates_for(b, partition=pk)[0]
     assert cache.lookup(b, partition=pk) is None

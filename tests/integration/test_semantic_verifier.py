@@ -181,7 +181,8 @@ def test_verifier_serves_true_paraphrases(verifier, embedder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("guards,decider", [(True, "GuardSet"), ("verifier", "LearnedVerifier")])
+@pytest.mark.parametrize("guards,decider", [(True, "PairDecider"), ("rules", "GuardSet"),
+                                            ("verifier", "LearnedVerifier")])
 def test_swapped_numbers_never_hit_through_the_default_cache(embedder, guards, decider):
     from ragcache.semantic import SemanticCache
 
@@ -202,7 +203,8 @@ def test_swapped_numbers_never_hit_through_the_default_cache(embedder, guards, d
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("guards,decider,threshold", [(True, "GuardSet", 0.94), ("verifier", "LearnedVerifier", None)])
+@pytest.mark.parametrize("guards,decider,threshold", [(True, "PairDecider", None), ("rules", "GuardSet", 0.94),
+                                                      ("verifier", "LearnedVerifier", None)])
 def test_postgres_cache_uses_the_decider_and_refuses_swapped_numbers(pg_server, embedder, guards, decider, threshold):
     pytest.importorskip("psycopg", reason="pip install 'ragcache[shared]'")
     from ragcache.semantic.pg_cache import PgSemanticCache
