@@ -12,7 +12,7 @@ import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.decision.guards import GuardSet
-from ragcache.semantic.decision.order_guards import SlotGuard
+from ragcache.semantic.decision.order_guards import SlotGuard, SpeakerRoleGuard
 from ragcache.semantic.decision.pair_decider import (
     HARD_VETOES,
     SOFT_GUARDS,
@@ -227,6 +227,34 @@ def test_whose_duty_asks_for_an_agent(a, b):
                                  ("Which person approves the budget?", "Why is the budget approved?")])
 def test_a_type_named_by_a_frame_clashes_as_an_interrogative(a, b):
     assert explicit_type_clash(a, b) and explicit_type_clash(b, a)
+
+
+SPEAKER_SWAPS = [
+    ("How do I pay money I owe to the council?", "How does the council pay me money it owes me?"),
+    ("Can the auditors see my files?", "Can I see the auditors' files?"),
+    ("Can I pick up a parcel for a neighbour?", "Can a neighbour pick up my parcel for me?"),
+    ("Who approves my holiday request?", "Whose holiday requests do I approve?"),
+    ("Can we invite the auditors to the review?", "Can the auditors invite us to the review?"),
+]
+SPEAKER_KEPT = [
+    ("How do I change my password?", "How can my password be changed?"),
+    ("Where can I find the org chart?", "Where is the org chart?"),
+    ("Can I bring my dog to work?", "Is my dog allowed at work?"),
+    ("How do I reset my password?", "What are the steps to reset my password?"),
+]
+
+
+@pytest.mark.parametrize("a,b", SPEAKER_SWAPS)
+def test_a_speaker_who_changes_role_is_a_hard_veto(a, b):
+    d = PairDecider(_Always(1.0), threshold=0.5)
+    for q, c in ((a, b), (b, a)):
+        assert SpeakerRoleGuard().check(q, c)
+        assert d.check(q, c, 0.95).reason == "direction"
+
+
+@pytest.mark.parametrize("a,b", SPEAKER_KEPT)
+def test_a_speaker_in_the_same_role_is_not_refused(a, b):
+    assert SpeakerRoleGuard().check(a, b) is None and SpeakerRoleGuard().check(b, a) is None
 
 
 def test_stage_is_the_one_order():

@@ -519,3 +519,35 @@ class SlotGuard:
         if not only_a and not only_b:
             return None
         return f"one slot differs: {' '.join(span_a) or '(nothing)'} / {' '.join(span_b) or '(nothing)'}"
+
+
+_SPEAKER_SUBJECT = frozenset({"i", "im", "ive", "id", "ill", "we", "were", "weve"})
+_SPEAKER_OBLIQUE = frozenset({"me", "my", "mine", "myself", "us", "our", "ours", "ourselves"})
+
+
+@dataclass(slots=True)
+class SpeakerRoleGuard:
+    """The speaker changes role between two questions about the same things: the one who acts on one side
+    ("How do **I** pay money I owe to the tax office?", "Can **I** see the bill payer's call history?") is only
+    acted on or an owner on the other ("How does the tax office pay **me** ...?", "Can the bill payer see **my** call
+    history?"). One side names the speaker as a subject only (I, we), the other as an object or owner only (me, my,
+    us, our), and at least ``min_shared`` of the shorter side's content words (stems) are shared.
+
+    A rewording that keeps the speaker's role names it the same way or both ways ("How do I change my password?" /
+    "How can my password be changed?" is not refused: the first names both). Pair models read such swapped roles as
+    paraphrases (the words are the same), so the :class:`~ragcache.semantic.decision.pair_decider.PairDecider` runs
+    this as a hard veto, under the ``direction`` reason (the guard that reads roles)."""
+
+    name: str = "direction"
+    min_shared: float = 0.6
+
+    def check(self, query: str, candidate: str) -> str | None:
+        wa, wb = split_words(query), split_words(candidate)
+        sa, oa = bool(_SPEAKER_SUBJECT & set(wa)), bool(_SPEAKER_OBLIQUE & set(wa))
+        sb, ob = bool(_SPEAKER_SUBJECT & set(wb)), bool(_SPEAKER_OBLIQUE & set(wb))
+        if not ((sa and not oa and ob and not sb) or (oa and not sa and sb and not ob)):
+            return None
+        ca, cb = {stem(w) for w in content_words(query)}, {stem(w) for w in content_words(candidate)}
+        if not ca or not cb or len(ca & cb) < self.min_shared * min(len(ca), len(cb)):
+            return None
+        return "the speaker acts on one side and is acted on (or owns) on the other"
