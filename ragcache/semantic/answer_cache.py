@@ -23,15 +23,41 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ragcache.request.record import CacheRequest
+    from ragcache.semantic.partition import PartitionKey
     from ragcache.semantic.records import SemanticHit
+
+
+class AnswerRequest(Protocol):
+    """What an answer cache reads of a request: :class:`ragcache.request.CacheRequest` is one (the answer
+    path's record; the cache declares the four fields it reads rather than importing the request package,
+    which sits above it)."""
+
+    @property
+    def question(self) -> str:
+        """The embedded part of the key."""
+        ...
+
+    @property
+    def partition(self) -> PartitionKey | None:
+        """The exact part of the key (``None``: no answer cache for this request)."""
+        ...
+
+    @property
+    def threshold(self) -> float | None:
+        """The cosine similarity a hit needs (``None``: the cache's own)."""
+        ...
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The answer budget in new tokens (``None``: unknown)."""
+        ...
 
 
 @runtime_checkable
 class AnswerCache(Protocol):
     """What the answer path (:class:`ragcache.answering.AnswerPath`) needs of an answer cache."""
 
-    def lookup_request(self, request: CacheRequest, *, count: bool = True) -> SemanticHit | None:
+    def lookup_request(self, request: AnswerRequest, *, count: bool = True) -> SemanticHit | None:
         """The stored answer for ``request`` (its ``question`` in its ``partition``, at its ``threshold``,
         servable to its ``max_tokens``), or ``None``; ``None`` too for a request without a partition.
         ``count=False``: a re-read of a request already counted in the cache's statistics (the single
@@ -42,7 +68,7 @@ class AnswerCache(Protocol):
             RemoteStoreError: a shared store is unreachable (the answer path makes it a logged miss)."""
         ...
 
-    def store_request(self, request: CacheRequest, answer: str, *, finish_reason: str | None = None,
+    def store_request(self, request: AnswerRequest, answer: str, *, finish_reason: str | None = None,
                       output_tokens: int | None = None, metadata: Mapping[str, Any] | None = None,
                       ttl_s: float | None = None, store_truncated: bool | None = None) -> int | None:
         """Store ``answer`` for ``request`` (its ``question`` in its ``partition``, generated under its
@@ -71,4 +97,4 @@ class AnswerCache(Protocol):
         ...
 
 
-__all__ = ["AnswerCache"]
+__all__ = ["AnswerCache", "AnswerRequest"]

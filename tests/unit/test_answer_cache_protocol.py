@@ -160,3 +160,14 @@ def test_the_probe_scan_finds_every_form():
 def test_the_answer_path_probes_no_collaborator():
     found = probes((_ROOT / "ragcache" / "answering.py").read_text(encoding="utf-8"))
     assert not found, f"ragcache/answering.py probes its cache instead of calling the AnswerCache protocol: {found}"
+
+
+def test_the_request_record_has_what_an_answer_cache_reads():
+    """:class:`AnswerRequest` (the four fields a cache reads) is met by the answer path's record itself."""
+    from dataclasses import fields
+
+    from ragcache.semantic.answer_cache import AnswerRequest
+
+    read = {n for n, v in vars(AnswerRequest).items() if isinstance(v, property)}
+    assert read == {"question", "partition", "threshold", "max_tokens"}
+    assert read <= {f.name for f in fields(CacheRequest)}

@@ -76,7 +76,7 @@ from ragcache.semantic.stores.protocol import (
 from ragcache.semantic.text import embed_form, normalize_question
 
 if TYPE_CHECKING:
-    from ragcache.request.record import CacheRequest
+    from ragcache.semantic.answer_cache import AnswerRequest
 
 logger = logging.getLogger("ragcache.semantic")
 
@@ -269,7 +269,7 @@ class SemanticPolicy(ErrorBoundAPI):
                 self.answer_store.counters.lookup_hits += 1
         return hit
 
-    def lookup_request(self, request: CacheRequest, *, count: bool = True) -> SemanticHit | None:
+    def lookup_request(self, request: AnswerRequest, *, count: bool = True) -> SemanticHit | None:
         """:meth:`lookup` of a :class:`~ragcache.request.CacheRequest` (its question, partition, threshold and
         budget), the :class:`~ragcache.semantic.answer_cache.AnswerCache` lookup; ``None`` for a request
         without a partition (it has no answer cache). Raises what :meth:`lookup` raises."""
@@ -390,7 +390,7 @@ class SemanticPolicy(ErrorBoundAPI):
                           single=True, store_truncated=store_truncated)
         return ids[0] if ids else None
 
-    def store_request(self, request: CacheRequest, answer: str, *, finish_reason: str | None = None,
+    def store_request(self, request: AnswerRequest, answer: str, *, finish_reason: str | None = None,
                       output_tokens: int | None = None, metadata: Mapping[str, Any] | None = None,
                       ttl_s: float | None = None, store_truncated: bool | None = None) -> int | None:
         """:meth:`store` of ``answer`` for a :class:`~ragcache.request.CacheRequest` (its question and
