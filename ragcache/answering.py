@@ -69,6 +69,7 @@ from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
 
 if TYPE_CHECKING:
     from ragcache.request import CacheRequest
+    from ragcache.semantic.answer_cache import AnswerCache
 
 log = logging.getLogger(__name__)
 
@@ -123,23 +124,13 @@ def _plain(text: str) -> str:
     return "".join(ch for ch in text.casefold() if ch.isalnum())
 
 
-def _parameters(fn: Any) -> Any:
-    """The names ``fn`` takes (empty when its signature cannot be read)."""
-    import inspect
-
-    try:
-        return inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-
-
 class AnswerPath:
-    """The one answer path over a semantic cache (:class:`~ragcache.semantic.SemanticCache`,
-    :class:`~ragcache.semantic.pg_cache.PgSemanticCache`, any object with their ``lookup`` / ``store`` /
-    ``flight_lock`` / ``aflight_lock``), or over none (every call goes to the backend).
+    """The one answer path over an answer cache (:class:`~ragcache.semantic.answer_cache.AnswerCache`: a
+    :class:`~ragcache.semantic.SemanticCache`, a :class:`~ragcache.semantic.pg_cache.PgSemanticCache`, any
+    :class:`~ragcache.semantic.SemanticPolicy`), or over none (every call goes to the backend).
 
     Args:
-        semantic: the answer cache, or ``None``.
+        semantic: the answer cache (an :class:`~ragcache.semantic.answer_cache.AnswerCache`), or ``None``.
         cache_truncated: store answers cut at their token budget (:func:`cacheable`; default
             :data:`CACHE_TRUNCATED`).
         single_flight: concurrent identical misses make one call (see the module docstring).
@@ -151,28 +142,28 @@ class AnswerPath:
             is a miss (or an answer left unstored), logged. ``None``: no deadline (the call runs inline).
 
     Raises:
-        TypeError: ``semantic`` without ``lookup`` / ``store``. ValueError: a bad ``flight_timeout_s`` or
+        TypeError: ``semantic`` not an :class:`~ragcache.semantic.answer_cache.AnswerCache`. ValueError: a bad ``flight_timeout_s`` or
         ``lookup_timeout_s``.
     """
 
-    def __init__(self, semantic: Any = None, *, cache_truncated: bool = CACHE_TRUNCATED, single_flight: bool = True,
+    def __init__(self, semantic: AnswerCache | None = None, *, cache_truncated: bool = CACHE_TRUNCATED, single_flight: bool = True,
                  flight_timeout_s: float = 60.0, ttl_s: float | None = None, cache_sampled: bool = False,
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
+        from ragcache.semantic.answer_cache import AnswerCache
         from ragcache.semantic.flight import check_timeout
 
         lookup_timeout_s = check_deadline(lookup_timeout_s)
-        if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
-            raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got {type(semantic).__name__}")
-        self.semantic = semantic
-        # re-reads of a counted miss are not counted again (a custom cache without ``count=`` counts them)
-        self._recount = semantic is not None and "count" in _parameters(semantic.lookup)
+        if semantic is not None and not isinstance(semantic, AnswerCache):
+            raise TypeError(f"semantic must be an answer cache (a SemanticCache, a PgSemanticCache, any "
+                            f"ragcache.semantic.answer_cache.AnswerCache) or None, got {type(semantic).__name__}")
+        self.semantic: AnswerCache | None = semantic
         self.cache_truncated = bool(cache_truncated)
         self.single_flight = bool(single_flight)
         self.flight_timeout_s = check_timeout(flight_timeout_s)
         self.ttl_s = ttl_s
         self.cache_sampled = bool(cache_sampled)
         self.lookup_timeout_s = lookup_timeout_s
-        self._warm = semantic is None or not callable(getattr(semantic, "warm", None))  # True: nothing to load
+        self._warm = semantic is None  # True: nothing to load
         self.snapshots = SnapshotBook()
         """The snapshot each alias last answered with (:class:`ragcache.provenance.SnapshotBook`): an answer of
         an older snapshot is a miss (:meth:`stale`)."""
@@ -219,7 +210,8 @@ class AnswerPath:
         return self.guard(what, fn, _FAILED, write=write)
 
     def warm(self) -> bool:
-        """Load what the answer cache loads lazily (its embedder: ``semantic.warm()``) under
+        """Load what the answer cache loads lazily (its embedder: :meth:`AnswerCache.warm
+        <ragcache.semantic.answer_cache.AnswerCache.warm>`) under
         :data:`COLD_LOAD_TIMEOUT_S`, not the lookup deadline; concurrent first requests wait for the one load,
         then look up and join one flight. Called before the first lookup or store; call it when you build a
         server to take the load off the first request. A load that fails is a logged miss (tried again after
@@ -252,10 +244,8 @@ class AnswerPath:
         if self.semantic is None or partition is None or self.fresh_draw(request.sampling) is not None:
             return None
         t0 = time.perf_counter() if started is None else started
-        kw = {} if count or not self._recount else {"count": False}
         _check_lookup(request)  # the caller's own mistakes raise; everything past here is the cache's
-        hit = self._guarded("lookup", lambda: self.semantic.lookup(
-            request.question, partition=partition, threshold=request.threshold, max_tokens=request.max_tokens, **kw))
+        hit = self._guarded("lookup", lambda: self.semantic.lookup_request(request, count=count))
         if hit is None or hit is _FAILED:
             return hit
         answer = hit_answer(request.question, hit, time.perf_counter() - t0)
@@ -323,11 +313,10 @@ class AnswerPath:
                 and self.cacheable(result, question=question) and not cut_unknown:
             prov = Provenance.of(result, model=request.model, sampled=self._labels_sampled(request.sampling))
             meta = _checked_metadata({**dict(metadata or {}), PROVENANCE_KEY: prov.to_json()}, self.ttl_s)
-            self._guarded("store", lambda: self.semantic.store(
-                question, result.text, partition=partition, metadata=meta, ttl_s=self.ttl_s,
-                finish_reason=result.finish_reason, max_tokens=max_tokens,
-                output_tokens=result.usage.completion_tokens or None, store_truncated=self.cache_truncated),
-                write=True)
+            self._guarded("store", lambda: self.semantic.store_request(
+                request, result.text, finish_reason=result.finish_reason,
+                output_tokens=result.usage.completion_tokens or None, metadata=meta, ttl_s=self.ttl_s,
+                store_truncated=self.cache_truncated), write=True)
         total = None if started is None else time.perf_counter() - started
         return Answer.of(question, result, total_s=total, model=request.model)
 
@@ -343,8 +332,7 @@ class AnswerPath:
 
     # -- the path ---------------------------------------------------------------------------------
     def _flies(self, request: CacheRequest, lookup: bool, store: bool) -> bool:
-        return (self.single_flight and lookup and store and self.semantic is not None and request.partition is not None
-                and callable(getattr(self.semantic, "flight_lock", None)))
+        return self.single_flight and lookup and store and self.semantic is not None and request.partition is not None
 
     def run(self, request: CacheRequest, call: Callable[[], BackendResult], *, lookup: bool = True,
             store: bool = True, metadata: Mapping[str, Any] | None = None, looked: bool = False,
@@ -535,7 +523,7 @@ class _GuardedLocks:
 
     __slots__ = ("boundary", "semantic")
 
-    def __init__(self, semantic: Any, boundary: Boundary) -> None:
+    def __init__(self, semantic: AnswerCache, boundary: Boundary) -> None:
         self.semantic, self.boundary = semantic, boundary
 
     def flight_lock(self, key: str, timeout_s: float) -> Any:

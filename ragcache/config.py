@@ -5,8 +5,9 @@
 
 :data:`ENV_VARS` lists each variable with its field, default and meaning (the docs' configuration
 page is generated from it by ``docs/gen_reference.py``; :func:`env_table` prints it as Markdown).
-Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home) and
-:mod:`ragcache.limits` (the ranges checked once).
+Nothing here imports the rest of ragcache but :mod:`ragcache.home` (the paths under the home),
+:mod:`ragcache.limits` (the ranges checked once) and :mod:`ragcache.store_kinds` (the store tables that
+``RAGCACHE_SEMANTIC_URL`` and ``RAGCACHE_KV_URL`` are checked against).
 Library code below the app takes explicit keyword arguments; only the app layer (CLI, servers,
 demo, the LangChain and LlamaIndex adapters) reads the environment, through this module, and
 passes the values down (``cfg.paths`` is the :class:`~ragcache.home.Home` every on-disk path comes from).
@@ -17,12 +18,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ragcache.home import DEFAULT_HOME, Home
+from ragcache.store_kinds import ANSWER_STORES, CHUNK_STORES, answer_store_kind, chunk_store_kind
 from ragcache.limits import THRESHOLD_FLOOR, check_recompute_ratio, low_threshold_message
 
 _TRUE = ("1", "true", "yes", "on")
@@ -98,73 +100,6 @@ RECOMPUTE_RATIO_UNSET = "what the model's calibration record licenses, else exac
 (:attr:`ragcache.engine.engine.LocalEngine.recompute_ratio`)."""
 
 
-KV_URL_SCHEMES = ("redis", "rediss", "unix", "valkey", "valkeys", "file", "")
-"""Schemes a chunk KV store URL may have (``""``: a folder path)."""
-
-KV_URL_CHOICES = ("redis://host:port/db (Redis / Valkey)", "rediss://", "unix:///path.sock", "file://DIR or a folder path")
-"""What a chunk KV store URL may be, as an error about a bad one lists it."""
-
-
-def url_scheme(url: str) -> str:
-    """The lower-case scheme of a store URL (``""`` for a plain path): the one URL parser, for the
-    answer store (``RAGCACHE_SEMANTIC_URL``, :data:`ANSWER_STORES`) and the chunk KV store
-    (``RAGCACHE_KV_URL``, :data:`KV_URL_SCHEMES`)."""
-    return url.split("://", 1)[0].lower() if "://" in url else ""
-
-
-def bad_url_scheme(setting: str, url: str, choices: Sequence[str]) -> ValueError:
-    """The one error for a store URL of an unknown scheme: names ``setting`` (a variable, or what the URL
-    is for: ``"semantic cache URL"``), the scheme, the URL and every accepted form (``choices``)."""
-    return ValueError(f"unknown {setting} scheme {url_scheme(url)!r} ({url!r}): use {'; '.join(choices)}")
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerStoreKind:
-    """One kind of answer store a URL may name (a row of :data:`ANSWER_STORES`).
-
-    Attributes:
-        name: short name (``embedded``, ``postgres``).
-        schemes: the URL schemes that select it (``""``: a plain folder path).
-        example: the URL's form, as help and errors show it.
-        doc: what the store is, in a few words.
-        cache: ``module:Class`` of the cache a URL of this kind opens
-            (:meth:`ragcache.semantic.SemanticCache.from_url`).
-        folder: the URL names a folder (``file://`` taken off), else it is passed whole.
-    """
-
-    name: str
-    schemes: tuple[str, ...]
-    example: str
-    doc: str
-    cache: str
-    folder: bool = False
-
-
-ANSWER_STORES: tuple[AnswerStoreKind, ...] = (
-    AnswerStoreKind("embedded", ("", "file"), "file://DIR or a folder path",
-                    "FAISS + SQLite in one folder, shared by the processes that open it",
-                    "ragcache.semantic.cache:SemanticCache", folder=True),
-    AnswerStoreKind("postgres", ("postgresql", "postgres"), "postgresql://user@host:5432/db",
-                    "PostgreSQL + pgvector, shared by every process on the database",
-                    "ragcache.semantic.pg_cache:PgSemanticCache"),
-)
-"""The answer stores, one row each: what ``RAGCACHE_SEMANTIC_URL`` / ``SemanticCache.from_url`` accept
-(:func:`answer_store_kind`), what ``ragcache config`` and the configuration reference say about them."""
-
-
-def answer_store_kind(url: str, setting: str = "semantic cache URL") -> AnswerStoreKind:
-    """The row of :data:`ANSWER_STORES` whose scheme ``url`` has.
-
-    Raises:
-        ValueError: an unknown scheme (:func:`bad_url_scheme`, listing every row's form).
-    """
-    scheme = url_scheme(url)
-    for kind in ANSWER_STORES:
-        if scheme in kind.schemes:
-            return kind
-    raise bad_url_scheme(setting, url, [f"{k.name}: {k.example}" for k in ANSWER_STORES])
-
-
 @dataclass(frozen=True, slots=True)
 class EnvVar:
     """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, what it
@@ -206,7 +141,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "guards alone; 1.0 = exact repeats only)"),
     EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "answer store instead of RAGCACHE_ANSWERS_DIR: "
            + "; ".join(f"{k.example} ({k.doc})" for k in ANSWER_STORES)),
-    EnvVar("RAGCACHE_KV_URL", "kv_url", "shared chunk KV: redis://... (Redis / Valkey) instead of RAGCACHE_KV_DIR"),
+    EnvVar("RAGCACHE_KV_URL", "kv_url", "chunk KV store instead of RAGCACHE_KV_DIR: "
+           + "; ".join(k.summary for k in CHUNK_STORES.values() if k.schemes)),
     EnvVar("RAGCACHE_KV_FORMAT", "kv_format", "stored chunk KV format: fp16, int8 or int4 (KIVI groups)"),
     EnvVar("RAGCACHE_KV_GROUP_SIZE", "kv_group_size", "quantization group size of int8 / int4 chunk KV"),
     EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "decode KV cache: dynamic or quantized (4-bit quanto)"),
@@ -353,8 +289,8 @@ class Config:
                              "RAGCACHE_ALLOW_LOW_THRESHOLD=1 to use it anyway")
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
-        if self.kv_url is not None and url_scheme(self.kv_url) not in KV_URL_SCHEMES:
-            raise bad_url_scheme("RAGCACHE_KV_URL", self.kv_url, KV_URL_CHOICES)
+        if self.kv_url is not None:
+            chunk_store_kind(self.kv_url, "RAGCACHE_KV_URL")
         if self.semantic_url is not None:
             answer_store_kind(self.semantic_url, "RAGCACHE_SEMANTIC_URL")
         check_recompute_ratio(self.recompute_ratio, "RAGCACHE_RECOMPUTE_RATIO")
@@ -521,6 +457,5 @@ _TYPES = {f.name: f.type for f in fields(Config)}
 _DEFAULTS = {f.name: f.default for f in fields(Config) if f.name != "home"}
 
 __all__ = ["Config", "DEFAULT_EMBEDDER", "DEFAULT_MODEL", "ENV_VARS", "EnvVar", "RECOMPUTE_RATIO_UNSET", "default_help",
-           "show_value", "KV_URL_SCHEMES", "KV_URL_CHOICES", "url_scheme", "bad_url_scheme",
-           "ANSWER_STORES", "AnswerStoreKind", "answer_store_kind", "env_setting", "env_table", "provider_api_key",
+           "show_value", "env_setting", "env_table", "provider_api_key",
            "setting_source", "from_env_skipping_bad"]

@@ -5,8 +5,10 @@ Layers (each location configurable, see :mod:`ragcache.config`); every command w
 
 - ``answers``: the semantic answer cache: PostgreSQL + pgvector when ``$RAGCACHE_SEMANTIC_URL`` is
   set (shared by every process), else SQLite + FAISS in ``$RAGCACHE_ANSWERS_DIR``;
-- ``chunks``: per-document KV: Redis / Valkey when ``$RAGCACHE_KV_URL`` is a ``redis://`` URL (the
-  folder when it is a path), else one safetensors file per document chunk in ``$RAGCACHE_KV_DIR``;
+- ``chunks``: per-document KV: the store ``$RAGCACHE_KV_URL`` names (:data:`ragcache.store_kinds.CHUNK_STORES`:
+  Redis / Valkey for a ``redis://`` / ``valkey://`` URL, opened and asked through its admin methods,
+  :class:`~ragcache.engine.chunk.stores.ChunkStoreAdmin`; a folder for a path, read here without importing
+  torch), else one safetensors file per document chunk in ``$RAGCACHE_KV_DIR``;
 - ``index``: retrieval indexes of ``ask`` folders and the demo corpus, ``$RAGCACHE_INDEX_DIR``.
 
 The exact prefix KV cache lives in the serving process's memory only (nothing to manage on disk).
@@ -22,7 +24,7 @@ import shutil
 import struct
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
@@ -31,6 +33,10 @@ from rich.text import Text
 from ragcache.app.answers import open_answers
 from ragcache.app.output import clean, error, make_console, print_json, run_or_exit, say
 from ragcache.config import Config
+from ragcache.store_kinds import CHUNK_STORES, ChunkStoreKind, chunk_store_kind
+
+if TYPE_CHECKING:
+    from ragcache.engine.chunk.stores.base import ChunkStoreAdmin
 
 cache_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="See and manage the caches the settings point at (answers, chunk KV, indexes).")
 console = make_console()
@@ -98,93 +104,79 @@ def chunk_header(path: Path) -> dict[str, str]:
         return dict(meta)
 
 
-def redis_kv_url(cfg: Config) -> str | None:
-    """``cfg.kv_url`` when it names a Redis / Valkey server (``redis://``, ``valkey://``...), else ``None``."""
-    from ragcache.config import url_scheme
+def chunk_kind(cfg: Config) -> ChunkStoreKind:
+    """The kind of chunk store the settings point at (:data:`ragcache.store_kinds.CHUNK_STORES`): the one
+    ``$RAGCACHE_KV_URL`` names, else the ``disk`` folder ``$RAGCACHE_KV_DIR``.
 
-    if cfg.kv_url and url_scheme(cfg.kv_url) not in ("", "file"):
-        return cfg.kv_url
-    return None
+    Raises:
+        ValueError: a URL of a scheme no kind lists (the error names every kind and its URLs)."""
+    if not cfg.kv_url:
+        return CHUNK_STORES["disk"]
+    return chunk_store_kind(cfg.kv_url, "RAGCACHE_KV_URL")
+
+
+def shared_kv_url(cfg: Config) -> str | None:
+    """``cfg.kv_url`` when it names a store ``ragcache cache`` opens and asks (Redis / Valkey, any kind that
+    is not a folder), else ``None`` (a folder of chunk files, read here)."""
+    return None if chunk_kind(cfg).folder else cfg.kv_url
 
 
 def kv_folder(cfg: Config) -> Path:
     """The chunk KV folder: ``$RAGCACHE_KV_URL`` when it is a path (or ``file://DIR``), else ``$RAGCACHE_KV_DIR``."""
-    if cfg.kv_url and redis_kv_url(cfg) is None:
+    if cfg.kv_url and shared_kv_url(cfg) is None:
         return Path(cfg.kv_url.removeprefix("file://")).expanduser()
     return cfg.kv_dir
 
 
-def _redis_store(cfg: Config) -> Any:
+def _shared_store(cfg: Config) -> ChunkStoreAdmin:
+    """The shared chunk store the settings name, opened through the table (closed by the caller)."""
     from ragcache.engine.chunk.stores.factory import open_chunk_store
 
-    return open_chunk_store(redis_kv_url(cfg))
+    return open_chunk_store(shared_kv_url(cfg))  # type: ignore[return-value]
 
 
-def _header_of(data: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of safetensors bytes (the header alone suffices)."""
-    if len(data) < 8:
-        raise ValueError("not a safetensors value")
-    (n,) = struct.unpack("<Q", data[:8])
-    if len(data) < 8 + n:
-        raise ValueError("a truncated safetensors header")
-    return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
-
-
-def _redis_rows(cfg: Config) -> list[dict[str, Any]]:
-    """Chunk KV values in Redis / Valkey, least recently used first (the store's LRU index), each with
-    its safetensors header read by ``GETRANGE`` (no tensor is fetched): two pipelined round trips."""
-    store = _redis_store(cfg)
-
-    def text(k: Any) -> str:
-        return k.decode() if isinstance(k, bytes) else str(k)
-
-    def read() -> tuple[list, dict, dict]:
-        r = store._r
-        keys = [(text(k), float(t)) for k, t in r.zrange(store._lru, 0, -1, withscores=True)]
-        sizes = {text(k): int(v) for k, v in r.hgetall(store._size).items()}
-        pipe = r.pipeline(transaction=False)
-        for k, _ in keys:
-            pipe.getrange(store._k(k), 0, 7)
-        lengths = {k: struct.unpack("<Q", h)[0] if len(h) == 8 else 0 for (k, _), h in zip(keys, pipe.execute())}
-        wanted = [k for k, n in lengths.items() if 0 < n <= 100 << 20]
-        pipe = r.pipeline(transaction=False)
-        for k in wanted:
-            pipe.getrange(store._k(k), 0, 7 + lengths[k])
-        return keys, sizes, dict(zip(wanted, pipe.execute()))
-
+def _shared_rows(cfg: Config) -> list[dict[str, Any]]:
+    """The shared store's chunks (:meth:`~ragcache.engine.chunk.stores.ChunkStoreAdmin.entries`), least
+    recently used first, as ``ls`` rows."""
+    store = _shared_store(cfg)
     try:
-        keys, sizes, heads = store._call("a read of its chunk list", read)
+        entries = store.entries()
     finally:
         store.close()
     out = []
-    for k, used in keys:
-        row: dict[str, Any] = {"key": k, "bytes": sizes.get(k, 0), "used": used, "path": None}
-        try:
-            if k not in heads:
-                raise ValueError("no readable value (evicted or expired by the server)")
-            meta = _header_of(heads[k])
-            row.update(n_tokens=int(meta.get("n_tokens", 0)), dtype=meta.get("dtype"),
-                       model=(meta.get("fingerprint") or "")[:12])
-        except ValueError as e:
-            row["error"] = str(e)
+    for e in entries:
+        row: dict[str, Any] = {"key": e.key, "bytes": e.nbytes, "used": e.used, "path": None}
+        if e.metadata is None:
+            row["error"] = e.error
+        else:
+            row.update(_chunk_fields(e.metadata))
         out.append(row)
     return out
 
 
-def chunk_where(cfg: Config) -> str:
-    """The chunk KV store, as ``cache stats`` names it: the Redis / Valkey URL (password hidden) and key
-    prefix, or the folder."""
-    from ragcache.remote import redact
+def _chunk_fields(meta: dict[str, str]) -> dict[str, Any]:
+    """What ``ls`` shows of a chunk's metadata: its tokens, dtype and model (the fingerprint's first 12 digits)."""
+    return {"n_tokens": int(meta.get("n_tokens", 0)), "dtype": meta.get("dtype"),
+            "model": (meta.get("fingerprint") or "")[:12]}
 
-    url = redis_kv_url(cfg)
-    return f"{redact(url)} (prefix ragcache:)" if url else str(kv_folder(cfg))
+
+def chunk_where(cfg: Config) -> str:
+    """The chunk KV store, as ``cache stats`` names it: a shared store's own ``where`` (Redis / Valkey: the URL
+    with its password hidden, and the key prefix), or the folder."""
+    if shared_kv_url(cfg) is None:
+        return str(kv_folder(cfg))
+    store = _shared_store(cfg)
+    try:
+        return store.where
+    finally:
+        store.close()
 
 
 def chunk_files(cfg: Config) -> list[dict[str, Any]]:
     """Chunk KV entries of the store the settings point at (:func:`chunk_where`), least recently used
     first (the order both stores evict in)."""
-    if redis_kv_url(cfg):
-        return _redis_rows(cfg)
+    if shared_kv_url(cfg):
+        return _shared_rows(cfg)
     root = kv_folder(cfg)
     if not root.is_dir():
         return []
@@ -193,9 +185,7 @@ def chunk_files(cfg: Config) -> list[dict[str, Any]]:
         st = p.stat()
         row: dict[str, Any] = {"key": p.stem, "bytes": st.st_size, "used": st.st_mtime, "path": str(p)}
         try:
-            meta = chunk_header(p)
-            row.update(n_tokens=int(meta.get("n_tokens", 0)), dtype=meta.get("dtype"),
-                       model=(meta.get("fingerprint") or "")[:12])
+            row.update(_chunk_fields(chunk_header(p)))
         except (OSError, ValueError) as e:
             row["error"] = str(e)
         out.append(row)
@@ -223,11 +213,11 @@ def collect_stats(cfg: Config) -> dict[str, Any]:
     ``chunks.store`` say which kind (``sqlite`` / ``postgresql``, ``files`` / ``redis``) and ``where`` where."""
     chunks = chunk_files(cfg)
     idx = index_folders(cfg)
-    shared_kv = redis_kv_url(cfg) is not None
+    shared_kv = shared_kv_url(cfg) is not None
     return {
         "home": str(cfg.home),
         "answers": open_answers(cfg).stats(),
-        "chunks": {"store": "redis" if shared_kv else "files", "where": chunk_where(cfg),
+        "chunks": {"store": chunk_kind(cfg).name if shared_kv else "files", "where": chunk_where(cfg),
                    "path": None if shared_kv else str(kv_folder(cfg)), "files": len(chunks),
                    "bytes": sum(c["bytes"] for c in chunks), "max_bytes": None if shared_kv else cfg.kv_max_bytes,
                    "tokens": sum(c.get("n_tokens", 0) for c in chunks)},
@@ -318,7 +308,7 @@ def show(entry: str = typer.Argument(..., metavar="ENTRY", help="An answer id (f
             error(console, f"{entry!r} is neither an answer id (a number) nor a chunk key (a lower-case hex "
                            "digest): list them with `ragcache cache ls` / `ragcache cache ls --layer chunks`")
             raise typer.Exit(2)
-        if redis_kv_url(cfg):
+        if shared_kv_url(cfg):
             found = [r for r in run_or_exit(console, chunk_files, cfg) if r["key"] == entry]
             if not found:
                 error(console, f"no answer id or chunk key {entry!r}: see `ragcache cache ls --layer chunks`")
@@ -424,7 +414,7 @@ def evict(layer: EvictLayer = typer.Option(EvictLayer.answers, help="answers or 
 def _evict_chunks(cfg: Config, max_bytes: int) -> tuple[int, int]:
     """Drop least recently used chunk KV down to ``max_bytes``: ``(entries removed, bytes freed)``."""
     files = chunk_files(cfg)
-    store = _redis_store(cfg) if redis_kv_url(cfg) else None
+    store = _shared_store(cfg) if shared_kv_url(cfg) else None
     total, n, freed = sum(f["bytes"] for f in files), 0, 0
     try:
         for f in files:  # least recently used first
@@ -459,8 +449,9 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
     pipe) and no --yes it deletes nothing and exits with code 2."""
     cfg = _cfg()
     answers = open_answers(cfg)
-    dirs = {"answers": answers.where, "chunks": chunk_where(cfg), "index": str(cfg.index_dir)}
-    chosen = list(dirs) if layer is ClearLayer.all else [layer.value]
+    chosen = ["answers", "chunks", "index"] if layer is ClearLayer.all else [layer.value]
+    where = {"answers": lambda: answers.where, "chunks": lambda: chunk_where(cfg), "index": lambda: str(cfg.index_dir)}
+    dirs = {c: run_or_exit(console, where[c]) for c in chosen}  # a shared store is opened only when chosen
     if not yes and not interactive():  # a piped "y" is not a person's answer: refuse in every output mode
         error(console, f"cache clear would delete {', '.join(chosen)} and stdin is not a terminal to confirm on: "
                        "nothing was deleted; add --yes to delete without asking")
@@ -472,8 +463,8 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
     for c in chosen:
         if c == "answers":
             n = run_or_exit(console, answers.clear)
-        elif c == "chunks" and redis_kv_url(cfg):
-            n = run_or_exit(console, _clear_redis_chunks, cfg)
+        elif c == "chunks" and shared_kv_url(cfg):
+            n = run_or_exit(console, _clear_shared_chunks, cfg)
         else:
             d = kv_folder(cfg) if c == "chunks" else cfg.index_dir
             n = sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) if d.exists() else 0
@@ -486,9 +477,9 @@ def clear(layer: ClearLayer = typer.Option(ClearLayer.all, help="all (answers, c
             say(console, f"cleared {c}: ", (clean(v["path"], newlines=False), "bold"), f" ({_bytes(v['bytes_freed'])})")
 
 
-def _clear_redis_chunks(cfg: Config) -> int:
-    """Delete every chunk under the store's prefix in Redis / Valkey; the bytes its index counted."""
-    store = _redis_store(cfg)
+def _clear_shared_chunks(cfg: Config) -> int:
+    """Delete every chunk of the shared store (Redis / Valkey: under its prefix); the bytes it counted."""
+    store = _shared_store(cfg)
     try:
         n = store.nbytes
         store.clear()

@@ -74,10 +74,6 @@ class PgSemanticCache(SemanticPolicy):
                          error_bound=bound, languages=languages, locks=store.locks, speller=store)
         self.ef_search = ef_search
 
-    @property
-    def _pool(self) -> Any:
-        return self.answer_store._pool
-
     def search(self, vec: np.ndarray, partition: PartitionKey | None = None, k: int | None = None) -> list[tuple]:
         """Raw nearest-neighbour query: ``[(id, question, answer, metadata, similarity)]`` best first.
 

@@ -236,6 +236,30 @@ class SemanticCacheContract:
         with pytest.raises(ValueError, match="same embedder"):
             open_cache(embedder=HashingEmbedder(32))
 
+    # ------------------------------------------------------------------ the answer path's interface
+    def test_is_an_answer_cache_of_requests(self, open_cache: Opener) -> None:
+        """The :class:`~ragcache.semantic.answer_cache.AnswerCache` methods read the request's question,
+        partition, threshold and budget; a request without a partition is neither looked up nor stored."""
+        from ragcache.semantic.answer_cache import AnswerCache
+
+        c = open_cache(threshold=0.9)
+        assert isinstance(c, AnswerCache)
+        ask = CacheRequest("How long do refunds take?", None, PK, max_tokens=16)
+        assert c.store_request(CacheRequest(ask.question, None, None), "no", finish_reason="stop") is None
+        assert c.store_request(ask, "5 days", finish_reason="length", output_tokens=16) is None  # cut, not kept
+        i = c.store_request(ask, "5 days", finish_reason="length", output_tokens=16, metadata={"q": 1},
+                            store_truncated=True)
+        hit = c.lookup_request(CacheRequest("how long do refunds take", None, PK, max_tokens=16))
+        assert hit is not None and (hit.entry_id, hit.answer, hit.metadata) == (i, "5 days", {"q": 1})
+        assert hit.budget.max_tokens == 16 and hit.budget.finish_reason == "length"
+        assert c.lookup_request(CacheRequest(ask.question, None, PK, max_tokens=32)) is None  # another budget
+        assert c.lookup_request(CacheRequest(ask.question, None, OTHER_NS, max_tokens=16)) is None
+        assert c.lookup_request(CacheRequest("how long do refunds take", None, PK, max_tokens=16,
+                                             threshold=1.0)) is None  # the request's threshold: exact words
+        assert c.lookup_request(CacheRequest(ask.question, None, None, max_tokens=16)) is None
+        before = c.stats.lookups
+        assert c.lookup_request(ask, count=False) is not None and c.stats.lookups == before
+
     # ------------------------------------------------------------------ single flight
     def test_single_flight_threads(self, open_cache: Opener) -> None:
         import threading

@@ -13,50 +13,29 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import threading
 from typing import Any
 
 import pytest
-import torch
+from fault_doubles import DOCS, Q, Q2, Fault, FaultyEmbedder, engine_rag, exact_answer_of, own_valkey
 
 from ragcache.semantic import SemanticCache
-from ragcache.testing import HashingEmbedder
 from ragcache.testing.answer_contract import ScriptedBackend
 
-DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
-        "Deploys go out on Tuesdays after the change review meeting."]
-Q = "When do the backups run?"
-Q2 = "How long are the backups kept?"  # not an exact repeat of Q: its lookup needs the embedder
 DEADLINE_S = 0.5
-
-
-class FlakyEmbedder(HashingEmbedder):
-    """The hashing embedder, switched to raise (``"raise"``) or hang until released (``"hang"``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.mode = "ok"
-        self.release = threading.Event()
-
-    def encode(self, texts: list[str]) -> Any:
-        if self.mode == "raise":
-            raise ConnectionError("embedding server unreachable")
-        if self.mode == "hang":
-            self.release.wait(30)
-        return super().encode(texts)
 
 
 @pytest.fixture()
 def embedder(monkeypatch):
+    """An embedder switched to raise (``embedder.fault.mode = "raise"``) or hang until released (``"hang"``)."""
     from ragcache import boundary
 
     monkeypatch.setattr(boundary, "RETRY_S", 0.0)  # no back-off: every request tries the embedder again
-    e = FlakyEmbedder()
+    e = FaultyEmbedder(Fault(ConnectionError("embedding server unreachable")))
     yield e
-    e.release.set()
+    e.fault.release.set()
 
 
-def _store(embedder: FlakyEmbedder) -> SemanticCache:
+def _store(embedder: FaultyEmbedder) -> SemanticCache:
     return SemanticCache(None, embedder=embedder)
 
 
@@ -73,15 +52,15 @@ def test_ragcache_answers_without_a_failing_embedder(embedder, mode, caplog):
     store = _store(embedder)
     rag = RagCache(backend, semantic=store, lookup_timeout_s=DEADLINE_S)
     rag.answer(Q, DOCS)  # stored while the embedder works (an exact repeat then hits without it)
-    embedder.mode = mode
+    embedder.fault.mode = mode
     for call, question in ((2, Q2), (3, Q2), (4, "When are backups made?")):
         with caplog.at_level(logging.WARNING, logger="ragcache.answering"):
             a = rag.answer(question, DOCS)
         assert a.text == backend.text and not a.hit and backend.calls == call
     assert _warned(caplog, "lookup")
     assert len(store) == 1  # a miss without the embedder stores nothing
-    embedder.mode = "ok"
-    embedder.release.set()
+    embedder.fault.mode = "ok"
+    embedder.fault.release.set()
     assert rag.answer(Q, DOCS).hit and backend.calls == 4  # back: served again
 
 
@@ -93,7 +72,7 @@ def test_async_ragcache_answers_without_a_failing_embedder(embedder):
     backend = ScriptedBackend()
     rag = RagCache(backend, semantic=_store(embedder), lookup_timeout_s=DEADLINE_S)
     rag.answer(Q, DOCS)
-    embedder.mode = "raise"
+    embedder.fault.mode = "raise"
     a = asyncio.run(rag.aanswer(Q2, DOCS))
     assert a.text == backend.text and not a.hit and backend.calls == 2
 
@@ -119,10 +98,10 @@ def test_langchain_answers_without_a_failing_embedder(embedder, mode, caplog, mo
                  lambda b, s: MiddlewareEntry(b, s, "sync")):
         backend, store = ScriptedBackend(), _store(embedder)
         entry = make(backend, store)
-        embedder.mode = "ok"
+        embedder.fault.mode = "ok"
         entry.ask(Q)  # stored while the embedder works
         stored = len(store)
-        embedder.mode = mode
+        embedder.fault.mode = mode
         with caplog.at_level(logging.WARNING, logger="ragcache.answering"):
             first, second = entry.ask(Q2), entry.ask(Q2)
         assert first.text == second.text == backend.text and backend.calls == 3, entry.name
@@ -147,7 +126,7 @@ def test_the_proxy_forwards_without_a_failing_embedder(embedder, mode, stream):
         with running_server(None, app=proxy.app) as url:
             client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
             for call in (1, 2, 3):
-                embedder.mode = "ok" if call == 1 else mode  # the first is stored while the embedder works
+                embedder.fault.mode = "ok" if call == 1 else mode  # the first is stored while the embedder works
                 content = [{"type": "text", "text": d} for d in DOCS] + [{"type": "text", "text": Q if call == 1 else Q2}]
                 body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "temperature": 0,
                         "messages": [{"role": "user", "content": content}]}
@@ -165,35 +144,17 @@ def test_the_proxy_forwards_without_a_failing_embedder(embedder, mode, stream):
 # ---------------------------------------------------------------------------------------------- Valkey
 @pytest.fixture()
 def valkey():
-    from ragcache.testing.local_servers import LocalValkey, ServerUnavailable
-
-    try:
-        server = LocalValkey()
-    except ServerUnavailable as e:
-        pytest.skip(str(e))
-    yield server
-    if server._proc is not None and server._proc.poll() is None:
-        os.kill(server._proc.pid, signal.SIGCONT)
-    server.close()
+    yield from own_valkey()
 
 
 def test_answers_while_valkey_is_killed_or_frozen(tiny_seed1, valkey, monkeypatch, caplog):
-    from ragcache import RagCache
-    from ragcache.engine.backend import LocalBackend
     from ragcache import boundary
-    from ragcache.engine.chunk.cache import ChunkCache
     from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
-    from ragcache.engine.engine import LocalEngine
 
     monkeypatch.setattr(boundary, "RETRY_S", 0.0)  # try the store again on every request
     docs = [d * 3 for d in DOCS]
-    exact = RagCache(LocalBackend(LocalEngine(tiny_seed1, calibration=False)), semantic=None, max_new_tokens=6)
-    want = exact.answer(Q, docs).text
-
-    chunks = ChunkCache(RedisChunkStore(valkey.url, timeout_s=DEADLINE_S), dtype=torch.float32)
-    engine = LocalEngine(tiny_seed1, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15,
-                         chunk_admission=1, chunk_queue=0)
-    rag = RagCache(LocalBackend(engine), semantic=None, max_new_tokens=6)
+    want = exact_answer_of(tiny_seed1, docs)
+    engine, rag = engine_rag(tiny_seed1, RedisChunkStore(valkey.url, timeout_s=DEADLINE_S))
 
     def ask() -> Any:
         engine.prefix_cache.clear()  # every request reads its documents from the chunk store

@@ -28,100 +28,33 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import torch
+from fault_doubles import (
+    DOCS,
+    ERRORS,
+    Q,
+    Q2,
+    Clock,
+    Fault,
+    Faulty,
+    FaultyEmbedder,
+    Weird,
+    engine_rag,
+    exact_answer_of,
+    own_valkey,
+)
 
 from ragcache import boundary
 from ragcache.semantic import SemanticCache
 from ragcache.testing import HashingEmbedder, run_in_threads
 from ragcache.testing.answer_contract import ScriptedBackend
 
-DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
-        "Deploys go out on Tuesdays after the change review meeting."]
-Q = "When do the backups run?"
-Q2 = "How long are the backups kept?"
 DEADLINE_S = 0.3
 """The lookup deadline of every case: a hung dependency costs at most this, then the request goes on."""
 
 
-class Weird(Exception):
-    """An exception type no cache code knows (a third-party driver's own class)."""
-
-
-ERRORS = {"KeyError": KeyError("vector"), "AttributeError": AttributeError("'NoneType' object has no attribute 'id'"),
-          "Weird": Weird("driver exploded"), "ValueError": ValueError("could not convert string to float")}
-
-
-class Fault:
-    """A switch over a dependency's calls: ``mode`` ``"ok"``, ``"raise"`` (``error``) or ``"hang"`` (until
-    :attr:`release` is set). Counts ``calls`` and the hung calls that came back (``returned``)."""
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.mode, self.error = "ok", error or Weird("driver exploded")
-        self.release = threading.Event()
-        self.calls = self.returned = 0
-
-    def run(self, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
-        if self.mode == "ok":
-            return fn(*a, **kw)
-        self.calls += 1
-        if self.mode == "raise":
-            raise self.error
-        self.release.wait(30)
-        self.returned += 1
-        return fn(*a, **kw)
-
-    def clear(self) -> None:
-        self.mode = "ok"
-        self.release.set()
-
-
-class Faulty:
-    """``target`` with the methods named in ``methods`` passing ``fault`` first (everything else as is)."""
-
-    def __init__(self, target: Any, fault: Fault, methods: set[str]) -> None:
-        self._target, self._fault, self._methods = target, fault, methods
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if name in self._methods and callable(value):
-            return lambda *a, **kw: self._fault.run(value, *a, **kw)
-        return value
-
-    def __len__(self) -> int:
-        return len(self._target)
-
-
-class FaultyEmbedder(HashingEmbedder):
-    def __init__(self, fault: Fault) -> None:
-        super().__init__()
-        self.fault = fault
-
-    def encode(self, texts: list[str]) -> Any:
-        return self.fault.run(super().encode, texts)
-
-
-class Clock:
-    """``time.monotonic`` of :mod:`ragcache.boundary`, moved on by the test (the back-off passes at once)."""
-
-    def __init__(self) -> None:
-        import time
-
-        self._real, self.offset = time.monotonic, 0.0
-
-    def monotonic(self) -> float:
-        return self._real() + self.offset
-
-    def pass_backoff(self) -> None:
-        self.offset += boundary.RETRY_MAX_S + 1
-
-
 @pytest.fixture()
 def clock(monkeypatch):
-    import types
-
-    c = Clock()
-    monkeypatch.setattr(boundary, "time", types.SimpleNamespace(monotonic=c.monotonic))
-    return c
+    return Clock.installed(monkeypatch)
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -312,26 +245,9 @@ def test_ragcache_ask_answers_with_a_failing_answer_store(tmp_path, monkeypatch,
 
 
 # ------------------------------------------------------------------------------------------- chunk stores
-def _engine_rag(loaded: Any, store: Any, timeout_s: float | None = None) -> tuple[Any, Any]:
-    from ragcache import RagCache
-    from ragcache.engine.backend import LocalBackend
-    from ragcache.engine.chunk.cache import ChunkCache
-    from ragcache.engine.engine import LocalEngine
-
-    chunks = ChunkCache(store, dtype=torch.float32, store_timeout_s=timeout_s or 10.0)
-    engine = LocalEngine(loaded, chunk_cache=chunks, calibration=False, min_reuse_tokens=0, recompute_ratio=0.15,
-                         chunk_admission=1, chunk_queue=0)  # every miss stored before the answer returns
-    return engine, RagCache(LocalBackend(engine), semantic=None, max_new_tokens=6)
-
-
 @pytest.fixture(scope="module")
 def exact_answer(tiny_seed1):
-    from ragcache import RagCache
-    from ragcache.engine.backend import LocalBackend
-    from ragcache.engine.engine import LocalEngine
-
-    rag = RagCache(LocalBackend(LocalEngine(tiny_seed1, calibration=False)), semantic=None, max_new_tokens=6)
-    return rag.answer(Q, [d * 3 for d in DOCS]).text
+    return exact_answer_of(tiny_seed1, [d * 3 for d in DOCS])
 
 
 def _asker(engine: Any, rag: Any, mode: str = "sync") -> Callable[[], Any]:
@@ -370,7 +286,7 @@ def test_disk_chunk_store_faults(tiny_seed1, exact_answer, tmp_path, clock, kind
     from ragcache.engine.chunk.stores.disk import DiskChunkStore
 
     store = DiskChunkStore(tmp_path / "kv")
-    engine, rag = _engine_rag(tiny_seed1, store, DEADLINE_S)
+    engine, rag = engine_rag(tiny_seed1, store, DEADLINE_S)
     ask = _asker(engine, rag, mode)
     fault = Fault(ERRORS["AttributeError"])
     if kind in ("raise", "hang"):
@@ -411,14 +327,7 @@ def test_disk_chunk_store_faults(tiny_seed1, exact_answer, tmp_path, clock, kind
 
 @pytest.fixture()
 def valkey():
-    from ragcache.testing.local_servers import LocalValkey, ServerUnavailable
-
-    try:
-        server = LocalValkey()
-    except ServerUnavailable as e:
-        pytest.skip(str(e))
-    yield server
-    server.close()
+    yield from own_valkey()
 
 
 @pytest.mark.parametrize("kind", ["noeviction", "read-only replica", "unreadable"])
@@ -432,7 +341,7 @@ def test_valkey_chunk_store_faults(tiny_seed1, exact_answer, valkey, clock, kind
 
     admin = redis.Redis.from_url(valkey.url)
     store = RedisChunkStore(valkey.url, timeout_s=2.0)
-    engine, rag = _engine_rag(tiny_seed1, store)
+    engine, rag = engine_rag(tiny_seed1, store)
     ask = _asker(engine, rag)
 
     if kind == "noeviction":

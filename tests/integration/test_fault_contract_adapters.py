@@ -38,7 +38,8 @@ from contract_entries import (
     scripted_upstream,
 )
 from langchain_core.messages import HumanMessage
-from test_fault_contract import DEADLINE_S, ERRORS, Q2, Fault, Faulty, Q, _cache
+from fault_doubles import ERRORS, Q2, Fault, Faulty, Q
+from test_fault_contract import DEADLINE_S, _cache
 
 from ragcache.testing.answer_contract import ScriptedBackend
 
@@ -284,14 +285,14 @@ def test_local_servers_with_a_failing_chunk_store(tiny_seed1, tmp_path, clock, a
     """``ragcache serve``'s apps over a tiny model whose chunk store (disk) raises an unexpected type or
     hangs: every request gets the exact answer (the one the same app gives with no chunk cache), no chunk
     reused, while the store still hangs; once it clears, the documents are stored again and reused."""
-    from test_fault_contract import _engine_rag
+    from fault_doubles import engine_rag
 
     from ragcache.engine.chunk.stores.disk import DiskChunkStore
     from ragcache.engine.engine import LocalEngine
     from ragcache.server.app import running_server
 
     store = DiskChunkStore(tmp_path / "kv")
-    engine, _ = _engine_rag(tiny_seed1, store, DEADLINE_S)
+    engine, _ = engine_rag(tiny_seed1, store, DEADLINE_S)
     fault = Fault(ERRORS["AttributeError"])
     with running_server(LocalEngine(tiny_seed1, calibration=False)) as ref, running_server(engine) as url:
         want, _ = _server_ask(ref, api)

@@ -5,16 +5,13 @@ the snapshot that wrote it. Through the real ``anthropic`` SDK against the proxy
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 anthropic = pytest.importorskip("anthropic")
 
-from starlette.applications import Starlette  # noqa: E402
+from anthropic_doubles import message, message_events, running_upstream  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, StreamingResponse  # noqa: E402
-from starlette.routing import Route  # noqa: E402
 
 from ragcache.backend import BackendResult, CacheUsage  # noqa: E402
 from ragcache.provenance import PROVENANCE_KEY, Provenance, SnapshotBook  # noqa: E402
@@ -27,10 +24,6 @@ ALIAS = "claude-sonnet-4-6"
 OLD, NEW = "claude-sonnet-4-6-20260101", "claude-sonnet-4-6-20260301"
 
 
-def _sse(kind, data):
-    return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 class Upstream:
     """A Messages API whose alias answers as ``self.snapshot``, and says so in ``model``."""
 
@@ -41,32 +34,21 @@ class Upstream:
     async def messages(self, request: Request):
         body = await request.json()
         self.calls += 1
-        text = f"answer {self.calls} by {self.snapshot}"
-        msg = {"id": f"msg_{self.calls}", "type": "message", "role": "assistant", "model": self.snapshot,
-               "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-               "usage": {"input_tokens": 20, "output_tokens": 4}}
+        msg = message(f"answer {self.calls} by {self.snapshot}", model=self.snapshot, msg_id=f"msg_{self.calls}",
+                      usage={"input_tokens": 20, "output_tokens": 4})
         if not body.get("stream"):
             return JSONResponse(msg)
-        start = {**msg, "content": [], "stop_reason": None}
 
         async def events():
-            yield _sse("message_start", {"type": "message_start", "message": start})
-            yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                               "content_block": {"type": "text", "text": ""}})
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": text}})
-            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                         "usage": {"output_tokens": 4}})
-            yield _sse("message_stop", {"type": "message_stop"})
+            for e in message_events(msg):
+                yield e
         return StreamingResponse(events(), media_type="text/event-stream")
 
 
 @pytest.fixture()
 def proxied():
     up = Upstream()
-    app = Starlette(routes=[Route("/v1/messages", up.messages, methods=["POST"])])
-    with running_server(None, app=app) as url:
+    with running_upstream(up.messages) as url:
         p = AnthropicProxy(url, semantic=SemanticCache(None, embedder=HashingEmbedder()), api_key="k")
         with running_server(None, app=p.app) as purl:
             yield up, anthropic.Anthropic(base_url=purl, api_key="k", max_retries=0)

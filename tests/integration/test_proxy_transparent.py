@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import socket
 import threading
 import time
@@ -23,10 +22,9 @@ import pytest
 
 anthropic = pytest.importorskip("anthropic")
 
-from starlette.applications import Starlette  # noqa: E402
+from anthropic_doubles import message, message_events, running_upstream  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse, StreamingResponse  # noqa: E402
-from starlette.routing import Route  # noqa: E402
 
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
@@ -41,27 +39,12 @@ STEER = {"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-reques
 CUT_USAGE = {"input_tokens": 40, "cache_creation_input_tokens": 1200, "cache_read_input_tokens": 0, "output_tokens": 1}
 
 
-def _sse(kind, data):
-    return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 def _message(text, usage=None):
-    return {"id": "msg_up", "type": "message", "role": "assistant", "model": MODEL,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": usage or {"input_tokens": 30, "output_tokens": 3}}
+    return message(text, model=MODEL, usage=usage)
 
 
 def _events(text, usage=None):
-    start = {**_message("", usage), "content": [], "stop_reason": None}
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                       "content_block": {"type": "text", "text": ""}})
-    yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                       "delta": {"type": "text_delta", "text": text}})
-    yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                 "usage": {"output_tokens": 3}})
-    yield _sse("message_stop", {"type": "message_stop"})
+    return message_events(_message(text, usage))
 
 
 def _error(status, kind, headers):
@@ -114,8 +97,7 @@ class Upstream:
 @pytest.fixture()
 def upstream():
     up = Upstream()
-    app = Starlette(routes=[Route("/v1/messages", up.messages, methods=["POST"])])
-    with running_server(None, app=app) as url:
+    with running_upstream(up.messages) as url:
         yield up, url
         up.release.set()
 

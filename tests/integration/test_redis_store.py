@@ -164,3 +164,28 @@ def test_sightings_are_shared_between_clients_and_expire(store, valkey_server):
     store.clear()
     assert store.sight_many([k]) == [1]  # clear() forgets sightings too
     other.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_the_admin_interface_lists_removes_and_clears(store, n):
+    """:class:`~ragcache.engine.chunk.stores.ChunkStoreAdmin` (what ``ragcache cache`` calls): entries least
+    recently used first with their metadata and no tensor, a damaged value listed with its error."""
+    from ragcache.engine.chunk.stores import ChunkStoreAdmin
+
+    assert isinstance(store, ChunkStoreAdmin) and store.prefix in store.where and "@" not in store.where
+    kvs = [make_kv(2 + i) for i in range(n)]
+    for kv in kvs:
+        store.put(kv)
+    got = store.entries()
+    assert [e.key for e in got] == [kv.key for kv in kvs]
+    assert all(e.error is None and int(e.metadata["n_tokens"]) == len(kv.token_ids) and e.metadata["key"] == kv.key
+               and e.nbytes > 0 for e, kv in zip(got, kvs))
+    assert sum(e.nbytes for e in got) == store.nbytes
+    if n:
+        import struct
+
+        store._r.set(store._k(kvs[0].key), struct.pack("<Q", 5) + b"notjs")  # damaged behind the store's back
+        first = store.entries()[0]
+        assert first.metadata is None and "unreadable safetensors header" in first.error
+        assert store.remove(kvs[-1].key) and kvs[-1].key not in [e.key for e in store.entries()]
+    assert store.clear() == max(n - 1, 0) and store.entries() == [] and store.nbytes == 0

@@ -62,7 +62,7 @@ def test_pg_search_settings_are_transaction_local(pg_cache):
     cache = pg_cache()
     cache.store("How do I reset my password?", "reset")
     assert cache.lookup("How do I reset my password?") is not None
-    with cache._pool.connection() as conn:  # a pooled connection that just ran searches
+    with cache.answer_store.pool.connection() as conn:  # a pooled connection that just ran searches
         assert conn.execute("SHOW hnsw.iterative_scan").fetchone()[0] == "off"
         assert conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
 

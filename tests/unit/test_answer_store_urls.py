@@ -1,20 +1,17 @@
-"""One URL parser (:func:`ragcache.config.url_scheme`) and one table of answer stores
-(:data:`ragcache.config.ANSWER_STORES`): the table drives validation (settings, ``SemanticCache.from_url``,
+"""One URL parser (:func:`ragcache.store_kinds.url_scheme`) and one table of answer stores
+(:data:`ragcache.store_kinds.ANSWER_STORES`): the table drives validation (settings, ``SemanticCache.from_url``,
 ``ragcache cache``), the CLI help and the errors, which list its rows."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragcache import config
-from ragcache.app.answers import AnswerStore, open_answers
-from ragcache.config import (
-    ANSWER_STORES,
-    ENV_VARS,
-    Config,
-    answer_store_kind,
-    url_scheme,
-)
+from ragcache import store_kinds
+from ragcache.app.answers import open_answers
+from ragcache.config import ENV_VARS, Config
+from ragcache.semantic.stores.admin import AnswerAdmin
+from ragcache.semantic.stores.folder_admin import FolderAnswers
+from ragcache.store_kinds import ANSWER_STORES, answer_store_kind, load, url_scheme
 from ragcache.engine.chunk.stores.factory import open_chunk_store
 from ragcache.semantic import SemanticCache, SemanticPolicy
 from ragcache.semantic.urls import cache_class
@@ -29,6 +26,8 @@ def test_the_parser():
 def test_every_row_opens_a_cache_and_no_scheme_is_two_stores():
     for kind in ANSWER_STORES:
         assert issubclass(cache_class(kind), SemanticPolicy), kind
+        admin = load(kind.admin)
+        assert all(callable(getattr(admin, m, None)) for m in ("list", "get", "stats", "remove", "evict", "clear")), kind
     schemes = [s for k in ANSWER_STORES for s in k.schemes]
     assert len(schemes) == len(set(schemes)) and {"", "file", "postgresql"} <= set(schemes)
 
@@ -56,9 +55,10 @@ def test_an_unknown_scheme_is_refused_everywhere_with_the_tables_rows(tmp_path, 
 def test_the_table_drives_validation_and_help(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="unknown semantic cache URL scheme 'sqlite'"):
         answer_store_kind("sqlite:///x")
-    extra = config.AnswerStoreKind("sqlite", ("sqlite",), "sqlite:///FILE", "one SQLite file",
-                                   "ragcache.semantic.cache:SemanticCache", folder=True)
-    monkeypatch.setattr(config, "ANSWER_STORES", (*ANSWER_STORES, extra))
+    extra = store_kinds.AnswerStoreKind("sqlite", ("sqlite",), "sqlite:///FILE", "one SQLite file",
+                                        "ragcache.semantic.cache:SemanticCache",
+                                        "ragcache.semantic.stores.folder_admin:FolderAnswers", folder=True)
+    monkeypatch.setattr(store_kinds, "ANSWER_STORES", (*ANSWER_STORES, extra))
     assert answer_store_kind("sqlite:///x") is extra  # a new row is a new accepted URL
     with pytest.raises(ValueError, match="sqlite: sqlite:///FILE"):
         answer_store_kind("mysql://x")
@@ -69,7 +69,8 @@ def test_the_table_drives_validation_and_help(monkeypatch, tmp_path):
 def test_folder_urls_open_the_embedded_stores(tmp_path):
     cfg = Config.from_env({"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_SEMANTIC_URL": f"file://{tmp_path / 'a'}"})
     store = open_answers(cfg)
-    assert isinstance(store, AnswerStore)
+    assert isinstance(store, FolderAnswers) and isinstance(store, AnswerAdmin) and store.path == tmp_path / "a"
+    assert isinstance(open_answers(Config.from_env({"RAGCACHE_HOME": str(tmp_path)})), FolderAnswers)
     c = SemanticCache.from_url(f"file://{tmp_path / 'b'}", embedder=HashingEmbedder(16))
     try:
         assert type(c) is SemanticCache and c.path == tmp_path / "b"
@@ -82,5 +83,6 @@ def test_a_bad_kv_url_gets_one_error_from_settings_and_library(tmp_path):
         Config.from_env({"RAGCACHE_HOME": str(tmp_path), "RAGCACHE_KV_URL": "memcached://x"})
     with pytest.raises(ValueError) as library:
         open_chunk_store("memcached://x")
-    assert str(settings.value).startswith("unknown RAGCACHE_KV_URL scheme 'memcached' ('memcached://x'): use redis://")
+    assert str(settings.value).startswith("unknown RAGCACHE_KV_URL scheme 'memcached' ('memcached://x'): use memory: ")
     assert str(library.value).startswith("unknown chunk store URL scheme 'memcached'") and "redis://" in str(library.value)
+    assert str(settings.value).split(" scheme ")[1] == str(library.value).split(" scheme ")[1]  # one table, one error

@@ -104,7 +104,7 @@ def test_cache_stats_counts_every_process_lookups(populated):
 
 
 def test_lookup_totals_of_several_caches_on_one_folder_add_up(tmp_path):
-    from ragcache.app.answers import AnswerStore
+    from ragcache.semantic.stores.folder_admin import FolderAnswers as AnswerStore
     from ragcache.semantic import SemanticCache, partition_key
     from ragcache.testing import HashingEmbedder
 

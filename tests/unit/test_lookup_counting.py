@@ -55,24 +55,3 @@ def test_a_caller_that_looked_first_is_not_counted_twice(tmp_path):
         assert path.lookup(CacheRequest(Q, None, PK)) is None  # `ragcache ask` looks before loading the model
         assert not path.run(CacheRequest(Q, None, PK), result, looked=True).hit
         assert (c.stats.lookups, c.stats.misses) == (1, 1)
-
-
-def test_a_cache_without_count_still_works(tmp_path):
-    """A custom cache whose lookup takes no ``count`` gets every lookup (its own counting is its own)."""
-    calls = []
-
-    class Plain:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def lookup(self, question, *, partition, threshold=None, max_tokens=None):
-            calls.append(question)
-            return self.inner.lookup(question, partition=partition, threshold=threshold, max_tokens=max_tokens)
-
-        def store(self, *a, **k):
-            return self.inner.store(*a, **k)
-
-    with SemanticCache(tmp_path, embedder=HashingEmbedder()) as c:
-        path = AnswerPath(Plain(c))
-        assert not path.run(CacheRequest(Q, None, PK), result).hit and path.run(CacheRequest(Q, None, PK), result).hit
-        assert len(calls) == 2

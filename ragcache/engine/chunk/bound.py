@@ -44,7 +44,9 @@ DocSpan = tuple[int, int, Sequence[int]]
 
 
 class ChunkSettings(Protocol):
-    """What a bound view reads from its :class:`~ragcache.engine.chunk.cache.ChunkCache`."""
+    """What a bound view reads from its :class:`~ragcache.engine.chunk.cache.ChunkCache`: every member is
+    required (``store_timeout_s``: the deadline in seconds of each read or write of ``store``, ``None`` for
+    none; :data:`~ragcache.engine.chunk.cache.DEFAULT_STORE_TIMEOUT_S` by default)."""
 
     store: ChunkStore
     dtype: torch.dtype
@@ -109,7 +111,7 @@ class BoundChunkCache:
         return boundary_for(self.store, "chunk store", logger=log)
 
     def _call(self, what: str, fn: Any, default: Any = None) -> Any:
-        return self.boundary.call(what, fn, default, deadline_s=getattr(self.cache, "store_timeout_s", None))
+        return self.boundary.call(what, fn, default, deadline_s=self.cache.store_timeout_s)
 
     def lookup(self, doc_ids: Sequence[int]) -> ChunkKV | None:
         """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit (not counted)."""

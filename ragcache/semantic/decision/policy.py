@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -74,6 +74,9 @@ from ragcache.semantic.stores.protocol import (
     VectorAnswerStore,
 )
 from ragcache.semantic.text import embed_form, normalize_question
+
+if TYPE_CHECKING:
+    from ragcache.semantic.answer_cache import AnswerRequest
 
 logger = logging.getLogger("ragcache.semantic")
 
@@ -271,6 +274,15 @@ class SemanticPolicy(ErrorBoundAPI):
                 self.answer_store.counters.lookup_hits += 1
         return hit
 
+    def lookup_request(self, request: AnswerRequest, *, count: bool = True) -> SemanticHit | None:
+        """:meth:`lookup` of a :class:`~ragcache.request.CacheRequest` (its question, partition, threshold and
+        budget), the :class:`~ragcache.semantic.answer_cache.AnswerCache` lookup; ``None`` for a request
+        without a partition (it has no answer cache). Raises what :meth:`lookup` raises."""
+        if request.partition is None:
+            return None
+        return self.lookup(request.question, partition=request.partition, threshold=request.threshold,
+                           max_tokens=request.max_tokens, count=count)
+
     async def alookup(self, question: str, *, partition: PartitionKey | None = None,
                       threshold: float | None = None, max_tokens: int | None = None,
                       explore: bool = True, count: bool = True) -> SemanticHit | None:
@@ -382,6 +394,19 @@ class SemanticPolicy(ErrorBoundAPI):
                           finish_reason=finish_reason, max_tokens=max_tokens, output_tokens=output_tokens,
                           single=True, store_truncated=store_truncated)
         return ids[0] if ids else None
+
+    def store_request(self, request: AnswerRequest, answer: str, *, finish_reason: str | None = None,
+                      output_tokens: int | None = None, metadata: Mapping[str, Any] | None = None,
+                      ttl_s: float | None = None, store_truncated: bool | None = None) -> int | None:
+        """:meth:`store` of ``answer`` for a :class:`~ragcache.request.CacheRequest` (its question and
+        partition, its ``max_tokens`` as the budget the answer was generated under), the
+        :class:`~ragcache.semantic.answer_cache.AnswerCache` store; ``None`` (nothing stored) for a request
+        without a partition. Raises what :meth:`store` raises."""
+        if request.partition is None:
+            return None
+        return self.store(request.question, answer, partition=request.partition, metadata=metadata, ttl_s=ttl_s,
+                          finish_reason=finish_reason, max_tokens=request.max_tokens, output_tokens=output_tokens,
+                          store_truncated=store_truncated)
 
     async def astore(self, question: str, answer: str, *, partition: PartitionKey | None = None,
                      metadata: Mapping[str, Any] | None = None, ttl_s: float | None = None,

@@ -103,6 +103,12 @@ class PgAnswerStore:
         self.locks = PgFlightLocks(self._pool)
         self._migrate()
 
+    @property
+    def pool(self) -> PgPool:
+        """The connection pool every read and write of this store runs on (at most ``pool_size``
+        connections; the single-flight locks hold one more)."""
+        return self._pool
+
     # ================================================================= setup
     def _configure(self, conn: Any) -> None:
         from pgvector.psycopg import register_vector

@@ -1,5 +1,5 @@
 """Chunk KV stores behind one protocol (:class:`ChunkStore`): memory, disk, Redis / Valkey, their table by kind
-(:data:`~ragcache.engine.chunk.stores.registry.CHUNK_STORES`) and the URL factory.
+(:data:`ragcache.store_kinds.CHUNK_STORES`) and the URL factory.
 
 :class:`RedisChunkStore` is imported lazily (it needs the ``redis`` client, ``ragcache[shared]``).
 """
@@ -8,12 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragcache.engine.chunk.stores.base import BatchedStore, ChunkKV, ChunkStore, StoreStats, chunk_from_payload
+from ragcache.engine.chunk.stores.base import (
+    BatchedStore,
+    ChunkEntry,
+    ChunkKV,
+    ChunkStore,
+    ChunkStoreAdmin,
+    StoreStats,
+    chunk_from_payload,
+)
 from ragcache.engine.chunk.stores.disk import DiskChunkStore
 from ragcache.engine.chunk.stores.factory import open_chunk_store
 from ragcache.engine.chunk.stores.memory import MemoryChunkStore
 
-__all__ = ["BatchedStore", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore", "RedisChunkStore",
+__all__ = ["BatchedStore", "ChunkEntry", "ChunkKV", "ChunkStore", "ChunkStoreAdmin", "DiskChunkStore", "MemoryChunkStore", "RedisChunkStore",
            "StoreStats", "chunk_from_payload", "open_chunk_store"]
 
 

@@ -38,7 +38,8 @@ from ragcache.counters import Counters
 from ragcache.engine.chunk.chunk_kv import ChunkKV, chunk_from_payload
 from ragcache.hashing import ChunkHash
 
-__all__ = ["BatchedStore", "ChunkKV", "ChunkStore", "StoreStats", "check_budget", "chunk_from_payload"]
+__all__ = ["BatchedStore", "ChunkEntry", "ChunkKV", "ChunkStore", "ChunkStoreAdmin", "StoreStats", "check_budget",
+           "chunk_from_payload"]
 
 
 @runtime_checkable
@@ -70,6 +71,58 @@ class ChunkStore(Protocol):
 
     @property
     def nbytes(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkEntry:
+    """One stored chunk as an admin listing sees it, its tensors not read.
+
+    Attributes:
+        key: the chunk hash (hex).
+        nbytes: the stored value's size in bytes.
+        used: when it was last used (Unix seconds).
+        metadata: the value's safetensors metadata (:meth:`ChunkKV.to_payload`'s fields: ``n_tokens``,
+            ``dtype``, ``fingerprint`` ...), or ``None`` when it could not be read (then ``error`` says why).
+        error: why the value could not be read (evicted or expired meanwhile, not safetensors), or ``None``.
+    """
+
+    key: str
+    nbytes: int
+    used: float
+    metadata: dict[str, str] | None = None
+    error: str | None = None
+
+
+@runtime_checkable
+class ChunkStoreAdmin(Protocol):
+    """What ``ragcache cache`` does to a chunk store it opens from a URL (a shared store: Redis / Valkey):
+    list, remove, clear, and say where and how big it is. (A folder of chunk files it reads itself, without
+    importing torch: :mod:`ragcache.app.cache_cmd`.)"""
+
+    @property
+    def where(self) -> str:
+        """The store, as ``cache stats`` names it (its URL without a password, and its key prefix)."""
+        ...
+
+    def entries(self) -> list[ChunkEntry]:
+        """Every stored chunk, least recently used first (the order the store evicts in), with its
+        metadata read and its tensors not."""
+        ...
+
+    def remove(self, key: ChunkHash) -> bool:
+        """Drop ``key``; ``True`` if it was there."""
+        ...
+
+    def clear(self) -> int:
+        """Delete every chunk of this store. Returns the number deleted."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored values."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)

@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -113,6 +114,12 @@ class DiskChunkStore(BatchedStore):
         self._sighted = 0  # sightings since the last prune of seen/
         with self._folder_lock:
             self.stale_temps_removed = self._remove_stale_temps()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> DiskChunkStore:
+        """The store a ``disk`` URL of :data:`ragcache.store_kinds.CHUNK_STORES` names: a folder path or
+        ``file://DIR``; ``kwargs`` go to the constructor."""
+        return cls(url.split("://", 1)[1] if "://" in url else url, **kwargs)
 
     def _remove_stale_temps(self) -> int:
         now, removed = time.time(), 0

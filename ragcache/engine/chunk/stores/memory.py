@@ -6,6 +6,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.stores.base import BatchedStore, ChunkKV, StoreStats, check_budget
@@ -31,6 +32,12 @@ class MemoryChunkStore(BatchedStore):
         self._lock = threading.Lock()
         self.stats = StoreStats()
         self._sightings = SightingCounts()
+
+    @classmethod
+    def from_url(cls, url: str | None = None, **kwargs: Any) -> MemoryChunkStore:
+        """The store of the ``memory`` row of :data:`ragcache.store_kinds.CHUNK_STORES` (no URL: ``url`` is
+        ``None``); ``kwargs`` go to the constructor."""
+        return cls(**kwargs)
 
     def sight_many(self, keys: Sequence[ChunkHash]) -> list[int]:
         """Count one sighting of each key (:mod:`ragcache.engine.chunk.admission`); each key's count after it."""

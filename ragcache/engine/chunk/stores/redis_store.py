@@ -28,14 +28,16 @@ trip per batch.
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ragcache.engine.chunk.admission import SIGHTING_TTL_S
 from ragcache.engine.chunk.chunk_kv import ChunkKV, chunk_from_bytes, chunk_to_bytes
-from ragcache.engine.chunk.stores.base import StoreStats
+from ragcache.engine.chunk.stores.base import ChunkEntry, StoreStats
 from ragcache.hashing import ChunkHash
 from ragcache.remote import RemoteStoreError, redact
 
@@ -130,6 +132,19 @@ class RedisChunkStore:
         self._put = self._r.register_script(_PUT)
         self._drop_script = self._r.register_script(_DROP)
         self.stats = StoreStats()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisChunkStore:
+        """The store a ``redis`` URL of :data:`ragcache.store_kinds.CHUNK_STORES` names (``redis://``,
+        ``rediss://``, ``unix://``; ``valkey://`` / ``valkeys://`` are read as their Redis names, which the
+        client speaks to Valkey); ``kwargs`` go to the constructor.
+
+        Raises:
+            ImportError / ValueError: as the constructor."""
+        scheme, rest = url.split("://", 1)
+        if scheme.lower().startswith("valkey"):
+            url = "redis" + scheme[len("valkey"):].lower() + "://" + rest
+        return cls(url, **kwargs)
 
     def _k(self, key: str) -> str:
         return f"{self.prefix}kv:{key}"
@@ -268,6 +283,47 @@ class RedisChunkStore:
             return n
         return self._call("clear", run)
 
+    # ------------------------------------------------------------------ admin
+    @property
+    def where(self) -> str:
+        """The store, as ``ragcache cache stats`` names it: the URL (password hidden) and the key prefix."""
+        return f"{redact(self.url)} (prefix {self.prefix})"
+
+    def entries(self) -> list[ChunkEntry]:
+        """Every chunk this store's LRU index knows of, least recently used first, each with its safetensors
+        metadata read by ``GETRANGE`` (no tensor is fetched): three pipelined round trips. A value the server
+        evicted or expired meanwhile, or one that is not safetensors, comes with its ``error``.
+
+        Raises:
+            RemoteStoreError: the server cannot be reached."""
+        def text(k: Any) -> str:
+            return k.decode() if isinstance(k, bytes) else str(k)
+
+        def read() -> tuple[list, dict, dict]:
+            r = self._r
+            keys = [(text(k), float(t)) for k, t in r.zrange(self._lru, 0, -1, withscores=True)]
+            sizes = {text(k): int(v) for k, v in r.hgetall(self._size).items()}
+            pipe = r.pipeline(transaction=False)
+            for k, _ in keys:
+                pipe.getrange(self._k(k), 0, 7)
+            lengths = {k: struct.unpack("<Q", h)[0] if len(h) == 8 else 0 for (k, _), h in zip(keys, pipe.execute())}
+            wanted = [k for k, n in lengths.items() if 0 < n <= MAX_HEADER_BYTES]
+            pipe = r.pipeline(transaction=False)
+            for k in wanted:
+                pipe.getrange(self._k(k), 0, 7 + lengths[k])
+            return keys, sizes, dict(zip(wanted, pipe.execute()))
+
+        keys, sizes, heads = self._call("a read of its chunk list", read)
+        out = []
+        for k, used in keys:
+            try:
+                if k not in heads:
+                    raise ValueError("no readable value (evicted or expired by the server)")
+                out.append(ChunkEntry(k, sizes.get(k, 0), used, _header_metadata(heads[k])))
+            except ValueError as e:
+                out.append(ChunkEntry(k, sizes.get(k, 0), used, None, str(e)))
+        return out
+
     # ------------------------------------------------------------------ size
     def __len__(self) -> int:
         return int(self._call("len", lambda: self._r.zcard(self._lru)))
@@ -285,6 +341,26 @@ class RedisChunkStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+MAX_HEADER_BYTES = 100 << 20
+"""Largest safetensors header :meth:`RedisChunkStore.entries` reads (a larger one is not a chunk)."""
+
+
+def _header_metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of safetensors bytes (the header alone suffices).
+
+    Raises:
+        ValueError: not a safetensors header."""
+    if len(data) < 8:
+        raise ValueError("not a safetensors value")
+    (n,) = struct.unpack("<Q", data[:8])
+    if len(data) < 8 + n:
+        raise ValueError("a truncated safetensors header")
+    try:
+        return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"an unreadable safetensors header ({e})") from None
 
 
 def _advice(e: Exception) -> str:
