@@ -241,9 +241,10 @@ def rope_inv_freq(config: Any, seq_len: int) -> torch.Tensor | None:
 @torch.inference_mode()
 def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicCache, start: int,
             logits_to_keep: int = 1) -> torch.Tensor:
-    """Run ``input_ids`` at positions ``start..`` appending their KV to ``cache``.
+    """Run ``input_ids`` (``[n]``, or ``[batch, n]`` rows at the same positions) at positions ``start..``
+    appending their KV to ``cache`` (of the same batch).
 
-    Returns the logits of the last ``logits_to_keep`` positions, float32 ``[logits_to_keep, vocab]``.
+    Returns the first row's logits of the last ``logits_to_keep`` positions, float32 ``[logits_to_keep, vocab]``.
     """
     ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.tensor([list(input_ids)], dtype=torch.long)
     if ids.dim() == 1:
@@ -251,6 +252,6 @@ def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicC
     use_fast_attention(model)
     device = next(model.parameters()).device
     ids = ids.to(device)
-    pos = torch.arange(start, start + ids.shape[1], device=device)[None]
+    pos = torch.arange(start, start + ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
     out = model(input_ids=ids, cache=cache, position_ids=pos, use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits[0].float()
