@@ -117,7 +117,40 @@ def test_the_queue_drains_in_batches_of_one_chunk_context(tiny, monkeypatch):
         _assert_same(got, [view.compute(d) for d in ds])
 
 
-def test_batch_docs_is_checked(tiny):
+def test_chunk_batch_is_checked(tiny):
+    from ragcache.engine.engine_config import EngineConfig
+
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="batch_docs"):
+        with pytest.raises(ValueError, match="chunk_batch must be an integer >= 1"):
             ChunkQueue(threading.RLock(), batch_docs=bad)
+        with pytest.raises(ValueError, match="chunk_batch must be an integer >= 1"):
+            EngineConfig(chunk_batch=bad)
+    assert EngineConfig().chunk_batch == 1 and ChunkQueue(threading.RLock()).batch_docs == 1
+
+
+def test_an_engine_with_chunk_batch_stores_the_chunks_it_would_store_one_at_a_time(tiny):
+    """``LocalEngine(chunk_batch=3)``: a request's missed documents, admitted at their first sighting, are computed
+    in the background in batches, and each stored chunk equals the one computed alone (prefix-conditioned or not)."""
+    from ragcache.engine.engine import LocalEngine
+    from ragcache.prompt.layout import PromptLayout
+
+    docs = [{"id": f"d{i}", "text": " ".join(f"word{i}x{j}" for j in range(8 + 9 * i))} for i in range(4)]
+    layout = PromptLayout.build(question="Which words?", system="You answer from the documents.", documents=docs,
+                                lint="off")
+    results = {}
+    for batch in (1, 3):
+        store = MemoryChunkStore()
+        eng = LocalEngine(tiny, chunk_cache=ChunkCache(store, dtype=torch.float32), chunk_admission=1,
+                          chunk_batch=batch, calibration=False, recompute_ratio=0.15, min_reuse_tokens=0)
+        eng.generate(layout, max_new_tokens=2)
+        assert eng.drain_chunk_queue(60) and eng.chunk_queue_stats.computed == 4
+        p = eng.build_prompt(layout)
+        view = eng.chunks_for(None)
+        from ragcache.engine.blend.request import chunk_view
+
+        view = chunk_view(eng, p.input_ids, [(s, e) for s, e, _ in p.document_spans()], eng.recompute_ratio)
+        ids = [list(piece.ids) for _, _, piece in p.document_spans()]
+        results[batch] = store.get_many([view.key(d) for d in ids], fingerprint=view.fingerprint)
+        assert all(c is not None for c in results[batch])
+        _assert_same(results[batch], [view.compute(d) for d in ids])
+    _assert_same(results[3], results[1])

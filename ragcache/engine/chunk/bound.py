@@ -217,20 +217,22 @@ class BoundChunkCache:
         n0, width, b = len(self.sink), max(len(d) for d in docs), len(docs)
         run = step if step is not None else (lambda piece: piece())
         got = sink_kv(self, n0) if sink_kv is not None and n0 else None
-        cache, start = got if got is not None else (kvb.new_cache(self.model), 0)
+        cache, start = got if got is not None else (kvb.new_cache(self.model, n0), 0)
         if not 0 <= start <= n0:
             raise RuntimeError(f"sink_kv gave {start} cached positions for a sink of {n0} tokens")
-        for pos in range(start, n0, PIECE_TOKENS):  # the rest of the sink, once, at batch 1
-            run(lambda pos=pos: kvb.forward(self.model, self.sink[pos:min(pos + PIECE_TOKENS, n0)], cache, start=pos))
-        if n0:
+        piece = PIECE_TOKENS if step is not None else max(1, n0)
+        for pos in range(start, n0, piece):  # the rest of the sink, once, at batch 1
+            run(lambda pos=pos: kvb.forward(self.model, self.sink[pos:min(pos + piece, n0)], cache, start=pos))
+        if n0:  # one row per document, each starting with the sink's KV, room for the batch written in place
             keys, values = kvb.cache_tensors(cache)
-            cache = kvb.cache_from_tensors(self.model, [k[:, :, :n0].expand(b, -1, -1, -1) for k in keys],
-                                           [v[:, :, :n0].expand(b, -1, -1, -1) for v in values], copy=False)
+            cache = kvb.cache_from_blocks(self.model, [[k[0, :, :n0].transpose(0, 1)] for k in keys],
+                                          [[v[0, :, :n0].transpose(0, 1)] for v in values], capacity=n0 + width,
+                                          batch=b)
         else:
-            cache = kvb.new_cache(self.model)
+            cache = kvb.new_cache(self.model, width)
         pad = docs[0][0]  # any id: a padded position comes after every real token of its row
         ids = torch.tensor([d + [pad] * (width - len(d)) for d in docs], dtype=torch.long)
-        cols = max(1, PIECE_TOKENS // b)
+        cols = max(1, PIECE_TOKENS // b) if step is not None else width
         for pos in range(0, width, cols):
             run(lambda pos=pos: kvb.forward(self.model, ids[:, pos:pos + cols], cache, start=n0 + pos))
         keys, values = kvb.cache_tensors(cache)

@@ -40,15 +40,11 @@ from typing import Any
 
 from ragcache.counters import Counters
 from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
-from ragcache.limits import DEFAULT_QUEUE_DOCS, check_queue_docs
+from ragcache.limits import DEFAULT_CHUNK_BATCH, DEFAULT_QUEUE_DOCS, check_chunk_batch, check_queue_docs
 
-__all__ = ["DEFAULT_BATCH_DOCS", "DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
+__all__ = ["DEFAULT_CHUNK_BATCH", "DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BATCH_DOCS = 4
-"""Admitted documents the worker computes in one padded batch (:meth:`BoundChunkCache.compute_many
-<ragcache.engine.chunk.bound.BoundChunkCache.compute_many>`)."""
 
 CLOSE_WAIT_S = 10.0
 """Seconds a process waits at exit for the chunk piece being computed (one piece: ~0.6 s on one CPU thread)."""
@@ -91,19 +87,17 @@ class ChunkQueue:
             <ragcache.engine.chunk.bound.BoundChunkCache.add_many>`.
         batch_docs: admitted documents of the same chunk context computed in one padded forward pass per piece
             (:meth:`BoundChunkCache.compute_many <ragcache.engine.chunk.bound.BoundChunkCache.compute_many>`);
-            1: one document at a time.
+            1 (default, :data:`~ragcache.limits.DEFAULT_CHUNK_BATCH`): one document at a time.
 
     Raises:
         ValueError: ``max_docs`` < 0, ``admission`` < 1 or ``batch_docs`` < 1.
     """
 
     def __init__(self, lock: Any, *, max_docs: int = DEFAULT_QUEUE_DOCS, admission: int = DEFAULT_ADMISSION,
-                 sink_kv: Any = None, batch_docs: int = DEFAULT_BATCH_DOCS) -> None:
-        if isinstance(batch_docs, bool) or not isinstance(batch_docs, int) or batch_docs < 1:
-            raise ValueError(f"batch_docs must be an integer >= 1 (1: one document per forward pass); got {batch_docs!r}")
+                 sink_kv: Any = None, batch_docs: int = DEFAULT_CHUNK_BATCH) -> None:
         self._lock = lock
         self._sink_kv = sink_kv
-        self.batch_docs = batch_docs
+        self.batch_docs = check_chunk_batch(batch_docs)
         self.max_docs = check_queue_docs(max_docs)
         self.admission = check_admission(admission)
         self._cond = threading.Condition()  # guards every field below
