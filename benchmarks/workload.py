@@ -23,12 +23,20 @@ Each stream runs on a fresh engine (the model is loaded once) at each configurat
 - ``prefix_only``: chunk cache off, exact prefix cache on (the baseline the targets compare with);
 - ``no_cache`` (only when asked for, ``--configs``): neither cache.
 
+The configurations run interleaved (:func:`run_streams`): ``segment`` requests (default 10) on one
+configuration's engine, then the same requests on the next, the order turned round every segment, so
+they share the machine's load as it drifts. Run one after another they did not: the first full run
+(configurations in turn, 45 minutes, load 0.7 rising to 2) measured the defaults at 1.14x the CPU
+seconds of ``prefix_only`` on novel documents with the same wall-clock time (362.8 s against 363.3 s of
+end-to-end latency), and a run of 8 novel requests interleaved per request measured 0.996x.
+
 Blending follows the model's calibration record, as at the defaults of every entry point. The
-admitted chunks still queued when a stream ends are computed (drained) and their CPU counted
+admitted chunks still queued when a segment ends are computed (drained) and their CPU counted
 (``drain_cpu_s``); the documents seen once are not.
 
-Reported per regime and configuration: total CPU seconds of the process (every thread: requests and
-the chunk queue), p50 / p95 TTFT and end-to-end latency (wall seconds), the share of prompt tokens
+Reported per regime and configuration: total CPU seconds of the process while that configuration ran
+(every thread: requests and the chunk queue), the load average at its segments' starts and its CPU
+seconds per wall-clock second (below 1: the process waited for a core), p50 / p95 TTFT and end-to-end latency (wall seconds), the share of prompt tokens
 whose prefill was reused (prefix and chunk), chunks stored, and chunks ever read again (stored, then
 hit by a later request). The plot shows each request's CPU cost (the process's CPU seconds from its
 start to the next request's start, so background chunk work lands on the request it delays) against
@@ -169,58 +177,108 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
+class StreamRun:
+    """One configuration's engine answering a stream, a segment of requests at a time (:func:`run_streams`)."""
+
+    def __init__(self, loaded: Any, config: str, stream: Sequence[Request], *, system: str, max_new_tokens: int,
+                 home: Any) -> None:
+        from ragcache.engine.engine import LocalEngine
+
+        self.config, self.stream, self.system, self.max_new_tokens = config, stream, system, max_new_tokens
+        self.store = CountingStore()
+        kw: dict[str, Any] = {"home": home}
+        if config == "every_miss":
+            kw.update(chunk_admission=1, chunk_queue=0)
+        self.chunked = config in ("defaults", "every_miss")
+        self.engine = LocalEngine(loaded, chunk_cache=ChunkCache(self.store) if self.chunked else None, **kw)
+        self.use_prefix = config != "no_cache"
+        self.rows: list[dict[str, Any]] = []
+        self.answers: dict[int, str] = {}
+        self.drain_cpu = 0.0
+        self.drained = True
+        self.loads: list[float] = []
+
+    def run(self, start: int, end: int) -> None:
+        """Answer requests ``start .. end - 1`` back to back, then wait for the chunk queue's admitted work (its
+        CPU counted as drain). A request's CPU runs from its start to the next one's (background chunk work
+        included); the last of the segment's to the segment's end."""
+        self.loads.append(os.getloadavg()[0])
+        first = len(self.rows)
+        for i in range(start, end):
+            req = self.stream[i]
+            history: list[dict] = []
+            if req.follow_up_of is not None:
+                history = [{"role": "user", "content": self.stream[req.follow_up_of].question},
+                           {"role": "assistant", "content": self.answers[req.follow_up_of]}]
+            layout = PromptLayout.build(question=req.question, system=self.system, documents=req.docs,
+                                        history=history, lint="off")
+            c, t = time.process_time(), time.perf_counter()
+            gen = self.engine.generate(layout, max_new_tokens=self.max_new_tokens, use_prefix_cache=self.use_prefix)
+            wall = time.perf_counter() - t
+            self.answers[i] = gen.text
+            st = gen.stats
+            self.rows.append({"cpu_start": c, "e2e_s": wall, "ttft_s": st.ttft_s, "prompt_tokens": st.prompt_tokens,
+                              "prefill_tokens_reused": st.prefill_tokens_reused,
+                              "prefix_tokens_reused": st.prefix_tokens_reused,
+                              "chunk_tokens_reused": st.chunk_tokens_reused, "docs_hit": st.docs_hit,
+                              "docs_missed": st.docs_missed, "approximate": st.approximate,
+                              "chunk_store_s": st.chunk_store_s})
+        end_cpu = time.process_time()
+        seg = self.rows[first:]
+        for j, r in enumerate(seg):
+            r["cpu_s"] = (seg[j + 1]["cpu_start"] if j + 1 < len(seg) else end_cpu) - r["cpu_start"]
+        if self.chunked:
+            c = time.process_time()
+            self.drained = self.engine.drain_chunk_queue(3600) and self.drained
+            self.drain_cpu += time.process_time() - c
+
+    def result(self) -> dict[str, Any]:
+        """The configuration's totals and rows (``cpu_start``: seconds of this configuration's CPU before the request)."""
+        rows, store = self.rows, self.store
+        acc = 0.0
+        for r in rows:
+            r["cpu_start"], acc = acc, acc + r["cpu_s"]
+        stream_cpu = acc
+        prompt = sum(r["prompt_tokens"] for r in rows)
+        return {
+            "config": self.config, "requests": len(rows), "stream_cpu_s": stream_cpu, "drain_cpu_s": self.drain_cpu,
+            "total_cpu_s": stream_cpu + self.drain_cpu, "drained": self.drained,
+            "load_average": sum(self.loads) / len(self.loads) if self.loads else None,
+            "cpu_per_wall": stream_cpu / s if (s := sum(r["e2e_s"] for r in rows)) else None,
+            "ttft_p50_s": _pct([r["ttft_s"] for r in rows], 0.5), "ttft_p95_s": _pct([r["ttft_s"] for r in rows], 0.95),
+            "e2e_p50_s": _pct([r["e2e_s"] for r in rows], 0.5), "e2e_p95_s": _pct([r["e2e_s"] for r in rows], 0.95),
+            "prefill_reused_share": sum(r["prefill_tokens_reused"] for r in rows) / prompt if prompt else 0.0,
+            "chunk_reused_share": sum(r["chunk_tokens_reused"] for r in rows) / prompt if prompt else 0.0,
+            "docs_hit": sum(r["docs_hit"] for r in rows), "docs_missed": sum(r["docs_missed"] for r in rows),
+            "blended_requests": sum(r["approximate"] for r in rows),
+            "chunks_stored": len(store.stored), "chunks_read_again": len(store.stored & store.read),
+            "chunk_queue": self.engine.chunk_queue_stats.to_dict() if self.chunked else None,
+            "blend_setting": self.engine.blend_setting_name(),
+            "rows": rows,
+        }
+
+
+def run_streams(loaded: Any, configs: Sequence[str], stream: Sequence[Request], *, system: str, max_new_tokens: int,
+                home: Any, segment: int = 10) -> dict[str, dict[str, Any]]:
+    """Answer ``stream`` at every configuration, each on its own fresh engine, interleaved: ``segment`` requests
+    on one configuration, then the same requests on the next, in an order that turns round every segment
+    (A B C, C B A, ...). Each engine answers its requests back to back and keeps its caches from segment to
+    segment; the configurations share the machine's load as it drifts, so their CPU seconds compare (run one
+    after another over 45 minutes they did not: a run at load 0.7 and one at load 2 differed by 14% in CPU
+    seconds with the same wall-clock time). After each segment an engine's admitted chunks are computed
+    (``drain_cpu_s``) before the next configuration runs, so no engine's background work lands on another's."""
+    runs = [StreamRun(loaded, c, stream, system=system, max_new_tokens=max_new_tokens, home=home) for c in configs]
+    for k, start in enumerate(range(0, len(stream), segment)):
+        for run in (runs if k % 2 == 0 else runs[::-1]):
+            run.run(start, min(start + segment, len(stream)))
+    return {run.config: run.result() for run in runs}
+
+
 def run_stream(loaded: Any, config: str, stream: Sequence[Request], *, system: str, max_new_tokens: int,
                home: Any) -> dict[str, Any]:
-    """Answer ``stream`` on a fresh engine at ``config``; per-request and total measurements."""
-    from ragcache.engine.engine import LocalEngine
-
-    store = CountingStore()
-    kw: dict[str, Any] = {"home": home}
-    if config == "every_miss":
-        kw.update(chunk_admission=1, chunk_queue=0)
-    chunked = config in ("defaults", "every_miss")
-    engine = LocalEngine(loaded, chunk_cache=ChunkCache(store) if chunked else None, **kw)
-    use_prefix = config != "no_cache"
-    rows: list[dict[str, Any]] = []
-    answers: list[str] = []
-    cpu0 = time.process_time()
-    for req in stream:
-        history: list[dict] = []
-        if req.follow_up_of is not None:
-            history = [{"role": "user", "content": stream[req.follow_up_of].question},
-                       {"role": "assistant", "content": answers[req.follow_up_of]}]
-        layout = PromptLayout.build(question=req.question, system=system, documents=req.docs, history=history,
-                                    lint="off")
-        c, t = time.process_time(), time.perf_counter()
-        gen = engine.generate(layout, max_new_tokens=max_new_tokens, use_prefix_cache=use_prefix)
-        wall = time.perf_counter() - t
-        answers.append(gen.text)
-        st = gen.stats
-        rows.append({"cpu_start": c - cpu0, "e2e_s": wall, "ttft_s": st.ttft_s, "prompt_tokens": st.prompt_tokens,
-                     "prefill_tokens_reused": st.prefill_tokens_reused, "prefix_tokens_reused": st.prefix_tokens_reused,
-                     "chunk_tokens_reused": st.chunk_tokens_reused, "docs_hit": st.docs_hit,
-                     "docs_missed": st.docs_missed, "approximate": st.approximate, "chunk_store_s": st.chunk_store_s})
-    stream_cpu = time.process_time() - cpu0
-    for i, r in enumerate(rows):  # a request's cost: CPU from its start to the next one's (background work included)
-        r["cpu_s"] = (rows[i + 1]["cpu_start"] if i + 1 < len(rows) else stream_cpu) - r["cpu_start"]
-    c = time.process_time()
-    drained = engine.drain_chunk_queue(3600) if chunked else True
-    drain_cpu = time.process_time() - c
-    prompt = sum(r["prompt_tokens"] for r in rows)
-    return {
-        "config": config, "requests": len(rows), "stream_cpu_s": stream_cpu, "drain_cpu_s": drain_cpu,
-        "total_cpu_s": stream_cpu + drain_cpu, "drained": drained,
-        "ttft_p50_s": _pct([r["ttft_s"] for r in rows], 0.5), "ttft_p95_s": _pct([r["ttft_s"] for r in rows], 0.95),
-        "e2e_p50_s": _pct([r["e2e_s"] for r in rows], 0.5), "e2e_p95_s": _pct([r["e2e_s"] for r in rows], 0.95),
-        "prefill_reused_share": sum(r["prefill_tokens_reused"] for r in rows) / prompt if prompt else 0.0,
-        "chunk_reused_share": sum(r["chunk_tokens_reused"] for r in rows) / prompt if prompt else 0.0,
-        "docs_hit": sum(r["docs_hit"] for r in rows), "docs_missed": sum(r["docs_missed"] for r in rows),
-        "blended_requests": sum(r["approximate"] for r in rows),
-        "chunks_stored": len(store.stored), "chunks_read_again": len(store.stored & store.read),
-        "chunk_queue": engine.chunk_queue_stats.to_dict() if chunked else None,
-        "blend_setting": engine.blend_setting_name(),
-        "rows": rows,
-    }
+    """Answer ``stream`` on a fresh engine at ``config``, back to back; per-request and total measurements."""
+    return run_streams(loaded, [config], stream, system=system, max_new_tokens=max_new_tokens, home=home,
+                       segment=max(1, len(stream)))[config]
 
 
 def machine() -> str:
@@ -231,7 +289,8 @@ def machine() -> str:
 def main(json_path: str | None = "bench/results/workload.json", plot_path: str | None = "bench/results/workload.png",
          requests: int = 60, regimes: Sequence[str] = REGIMES, configs: Sequence[str] = DEFAULT_CONFIGS,
          max_new_tokens: int = 16, threads: int = 1, topics: int = 24, zipf_s: float = 1.1, seed: int = 0,
-         limit: int | None = None, model: str | None = None, console: Console | None = None) -> dict[str, Any]:
+         limit: int | None = None, model: str | None = None, segment: int = 10,
+         console: Console | None = None) -> dict[str, Any]:
     """Run every regime at every configuration; print the table, write JSON, draw the plot.
 
     Args:
@@ -240,9 +299,11 @@ def main(json_path: str | None = "bench/results/workload.json", plot_path: str |
         topics / zipf_s: the ``zipf`` regime's topic count and exponent.
         limit: requests per stream for a smoke run (overrides ``requests``).
         model: LLM folder or cached id (default ``RAGCACHE_MODEL``, the embedded SmolLM2-135M-Instruct).
+        segment: requests a configuration answers before the next one takes the same requests
+            (:func:`run_streams`).
 
     Raises:
-        ValueError: an unknown regime or configuration, fewer than 1 request.
+        ValueError: an unknown regime or configuration, fewer than 1 request or a segment < 1.
     """
     from ragcache.app.corpus import stdlib_chunks, stdlib_corpus_id
     from ragcache.app.demo import DEMO_SYSTEM, build_retriever
@@ -256,6 +317,8 @@ def main(json_path: str | None = "bench/results/workload.json", plot_path: str |
     n = limit if limit is not None else requests
     if n < 1:
         raise ValueError(f"requests must be >= 1, got {n}")
+    if segment < 1:
+        raise ValueError(f"segment must be >= 1 request, got {segment}")
     console = console or Console()
     torch.set_num_threads(threads)
     cfg = Config.from_env()
@@ -273,19 +336,20 @@ def main(json_path: str | None = "bench/results/workload.json", plot_path: str |
         stream = streams[regime]()
         results[regime] = {"distinct_docs": len({d["id"] for r in stream for d in r.docs}),
                            "doc_slots": sum(len(r.docs) for r in stream), "configs": {}}
-        for config in configs:
-            res = run_stream(loaded, config, stream, system=DEMO_SYSTEM, max_new_tokens=max_new_tokens,
-                             home=cfg.paths)
+        runs = run_streams(loaded, configs, stream, system=DEMO_SYSTEM, max_new_tokens=max_new_tokens,
+                           home=cfg.paths, segment=segment)
+        for config, res in runs.items():
             results[regime]["configs"][config] = res
             console.print(f"{regime:>6} {config:>12}: {res['total_cpu_s']:.1f} s CPU, p95 e2e {res['e2e_p95_s']:.2f} s, "
                           f"reused {res['prefill_reused_share']:.0%}, stored {res['chunks_stored']}, "
                           f"read again {res['chunks_read_again']}")
     command = (f"ragcache bench workload --requests {n} --regimes {','.join(regimes)} --configs {','.join(configs)} "
-               f"--max-new-tokens {max_new_tokens} --threads {threads} --topics {topics} --zipf-s {zipf_s} --seed {seed}"
+               f"--max-new-tokens {max_new_tokens} --threads {threads} --topics {topics} --zipf-s {zipf_s} --seed {seed} "
+               f"--segment {segment}"
                + (f" --model {model}" if model else ""))
     out = {"benchmark": "workload", "command": command, "machine": mach, "load_average_end": os.getloadavg()[0],
            "model": str(loaded.fingerprint), "requests": n, "top_k": k, "max_new_tokens": max_new_tokens,
-           "threads": threads, "zipf": {"topics": topics, "s": zipf_s}, "seed": seed,
+           "threads": threads, "zipf": {"topics": topics, "s": zipf_s}, "seed": seed, "segment": segment,
            "wall_s": time.perf_counter() - t0, "regimes": results}
     out["targets"] = targets(out)
     _table(console, out)

@@ -317,12 +317,16 @@ def bench_workload(
     limit: Optional[int] = typer.Option(None, min=1, help="Requests per stream for a smoke run (overrides --requests)."),
     model: Optional[str] = typer.Option(None, help="HF model id or local directory (default: RAGCACHE_MODEL, the "
                                         "embedded SmolLM2-135M-Instruct)."),
+    segment: int = typer.Option(10, min=1, help="Requests one configuration answers before the next takes the same "
+                                "ones (configurations interleaved, order turned round every segment, so they share "
+                                "the machine's load)."),
 ) -> None:
     """Streams of RAG requests over the demo's corpus: where chunk KV reuse pays (CPU, TTFT, reuse, chunks read again)."""
     run_bench("workload", json_path=json_path, plot_path=plot_path, requests=requests,
               regimes=tuple(r.strip() for r in regimes.split(",") if r.strip()),
               configs=tuple(c.strip() for c in configs.split(",") if c.strip()), max_new_tokens=max_new_tokens,
-              threads=threads, topics=topics, zipf_s=zipf_s, seed=seed, limit=limit, model=model, console=console)
+              threads=threads, topics=topics, zipf_s=zipf_s, seed=seed, limit=limit, model=model, segment=segment,
+              console=console)
 
 
 @bench_app.command("lexicon")

@@ -88,7 +88,8 @@ class LocalEngine(EngineKeys):
             backend, bits, and the recent and first (attention sink) tokens kept in full precision);
             ``chunk_admission`` (default 2: a missed document's chunk KV is computed at its second
             miss) and ``chunk_queue`` (default 64 documents waiting in the background queue; 0: computed
-            after each answer on the caller's thread), :meth:`queue_chunks`.
+            after each answer on the caller's thread), :meth:`queue_chunks`; ``chunk_batch`` (default 1: admitted
+            documents computed one per forward pass; more: in one padded batch).
 
     Raises:
         ValueError: a setting out of range (see :class:`EngineConfig`); TypeError: an unknown setting.
@@ -123,7 +124,7 @@ class LocalEngine(EngineKeys):
             if cfg.calibration is True and self.decode.quantized else None
         self._lock = threading.RLock()
         self.chunk_queue = ChunkQueue(self._lock, max_docs=cfg.chunk_queue, admission=cfg.chunk_admission,
-                                      sink_kv=self._cached_sink)
+                                      sink_kv=self._cached_sink, batch_docs=cfg.chunk_batch)
         self._eos = frozenset(eos_ids(self.model, self.tokenizer))
         self.template_date = cfg.template_date
         # Why prefix / chunk KV reuse is off for this model (sliding-window or other attention the

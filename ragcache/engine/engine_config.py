@@ -18,8 +18,10 @@ from ragcache.home import Home
 from ragcache.limits import (
     DECODE_BACKENDS,
     DEFAULT_ADMISSION,
+    DEFAULT_CHUNK_BATCH,
     DEFAULT_QUEUE_DOCS,
     check_admission,
+    check_chunk_batch,
     check_queue_docs,
     check_recompute_ratio,
 )
@@ -61,6 +63,9 @@ class EngineConfig:
         chunk_queue: documents waiting for their chunk KV in the background queue (>= 0; default 64, more
             are dropped; 0: computed after each answer on the request's thread,
             :mod:`ragcache.engine.chunk.queue`).
+        chunk_batch: admitted documents of one chunk context the queue computes in one right-padded forward
+            pass (>= 1; default 1, one at a time: on CPU a batch costs its padding and saves nothing,
+            :data:`~ragcache.limits.DEFAULT_CHUNK_BATCH`).
 
     Raises:
         ValueError: a value out of range, or both ``reuse_policy`` and ``min_reuse_tokens``.
@@ -86,6 +91,7 @@ class EngineConfig:
     rank_by: str | None = None  # the fields before it keep their positions
     chunk_admission: int = DEFAULT_ADMISSION
     chunk_queue: int = DEFAULT_QUEUE_DOCS
+    chunk_batch: int = DEFAULT_CHUNK_BATCH
 
     def __post_init__(self) -> None:
         check_recompute_ratio(self.recompute_ratio)
@@ -119,6 +125,7 @@ class EngineConfig:
         resolve_template_date(self.template_date)  # bad values fail here, not on the first request
         check_admission(self.chunk_admission)
         check_queue_docs(self.chunk_queue)
+        check_chunk_batch(self.chunk_batch)
 
     @classmethod
     def of(cls, config: EngineConfig | None = None, **overrides: Any) -> EngineConfig:

@@ -84,9 +84,14 @@ def use_fast_attention(model: Any) -> bool:
     return getattr(model.config, "_attn_implementation", None) == FAST_ATTENTION
 
 
-def new_cache(model: Any) -> DynamicCache:
-    """An empty dynamic cache for ``model``."""
-    return DynamicCache(config=model.config)
+def new_cache(model: Any, capacity: int = 0) -> DynamicCache:
+    """An empty dynamic cache for ``model``; ``capacity`` > 0: of :class:`PreallocatedLayer` s holding that many
+    positions (of the first update's batch) before they grow (a model whose cache is not all full-attention
+    ``DynamicLayer`` gets transformers' own layers)."""
+    cache = DynamicCache(config=model.config)
+    if capacity > 0 and all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
+    return cache
 
 
 def cache_from_tensors(model: Any, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], *,
@@ -132,15 +137,19 @@ class PreallocatedLayer(DynamicLayer):
         self._vbuf: torch.Tensor | None = None
         self._exposed: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
 
-    def fill(self, key_pieces: Sequence[torch.Tensor], value_pieces: Sequence[torch.Tensor]) -> None:
+    def fill(self, key_pieces: Sequence[torch.Tensor], value_pieces: Sequence[torch.Tensor], batch: int = 1) -> None:
         """Start the layer with the concatenation of token-major pieces ``[len, kv_heads, head_dim]``
-        (batch 1), written once into the buffer; the pieces are only read."""
+        (one row, copied into each of ``batch`` rows), written once into the buffer; the pieces are only read."""
         n = sum(int(t.shape[0]) for t in key_pieces)
         k0, v0 = key_pieces[0], value_pieces[0]
         self.device, self.is_initialized = k0.device, True
-        self._kbuf, self._vbuf = self._alloc(k0, 1, max(n, self.capacity)), self._alloc(v0, 1, max(n, self.capacity))
+        cap = max(n, self.capacity)
+        self._kbuf, self._vbuf = self._alloc(k0, batch, cap), self._alloc(v0, batch, cap)
         torch.cat(list(key_pieces), dim=0, out=self._kbuf[0, :n])
         torch.cat(list(value_pieces), dim=0, out=self._vbuf[0, :n])
+        if batch > 1:
+            self._kbuf[1:, :n].copy_(self._kbuf[:1, :n])
+            self._vbuf[1:, :n].copy_(self._vbuf[:1, :n])
         self._expose(n)
 
     @staticmethod
@@ -175,10 +184,12 @@ class PreallocatedLayer(DynamicLayer):
 
 
 def cache_from_blocks(model: Any, key_blocks: Sequence[Sequence[torch.Tensor]],
-                      value_blocks: Sequence[Sequence[torch.Tensor]], *, capacity: int = 0) -> DynamicCache:
+                      value_blocks: Sequence[Sequence[torch.Tensor]], *, capacity: int = 0,
+                      batch: int = 1) -> DynamicCache:
     """A cache over per-layer K/V given as token-major pieces ``[len, kv_heads, head_dim]`` (a prefix
     cache's blocks, in order), each layer a :class:`PreallocatedLayer` of at least ``capacity``
-    positions: the pieces are copied once, back to back, and later forwards write in place.
+    positions: the pieces are copied once, back to back (into each of ``batch`` rows), and later
+    forwards write in place.
 
     Equal in values to :func:`cache_from_tensors` of the concatenated pieces; the pieces are never
     written. Models whose cache is not all full-attention ``DynamicLayer`` (sliding windows...) get
@@ -190,11 +201,13 @@ def cache_from_blocks(model: Any, key_blocks: Sequence[Sequence[torch.Tensor]],
     if len(cache.layers) != len(key_blocks):
         raise ValueError(f"model has {len(cache.layers)} layers, got KV for {len(key_blocks)}")
     if any(type(layer) is not DynamicLayer for layer in cache.layers):
-        return cache_from_tensors(model, [torch.cat(list(ks), 0).transpose(0, 1)[None] for ks in key_blocks],
-                                  [torch.cat(list(vs), 0).transpose(0, 1)[None] for vs in value_blocks])
+        return cache_from_tensors(model, [torch.cat(list(ks), 0).transpose(0, 1)[None].expand(batch, -1, -1, -1)
+                                          for ks in key_blocks],
+                                  [torch.cat(list(vs), 0).transpose(0, 1)[None].expand(batch, -1, -1, -1)
+                                   for vs in value_blocks])
     cache.layers = [PreallocatedLayer(capacity) for _ in key_blocks]
     for layer, ks, vs in zip(cache.layers, key_blocks, value_blocks):
-        layer.fill(ks, vs)
+        layer.fill(ks, vs, batch)
     return cache
 
 
@@ -241,9 +254,10 @@ def rope_inv_freq(config: Any, seq_len: int) -> torch.Tensor | None:
 @torch.inference_mode()
 def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicCache, start: int,
             logits_to_keep: int = 1) -> torch.Tensor:
-    """Run ``input_ids`` at positions ``start..`` appending their KV to ``cache``.
+    """Run ``input_ids`` (``[n]``, or ``[batch, n]`` rows at the same positions) at positions ``start..``
+    appending their KV to ``cache`` (of the same batch).
 
-    Returns the logits of the last ``logits_to_keep`` positions, float32 ``[logits_to_keep, vocab]``.
+    Returns the first row's logits of the last ``logits_to_keep`` positions, float32 ``[logits_to_keep, vocab]``.
     """
     ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.tensor([list(input_ids)], dtype=torch.long)
     if ids.dim() == 1:
@@ -251,6 +265,6 @@ def forward(model: Any, input_ids: Sequence[int] | torch.Tensor, cache: DynamicC
     use_fast_attention(model)
     device = next(model.parameters()).device
     ids = ids.to(device)
-    pos = torch.arange(start, start + ids.shape[1], device=device)[None]
+    pos = torch.arange(start, start + ids.shape[1], device=device)[None].expand(ids.shape[0], -1)
     out = model(input_ids=ids, cache=cache, position_ids=pos, use_cache=True, logits_to_keep=logits_to_keep)
     return out.logits[0].float()

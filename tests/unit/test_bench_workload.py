@@ -49,6 +49,40 @@ def test_bench_workload_writes_every_regime_and_configuration(small_corpus, tmp_
     assert "workload" in r.stdout and "prefix_only" in r.stdout
 
 
+def test_bench_workload_interleaves_configurations_without_changing_what_each_measures(small_corpus, tmp_path):
+    """Segments of one request (configurations interleaved, order turned round) measure the same prefill and reuse
+    as one segment per stream: each configuration's engine keeps its own caches from segment to segment. Only the
+    defaults' chunk queue may get further at a segment's end (its admitted chunks are computed there, as in a
+    pause between requests), so they may hit more, never less."""
+    got = {}
+    for segment in ("1", "100"):
+        out = tmp_path / f"w{segment}.json"
+        r = CliRunner().invoke(app, ["bench", "workload", "--model", str(small_corpus), "--limit", "3",
+                                     "--regimes", "novel,demo", "--max-new-tokens", "2", "--segment", segment,
+                                     "--json", str(out), "--plot", str(tmp_path / "w.png")])
+        assert r.exit_code == 0, r.output
+        d = json.loads(out.read_text())
+        assert d["segment"] == int(segment) and f"--segment {segment}" in d["command"]
+        got[segment] = {(regime, c): m for regime, rr in d["regimes"].items() for c, m in rr["configs"].items()}
+        for m in got[segment].values():
+            assert m["total_cpu_s"] == pytest.approx(sum(row["cpu_s"] for row in m["rows"]) + m["drain_cpu_s"])
+            assert m["load_average"] is not None and m["cpu_per_wall"] > 0 and m["drained"]
+            starts = [row["cpu_start"] for row in m["rows"]]
+            assert starts[0] == 0 and starts == sorted(starts)
+
+    def seen(m):
+        return [(row["prompt_tokens"], row["prefill_tokens_reused"], row["docs_hit"] + row["docs_missed"])
+                for row in m["rows"]]
+
+    for key, m in got["100"].items():
+        assert seen(got["1"][key]) == seen(m), key
+        if key != ("demo", "defaults"):
+            assert got["1"][key]["chunks_stored"] == m["chunks_stored"], key
+            assert got["1"][key]["docs_hit"] == m["docs_hit"], key
+    assert got["1"][("demo", "defaults")]["docs_hit"] >= got["100"][("demo", "defaults")]["docs_hit"]
+    assert got["1"][("novel", "defaults")]["chunks_stored"] == 0  # seen once each: still nothing computed
+
+
 def test_bench_workload_names_a_bad_regime(small_corpus, tmp_path):
     r = CliRunner().invoke(app, ["bench", "workload", "--model", str(small_corpus), "--limit", "1",
                                  "--regimes", "novel,sometimes", "--json", str(tmp_path / "w.json")])

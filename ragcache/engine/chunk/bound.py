@@ -186,6 +186,71 @@ class BoundChunkCache:
         v = torch.stack([layer[0, :, n0:, :] for layer in values]).cpu()
         return self.encode(doc_ids, k, v)
 
+    @torch.inference_mode()
+    def compute_many(self, docs: Sequence[Sequence[int]], *, step: Step | None = None,
+                     sink_kv: SinkKV | None = None) -> list[ChunkKV]:
+        """:meth:`compute` for several documents in one padded batch: the sink is computed (or read through
+        ``sink_kv``) once, then every document after it in one forward pass per piece, ``[B, L]`` tokens
+        (``B`` documents, ``L`` the longest), right-padded.
+
+        Exact: a document's tokens sit at the same positions as in :meth:`compute` and attend causally to the
+        sink and their own earlier tokens only; padding comes after a document's last token, so no real
+        token sees it (same KV as :meth:`compute`, up to float rounding). The padding's KV is computed and
+        thrown away: batch documents of similar lengths (:meth:`add_many` sorts them).
+
+        ``step``: as :meth:`compute`, a piece being ``max(1, PIECE_TOKENS // B)`` columns of the batch (about
+        :data:`PIECE_TOKENS` tokens, so a request waits for no longer than behind one document's piece).
+
+        Returns one :class:`ChunkKV` per document, in order.
+
+        Raises:
+            ValueError: an empty document, or sink + a document longer than the context window.
+        """
+        docs = [[int(t) for t in d] for d in docs]
+        if len(docs) <= 1:
+            return [self.compute(d, step=step, sink_kv=sink_kv) for d in docs]
+        window = context_window(self.model)
+        for d in docs:
+            if not d:
+                raise ValueError("cannot cache an empty document (0 tokens); drop it from the prompt")
+            if len(self.sink) + len(d) > window:
+                raise ValueError(f"document of {len(d)} tokens (+{len(self.sink)} sink tokens) exceeds the model's "
+                                 f"context window of {window} tokens; split it into smaller chunks")
+        n0, width, b = len(self.sink), max(len(d) for d in docs), len(docs)
+        run = step if step is not None else (lambda piece: piece())
+        got = sink_kv(self, n0) if sink_kv is not None and n0 else None
+        cache, start = got if got is not None else (kvb.new_cache(self.model, n0), 0)
+        if not 0 <= start <= n0:
+            raise RuntimeError(f"sink_kv gave {start} cached positions for a sink of {n0} tokens")
+        piece = PIECE_TOKENS if step is not None else max(1, n0)
+        for pos in range(start, n0, piece):  # the rest of the sink, once, at batch 1
+            run(lambda pos=pos: kvb.forward(self.model, self.sink[pos:min(pos + piece, n0)], cache, start=pos))
+        if n0:  # one row per document, each starting with the sink's KV, room for the batch written in place
+            keys, values = kvb.cache_tensors(cache)
+            cache = kvb.cache_from_blocks(self.model, [[k[0, :, :n0].transpose(0, 1)] for k in keys],
+                                          [[v[0, :, :n0].transpose(0, 1)] for v in values], capacity=n0 + width,
+                                          batch=b)
+        else:
+            cache = kvb.new_cache(self.model, width)
+        pad = docs[0][0]  # any id: a padded position comes after every real token of its row
+        ids = torch.tensor([d + [pad] * (width - len(d)) for d in docs], dtype=torch.long)
+        cols = max(1, PIECE_TOKENS // b) if step is not None else width
+        for pos in range(0, width, cols):
+            run(lambda pos=pos: kvb.forward(self.model, ids[:, pos:pos + cols], cache, start=n0 + pos))
+        keys, values = kvb.cache_tensors(cache)
+        out = []
+        for i, d in enumerate(docs):
+            k = torch.stack([layer[i, :, n0:n0 + len(d), :] for layer in keys]).cpu()
+            v = torch.stack([layer[i, :, n0:n0 + len(d), :] for layer in values]).cpu()
+            out.append(self.encode(d, k, v))
+        return out
+
+    def same_context(self, other: Any) -> bool:
+        """Whether ``other`` is a view computing chunks the same way (same cache, model, fingerprint, namespace
+        and sink): its documents can be computed in one batch with this view's (:meth:`compute_many`)."""
+        return isinstance(other, BoundChunkCache) and other.cache is self.cache and other.model is self.model \
+            and other.fingerprint == self.fingerprint and other.namespace == self.namespace and other.sink == self.sink
+
     def encode(self, doc_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor) -> ChunkKV:
         """A :class:`ChunkKV` in the cache's format from a chunk's dense KV computed after this sink:
         ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype."""
@@ -198,11 +263,12 @@ class BoundChunkCache:
         return ChunkKV(self.key(doc_ids), self.fingerprint, doc_ids, k, v, len(self.sink))
 
     def add_many(self, docs: Iterable[Sequence[int]], *, step: Step | None = None,
-                 sink_kv: SinkKV | None = None) -> int:
+                 sink_kv: SinkKV | None = None, batch_docs: int = 1) -> int:
         """Compute and store the chunks of ``docs`` (token ids) that the store does not hold yet.
 
         One batched read checks them all (another process may have stored some meanwhile), then
-        each missing document is computed on its own after the sink (``step``, ``sink_kv``: as :meth:`compute`) and
+        each missing document is computed on its own after the sink (``step``, ``sink_kv``: as :meth:`compute`;
+        ``batch_docs`` > 1: up to that many in one padded batch, shortest first, :meth:`compute_many`) and
         all are written with one ``put_many``. Returns how many chunks were computed.
 
         Why on its own: a document that missed was computed in its request's context at every
@@ -224,7 +290,9 @@ class BoundChunkCache:
             return 0
         todo = [list(d) for d, k, kv in zip(ids, keys, found, strict=True) if self._checked(k, kv, list(d)) is None]
         if todo:
-            chunks = [self.compute(d, step=step, sink_kv=sink_kv) for d in todo]
+            todo.sort(key=len)  # batches of similar lengths: little padding
+            chunks = [c for i in range(0, len(todo), batch_docs)
+                      for c in self.compute_many(todo[i:i + batch_docs], step=step, sink_kv=sink_kv)]
             if self._call("store", lambda: self.store.put_many(chunks)) is None:  # a refused write costs the chunks
                 return 0
         return len(todo)

@@ -7,8 +7,9 @@ waits for nothing. A worker thread, started when there is work and gone when the
    (:meth:`BoundChunkCache.admit <ragcache.engine.chunk.bound.BoundChunkCache.admit>`,
    :mod:`ragcache.engine.chunk.admission`; no model work, no engine lock), and keeps the documents
    that reached the admission count; the rest are remembered as *first sightings* (bounded);
-2. computes the admitted documents one at a time, in pieces of
-   :data:`~ragcache.engine.chunk.bound.PIECE_TOKENS` tokens, each piece under the engine lock and
+2. computes the admitted documents, up to ``batch_docs`` of the same chunk context at a time in one padded
+   batch (:meth:`BoundChunkCache.compute_many <ragcache.engine.chunk.bound.BoundChunkCache.compute_many>`), in
+   pieces of about :data:`~ragcache.engine.chunk.bound.PIECE_TOKENS` tokens, each piece under the engine lock and
    started only while no request is in flight (:meth:`request` marks one): a request that arrives
    while a chunk is being computed waits for one piece at most, then runs before the rest. The store
    is read and written outside the engine lock.
@@ -39,9 +40,9 @@ from typing import Any
 
 from ragcache.counters import Counters
 from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
-from ragcache.limits import DEFAULT_QUEUE_DOCS, check_queue_docs
+from ragcache.limits import DEFAULT_CHUNK_BATCH, DEFAULT_QUEUE_DOCS, check_chunk_batch, check_queue_docs
 
-__all__ = ["DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
+__all__ = ["DEFAULT_CHUNK_BATCH", "DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +85,19 @@ class ChunkQueue:
         sink_kv: where a chunk context's KV may already be (:data:`~ragcache.engine.chunk.bound.SinkKV`: the
             engine's prefix cache), passed to :meth:`BoundChunkCache.add_many
             <ragcache.engine.chunk.bound.BoundChunkCache.add_many>`.
+        batch_docs: admitted documents of the same chunk context computed in one padded forward pass per piece
+            (:meth:`BoundChunkCache.compute_many <ragcache.engine.chunk.bound.BoundChunkCache.compute_many>`);
+            1 (default, :data:`~ragcache.limits.DEFAULT_CHUNK_BATCH`): one document at a time.
 
     Raises:
-        ValueError: ``max_docs`` < 0 or ``admission`` < 1.
+        ValueError: ``max_docs`` < 0, ``admission`` < 1 or ``batch_docs`` < 1.
     """
 
     def __init__(self, lock: Any, *, max_docs: int = DEFAULT_QUEUE_DOCS, admission: int = DEFAULT_ADMISSION,
-                 sink_kv: Any = None) -> None:
+                 sink_kv: Any = None, batch_docs: int = DEFAULT_CHUNK_BATCH) -> None:
         self._lock = lock
         self._sink_kv = sink_kv
+        self.batch_docs = check_chunk_batch(batch_docs)
         self.max_docs = check_queue_docs(max_docs)
         self.admission = check_admission(admission)
         self._cond = threading.Condition()  # guards every field below
@@ -221,9 +226,7 @@ class ChunkQueue:
                         self._cond.wait()
                     if self._closed:
                         continue
-                    view, doc = self._ready.popleft()
-                    self._waiting -= 1
-                    job = doc
+                    view, job = self._take_batch()
                 else:
                     self._worker = None
                     self._cond.notify_all()
@@ -238,14 +241,30 @@ class ChunkQueue:
                         self._ready.extend((view, d) for d in admitted[:room])
                         self._waiting += min(room, len(admitted))
                 else:
-                    self._compute(view, [job], step=self._step)
+                    self._compute(view, job, step=self._step)
             except Exception as e:  # noqa: BLE001 - a failing chunk costs the chunk, never the engine
-                self.stats.failed += 1
+                self.stats.failed += 1 if job is None else len(job)
                 log.warning("chunk KV computation failed (%s: %s); the document stays a miss", type(e).__name__, e)
             finally:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _take_batch(self) -> tuple[Any, list[list[int]]]:
+        """The oldest admitted document and up to ``batch_docs - 1`` more computed the same way (same chunk
+        context, :meth:`BoundChunkCache.same_context <ragcache.engine.chunk.bound.BoundChunkCache.same_context>`),
+        taken off the ready queue (under the condition)."""
+        view, doc = self._ready.popleft()
+        docs, rest = [doc], deque()
+        while self._ready and len(docs) < self.batch_docs:
+            item = self._ready.popleft()
+            if view is item[0] or _same_context(view, item[0]):
+                docs.append(item[1])
+            else:
+                rest.append(item)
+        self._ready.extendleft(reversed(rest))
+        self._waiting -= len(docs)
+        return view, docs
 
     def _sight(self, view: Any, docs: list[list[int]]) -> list[list[int]]:
         """Count the sightings of ``docs``; remember the first sightings, return the admitted."""
@@ -275,10 +294,23 @@ class ChunkQueue:
         """Compute and store ``docs``' chunk KV (``step``: per piece, :meth:`_step`; ``None``: the caller holds
         the engine lock)."""
         if docs:
-            n = view.add_many(docs, step=step, sink_kv=self._sink_kv)
+            n = view.add_many(docs, step=step, sink_kv=self._sink_kv, batch_docs=self.batch_docs)
             with self._cond:
                 self.stats.computed += n
 
     def _compute_many(self, items: list[tuple[Any, list[int]]]) -> None:
+        groups: list[tuple[Any, list[list[int]]]] = []
         for view, doc in items:
-            self._compute(view, [doc])
+            g = next((g for g in groups if g[0] is view or _same_context(g[0], view)), None)
+            if g is None:
+                groups.append((view, [doc]))
+            else:
+                g[1].append(doc)
+        for view, docs in groups:
+            self._compute(view, docs)
+
+
+def _same_context(a: Any, b: Any) -> bool:
+    """Whether two chunk views compute their chunks the same way (one batch may hold documents of both)."""
+    same = getattr(a, "same_context", None)
+    return bool(same(b)) if callable(same) else False
