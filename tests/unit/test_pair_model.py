@@ -12,7 +12,7 @@ import pytest
 
 from ragcache.semantic import SemanticCache, partition_key
 from ragcache.semantic.decision.guards import GuardSet
-from ragcache.semantic.decision.order_guards import SlotGuard, SpeakerRoleGuard
+from ragcache.semantic.decision.order_guards import SlotGuard, SpeakerRoleGuard, VoiceRoleGuard
 from ragcache.semantic.decision.pair_decider import (
     HARD_VETOES,
     SOFT_GUARDS,
@@ -255,6 +255,35 @@ def test_a_speaker_who_changes_role_is_a_hard_veto(a, b):
 @pytest.mark.parametrize("a,b", SPEAKER_KEPT)
 def test_a_speaker_in_the_same_role_is_not_refused(a, b):
     assert SpeakerRoleGuard().check(a, b) is None and SpeakerRoleGuard().check(b, a) is None
+
+
+VOICE_SWAPS = [
+    ("Who pays for damage caused to the rental car by another driver?",
+     "Who pays for damage the rental car causes to another driver's car?"),
+    ("Is the tenant charged by the landlord for repairs?", "Does the tenant charge the landlord for repairs?"),
+    ("Was the buyer paid by the seller?", "Did the buyer pay the seller?"),
+    ("Can a contractor be hired by the agency?", "Can a contractor hire the agency?"),
+]
+VOICE_KEPT = [  # the active rewording that keeps the roles, or one that does not use the participle's verb
+    ("Is the form signed by my manager?", "Does my manager sign the form?"),
+    ("Does my health insurance cover physiotherapy?", "Is physiotherapy covered by my health insurance?"),
+    ("Was the seller paid by the buyer?", "Did the buyer pay the seller?"),
+    ("Who is the book written by?", "Who wrote the book?"),
+    ("Are glasses covered by the vision plan?", "Does the vision plan pay for glasses?"),
+]
+
+
+@pytest.mark.parametrize("a,b", VOICE_SWAPS)
+def test_a_passive_agent_that_becomes_the_object_is_a_hard_veto(a, b):
+    d = PairDecider(_Always(1.0), threshold=0.5)
+    for q, c in ((a, b), (b, a)):
+        assert VoiceRoleGuard().check(q, c)
+        assert d.check(q, c, 0.98).reason == "direction"
+
+
+@pytest.mark.parametrize("a,b", VOICE_KEPT)
+def test_a_passive_with_the_same_roles_is_not_refused(a, b):
+    assert VoiceRoleGuard().check(a, b) is None and VoiceRoleGuard().check(b, a) is None
 
 
 def test_stage_is_the_one_order():

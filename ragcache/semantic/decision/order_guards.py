@@ -551,3 +551,69 @@ class SpeakerRoleGuard:
         if not ca or not cb or len(ca & cb) < self.min_shared * min(len(ca), len(cb)):
             return None
         return "the speaker acts on one side and is acted on (or owns) on the other"
+
+
+_IRREGULAR_PARTICIPLES: dict[str, str] = {k: v for k, v in (p.split(":") for p in (
+    "made:make done:do taken:take given:give written:write sent:send paid:pay held:hold built:build bought:buy "
+    "caught:catch chosen:choose driven:drive eaten:eat found:find known:know lost:lose seen:see sold:sell told:tell "
+    "won:win shown:show spent:spend brought:bring kept:keep met:meet beaten:beat bitten:bite hidden:hide "
+    "ridden:ride stolen:steal struck:strike taught:teach led:lead lent:lend owed:owe").split())}
+"""Irregular past participles and their verbs ("paid by" / "pays"), for the voice check."""
+
+
+def _passive_agent(ws: list[str]) -> tuple[str, str] | None:
+    """``(participle, agent head)`` of the first "<participle> ... by <agent>" in the words ``ws``, else ``None``."""
+    for i, t in enumerate(ws):
+        if t != "by" or i == 0:
+            continue
+        part = next((x for x in reversed(ws[max(0, i - 6):i])
+                     if (x.endswith("ed") and len(x) > 3) or x in _IRREGULAR_PARTICIPLES), None)
+        if part is None:
+            continue
+        agent: list[str] = []
+        for x in ws[i + 1:i + 5]:
+            if x in STOPWORDS:
+                if agent:
+                    break
+                continue
+            agent.append(x)
+        if agent:
+            return part, agent[-1]
+    return None
+
+
+def _verb_of(part: str, ws: list[str]) -> int | None:
+    """Index in ``ws`` of the active verb of participle ``part`` ("caused" -> "causes", "paid" -> "pays")."""
+    base = _IRREGULAR_PARTICIPLES.get(part)
+    roots = {base} if base else ({part[:-2], part[:-1]} if part.endswith("ed") else {part})
+    for k, t in enumerate(ws):
+        if t == part or any(len(r) >= 2 and t.startswith(r) and len(t) - len(r) <= 2 for r in roots):
+            return k
+    return None
+
+
+@dataclass(slots=True)
+class VoiceRoleGuard:
+    """A passive with its agent on one side ("damage caused to the rental car **by another driver**") and the
+    active on the other with that agent after the verb, where the object stands ("damage the rental car causes to
+    another driver's car"): the roles are swapped. The active rewording that keeps them ("Is physiotherapy covered
+    by my health insurance?" / "Does my health insurance cover physiotherapy?": the agent before the verb, as its
+    subject) is not refused, nor is a pair whose active side does not use the participle's verb.
+
+    Pair models read such pairs as paraphrases (the same words); the
+    :class:`~ragcache.semantic.decision.pair_decider.PairDecider` runs this as a hard veto under ``direction``."""
+
+    name: str = "direction"
+
+    def check(self, query: str, candidate: str) -> str | None:
+        for x, y in ((query, candidate), (candidate, query)):
+            wx, wy = split_words(x), split_words(y)
+            found = _passive_agent(wx)
+            if found is None or _passive_agent(wy) is not None:
+                continue
+            part, agent = found
+            verb = _verb_of(part, wy)
+            where = next((k for k, t in enumerate(wy) if stem(t) == stem(agent)), None)
+            if verb is not None and where is not None and where > verb:
+                return f"{agent!r} acts on one side ({part} by {agent}) and is acted on on the other"
+        return None

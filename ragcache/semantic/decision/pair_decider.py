@@ -31,7 +31,7 @@ from typing import Any
 
 from ragcache.semantic.decision.checks import DEFAULT_THRESHOLD
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
-from ragcache.semantic.decision.order_guards import SlotGuard, SpeakerRoleGuard
+from ragcache.semantic.decision.order_guards import SlotGuard, SpeakerRoleGuard, VoiceRoleGuard
 from ragcache.semantic.decision.qtype import (
     QuestionTypeGuard,
     compatible,
@@ -147,6 +147,7 @@ class PairDecider:
         self._qtype = QuestionTypeGuard()
         self._slot = SlotGuard()
         self._speaker = SpeakerRoleGuard()
+        self._voice = VoiceRoleGuard()
 
     @property
     def model(self) -> Any:
@@ -178,9 +179,9 @@ class PairDecider:
         if not veto.ok:
             return Stage(veto)
         q, c = request_core(query), request_core(candidate)
-        swapped = self._speaker.check(q, c)
+        swapped = self._speaker.check(q, c) or self._voice.check(q, c)
         if swapped is not None:
-            return Stage(GuardVerdict(self._speaker.name, swapped))
+            return Stage(GuardVerdict("direction", swapped))
         clash = explicit_type_clash(q, c)
         if clash is None and similarity is not None and similarity < self._qtype.loose_from:
             clash = self._qtype.check(q, c, similarity)  # below the floor only the same type, whatever the model says
