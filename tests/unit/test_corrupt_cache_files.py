@@ -54,8 +54,11 @@ def test_ask_help_states_the_real_default_threshold():
     text = " ".join(r.output.split())
     from ragcache.semantic.decision.verifier import load_head
 
-    assert f"$RAGCACHE_THRESHOLD, else the decider's gate: {load_head().floor:.2f} with the learned verifier, " \
-           f"{DEFAULT_THRESHOLD:.2f} with the guards alone" in text, text
+    from ragcache.semantic.decision.pair_model import load_card
+
+    assert f"$RAGCACHE_THRESHOLD, else the decider's gate: {load_card().floor:.2f} with the pair model (the " \
+           f"default), {load_head().floor:.2f} with the learned verifier, {DEFAULT_THRESHOLD:.2f} with the guards " \
+           f"alone" in text, text
 
 
 @pytest.mark.parametrize("content", [b"\x01\x02", b"\xff" * 8 + b"{}", (1000).to_bytes(8, "little") + b'{"__metadata__": {"n_tok',

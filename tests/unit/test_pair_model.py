@@ -175,6 +175,8 @@ NOT_SLOT_EDITS = [  # a span of function words, a synonym WordNet pairs, a typo,
     ("How do I reserve a parking spot at the office?", "How can I book a parking space at the office?"),
     ("How do I set up the printer in room 4?", "How do I configure the printer in room 4?"),
     ("What should I do if my laptop is stolen?", "What steps should I take when my laptop gets stolen?"),
+    ("Is crash damage covered by the warranty?", "Is crash damage covered by the warranty at all?"),
+    ("Is crash damage covered by the warranty?", "Is crash damage covered under the warranty?"),
 ]
 
 

@@ -462,10 +462,11 @@ class SubstitutionGuard:
         return None
 
 
-_SLOT_FILLERS = frozenset({"per", "each", "much", "exactly", "actually", "currently", "usually", "generally", "normally",
+_SLOT_FILLERS = frozenset({"per", "each", "much", "under", "exactly", "actually", "currently", "usually", "generally", "normally",
                            "basically", "typically", "ok", "okay", "allowed", "permitted"})
 """Words a slot may gain or lose without changing the question ("two days a week" / "per week", "Can I ..." /
-"Am I allowed to ..."); the modality and bound guards read the words that do change it ("only", "must")."""
+"Am I allowed to ...", "covered by" / "covered under"; "at all" is dropped before aligning); the modality and bound
+guards read the words that do change it ("only", "must")."""
 
 
 @dataclass(slots=True)
@@ -494,7 +495,9 @@ class SlotGuard:
     synonyms: Mapping[str, str] = field(default_factory=lambda: dict(SYNONYMS))
 
     def _words(self, text: str) -> list[str]:
-        return [self.synonyms.get(w, w) for w in split_words(spelled_as_digits(text))]
+        ws = [self.synonyms.get(w, w) for w in split_words(spelled_as_digits(text))]
+        return [w for i, w in enumerate(ws) if not ((w == "at" and ws[i + 1:i + 2] == ["all"]) or
+                                                     (w == "all" and ws[i - 1:i] == ["at"] and i > 0))]  # "at all"
 
     def check(self, query: str, candidate: str) -> str | None:
         import difflib
