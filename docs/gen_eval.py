@@ -211,7 +211,7 @@ STUDIES: dict[str, Study] = {
     "semantic_hard": Study("Semantic cache: hard pairs (rerun)", "Semantic cache", "ragcache bench semantic"),
     "semantic_qqp": Study("Semantic cache: QQP pairs (previous release)", "Semantic cache", "ragcache bench semantic"),
     "semantic_pair_model_kb2_first_look": Study("Semantic cache: the default decision on the knowledge-base sets "
-                                                "of ten domains, first look (before the speaker-role veto)",
+                                                "of ten domains, first look (before the two role checks)",
                                                 "Semantic cache", "ragcache bench pair-model"),
     "semantic_pair_model": Study("Semantic cache: the default decision (pair model) against the guards alone, the verifier and plain cosine, held out",
                                  "Semantic cache", "ragcache bench pair-model"),
@@ -299,7 +299,7 @@ HEADLINES: tuple[Headline, ...] = (
              lambda: "{f1:.3f} / {ref_f1:.3f}".format(**_license("eval_decisive_50-131")), "{}"),
     Headline("semantic cache at the defaults (the pair model behind the hard vetoes): held-out paraphrases over ten "
              "knowledge bases (90 pairs, both directions; 74 near misses, 12 in other languages; 8 wrong hits at the first "
-             "look, before the speaker-role veto)", "semantic_pair_model",
+             "look, before the two role checks)", "semantic_pair_model",
              lambda: _pair("default", "kb2_heldout", "recall"), "{}"),
     Headline("semantic cache, the guards alone (guards=\"rules\", the default before): the same pairs",
              "semantic_pair_model", lambda: _pair("rules", "kb2_heldout", "recall"), "{}"),
