@@ -106,8 +106,9 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
     t = semantic.threshold if threshold is None else threshold
     cands = semantic.candidates_for(question, partition=partition, threshold=threshold, max_tokens=max_tokens)
     if not cands:
-        return ["no stored answer for this request's partition (documents, system text, model and "
-                "generation parameters must all match exactly)"]
+        return ["no stored answer for this request's partition: an answer is served only for the same retrieved "
+                "documents, system text, model and generation parameters (a rewording that retrieves other "
+                "documents is a new entry)"]
     out = []
     for c in cands:
         v = c.verdict

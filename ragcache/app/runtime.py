@@ -202,7 +202,9 @@ def provider_backend(kind: str, model: str | None, env: Any = None) -> Any:
     key, base_url = env.get(key_var), env.get(url_var) or None
     if not key:
         raise ValueError(f"--backend {kind} reads its API key from {key_var}, which is not set: export {key_var}=... "
-                         f"(and {url_var}=http://127.0.0.1:8000 for `ragcache serve`)")
+                         f"(and {url_var}=http://127.0.0.1:{Config.__dataclass_fields__['port'].default}"
+                         f"{'/v1' if kind == 'openai' else ''} "
+                         f"for `ragcache serve`)")
     try:
         if kind == "anthropic":
             import anthropic

@@ -67,6 +67,11 @@ def test_a_provider_backend_names_what_it_misses(home, tmp_path, monkeypatch, ki
     notes = write_notes(tmp_path / "notes")
     r = _ask("--docs", str(notes), "--backend", kind, "--model", "m", "When do backups run?")
     assert r.exit_code == 2 and f"reads its API key from {key}, which is not set" in r.output
+    from ragcache.config import Config
+
+    port = Config.__dataclass_fields__["port"].default
+    serve = f"http://127.0.0.1:{port}{'/v1' if kind == 'openai' else ''} for `ragcache serve`"
+    assert serve in " ".join(r.output.split()), r.output  # the port `ragcache serve` really listens on
     monkeypatch.setenv(key, "k")
     r = _ask("--docs", str(notes), "--backend", kind, "When do backups run?")
     assert r.exit_code == 2 and f"--backend {kind} needs --model" in r.output
