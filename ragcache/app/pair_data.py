@@ -210,6 +210,11 @@ def _sub_word(q: str, old: str, new: str) -> str | None:
     return out if out != q else None
 
 
+def _sub_either(q: str, x: str, y: str) -> str | None:
+    """``q`` with ``x`` replaced by ``y`` (:func:`_sub_word`), else ``y`` by ``x``; ``None`` when neither occurs."""
+    return _sub_word(q, x, y) or _sub_word(q, y, x)
+
+
 def negatives_of(q: str, rng: random.Random, vocab: list[str]) -> list[tuple[str, str]]:
     """``(changed question, kind)`` near misses of real question ``q``: each changes what a right answer is."""
     out: list[tuple[str, str]] = []
@@ -220,14 +225,10 @@ def negatives_of(q: str, rng: random.Random, vocab: list[str]) -> list[tuple[str
         out.append((q.replace(" I ", " I not ", 1) if rng.random() < 0.3 else
                     "Why can't I " + q.split(" I ", 1)[1], "negation"))
     for x, y in rng.sample(_WORD_ANTONYMS, len(_WORD_ANTONYMS)):
-        for s, t in ((x, y), (y, x)):
-            c = _sub_word(q, s, t)
-            if c:
-                out.append((c, "antonym"))
-                break
-        else:
-            continue
-        break
+        c = _sub_either(q, x, y)
+        if c:
+            out.append((c, "antonym"))
+            break
     nums = _NUM.findall(q)
     if nums:
         n = rng.choice(nums)
@@ -275,12 +276,9 @@ def positives_of(q: str, rng: random.Random) -> list[tuple[str, str]]:
     """``(reworded question, kind)`` that keep the meaning of real question ``q``."""
     out: list[tuple[str, str]] = []
     for s, t in rng.sample(SYNONYMS, len(SYNONYMS)):
-        for a, b in ((s, t), (t, s)):
-            c = _sub_word(q, a, b)
-            if c:
-                out.append((c, "synonym"))
-                break
-        if out:
+        c = _sub_either(q, s, t)
+        if c:
+            out.append((c, "synonym"))
             break
     for s, t in rng.sample(FUNCTION_EDITS, len(FUNCTION_EDITS)):
         if s in q and s != t:
@@ -302,11 +300,9 @@ def composed_rewording(q: str, rng: random.Random) -> str | None:
             c, edits = c.replace(s, t, 1), 1
             break
     for s, t in rng.sample(SYNONYMS, len(SYNONYMS)):
-        for a, b in ((s, t), (t, s)):
-            n = _sub_word(c, a, b)
-            if n:
-                c, edits = n, edits + 1
-                break
+        n = _sub_either(c, s, t)
+        if n:
+            c, edits = n, edits + 1
         if edits >= 3:
             break
     c = re.sub(r"\b([Aa]) (?=[aeiou])", r"\1n ", c)  # "a inexpensive" -> "an inexpensive"
