@@ -239,7 +239,8 @@ def negatives_of(q: str, rng: random.Random, vocab: list[str]) -> list[tuple[str
             if c:
                 out.append((c, "unit"))
     for g in SCOPE_GROUPS:
-        present = [w for w in g if re.search(rf"\b{w}\b", q, re.IGNORECASE)]
+        # sorted: a frozenset's order follows the hash seed, and the data must not
+        present = [w for w in sorted(g) if re.search(rf"\b{w}\b", q, re.IGNORECASE)]
         if present:
             w = present[0]
             other = rng.choice(sorted(g - {w}))
