@@ -66,9 +66,9 @@ def _whose_clash(query: str, candidate: str) -> str | None:
     oa, ob = question_opener(query), question_opener(candidate)
     if (oa == "whose") == (ob == "whose") or {oa, ob} - {"whose", *_AGENT_OPENERS}:
         return None
-    words = (query if oa == "whose" else candidate).lower().split()
-    i = next((k for k, w in enumerate(words) if w.strip("?,.!") == "whose"), None)
-    if i is not None and i + 1 < len(words) and words[i + 1].strip("?,.!") in _WHOSE_AGENT:
+    words = split_words(query if oa == "whose" else candidate)
+    i = words.index("whose") if "whose" in words else None
+    if i is not None and i + 1 < len(words) and words[i + 1] in _WHOSE_AGENT:
         return None
     return "question type whose (an owner) vs who (an agent)"
 
@@ -144,6 +144,7 @@ class PairDecider:
         self.rules_gate = DEFAULT_THRESHOLD
         self._all = GuardSet.default()
         self._vetoes = GuardSet([g for g in self._all.guards if g.name in HARD_VETOES])
+        self._soft = GuardSet([g for g in self._all.guards if g.name not in HARD_VETOES])  # the rest, in order
         self._qtype = QuestionTypeGuard()
         self._slot = SlotGuard()
         self._speaker = SpeakerRoleGuard()
@@ -188,11 +189,11 @@ class PairDecider:
         if clash is not None:
             return Stage(GuardVerdict("question_type", clash))
         if not self.model.fits(q, c):
-            return Stage(self._all.check(query, candidate, similarity))  # longer than the model reads: every guard
+            return Stage(self._soft.check(query, candidate, similarity))  # longer than the model reads: every guard
         slot = self._slot.check(q, c) or self._slot.check(c, q)
         if slot is not None:
             return Stage(None, "slot", slot)
-        rules = self._all.check(query, candidate, similarity)
+        rules = self._soft.check(query, candidate, similarity)  # the hard vetoes passed above: every guard's verdict
         if rules.ok and similarity is not None and similarity >= self.rules_gate:
             if split_words(q) == split_words(c):
                 return Stage(rules)  # the same words (case, spacing, punctuation aside; the symbol guard read those)
