@@ -75,6 +75,10 @@ class AskResult:
     linked_folders: list[str] = field(default_factory=list)
     looked_up: bool = True
     home_read_only: bool = False
+    retrieved_for: str | None = None
+    """The stored question whose retrieval supplied :attr:`sources` (:func:`via_stored_question`), or ``None``."""
+    own_sources: list[Retrieved] = field(default_factory=list)
+    """This question's own retrieval when :attr:`retrieved_for` is set (it differed)."""
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -89,7 +93,8 @@ class AskResult:
             "ignored_files": dict(self.ignored), "linked_folders": list(self.linked_folders),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
-            "home_read_only": self.home_read_only,
+            "home_read_only": self.home_read_only, "retrieved_for": self.retrieved_for,
+            "own_sources": [{"id": r.chunk.id, "score": r.score} for r in self.own_sources],
         }
 
 
@@ -121,6 +126,60 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
             why = f"similarity {c.similarity:.3f} >= {t:.2f}, guards passed"
         out.append(f"{shown_question(c.question)}: {why}")
     return out
+
+
+STORED_NEIGHBOURS = 3
+"""Stored questions (nearest first, in any partition of the tenant) whose retrieval a missed ``ask`` tries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Via:
+    """A hit reached through a stored question's retrieval (:func:`via_stored_question`)."""
+
+    answer: Answer
+    sources: list[Retrieved]
+    stored_question: str
+    own: list[Retrieved]
+
+
+def via_stored_question(rag: RagCache, semantic: Any, retriever: Retriever, question: str, own: list[Retrieved], *,
+                        top_k: int, threshold: float | None) -> Via | None:
+    """A hit for a rewording whose own retrieval moved: the documents a stored question retrieves now.
+
+    The partition stays the exact retrieved set (documents by content, system text, model, budget): a
+    rewording that retrieves another fourth note is another partition, and its lookup misses although
+    a stored answer's question means the same. Here, after that miss, each of the
+    :data:`STORED_NEIGHBOURS` stored questions nearest ``question`` (:meth:`SemanticPolicy.neighbour_questions
+    <ragcache.semantic.decision.policy.SemanticPolicy.neighbour_questions>`, at or above the cache's
+    threshold) is retrieved with again over the current notes, and ``question`` is looked up in the
+    partition those documents make, where the one hit decision runs (pair model and guards). So a served
+    answer's documents are the current notes byte for byte, exactly those it was answered from, and its
+    question passed the same decision as any hit; the only new assumption is that the stored question's
+    retrieval serves this question as well as its own, which the decision's "same meaning" implies.
+
+    Refused without a lookup: a stored question that retrieves the same set as ``question`` (already
+    looked up) or no document in common with it (the two retrievals land in different notes: another
+    topic, whatever the similarity). These lookups are not counted in the cache's hit rate (the
+    question's own lookup was: a hit reached here counts as that miss).
+
+    Returns:
+        the hit, the documents it was answered from, the stored question and ``question``'s own
+        retrieval; ``None`` when no stored question's documents give a hit.
+    """
+    mine = {r.chunk.id for r in own}
+    for stored, _ in semantic.neighbour_questions(question, namespace=rag.namespace, k=STORED_NEIGHBOURS,
+                                                   floor=threshold):
+        found = retriever.search(stored, k=top_k)
+        ids = {r.chunk.id for r in found}
+        if ids == mine or not ids & mine:
+            continue
+        req = rag.prepare(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in found], threshold=threshold)
+        a = rag.path.lookup(req, count=False, blend_setting=rag.blend_setting)  # the ask's own lookup was counted
+        if a is not None:
+            log.info("served through the retrieval of stored question %r (%d of %d documents differ)",
+                     stored, len(ids - mine), len(ids))
+            return Via(a, found, stored, list(own))
+    return None
 
 
 def _read_folder(docs: str | Path, console: Console, quiet: bool,
@@ -234,9 +293,15 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     reasons: list[str] = []
+    via: Via | None = None
     try:
         req = rag.prepare(question, documents, threshold=threshold)
         a = rag.lookup(req, threshold=threshold) if lookup else None
+        if a is None and lookup:  # a rewording whose retrieval tail moved: try the stored question's documents
+            via = rag.path.guard("stored-question retrieval", lambda: via_stored_question(
+                rag, semantic, retriever, question, hits, top_k=top_k, threshold=threshold), None)
+            if via is not None:
+                a, hits = via.answer, via.sources
         if a is None and lookup:
             reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
                 semantic, question, req.partition, threshold, req.max_tokens), [])
@@ -255,6 +320,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.linked_folders = list(folder.linked_folders)
     out.looked_up = lookup
     out.home_read_only = read_only
+    if via is not None:
+        out.retrieved_for, out.own_sources = via.stored_question, via.own
     if not quiet:
         print_answer(console, out)
     engine = getattr(llm, "engine", None) if getattr(llm, "loaded", False) else None  # a provider has no engine
@@ -353,6 +420,10 @@ def print_answer(console: Console, r: AskResult) -> None:
             how += f" | {CUT_HINT}"
     if a.approximation:
         how += f" | {a.approximation}"
+    if r.retrieved_for is not None:
+        differ = len({x.chunk.id for x in r.sources} - {x.chunk.id for x in r.own_sources})
+        how += (f" | documents as retrieved for the stored question ({differ} of {len(r.sources)} differ from this "
+                "question's own retrieval)")
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('command_s', 0.0):.2f} s", "dim"))
     why = miss_line(r)
@@ -360,4 +431,4 @@ def print_answer(console: Console, r: AskResult) -> None:
         say(console, (f"cache miss: {why}", "dim"))
 
 
-__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "miss_line", "print_answer"]
+__all__ = ["AskResult", "Via", "ask", "via_stored_question", "explain_miss", "index_dir_for", "miss_line", "print_answer"]
