@@ -50,6 +50,19 @@ def write_notes(folder: Path) -> Path:
     return folder
 
 
+# Six short notes where a question and its rewording retrieve different second documents at --top-k 2
+NOTES = {
+    "backups.md": "# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n",
+    "restore.md": "# Restoring\n\nTo restore a backup, open a ticket with the infrastructure team; restores take about an hour.\n",
+    "storage.md": "# Storage\n\nSnapshots of the database are written to the storage bucket every night.\n",
+    "deploy.txt": "Deploys go out on Tuesdays after the change review meeting.\n",
+    "oncall.md": "# On-call\n\nThe on-call engineer is paged when a nightly job fails.\n",
+    "cleanup.md": "# Cleanup\n\nOld log files are deleted every Sunday at midnight.\n",
+}
+STORED = "When do backups run?"  # retrieves backups.md and storage.md at --top-k 2
+REWORDED = "When is the backup job run?"  # retrieves backups.md and restore.md
+
+
 def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop") -> list:
     """Make the local backend answer ``text`` (``finish_reason`` ``finish``) without running a model;
     returns the list of layouts it was asked with."""

@@ -244,7 +244,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
         console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0,
-        backend: str = "local") -> AskResult:
+        backend: str = "local", llm: Any = None, stored_retrieval: bool = True) -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
@@ -257,6 +257,10 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         quiet: print nothing (``--json``).
         backend: ``"local"`` (the engine over ``model``), or ``"anthropic"`` / ``"openai"``: that provider's
             API with ``model`` as its model id (:func:`ragcache.app.runtime.provider_backend`).
+        llm: a :class:`~ragcache.backend.Backend` that answers a miss in place of ``backend`` / ``model``
+            (your own, or a fixed answer in a benchmark).
+        stored_retrieval: after a miss in this question's own partition, look it up in the partitions the
+            nearest stored questions retrieve now (:func:`via_stored_question`); ``False``: own partition only.
 
     Raises:
         ValueError: empty question, missing folder, a folder without readable text.
@@ -287,7 +291,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         if not quiet:
             warn(console, long)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
-    llm = _backend(cfg, backend, model)
+    llm = _backend(cfg, backend, model) if llm is None else llm
     semantic = answer_cache(cfg, emb)
     rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
@@ -297,9 +301,11 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     try:
         req = rag.prepare(question, documents, threshold=threshold)
         a = rag.lookup(req, threshold=threshold) if lookup else None
-        if a is None and lookup:  # a rewording whose retrieval tail moved: try the stored question's documents
+        if a is None and lookup and stored_retrieval:  # a rewording whose retrieval moved: a stored question's
+            t1 = time.perf_counter()
             via = rag.path.guard("stored-question retrieval", lambda: via_stored_question(
                 rag, semantic, retriever, question, hits, top_k=top_k, threshold=threshold), None)
+            timings["stored_retrieval_s"] = time.perf_counter() - t1
             if via is not None:
                 a, hits = via.answer, via.sources
         if a is None and lookup:

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli_doubles import fixed_answer, home, tiny_dir  # noqa: F401 - fixtures
+from cli_doubles import NOTES, REWORDED, STORED, fixed_answer, home, tiny_dir  # noqa: F401 - fixtures
 from ragcache.app.ask import via_stored_question
 from ragcache.app.cli import app
 from ragcache.app.retrieval import Retrieved
@@ -18,16 +18,6 @@ from ragcache.testing.answer_contract import ScriptedBackend
 
 runner = CliRunner()
 
-NOTES = {
-    "backups.md": "# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n",
-    "restore.md": "# Restoring\n\nTo restore a backup, open a ticket with the infrastructure team; restores take about an hour.\n",
-    "storage.md": "# Storage\n\nSnapshots of the database are written to the storage bucket every night.\n",
-    "deploy.txt": "Deploys go out on Tuesdays after the change review meeting.\n",
-    "oncall.md": "# On-call\n\nThe on-call engineer is paged when a nightly job fails.\n",
-    "cleanup.md": "# Cleanup\n\nOld log files are deleted every Sunday at midnight.\n",
-}
-STORED = "When do backups run?"  # retrieves backups.md and storage.md at --top-k 2
-REWORDED = "When is the backup job run?"  # retrieves backups.md and restore.md
 
 
 @pytest.fixture()
