@@ -296,23 +296,12 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
-    reasons: list[str] = []
-    via: Via | None = None
     try:
         req = rag.prepare(question, documents, threshold=threshold)
-        a = rag.lookup(req, threshold=threshold) if lookup else None
-        if a is None and lookup and stored_retrieval:  # a rewording whose retrieval moved: a stored question's
-            t1 = time.perf_counter()
-            via = rag.path.guard("stored-question retrieval", lambda: via_stored_question(
-                rag, semantic, retriever, question, hits, top_k=top_k, threshold=threshold), None)
-            timings["stored_retrieval_s"] = time.perf_counter() - t1
-            if via is not None:
-                a, hits = via.answer, via.sources
-        if a is None and lookup:
-            reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
-                semantic, question, req.partition, threshold, req.max_tokens), [])
-            for r in reasons:
-                log.info("semantic miss: %s", r)
+        a, via, reasons = _look_up(rag, retriever, req, hits, top_k=top_k, threshold=threshold,
+                                   stored_retrieval=stored_retrieval, timings=timings) if lookup else (None, None, [])
+        if via is not None:
+            hits = via.sources
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
             a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console, question), lookup=lookup,
                              store=store, looked=lookup, blend_setting=rag.blend_setting)
@@ -334,6 +323,32 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     if hasattr(engine, "drain_chunk_queue"):  # the chunk queue's work (sightings, admitted chunks) before exiting
         engine.drain_chunk_queue(EXIT_DRAIN_S)
     return out
+
+
+def _look_up(rag: RagCache, retriever: Retriever, req: Any, own: list[Retrieved], *, top_k: int,
+             threshold: float | None, stored_retrieval: bool, timings: dict[str, float]
+             ) -> tuple[Answer | None, Via | None, list[str]]:
+    """``(answer, via, miss reasons)`` of the answer cache for ``req``: its own partition, then (with
+    ``stored_retrieval``) the stored questions' retrieval (:func:`via_stored_question`, timed as
+    ``stored_retrieval_s``), then, on a miss, why (:func:`explain_miss`). A failing cache: a miss without
+    reasons."""
+    question = req.question
+    a = rag.lookup(req, threshold=threshold)
+    via: Via | None = None
+    if a is None and stored_retrieval:  # a rewording whose retrieval moved: a stored question's documents
+        t1 = time.perf_counter()
+        via = rag.path.guard("stored-question retrieval", lambda: via_stored_question(
+            rag, rag.semantic, retriever, question, own, top_k=top_k, threshold=threshold), None)
+        timings["stored_retrieval_s"] = time.perf_counter() - t1
+        if via is not None:
+            return via.answer, via, []
+    reasons: list[str] = []
+    if a is None:
+        reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
+            rag.semantic, question, req.partition, threshold, req.max_tokens), [])
+        for r in reasons:
+            log.info("semantic miss: %s", r)
+    return a, via, reasons
 
 
 COMFORTABLE_QUESTION_TOKENS = 1024
