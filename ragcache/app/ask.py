@@ -282,14 +282,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     for d in removed:
         log.info("removed unused index folder %s", d)
     hits = retriever.search(question, k=top_k)
-    part = query_part(question, emb)
-    if part.cut:  # the embedder would read only the beginning: the notes are searched by the ask
-        long = (f"the question is {part.tokens:,} word pieces and the embedder reads {part.window}: the notes are "
-                f"retrieved by the part that asks ({clean(part.text[:120], newlines=False)!r}); the answer cache "
-                "matches the text before the ask exactly")
-        log.info("%s", long)
-        if not quiet:
-            warn(console, long)
+    _say_cut(query_part(question, emb), console, quiet)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
     llm = _backend(cfg, backend, model) if llm is None else llm
     semantic = answer_cache(cfg, emb)
@@ -298,8 +291,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
     try:
         req = rag.prepare(question, documents, threshold=threshold)
-        a, via, reasons = _look_up(rag, retriever, req, hits, top_k=top_k, threshold=threshold,
-                                   stored_retrieval=stored_retrieval, timings=timings) if lookup else (None, None, [])
+        a, via, reasons = _look_up(rag, retriever, req, hits, top_k=top_k, stored_retrieval=stored_retrieval,
+                                   timings=timings) if lookup else (None, None, [])
         if via is not None:
             hits = via.sources
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
@@ -325,15 +318,27 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     return out
 
 
+def _say_cut(part: Any, console: Console, quiet: bool) -> None:
+    """Warn (and log) when the embedder reads only part of the question (:func:`query_part`): the notes
+    are then retrieved by the part that asks."""
+    if not part.cut:
+        return
+    long = (f"the question is {part.tokens:,} word pieces and the embedder reads {part.window}: the notes are "
+            f"retrieved by the part that asks ({clean(part.text[:120], newlines=False)!r}); the answer cache "
+            "matches the text before the ask exactly")
+    log.info("%s", long)
+    if not quiet:
+        warn(console, long)
+
+
 def _look_up(rag: RagCache, retriever: Retriever, req: Any, own: list[Retrieved], *, top_k: int,
-             threshold: float | None, stored_retrieval: bool, timings: dict[str, float]
-             ) -> tuple[Answer | None, Via | None, list[str]]:
+             stored_retrieval: bool, timings: dict[str, float]) -> tuple[Answer | None, Via | None, list[str]]:
     """``(answer, via, miss reasons)`` of the answer cache for ``req``: its own partition, then (with
     ``stored_retrieval``) the stored questions' retrieval (:func:`via_stored_question`, timed as
     ``stored_retrieval_s``), then, on a miss, why (:func:`explain_miss`). A failing cache: a miss without
     reasons."""
-    question = req.question
-    a = rag.lookup(req, threshold=threshold)
+    question, threshold = req.question, req.threshold
+    a = rag.lookup(req)
     via: Via | None = None
     if a is None and stored_retrieval:  # a rewording whose retrieval moved: a stored question's documents
         t1 = time.perf_counter()

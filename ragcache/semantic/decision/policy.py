@@ -301,7 +301,7 @@ class SemanticPolicy(ErrorBoundAPI):
     def neighbour_questions(self, question: str, *, namespace: str, k: int = 3,
                             floor: float | None = None) -> list[tuple[str, float]]:
         """Stored questions of ``namespace`` near ``question`` in any partition: ``(question, cosine)``,
-        best first, at most ``k``, none below ``floor`` (default: :attr:`threshold`).
+        best first, at most ``k``, none below ``floor`` (default: the cache's ``threshold``).
 
         Questions only: a stored question found here is a way to *retrieve* again (``ragcache ask``
         retrieves with it and looks the request up in the partition it reaches, where the hit decision
