@@ -3,8 +3,9 @@
 A backend (the local engine, Anthropic, an OpenAI-compatible server) answers a
 :class:`~ragcache.prompt.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
 :class:`CacheUsage`. The pipeline builds an :class:`~ragcache.pipeline.Answer` on them, and the
-LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. Nothing
-here imports the rest of ragcache.
+LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. It imports
+only the bottom of the provider table (:mod:`ragcache.providers.spec`: the finish-reason words), and
+the table itself when a provider's usage is read (:meth:`CacheUsage.from_provider`).
 
 Accounting rule (the same for every backend): every prompt token is exactly one of *reused*
 (its KV, or the provider's cache, was read and kept), *recomputed* (it had cached KV but was
@@ -18,6 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from ragcache.providers.spec import FINISH_REASONS as FINISH_REASONS  # re-exported: the core record's words
+from ragcache.providers.spec import FinishReason as FinishReason
+
 if TYPE_CHECKING:
     from ragcache.prompt.layout import PromptLayout
 
@@ -27,27 +31,8 @@ engine ``prefix`` / ``chunk`` / ``prefix+chunk`` (which KV caches supplied reuse
 ``model`` (nothing reused); for a provider ``provider-cache`` (the provider read part of the
 prompt from its cache) or ``provider``."""
 
-FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal", "context_window",
-                       "incomplete", "error"]
-"""Why an answer ended, the same words for every backend (each provider adapter maps its native
-value in one table: :data:`ragcache.providers.openai.backend.FINISH_REASONS`,
-:data:`ragcache.providers.anthropic.usage.FINISH_REASONS`):
-
-- ``stop``: a normal end (end of turn, a stop string / sequence);
-- ``length``: cut at the request's token budget (``max_new_tokens`` / ``max_tokens``);
-- ``content_filter``: the provider withheld or cut the content;
-- ``tool_calls``: the model asked for a tool instead of answering;
-- ``pause_turn``: the provider paused a long turn (Anthropic server tools), to be continued;
-- ``refusal``: the model refused (Anthropic ``refusal``);
-- ``context_window``: the prompt plus the answer reached the model's context window;
-- ``incomplete``: the response never said how it ended (a null finish reason, a stream cut
-  before its end event, an unknown native value);
-- ``error``: the backend failed part-way.
-
-Only ``stop`` (and ``length`` where an entry point's budget rule allows it) is ever stored as an
-answer (:func:`ragcache.answering.cacheable`)."""
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal",
-                                   "context_window", "incomplete", "error")
+# Why an answer ended: the words every provider row maps its native end reasons onto
+# (:data:`ragcache.providers.spec.FinishReason`, defined below the table so its rows can name them).
 LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 
 
@@ -120,80 +105,46 @@ class CacheUsage:
                    completion_tokens=completion_tokens, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
     @classmethod
+    def from_provider(cls, provider: str, usage: Any, *, cost_usd: float | None = None,
+                      uncached_cost_usd: float | None = None) -> CacheUsage:
+        """Usage of a provider response: ``usage`` (the SDK's usage object, its dict, or ``None``) read by
+        the usage dialect of the provider named ``provider`` in the provider table
+        (:func:`ragcache.providers.table.provider`; missing fields count 0). A provider the table does
+        not know, or one without a dialect, reports unknown usage: all zeros. The one mapping every
+        provider entry point uses (backends, proxy, server metrics, LlamaIndex)."""
+        from ragcache.providers.table import provider as row
+
+        c = row(provider).read_usage(usage)
+        return cls.provider(input_tokens=c.input_tokens, cache_read=c.cache_read, cache_write=c.cache_write,
+                            completion_tokens=c.completion_tokens, cost_usd=cost_usd,
+                            uncached_cost_usd=uncached_cost_usd)
+
+    @classmethod
     def from_anthropic(cls, usage: Any, *, cost_usd: float | None = None,
                        uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of an Anthropic Messages response: ``usage`` is the SDK's ``Usage`` object or its
-        dict (``input_tokens`` uncached, ``cache_read_input_tokens``, ``cache_creation_input_tokens``,
-        ``output_tokens``; missing or ``None`` fields count 0, a missing ``usage`` is all zeros).
-        The one mapping every Anthropic entry point uses (backend, proxy, server metrics, LlamaIndex)."""
-        return cls.provider(input_tokens=_count(usage, "input_tokens"),
-                            cache_read=_count(usage, "cache_read_input_tokens"),
-                            cache_write=_count(usage, "cache_creation_input_tokens"),
-                            completion_tokens=_count(usage, "output_tokens"),
-                            cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """``from_provider("anthropic", usage, ...)``, kept for code written before the provider table: the
+        dialect is :func:`ragcache.providers.anthropic.provider.read_usage`."""
+        return cls.from_provider("anthropic", usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
     @classmethod
     def from_openai(cls, usage: Any, *, cost_usd: float | None = None,
                     uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of an OpenAI-compatible response, in every documented dialect (:data:`OPENAI_CACHE_READ`,
-        :data:`OPENAI_CACHE_WRITE`); SDK object or dict, the non-streamed ``usage`` or a stream's
-        usage chunk alike. The one mapping every OpenAI-compatible entry point uses.
-
-        Prompt size: ``prompt_tokens`` (Chat Completions), else ``input_tokens`` (Responses API),
-        else DeepSeek's ``prompt_cache_hit_tokens + prompt_cache_miss_tokens``. Each dialect's prompt
-        count includes the cached and the written tokens. One count reported in two shapes (DeepSeek
-        sends ``prompt_cache_hit_tokens`` and ``prompt_tokens_details.cached_tokens``; OpenRouter may
-        send ``cache_write_tokens`` at the top and in ``prompt_tokens_details``) is read once: the
-        largest of its shapes, never their sum. A read or write above the prompt (a server that
-        reports nonsense) is clipped to it (reads first)."""
-        details = [d for d in (_field(usage, "prompt_tokens_details"), _field(usage, "input_tokens_details"))
-                   if d is not None]
-        hit_miss = _count(usage, "prompt_cache_hit_tokens") + _count(usage, "prompt_cache_miss_tokens")
-        prompt = _count(usage, "prompt_tokens") or _count(usage, "input_tokens") or hit_miss
-        cached = min(_largest(usage, details, OPENAI_CACHE_READ), prompt)
-        written = min(_largest(usage, details, OPENAI_CACHE_WRITE), prompt - cached)
-        completion = _count(usage, "completion_tokens") or _count(usage, "output_tokens")
-        return cls.provider(input_tokens=prompt - cached - written, cache_read=cached, cache_write=written,
-                            completion_tokens=completion, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """``from_provider("openai", usage, ...)``, kept for code written before the provider table: the
+        dialect (every OpenAI-compatible shape) is :func:`ragcache.providers.openai.provider.read_usage`."""
+        return cls.from_provider("openai", usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
-OPENAI_CACHE_READ: tuple[tuple[str, str], ...] = (
-    ("details", "cached_tokens"),           # OpenAI, vLLM, SGLang, Groq, OpenRouter, DeepSeek (both shapes)
-    ("usage", "prompt_cache_hit_tokens"),   # DeepSeek (prompt_cache_miss_tokens: the rest of the prompt)
-    ("usage", "cached_tokens"),             # Kimi / Moonshot: at the top of usage
-    ("usage", "cache_read_input_tokens"),   # LiteLLM's Anthropic-style fields
-)
-"""Where OpenAI-compatible providers report prompt tokens read from their cache: ``(where, field)``,
-``details`` being ``usage.prompt_tokens_details`` (or the Responses API's ``input_tokens_details``).
-Read by :meth:`CacheUsage.from_openai`; a count reported in several shapes is read once."""
+def __getattr__(name: str) -> Any:
+    """``OPENAI_CACHE_READ`` / ``OPENAI_CACHE_WRITE``, kept here for code written before the provider
+    table: they live in :mod:`ragcache.providers.openai.provider` (read lazily: the table is above this record)."""
+    if name in ("OPENAI_CACHE_READ", "OPENAI_CACHE_WRITE"):
+        from ragcache.providers.openai import provider
 
-OPENAI_CACHE_WRITE: tuple[tuple[str, str], ...] = (
-    ("details", "cache_write_tokens"),        # OpenRouter
-    ("usage", "cache_write_tokens"),          # OpenRouter, at the top of usage
-    ("usage", "cache_creation_input_tokens"),  # LiteLLM's Anthropic-style fields
-)
-"""Where OpenAI-compatible providers report prompt tokens written to their cache (read as
-:attr:`CacheUsage.cache_write`); the same rule as :data:`OPENAI_CACHE_READ`."""
-
-
-def _largest(usage: Any, details: list[Any], fields: tuple[tuple[str, str], ...]) -> int:
-    """The largest count among ``fields`` (two shapes of one count are never added)."""
-    return max([_count(usage, f) for w, f in fields if w == "usage"]
-               + [_count(d, f) for w, f in fields if w == "details" for d in details], default=0)
-
-
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
-
-
-def _count(obj: Any, name: str) -> int:
-    v = _field(obj, name)
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else 0
+        return getattr(provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def model_with_fields(model: str, fields: Mapping[str, Any] | None) -> str:
@@ -263,7 +214,7 @@ class BackendResult:
             raise ValueError(f"unknown layer {self.layer!r}; one of {', '.join(LAYERS)}")
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)} "
-                             "(map the provider's native value with its adapter's FINISH_REASONS table)")
+                             "(map the provider's native value with its row's finish_reasons, ragcache.providers.table)")
 
 
 DEFAULT_TENANT = "default"

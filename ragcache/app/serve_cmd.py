@@ -56,8 +56,9 @@ class UsageMetrics:
 
     def _record(self, usage: dict, ttft_s: float) -> None:
         from ragcache.backend import CacheUsage, provider_layer
+        from ragcache.providers.anthropic.provider import ANTHROPIC
 
-        u = CacheUsage.from_anthropic(usage)
+        u = CacheUsage.from_provider(ANTHROPIC.name, usage)
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
 
 
