@@ -47,6 +47,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity, sampling_of
 from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.providers import takes_breakpoints
 from langchain_ragcache.results import answer_message, message_result
 from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, own_record, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
@@ -228,10 +229,6 @@ def _tool_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ============================================================================== layout + breakpoints
-def _is_anthropic(model: Any) -> bool:
-    return getattr(model, "_llm_type", "") == "anthropic-chat" or type(model).__name__ == "ChatAnthropic"
-
-
 def _strip_markers(content: Any) -> Any:
     if isinstance(content, list):
         return [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b
@@ -337,7 +334,7 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
             stable, volatile, _ = move_volatile(system.content)
             if volatile:
                 system = SystemMessage(content=stable)
-        anthropic = self.breakpoints == "anthropic" and _is_anthropic(request.model)
+        anthropic = self.breakpoints != "off" and takes_breakpoints(request.model)
         placed: list[str] = []
         tools = list(request.tools)
         settings = dict(request.model_settings)
