@@ -19,8 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ragcache.providers.spec import FINISH_REASONS as FINISH_REASONS  # re-exported: the core record's words
-from ragcache.providers.spec import FinishReason as FinishReason
+from ragcache.providers.spec import (  # re-exported: the core record's words
+    FINISH_REASONS,
+    FinishReason,
+)
 
 if TYPE_CHECKING:
     from ragcache.prompt.layout import PromptLayout
@@ -260,6 +262,5 @@ class AsyncBackend(Protocol):
                         tenant: str | None = None) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "OPENAI_CACHE_READ",
-           "OPENAI_CACHE_WRITE", "model_with_fields",
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
            "provider_layer"]

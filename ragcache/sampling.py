@@ -88,4 +88,4 @@ def fresh_draw(sampling: Sampling | None, *, cache_sampled: bool = False) -> str
     return None
 
 
-__all__ = ["UNSET_TEMPERATURE", "Sampling", "fresh_draw"]
+__all__ = ["Sampling", "fresh_draw"]

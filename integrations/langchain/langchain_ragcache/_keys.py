@@ -172,7 +172,7 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
         d = dict(pairs) if isinstance(pairs, list) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         d = None
-    if not d or d.get("_type") != "ragcache-local" or not d.get("model_fingerprint"):
+    if not d or for_langchain(llm_type=d.get("_type")).prompt_caching != "local-kv" or not d.get("model_fingerprint"):
         return "langchain", {"llm_string": llm_string}, []
     params: dict[str, Any] = {"temperature": float(d.get("temperature", 0.0)), "max_tokens": int(d["max_tokens"])}
     for k in sorted(d):

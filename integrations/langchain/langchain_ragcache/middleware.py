@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 try:
     from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
@@ -229,6 +229,11 @@ def _tool_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ============================================================================== layout + breakpoints
+Breakpoints = Literal["anthropic", "off"]
+"""The middleware's ``breakpoints`` option: place ``cache_control`` breakpoints for a model whose provider
+caches by them (:func:`langchain_ragcache.providers.takes_breakpoints`), or place none."""
+
+
 def _strip_markers(content: Any) -> Any:
     if isinstance(content, list):
         return [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, Mapping) else b
@@ -319,9 +324,9 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
     """
 
     def __init__(self, *, ttl: Literal["5m", "1h"] = "5m", lint: Literal["move", "off"] = "move",
-                 canonical_documents: bool = True, breakpoints: Literal["anthropic", "off"] = "anthropic") -> None:
+                 canonical_documents: bool = True, breakpoints: Breakpoints = "anthropic") -> None:
         super().__init__()
-        if ttl not in ("5m", "1h") or lint not in ("move", "off") or breakpoints not in ("anthropic", "off"):
+        if ttl not in ("5m", "1h") or lint not in ("move", "off") or breakpoints not in get_args(Breakpoints):
             raise ValueError("ttl must be '5m' or '1h', lint 'move' or 'off', breakpoints 'anthropic' or 'off'")
         self.ttl, self.lint, self.canonical, self.breakpoints = ttl, lint, canonical_documents, breakpoints
 

@@ -25,8 +25,7 @@ from ragcache.counters import Counters
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, thinking_setting
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
-from ragcache.providers.anthropic.provider import ANTHROPIC
-from ragcache.providers.anthropic.provider import FINISH_REASONS as FINISH_REASONS  # re-exported
+from ragcache.providers.anthropic.provider import ANTHROPIC, FINISH_REASONS  # noqa: F401 - FINISH_REASONS re-exported
 from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
 
 if TYPE_CHECKING:

@@ -31,8 +31,7 @@ from typing import Any
 from ragcache.backend import BackendResult, CacheUsage, FinishReason, model_with_fields, provider_layer
 from ragcache.counters import Counters
 from ragcache.prompt.layout import PromptLayout
-from ragcache.providers.openai.provider import FINISH_REASONS as FINISH_REASONS  # re-exported
-from ragcache.providers.openai.provider import OPENAI
+from ragcache.providers.openai.provider import FINISH_REASONS, OPENAI  # FINISH_REASONS: re-exported
 
 def finish_reason(native: Any) -> FinishReason:
     """An OpenAI ``finish_reason`` in ragcache's words, by the provider's row

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragcache.providers.spec import FinishReason, Provider, UsageCounts, count_of, field_of
+from ragcache.providers.spec import (
+    FinishReason,
+    Provider,
+    UsageCounts,
+    count_of,
+    field_of,
+)
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_calls",
