@@ -143,9 +143,9 @@ def __getattr__(name: str) -> Any:
     """``OPENAI_CACHE_READ`` / ``OPENAI_CACHE_WRITE``, kept here for code written before the provider
     table: they live in :mod:`ragcache.providers.openai.provider` (read lazily: the table is above this record)."""
     if name in ("OPENAI_CACHE_READ", "OPENAI_CACHE_WRITE"):
-        from ragcache.providers.openai import provider
+        from ragcache.providers.openai.provider import OPENAI_CACHE_READ, OPENAI_CACHE_WRITE
 
-        return getattr(provider, name)
+        return OPENAI_CACHE_READ if name == "OPENAI_CACHE_READ" else OPENAI_CACHE_WRITE
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
