@@ -3,9 +3,10 @@
 A backend (the local engine, Anthropic, an OpenAI-compatible server) answers a
 :class:`~ragcache.prompt.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
 :class:`CacheUsage`. The pipeline builds an :class:`~ragcache.pipeline.Answer` on them, and the
-LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. It imports
-only the bottom of the provider table (:mod:`ragcache.providers.spec`: the finish-reason words), and
-the table itself when a provider's usage is read (:meth:`CacheUsage.from_provider`).
+LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. Nothing
+here imports the rest of ragcache and nothing here knows a provider: each provider's row in the provider
+table (:mod:`ragcache.providers.table`) reads its native usage into :meth:`CacheUsage.provider` (the two
+``from_anthropic`` / ``from_openai`` kept for older code call the table).
 
 Accounting rule (the same for every backend): every prompt token is exactly one of *reused*
 (its KV, or the provider's cache, was read and kept), *recomputed* (it had cached KV but was
@@ -19,11 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ragcache.providers.spec import (  # re-exported: the core record's words
-    FINISH_REASONS,
-    FinishReason,
-)
-
 if TYPE_CHECKING:
     from ragcache.prompt.layout import PromptLayout
 
@@ -33,8 +29,27 @@ engine ``prefix`` / ``chunk`` / ``prefix+chunk`` (which KV caches supplied reuse
 ``model`` (nothing reused); for a provider ``provider-cache`` (the provider read part of the
 prompt from its cache) or ``provider``."""
 
-# Why an answer ended: the words every provider row maps its native end reasons onto
-# (:data:`ragcache.providers.spec.FinishReason`, defined below the table so its rows can name them).
+FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal", "context_window",
+                       "incomplete", "error"]
+"""Why an answer ended, the same words for every backend (each provider's row in the provider
+table maps its native values onto them: :attr:`ragcache.providers.spec.Provider.finish_reasons`):
+
+- ``stop``: a normal end (end of turn, a stop string / sequence);
+- ``length``: cut at the request's token budget (``max_new_tokens`` / ``max_tokens``);
+- ``content_filter``: the provider withheld or cut the content;
+- ``tool_calls``: the model asked for a tool instead of answering;
+- ``pause_turn``: the provider paused a long turn (Anthropic server tools), to be continued;
+- ``refusal``: the model refused (Anthropic ``refusal``);
+- ``context_window``: the prompt plus the answer reached the model's context window;
+- ``incomplete``: the response never said how it ended (a null finish reason, a stream cut
+  before its end event, an unknown native value);
+- ``error``: the backend failed part-way.
+
+Only ``stop`` (and ``length`` where an entry point's budget rule allows it) is ever stored as an
+answer (:func:`ragcache.answering.cacheable`)."""
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal",
+                                   "context_window", "incomplete", "error")
+LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 
 
@@ -107,46 +122,57 @@ class CacheUsage:
                    completion_tokens=completion_tokens, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
     @classmethod
-    def from_provider(cls, provider: str, usage: Any, *, cost_usd: float | None = None,
-                      uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of a provider response: ``usage`` (the SDK's usage object, its dict, or ``None``) read by
-        the usage dialect of the provider named ``provider`` in the provider table
-        (:func:`ragcache.providers.table.provider`; missing fields count 0). A provider the table does
-        not know, or one without a dialect, reports unknown usage: all zeros. The one mapping every
-        provider entry point uses (backends, proxy, server metrics, LlamaIndex)."""
-        from ragcache.providers.table import provider as row
-
-        c = row(provider).read_usage(usage)
-        return cls.provider(input_tokens=c.input_tokens, cache_read=c.cache_read, cache_write=c.cache_write,
-                            completion_tokens=c.completion_tokens, cost_usd=cost_usd,
-                            uncached_cost_usd=uncached_cost_usd)
-
-    @classmethod
     def from_anthropic(cls, usage: Any, *, cost_usd: float | None = None,
                        uncached_cost_usd: float | None = None) -> CacheUsage:
-        """``from_provider("anthropic", usage, ...)``, kept for code written before the provider table: the
-        dialect is :func:`ragcache.providers.anthropic.provider.read_usage`."""
-        return cls.from_provider("anthropic", usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """Deprecated: the Anthropic row's ``usage_of`` (:func:`ragcache.providers.table.usage_of`
+        ``("anthropic", usage, ...)``). Kept, as a thin call into the provider table, for code written before
+        it; warns ``DeprecationWarning``."""
+        return _from_table("anthropic", "from_anthropic", usage, cost_usd, uncached_cost_usd)
 
     @classmethod
     def from_openai(cls, usage: Any, *, cost_usd: float | None = None,
                     uncached_cost_usd: float | None = None) -> CacheUsage:
-        """``from_provider("openai", usage, ...)``, kept for code written before the provider table: the
-        dialect (every OpenAI-compatible shape) is :func:`ragcache.providers.openai.provider.read_usage`."""
-        return cls.from_provider("openai", usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """Deprecated: the OpenAI-compatible row's ``usage_of`` (:func:`ragcache.providers.table.usage_of`
+        ``("openai", usage, ...)``). Kept, as a thin call into the provider table, for code written before
+        it; warns ``DeprecationWarning``."""
+        return _from_table("openai", "from_openai", usage, cost_usd, uncached_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
-def __getattr__(name: str) -> Any:
-    """``OPENAI_CACHE_READ`` / ``OPENAI_CACHE_WRITE``, kept here for code written before the provider
-    table: they live in :mod:`ragcache.providers.openai.provider` (read lazily: the table is above this record)."""
-    if name in ("OPENAI_CACHE_READ", "OPENAI_CACHE_WRITE"):
-        from ragcache.providers.openai.provider import OPENAI_CACHE_READ, OPENAI_CACHE_WRITE
+_TABLE = "ragcache.providers.table"
+_MOVED = {"OPENAI_CACHE_READ": "ragcache.providers.openai.provider",
+          "OPENAI_CACHE_WRITE": "ragcache.providers.openai.provider"}
+"""Where the names kept here for older code now live: the provider table and its OpenAI row. Loaded by name
+on first use, as the store tables load their classes (:func:`ragcache.store_kinds.load`): the table sits
+above this record (its rows map onto it), and this record imports nothing of ragcache."""
 
-        return OPENAI_CACHE_READ if name == "OPENAI_CACHE_READ" else OPENAI_CACHE_WRITE
+
+def __getattr__(name: str) -> Any:
+    """``OPENAI_CACHE_READ`` / ``OPENAI_CACHE_WRITE``, deprecated here: they live in
+    :mod:`ragcache.providers.openai.provider` (loaded on first use, warns ``DeprecationWarning``)."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(f"ragcache.backend.{name} is deprecated: import it from {_MOVED[name]}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _from_table(provider: str, old: str, usage: Any, cost_usd: float | None,
+                uncached_cost_usd: float | None) -> CacheUsage:
+    """The deprecated ``CacheUsage.from_*`` names: the provider table's reading
+    (:func:`ragcache.providers.table.usage_of`), with a ``DeprecationWarning``."""
+    import importlib
+    import warnings
+
+    warnings.warn(f"CacheUsage.{old}(usage) is deprecated: use ragcache.providers.table.usage_of({provider!r}, usage)",
+                  DeprecationWarning, stacklevel=3)
+    usage_of = importlib.import_module(_TABLE).usage_of
+    return usage_of(provider, usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
 
 def model_with_fields(model: str, fields: Mapping[str, Any] | None) -> str:

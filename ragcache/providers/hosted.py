@@ -3,7 +3,7 @@ no backend for, known through their LangChain models: how they spell the end of 
 they sample when no temperature is sent. Their usage is read from LangChain's own ``usage_metadata``
 (:func:`langchain_ragcache.usage.cache_usage`), so they declare no usage dialect.
 
-Imports nothing above :mod:`ragcache.providers.spec`. A provider with a backend of its own gets its own
+A provider with a backend of its own gets its own
 module (as :mod:`ragcache.providers.anthropic.provider`); one known only by its spellings may join this one.
 """
 

@@ -5,7 +5,7 @@ LangChain's ``ChatRagCache`` and LlamaIndex's ``RagCacheLLM``.
 Its usage is ragcache's own record (:meth:`ragcache.backend.CacheUsage.local`, built by the engine), so
 there is no native usage to read; it decodes greedily when no temperature is given; its prompt cache is
 the local prefix and chunk KV cache, told where the documents end by one marker after the last
-document. Imports nothing above :mod:`ragcache.providers.spec`.
+document.
 """
 
 from __future__ import annotations

@@ -4,18 +4,19 @@ A provider (Anthropic, any OpenAI-compatible server, ragcache's local engine, a 
 through LangChain) is one :class:`Provider` record, declared in its own module under
 :mod:`ragcache.providers` and listed once in :data:`ragcache.providers.table.PROVIDERS`. Everything
 that differs between providers is a column here, read by the core record
-(:meth:`ragcache.backend.CacheUsage.from_provider`), the servers and both integrations, so none of
-them branches on a provider's name:
+(:meth:`Provider.usage_of`), the backends, the servers and both integrations, so none of them branches
+on a provider's name:
 
 - ``usage``: its usage dialect, a function from the native usage object to :class:`UsageCounts`
   (``None``: the provider reports no usage ragcache can read);
-- ``finish_reasons``: its native end reasons in ragcache's words (:data:`FinishReason`);
+- ``finish_reasons``: its native end reasons in ragcache's words (:data:`ragcache.backend.FinishReason`);
 - ``unset_temperature``: what a request without a temperature means;
 - ``prompt_caching``: how its prompt cache is addressed (:data:`PromptCaching`);
 - how the frameworks name it: LangChain ``_llm_type`` values and class names, LlamaIndex classes.
 
-This module is the bottom of the table: it imports nothing from ragcache, so the core record can
-read the table without an import cycle.
+The rows sit above the core record (:mod:`ragcache.backend`): they map onto its words
+(:data:`~ragcache.backend.FinishReason`) and its record (:class:`~ragcache.backend.CacheUsage`), which
+knows no provider.
 """
 
 from __future__ import annotations
@@ -24,26 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal", "context_window",
-                       "incomplete", "error"]
-"""Why an answer ended, the same words for every backend (each provider row maps its native values
-onto them in :attr:`Provider.finish_reasons`; re-exported as :data:`ragcache.backend.FinishReason`):
-
-- ``stop``: a normal end (end of turn, a stop string / sequence);
-- ``length``: cut at the request's token budget (``max_new_tokens`` / ``max_tokens``);
-- ``content_filter``: the provider withheld or cut the content;
-- ``tool_calls``: the model asked for a tool instead of answering;
-- ``pause_turn``: the provider paused a long turn (Anthropic server tools), to be continued;
-- ``refusal``: the model refused (Anthropic ``refusal``);
-- ``context_window``: the prompt plus the answer reached the model's context window;
-- ``incomplete``: the response never said how it ended (a null finish reason, a stream cut
-  before its end event, an unknown native value);
-- ``error``: the backend failed part-way.
-
-Only ``stop`` (and ``length`` where an entry point's budget rule allows it) is ever stored as an
-answer (:func:`ragcache.answering.cacheable`)."""
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal",
-                                   "context_window", "incomplete", "error")
+from ragcache.backend import FINISH_REASONS, CacheUsage, FinishReason
 
 PromptCaching = Literal["breakpoints", "automatic-prefix", "local-kv", "none"]
 """How a provider's prompt cache is addressed:
@@ -88,7 +70,7 @@ class Provider:
             ``local``...), part of the semantic partition; the table's key.
         usage: the usage dialect (:data:`UsageDialect`), ``None`` when the provider reports no usage
             ragcache can read (then usage is unknown: all zeros).
-        finish_reasons: native end reason -> :data:`FinishReason` (exact spelling; readers that see
+        finish_reasons: native end reason -> :data:`~ragcache.backend.FinishReason` (exact spelling; readers that see
             several spellings lower-case them). A value not listed is ``incomplete``: never stored.
         finish_field: the response field holding the native end reason (``stop_reason``,
             ``finish_reason``, ``done_reason``), ``None`` when unknown.
@@ -100,7 +82,7 @@ class Provider:
         llama_index_classes: LlamaIndex LLM classes, ``"module:Class"``; subclasses match too.
 
     Raises:
-        ValueError: an empty name, a finish reason not in :data:`FINISH_REASONS`, a negative or
+        ValueError: an empty name, a finish reason not in :data:`ragcache.backend.FINISH_REASONS`, a negative or
             non-numeric ``unset_temperature``, an unknown ``prompt_caching``.
     """
 
@@ -136,6 +118,16 @@ class Provider:
         """The counts of a native usage object by this provider's dialect (no dialect: all zeros)."""
         return UsageCounts() if self.usage is None else self.usage(usage)
 
+    def usage_of(self, usage: Any, *, cost_usd: float | None = None,
+                 uncached_cost_usd: float | None = None) -> CacheUsage:
+        """A native usage object (SDK object, its dict, or ``None``) as ragcache's record, by this provider's
+        dialect (:meth:`~ragcache.backend.CacheUsage.provider`: cache writes count as computed); no dialect:
+        unknown usage, all zeros. Costs in USD, ``None`` when unpriced."""
+        c = self.read_usage(usage)
+        return CacheUsage.provider(input_tokens=c.input_tokens, cache_read=c.cache_read, cache_write=c.cache_write,
+                                   completion_tokens=c.completion_tokens, cost_usd=cost_usd,
+                                   uncached_cost_usd=uncached_cost_usd)
+
 
 def field_of(obj: Any, name: str) -> Any:
     """``obj[name]`` of a mapping, else ``obj.name``; ``None`` when absent (or ``obj`` is ``None``)."""
@@ -150,5 +142,5 @@ def count_of(obj: Any, name: str) -> int:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else 0
 
 
-__all__ = ["FINISH_REASONS", "FinishReason", "PromptCaching", "Provider", "UsageCounts", "UsageDialect", "count_of",
+__all__ = ["PromptCaching", "Provider", "UsageCounts", "UsageDialect", "count_of",
            "field_of"]

@@ -1,8 +1,8 @@
 """The provider table: one row (:class:`~ragcache.providers.spec.Provider`) per provider, and the lookups
 every reader uses instead of branching on a provider's name.
 
-The core record reads a provider's usage through it (:meth:`ragcache.backend.CacheUsage.from_provider`);
-the backends and servers read their own rows; LangChain looks a model up by its ``_llm_type`` or class
+A provider's usage becomes ragcache's record through its row (:func:`usage_of`,
+:meth:`~ragcache.providers.spec.Provider.usage_of`); the backends and servers read their own rows; LangChain looks a model up by its ``_llm_type`` or class
 (:func:`for_langchain`) and reads a native end reason with :func:`finish_spellings`; LlamaIndex looks an
 LLM up by its class (:func:`for_llama_index`). A provider the table does not know gets :data:`UNKNOWN`:
 no usage dialect (usage unknown), no finish reasons (every native value ``incomplete``: not stored),
@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ragcache.backend import CacheUsage, FinishReason
 from ragcache.providers.anthropic.provider import ANTHROPIC
 from ragcache.providers.hosted import HOSTED
 from ragcache.providers.local import LOCAL
 from ragcache.providers.openai.provider import OPENAI
-from ragcache.providers.spec import FinishReason, Provider
+from ragcache.providers.spec import Provider
 
 PROVIDERS: tuple[Provider, ...] = (ANTHROPIC, OPENAI, LOCAL, *HOSTED)
 """The rows ragcache ships, in lookup order (the first row naming a LangChain type or LlamaIndex class wins)."""
@@ -47,6 +48,14 @@ _spellings: Mapping[str, FinishReason] | None = None
 def provider(name: str | None) -> Provider:
     """The row named ``name`` (a backend's :attr:`~ragcache.backend.Backend.name`), else :data:`UNKNOWN`."""
     return _rows.get(name, UNKNOWN) if isinstance(name, str) else UNKNOWN
+
+
+def usage_of(name: str | None, usage: Any, *, cost_usd: float | None = None,
+             uncached_cost_usd: float | None = None) -> CacheUsage:
+    """A provider's native usage (SDK object, its dict, or ``None``) as :class:`~ragcache.backend.CacheUsage`,
+    by the usage dialect of the row named ``name`` (:meth:`~ragcache.providers.spec.Provider.usage_of`). A
+    provider the table does not know, or one without a dialect: unknown usage, all zeros."""
+    return provider(name).usage_of(usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
 
 def rows() -> tuple[Provider, ...]:
@@ -147,4 +156,4 @@ def _union(rows: Any) -> dict[str, FinishReason]:
 
 
 __all__ = ["BEST_EFFORT", "PROVIDERS", "UNKNOWN", "finish_spellings", "for_langchain", "for_llama_index", "provider",
-           "register", "rows", "unregister"]
+           "register", "rows", "unregister", "usage_of"]

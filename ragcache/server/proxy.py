@@ -436,7 +436,7 @@ class AnthropicProxy:
             await items.aclose()
             content, status = state["error"]
             return Response(content, status_code=status, media_type="application/json", headers=state["headers"])
-        layer = provider_layer(CacheUsage.from_provider(ANTHROPIC.name, parser.usage).cache_read)
+        layer = provider_layer(ANTHROPIC.usage_of(parser.usage).cache_read)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -461,7 +461,7 @@ class AnthropicProxy:
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
-        u = CacheUsage.from_provider(ANTHROPIC.name, usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        u = ANTHROPIC.usage_of(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
 

@@ -3,7 +3,7 @@ dialect, its ``stop_reason`` words, its default temperature and its ``cache_cont
 
 Read by the Anthropic backend, the caching proxy, the local server's metrics, the LangChain package
 (``ChatAnthropic``) and the LlamaIndex backend (``llama_index.llms.anthropic.Anthropic``), through the
-table. Imports nothing above :mod:`ragcache.providers.spec`.
+table.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragcache.providers.spec import FinishReason, Provider, UsageCounts, count_of
+from ragcache.backend import FinishReason
+from ragcache.providers.spec import Provider, UsageCounts, count_of
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",

@@ -207,18 +207,18 @@ class OpenAIBackend:
     def result(self, text: str, usage: Any, native_finish: str | None, ttft_s: float,
                response_model: str | None = None, refusal: str | None = None) -> BackendResult:
         """The pipeline record of a response: ``usage`` (SDK object or dict) read into
-        :class:`~ragcache.backend.CacheUsage` by the provider's usage dialect (:meth:`~ragcache.backend.CacheUsage.from_provider`; the
+        :class:`~ragcache.backend.CacheUsage` by the provider's usage dialect (:meth:`~ragcache.providers.spec.Provider.usage_of`; the
         cached tokens read, the written ones and the rest of the prompt computed); layer ``provider-cache`` when anything was read, else ``provider``;
         ``native_finish`` mapped by :func:`finish_reason` (and kept in ``details["finish_reason"]``); a
         ``refusal`` (the message's refusal text, structured outputs) makes it ``refusal``."""
-        u = CacheUsage.from_provider(OPENAI.name, usage)
+        u = OPENAI.usage_of(usage)
         if self.price is not None:
             p_in, p_cached, p_out = self.price[:3]
             p_write = self.price[3] if len(self.price) == 4 else p_in
             cost = ((u.computed - u.cache_write) * p_in + u.cache_write * p_write + u.cache_read * p_cached
                     + u.completion_tokens * p_out) / 1e6
             uncached = (u.prompt_tokens * p_in + u.completion_tokens * p_out) / 1e6
-            u = CacheUsage.from_provider(OPENAI.name, usage, cost_usd=cost, uncached_cost_usd=uncached)
+            u = OPENAI.usage_of(usage, cost_usd=cost, uncached_cost_usd=uncached)
         self.stats.add(u)
         details = {"model": response_model or self.model, "finish_reason": native_finish,
                    "usage_reported": usage is not None}

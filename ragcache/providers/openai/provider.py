@@ -4,7 +4,7 @@ their automatic prefix caching.
 
 Read by the OpenAI-compatible backend, the LangChain package (``ChatOpenAI`` and the hosted
 OpenAI-compatible APIs LangChain names) and, as the best-effort reading of an unknown LlamaIndex LLM,
-the LlamaIndex backend. Imports nothing above :mod:`ragcache.providers.spec`.
+the LlamaIndex backend.
 """
 
 from __future__ import annotations
@@ -12,13 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragcache.providers.spec import (
-    FinishReason,
-    Provider,
-    UsageCounts,
-    count_of,
-    field_of,
-)
+from ragcache.backend import FinishReason
+from ragcache.providers.spec import Provider, UsageCounts, count_of, field_of
 
 FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_calls",

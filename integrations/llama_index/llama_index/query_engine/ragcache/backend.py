@@ -22,7 +22,7 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from ragcache.backend import DEFAULT_TENANT, BackendResult, CacheUsage, provider_layer
+from ragcache.backend import DEFAULT_TENANT, BackendResult, provider_layer
 from ragcache.prompt.layout import PromptLayout
 from ragcache.providers.table import BEST_EFFORT, UNKNOWN, for_llama_index
 
@@ -169,7 +169,7 @@ class LlamaIndexBackend:
         field = row.finish_field or "finish_reason"
         native = _native(raw, field) or extra.get(field)
         finish = "stop" if native is None and self.provider is UNKNOWN else row.finish_reason(native)
-        u = CacheUsage.from_provider(row.name, usage)
+        u = row.usage_of(usage)
         model = str(getattr(self.llm, "model", None) or "") or None
         details = {k: v for k, v in (("model", model), ("stop_reason", native)) if isinstance(v, str)}
         return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish, details=details)
