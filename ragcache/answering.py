@@ -598,7 +598,7 @@ class _Pieces:
 
 
 def __getattr__(name: str) -> Any:
-    """``UNSET_TEMPERATURE``, kept for older code: :data:`ragcache.sampling.UNSET_TEMPERATURE` (read from the
+    """``UNSET_TEMPERATURE``, kept for older code: ``ragcache.sampling.UNSET_TEMPERATURE`` (read from the
     provider table on first use)."""
     if name == "UNSET_TEMPERATURE":
         from ragcache import sampling
