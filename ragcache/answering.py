@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from ragcache.backend import BackendResult, CacheUsage
 from ragcache.boundary import Boundary, boundary_for, check_deadline
 from ragcache.provenance import PROVENANCE_KEY, Answer, Provenance, SnapshotBook, hit_answer, may_serve
-from ragcache.sampling import UNSET_TEMPERATURE, Sampling, fresh_draw
+from ragcache.sampling import Sampling, fresh_draw
 
 if TYPE_CHECKING:
     from ragcache.request import CacheRequest
@@ -596,5 +596,16 @@ class _Pieces:
         return BackendResult("".join(self.parts), "provider", CacheUsage(), ttft, "incomplete")  # never stored
 
 
-__all__ = ["CACHE_TRUNCATED", "COLD_LOAD_TIMEOUT_S", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "UNSET_TEMPERATURE", "Answer", "AnswerPath", "BlendName",
+
+def __getattr__(name: str) -> Any:
+    """``UNSET_TEMPERATURE``, kept for older code: ``ragcache.sampling.UNSET_TEMPERATURE`` (read from the
+    provider table on first use)."""
+    if name == "UNSET_TEMPERATURE":
+        from ragcache import sampling
+
+        return sampling.UNSET_TEMPERATURE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["CACHE_TRUNCATED", "COLD_LOAD_TIMEOUT_S", "DEFAULT_LOOKUP_TIMEOUT_S", "PROVENANCE_KEY", "Answer", "AnswerPath", "BlendName",
            "Provenance", "Sampling", "cacheable", "hit_answer"]

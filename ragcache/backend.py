@@ -4,7 +4,9 @@ A backend (the local engine, Anthropic, an OpenAI-compatible server) answers a
 :class:`~ragcache.prompt.layout.PromptLayout` with a :class:`BackendResult`; its token accounting is a
 :class:`CacheUsage`. The pipeline builds an :class:`~ragcache.pipeline.Answer` on them, and the
 LangChain / LlamaIndex adapters only map :class:`CacheUsage` onto their own usage types. Nothing
-here imports the rest of ragcache.
+here imports the rest of ragcache and nothing here knows a provider: each provider's row in the provider
+table (:mod:`ragcache.providers.table`) reads its native usage into :meth:`CacheUsage.provider` (the two
+``from_anthropic`` / ``from_openai`` kept for older code call the table).
 
 Accounting rule (the same for every backend): every prompt token is exactly one of *reused*
 (its KV, or the provider's cache, was read and kept), *recomputed* (it had cached KV but was
@@ -29,9 +31,8 @@ prompt from its cache) or ``provider``."""
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal", "context_window",
                        "incomplete", "error"]
-"""Why an answer ended, the same words for every backend (each provider adapter maps its native
-value in one table: :data:`ragcache.providers.openai.backend.FINISH_REASONS`,
-:data:`ragcache.providers.anthropic.usage.FINISH_REASONS`):
+"""Why an answer ended, the same words for every backend (each provider's row in the provider
+table maps its native values onto them: :attr:`ragcache.providers.spec.Provider.finish_reasons`):
 
 - ``stop``: a normal end (end of turn, a stop string / sequence);
 - ``length``: cut at the request's token budget (``max_new_tokens`` / ``max_tokens``);
@@ -48,6 +49,7 @@ Only ``stop`` (and ``length`` where an entry point's budget rule allows it) is e
 answer (:func:`ragcache.answering.cacheable`)."""
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "content_filter", "tool_calls", "pause_turn", "refusal",
                                    "context_window", "incomplete", "error")
+LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 LAYERS: tuple[str, ...] = ("semantic", "prefix", "chunk", "prefix+chunk", "model", "provider-cache", "provider")
 
 
@@ -122,78 +124,55 @@ class CacheUsage:
     @classmethod
     def from_anthropic(cls, usage: Any, *, cost_usd: float | None = None,
                        uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of an Anthropic Messages response: ``usage`` is the SDK's ``Usage`` object or its
-        dict (``input_tokens`` uncached, ``cache_read_input_tokens``, ``cache_creation_input_tokens``,
-        ``output_tokens``; missing or ``None`` fields count 0, a missing ``usage`` is all zeros).
-        The one mapping every Anthropic entry point uses (backend, proxy, server metrics, LlamaIndex)."""
-        return cls.provider(input_tokens=_count(usage, "input_tokens"),
-                            cache_read=_count(usage, "cache_read_input_tokens"),
-                            cache_write=_count(usage, "cache_creation_input_tokens"),
-                            completion_tokens=_count(usage, "output_tokens"),
-                            cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """Deprecated: the Anthropic row's ``usage_of`` (:func:`ragcache.providers.table.usage_of`
+        ``("anthropic", usage, ...)``). Kept, as a thin call into the provider table, for code written before
+        it; warns ``DeprecationWarning``."""
+        return _from_table("anthropic", "from_anthropic", usage, cost_usd, uncached_cost_usd)
 
     @classmethod
     def from_openai(cls, usage: Any, *, cost_usd: float | None = None,
                     uncached_cost_usd: float | None = None) -> CacheUsage:
-        """Usage of an OpenAI-compatible response, in every documented dialect (:data:`OPENAI_CACHE_READ`,
-        :data:`OPENAI_CACHE_WRITE`); SDK object or dict, the non-streamed ``usage`` or a stream's
-        usage chunk alike. The one mapping every OpenAI-compatible entry point uses.
-
-        Prompt size: ``prompt_tokens`` (Chat Completions), else ``input_tokens`` (Responses API),
-        else DeepSeek's ``prompt_cache_hit_tokens + prompt_cache_miss_tokens``. Each dialect's prompt
-        count includes the cached and the written tokens. One count reported in two shapes (DeepSeek
-        sends ``prompt_cache_hit_tokens`` and ``prompt_tokens_details.cached_tokens``; OpenRouter may
-        send ``cache_write_tokens`` at the top and in ``prompt_tokens_details``) is read once: the
-        largest of its shapes, never their sum. A read or write above the prompt (a server that
-        reports nonsense) is clipped to it (reads first)."""
-        details = [d for d in (_field(usage, "prompt_tokens_details"), _field(usage, "input_tokens_details"))
-                   if d is not None]
-        hit_miss = _count(usage, "prompt_cache_hit_tokens") + _count(usage, "prompt_cache_miss_tokens")
-        prompt = _count(usage, "prompt_tokens") or _count(usage, "input_tokens") or hit_miss
-        cached = min(_largest(usage, details, OPENAI_CACHE_READ), prompt)
-        written = min(_largest(usage, details, OPENAI_CACHE_WRITE), prompt - cached)
-        completion = _count(usage, "completion_tokens") or _count(usage, "output_tokens")
-        return cls.provider(input_tokens=prompt - cached - written, cache_read=cached, cache_write=written,
-                            completion_tokens=completion, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
+        """Deprecated: the OpenAI-compatible row's ``usage_of`` (:func:`ragcache.providers.table.usage_of`
+        ``("openai", usage, ...)``). Kept, as a thin call into the provider table, for code written before
+        it; warns ``DeprecationWarning``."""
+        return _from_table("openai", "from_openai", usage, cost_usd, uncached_cost_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
-OPENAI_CACHE_READ: tuple[tuple[str, str], ...] = (
-    ("details", "cached_tokens"),           # OpenAI, vLLM, SGLang, Groq, OpenRouter, DeepSeek (both shapes)
-    ("usage", "prompt_cache_hit_tokens"),   # DeepSeek (prompt_cache_miss_tokens: the rest of the prompt)
-    ("usage", "cached_tokens"),             # Kimi / Moonshot: at the top of usage
-    ("usage", "cache_read_input_tokens"),   # LiteLLM's Anthropic-style fields
-)
-"""Where OpenAI-compatible providers report prompt tokens read from their cache: ``(where, field)``,
-``details`` being ``usage.prompt_tokens_details`` (or the Responses API's ``input_tokens_details``).
-Read by :meth:`CacheUsage.from_openai`; a count reported in several shapes is read once."""
-
-OPENAI_CACHE_WRITE: tuple[tuple[str, str], ...] = (
-    ("details", "cache_write_tokens"),        # OpenRouter
-    ("usage", "cache_write_tokens"),          # OpenRouter, at the top of usage
-    ("usage", "cache_creation_input_tokens"),  # LiteLLM's Anthropic-style fields
-)
-"""Where OpenAI-compatible providers report prompt tokens written to their cache (read as
-:attr:`CacheUsage.cache_write`); the same rule as :data:`OPENAI_CACHE_READ`."""
+_TABLE = "ragcache.providers.table"
+_MOVED = {"OPENAI_CACHE_READ": "ragcache.providers.openai.provider",
+          "OPENAI_CACHE_WRITE": "ragcache.providers.openai.provider"}
+"""Where the names kept here for older code now live: the provider table and its OpenAI row. Loaded by name
+on first use, as the store tables load their classes (:func:`ragcache.store_kinds.load`): the table sits
+above this record (its rows map onto it), and this record imports nothing of ragcache."""
 
 
-def _largest(usage: Any, details: list[Any], fields: tuple[tuple[str, str], ...]) -> int:
-    """The largest count among ``fields`` (two shapes of one count are never added)."""
-    return max([_count(usage, f) for w, f in fields if w == "usage"]
-               + [_count(d, f) for w, f in fields if w == "details" for d in details], default=0)
+def __getattr__(name: str) -> Any:
+    """``OPENAI_CACHE_READ`` / ``OPENAI_CACHE_WRITE``, deprecated here: they live in
+    :mod:`ragcache.providers.openai.provider` (loaded on first use, warns ``DeprecationWarning``)."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(f"ragcache.backend.{name} is deprecated: import it from {_MOVED[name]}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+def _from_table(provider: str, old: str, usage: Any, cost_usd: float | None,
+                uncached_cost_usd: float | None) -> CacheUsage:
+    """The deprecated ``CacheUsage.from_*`` names: the provider table's reading
+    (:func:`ragcache.providers.table.usage_of`), with a ``DeprecationWarning``."""
+    import importlib
+    import warnings
 
-
-def _count(obj: Any, name: str) -> int:
-    v = _field(obj, name)
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else 0
+    warnings.warn(f"CacheUsage.{old}(usage) is deprecated: use ragcache.providers.table.usage_of({provider!r}, usage)",
+                  DeprecationWarning, stacklevel=3)
+    usage_of = importlib.import_module(_TABLE).usage_of
+    return usage_of(provider, usage, cost_usd=cost_usd, uncached_cost_usd=uncached_cost_usd)
 
 
 def model_with_fields(model: str, fields: Mapping[str, Any] | None) -> str:
@@ -263,7 +242,7 @@ class BackendResult:
             raise ValueError(f"unknown layer {self.layer!r}; one of {', '.join(LAYERS)}")
         if self.finish_reason not in FINISH_REASONS:
             raise ValueError(f"unknown finish_reason {self.finish_reason!r}; one of {', '.join(FINISH_REASONS)} "
-                             "(map the provider's native value with its adapter's FINISH_REASONS table)")
+                             "(map the provider's native value with its row's finish_reasons, ragcache.providers.table)")
 
 
 DEFAULT_TENANT = "default"
@@ -309,6 +288,5 @@ class AsyncBackend(Protocol):
                         tenant: str | None = None) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "OPENAI_CACHE_READ",
-           "OPENAI_CACHE_WRITE", "model_with_fields",
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
            "provider_layer"]

@@ -11,12 +11,21 @@ temperature-0 requests cached as usual.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-UNSET_TEMPERATURE = {"anthropic": 1.0, "openai": 1.0, "local": 0.0}
-"""What a request without a temperature means, per backend: the Anthropic Messages API and OpenAI-compatible
-APIs sample at 1.0 (their documented default); ragcache's local engine, ``ChatRagCache``, ``RagCacheLLM``
-and ``RagCache`` decode greedily (0.0). A LangChain model whose temperature is unset samples when its
-provider's API does (``langchain_ragcache._keys.SAMPLING_BY_DEFAULT``)."""
+
+def __getattr__(name: str) -> Any:
+    """``UNSET_TEMPERATURE``, kept for code written before the provider table: ``{backend name: what a
+    request without a temperature means}`` read from the table's rows
+    (:attr:`ragcache.providers.spec.Provider.unset_temperature`; read-only). The Anthropic Messages API and
+    OpenAI-compatible APIs sample at 1.0 (their documented default); ragcache's local engine,
+    ``ChatRagCache``, ``RagCacheLLM`` and ``RagCache`` decode greedily (0.0)."""
+    if name == "UNSET_TEMPERATURE":
+        from ragcache.providers.table import rows
+
+        return MappingProxyType({p.name: p.unset_temperature for p in rows()})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +36,8 @@ class Sampling:
         temperature: the request's temperature, ``None`` when unset (then ``unset_temperature``).
         seed: the sampling seed (``None``: none); a seeded draw repeats, so it may be replayed.
         n: how many choices the request asks for (OpenAI / LangChain ``n``); > 1 is never one stored sample.
-        unset_temperature: what an unset temperature means for the backend (:data:`UNSET_TEMPERATURE`).
+        unset_temperature: what an unset temperature means for the backend (its provider row's
+            :attr:`~ragcache.providers.spec.Provider.unset_temperature`).
 
     Raises:
         ValueError: a negative or NaN temperature, ``n`` < 1.
@@ -78,4 +88,4 @@ def fresh_draw(sampling: Sampling | None, *, cache_sampled: bool = False) -> str
     return None
 
 
-__all__ = ["UNSET_TEMPERATURE", "Sampling", "fresh_draw"]
+__all__ = ["Sampling", "fresh_draw"]

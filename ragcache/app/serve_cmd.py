@@ -55,9 +55,10 @@ class UsageMetrics:
         await self.app(scope, receive, wrapped)
 
     def _record(self, usage: dict, ttft_s: float) -> None:
-        from ragcache.backend import CacheUsage, provider_layer
+        from ragcache.backend import provider_layer
+        from ragcache.providers.anthropic.provider import ANTHROPIC
 
-        u = CacheUsage.from_anthropic(usage)
+        u = ANTHROPIC.usage_of(usage)
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
 
 

@@ -65,12 +65,13 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("the proxy needs the 'anthropic' extra: pip install 'ragcache[anthropic]'") from e
 
-from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, UNSET_TEMPERATURE, Answer, AnswerPath, Sampling
+from ragcache.answering import DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.backend import BackendResult, CacheUsage, provider_layer
 from ragcache.request import CacheRequest, KeyedPrompt, key_messages
 from ragcache.providers.anthropic.backend import AnthropicCaching
 from ragcache.providers.anthropic.pricing import PRICES
-from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
+from ragcache.providers.anthropic.provider import ANTHROPIC
+from ragcache.providers.anthropic.provider import FINISH_REASONS as ANTHROPIC_FINISH
 from ragcache.providers.anthropic.usage import MessageRead, read_message
 from ragcache.metrics import CacheMetrics
 from ragcache.semantic.partition import shaping_fields
@@ -162,7 +163,7 @@ def request_sampling(body: Mapping[str, Any]) -> Sampling | None:
     t = body.get("temperature")
     if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0):
         return None
-    return Sampling(None if t is None else float(t), None, 1, unset_temperature=UNSET_TEMPERATURE["anthropic"])
+    return Sampling(None if t is None else float(t), None, 1, unset_temperature=ANTHROPIC.unset_temperature)
 
 
 def _refused(e: Exception) -> JSONResponse:
@@ -435,7 +436,7 @@ class AnthropicProxy:
             await items.aclose()
             content, status = state["error"]
             return Response(content, status_code=status, media_type="application/json", headers=state["headers"])
-        layer = provider_layer(CacheUsage.from_anthropic(parser.usage).cache_read)
+        layer = provider_layer(ANTHROPIC.usage_of(parser.usage).cache_read)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -460,7 +461,7 @@ class AnthropicProxy:
 
     def _account(self, caching: AnthropicCaching, req: Any, usage: Mapping[str, Any], ttft_s: float) -> CacheUsage:
         rec = caching.record(req, dict(usage))
-        u = CacheUsage.from_anthropic(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
+        u = ANTHROPIC.usage_of(usage, cost_usd=rec.cost_usd, uncached_cost_usd=rec.uncached_cost_usd)
         self.metrics.request(provider_layer(u.cache_read), u, ttft_s)
         return u
 

@@ -54,6 +54,7 @@ from contract_entries import (  # noqa: E402
 )
 from ragcache.answering import Answer  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
+from ragcache.providers.table import usage_of  # noqa: E402
 from ragcache.provenance import Provenance  # noqa: E402
 from ragcache.semantic import SemanticCache  # noqa: E402
 from ragcache.testing import HashingEmbedder  # noqa: E402
@@ -176,7 +177,7 @@ class ProxyEntry:
                 layer = s.response.headers["x-ragcache-layer"]
                 "".join(s.text_stream)
                 msg = s.get_final_message()
-        usage = CacheUsage.from_anthropic(msg.usage)
+        usage = usage_of("anthropic", msg.usage)
         return Answer(question, "".join(b.text for b in msg.content if b.type == "text"), layer, usage,
                       provenance=Provenance.from_metadata({"layer": layer,
                                                            "finish_reason": finish_reason(msg.stop_reason)}))

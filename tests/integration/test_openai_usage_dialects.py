@@ -2,7 +2,7 @@
 ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens`` /
 ``prompt_cache_miss_tokens``, Kimi's top-level ``cached_tokens``, OpenRouter's ``cache_write_tokens``
 (top level and in ``prompt_tokens_details``), read once by the one mapping
-(:meth:`ragcache.backend.CacheUsage.from_openai`), streamed and not, through the real ``openai`` SDK
+(the OpenAI-compatible row's usage dialect, :func:`ragcache.providers.openai.provider.read_usage`), streamed and not, through the real ``openai`` SDK
 against a local server that answers in each provider's usage shape (the providers cannot run here)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from starlette.routing import Route  # noqa: E402
 
 from ragcache import PromptLayout  # noqa: E402
 from ragcache.backend import CacheUsage  # noqa: E402
+from ragcache.providers.table import usage_of  # noqa: E402
 from ragcache.providers.openai import OpenAIBackend  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 
@@ -110,12 +111,12 @@ async def test_every_dialect_is_read_once_async(base_url):
 
 
 def test_the_mapping_reads_dicts_and_clips_nonsense():
-    assert CacheUsage.from_openai({"prompt_cache_hit_tokens": 30, "prompt_cache_miss_tokens": 70}).prompt_tokens == 100
-    u = CacheUsage.from_openai({"prompt_tokens": 100, "cached_tokens": 80, "cache_write_tokens": 90})
+    assert usage_of("openai", {"prompt_cache_hit_tokens": 30, "prompt_cache_miss_tokens": 70}).prompt_tokens == 100
+    u = usage_of("openai", {"prompt_tokens": 100, "cached_tokens": 80, "cache_write_tokens": 90})
     assert (u.cache_read, u.cache_write, u.computed) == (80, 20, 20)  # reads first, writes clipped to the rest
-    u = CacheUsage.from_openai({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 3})
+    u = usage_of("openai", {"input_tokens": 50, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 3})
     assert (u.cache_read, u.prompt_tokens, u.completion_tokens) == (40, 50, 3)  # the Responses API
-    assert CacheUsage.from_openai(None) == CacheUsage()
+    assert usage_of("openai", None) == CacheUsage()
 
 
 def test_a_bad_price_is_refused():

@@ -8,6 +8,7 @@ anthropic = pytest.importorskip("anthropic")
 openai = pytest.importorskip("openai")
 
 from ragcache.backend import CacheUsage, provider_layer  # noqa: E402
+from ragcache.providers.table import usage_of  # noqa: E402
 from ragcache.engine.engine import LocalEngine  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 
@@ -143,7 +144,7 @@ class Obj:
     (None, (0, 0, 0, "provider")),
 ])
 def test_from_anthropic(usage, expect):
-    u = CacheUsage.from_anthropic(usage)
+    u = usage_of("anthropic", usage)
     assert (u.prompt_tokens, u.cache_read, u.cache_write, provider_layer(u.cache_read)) == expect
     assert u.reused + u.computed == u.prompt_tokens
 
@@ -158,7 +159,7 @@ def test_from_anthropic(usage, expect):
     (None, (0, 0, 0, "provider")),
 ])
 def test_from_openai(usage, expect):
-    u = CacheUsage.from_openai(usage)
+    u = usage_of("openai", usage)
     assert (u.prompt_tokens, u.cache_read, u.computed, provider_layer(u.cache_read)) == expect
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 
 from ragcache.backend import DEFAULT_TENANT
+from ragcache.providers.table import for_langchain, rows
 from ragcache.request import (
     EXACT_QUESTION,
     MAX_QUESTION_CHARS,
@@ -171,7 +172,7 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
         d = dict(pairs) if isinstance(pairs, list) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         d = None
-    if not d or d.get("_type") != "ragcache-local" or not d.get("model_fingerprint"):
+    if not d or for_langchain(llm_type=d.get("_type")).prompt_caching != "local-kv" or not d.get("model_fingerprint"):
         return "langchain", {"llm_string": llm_string}, []
     params: dict[str, Any] = {"temperature": float(d.get("temperature", 0.0)), "max_tokens": int(d["max_tokens"])}
     for k in sorted(d):
@@ -203,12 +204,10 @@ def llm_params(llm_string: str) -> dict[str, Any]:
     return {**(kwargs if isinstance(kwargs, dict) else {}), **{k: v for k, v in params.items() if v is not None}}
 
 
-SAMPLING_BY_DEFAULT = frozenset({
-    "openai-chat", "azure-openai-chat", "anthropic-chat", "chat-ollama", "ollama-chat", "mistralai-chat",
-    "groq-chat", "chat-google-generative-ai", "fireworks-chat", "together-chat", "deepseek-chat", "xai-chat",
-    "chat-bedrock-converse", "amazon_bedrock_converse_chat", "openai", "anthropic-llm"})
-"""LangChain ``_type``s of models whose API samples when the temperature is unset (OpenAI and Anthropic at
-1.0, Ollama at 0.8, ...): an unset temperature on them is a sampled request."""
+SAMPLING_BY_DEFAULT = frozenset(t for p in rows() for t in p.langchain_types if p.unset_temperature > 0)
+"""LangChain ``_type``s of models whose API samples when the temperature is unset, kept for code written
+before the provider table: read from its rows (:attr:`ragcache.providers.spec.Provider.langchain_types`
+of the rows whose ``unset_temperature`` is above 0) when this module was imported."""
 
 
 def sampling_of(llm_string: str) -> Sampling:
@@ -216,19 +215,20 @@ def sampling_of(llm_string: str) -> Sampling:
 
     An unset temperature means the model's default: greedy for :class:`~langchain_ragcache.ChatRagCache`
     (0) and for models ragcache does not know (fakes, custom models that report no temperature), and
-    sampling (1.0) for the provider models in :data:`SAMPLING_BY_DEFAULT`. A temperature that cannot
+    sampling for the provider models the provider table names (the row of the ``_type``,
+    :func:`ragcache.providers.table.for_langchain`: its ``unset_temperature``). A temperature that cannot
     be read counts as sampling."""
-    from ragcache.answering import UNSET_TEMPERATURE, Sampling
+    from ragcache.answering import Sampling
 
     p = llm_params(llm_string)
-    local = p.get("_type") not in SAMPLING_BY_DEFAULT
+    t_type = p.get("_type")
+    unset = for_langchain(llm_type=t_type if isinstance(t_type, str) else None).unset_temperature
     t, seed, n = p.get("temperature"), p.get("seed"), p.get("n", 1)
     if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0):
         t = 1.0
     n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
     seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
-    return Sampling(None if t is None else float(t), seed, n,
-                    unset_temperature=UNSET_TEMPERATURE["local" if local else "openai"])
+    return Sampling(None if t is None else float(t), seed, n, unset_temperature=unset)
 
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 try:
     from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
@@ -47,6 +47,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity, sampling_of
 from langchain_ragcache.cache import RagCacheSemanticCache
+from langchain_ragcache.providers import takes_breakpoints
 from langchain_ragcache.results import answer_message, message_result
 from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, own_record, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
@@ -228,8 +229,9 @@ def _tool_schema(tool: BaseTool | Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ============================================================================== layout + breakpoints
-def _is_anthropic(model: Any) -> bool:
-    return getattr(model, "_llm_type", "") == "anthropic-chat" or type(model).__name__ == "ChatAnthropic"
+Breakpoints = Literal["anthropic", "off"]
+"""The middleware's ``breakpoints`` option: place ``cache_control`` breakpoints for a model whose provider
+caches by them (:func:`langchain_ragcache.providers.takes_breakpoints`), or place none."""
 
 
 def _strip_markers(content: Any) -> Any:
@@ -322,9 +324,9 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
     """
 
     def __init__(self, *, ttl: Literal["5m", "1h"] = "5m", lint: Literal["move", "off"] = "move",
-                 canonical_documents: bool = True, breakpoints: Literal["anthropic", "off"] = "anthropic") -> None:
+                 canonical_documents: bool = True, breakpoints: Breakpoints = "anthropic") -> None:
         super().__init__()
-        if ttl not in ("5m", "1h") or lint not in ("move", "off") or breakpoints not in ("anthropic", "off"):
+        if ttl not in ("5m", "1h") or lint not in ("move", "off") or breakpoints not in get_args(Breakpoints):
             raise ValueError("ttl must be '5m' or '1h', lint 'move' or 'off', breakpoints 'anthropic' or 'off'")
         self.ttl, self.lint, self.canonical, self.breakpoints = ttl, lint, canonical_documents, breakpoints
 
@@ -337,7 +339,7 @@ class RagPromptLayoutMiddleware(AgentMiddleware):
             stable, volatile, _ = move_volatile(system.content)
             if volatile:
                 system = SystemMessage(content=stable)
-        anthropic = self.breakpoints == "anthropic" and _is_anthropic(request.model)
+        anthropic = self.breakpoints != "off" and takes_breakpoints(request.model)
         placed: list[str] = []
         tools = list(request.tools)
         settings = dict(request.model_settings)

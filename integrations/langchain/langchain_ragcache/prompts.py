@@ -33,8 +33,11 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict, Field
 
 from langchain_ragcache._keys import METADATA_KEY
+from langchain_ragcache.providers import takes_breakpoints
 from ragcache.prompt.layout import PromptLayout, Segment, as_document
 from ragcache.providers.anthropic.breakpoints import CachedRequest, layout_request
+from ragcache.providers.table import for_langchain
+from ragcache.providers.table import provider as provider_row
 
 Provider = Literal["plain", "anthropic"]
 
@@ -140,8 +143,8 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
     @classmethod
     def for_model(cls, model: Any, **kwargs: Any) -> RagPrompt:
         """A RagPrompt for ``model``: Anthropic breakpoints for ``ChatAnthropic``, plain blocks otherwise."""
-        if getattr(model, "_llm_type", "") == "anthropic-chat" or type(model).__name__ == "ChatAnthropic":
-            kwargs.setdefault("provider", "anthropic")
+        if takes_breakpoints(model):
+            kwargs.setdefault("provider", for_langchain(model).name)
             kwargs.setdefault("anthropic_model", getattr(model, "model", None) or "claude-sonnet-4-6")
         return cls(**kwargs)
 
@@ -186,7 +189,7 @@ class RagPrompt(RunnableSerializable[dict, ChatPromptValue]):
         msgs = layout.to_messages()
         final = msgs[-1]["content"]
         kinds = _block_kinds(layout, final)
-        if self.provider == "anthropic":
+        if provider_row(self.provider).prompt_caching == "breakpoints":
             req = self.anthropic_request(layout)
             out: list[BaseMessage] = []
             if "system" in req.kwargs:

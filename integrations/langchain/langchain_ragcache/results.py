@@ -19,22 +19,15 @@ from langchain_core.messages import AIMessage
 
 from ragcache.answering import Answer, Provenance
 from ragcache.backend import LAYERS, BackendResult, CacheUsage, FinishReason, provider_layer
-from ragcache.providers.anthropic.usage import FINISH_REASONS as ANTHROPIC_FINISH
-from ragcache.providers.openai.backend import FINISH_REASONS as OPENAI_FINISH
+from ragcache.providers.table import finish_spellings
 
 from langchain_ragcache.usage import HIT_USAGE, cache_usage, own_record, usage_metadata
 
-FINISH_REASONS: Mapping[str, FinishReason] = {
-    **OPENAI_FINISH, **ANTHROPIC_FINISH,
-    # Google (finish_reason upper case), Ollama (done_reason), Cohere, Bedrock / Mistral spellings
-    "max_output_tokens": "length", "safety": "content_filter", "recitation": "content_filter",
-    "blocklist": "content_filter", "prohibited_content": "content_filter", "spii": "content_filter",
-    "guardrail_intervened": "content_filter", "complete": "stop", "eos_token": "stop", "model_length": "length",
-    "tool_call": "tool_calls", "error": "error",
-}
-"""A LangChain provider's native end reason (lower-cased) -> :data:`ragcache.backend.FinishReason`:
-OpenAI's and Anthropic's tables (:mod:`ragcache.providers`) and the other spellings LangChain chat
-models report. Anything not listed is ``incomplete`` (never stored)."""
+FINISH_REASONS: Mapping[str, FinishReason] = finish_spellings()
+"""A LangChain provider's native end reason (lower-cased) -> :data:`ragcache.backend.FinishReason`: every
+row of the provider table (:func:`ragcache.providers.table.finish_spellings`: OpenAI's, Anthropic's and the
+hosted APIs' spellings LangChain chat models report), as it stood when this package was imported
+(:func:`finish_reason_of` reads the live table). Anything not listed is ``incomplete`` (never stored)."""
 
 NATIVE_KEYS = ("finish_reason", "stop_reason", "done_reason")
 """Where LangChain chat models report why an answer ended (``response_metadata`` or
@@ -71,7 +64,8 @@ def finish_reason_of(generation: Any, *, chat: bool | None = None) -> FinishReas
     """Why a LangChain answer ended, in ragcache's words.
 
     - a message with tool calls (or unreadable ones) is ``tool_calls``, whatever it reports;
-    - a reported end reason is mapped by :data:`FINISH_REASONS` (unknown: ``incomplete``);
+    - a reported end reason is mapped by the provider table's spellings (:data:`FINISH_REASONS`; unknown:
+      ``incomplete``);
     - a reported null, and a chat message that reports none at all (a stream cut before its last
       chunk: LangChain providers report the reason on the last chunk) are ``incomplete``;
     - a plain completion ``Generation`` with no reason (LangChain's generic cache API: a completion
@@ -82,7 +76,7 @@ def finish_reason_of(generation: Any, *, chat: bool | None = None) -> FinishReas
         return "tool_calls"
     reported, native = native_finish(generation)
     if native is not None:
-        return FINISH_REASONS.get(native.lower(), "incomplete")
+        return finish_spellings().get(native.lower(), "incomplete")
     is_chat = isinstance(msg, AIMessage) if chat is None else chat
     return "incomplete" if reported or is_chat else "stop"
 

@@ -29,6 +29,7 @@ from ragcache.providers.anthropic.breakpoints import (TTL, CachedRequest, Placem
                                                      layout_request)
 from ragcache.providers.anthropic.ledger import WriteLedger
 from ragcache.providers.anthropic.pricing import ModelPrice
+from ragcache.providers.anthropic.provider import ANTHROPIC
 from ragcache.providers.anthropic.usage import CacheMonitor, CacheStats, UsageRecord, read_message
 
 
@@ -166,7 +167,7 @@ class AnthropicBackend:
             min_tokens, token_counter, prices, clock, warn).
     """
 
-    name = "anthropic"
+    name = ANTHROPIC.name
 
     def __init__(self, client: Any = None, model: str = "claude-sonnet-4-6", *, async_client: Any = None,
                  stream: bool = True, extra: Mapping[str, Any] | None = None, **caching: Any) -> None:

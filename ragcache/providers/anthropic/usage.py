@@ -25,24 +25,17 @@ from ragcache.counters import Counters
 from ragcache.providers.anthropic.blocks import LOOKBACK_BLOCKS, TTL_SECONDS, thinking_setting
 from ragcache.providers.anthropic.blocks import PromptCacheWarning as PromptCacheWarning  # re-exported
 from ragcache.providers.anthropic.breakpoints import CachedRequest
+from ragcache.providers.anthropic.provider import ANTHROPIC, FINISH_REASONS  # noqa: F401 - FINISH_REASONS re-exported
 from ragcache.providers.anthropic.pricing import ModelPrice, price_for, request_cost
 
 if TYPE_CHECKING:
     from ragcache.providers.anthropic.ledger import WriteLedger
 
 
-FINISH_REASONS: Mapping[str, FinishReason] = {
-    "end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
-    "pause_turn": "pause_turn", "refusal": "refusal", "model_context_window_exceeded": "context_window",
-}
-"""Anthropic Messages ``stop_reason`` -> :data:`ragcache.backend.FinishReason`: the one mapping of
-this adapter (the backend, the proxy and the local server's metrics read it). A null stop reason
-(a stream cut before its ``message_delta``) and any value not listed are ``incomplete``."""
-
-
 def finish_reason(stop_reason: Any) -> FinishReason:
-    """:data:`FINISH_REASONS` of an Anthropic ``stop_reason`` (``None`` or unknown: ``incomplete``)."""
-    return FINISH_REASONS.get(stop_reason, "incomplete") if isinstance(stop_reason, str) else "incomplete"
+    """An Anthropic ``stop_reason`` in ragcache's words, by the provider's row
+    (:data:`ragcache.providers.anthropic.provider.FINISH_REASONS`; ``None`` or unknown: ``incomplete``)."""
+    return ANTHROPIC.finish_reason(stop_reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +99,11 @@ class UsageRecord:
 
     @classmethod
     def from_usage(cls, usage: Any, price: ModelPrice) -> UsageRecord:
-        """From an SDK ``Usage`` object or its dict form. The token fields are read by
-        :meth:`ragcache.backend.CacheUsage.from_anthropic` (the one mapping); only the TTL split of
-        the cache write (``cache_creation``) is read here."""
-        u = CacheUsage.from_anthropic(usage)
-        inp, write, read, out = u.computed - u.cache_write, u.cache_write, u.cache_read, u.completion_tokens
+        """From an SDK ``Usage`` object or its dict form. The token fields are read by the provider's
+        usage dialect (:func:`ragcache.providers.anthropic.provider.read_usage`, the one mapping); only
+        the TTL split of the cache write (``cache_creation``) is read here."""
+        c = ANTHROPIC.read_usage(usage)
+        inp, write, read, out = c.input_tokens, c.cache_write, c.cache_read, c.completion_tokens
         split = _get(usage, "cache_creation", None)
         w1 = int(_get(split, "ephemeral_1h_input_tokens")) if split is not None else 0
         w5 = int(_get(split, "ephemeral_5m_input_tokens")) if split is not None else write

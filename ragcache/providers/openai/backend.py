@@ -13,7 +13,7 @@ OpenAI-style servers cache prompt prefixes automatically (no markers): what pays
 same bytes first. :func:`layout_messages` sends the system text, then the history (append-only),
 then one user message whose content parts are the documents (canonical order, the same bytes
 every time) and last the volatile text with the question. The cached tokens are read back by the
-one mapping, :meth:`CacheUsage.from_openai <ragcache.backend.CacheUsage.from_openai>`, in every
+one mapping, the provider's usage dialect (:func:`ragcache.providers.openai.provider.read_usage`), in every
 documented dialect (OpenAI's ``prompt_tokens_details.cached_tokens``, DeepSeek's
 ``prompt_cache_hit_tokens``, Kimi's top-level ``cached_tokens``, OpenRouter's ``cache_write_tokens``),
 streamed or not; the layer is ``provider-cache`` when any were read, else ``provider``. The
@@ -31,19 +31,12 @@ from typing import Any
 from ragcache.backend import BackendResult, CacheUsage, FinishReason, model_with_fields, provider_layer
 from ragcache.counters import Counters
 from ragcache.prompt.layout import PromptLayout
-
-FINISH_REASONS: Mapping[str, FinishReason] = {
-    "stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_calls",
-    "function_call": "tool_calls",  # the pre-tools name of a tool call
-}
-"""OpenAI Chat Completions ``finish_reason`` -> :data:`ragcache.backend.FinishReason`: the one mapping
-of this adapter. A null finish reason (a stream cut before its last chunk, a server that did not
-say) and any value not listed are ``incomplete``: never stored as an answer."""
-
+from ragcache.providers.openai.provider import FINISH_REASONS, OPENAI  # FINISH_REASONS: re-exported
 
 def finish_reason(native: Any) -> FinishReason:
-    """:data:`FINISH_REASONS` of an OpenAI ``finish_reason`` (``None`` or unknown: ``incomplete``)."""
-    return FINISH_REASONS.get(native, "incomplete") if isinstance(native, str) else "incomplete"
+    """An OpenAI ``finish_reason`` in ragcache's words, by the provider's row
+    (:data:`ragcache.providers.openai.provider.FINISH_REASONS`; ``None`` or unknown: ``incomplete``)."""
+    return OPENAI.finish_reason(native)
 
 
 def openai_tools(tools: list[dict]) -> list[dict]:
@@ -159,7 +152,7 @@ class OpenAIBackend:
             or 4 numbers.
     """
 
-    name = "openai"
+    name = OPENAI.name
 
     def __init__(self, client: Any = None, model: str = "", *, async_client: Any = None, stream: bool = True,
                  content_parts: bool = True, max_tokens_param: str = "max_tokens",
@@ -214,18 +207,18 @@ class OpenAIBackend:
     def result(self, text: str, usage: Any, native_finish: str | None, ttft_s: float,
                response_model: str | None = None, refusal: str | None = None) -> BackendResult:
         """The pipeline record of a response: ``usage`` (SDK object or dict) read into
-        :class:`~ragcache.backend.CacheUsage` by :meth:`~ragcache.backend.CacheUsage.from_openai` (the
+        :class:`~ragcache.backend.CacheUsage` by the provider's usage dialect (:meth:`~ragcache.providers.spec.Provider.usage_of`; the
         cached tokens read, the written ones and the rest of the prompt computed); layer ``provider-cache`` when anything was read, else ``provider``;
         ``native_finish`` mapped by :func:`finish_reason` (and kept in ``details["finish_reason"]``); a
         ``refusal`` (the message's refusal text, structured outputs) makes it ``refusal``."""
-        u = CacheUsage.from_openai(usage)
+        u = OPENAI.usage_of(usage)
         if self.price is not None:
             p_in, p_cached, p_out = self.price[:3]
             p_write = self.price[3] if len(self.price) == 4 else p_in
             cost = ((u.computed - u.cache_write) * p_in + u.cache_write * p_write + u.cache_read * p_cached
                     + u.completion_tokens * p_out) / 1e6
             uncached = (u.prompt_tokens * p_in + u.completion_tokens * p_out) / 1e6
-            u = CacheUsage.from_openai(usage, cost_usd=cost, uncached_cost_usd=uncached)
+            u = OPENAI.usage_of(usage, cost_usd=cost, uncached_cost_usd=uncached)
         self.stats.add(u)
         details = {"model": response_model or self.model, "finish_reason": native_finish,
                    "usage_reported": usage is not None}

@@ -1,15 +1,16 @@
 """Any LlamaIndex LLM as a ragcache pipeline backend, so the query engine runs ``RagCache``'s steps.
 
 The backend turns a :class:`~ragcache.prompt.layout.PromptLayout` into LlamaIndex chat messages for
-the LLM's kind (:func:`.messages.layout_messages`), calls the LLM, and maps what came back onto
+the LLM's prompt caching (:func:`.messages.layout_messages`), calls the LLM, and maps what came back onto
 ragcache's one record (:class:`ragcache.BackendResult` with a :class:`ragcache.CacheUsage`):
 
 - :class:`~llama_index.llms.ragcache.RagCacheLLM`: the engine's own record
   (:func:`ragcache.engine.backend.result_of`); its name and model id are the local engine's, so
   a request has the same semantic partition through the query engine and through
   ``RagCache(LocalBackend(engine))``;
-- ``llama_index.llms.anthropic.Anthropic``: the response's ``usage`` (input, cache write, cache
-  read tokens);
+- an LLM of a provider in ragcache's provider table (``llama_index.llms.anthropic.Anthropic``:
+  :func:`ragcache.providers.table.for_llama_index`): the response's ``usage`` read by the row's usage
+  dialect (input, cache write, cache read tokens), its end reason by the row's finish reasons;
 - any other LLM: the text, with token counts from the response's ``usage`` when it reports one.
 """
 
@@ -21,8 +22,9 @@ from dataclasses import replace
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from ragcache.backend import DEFAULT_TENANT, BackendResult, CacheUsage, provider_layer
+from ragcache.backend import DEFAULT_TENANT, BackendResult, provider_layer
 from ragcache.prompt.layout import PromptLayout
+from ragcache.providers.table import BEST_EFFORT, UNKNOWN, for_llama_index
 
 from llama_index.query_engine.ragcache.messages import LaidOutMessages, layout_messages, llm_kind
 
@@ -46,7 +48,10 @@ class LlamaIndexBackend:
             length overrides; an exact token counter, default an estimate).
 
     Attributes:
-        kind: ``ragcache``, ``anthropic`` or ``generic`` (:func:`.messages.llm_kind`).
+        provider: the LLM's row of the provider table (:func:`ragcache.providers.table.for_llama_index`):
+            its usage dialect, finish reasons and prompt caching; an LLM the table does not know is
+            :data:`~ragcache.providers.table.UNKNOWN`, read at best effort (:data:`~ragcache.providers.table.BEST_EFFORT`).
+        kind: ``ragcache``, ``anthropic`` or ``generic`` (:func:`.messages.llm_kind`; kept for older code).
         last_messages: the :class:`.messages.LaidOutMessages` of the latest request (markers,
             breakpoints and notes, for the response metadata).
     """
@@ -54,6 +59,7 @@ class LlamaIndexBackend:
     def __init__(self, llm: Any, *, anthropic_min_tokens: Mapping[str, int] | int | None = None,
                  token_counter: Callable[[str], int] | None = None) -> None:
         self.llm = llm
+        self.provider = for_llama_index(llm)
         self.kind = llm_kind(llm)
         self.min_tokens = anthropic_min_tokens
         self.token_counter = token_counter
@@ -61,11 +67,17 @@ class LlamaIndexBackend:
 
     @property
     def name(self) -> str:
-        return {"ragcache": "local", "anthropic": "anthropic"}.get(self.kind, f"llamaindex-{type(self.llm).__name__}")
+        return f"llamaindex-{type(self.llm).__name__}" if self.provider is UNKNOWN else self.provider.name
+
+    @property
+    def _local_kv(self) -> bool:
+        """An LLM over ragcache's own KV caches (:class:`~llama_index.llms.ragcache.RagCacheLLM`): its engine's
+        fingerprint, record, blend setting and tenant salt."""
+        return self.provider.prompt_caching == "local-kv"
 
     @property
     def model_id(self) -> str:
-        if self.kind == "ragcache":
+        if self._local_kv:
             return self.llm.fingerprint
         base = str(getattr(self.llm, "base_url", None) or "")
         name = str(getattr(self.llm, "model", None) or self.llm.metadata.model_name)
@@ -75,7 +87,7 @@ class LlamaIndexBackend:
     def blend_setting(self) -> str | None:
         """The blend setting a :class:`~llama_index.llms.ragcache.RagCacheLLM` answers at (``None`` for
         exact prefill and for every other LLM): a stored blended answer is served only at that setting."""
-        return self.llm.blend_setting if self.kind == "ragcache" else None
+        return self.llm.blend_setting if self._local_kv else None
 
     @property
     def max_new_tokens(self) -> int:
@@ -115,7 +127,7 @@ class LlamaIndexBackend:
             v = getattr(self.llm, name, None)
             if v:
                 out[name] = json.loads(json.dumps(v, sort_keys=True, default=repr))
-        own = getattr(self.llm, "tenant", None) if self.kind == "ragcache" else None
+        own = getattr(self.llm, "tenant", None) if self._local_kv else None
         if own not in (None, DEFAULT_TENANT):  # RagCacheLLM(tenant=...): answers stay per tenant too
             out["tenant"] = own
         return out
@@ -124,11 +136,11 @@ class LlamaIndexBackend:
         """The LLM call's keyword arguments for the request's ``tenant``: ``RagCacheLLM`` takes it (its
         engine salts the request's KV with it; the default tenant leaves the LLM's own ``tenant``);
         other LLMs call a provider, whose prompt cache is per API key, and take nothing."""
-        return {"tenant": tenant} if self.kind == "ragcache" and tenant not in (None, DEFAULT_TENANT) else {}
+        return {"tenant": tenant} if self._local_kv and tenant not in (None, DEFAULT_TENANT) else {}
 
     def messages(self, layout: PromptLayout) -> LaidOutMessages:
-        """The chat messages for ``layout``, shaped for the LLM's kind."""
-        laid = layout_messages(layout, self.kind, model=str(getattr(self.llm, "model", "")),
+        """The chat messages for ``layout``, shaped for the LLM's prompt caching."""
+        laid = layout_messages(layout, self.provider.prompt_caching, model=str(getattr(self.llm, "model", "")),
                                max_tokens=self.max_new_tokens, min_tokens=self.min_tokens,
                                token_counter=self.token_counter)
         self.last_messages = laid
@@ -138,34 +150,26 @@ class LlamaIndexBackend:
         """Map the LLM's final response onto :class:`ragcache.BackendResult`: the one mapping from a
         LlamaIndex response (plain or the last of a stream).
 
-        The finish reason is the provider's, in ragcache's words: RagCacheLLM's engine record; for
-        Anthropic the ``stop_reason`` (the message's, or on a stream the last event's, which LlamaIndex
-        copies into ``additional_kwargs``; a stream cut before its ``message_delta`` has none:
-        ``incomplete``), mapped by :data:`ragcache.providers.anthropic.usage.FINISH_REASONS`; for other
-        LLMs an OpenAI-style ``finish_reason`` when the response carries one
-        (:data:`ragcache.providers.openai.backend.FINISH_REASONS`), else ``stop``: LlamaIndex has no
-        common end-reason field, so an LLM that reports none is taken as finished (labelled
-        approximation)."""
+        The usage and finish reason are read by the LLM's provider row: RagCacheLLM's engine record; for a
+        provider the table knows (Anthropic) its usage dialect and its end-reason field (``stop_reason``:
+        the message's, or on a stream the last event's, which LlamaIndex copies into ``additional_kwargs``;
+        a stream cut before its ``message_delta`` has none: ``incomplete``) mapped by its finish reasons;
+        for other LLMs, at best effort (:data:`~ragcache.providers.table.BEST_EFFORT`), the OpenAI-compatible
+        usage and ``finish_reason`` when the response carries one, else ``stop``: LlamaIndex has no common
+        end-reason field, so an LLM that reports none is taken as finished (labelled approximation)."""
         raw = getattr(response, "raw", None) or {}
-        if self.kind == "ragcache" and isinstance(raw, Mapping) and raw.get("generation") is not None:
+        if self._local_kv and isinstance(raw, Mapping) and raw.get("generation") is not None:
             from ragcache.engine.backend import result_of
 
             r = result_of(raw["generation"])
             return replace(r, details={**r.details, "prompt_sha256": raw.get("prompt_sha256")})
         usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
         extra = getattr(getattr(response, "message", None), "additional_kwargs", None) or {}
-        if self.kind == "anthropic":
-            from ragcache.providers.anthropic.usage import finish_reason
-
-            native = _native(raw, "stop_reason") or extra.get("stop_reason")
-            finish = finish_reason(native)
-            u = CacheUsage.from_anthropic(usage)
-        else:
-            from ragcache.providers.openai.backend import finish_reason
-
-            native = _native(raw, "finish_reason") or extra.get("finish_reason")
-            finish = "stop" if native is None else finish_reason(native)
-            u = CacheUsage.from_openai(usage)
+        row = BEST_EFFORT if self.provider is UNKNOWN else self.provider
+        field = row.finish_field or "finish_reason"
+        native = _native(raw, field) or extra.get(field)
+        finish = "stop" if native is None and self.provider is UNKNOWN else row.finish_reason(native)
+        u = row.usage_of(usage)
         model = str(getattr(self.llm, "model", None) or "") or None
         details = {k: v for k, v in (("model", model), ("stop_reason", native)) if isinstance(v, str)}
         return BackendResult(text, provider_layer(u.cache_read), u, ttft_s, finish, details=details)

@@ -1,15 +1,16 @@
-"""A ragcache :class:`~ragcache.prompt.layout.PromptLayout` as LlamaIndex chat messages, per LLM kind.
+"""A ragcache :class:`~ragcache.prompt.layout.PromptLayout` as LlamaIndex chat messages, shaped by the
+LLM's prompt caching (its provider row, :func:`ragcache.providers.table.for_llama_index`).
 
-- :class:`~llama_index.llms.ragcache.RagCacheLLM`: system message, then one user message
+- local KV (:class:`~llama_index.llms.ragcache.RagCacheLLM`): system message, then one user message
   with one ``TextBlock`` per document, a ``CachePoint`` after the last document (it tells
   the engine where the cacheable documents end), the volatile text and the question.
-- ``llama_index.llms.anthropic.Anthropic``: the same shape with ``CachePoint`` blocks
+- ``cache_control`` breakpoints (``llama_index.llms.anthropic.Anthropic``): the same shape with ``CachePoint`` blocks
   where :func:`ragcache.providers.anthropic.breakpoints.layout_request` places Anthropic
   breakpoints (at most 4; a prefix below the model's minimum cacheable length gets
   none). ``llama-index-llms-anthropic`` sends the system message as a plain string,
   which cannot carry ``cache_control``, so a system breakpoint is dropped: the system
   text is still cached as part of every document breakpoint's prefix.
-- any other LLM: the same blocks without ``CachePoint`` s.
+- any other prompt caching, or an LLM the table does not know: the same blocks without ``CachePoint`` s.
 """
 
 from __future__ import annotations
@@ -27,23 +28,23 @@ from llama_index.core.base.llms.types import (
 )
 
 from ragcache.prompt.layout import PromptLayout, render_document
+from ragcache.providers.spec import PromptCaching
+from ragcache.providers.table import for_llama_index
 
 LLMKind = Literal["ragcache", "anthropic", "generic"]
+"""The words of :func:`llm_kind` (before the provider table): one per prompt-caching style."""
 MAX_MARKERS = 4
+_KIND_OF: dict[str, LLMKind] = {"local-kv": "ragcache", "breakpoints": "anthropic", "automatic-prefix": "generic",
+                                "none": "generic"}
+"""The :data:`LLMKind` word of each :data:`~ragcache.providers.spec.PromptCaching` style (and back)."""
 
 
 def llm_kind(llm: Any) -> LLMKind:
-    """``"ragcache"`` for :class:`~llama_index.llms.ragcache.RagCacheLLM`, ``"anthropic"`` for ``llama_index.llms.anthropic.Anthropic``
-    (and subclasses), else ``"generic"``."""
-    from llama_index.llms.ragcache import RagCacheLLM
-
-    if isinstance(llm, RagCacheLLM):
-        return "ragcache"
-    try:
-        from llama_index.llms.anthropic import Anthropic
-    except ImportError:  # the anthropic extra is optional
-        return "generic"
-    return "anthropic" if isinstance(llm, Anthropic) else "generic"
+    """The LLM's kind, kept for code written before the provider table: its row's prompt caching
+    (:func:`ragcache.providers.table.for_llama_index`) in the old words: ``"ragcache"`` (local KV:
+    :class:`~llama_index.llms.ragcache.RagCacheLLM`), ``"anthropic"`` (``cache_control`` breakpoints:
+    ``llama_index.llms.anthropic.Anthropic`` and subclasses), else ``"generic"``."""
+    return _KIND_OF[for_llama_index(llm).prompt_caching]
 
 
 @dataclass(slots=True)
@@ -70,14 +71,16 @@ def _user_blocks(layout: PromptLayout) -> list[str]:
     return texts
 
 
-def layout_messages(layout: PromptLayout, kind: LLMKind, *, model: str = "", max_tokens: int = 256,
+def layout_messages(layout: PromptLayout, kind: PromptCaching | LLMKind, *, model: str = "", max_tokens: int = 256,
                     min_tokens: Mapping[str, int] | int | None = None,
                     token_counter: Callable[[str], int] | None = None) -> LaidOutMessages:
     """Chat messages for ``layout`` shaped for an LLM kind (see the module docstring).
 
     Args:
         layout: the request's layout (documents already in their final order).
-        kind: from :func:`llm_kind`.
+        kind: the LLM's prompt caching (its provider row's
+            :attr:`~ragcache.providers.spec.Provider.prompt_caching`: ``breakpoints``, ``local-kv``,
+            ``automatic-prefix``, ``none``), or a :func:`llm_kind` word.
         model / max_tokens / min_tokens / token_counter: Anthropic breakpoint placement
             (model id, decode budget, minimum cacheable length overrides, exact token
             counter such as a local server engine's ``count_tokens``).
@@ -85,10 +88,11 @@ def layout_messages(layout: PromptLayout, kind: LLMKind, *, model: str = "", max
     system = [ChatMessage(role=MessageRole.SYSTEM, content=layout.system_text)] if layout.system_text else []
     history = [ChatMessage(role=MessageRole(m["role"]), content=m["content"]) for m in layout.history]
     texts = _user_blocks(layout)
-    if kind != "anthropic":
+    caching = {k: c for c, k in _KIND_OF.items() if c != "none"}.get(kind, kind)
+    if caching != "breakpoints":
         blocks: list[Any] = [TextBlock(text=t) for t in texts]
         markers = 0
-        if kind == "ragcache" and layout.documents:
+        if caching == "local-kv" and layout.documents:
             blocks.insert(len(layout.documents), _point())
             markers = 1
         return LaidOutMessages([*system, *history, ChatMessage(role=MessageRole.USER, blocks=blocks)], markers)
