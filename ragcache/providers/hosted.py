@@ -60,9 +60,12 @@ COHERE = Provider(
     name="cohere",
     finish_reasons={"COMPLETE": "stop", "MAX_TOKENS": "length", "TOOL_CALL": "tool_calls", "ERROR": "error"},
     finish_field="finish_reason",
+    unset_temperature=0.3,  # Cohere's documented default: a request without a temperature samples
+    prompt_caching="none",
+    langchain_types=frozenset({"cohere-chat"}),
 )
-"""Cohere (its end-reason spellings; its LangChain model is not named here, so an unset temperature
-on it reads as the unknown default)."""
+"""Cohere (``ChatCohere``): a call without a temperature samples, so it is a fresh draw, never one stored
+sample replayed."""
 
 HUGGINGFACE = Provider(
     name="huggingface",

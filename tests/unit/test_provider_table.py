@@ -58,13 +58,13 @@ def test_langchain_reads_the_same_end_reasons_as_before():
     assert dict(LC) == OLD_LANGCHAIN_FINISH
 
 
-def test_langchain_samples_the_same_models_as_before():
+def test_langchain_samples_the_same_models_as_before_and_cohere():
     from langchain_ragcache._keys import SAMPLING_BY_DEFAULT, sampling_of
 
-    assert SAMPLING_BY_DEFAULT == OLD_SAMPLING_BY_DEFAULT
-    for t in sorted(OLD_SAMPLING_BY_DEFAULT):
+    assert SAMPLING_BY_DEFAULT == OLD_SAMPLING_BY_DEFAULT | {"cohere-chat"}  # Cohere samples by default (0.3)
+    for t in sorted(OLD_SAMPLING_BY_DEFAULT | {"cohere-chat"}):
         assert sampling_of(f"[('_type', {t!r}), ('temperature', None)]").samples, t
-    for t in ("ragcache-local", "fake-chat-model", "cohere-chat", "custom"):
+    for t in ("ragcache-local", "fake-chat-model", "custom"):
         assert not sampling_of(f"[('_type', {t!r}), ('temperature', None)]").samples, t
     assert sampling_of("[('_type', 'ragcache-local'), ('temperature', 0.7)]").samples
 
