@@ -46,27 +46,50 @@ salt is the engine's own, so KV precomputed with ``ChunkCache.precompute(engine,
 requests sent to the engine directly reuse each other."""
 
 
-def kv_salt(engine_namespace: str | None, namespace: str | None, *, share: bool = False) -> str | None:
+def kv_tenant(tenant: str | None, *, share: bool = False) -> str | None:
+    """The one rule for sharing KV across tenants: the tenant whose own KV a request uses, or ``None``
+    for the KV every request without a tenant shares (the engine's own).
+
+    The engine's salt (:func:`kv_salt`) and the local servers
+    (:func:`ragcache.server.auth.kv_namespace`) both decide by it.
+
+    Args:
+        tenant: the request's tenant (``RagCache``'s ``namespace``, the backend's ``tenant``);
+            ``None`` and :data:`DEFAULT_NAMESPACE` are the default tenant.
+        share: ``share_kv_across_namespaces``: every tenant uses the shared KV (tenants reuse each
+            other's KV; see the module docstring for the risk).
+
+    Returns:
+        ``None`` with ``share`` or for the default tenant; otherwise ``tenant``.
+
+    Raises:
+        TypeError: ``tenant`` is not a string or ``None``.
+    """
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError(f"a tenant (the request's namespace) must be a string or None, got {type(tenant).__name__}")
+    return None if share or tenant is None or tenant == DEFAULT_NAMESPACE else tenant
+
+
+def kv_salt(engine_namespace: str | None, tenant: str | None, *, share: bool = False) -> str | None:
     """The salt of a request's KV keys (prefix root hash and chunk keys).
 
     Args:
         engine_namespace: the engine's own namespace (``EngineConfig.namespace``; salts every key).
-        namespace: the request's namespace (tenant); ``None`` or :data:`DEFAULT_NAMESPACE`: none.
-        share: ``share_kv_across_namespaces``: the request's namespace is left out of the KV keys
-            (tenants reuse each other's KV; see the module docstring for the risk).
+        tenant: the request's tenant; ``None`` or :data:`DEFAULT_NAMESPACE`: none.
+        share: ``share_kv_across_namespaces`` (:func:`kv_tenant`).
 
     Returns:
-        ``engine_namespace`` for the default namespace or with ``share``; otherwise ``"tenant:"``
-        and a sha256 of both namespaces (the tenant's name is never kept in clear).
+        ``engine_namespace`` when :func:`kv_tenant` gives ``None`` (the default tenant, or ``share``);
+        otherwise ``"tenant:"`` and a sha256 of the engine's namespace and the tenant (the tenant's name
+        is never kept in clear).
 
     Raises:
-        TypeError: ``namespace`` is not a string or ``None``.
+        TypeError: ``tenant`` is not a string or ``None``.
     """
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(f"namespace must be a string or None, got {type(namespace).__name__}")
-    if share or namespace is None or namespace == DEFAULT_NAMESPACE:
+    own = kv_tenant(tenant, share=share)
+    if own is None:
         return engine_namespace
-    return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(namespace))
+    return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(own))
 
 
 class EngineKeys:
@@ -119,4 +142,4 @@ class EngineKeys:
         return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.kv_salt(namespace))
 
 
-__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt"]
+__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt", "kv_tenant"]
