@@ -76,7 +76,7 @@ class LocalEngine(EngineKeys):
             key and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
             namespaces; a model whose weights were changed in memory after loading keeps its
             fingerprint and needs a new namespace); ``share_kv_across_namespaces`` (default False:
-            a request's own ``namespace=``, its tenant, salts its KV too, :func:`ragcache.engine.keys.kv_salt`;
+            a request's ``tenant`` salts its KV too, :func:`ragcache.engine.keys.kv_salt`;
             True lets tenants reuse each other's KV, and so learn from timing what others sent); ``reuse_policy`` / ``min_reuse_tokens`` (default:
             blend when it saves >= 0.1 s at the measured prefill rate); ``calibration``;
             ``template_date`` (default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE`, pinned, so

@@ -133,3 +133,33 @@ def test_the_local_backend_hands_the_engine_a_record(tiny, tenant):
     asyncio.run(drain())
     want = EngineRequest(layout, max_new_tokens=2, temperature=0.0, stop=["zz"], use_chunk_cache=False, tenant=tenant)
     assert eng.handed == [(want, {})] * 4
+
+
+@pytest.mark.parametrize("engine_namespace", [None, "eng-v2"])
+@pytest.mark.parametrize("tenant", [None, "default", "acme"])
+def test_a_tenants_chunk_view_carries_its_kv_salt(tiny, engine_namespace, tenant):
+    from ragcache.engine.chunk import ChunkCache, MemoryChunkStore
+    from ragcache.engine.keys import kv_salt
+
+    eng = LocalEngine(tiny, calibration=False, namespace=engine_namespace,
+                      chunk_cache=ChunkCache(MemoryChunkStore(), dtype=torch.float32))
+    view = eng.chunks_for(tenant)
+    assert view.salt == eng.kv_salt(tenant) == kv_salt(engine_namespace, tenant)
+    assert (view.salt == engine_namespace) is (tenant in (None, "default"))
+    assert not hasattr(view, "namespace")  # one name: the salt
+
+
+def test_precompute_keys_a_tenants_chunks_under_its_salt(tiny):
+    from ragcache.engine.chunk import ChunkCache, MemoryChunkStore
+
+    cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
+    eng = LocalEngine(tiny, calibration=False, chunk_cache=cc)
+    docs = [eng.tokenizer.encode(d, add_special_tokens=False) for d in DOCS]
+    assert cc.precompute(eng, docs, tenant="acme", progress=False) == 2
+    assert cc.precompute(eng, docs, namespace="acme", progress=False) == 0  # the old name: the same tenant
+    assert all(eng.chunks_for("acme").lookup(d) is not None for d in docs)
+    assert all(eng.chunks_for(t).lookup(d) is None for d in docs for t in (None, "globex"))
+    with pytest.raises(TypeError, match="not both"):
+        cc.precompute(eng, docs, tenant="acme", namespace="acme", progress=False)
+    with pytest.raises(TypeError, match=r"namespace=engine.kv_salt\(tenant\)"):
+        cc.precompute(eng.model, docs, fingerprint=eng.fingerprint, tenant="acme", progress=False)
