@@ -604,9 +604,8 @@ class LocalEngine(EngineKeys):
 
     def _stream(self, request: EngineRequest) -> Iterator[StreamEvent]:
         """:meth:`stream` of a request record (a generator: nothing runs until the first event is read)."""
-        max_new_tokens, temperature, top_p, tenant = (request.max_new_tokens, request.temperature, request.top_p,
-                                                      request.tenant)
-        max_new_tokens = check_sampling(max_new_tokens, temperature, top_p)
+        max_new_tokens = check_sampling(request.max_new_tokens, request.temperature, request.top_p)
+        tenant = request.tenant
         stops = check_stops(request.stop)
         prompt = self.build_prompt(request.prompt)
         use_prefix_cache = request.use_prefix_cache and not self.kv_reuse_blocker
@@ -625,8 +624,8 @@ class LocalEngine(EngineKeys):
             first_logits = pre.last_logits.detach().clone()
             res = DecodeResult()
             for ev in decode(self.model, self.tokenizer, cache, pre.last_logits, len(ids),
-                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
-                             eos=self._eos, rng=gen_rng, result=res):
+                             max_new_tokens=max_new_tokens, temperature=request.temperature, top_p=request.top_p,
+                             stops=stops, eos=self._eos, rng=gen_rng, result=res):
                 ev.stats = stats  # prefill facts are final: a server's headers can go out with the first event
                 yield ev
             out = res.tokens
