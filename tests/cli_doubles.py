@@ -22,11 +22,9 @@ _runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A tiny random Llama saved as a model folder (config.json, safetensors, tokenizer)."""
-    from ragcache.testing import tiny_llama
-
-    lm = tiny_llama(seed=1, initializer_range=0.2)
+def tiny_dir(tmp_path_factory, tiny_wide):
+    """The tiny random Llama ``tiny_wide`` saved as a model folder (config.json, safetensors, tokenizer)."""
+    lm = tiny_wide
     d = tmp_path_factory.mktemp("tiny-model")
     lm.model.save_pretrained(d)
     lm.tokenizer.save_pretrained(d)
@@ -48,6 +46,19 @@ def write_notes(folder: Path) -> Path:
     (folder / "backups.md").write_text("# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n")
     (folder / "deploy.txt").write_text("Deploys go out on Tuesdays after the change review meeting.\n")
     return folder
+
+
+# Six short notes where a question and its rewording retrieve different second documents at --top-k 2
+NOTES = {
+    "backups.md": "# Backups\n\nBackups run nightly at 02:30 UTC and are kept for 30 days.\n",
+    "restore.md": "# Restoring\n\nTo restore a backup, open a ticket with the infrastructure team; restores take about an hour.\n",
+    "storage.md": "# Storage\n\nSnapshots of the database are written to the storage bucket every night.\n",
+    "deploy.txt": "Deploys go out on Tuesdays after the change review meeting.\n",
+    "oncall.md": "# On-call\n\nThe on-call engineer is paged when a nightly job fails.\n",
+    "cleanup.md": "# Cleanup\n\nOld log files are deleted every Sunday at midnight.\n",
+}
+STORED = "When do backups run?"  # retrieves backups.md and storage.md at --top-k 2
+REWORDED = "When is the backup job run?"  # retrieves backups.md and restore.md
 
 
 def fixed_answer(monkeypatch, text: str = "A fixed answer.", finish: str = "stop") -> list:
@@ -72,22 +83,19 @@ def cli(*args: str):
     return r
 
 
-def ask_two_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def ask_two_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loaded) -> list[str]:
     """Fill the stores the settings point at through ``ragcache ask``, as the ``ragcache cache`` tests read
-    them: one real ask of a tiny random model (``tiny_llama(seed=1)``, saved under ``tmp_path / "tiny"``)
+    them: one real ask of the tiny random model ``loaded`` (``tiny_seed1``), saved under ``tmp_path / "tiny"``,
     over two notes (``tmp_path / "notes"``: ``backups.md``, ``deploy.md``) that stores their chunk KV and
     no answer; then, the local backend answering ``answer to [<question>]``, one ask of each note's
     question (two answers stored). Returns the ``ask`` arguments (notes, model, ``--top-k 1``)."""
-    from ragcache.testing import tiny_llama
-
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "backups.md").write_text("Backups run nightly at 02:30 UTC and are kept for 30 days.")
     (notes / "deploy.md").write_text("Deploys go out on Tuesdays after the change review.")
     model = tmp_path / "tiny"
-    lm = tiny_llama(seed=1)
-    lm.model.save_pretrained(model)
-    lm.tokenizer.save_pretrained(model)
+    loaded.model.save_pretrained(model)
+    loaded.tokenizer.save_pretrained(model)
     base = ["ask", "--docs", str(notes), "--model", str(model), "--top-k", "1"]
     monkeypatch.setenv("RAGCACHE_CHUNK_ADMISSION", "1")  # store at the first miss (the default waits for a second)
     cli(*base, "--no-cache", "--max-new-tokens", "2", "When do backups run?")  # the real engine: chunk KV stored

@@ -30,6 +30,10 @@ for _var in ("RAGCACHE_ANSWERS_DIR", "RAGCACHE_INDEX_DIR", "RAGCACHE_KV_DIR", "R
 os.environ["RAGCACHE_HOME"] = _test_home()
 
 
+# The tiny models below are built once per session and shared by every test that names one: a test must
+# not change their weights or tokenizer (one that does builds its own with ragcache.testing.tiny_llama, as
+# test_template_identity does to edit the chat template). A test that needs another configuration (a
+# rope scaling, a short context) builds that model itself, or asks for it with the `engine` marker below.
 @pytest.fixture(scope="session")
 def tiny():
     """A tiny random float32 Llama model with the embedded SmolLM2 tokenizer."""

@@ -75,6 +75,10 @@ class AskResult:
     linked_folders: list[str] = field(default_factory=list)
     looked_up: bool = True
     home_read_only: bool = False
+    retrieved_for: str | None = None
+    """The stored question whose retrieval supplied :attr:`sources` (:func:`via_stored_question`), or ``None``."""
+    own_sources: list[Retrieved] = field(default_factory=list)
+    """This question's own retrieval when :attr:`retrieved_for` is set (it differed)."""
 
     def to_dict(self) -> dict[str, Any]:
         a = self.answer
@@ -89,7 +93,8 @@ class AskResult:
             "ignored_files": dict(self.ignored), "linked_folders": list(self.linked_folders),
             "chunks_embedded": self.chunks_embedded, "chunks_reused": self.chunks_reused,
             "model_loaded": self.model_loaded, "semantic_miss_reasons": self.miss_reasons, "timings_s": self.timings,
-            "home_read_only": self.home_read_only,
+            "home_read_only": self.home_read_only, "retrieved_for": self.retrieved_for,
+            "own_sources": [{"id": r.chunk.id, "score": r.score} for r in self.own_sources],
         }
 
 
@@ -121,6 +126,60 @@ def explain_miss(semantic: Any, question: str, partition: Any, threshold: float 
             why = f"similarity {c.similarity:.3f} >= {t:.2f}, guards passed"
         out.append(f"{shown_question(c.question)}: {why}")
     return out
+
+
+STORED_NEIGHBOURS = 3
+"""Stored questions (nearest first, in any partition of the tenant) whose retrieval a missed ``ask`` tries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Via:
+    """A hit reached through a stored question's retrieval (:func:`via_stored_question`)."""
+
+    answer: Answer
+    sources: list[Retrieved]
+    stored_question: str
+    own: list[Retrieved]
+
+
+def via_stored_question(rag: RagCache, semantic: Any, retriever: Retriever, question: str, own: list[Retrieved], *,
+                        top_k: int, threshold: float | None) -> Via | None:
+    """A hit for a rewording whose own retrieval moved: the documents a stored question retrieves now.
+
+    The partition stays the exact retrieved set (documents by content, system text, model, budget): a
+    rewording that retrieves another fourth note is another partition, and its lookup misses although
+    a stored answer's question means the same. Here, after that miss, each of the
+    :data:`STORED_NEIGHBOURS` stored questions nearest ``question`` (:meth:`SemanticPolicy.neighbour_questions
+    <ragcache.semantic.decision.policy.SemanticPolicy.neighbour_questions>`, at or above the cache's
+    threshold) is retrieved with again over the current notes, and ``question`` is looked up in the
+    partition those documents make, where the one hit decision runs (pair model and guards). So a served
+    answer's documents are the current notes byte for byte, exactly those it was answered from, and its
+    question passed the same decision as any hit; the only new assumption is that the stored question's
+    retrieval serves this question as well as its own, which the decision's "same meaning" implies.
+
+    Refused without a lookup: a stored question that retrieves the same set as ``question`` (already
+    looked up) or no document in common with it (the two retrievals land in different notes: another
+    topic, whatever the similarity). These lookups are not counted in the cache's hit rate (the
+    question's own lookup was: a hit reached here counts as that miss).
+
+    Returns:
+        the hit, the documents it was answered from, the stored question and ``question``'s own
+        retrieval; ``None`` when no stored question's documents give a hit.
+    """
+    mine = {r.chunk.id for r in own}
+    for stored, _ in semantic.neighbour_questions(question, namespace=rag.namespace, k=STORED_NEIGHBOURS,
+                                                   floor=threshold):
+        found = retriever.search(stored, k=top_k)
+        ids = {r.chunk.id for r in found}
+        if ids == mine or not ids & mine:
+            continue
+        req = rag.prepare(question, [{"id": r.chunk.id, "text": r.chunk.text} for r in found], threshold=threshold)
+        a = rag.path.lookup(req, count=False, blend_setting=rag.blend_setting)  # the ask's own lookup was counted
+        if a is not None:
+            log.info("served through the retrieval of stored question %r (%d of %d documents differ)",
+                     stored, len(ids - mine), len(ids))
+            return Via(a, found, stored, list(own))
+    return None
 
 
 def _read_folder(docs: str | Path, console: Console, quiet: bool,
@@ -185,7 +244,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
         console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0,
-        backend: str = "local") -> AskResult:
+        backend: str = "local", llm: Any = None, stored_retrieval: bool = True) -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
@@ -198,6 +257,10 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         quiet: print nothing (``--json``).
         backend: ``"local"`` (the engine over ``model``), or ``"anthropic"`` / ``"openai"``: that provider's
             API with ``model`` as its model id (:func:`ragcache.app.runtime.provider_backend`).
+        llm: a :class:`~ragcache.backend.Backend` that answers a miss in place of ``backend`` / ``model``
+            (your own, or a fixed answer in a benchmark).
+        stored_retrieval: after a miss in this question's own partition, look it up in the partitions the
+            nearest stored questions retrieve now (:func:`via_stored_question`); ``False``: own partition only.
 
     Raises:
         ValueError: empty question, missing folder, a folder without readable text.
@@ -219,29 +282,19 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     for d in removed:
         log.info("removed unused index folder %s", d)
     hits = retriever.search(question, k=top_k)
-    part = query_part(question, emb)
-    if part.cut:  # the embedder would read only the beginning: the notes are searched by the ask
-        long = (f"the question is {part.tokens:,} word pieces and the embedder reads {part.window}: the notes are "
-                f"retrieved by the part that asks ({clean(part.text[:120], newlines=False)!r}); the answer cache "
-                "matches the text before the ask exactly")
-        log.info("%s", long)
-        if not quiet:
-            warn(console, long)
+    _say_cut(query_part(question, emb), console, quiet)
     documents = [{"id": r.chunk.id, "text": r.chunk.text} for r in hits]
-    llm = _backend(cfg, backend, model)
+    llm = _backend(cfg, backend, model) if llm is None else llm
     semantic = answer_cache(cfg, emb)
     rag = RagCache(llm, semantic=semantic, system=DEFAULT_SYSTEM if system is None else system,
                    max_new_tokens=cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
                    cache_truncated=cache_truncated, flight_timeout_s=flight_timeout_s)
-    reasons: list[str] = []
     try:
         req = rag.prepare(question, documents, threshold=threshold)
-        a = rag.lookup(req, threshold=threshold) if lookup else None
-        if a is None and lookup:
-            reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
-                semantic, question, req.partition, threshold, req.max_tokens), [])
-            for r in reasons:
-                log.info("semantic miss: %s", r)
+        a, via, reasons = _look_up(rag, retriever, req, hits, top_k=top_k, stored_retrieval=stored_retrieval,
+                                   timings=timings) if lookup else (None, None, [])
+        if via is not None:
+            hits = via.sources
         if a is None:  # the answer path: single flight across processes, re-read, call, store if finished
             a = rag.path.run(req, lambda: _generate(rag, req, None if quiet else console, question), lookup=lookup,
                              store=store, looked=lookup, blend_setting=rag.blend_setting)
@@ -255,12 +308,52 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     out.linked_folders = list(folder.linked_folders)
     out.looked_up = lookup
     out.home_read_only = read_only
+    if via is not None:
+        out.retrieved_for, out.own_sources = via.stored_question, via.own
     if not quiet:
         print_answer(console, out)
     engine = getattr(llm, "engine", None) if getattr(llm, "loaded", False) else None  # a provider has no engine
     if hasattr(engine, "drain_chunk_queue"):  # the chunk queue's work (sightings, admitted chunks) before exiting
         engine.drain_chunk_queue(EXIT_DRAIN_S)
     return out
+
+
+def _say_cut(part: Any, console: Console, quiet: bool) -> None:
+    """Warn (and log) when the embedder reads only part of the question (:func:`query_part`): the notes
+    are then retrieved by the part that asks."""
+    if not part.cut:
+        return
+    long = (f"the question is {part.tokens:,} word pieces and the embedder reads {part.window}: the notes are "
+            f"retrieved by the part that asks ({clean(part.text[:120], newlines=False)!r}); the answer cache "
+            "matches the text before the ask exactly")
+    log.info("%s", long)
+    if not quiet:
+        warn(console, long)
+
+
+def _look_up(rag: RagCache, retriever: Retriever, req: Any, own: list[Retrieved], *, top_k: int,
+             stored_retrieval: bool, timings: dict[str, float]) -> tuple[Answer | None, Via | None, list[str]]:
+    """``(answer, via, miss reasons)`` of the answer cache for ``req``: its own partition, then (with
+    ``stored_retrieval``) the stored questions' retrieval (:func:`via_stored_question`, timed as
+    ``stored_retrieval_s``), then, on a miss, why (:func:`explain_miss`). A failing cache: a miss without
+    reasons."""
+    question, threshold = req.question, req.threshold
+    a = rag.lookup(req)
+    via: Via | None = None
+    if a is None and stored_retrieval:  # a rewording whose retrieval moved: a stored question's documents
+        t1 = time.perf_counter()
+        via = rag.path.guard("stored-question retrieval", lambda: via_stored_question(
+            rag, rag.semantic, retriever, question, own, top_k=top_k, threshold=threshold), None)
+        timings["stored_retrieval_s"] = time.perf_counter() - t1
+        if via is not None:
+            return via.answer, via, []
+    reasons: list[str] = []
+    if a is None:
+        reasons = rag.path.guard("miss explanation", lambda: explain_miss(  # a failing cache: no reasons
+            rag.semantic, question, req.partition, threshold, req.max_tokens), [])
+        for r in reasons:
+            log.info("semantic miss: %s", r)
+    return a, via, reasons
 
 
 COMFORTABLE_QUESTION_TOKENS = 1024
@@ -353,6 +446,10 @@ def print_answer(console: Console, r: AskResult) -> None:
             how += f" | {CUT_HINT}"
     if a.approximation:
         how += f" | {a.approximation}"
+    if r.retrieved_for is not None:
+        differ = len({x.chunk.id for x in r.sources} - {x.chunk.id for x in r.own_sources})
+        how += (f" | documents as retrieved for the stored question ({differ} of {len(r.sources)} differ from this "
+                "question's own retrieval)")
     srcs = ", ".join(f"{s.chunk.id} ({s.score:.2f})" for s in r.sources)
     say(console, (f"sources: {srcs} | {how} | {r.timings.get('command_s', 0.0):.2f} s", "dim"))
     why = miss_line(r)
@@ -360,4 +457,4 @@ def print_answer(console: Console, r: AskResult) -> None:
         say(console, (f"cache miss: {why}", "dim"))
 
 
-__all__ = ["AskResult", "ask", "explain_miss", "index_dir_for", "miss_line", "print_answer"]
+__all__ = ["AskResult", "Via", "ask", "via_stored_question", "explain_miss", "index_dir_for", "miss_line", "print_answer"]

@@ -356,10 +356,28 @@ def bench_ask(
     repeats: int = typer.Option(7, help="Repeated asks (each a fresh process)."),
     home: Optional[str] = typer.Option(None, help="Folder for the bench's answers / index / KV (default $RAGCACHE_HOME)."),
     against: Optional[list[str]] = typer.Option(None, help="Another checkout's root to time interleaved (repeatable)."),
+    blended: bool = typer.Option(True, help="Also repeat a question whose stored answer is blended (its own folder; "
+                                            "two model answers first)."),
 ) -> None:
     """A repeated `ragcache ask` end to end, process start included: wall and CPU time, load."""
     run_bench("ask", json_path=json_path, plot_path=plot_path, docs=docs, question=question, paraphrase=paraphrase,
-              repeats=repeats, home=home, against=against)
+              repeats=repeats, home=home, against=against, blended=blended)
+
+
+@bench_app.command("ask-rewordings")
+def bench_ask_rewordings(
+    json_path: str = json_option("ask_rewordings"),
+    plot_path: str = plot_option("ask_rewordings"),
+    pairs: Optional[str] = typer.Option(None, help="Pairs (JSONL: a, b, label, kind, split); default "
+                                                   "bench/data/ask_wiki_pairs.jsonl of the checkout."),
+    docs: Optional[str] = typer.Option(None, help="Notes folder; default bench/data/ask_wiki of the checkout."),
+    split: str = typer.Option("all", help="Which pairs: dev, heldout or all."),
+    top_k: Optional[int] = typer.Option(None, help="Documents retrieved per question (default: the settings')."),
+) -> None:
+    """Rewordings and near misses through `ragcache ask` with real retrieval: served with and without
+    the stored questions' retrieval (no language model runs)."""
+    run_bench("ask_rewordings", json_path=json_path, plot_path=plot_path, pairs=pairs, docs=docs, split=split,
+              top_k=top_k)
 
 
 __all__ = ["bench_app", "data_dir", "json_option", "plot_option", "run_bench"]

@@ -19,7 +19,7 @@ from ragcache.app.argv import RagcacheGroup, number_in
 from ragcache.app.bench_cmd import bench_app
 from ragcache.app.cache_cmd import cache_app
 from ragcache.app.calibrate_cmd import calibrate_app
-from ragcache.app.output import error, make_console, print_json, run_or_exit, say
+from ragcache.app.output import error, make_console, print_json, run_or_exit, say, show_own_warnings
 from ragcache.config import Config, default_help
 from ragcache.limits import THRESHOLD_FLOOR, low_threshold_message
 
@@ -64,6 +64,7 @@ def _main(
 ) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("ragcache").setLevel(logging.INFO if verbose else logging.WARNING)
+    show_own_warnings()  # PromptCacheWarning and the like: one line, no source path
 
 
 @app.command()

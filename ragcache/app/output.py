@@ -88,6 +88,28 @@ def warn(console: Console, message: str) -> None:
     say(err_console(), ("warning: ", "bold yellow"), message)
 
 
+def show_own_warnings() -> None:
+    """Print ragcache's own warnings (a category defined in ``ragcache``, e.g. ``PromptCacheWarning``,
+    ``LowThresholdWarning``) as one ``warning:`` line on stderr, with no source path or code line:
+    the command line's user did not write that code. Other libraries' warnings keep Python's format.
+    Each distinct message is shown once per process, as Python's default filter does."""
+    import warnings
+
+    if getattr(warnings.showwarning, "_ragcache", False):
+        return
+    default = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if category.__module__.split(".")[0] == "ragcache" and file is None:
+            warn(err_console(), str(message))
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show._ragcache = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def error(console: Console | None, message: str, exit_code: int = 2) -> None:
     """Report a user error on stderr: an ``error:`` line, or under ``--json`` the object
     ``{"error": message, "exit_code": exit_code}`` (``console`` is kept for callers)."""

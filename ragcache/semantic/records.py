@@ -7,7 +7,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragcache.semantic.budget import AnswerBudget
-from ragcache.semantic.decision.guards import GuardVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    """Outcome of a hit decision on one candidate (a guard set, the pair model, a verifier): ``reason``
+    is None when it passed, else the name of what refused it, with a human ``detail``."""
+
+    reason: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -236,6 +236,31 @@ class SemanticCacheContract:
         with pytest.raises(ValueError, match="same embedder"):
             open_cache(embedder=HashingEmbedder(32))
 
+    # ------------------------------------------------------------------ neighbours across partitions
+    def test_neighbour_questions_cross_partitions_within_a_tenant(self, open_cache: Opener) -> None:
+        """Stored questions near a query in any partition of its tenant, best first, each once, none
+        below the floor; another tenant's are never returned; nothing is counted as a lookup."""
+        c = open_cache(threshold=0.5)
+        docs = [partition_of("contract", "m", [{"id": f"d{j}", "text": f"Note {j}."}]) for j in range(3)]
+        for j, pk in enumerate(docs):
+            c.store("How long do refunds take?", f"answer {j}", partition=pk)
+        c.store("How long does shipping take?", "3 days", partition=docs[0])
+        c.store("How long do refunds take?", "other tenant", partition=OTHER_NS)
+        c.store("Who approves refunds?", "the manager", partition=partition_of("other-tenant", "m"))
+        before = c.stats.lookups
+        near = c.neighbour_questions("How long do refunds take?", namespace="contract", k=3, floor=0.0)
+        assert [q for q, _ in near][:1] == ["How long do refunds take?"] and near[0][1] > 0.99
+        assert len({q for q, _ in near}) == len(near) <= 3
+        assert [s for _, s in near] == sorted((s for _, s in near), reverse=True)
+        assert "Who approves refunds?" not in {q for q, _ in near}  # another tenant's question
+        assert c.neighbour_questions("How long do refunds take?", namespace="nobody", floor=0.0) == []
+        high = c.neighbour_questions("How long do refunds take?", namespace="contract", k=3, floor=0.999)
+        assert [q for q, _ in high] == ["How long do refunds take?"]
+        assert c.neighbour_questions(f"{PASTE} How long do refunds take?", namespace="contract", floor=0.0) == []
+        with pytest.raises(ValueError, match="k must be"):
+            c.neighbour_questions("How long do refunds take?", namespace="contract", k=0)
+        assert c.stats.lookups == before
+
     # ------------------------------------------------------------------ the answer path's interface
     def test_is_an_answer_cache_of_requests(self, open_cache: Opener) -> None:
         """The :class:`~ragcache.semantic.answer_cache.AnswerCache` methods read the request's question,

@@ -22,13 +22,12 @@ DOCS = ["Backups run nightly at 02:30 UTC and are kept for 30 days.",
 _LOADERS = ("ragcache.models.load_model", "ragcache.engine.engine.load_model")  # LocalEngine.from_pretrained's
 
 
-def _tiny_carrying(fp):
-    """The tiny test model carrying ``fp``: what a load of the embedded model gives, without converting it."""
+def _tiny_carrying(loaded, fp):
+    """The tiny test model ``loaded`` carrying ``fp``: what a load of the embedded model gives, without converting it
+    (the wide-init ``tiny_wide``: varied text, and a blank answer is never stored)."""
     from ragcache.identity import LoadedModel
-    from ragcache.testing import tiny_llama
 
-    lm = tiny_llama(seed=1, initializer_range=0.2)  # wide init: varied text (a blank answer is never stored)
-    return LoadedModel(lm.model, lm.tokenizer, fp)
+    return LoadedModel(loaded.model, loaded.tokenizer, fp)
 
 
 def _no_model(monkeypatch):
@@ -40,11 +39,12 @@ def _no_model(monkeypatch):
         monkeypatch.setattr(where, boom)
 
 
-def _loads_as(monkeypatch, fp, loads):
-    """The model load gives the tiny model carrying ``fp`` (counted in ``loads``); conversion stays forbidden."""
+def _loads_as(monkeypatch, loaded, fp, loads):
+    """The model load gives the tiny model ``loaded`` carrying ``fp`` (counted in ``loads``); conversion stays
+    forbidden."""
     def load(*a, **k):
         loads.append(1)
-        return _tiny_carrying(fp)
+        return _tiny_carrying(loaded, fp)
 
     for where in _LOADERS:
         monkeypatch.setattr(where, load)
@@ -69,7 +69,7 @@ def answers(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ LangChain
-def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers, monkeypatch):
+def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers, monkeypatch, tiny_wide):
     from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
     from langchain_ragcache._engine import loaded_engine
 
@@ -77,7 +77,7 @@ def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers,
 
     fp = model_fingerprint(None, home=fresh)
     messages = [SystemMessage(SYSTEM), HumanMessage("How long are backups kept?")]
-    other = ChatRagCache(engine=LocalEngine(_tiny_carrying(fp), chunk_cache=None), max_tokens=8,
+    other = ChatRagCache(engine=LocalEngine(_tiny_carrying(tiny_wide, fp), chunk_cache=None), max_tokens=8,
                          cache=RagCacheSemanticCache(answers))  # another replica, its model loaded
     stored = other.invoke(messages)
     assert stored.response_metadata["ragcache"]["layer"] == "model" and stored.content
@@ -93,7 +93,7 @@ def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers,
     assert not fresh.model_dir(DEFAULT_MODEL).exists()
 
     loads: list[int] = []
-    _loads_as(monkeypatch, fp, loads)
+    _loads_as(monkeypatch, tiny_wide, fp, loads)
     miss = chat.invoke([SystemMessage(SYSTEM), HumanMessage("When do deploys go out?")])
     assert miss.response_metadata["ragcache"]["layer"] == "model" and loads == [1]
     assert chat.engine.fingerprint.digest == fp.digest
@@ -101,14 +101,14 @@ def test_chat_model_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers,
     assert again.response_metadata["ragcache"]["layer"] == "semantic" and loads == [1]
 
 
-def test_chat_model_refuses_to_store_for_a_model_it_did_not_predict(fresh, answers, monkeypatch):
+def test_chat_model_refuses_to_store_for_a_model_it_did_not_predict(fresh, answers, monkeypatch, tiny_wide):
     from dataclasses import replace
 
     from langchain_ragcache import ChatRagCache, RagCacheSemanticCache
 
     fp = model_fingerprint(None, home=fresh)
     loads: list[int] = []
-    _loads_as(monkeypatch, replace(fp, revision="edited"), loads)  # the folder changed since the lookup
+    _loads_as(monkeypatch, tiny_wide, replace(fp, revision="edited"), loads)  # the folder changed since the lookup
     chat = ChatRagCache(max_tokens=8, cache=RagCacheSemanticCache(answers))
     messages = [SystemMessage(SYSTEM), HumanMessage("How long are backups kept?")]
     with pytest.raises(RuntimeError, match="not the predicted"):
@@ -119,11 +119,11 @@ def test_chat_model_refuses_to_store_for_a_model_it_did_not_predict(fresh, answe
     assert chat._identifying_params["model_fingerprint"] == replace(fp, revision="edited").digest
 
 
-def test_chat_model_keys_as_before_when_its_engine_is_loaded(fresh, monkeypatch):
+def test_chat_model_keys_as_before_when_its_engine_is_loaded(fresh, monkeypatch, tiny_wide):
     from langchain_ragcache import ChatRagCache
 
     fp = model_fingerprint(None, home=fresh)
-    _loads_as(monkeypatch, fp, [])
+    _loads_as(monkeypatch, tiny_wide, fp, [])
     first = ChatRagCache()
     first.get_engine()  # loaded in this process: a later model reads it, predicting nothing
     monkeypatch.setattr("ragcache.engine.predicted.PredictedEngine.of",
@@ -143,7 +143,7 @@ def _query_engine(answers, llm=None):
     return RagCacheQueryEngine(fixed_retriever(fixed_nodes(DOCS)), llm, semantic_cache=answers, system_prompt=SYSTEM)
 
 
-def test_query_engine_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers, monkeypatch):
+def test_query_engine_serves_a_hit_in_a_fresh_home_without_loading(fresh, answers, monkeypatch, tiny_wide):
     from llama_index.core import Settings
     from llama_index.llms.ragcache import RagCacheLLM
 
@@ -151,7 +151,7 @@ def test_query_engine_serves_a_hit_in_a_fresh_home_without_loading(fresh, answer
 
     monkeypatch.setattr(Settings, "_llm", None)  # the query engine's default LLM: RagCacheLLM()
     fp = model_fingerprint(None, home=fresh)
-    other = _query_engine(answers, RagCacheLLM(LocalEngine(_tiny_carrying(fp), chunk_cache=None)))
+    other = _query_engine(answers, RagCacheLLM(LocalEngine(_tiny_carrying(tiny_wide, fp), chunk_cache=None)))
     stored = other.query("How long are backups kept?")
     assert stored.metadata["layer"] != "semantic" and str(stored)
 
@@ -163,13 +163,13 @@ def test_query_engine_serves_a_hit_in_a_fresh_home_without_loading(fresh, answer
     assert qe.llm.fingerprint == fp.digest
 
     loads: list[int] = []
-    _loads_as(monkeypatch, fp, loads)
+    _loads_as(monkeypatch, tiny_wide, fp, loads)
     miss = qe.query("When do deploys go out?")
     assert miss.metadata["layer"] != "semantic" and loads == [1] and qe.llm.loaded
     assert qe.query("When do deploys go out?").metadata["layer"] == "semantic"
 
 
-def test_llm_refuses_a_model_it_did_not_predict(fresh, monkeypatch):
+def test_llm_refuses_a_model_it_did_not_predict(fresh, monkeypatch, tiny_wide):
     from dataclasses import replace
 
     from llama_index.core.llms import ChatMessage
@@ -180,23 +180,23 @@ def test_llm_refuses_a_model_it_did_not_predict(fresh, monkeypatch):
     llm = RagCacheLLM(max_new_tokens=4)
     assert (llm.fingerprint, llm.loaded) == (fp.digest, False)
     assert llm.blend_setting is None  # a fresh home: no calibration record of this identity, exact prefill
-    _loads_as(monkeypatch, replace(fp, revision="edited"), [])
+    _loads_as(monkeypatch, tiny_wide, replace(fp, revision="edited"), [])
     with pytest.raises(RuntimeError, match="not the predicted"):
         llm.chat([ChatMessage(role="user", content="How long are backups kept?")])
     assert llm.fingerprint == replace(fp, revision="edited").digest  # keyed by the loaded model from now on
 
 
-def test_llm_given_an_engine_or_another_model_loads_as_before(fresh, monkeypatch):
+def test_llm_given_an_engine_or_another_model_loads_as_before(fresh, monkeypatch, tiny_wide):
     from llama_index.llms.ragcache import RagCacheLLM
 
     from ragcache.engine.engine import LocalEngine
 
     fp = model_fingerprint(None, home=fresh)
-    engine = LocalEngine(_tiny_carrying(fp), chunk_cache=None)
+    engine = LocalEngine(_tiny_carrying(tiny_wide, fp), chunk_cache=None)
     given = RagCacheLLM(engine, recompute_ratio=0.2)
     assert given.loaded and given.engine is engine
     assert (given.fingerprint, given.blend_setting) == (fp.digest, None)  # no chunk cache: exact prefill
     loads: list[int] = []
-    _loads_as(monkeypatch, fp, loads)
+    _loads_as(monkeypatch, tiny_wide, fp, loads)
     RagCacheLLM(model_name="some/local-model")
     assert loads == [1]  # another model is loaded when built, as before

@@ -20,12 +20,12 @@ def stats() -> dict:
 
 
 @pytest.fixture()
-def shared(tmp_path, monkeypatch, pg_server, valkey_server):
+def shared(tmp_path, monkeypatch, pg_server, valkey_server, tiny_seed1):
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAGCACHE_SEMANTIC_URL", pg_server.url)
     monkeypatch.setenv("RAGCACHE_KV_URL", valkey_server.url)
     cli("cache", "clear", "--yes")  # the default schema and key prefix: start from empty stores
-    base = ask_two_answers(tmp_path, monkeypatch)  # chunk KV to Valkey, two answers to PostgreSQL
+    base = ask_two_answers(tmp_path, monkeypatch, tiny_seed1)  # chunk KV to Valkey, two answers to PostgreSQL
     cli(*base, "When do backups run?")  # a hit
     yield {"base": base, "pg": pg_server.url, "valkey": valkey_server.url}
     cli("cache", "clear", "--yes")

@@ -120,26 +120,24 @@ def test_cache_ls_json_gives_whole_answers(home, n):
 
 @pytest.mark.parametrize("r,words", [(None, "computes them again, exactly"), (0.15, "setting infoflow r=0.15"),
                                      (0.3, "setting infoflow r=0.3")])
-def test_the_demo_says_what_the_chunk_cache_does(r, words):
+def test_the_demo_says_what_the_chunk_cache_does(tiny_seed1, r, words):
     from ragcache import ChunkCache, LocalEngine
     from ragcache.app.demo import _reuse_mode
-    from ragcache.testing import tiny_llama
 
-    engine = LocalEngine(tiny_llama(seed=1), chunk_cache=ChunkCache(), calibration=False, recompute_ratio=r)
+    engine = LocalEngine(tiny_seed1, chunk_cache=ChunkCache(), calibration=False, recompute_ratio=r)
     assert words in _reuse_mode(engine)
     assert "approximate" in _reuse_mode(engine) and _reuse_mode(engine).endswith("docs/guides/local-engine.md.")
 
 
-def test_the_demo_names_a_record_that_licenses_no_ratio():
+def test_the_demo_names_a_record_that_licenses_no_ratio(tiny_seed1):
     from ragcache import LocalEngine
     from ragcache.app.demo import _reuse_mode
     from ragcache.engine.blend.calibration import Calibration
-    from ragcache.testing import tiny_llama
 
     from ragcache import ChunkCache
     from ragcache.app.demo import _reuse_detail
 
-    loaded = tiny_llama(seed=1)
+    loaded = tiny_seed1
     no = Calibration(fingerprint=loaded.fingerprint.digest, model="tiny", recompute_ratio=None, blend_allowed=False,
                      min_agreement=0.95, max_ratio=0.5)
     engine = LocalEngine(loaded, chunk_cache=ChunkCache(), calibration=no)

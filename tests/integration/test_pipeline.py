@@ -62,11 +62,10 @@ def test_folder_chunks_errors(tmp_path):
     assert folder_chunks(tmp_path)[0].source == "notes.md"
 
 
-def test_pipeline_layers(embedder):
-    from ragcache.testing import tiny_llama
+def test_pipeline_layers(embedder, tiny_wide):
     from ragcache.semantic import SemanticCache
 
-    engine = LocalEngine(tiny_llama(seed=1, initializer_range=0.2))  # wide init: varied, non-blank answers
+    engine = LocalEngine(tiny_wide)  # wide init: varied, non-blank answers
     rag = RagCache(LocalBackend(engine), semantic=SemanticCache(None, embedder=embedder), max_new_tokens=6,
                    cache_truncated=True)  # a random tiny model rarely stops before the budget
     docs = ["Doc one: csv.reader reads rows.", "Doc two: csv.DictReader maps rows to dicts."]

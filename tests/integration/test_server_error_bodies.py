@@ -7,7 +7,6 @@ from starlette.testclient import TestClient
 
 from ragcache import LocalEngine
 from ragcache.server.app import create_local_app
-from ragcache.testing import tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +51,12 @@ def test_missing_messages_is_field_required(client):
     assert r.status_code == 400 and r.json()["error"]["message"] == "messages: Field required"
 
 
-def test_max_tokens_over_the_limit_names_it():
+def test_max_tokens_over_the_limit_names_it(tiny_seed1):
     import anthropic
 
     from ragcache.server.app import running_server
 
-    with running_server(LocalEngine(tiny_llama(seed=1), calibration=False)) as url, \
+    with running_server(LocalEngine(tiny_seed1, calibration=False)) as url, \
             anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as sdk:
         for max_tokens in (2049, 4096, 20_000):  # the tiny model: 2048 tokens; the SDK itself refuses far larger
             with pytest.raises(anthropic.BadRequestError, match=rf"max_tokens: {max_tokens} > \d+, which is the maximum"):

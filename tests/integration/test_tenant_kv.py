@@ -13,7 +13,6 @@ from ragcache.engine.backend import LocalBackend
 from ragcache.engine.chunk import ChunkCache, DiskChunkStore, MemoryChunkStore
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.keys import kv_salt
-from ragcache.testing import tiny_llama
 
 DOCS = ["The canary deployment lasts fifteen minutes before traffic shifts to the new version entirely.",
         "Rollbacks are triggered automatically when the error rate exceeds two percent for five minutes.",
@@ -49,9 +48,9 @@ def test_kv_salt_keeps_tenants_apart_and_never_holds_the_name():
             kv_salt(None, bad)
 
 
-def test_share_setting_is_checked():
+def test_share_setting_is_checked(tiny):
     with pytest.raises(TypeError, match="share_kv_across_namespaces"):
-        LocalEngine(tiny_llama(seed=0), share_kv_across_namespaces="yes")
+        LocalEngine(tiny, share_kv_across_namespaces="yes")
 
 
 # ------------------------------------------------------------------ the engine

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from ragcache import LocalBackend, LocalEngine, SemanticCache
-from ragcache.testing import tiny_llama
 from ragcache.semantic import partition_key
 
 
@@ -69,7 +68,7 @@ def _lc_doc(text, id):
     lambda t, i: {"doc_id": i, "page_content": t},
     _lc_doc,
 ])
-def test_two_documents_with_one_id_and_different_text_are_refused(make):
+def test_two_documents_with_one_id_and_different_text_are_refused(tiny_seed1, make):
     from ragcache import RagCache
     from ragcache.prompt.layout import PromptLayout
     from ragcache.testing import HashingEmbedder
@@ -82,6 +81,6 @@ def test_two_documents_with_one_id_and_different_text_are_refused(make):
     same = [make("Backups run at 02:00 UTC.", "ops#1"), make("Backups run at 02:00 UTC.\r\n", "ops#1")]
     assert PromptLayout.build(question="When do backups run?", documents=same).documents  # same text: accepted
     with SemanticCache(None, embedder=HashingEmbedder()) as answers:
-        rag = RagCache(LocalBackend(LocalEngine(tiny_llama(seed=1), calibration=False)), semantic=answers)
+        rag = RagCache(LocalBackend(LocalEngine(tiny_seed1, calibration=False)), semantic=answers)
         with pytest.raises(ValueError, match="both have id 'ops#1'"):
             rag.prepare("When do backups run?", docs)

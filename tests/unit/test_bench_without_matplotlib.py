@@ -47,10 +47,8 @@ def test_bench_semantic_writes_json_and_table_without_matplotlib(no_matplotlib, 
     assert not out.with_suffix(".png").exists()
 
 
-def test_bench_prefix_writes_json_and_table_without_matplotlib(no_matplotlib, tmp_path):
-    from ragcache.testing import tiny_llama
-
-    lm = tiny_llama(seed=1)
+def test_bench_prefix_writes_json_and_table_without_matplotlib(no_matplotlib, tmp_path, tiny_seed1):
+    lm = tiny_seed1
     model = tmp_path / "tiny"
     lm.model.save_pretrained(model)
     lm.tokenizer.save_pretrained(model)

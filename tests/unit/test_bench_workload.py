@@ -10,9 +10,9 @@ from ragcache.app.cli import app
 
 
 @pytest.fixture()
-def small_corpus(monkeypatch, tmp_path):
+def small_corpus(monkeypatch, tmp_path, tiny_seed1):
     from ragcache.app import corpus, demo, runtime
-    from ragcache.testing import HashingEmbedder, tiny_llama
+    from ragcache.testing import HashingEmbedder
 
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))
     emb = HashingEmbedder()
@@ -20,7 +20,7 @@ def small_corpus(monkeypatch, tmp_path):
     monkeypatch.setattr(corpus, "stdlib_chunks", lambda: chunks)
     monkeypatch.setattr(runtime, "query_embedder", lambda cfg: emb)
     monkeypatch.setattr(demo, "bulk_embedder", lambda cfg: (lambda: emb))
-    lm = tiny_llama(seed=1)
+    lm = tiny_seed1
     model = tmp_path / "tiny"
     lm.model.save_pretrained(model)
     lm.tokenizer.save_pretrained(model)

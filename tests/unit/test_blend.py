@@ -23,11 +23,6 @@ DOCS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lm(tiny):
-    return tiny
-
-
 def enc(lm, text):
     return lm.tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -80,17 +75,17 @@ def blend(lm, cc, docs, r, **kw):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_full_recompute_reproduces_full_prefill(lm, dtype):
+def test_full_recompute_reproduces_full_prefill(tiny, dtype):
     cc = ChunkCache(MemoryChunkStore(), dtype=dtype)
-    ids, plen, spans, res, _ = blend(lm, cc, DOCS, 1.0)
-    ref_cache, ref_logits = full_prefill(lm, ids)
+    ids, plen, spans, res, _ = blend(tiny, cc, DOCS, 1.0)
+    ref_cache, ref_logits = full_prefill(tiny, ids)
     assert (res.last_logits - ref_logits).abs().max().item() < 1e-4
     assert res.last_logits.dtype == torch.float32 and res.last_logits.shape == ref_logits.shape
     assert kvb.cache_len(res.cache) == len(ids)
     rk, rv = kvb.cache_tensors(ref_cache)
     bk, bv = kvb.cache_tensors(res.cache)
     assert max((x - y).abs().max().item() for x, y in zip(rk + rv, bk + bv)) < 1e-4
-    assert greedy(lm, res.cache, res.last_logits, len(ids)) == greedy(lm, ref_cache, ref_logits, len(ids))
+    assert greedy(tiny, res.cache, res.last_logits, len(ids)) == greedy(tiny, ref_cache, ref_logits, len(ids))
     n_doc = sum(e - s for s, e in spans)
     assert res.tokens_recomputed == n_doc and res.chunk_tokens_reused == 0 and res.tokens_reused == 0
     assert res.prefix_tokens_reused == plen
@@ -121,15 +116,15 @@ def full_reuse_reference(lm, ids, plen, spans, sink):
     return cache, logits
 
 
-def test_zero_ratio_equals_independent_full_reuse(lm):
+def test_zero_ratio_equals_independent_full_reuse(tiny):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    ids, plen, spans, res, _ = blend(lm, cc, DOCS, 0.0)
-    ref_cache, ref_logits = full_reuse_reference(lm, ids, plen, spans, cc.sink_for(lm.model))
+    ids, plen, spans, res, _ = blend(tiny, cc, DOCS, 0.0)
+    ref_cache, ref_logits = full_reuse_reference(tiny, ids, plen, spans, cc.sink_for(tiny.model))
     assert (res.last_logits - ref_logits).abs().max().item() < 1e-4
     rk, rv = kvb.cache_tensors(ref_cache)
     bk, bv = kvb.cache_tensors(res.cache)
     assert max((x - y).abs().max().item() for x, y in zip(rk + rv, bk + bv)) < 1e-4
-    _, full_logits = full_prefill(lm, ids)
+    _, full_logits = full_prefill(tiny, ids)
     assert (res.last_logits - full_logits).abs().max().item() > 1e-3  # reuse is not a full prefill
     n_doc = sum(e - s for s, e in spans)
     assert res.tokens_recomputed == 0 and res.chunk_tokens_reused == n_doc
@@ -137,9 +132,9 @@ def test_zero_ratio_equals_independent_full_reuse(lm):
 
 
 @pytest.mark.parametrize("r", [0.0, 0.05, 0.15, 0.3, 0.5, 1.0])
-def test_selected_set_properties(lm, r):
+def test_selected_set_properties(tiny, r):
     cc = ChunkCache(MemoryChunkStore())
-    ids, plen, spans, res, _ = blend(lm, cc, DOCS, r)
+    ids, plen, spans, res, _ = blend(tiny, cc, DOCS, r)
     sel = set(res.selected.tolist())
     doc_pos = {p for s, e in spans for p in range(s, e)}
     uncached = set(range(plen, len(ids))) - doc_pos
@@ -167,33 +162,33 @@ def test_select_hkvd_picks_top_deviation():
     assert 49 in select_hkvd(dev, doc, 0.0).tolist()
 
 
-def test_reordered_and_fully_cached_prompts_hit(lm):
+def test_reordered_and_fully_cached_prompts_hit(tiny):
     cc = ChunkCache(MemoryChunkStore())
-    blend(lm, cc, DOCS, 0.15)
+    blend(tiny, cc, DOCS, 0.15)
     shuffled = DOCS[:]
     random.Random(1).shuffle(shuffled)
     # another order after a system text of another length: every document is a hit
-    _, _, spans, res, hits = blend(lm, cc, shuffled, 0.15, system="You are a careful assistant. Be brief.\n")
+    _, _, spans, res, hits = blend(tiny, cc, shuffled, 0.15, system="You are a careful assistant. Be brief.\n")
     assert all(hits) and cc.misses == len(DOCS) and cc.hits == len(DOCS)
     n_doc = sum(e - s for s, e in spans)
     assert res.tokens_recomputed == math.ceil(0.15 * n_doc - 1e-9)
     assert res.chunk_tokens_reused == n_doc - res.tokens_recomputed
     assert torch.isfinite(res.last_logits).all()
     # the exact same prompt twice: same result
-    _, _, _, again, hits2 = blend(lm, cc, shuffled, 0.15, system="You are a careful assistant. Be brief.\n")
+    _, _, _, again, hits2 = blend(tiny, cc, shuffled, 0.15, system="You are a careful assistant. Be brief.\n")
     assert all(hits2) and torch.equal(again.last_logits, res.last_logits)
 
 
-def test_one_new_document_among_cached(lm):
+def test_one_new_document_among_cached(tiny):
     cc = ChunkCache(MemoryChunkStore())
-    cc.precompute(lm.model, [enc(lm, d) for d in DOCS[:3]], fingerprint=lm.fingerprint, progress=False)
+    cc.precompute(tiny.model, [enc(tiny, d) for d in DOCS[:3]], fingerprint=tiny.fingerprint, progress=False)
     docs = [DOCS[0], DOCS[3], DOCS[1]]
-    ids, plen, spans, doc_ids = build(lm, docs)
-    looked = [cc.lookup(lm.model, lm.fingerprint.digest, d) for d in doc_ids]
+    ids, plen, spans, doc_ids = build(tiny, docs)
+    looked = [cc.lookup(tiny.model, tiny.fingerprint.digest, d) for d in doc_ids]
     assert [x is not None for x in looked] == [True, False, True]
     # the new document is passed as uncached tokens: computed in full, in context
     cached = [(sp, kv) for sp, kv in zip(spans, looked) if kv is not None]
-    res = blend_prefill(lm.model, ids, prefix_len=plen, prefix_cache=prefix_cache(lm, ids, plen),
+    res = blend_prefill(tiny.model, ids, prefix_len=plen, prefix_cache=prefix_cache(tiny, ids, plen),
                         doc_spans=[sp for sp, _ in cached], chunk_kvs=[kv for _, kv in cached], recompute_ratio=0.15)
     s, e = spans[1]
     assert set(range(s, e)) <= set(res.selected.tolist())
@@ -202,36 +197,36 @@ def test_one_new_document_among_cached(lm):
     assert res.chunk_tokens_reused == n_cached - res.tokens_recomputed
 
 
-def test_single_document_and_no_prefix(lm):
+def test_single_document_and_no_prefix(tiny):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    ids, plen, spans, doc_ids = build(lm, DOCS[1:2], system="")
+    ids, plen, spans, doc_ids = build(tiny, DOCS[1:2], system="")
     assert plen == 0
-    kv, hit = cc.lookup_or_compute(lm.model, lm.fingerprint.digest, doc_ids[0])
+    kv, hit = cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, doc_ids[0])
     assert not hit
-    res = blend_prefill(lm.model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=[kv],
+    res = blend_prefill(tiny.model, ids, prefix_len=0, prefix_cache=None, doc_spans=spans, chunk_kvs=[kv],
                         recompute_ratio=1.0)
-    _, ref = full_prefill(lm, ids)
+    _, ref = full_prefill(tiny, ids)
     assert (res.last_logits - ref).abs().max().item() < 1e-4
-    assert cc.lookup_or_compute(lm.model, lm.fingerprint.digest, doc_ids[0])[1]
+    assert cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, doc_ids[0])[1]
 
 
 @pytest.mark.parametrize("deviation", ["k", "kv"])
-def test_key_deviation_options(lm, deviation):
+def test_key_deviation_options(tiny, deviation):
     cc = ChunkCache(MemoryChunkStore())
-    ids, plen, spans, doc_ids = build(lm, DOCS)
-    kvs = [cc.lookup_or_compute(lm.model, lm.fingerprint, d)[0] for d in doc_ids]
-    res = blend_prefill(lm.model, ids, prefix_len=plen, prefix_cache=prefix_cache(lm, ids, plen), doc_spans=spans,
+    ids, plen, spans, doc_ids = build(tiny, DOCS)
+    kvs = [cc.lookup_or_compute(tiny.model, tiny.fingerprint, d)[0] for d in doc_ids]
+    res = blend_prefill(tiny.model, ids, prefix_len=plen, prefix_cache=prefix_cache(tiny, ids, plen), doc_spans=spans,
                         chunk_kvs=kvs, recompute_ratio=0.3, deviation=deviation)
     assert res.tokens_recomputed == math.ceil(0.3 * sum(e - s for s, e in spans) - 1e-9)
 
 
-def test_disk_store_blend_matches_memory(lm, tmp_path):
+def test_disk_store_blend_matches_memory(tiny, tmp_path):
     mem = ChunkCache(MemoryChunkStore())
     disk = ChunkCache(DiskChunkStore(tmp_path))
-    _, _, _, a, _ = blend(lm, mem, DOCS, 0.15)
-    blend(lm, disk, DOCS, 0.15)
+    _, _, _, a, _ = blend(tiny, mem, DOCS, 0.15)
+    blend(tiny, disk, DOCS, 0.15)
     reopened = ChunkCache(DiskChunkStore(tmp_path))
-    _, _, _, b, hits = blend(lm, reopened, DOCS, 0.15)
+    _, _, _, b, hits = blend(tiny, reopened, DOCS, 0.15)
     assert all(hits) and torch.equal(a.last_logits, b.last_logits)
 
 
@@ -250,22 +245,22 @@ def test_over_context_window_is_a_clear_error():
                       recompute_ratio=0.15)
 
 
-def test_bad_arguments(lm):
+def test_bad_arguments(tiny):
     cc = ChunkCache(MemoryChunkStore())
-    ids, plen, spans, doc_ids = build(lm, DOCS[:2])
-    kvs = [cc.lookup_or_compute(lm.model, lm.fingerprint.digest, d)[0] for d in doc_ids]
-    pc = prefix_cache(lm, ids, plen)
+    ids, plen, spans, doc_ids = build(tiny, DOCS[:2])
+    kvs = [cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, d)[0] for d in doc_ids]
+    pc = prefix_cache(tiny, ids, plen)
     kw = {"prefix_len": plen, "prefix_cache": pc, "doc_spans": spans, "chunk_kvs": kvs, "recompute_ratio": 0.15}
     with pytest.raises(ValueError, match="does not match"):
-        blend_prefill(lm.model, ids, **{**kw, "chunk_kvs": kvs[::-1]})
+        blend_prefill(tiny.model, ids, **{**kw, "chunk_kvs": kvs[::-1]})
     with pytest.raises(ValueError, match="recompute_ratio"):
-        blend_prefill(lm.model, ids, **{**kw, "recompute_ratio": 1.5})
+        blend_prefill(tiny.model, ids, **{**kw, "recompute_ratio": 1.5})
     with pytest.raises(ValueError, match="prefix_cache covers"):
-        blend_prefill(lm.model, ids, **{**kw, "prefix_len": plen - 1})
+        blend_prefill(tiny.model, ids, **{**kw, "prefix_len": plen - 1})
     with pytest.raises(ValueError, match="overlaps"):
-        blend_prefill(lm.model, ids, **{**kw, "doc_spans": [(plen - 1, spans[0][1]), spans[1]]})
+        blend_prefill(tiny.model, ids, **{**kw, "doc_spans": [(plen - 1, spans[0][1]), spans[1]]})
     with pytest.raises(ValueError, match="empty document"):
-        cc.lookup_or_compute(lm.model, lm.fingerprint.digest, [])
+        cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, [])
 
 
 def test_unsupported_rope_variant_raises():
@@ -278,27 +273,27 @@ def test_unsupported_rope_variant_raises():
                       recompute_ratio=0.15)
 
 
-def test_precompute_counts_and_keys(lm):
-    cc = ChunkCache(MemoryChunkStore(), sink_ids=[lm.tokenizer.bos_token_id or 1])
-    assert cc.precompute(lm.model, DOCS, tokenizer=lm.tokenizer, fingerprint=lm.fingerprint, progress=False) == 4
-    assert cc.precompute(lm.model, DOCS, tokenizer=lm.tokenizer, fingerprint=lm.fingerprint, progress=False) == 0
+def test_precompute_counts_and_keys(tiny):
+    cc = ChunkCache(MemoryChunkStore(), sink_ids=[tiny.tokenizer.bos_token_id or 1])
+    assert cc.precompute(tiny.model, DOCS, tokenizer=tiny.tokenizer, fingerprint=tiny.fingerprint, progress=False) == 4
+    assert cc.precompute(tiny.model, DOCS, tokenizer=tiny.tokenizer, fingerprint=tiny.fingerprint, progress=False) == 0
     assert len(cc.store) == 4
-    ids = enc(lm, DOCS[0])
-    assert cc.key(lm.model, lm.fingerprint.digest, ids) != ChunkCache(sink_ids=[7]).key(lm.model, lm.fingerprint.digest, ids)
+    ids = enc(tiny, DOCS[0])
+    assert cc.key(tiny.model, tiny.fingerprint.digest, ids) != ChunkCache(sink_ids=[7]).key(tiny.model, tiny.fingerprint.digest, ids)
     with pytest.raises(ValueError, match="tokenizer"):
-        ChunkCache().precompute(lm.model, DOCS, fingerprint=lm.fingerprint, progress=False)
+        ChunkCache().precompute(tiny.model, DOCS, fingerprint=tiny.fingerprint, progress=False)
 
 
-def test_query_blocks_do_not_change_the_result(lm, monkeypatch):
+def test_query_blocks_do_not_change_the_result(tiny, monkeypatch):
     import ragcache.engine.blend.layers as blend_mod
 
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    _, _, _, one_block, _ = blend(lm, cc, DOCS, 0.3)
+    _, _, _, one_block, _ = blend(tiny, cc, DOCS, 0.3)
     monkeypatch.setattr(blend_mod, "QUERY_BLOCK", 3)
-    ids, _, _, blocks, _ = blend(lm, cc, DOCS, 0.3)
+    ids, _, _, blocks, _ = blend(tiny, cc, DOCS, 0.3)
     assert len(blocks.selected) > 3 * 4
     assert torch.equal(one_block.selected, blocks.selected)
     assert (one_block.last_logits - blocks.last_logits).abs().max().item() < 1e-5
-    _, full = full_prefill(lm, ids)
-    _, _, _, exact, _ = blend(lm, cc, DOCS, 1.0)
+    _, full = full_prefill(tiny, ids)
+    _, _, _, exact, _ = blend(tiny, cc, DOCS, 1.0)
     assert (exact.last_logits - full).abs().max().item() < 1e-4

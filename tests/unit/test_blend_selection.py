@@ -21,11 +21,6 @@ from ragcache.engine.blend.selection import chunk_order, oracle_scores
 RULES = ["prophet", "infoflow", "random", "given"]
 
 
-@pytest.fixture(scope="module")
-def lm(tiny):
-    return tiny
-
-
 def chunks(lm, doc_ids):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
     return [cc.lookup_or_compute(lm.model, lm.fingerprint.digest, d)[0] for d in doc_ids]
@@ -40,10 +35,10 @@ def blend(lm, ids, spans, kvs, r, **kw):
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_r1_reproduces_full_prefill(lm, rule):
-    ids, _, spans, doc_ids = build(lm, DOCS)
-    res = blend(lm, ids, spans, chunks(lm, doc_ids), 1.0, rank_by=rule)
-    full, ref = full_prefill(lm, ids)
+def test_r1_reproduces_full_prefill(tiny, rule):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
+    res = blend(tiny, ids, spans, chunks(tiny, doc_ids), 1.0, rank_by=rule)
+    full, ref = full_prefill(tiny, ids)
     assert (res.last_logits - ref).abs().max().item() < 1e-4
     fk, fv = kvb.cache_tensors(full)
     bk, bv = kvb.cache_tensors(res.cache)
@@ -53,9 +48,9 @@ def test_r1_reproduces_full_prefill(lm, rule):
 
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("r", [0.05, 0.15, 0.5])
-def test_selected_holds_every_uncached_token_and_the_last(lm, rule, r):
-    ids, plen, spans, doc_ids = build(lm, DOCS)
-    res = blend(lm, ids, spans, chunks(lm, doc_ids), r, rank_by=rule)
+def test_selected_holds_every_uncached_token_and_the_last(tiny, rule, r):
+    ids, plen, spans, doc_ids = build(tiny, DOCS)
+    res = blend(tiny, ids, spans, chunks(tiny, doc_ids), r, rank_by=rule)
     doc = torch.zeros(len(ids), dtype=torch.bool)
     for s, e in spans:
         doc[s:e] = True
@@ -109,62 +104,62 @@ def _reference_prophet(lm, ids, spans):
     return total / len(model.model.layers)
 
 
-def test_ranking_uses_true_global_positions(lm):
+def test_ranking_uses_true_global_positions(tiny):
     """Chunks holding the full prefill's KV at local positions: re-rotated to their global positions, the
     ranking pass sees exactly the full prefill, so its scores equal the question's attention there
     (computed with transformers' own RoPE). Chunk-local positions (keys or queries) would not."""
-    ids, _, spans, _ = build(lm, DOCS)
-    full, ref_logits = full_prefill(lm, ids)
-    kvs = _exact_chunks(lm, ids, spans, full)
-    res0 = blend(lm, ids, spans, kvs, 0.0)
+    ids, _, spans, _ = build(tiny, DOCS)
+    full, ref_logits = full_prefill(tiny, ids)
+    kvs = _exact_chunks(tiny, ids, spans, full)
+    res0 = blend(tiny, ids, spans, kvs, 0.0)
     assert (res0.last_logits - ref_logits).abs().max().item() < 1e-4  # the chunks are exact at global positions
-    res = blend(lm, ids, spans, kvs, 0.2, rank_by="prophet")
-    ref = _reference_prophet(lm, ids, spans)
+    res = blend(tiny, ids, spans, kvs, 0.2, rank_by="prophet")
+    ref = _reference_prophet(tiny, ids, spans)
     assert torch.allclose(res.token_scores, ref, atol=1e-5)
     assert spans[0][0] > 0 and (ref[spans[0][0]:] > 0).any()
     # the oracle sees no deviation in exact chunks, and a positive one in chunks computed on their own
-    assert oracle_scores(lm.model, full, spans, kvs, len(ids)).abs().max().item() < 1e-6
-    _, _, _, doc_ids = build(lm, DOCS)
-    own = oracle_scores(lm.model, full, spans, chunks(lm, doc_ids), len(ids))
+    assert oracle_scores(tiny.model, full, spans, kvs, len(ids)).abs().max().item() < 1e-6
+    _, _, _, doc_ids = build(tiny, DOCS)
+    own = oracle_scores(tiny.model, full, spans, chunks(tiny, doc_ids), len(ids))
     assert (own[spans[1][0]:spans[1][1]] > 0).all() and own[:spans[0][0]].abs().max() == 0
 
 
 @pytest.mark.parametrize("rule", ["prophet", "infoflow"])
-def test_ranking_pass_never_writes_into_stored_chunk_kv(lm, rule):
-    ids, _, spans, doc_ids = build(lm, DOCS)
+def test_ranking_pass_never_writes_into_stored_chunk_kv(tiny, rule):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32)
-    kvs = [cc.lookup_or_compute(lm.model, lm.fingerprint.digest, d)[0] for d in doc_ids]
+    kvs = [cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, d)[0] for d in doc_ids]
     before = [(kv.keys.clone(), kv.values.clone()) for kv in kvs]
     for r in (0.15, 1.0):
-        blend(lm, ids, spans, kvs, r, rank_by=rule)
-    again = [cc.lookup_or_compute(lm.model, lm.fingerprint.digest, d) for d in doc_ids]
+        blend(tiny, ids, spans, kvs, r, rank_by=rule)
+    again = [cc.lookup_or_compute(tiny.model, tiny.fingerprint.digest, d) for d in doc_ids]
     for (k, v), kv, (kv2, hit) in zip(before, kvs, again):
         assert hit and torch.equal(k, kv.keys) and torch.equal(v, kv.values)
         assert torch.equal(k, kv2.keys) and torch.equal(v, kv2.values)
 
 
 @pytest.mark.parametrize("rule", ["prophet", "infoflow"])
-def test_question_free_prompt_is_a_clear_error(lm, rule):
-    ids, _, spans, doc_ids = build(lm, DOCS)
+def test_question_free_prompt_is_a_clear_error(tiny, rule):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
     cut = ids[:spans[-1][1]]
-    kvs = chunks(lm, doc_ids)
+    kvs = chunks(tiny, doc_ids)
     with pytest.raises(ValueError, match="last document ends the prompt.*rank_by='deviation'"):
-        blend(lm, cut, spans, kvs, 0.15, rank_by=rule)
+        blend(tiny, cut, spans, kvs, 0.15, rank_by=rule)
     for other in ("random", "deviation"):  # the question-free rules still run
-        assert torch.isfinite(blend(lm, cut, spans, kvs, 0.15, rank_by=other).last_logits).all()
+        assert torch.isfinite(blend(tiny, cut, spans, kvs, 0.15, rank_by=other).last_logits).all()
 
 
-def test_random_is_seeded_and_given_needs_scores(lm):
-    ids, _, spans, doc_ids = build(lm, DOCS)
-    kvs = chunks(lm, doc_ids)
-    a, b, c = (blend(lm, ids, spans, kvs, 0.2, rank_by="random", seed=s).selected for s in (1, 1, 2))
+def test_random_is_seeded_and_given_needs_scores(tiny):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
+    kvs = chunks(tiny, doc_ids)
+    a, b, c = (blend(tiny, ids, spans, kvs, 0.2, rank_by="random", seed=s).selected for s in (1, 1, 2))
     assert torch.equal(a, b) and not torch.equal(a, c)
     with pytest.raises(ValueError, match="token_scores of shape"):
-        blend(lm, ids, spans, kvs, 0.2, rank_by="given", token_scores=torch.zeros(3))
+        blend(tiny, ids, spans, kvs, 0.2, rank_by="given", token_scores=torch.zeros(3))
     first = spans[0]
     scores = torch.zeros(len(ids))
     scores[first[0]:first[1]] = 1.0  # recompute the first document first
-    res = blend(lm, ids, spans, kvs, 0.05, rank_by="given", token_scores=scores)
+    res = blend(tiny, ids, spans, kvs, 0.05, rank_by="given", token_scores=scores)
     doc_selected = {i for i in res.selected.tolist() if any(s <= i < e for s, e in spans)}
     assert doc_selected and doc_selected <= set(range(*first))
 

@@ -21,12 +21,6 @@ from ragcache.engine.blend.calibration import Calibration
 from ragcache.engine.chunk.cache import ChunkCache
 from ragcache.engine.chunk.stores import MemoryChunkStore
 from ragcache.engine.blend.selection import plan_recompute
-from ragcache.testing import tiny_llama
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_llama(0)
 
 
 def bound(lm):
@@ -70,48 +64,48 @@ FULL_BUDGET = [
 @pytest.mark.parametrize("context", ["sink", "prefix"])
 @pytest.mark.parametrize("name,r,opts", FULL_BUDGET, ids=[x[0] for x in FULL_BUDGET])
 @pytest.mark.parametrize("rule", ["infoflow", "prophet"])
-def test_each_option_at_full_budget_reproduces_full_prefill(lm, context, name, r, opts, rule):
-    ids, _, spans, _ = build(lm, DOCS)
-    kvs = prefix_chunks(lm, ids, spans) if context == "prefix" else sink_chunks(lm, ids, spans)
-    res = blend(lm, ids, spans, kvs, r, rank_by=rule, **opts)
+def test_each_option_at_full_budget_reproduces_full_prefill(tiny, context, name, r, opts, rule):
+    ids, _, spans, _ = build(tiny, DOCS)
+    kvs = prefix_chunks(tiny, ids, spans) if context == "prefix" else sink_chunks(tiny, ids, spans)
+    res = blend(tiny, ids, spans, kvs, r, rank_by=rule, **opts)
     assert res.exact and res.tokens_recomputed == sum(e - s for s, e in spans)
-    same_as_full(lm, ids, res)
+    same_as_full(tiny, ids, res)
 
 
-def test_below_full_budget_is_approximate_and_not_exact(lm):
-    ids, _, spans, _ = build(lm, DOCS)
-    res = blend(lm, ids, spans, prefix_chunks(lm, ids, spans), 0.1, rank_by="infoflow", doc_top=1)
-    _full, ref = full_prefill(lm, ids)
+def test_below_full_budget_is_approximate_and_not_exact(tiny):
+    ids, _, spans, _ = build(tiny, DOCS)
+    res = blend(tiny, ids, spans, prefix_chunks(tiny, ids, spans), 0.1, rank_by="infoflow", doc_top=1)
+    _full, ref = full_prefill(tiny, ids)
     assert not res.exact and (res.last_logits - ref).abs().max().item() > 1e-5
 
 
-def test_prefix_conditioned_first_document_is_exact_at_its_true_global_positions(lm):
+def test_prefix_conditioned_first_document_is_exact_at_its_true_global_positions(tiny):
     """The first document follows the stable prefix directly, so its prefix-conditioned chunk KV is the
     full prefill's own KV there: with only that document reused (r = 0) the blend equals full prefill.
     The same document computed after the BOS sink (other context) does not."""
-    ids, _, spans, _ = build(lm, DOCS)
+    ids, _, spans, _ = build(tiny, DOCS)
     first = spans[:1]
-    res = blend(lm, ids, first, prefix_chunks(lm, ids, first), 0.0)
+    res = blend(tiny, ids, first, prefix_chunks(tiny, ids, first), 0.0)
     assert res.tokens_recomputed == 0 and res.chunk_tokens_reused == first[0][1] - first[0][0]
-    same_as_full(lm, ids, res)
+    same_as_full(tiny, ids, res)
     # the stored keys were computed at positions len(prefix)..: start == prefix length
-    assert prefix_chunks(lm, ids, first)[0].start == first[0][0]
-    other = blend(lm, ids, first, sink_chunks(lm, ids, first), 0.0)
-    _, ref = full_prefill(lm, ids)
+    assert prefix_chunks(tiny, ids, first)[0].start == first[0][0]
+    other = blend(tiny, ids, first, sink_chunks(tiny, ids, first), 0.0)
+    _, ref = full_prefill(tiny, ids)
     assert (other.last_logits - ref).abs().max().item() > 1e-4
     # a later document's chunk is computed right after the stable prefix (start = prefix length), and
     # the blend re-rotates it to its true global start
-    pk = prefix_chunks(lm, ids, spans)
+    pk = prefix_chunks(tiny, ids, spans)
     assert all(k.start == spans[0][0] for k in pk) and spans[-1][0] > pk[-1].start
 
 
 @pytest.mark.parametrize("other_system", ["System: answer briefly.\n", "System: answer from the passages!\n",
                                           "Sys: answer from the passages.\n"])
-def test_prefix_conditioned_chunk_is_never_used_under_another_prefix(lm, other_system):
-    ids, _, spans, doc_ids = build(lm, DOCS)
-    ids2, _, spans2, doc_ids2 = build(lm, DOCS, system=other_system)
+def test_prefix_conditioned_chunk_is_never_used_under_another_prefix(tiny, other_system):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
+    ids2, _, spans2, doc_ids2 = build(tiny, DOCS, system=other_system)
     assert doc_ids == doc_ids2 and ids[:spans[0][0]] != ids2[:spans2[0][0]]
-    b = bound(lm)
+    b = bound(tiny)
     view = context_view(b, ids, spans, "prefix")
     view.store.put_many([compute_after(view, None, d) for d in doc_ids])
     assert all(view.lookup(d) is not None for d in doc_ids)  # same prefix: hits
@@ -122,11 +116,11 @@ def test_prefix_conditioned_chunk_is_never_used_under_another_prefix(lm, other_s
     assert not plan.hits and len(plan.missed) == len(doc_ids)
 
 
-def test_prompt_without_prefix_falls_back_to_the_sink_chunk(lm):
-    ids, _, spans, _ = build(lm, DOCS)
+def test_prompt_without_prefix_falls_back_to_the_sink_chunk(tiny):
+    ids, _, spans, _ = build(tiny, DOCS)
     cut = ids[spans[0][0]:]
     shifted = [(s - spans[0][0], e - spans[0][0]) for s, e in spans]
-    b = bound(lm)
+    b = bound(tiny)
     assert context_view(b, cut, shifted, "prefix") is b
     with pytest.raises(ValueError, match="chunk_context"):
         context_view(b, ids, spans, "system")
@@ -134,34 +128,34 @@ def test_prompt_without_prefix_falls_back_to_the_sink_chunk(lm):
 
 @pytest.mark.parametrize("opts", [{"doc_top": 1}, {"mass_bound": 0.3}, {"mass_bound": 0.5, "max_share": 0.9},
                                   {"query_layers": (0,)}])
-def test_blend_never_writes_stored_chunk_kv(lm, opts):
-    ids, _, spans, doc_ids = build(lm, DOCS)
-    view = context_view(bound(lm), ids, spans, "prefix")
+def test_blend_never_writes_stored_chunk_kv(tiny, opts):
+    ids, _, spans, doc_ids = build(tiny, DOCS)
+    view = context_view(bound(tiny), ids, spans, "prefix")
     view.store.put_many([compute_after(view, None, d) for d in doc_ids])
     kvs = [view.lookup(d) for d in doc_ids]
     before = [(k.keys.clone(), k.values.clone()) for k in kvs]
     for r in (0.1, 1.0):
-        blend(lm, ids, spans, kvs, r, rank_by="infoflow", **opts)
+        blend(tiny, ids, spans, kvs, r, rank_by="infoflow", **opts)
     for (k, v), kv, d in zip(before, kvs, doc_ids):
         again = view.lookup(d)
         assert torch.equal(k, kv.keys) and torch.equal(v, kv.values)
         assert torch.equal(k, again.keys) and torch.equal(v, again.values)
 
 
-def test_per_request_budget_grows_as_the_bound_tightens_and_falls_back_past_its_ceiling(lm):
-    ids, _, spans, _ = build(lm, DOCS)
-    kvs = prefix_chunks(lm, ids, spans)
+def test_per_request_budget_grows_as_the_bound_tightens_and_falls_back_past_its_ceiling(tiny):
+    ids, _, spans, _ = build(tiny, DOCS)
+    kvs = prefix_chunks(tiny, ids, spans)
     n_doc = sum(e - s for s, e in spans)
-    counts = [blend(lm, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=b).tokens_recomputed
+    counts = [blend(tiny, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=b).tokens_recomputed
               for b in (0.9, 0.5, 0.2, 0.05)]
     assert counts == sorted(counts) and counts[0] < counts[-1] <= n_doc
     # a ceiling below what the bound needs: the whole request is prefilled exactly
     need = counts[2] / n_doc
-    res = blend(lm, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=0.2, max_share=need * 0.5)
+    res = blend(tiny, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=0.2, max_share=need * 0.5)
     assert res.exact and res.tokens_recomputed == n_doc
-    same_as_full(lm, ids, res)
+    same_as_full(tiny, ids, res)
     # a ceiling above it: blended, not exact
-    res = blend(lm, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=0.2, max_share=min(1.0, need + 0.1))
+    res = blend(tiny, ids, spans, kvs, 0.0, rank_by="infoflow", mass_bound=0.2, max_share=min(1.0, need + 0.1))
     assert not res.exact and res.tokens_recomputed == counts[2]
 
 
@@ -187,12 +181,12 @@ def test_plan_recompute_documents_mass_and_ceiling():
             plan_recompute(scores, doc, spans, 0.1, **bad)
 
 
-def test_options_need_a_rule_that_ranks_before_layer_0(lm):
-    ids, _, spans, _ = build(lm, DOCS)
-    kvs = sink_chunks(lm, ids, spans)
+def test_options_need_a_rule_that_ranks_before_layer_0(tiny):
+    ids, _, spans, _ = build(tiny, DOCS)
+    kvs = sink_chunks(tiny, ids, spans)
     for opts in ({"doc_top": 1}, {"mass_bound": 0.2}, {"max_share": 0.5}):
         with pytest.raises(ValueError, match="rank_by='deviation'"):
-            blend(lm, ids, spans, kvs, 0.15, rank_by="deviation", **opts)
+            blend(tiny, ids, spans, kvs, 0.15, rank_by="deviation", **opts)
 
 
 def test_blend_setting_round_trip_validation_and_record():

@@ -31,11 +31,6 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def lm(tiny):
-    return tiny
-
-
 def run(lm, r, sink=None, **kw):
     cc = ChunkCache(MemoryChunkStore(), dtype=torch.float32, sink_ids=sink)
     ids, plen, spans, doc_ids = build(lm, DOCS)
@@ -46,27 +41,27 @@ def run(lm, r, sink=None, **kw):
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_full_ratio_is_full_prefill_for_every_variant(lm, name):
-    ids, _, _, res = run(lm, 1.0, **VARIANTS[name])
-    ref_cache, ref_logits = full_prefill(lm, ids)
+def test_full_ratio_is_full_prefill_for_every_variant(tiny, name):
+    ids, _, _, res = run(tiny, 1.0, **VARIANTS[name])
+    ref_cache, ref_logits = full_prefill(tiny, ids)
     assert (res.last_logits - ref_logits).abs().max().item() < 1e-4
     rk, rv = kvb.cache_tensors(ref_cache)
     bk, bv = kvb.cache_tensors(res.cache)
     assert max((x - y).abs().max().item() for x, y in zip(rk + rv, bk + bv)) < 1e-4
 
 
-def test_full_ratio_with_system_prefix_sink(lm):
-    ids, plen, _, _ = run(lm, 0.0)
-    _, _, _, res = run(lm, 1.0, sink=ids[:plen], gradual_layers=1, doc_head_tokens=2)
-    _, ref_logits = full_prefill(lm, ids)
+def test_full_ratio_with_system_prefix_sink(tiny):
+    ids, plen, _, _ = run(tiny, 0.0)
+    _, _, _, res = run(tiny, 1.0, sink=ids[:plen], gradual_layers=1, doc_head_tokens=2)
+    _, ref_logits = full_prefill(tiny, ids)
     assert (res.last_logits - ref_logits).abs().max().item() < 1e-4
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 @pytest.mark.parametrize("r", [0.05, 0.15, 0.5])
-def test_selected_set_holds_uncached_and_last_for_every_variant(lm, name, r):
+def test_selected_set_holds_uncached_and_last_for_every_variant(tiny, name, r):
     kw = VARIANTS[name]
-    ids, plen, spans, res = run(lm, r, **kw)
+    ids, plen, spans, res = run(tiny, r, **kw)
     sel = set(res.selected.tolist())
     doc_pos = {p for s, e in spans for p in range(s, e)}
     assert set(range(plen, len(ids))) - doc_pos <= sel and len(ids) - 1 in sel
@@ -79,10 +74,10 @@ def test_selected_set_holds_uncached_and_last_for_every_variant(lm, name, r):
     assert torch.isfinite(res.last_logits).all()
 
 
-def test_variants_change_the_result(lm):
-    base = run(lm, 0.15)[3]
+def test_variants_change_the_result(tiny):
+    base = run(tiny, 0.15)[3]
     for name in ("check0", "dev_v", "gradual", "heads"):
-        other = run(lm, 0.15, **VARIANTS[name])[3]
+        other = run(tiny, 0.15, **VARIANTS[name])[3]
         assert not torch.equal(other.selected, base.selected) or not torch.equal(other.last_logits,
                                                                                  base.last_logits), name
 
@@ -112,14 +107,14 @@ def test_boundary_mask_and_gradual_counts():
         boundary_mask(4, [(0, 2)], head=-1)
 
 
-def test_bad_deviation_kind_raises(lm):
+def test_bad_deviation_kind_raises(tiny):
     with pytest.raises(ValueError, match="deviation must be one of"):
-        run(lm, 0.15, deviation="q")
+        run(tiny, 0.15, deviation="q")
 
 
-def test_bad_rank_by_raises(lm):
+def test_bad_rank_by_raises(tiny):
     with pytest.raises(ValueError, match="rank_by must be one of"):
-        run(lm, 0.15, rank_by="shuffle")
+        run(tiny, 0.15, rank_by="shuffle")
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2), (6, 1)])
@@ -143,8 +138,8 @@ def test_tail_attention_is_the_causal_softmax_mass(heads, kv_heads):
     assert only_last[8:].abs().max().item() == 0.0
 
 
-def test_rank_by_changes_the_selection(lm):
-    _, _, _, base = run(lm, 0.3)
-    _, _, _, attn = run(lm, 0.3, rank_by="attention")
+def test_rank_by_changes_the_selection(tiny):
+    _, _, _, base = run(tiny, 0.3)
+    _, _, _, attn = run(tiny, 0.3, rank_by="attention")
     assert len(base.selected) == len(attn.selected)
     assert base.selected.tolist() != attn.selected.tolist()

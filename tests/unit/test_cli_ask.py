@@ -288,14 +288,14 @@ def test_plain_output_says_why_every_miss_missed_and_nothing_on_a_hit(home, note
 
 @pytest.mark.parametrize(("words", "warned"), [(30, False), (600, False), (3000, True), (6000, True)])
 def test_a_question_over_the_models_comfortable_size_is_warned_with_its_token_count(home, notes, tiny_dir,
-                                                                                     monkeypatch, words, warned):
+                                                                                     tiny_seed1, monkeypatch, words,
+                                                                                     warned):
     """Issue 50, item 5: before the model answers a long question, stderr says how many tokens it is."""
     from ragcache.app.ask import COMFORTABLE_QUESTION_TOKENS
-    from ragcache.testing import tiny_llama
 
     fixed_answer(monkeypatch, "Rotate it.")
     question = " ".join(["log line"] * (words // 2)) + " How do I rotate the API keys?"
-    n = len(tiny_llama(seed=1).tokenizer.encode(question, add_special_tokens=False))
+    n = len(tiny_seed1.tokenizer.encode(question, add_special_tokens=False))
     assert (n > COMFORTABLE_QUESTION_TOKENS) is warned  # the inputs span the limit
     r = ask("--docs", str(notes), "--model", str(tiny_dir), question)
     assert r.exit_code == 0, r.output

@@ -13,10 +13,10 @@ runner = CliRunner()
 
 
 @pytest.fixture()
-def populated(tmp_path, monkeypatch):
+def populated(tmp_path, monkeypatch, tiny_seed1):
     home = tmp_path / "home"
     monkeypatch.setenv("RAGCACHE_HOME", str(home))
-    base = ask_two_answers(tmp_path, monkeypatch)  # chunk KV on disk, two answers
+    base = ask_two_answers(tmp_path, monkeypatch, tiny_seed1)  # chunk KV on disk, two answers
     notes = tmp_path / "notes"
     return {"home": home, "notes": notes, "base": base}
 

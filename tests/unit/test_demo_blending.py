@@ -29,11 +29,11 @@ CHUNKS = [
 
 
 @pytest.fixture()
-def tiny_demo(monkeypatch, tmp_path):
+def tiny_demo(monkeypatch, tmp_path, tiny_seed1):
     """The demo over the tiny model and four documents; returns ``run(**env) -> (summary, answers, text)``."""
     from ragcache.app import demo as demo_mod
     from ragcache.engine.engine import LocalEngine
-    from ragcache.testing import HashingEmbedder, tiny_llama
+    from ragcache.testing import HashingEmbedder
 
     monkeypatch.setenv("RAGCACHE_HOME", str(tmp_path / "home"))  # a fresh home: chunk KV on disk under it
     for var in ("RAGCACHE_KV_DIR", "RAGCACHE_KV_URL", "RAGCACHE_MIN_REUSE_TOKENS", "RAGCACHE_RECOMPUTE_RATIO"):
@@ -45,7 +45,7 @@ def tiny_demo(monkeypatch, tmp_path):
         from ragcache.app.runtime import chunk_store
         from ragcache.engine.chunk.cache import ChunkCache
 
-        engine = LocalEngine(tiny_llama(seed=1), chunk_cache=ChunkCache(chunk_store(cfg)) if chunk_cache else None,
+        engine = LocalEngine(tiny_seed1, chunk_cache=ChunkCache(chunk_store(cfg)) if chunk_cache else None,
                              recompute_ratio=cfg.recompute_ratio, min_reuse_tokens=cfg.min_reuse_tokens,
                              calibration=False, home=cfg.paths)
         engine.prefill_rate.value = 1e7  # a fast machine: the cost rule's 0.1 s is worth ~10M tokens here

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from test_architecture import DOCS, EchoBackend, _rag
+from pipeline_doubles import DOCS, EchoBackend, echo_rag
 
 from ragcache.answering import AnswerPath
 from ragcache.semantic.flight import _LOCAL, FLIGHTS, check_timeout
@@ -49,7 +49,7 @@ def _layers(results):
 
 def test_async_holder_that_raises_gives_its_error_to_every_waiter():
     backend = FailsOnce()
-    rag = _rag(backend)
+    rag = echo_rag(backend)
 
     async def main():
         return await asyncio.gather(*(rag.aanswer(Q, DOCS[:2]) for _ in range(4)), return_exceptions=True)
@@ -62,7 +62,7 @@ def test_async_holder_that_raises_gives_its_error_to_every_waiter():
 
 def test_sync_holder_that_raises_gives_its_error_to_sync_and_async_waiters():
     backend = FailsOnce(delay=0.3)
-    rag = _rag(backend)
+    rag = echo_rag(backend)
     out: list = []
 
     def ask():
@@ -91,7 +91,7 @@ def test_cancelled_or_timed_out_holder_hands_the_flight_on():
     backend.failed = True  # never fails: 0.2 s per call
 
     async def main():
-        rag = _rag(backend)
+        rag = echo_rag(backend)
         first = asyncio.create_task(rag.aanswer(Q, DOCS[:2]))
         await asyncio.sleep(0.05)
         waiter = asyncio.create_task(rag.aanswer(Q, DOCS[:2]))
@@ -116,8 +116,8 @@ BAD_TIMEOUTS = [-1, -0.5, math.nan, math.inf, None, "5", True]
 def test_bad_flight_timeouts_are_refused_by_name(bad):
     exc = ValueError if isinstance(bad, float | int) and not isinstance(bad, bool) else TypeError
     with pytest.raises(exc, match="flight timeout must be a finite number of seconds >= 0"):
-        _rag(flight_timeout_s=bad)
-    rag = _rag()
+        echo_rag(flight_timeout_s=bad)
+    rag = echo_rag()
     with pytest.raises(exc, match="flight timeout"):
         AnswerPath(rag.semantic, flight_timeout_s=bad)
     with pytest.raises(exc, match="flight timeout"):
@@ -128,6 +128,6 @@ def test_bad_flight_timeouts_are_refused_by_name(bad):
 @pytest.mark.parametrize("ok", [0, 0.0, 2, 0.25])
 def test_zero_and_positive_timeouts_work_on_both_paths(ok):
     assert check_timeout(ok) == float(ok)
-    rag = _rag(flight_timeout_s=ok)
+    rag = echo_rag(flight_timeout_s=ok)
     assert rag.answer(Q, DOCS[:2]).layer == "model"
     assert asyncio.run(rag.aanswer(Q, DOCS[:2])).layer == "semantic"

@@ -40,15 +40,13 @@ def _no_conversion(monkeypatch):
     monkeypatch.setattr("ragcache.models.load_model", boom)
 
 
-def _engine_with_fingerprint(fp):
-    """A LocalEngine on the tiny test model that carries ``fp`` (the predicted identity), so a first
+def _engine_with_fingerprint(loaded, fp):
+    """A LocalEngine on the tiny test model ``loaded`` carrying ``fp`` (the predicted identity), so a first
     miss stores its answer in the partition a real conversion would give, without converting."""
     from ragcache.engine.engine import LocalEngine
     from ragcache.identity import LoadedModel
-    from ragcache.testing import tiny_llama
 
-    lm = tiny_llama(seed=1)
-    return LocalEngine(LoadedModel(lm.model, lm.tokenizer, fp), chunk_cache=None)
+    return LocalEngine(LoadedModel(loaded.model, loaded.tokenizer, fp), chunk_cache=None)
 
 
 def test_the_embedded_fingerprint_is_known_before_conversion(tmp_path):
@@ -79,11 +77,11 @@ def test_a_converted_folder_keeps_the_source_identity_only_while_its_weights_are
     assert _embedded_revision(folder, None) == folder_digest(folder)
 
 
-def test_ask_serves_a_hit_in_a_fresh_home_without_converting(home, tmp_path, monkeypatch):
+def test_ask_serves_a_hit_in_a_fresh_home_without_converting(home, tmp_path, monkeypatch, tiny_seed1):
     notes = write_notes(tmp_path / "notes")
     cfg = Config.from_env()
     fp = model_fingerprint(None, home=cfg.paths)
-    monkeypatch.setattr("ragcache.app.ask.build_engine", lambda cfg, model=None: _engine_with_fingerprint(fp))
+    monkeypatch.setattr("ragcache.app.ask.build_engine", lambda cfg, model=None: _engine_with_fingerprint(tiny_seed1, fp))
     fixed_answer(monkeypatch, "Thirty days.")
     r = runner.invoke(app, ["ask", "--docs", str(notes), "--json", "How long are backups kept?"])
     assert r.exit_code == 0, r.output

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from test_architecture import DOCS, EchoBackend, _rag
+from pipeline_doubles import DOCS, EchoBackend, echo_rag
 
 from ragcache import PromptLayout
 
@@ -21,13 +21,13 @@ Q = "When do orders ship?"
                                           ([64], TypeError)])
 def test_max_new_tokens_that_is_not_an_integer_is_named(bad, exc):
     backend = EchoBackend()
-    rag = _rag(backend)
+    rag = echo_rag(backend)
     with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
         rag.answer(Q, DOCS[:1], max_new_tokens=bad)
     with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
         asyncio.run(rag.aanswer(Q, DOCS[:1], max_new_tokens=bad))
     with pytest.raises(exc, match="max_new_tokens must be an integer >= 1"):
-        _rag(max_new_tokens=bad).answer(Q, DOCS[:1])
+        echo_rag(max_new_tokens=bad).answer(Q, DOCS[:1])
     assert backend.calls == 0 and len(rag.semantic) == 0
 
 
@@ -35,19 +35,19 @@ def test_max_new_tokens_that_is_not_an_integer_is_named(bad, exc):
                                           ("hot", TypeError), (None, TypeError), (True, TypeError)])
 def test_temperature_that_is_not_a_number_at_least_zero_is_named(bad, exc):
     backend = EchoBackend()
-    rag = _rag(backend)
+    rag = echo_rag(backend)
     if bad is not None:  # None means "the RagCache default" per call
         with pytest.raises(exc, match="temperature must be a number >= 0"):
             rag.answer(Q, DOCS[:1], temperature=bad)
     with pytest.raises(exc, match="temperature must be a number >= 0"):
-        _rag(backend, temperature=bad).answer(Q, DOCS[:1])
+        echo_rag(backend, temperature=bad).answer(Q, DOCS[:1])
     assert backend.calls == 0
 
 
 @pytest.mark.parametrize("ok", [dict(max_new_tokens=np.int64(8)), dict(max_new_tokens=8.0),
                                 dict(temperature=np.float32(0.5)), dict(temperature=1)])
 def test_numpy_and_integral_values_still_work(ok):
-    rag = _rag()
+    rag = echo_rag()
     assert rag.answer(Q, DOCS[:1], **ok).layer == "model"
     # a sampled request without a seed is a fresh draw (one replay rule at every entry point)
     assert rag.answer(Q, DOCS[:1], **ok).layer == ("model" if "temperature" in ok else "semantic")
@@ -66,7 +66,7 @@ def test_layout_parts_of_the_wrong_type_are_named(kw, match):
         PromptLayout.build(question=Q, **kw)
     backend = EchoBackend()
     with pytest.raises(TypeError, match=match):
-        _rag(backend).answer(Q, DOCS[:1], **kw)
+        echo_rag(backend).answer(Q, DOCS[:1], **kw)
     assert backend.calls == 0
 
 

@@ -112,7 +112,7 @@ def members(protocol: type) -> set[str]:
     return names | ({"__len__"} & set(vars(protocol)))
 
 
-STORAGE = {"dim", "counters", "search", "search_many", "exact", "may_hold", "put_many", "remove_documents",
+STORAGE = {"dim", "counters", "search", "search_many", "exact", "neighbours", "may_hold", "put_many", "remove_documents",
            "remove_namespace", "expire", "touch", "update_state", "__len__", "flush", "close"}
 """Keys, vectors, rows and partitions, and the store's lifetime: nothing else belongs in the protocol."""
 

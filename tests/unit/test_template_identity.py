@@ -93,7 +93,7 @@ TEMPLATES = ["{# v2 #}", "{%- set house = 1 -%}"]
 
 
 @pytest.mark.parametrize("edit", TEMPLATES)
-def test_template_set_in_memory_changes_identity_partition_and_kv_keys(edit):
+def test_template_set_in_memory_changes_identity_partition_and_kv_keys(tiny, edit):
     lm = tiny_llama(seed=0)
     engine = LocalEngine(lm, calibration=False)
     backend = LocalBackend(engine)
@@ -103,7 +103,7 @@ def test_template_set_in_memory_changes_identity_partition_and_kv_keys(edit):
     assert engine.generate(MESSAGES, max_new_tokens=1).stats.prefix_tokens_reused > 0
 
     lm.tokenizer.chat_template = original + edit  # renders the same tokens: only the identity tells
-    assert engine.build_prompt(MESSAGES).input_ids == LocalEngine(tiny_llama(seed=0)).build_prompt(MESSAGES).input_ids
+    assert engine.build_prompt(MESSAGES).input_ids == LocalEngine(tiny).build_prompt(MESSAGES).input_ids
     assert engine.fingerprint.digest != fp.digest and engine.fingerprint.weights_digest == fp.weights_digest
     assert engine.answer_identity != ident and backend.model_id != model_id
     assert engine.generate(MESSAGES, max_new_tokens=1).stats.prefix_tokens_reused == 0  # new KV keys

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_architecture import EchoBackend
+from pipeline_doubles import EchoBackend
 
 from ragcache import (
     LocalBackend,

@@ -39,6 +39,7 @@ from ragcache.semantic.decision.order_guards import (  # noqa: F401 (re-exported
     SubstitutionGuard,
 )
 from ragcache.semantic.decision.qtype import QuestionFocusGuard, QuestionTypeGuard
+from ragcache.semantic.records import GuardVerdict as GuardVerdict  # re-exported: the verdict of every decider
 from ragcache.semantic.text import (
     NEGATIONS,
     contains_fuzzy,
@@ -62,18 +63,6 @@ class Guard(Protocol):
     name: str
 
     def check(self, query: str, candidate: str) -> str | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class GuardVerdict:
-    """Outcome of running a :class:`GuardSet`: ``reason`` is None when every guard passed."""
-
-    reason: str | None = None
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.reason is None
 
 
 # --------------------------------------------------------------------------- tables

@@ -298,6 +298,29 @@ class SemanticPolicy(ErrorBoundAPI):
         return self._lookup(question, checked_partition(partition), t, touch=False, judge_all=True,
                             max_tokens=max_tokens)[1]
 
+    def neighbour_questions(self, question: str, *, namespace: str, k: int = 3,
+                            floor: float | None = None) -> list[tuple[str, float]]:
+        """Stored questions of ``namespace`` near ``question`` in any partition: ``(question, cosine)``,
+        best first, at most ``k``, none below ``floor`` (default: the cache's ``threshold``).
+
+        Questions only: a stored question found here is a way to *retrieve* again (``ragcache ask``
+        retrieves with it and looks the request up in the partition it reaches, where the hit decision
+        runs as for any lookup); nothing is served from this call. A question embedded only in part
+        (a paste, a long question) has no neighbours here (``[]``).
+
+        Raises:
+            ValueError: empty question, ``k`` < 1, a bad ``floor``.
+            RemoteStoreError: a shared store is unreachable.
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1 (stored questions to return), got {k!r}")
+        lo = self.threshold if floor is None else check_threshold(floor)
+        key = question_key(normalize_question(question), DEFAULT_PARTITION, self.embedder)
+        if key.mode != "embed":
+            return []
+        vec = self._embed_many([embed_form(key.embed_text)])[0]
+        return [(q, s) for q, s in self.answer_store.neighbours(vec, k, namespace=namespace) if s >= lo]
+
     def key(self, question: str, *, partition: PartitionKey | None = None) -> QuestionKey:
         """How ``question`` is keyed for this cache's embedder (embedded whole, split, or exact only)."""
         return question_key(normalize_question(question), checked_partition(partition), self.embedder)

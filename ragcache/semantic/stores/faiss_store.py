@@ -210,6 +210,25 @@ class FaissAnswerStore(CachePersistence):
     def exact(self, query: Query) -> list[StoredAnswer]:
         return self._read(query, 0)
 
+    def neighbours(self, vector: np.ndarray, k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """One search per partition of ``namespace`` (a partition's index is small: the cost is a FAISS
+        call each, ~10 us), merged; expired entries left out."""
+        self._sync()
+        now, vec = time.time(), np.asarray(vector, np.float32)
+        best: dict[str, float] = {}
+        with self._lock.read():
+            for part in self._parts.values():
+                if part.namespace != namespace or len(part.index) == 0:
+                    continue
+                sims, ids = part.index.search(vec, k)
+                for s, i in zip(sims.tolist(), ids.tolist()):
+                    e = self._entries.get(int(i))
+                    if e is None or (e.expires is not None and e.expires <= now):
+                        continue
+                    if s > best.get(e.question, -2.0):
+                        best[e.question] = float(s)
+        return sorted(best.items(), key=lambda p: (-p[1], p[0]))[:k]
+
     def _read(self, query: Query, k: int) -> list[StoredAnswer]:
         """k nearest plus same-words entries (``k == 0``: same-words entries only), best first."""
         self._sync()

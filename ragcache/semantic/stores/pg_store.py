@@ -187,6 +187,29 @@ class PgAnswerStore:
                 "h": qhash(query.question)}
         return _answers(self._pool.run(lambda c: c.execute(sql, args).fetchall()))
 
+    def neighbours(self, vector: np.ndarray, k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """One query over the namespace's live entries (the HNSW index, iterative scan; a short result
+        is completed by an exact scan as in :meth:`search_many`)."""
+        s = self.schema
+        sql = (f"SELECT question, 1 - (embedding <=> %(v)s) AS sim FROM {s}.entries WHERE namespace = %(n)s "
+               f"AND {_LIVE} ORDER BY embedding <=> %(v)s LIMIT %(k)s")
+        scan = (f"SELECT question, 1 - (embedding <=> %(v)s) AS sim FROM {s}.entries WHERE namespace = %(n)s "
+                f"AND {_LIVE} ORDER BY (embedding <=> %(v)s) + 0 LIMIT %(k)s")
+        args = {"v": np.ascontiguousarray(vector, np.float32), "n": namespace, "k": 4 * k}
+
+        def run(conn: Any) -> list[tuple[str, float]]:
+            with conn.transaction():
+                self._settings(conn)
+                rows = conn.execute(sql, args).fetchall()
+                if len(rows) < args["k"]:  # the filtered HNSW scan may come back short
+                    rows = conn.execute(scan, args).fetchall()
+            best: dict[str, float] = {}
+            for q, sim in rows:
+                best[q] = max(float(sim), best.get(q, -2.0))
+            return sorted(best.items(), key=lambda p: (-p[1], p[0]))[:k]
+
+        return self._pool.run(run)
+
     def nearest(self, vec: np.ndarray, partition: str, k: int) -> list[tuple]:
         """Raw nearest-neighbour query: ``[(id, question, answer, metadata, similarity)]`` best first
         (what the shared-store benchmark times)."""

@@ -128,6 +128,13 @@ class VectorAnswerStore(Protocol):
         """Only the live entries whose question is the same text (:func:`~ragcache.semantic.text.exact_form`)."""
         ...
 
+    def neighbours(self, vector: np.ndarray, k: int, *, namespace: str) -> list[tuple[str, float]]:
+        """The ``k`` stored questions of ``namespace`` nearest ``vector`` (unit float32 ``[dim]``) across
+        all of its partitions: ``(question, cosine)``, best first, each question once (its best
+        partition). Questions only, never answers: what a caller may do with one is retrieve again
+        (:func:`ragcache.app.ask.ask`); serving still goes through :meth:`search` of one partition."""
+        ...
+
     def may_hold(self, partition: str) -> bool:
         """False only when the store knows the partition holds no entry (lets a lookup skip embedding)."""
         ...

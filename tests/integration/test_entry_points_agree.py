@@ -47,16 +47,11 @@ class Seen:
     text: str
 
 
-@pytest.fixture(scope="module")
-def lm(tiny_wide3):
-    return tiny_wide3
-
-
 @pytest.fixture()
-def ref(lm):
+def ref(tiny_wide3):
     """RagCache answers first (its answer is stored in the shared semantic cache)."""
     sem = SemanticCache(None, embedder=HashingEmbedder())
-    rag = RagCache(LocalBackend(LocalEngine(lm)), semantic=sem, system=SYSTEM, max_new_tokens=BUDGET,
+    rag = RagCache(LocalBackend(LocalEngine(tiny_wide3)), semantic=sem, system=SYSTEM, max_new_tokens=BUDGET,
                    cache_truncated=True)
     req = rag.prepare(QUESTION, DOCS)
     first = rag.answer(QUESTION, DOCS)
@@ -205,9 +200,9 @@ EXPECTED_LAYER = {"via_openai_server": "model", "via_anthropic_server": "model"}
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS, ids=lambda f: f.__name__)
-def test_one_request_same_layout_partition_and_layer(lm, ref, entry):
+def test_one_request_same_layout_partition_and_layer(tiny_wide3, ref, entry):
     rag, req, first = ref
-    seen = entry(lm, rag, req)
+    seen = entry(tiny_wide3, rag, req)
     # the bytes: ids are never rendered, so doors that only see the wire (the servers, the proxy) lay out
     # the same blocks with content-hash ids; doors given the ids keep them (for invalidate)
     blocks = [(b.kind, b.role, b.text) for b in seen.layout.blocks()]
