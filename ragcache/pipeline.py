@@ -54,9 +54,11 @@ class RagCache:
             ``None``: :meth:`Config.from_env() <ragcache.config.Config.from_env>`. ``RagCache`` is the
             library's facade, so it is the one library class that reads the environment, and only here.
         system: default system text (stable: it goes first and is cached).
-        namespace: tenant: answers never cross namespaces, and each request's namespace is the tenant its
-            backend is given (:class:`ragcache.backend.Backend`), which salts a local engine's prefix and
-            chunk KV keys (no KV shared across tenants unless the engine opts in).
+        namespace: the tenant (``RagCache``'s public name for it; per request, ``answer(namespace=...)``):
+            it becomes the request's ``CacheRequest.tenant``, the partition's namespace (answers never cross
+            tenants) and the ``tenant`` its backend is given (:class:`ragcache.backend.Backend`), which a
+            local engine hashes into the KV salt of its prefix and chunk KV keys (no KV shared across tenants
+            unless the engine opts in). The names are in the glossary of ``docs/design/keys.md``.
         doc_order: ``canonical`` (by content, never by id: stable bytes) or ``given``.
         lint: what to do with volatile text (dates, ids) found in stable segments: ``warn``,
             ``move`` (into the volatile segment, which stays in the partition), ``raise`` or ``off``.
@@ -210,9 +212,10 @@ class RagCache:
 
     # -- step 3 ----------------------------------------------------------------------------------
     def generate(self, request: Request) -> BackendResult:
-        """Run the backend on the request's layout (blocking). The request's namespace is its tenant
-        (:class:`ragcache.backend.Backend`): a local engine salts its prefix and chunk KV with it, so
-        tenants never share KV unless the engine opts in with ``share_kv_across_namespaces``."""
+        """Run the backend on the request's layout (blocking). The request's ``tenant`` (``RagCache``'s
+        ``namespace``) goes to the backend (:class:`ragcache.backend.Backend`): a local engine salts its
+        prefix and chunk KV with it, so tenants never share KV unless the engine opts in with
+        ``share_kv_across_namespaces``."""
         return self.backend.generate(request.layout, max_new_tokens=request.max_tokens,
                                      temperature=request.temperature, tenant=request.tenant)
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import BackendResult, CacheUsage, Layer
+from ragcache.engine.request import EngineRequest, engine_request
 
 if TYPE_CHECKING:
     from ragcache.engine.engine import LocalEngine, PromptSource
@@ -44,8 +45,8 @@ class LocalBackend:
 
     Args:
         engine: a :class:`ragcache.engine.engine.LocalEngine`.
-        **options: passed to every ``engine.generate`` call (``stop``, ``recompute_ratio``,
-            ``use_chunk_cache``...).
+        **options: fields of every :class:`~ragcache.engine.request.EngineRequest` it sends (``stop``,
+            ``recompute_ratio``, ``use_chunk_cache``...).
     """
 
     name = "local"
@@ -81,8 +82,19 @@ class LocalBackend:
         answer only to a request at the same setting."""
         return self.engine.blend_setting_name(self.options.get("recompute_ratio"), self.options.get("use_chunk_cache"))
 
-    def _opts(self, tenant: str | None) -> dict[str, Any]:
-        return {**self.options, "namespace": tenant} if tenant is not None else dict(self.options)
+    def request(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
+                tenant: str | None = None) -> EngineRequest:
+        """The engine request of one call: ``layout`` with this backend's options, the call's budget and
+        temperature, and its ``tenant`` (when given: over an option's).
+
+        Raises:
+            TypeError: an option that is no :class:`~ragcache.engine.request.EngineRequest` field.
+        """
+        opts = {**self.options, "max_new_tokens": max_new_tokens, "temperature": temperature}
+        if tenant is not None:
+            opts.pop("namespace", None)
+            opts["tenant"] = tenant
+        return engine_request(layout, opts, "LocalBackend")
 
     def generate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
                  tenant: str | None = None) -> BackendResult:
@@ -90,21 +102,20 @@ class LocalBackend:
 
         Args:
             tenant: the request's tenant (:class:`ragcache.backend.Backend`): salts its prefix and
-                chunk KV keys (the engine's request ``namespace``,
+                chunk KV keys (the engine request's ``tenant``,
                 :meth:`ragcache.engine.engine.LocalEngine.kv_salt`), so no KV is reused across tenants
                 unless the engine has ``share_kv_across_namespaces=True``. ``None`` / ``"default"``:
                 the engine's own KV.
         """
-        g = self.engine.generate(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                 **self._opts(tenant))
-        return result_of(g)
+        return result_of(self.engine.generate(self.request(layout, max_new_tokens=max_new_tokens,
+                                                           temperature=temperature, tenant=tenant)))
 
     async def agenerate(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
                         tenant: str | None = None) -> BackendResult:
         """:meth:`generate` off the event loop (through the engine's one async bridge)."""
         gen = None
-        async for ev in self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                            **self._opts(tenant)):
+        async for ev in self.engine.astream(self.request(layout, max_new_tokens=max_new_tokens,
+                                                         temperature=temperature, tenant=tenant)):
             gen = ev.generation or gen
         assert gen is not None
         return result_of(gen)
@@ -113,13 +124,13 @@ class LocalBackend:
                tenant: str | None = None) -> Any:
         """The engine's stream events (``StreamEvent``; the last carries the ``Generation``); ``tenant``
         as in :meth:`generate`."""
-        return self.engine.stream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                  **self._opts(tenant))
+        return self.engine.stream(self.request(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                               tenant=tenant))
 
     def astream(self, layout: PromptSource, *, max_new_tokens: int, temperature: float,
                 tenant: str | None = None) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
-        return self.engine.astream(layout, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   **self._opts(tenant))
+        return self.engine.astream(self.request(layout, max_new_tokens=max_new_tokens, temperature=temperature,
+                                                tenant=tenant))
 
 __all__ = ["LocalBackend", "layer_of", "result_of", "usage_of"]

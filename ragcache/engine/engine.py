@@ -43,6 +43,7 @@ from ragcache.engine.engine_config import EngineConfig
 from ragcache.engine.prefix import PrefixCache
 from ragcache.engine.prompt import Prompt, build_prompt, raw_prompt
 from ragcache.engine.records import ContextWindowError, Generation, PrefillResult, RequestStats, StreamEvent
+from ragcache.engine.request import EngineRequest, engine_request, renamed_tenant
 from ragcache.engine.text_ids import text_ids
 from ragcache.engine.blend.reuse import PrefillRate
 from ragcache.engine.keys import EngineKeys
@@ -75,7 +76,7 @@ class LocalEngine(EngineKeys):
             key and in the semantic partition (:attr:`answer_identity`): KV and answers never cross
             namespaces; a model whose weights were changed in memory after loading keeps its
             fingerprint and needs a new namespace); ``share_kv_across_namespaces`` (default False:
-            a request's own ``namespace=``, its tenant, salts its KV too, :func:`ragcache.engine.keys.kv_salt`;
+            a request's ``tenant`` salts its KV too, :func:`ragcache.engine.keys.kv_salt`;
             True lets tenants reuse each other's KV, and so learn from timing what others sent); ``reuse_policy`` / ``min_reuse_tokens`` (default:
             blend when it saves >= 0.1 s at the measured prefill rate); ``calibration``;
             ``template_date`` (default :data:`~ragcache.engine.prompt.DEFAULT_TEMPLATE_DATE`, pinned, so
@@ -241,28 +242,30 @@ class LocalEngine(EngineKeys):
     # -- prefill -------------------------------------------------------------
     def prefill(self, prompt: Prompt, *, use_prefix_cache: bool = True, use_chunk_cache: bool | None = None,
                 recompute_ratio: float | None = None, max_new_tokens: int = 0,
-                store_missed_chunks: bool = True, namespace: str | None = None,
-                prefix_limit: int | None = None) -> PrefillResult:
+                store_missed_chunks: bool = True, tenant: str | None = None,
+                prefix_limit: int | None = None, namespace: str | None = None) -> PrefillResult:
         """Compute the KV cache of ``prompt`` and the logits of its last token, reusing cached KV.
 
         Args:
             store_missed_chunks: hand the documents that missed the chunk cache to the chunk queue
                 (:meth:`queue_chunks`) before returning (``False``: the caller does it later with
                 ``result.missed_docs``, as :meth:`stream` does after decode).
-            namespace: the request's tenant, hashed into its KV keys (:meth:`kv_salt`).
+            tenant: the request's tenant, hashed into its KV keys (:meth:`kv_salt`).
             prefix_limit: reuse at most this many prompt tokens from the prefix cache (``None``: no limit).
+            namespace: the old name of ``tenant`` (deprecated).
 
         Raises:
             ValueError: for an empty prompt.
             ContextWindowError: when ``len(prompt) + max_new_tokens`` exceeds the context window.
         """
+        tenant = renamed_tenant(tenant, namespace, "LocalEngine.prefill")
         with self._lock:  # a chunk computed by the queue's worker waits, and so does this for it (one document)
             return self._prefill(prompt, use_prefix_cache, use_chunk_cache, recompute_ratio, max_new_tokens,
-                                 store_missed_chunks, namespace, prefix_limit)
+                                 store_missed_chunks, tenant, prefix_limit)
 
     def _prefill(self, prompt: Prompt, use_prefix_cache: bool, use_chunk_cache: bool | None,
                  recompute_ratio: float | None, max_new_tokens: int, store_missed_chunks: bool,
-                 namespace: str | None, prefix_limit: int | None) -> PrefillResult:
+                 tenant: str | None, prefix_limit: int | None) -> PrefillResult:
         if self.kv_reuse_blocker or self.rope_switch:  # windowed attention: no reuse; a RoPE switch: no chunk reuse
             use_prefix_cache, use_chunk_cache = use_prefix_cache and not self.kv_reuse_blocker, False  # (warned once)
         ids = prompt.input_ids
@@ -275,14 +278,14 @@ class LocalEngine(EngineKeys):
             raise ValueError("use_chunk_cache=True needs an engine built with chunk_cache=ChunkCache(...)")
         stats = RequestStats(prompt_tokens=n)
         t0 = time.perf_counter()
-        salt, fp = self._prefix_salt(namespace, n), self.fingerprint.digest
+        salt, fp = self._prefix_salt(tenant, n), self.fingerprint.digest
         limit = n - 1 if prefix_limit is None else max(0, min(n - 1, prefix_limit))
         match = self.prefix_cache.match(ids, namespace=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
             doc_spans = prompt.document_spans()
-            view = chunk_view(self, ids, [(s, e) for s, e, _ in doc_spans], r, namespace) if use_chunks else None
+            view = chunk_view(self, ids, [(s, e) for s, e, _ in doc_spans], r, tenant) if use_chunks else None
             blend = False
             if use_chunks:  # the setting's chunk context: BOS sink or the request's stable prefix
                 cut, plan = self._chunk_plan(p, doc_spans, view)
@@ -365,16 +368,18 @@ class LocalEngine(EngineKeys):
             )
 
     def queue_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
-                     namespace: str | None = None) -> float:
+                     tenant: str | None = None, namespace: str | None = None) -> float:
         """Hand documents (token ids) that missed the chunk cache to the chunk queue (:attr:`chunk_queue`,
         :mod:`ragcache.engine.chunk.queue`): a sighting of each is counted, and those seen
         ``chunk_admission`` times (:mod:`ragcache.engine.chunk.admission`) are computed and stored in the
         background while no request is in flight (:meth:`drain_chunk_queue` waits for it). ``view``: as
-        :meth:`store_chunks`. Returns the seconds spent on the caller's thread (0 with a queue; with
-        ``chunk_queue=0`` the sighting and the computation happen here)."""
+        :meth:`store_chunks` (``tenant``, and its deprecated old name ``namespace``, too). Returns the seconds
+        spent on the caller's thread (0 with a queue; with ``chunk_queue=0`` the sighting and the computation
+        happen here)."""
+        tenant = renamed_tenant(tenant, namespace, "LocalEngine.queue_chunks")
         if self.chunk_cache is None or not docs:
             return 0.0
-        return self.chunk_queue.submit(view or self.chunks_for(namespace), docs)
+        return self.chunk_queue.submit(view or self.chunks_for(tenant), docs)
 
     def _cached_sink(self, view: BoundChunkCache, capacity: int) -> tuple[Any, int] | None:
         """A chunk context's leading whole blocks from the prefix cache, copied into a cache of ``capacity``
@@ -384,7 +389,7 @@ class LocalEngine(EngineKeys):
         system text for every document (:data:`~ragcache.engine.chunk.bound.SinkKV`)."""
         if len(view.sink) < self.prefix_cache.block_size or self.kv_reuse_blocker or self.rope_switch is not None:
             return None
-        match = self.prefix_cache.match(view.sink, namespace=view.namespace, fingerprint=view.fingerprint)
+        match = self.prefix_cache.match(view.sink, namespace=view.salt, fingerprint=view.fingerprint)
         try:
             pieces = self.prefix_cache.pieces(match)
             return None if pieces is None else (self._start_cache(pieces, capacity), match.num_tokens)
@@ -405,7 +410,7 @@ class LocalEngine(EngineKeys):
         return self.chunk_queue.stats
 
     def store_chunks(self, docs: Sequence[Sequence[int]], view: BoundChunkCache | None = None, *,
-                     namespace: str | None = None) -> float:
+                     tenant: str | None = None, namespace: str | None = None) -> float:
         """Compute and store the chunk KV of documents (token ids) that missed the chunk cache, now and
         unconditionally (no admission rule, no queue; requests use :meth:`queue_chunks`).
 
@@ -421,19 +426,21 @@ class LocalEngine(EngineKeys):
         ``ragcache bench prefix``).
 
         ``view``: the chunk cache view of the request's setting (:attr:`PrefillResult.chunk_view`, already
-        under the request's KV salt); default the BOS-sink one under the KV salt of ``namespace``. Returns: seconds spent (0 when there is no chunk cache or nothing to store).
+        under the request's KV salt); default the BOS-sink one under the KV salt of ``tenant`` (``namespace``:
+        its deprecated old name). Returns: seconds spent (0 when there is no chunk cache or nothing to store).
         """
+        tenant = renamed_tenant(tenant, namespace, "LocalEngine.store_chunks")
         if self.chunk_cache is None or not docs:
             return 0.0
         t = time.perf_counter()
         with self._lock:
-            (view or self.chunks_for(namespace)).add_many(docs)
+            (view or self.chunks_for(tenant)).add_many(docs)
         return time.perf_counter() - t
 
-    def _prefix_salt(self, namespace: str | None, length: int) -> str | None:
+    def _prefix_salt(self, tenant: str | None, length: int) -> str | None:
         """The prefix cache's salt of a ``length``-token prompt: :meth:`kv_salt`, with the RoPE regime when the
         model's RoPE switches tables at a length (:func:`~ragcache.engine.windowed.rope_switch`)."""
-        salt = self.kv_salt(namespace)
+        salt = self.kv_salt(tenant)
         if self.rope_switch is None:
             return salt
         from ragcache.hashing import canonical_json
@@ -555,50 +562,59 @@ class LocalEngine(EngineKeys):
         return self.calibration
 
     # -- decode --------------------------------------------------------------
-    def generate(self, prompt: Any, **kwargs: Any) -> Generation:
-        """Generate an answer. Greedy by default.
+    def generate(self, prompt: EngineRequest | PromptSource, **options: Any) -> Generation:
+        """Generate an answer to one request. Greedy by default.
 
         Args:
-            prompt: a :class:`Prompt`, PromptLayout, messages list or string.
+            prompt: an :class:`~ragcache.engine.request.EngineRequest`, or what it holds as its prompt (a
+                :class:`Prompt`, PromptLayout, messages list, string or token ids) with its other fields as
+                keyword arguments (``options``):
             max_new_tokens: decode budget (tokens), default 128.
             temperature: 0 for greedy; > 0 samples.
             top_p: nucleus sampling mass (with temperature > 0).
             stop: stop strings; generation ends before the first one.
             seed: RNG seed for sampling.
-            use_prefix_cache / use_chunk_cache / recompute_ratio: cache controls.
-            namespace: the request's tenant, salting its KV keys (see :meth:`prefill`).
+            use_prefix_cache / use_chunk_cache / recompute_ratio / prefix_limit: cache controls.
+            tenant: the request's tenant, salting its KV keys (see :meth:`prefill`; ``namespace``: its
+                deprecated old name).
 
         Raises:
             ValueError / ContextWindowError: for bad input (see :meth:`prefill`).
+            TypeError: an unknown keyword argument, or keyword arguments with an ``EngineRequest``.
         """
+        request = engine_request(prompt, options, "LocalEngine.generate")
         gen = None
-        for ev in self.stream(prompt, **kwargs):
+        for ev in self.stream(request):
             gen = ev.generation or gen
         assert gen is not None
         return gen
 
-    def stream(self, prompt: Any, *, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
-               stop: Sequence[str] | None = None, seed: int | None = None, use_prefix_cache: bool = True,
-               use_chunk_cache: bool | None = None, recompute_ratio: float | None = None,
-               namespace: str | None = None, prefix_limit: int | None = None) -> Iterator[StreamEvent]:
-        """Stream text deltas; the last event carries the full :class:`Generation`. The deltas join
-        to the generation's text (text that may begin a stop string is held back until the next
-        token decides). ``stop``: a str or a list of str.
+    def stream(self, prompt: EngineRequest | PromptSource, **options: Any) -> Iterator[StreamEvent]:
+        """Stream text deltas of one request (an :class:`~ragcache.engine.request.EngineRequest`, or a
+        prompt with keyword arguments, as :meth:`generate`); the last event carries the full
+        :class:`Generation`. The deltas join to the generation's text (text that may begin a stop string is
+        held back until the next token decides). ``stop``: a str or a list of str.
 
         Raises:
             ValueError: ``max_new_tokens`` not an integer >= 1, bad temperature / top_p / stop, or
-                bad input (see :meth:`prefill`).
+                bad input (see :meth:`prefill`), when the stream is read.
+            TypeError: as :meth:`generate`, when called.
         """
-        max_new_tokens = check_sampling(max_new_tokens, temperature, top_p)
-        stops = check_stops(stop)
-        prompt = self.build_prompt(prompt)
-        use_prefix_cache = use_prefix_cache and not self.kv_reuse_blocker
-        gen_rng = torch.Generator().manual_seed(seed) if seed is not None else None
+        return self._stream(engine_request(prompt, options, "LocalEngine.stream"))
+
+    def _stream(self, request: EngineRequest) -> Iterator[StreamEvent]:
+        """:meth:`stream` of a request record (a generator: nothing runs until the first event is read)."""
+        max_new_tokens = check_sampling(request.max_new_tokens, request.temperature, request.top_p)
+        tenant = request.tenant
+        stops = check_stops(request.stop)
+        prompt = self.build_prompt(request.prompt)
+        use_prefix_cache = request.use_prefix_cache and not self.kv_reuse_blocker
+        gen_rng = torch.Generator().manual_seed(request.seed) if request.seed is not None else None
         with self.chunk_queue.request(), self._lock:  # marked first: the chunk queue's worker yields to it
             t0 = time.perf_counter()
-            pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=use_chunk_cache,
-                               recompute_ratio=recompute_ratio, max_new_tokens=max_new_tokens,
-                               store_missed_chunks=False, namespace=namespace, prefix_limit=prefix_limit)
+            pre = self.prefill(prompt, use_prefix_cache=use_prefix_cache, use_chunk_cache=request.use_chunk_cache,
+                               recompute_ratio=request.recompute_ratio, max_new_tokens=max_new_tokens,
+                               store_missed_chunks=False, tenant=tenant, prefix_limit=request.prefix_limit)
             stats, cache = pre.stats, pre.cache
             spec = self._decode_spec()
             cache = spec.hand_over(self.model, cache)
@@ -608,8 +624,8 @@ class LocalEngine(EngineKeys):
             first_logits = pre.last_logits.detach().clone()
             res = DecodeResult()
             for ev in decode(self.model, self.tokenizer, cache, pre.last_logits, len(ids),
-                             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, stops=stops,
-                             eos=self._eos, rng=gen_rng, result=res):
+                             max_new_tokens=max_new_tokens, temperature=request.temperature, top_p=request.top_p,
+                             stops=stops, eos=self._eos, rng=gen_rng, result=res):
                 ev.stats = stats  # prefill facts are final: a server's headers can go out with the first event
                 yield ev
             out = res.tokens
@@ -621,20 +637,21 @@ class LocalEngine(EngineKeys):
             stats.finish_reason = res.finish_reason
             seq = ids + out[:-1]
             if use_prefix_cache and pre.exact_upto == len(ids) and len(out) > 1 and not spec.quantized \
-                    and self._prefix_salt(namespace, len(seq)) == self._prefix_salt(namespace, len(ids)):
+                    and self._prefix_salt(tenant, len(seq)) == self._prefix_salt(tenant, len(ids)):
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed);
                 # not an answer whose decode crossed a RoPE switch (its KV mixes two tables).
                 keys, values = kv.cache_tensors(cache)
-                self.prefix_cache.insert(seq, keys, values, namespace=self._prefix_salt(namespace, len(seq)),
+                self.prefix_cache.insert(seq, keys, values, namespace=self._prefix_salt(tenant, len(seq)),
                                          upto=len(seq), fingerprint=self.fingerprint.digest)
-            stats.chunk_store_s = self.queue_chunks(pre.missed_docs, pre.chunk_view, namespace=namespace)
+            stats.chunk_store_s = self.queue_chunks(pre.missed_docs, pre.chunk_view, tenant=tenant)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)
 
-    def astream(self, prompt: Any, **kwargs: Any) -> AsyncIterator[StreamEvent]:
+    def astream(self, prompt: EngineRequest | PromptSource, **options: Any) -> AsyncIterator[StreamEvent]:
         """Async :meth:`stream` (same arguments): the blocking forward passes run in a worker thread
         (:func:`ragcache.aio.iterate_in_thread`, the one sync-to-async bridge); leaving the loop early
         stops generation within one decode step and releases the engine."""
         from ragcache.aio import iterate_in_thread
 
-        return iterate_in_thread(lambda: self.stream(prompt, **kwargs), name="ragcache-engine-stream")
+        request = engine_request(prompt, options, "LocalEngine.astream")
+        return iterate_in_thread(lambda: self.stream(request), name="ragcache-engine-stream")
 

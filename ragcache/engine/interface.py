@@ -21,7 +21,7 @@ class EngineView(Protocol):
         model: the Llama-family causal LM (adapters unwrapped).
         tokenizer: its tokenizer.
         fingerprint: the model's identity (``.digest``: hex str; ``str()``: a readable name).
-        namespace: the engine's default KV namespace (``None``: none).
+        namespace: the engine's own namespace, in every KV salt (``None``: none).
         config: the :class:`~ragcache.engine.engine_config.EngineConfig` (``blend_setting`` is read).
         chunk_cache: the :class:`~ragcache.engine.chunk.ChunkCache` or ``None`` (no chunk reuse).
         calibration: the model's :class:`~ragcache.engine.blend.calibration.Calibration` record or ``None``.
@@ -64,8 +64,8 @@ class EngineView(Protocol):
     def build_prompt(self, source: Any) -> Any:
         """The :class:`~ragcache.engine.prompt.Prompt` of a messages list, layout, prompt or string."""
 
-    def chunks_for(self, namespace: str | None) -> Any:
-        """The chunk cache bound to this model under the KV salt of ``namespace``."""
+    def chunks_for(self, tenant: str | None) -> Any:
+        """The chunk cache bound to this model under the KV salt of a request of ``tenant``."""
 
 
 __all__ = ["EngineView"]

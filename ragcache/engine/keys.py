@@ -15,12 +15,13 @@ KV-Cache Sharing in Multi-Tenant LLM Serving", NDSS 2025; Gu et al., "Auditing P
 Language Model APIs", arXiv 2502.07776). The hosted APIs keep their prompt caches per
 organisation for the same reason.
 
-So a request's namespace, its tenant (the ``tenant`` every :class:`~ragcache.backend.Backend` takes:
-``RagCache.answer(namespace=...)``, ``ChatRagCache(tenant=...)``, ``RagCacheLLM(tenant=...)``, the
-LlamaIndex query engine's ``namespace``, the tenant the local servers derive from a caller's API key,
-bearer token or tenant header) is hashed into the root of its prefix
-block-hash chain and into every chunk KV key (:func:`kv_salt`): two tenants never reuse each
-other's KV, even for byte-identical text. The namespace is only ever hashed, never stored.
+So a request's tenant (the ``tenant`` every :class:`~ragcache.backend.Backend` takes and
+:class:`~ragcache.engine.request.EngineRequest` carries; ``RagCache``'s and the LlamaIndex query
+engine's ``namespace``, ``ChatRagCache(tenant=...)``, ``RagCacheLLM(tenant=...)``, the tenant the local
+servers derive from a caller's API key, bearer token or tenant header) is hashed, with the engine's own
+``namespace``, into the KV salt (:func:`kv_salt`): the root of its prefix block-hash chain and every
+chunk KV key. Two tenants never reuse each other's KV, even for byte-identical text. The tenant is only
+ever hashed, never stored.
 
 Sharing KV across tenants is an explicit opt-in (``share_kv_across_namespaces=True`` on
 :class:`~ragcache.engine.engine_config.EngineConfig` / ``LocalEngine`` / the local servers). It
@@ -41,32 +42,55 @@ if TYPE_CHECKING:
     from ragcache.models import ModelFingerprint
 
 DEFAULT_NAMESPACE = DEFAULT_TENANT
-"""The namespace of requests that name none (``RagCache``'s and the adapters' default): its KV
+"""The tenant of requests that name none (``RagCache``'s and the adapters' default): its KV
 salt is the engine's own, so KV precomputed with ``ChunkCache.precompute(engine, ...)`` and
 requests sent to the engine directly reuse each other."""
 
 
-def kv_salt(engine_namespace: str | None, namespace: str | None, *, share: bool = False) -> str | None:
+def kv_tenant(tenant: str | None, *, share: bool = False) -> str | None:
+    """The one rule for sharing KV across tenants: the tenant whose own KV a request uses, or ``None``
+    for the KV every request without a tenant shares (the engine's own).
+
+    The engine's salt (:func:`kv_salt`) and the local servers
+    (:func:`ragcache.server.auth.kv_namespace`) both decide by it.
+
+    Args:
+        tenant: the request's tenant (``RagCache``'s ``namespace``, the backend's ``tenant``);
+            ``None`` and :data:`DEFAULT_NAMESPACE` are the default tenant.
+        share: ``share_kv_across_namespaces``: every tenant uses the shared KV (tenants reuse each
+            other's KV; see the module docstring for the risk).
+
+    Returns:
+        ``None`` with ``share`` or for the default tenant; otherwise ``tenant``.
+
+    Raises:
+        TypeError: ``tenant`` is not a string or ``None``.
+    """
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError(f"a tenant (the request's namespace) must be a string or None, got {type(tenant).__name__}")
+    return None if share or tenant is None or tenant == DEFAULT_NAMESPACE else tenant
+
+
+def kv_salt(engine_namespace: str | None, tenant: str | None, *, share: bool = False) -> str | None:
     """The salt of a request's KV keys (prefix root hash and chunk keys).
 
     Args:
         engine_namespace: the engine's own namespace (``EngineConfig.namespace``; salts every key).
-        namespace: the request's namespace (tenant); ``None`` or :data:`DEFAULT_NAMESPACE`: none.
-        share: ``share_kv_across_namespaces``: the request's namespace is left out of the KV keys
-            (tenants reuse each other's KV; see the module docstring for the risk).
+        tenant: the request's tenant; ``None`` or :data:`DEFAULT_NAMESPACE`: none.
+        share: ``share_kv_across_namespaces`` (:func:`kv_tenant`).
 
     Returns:
-        ``engine_namespace`` for the default namespace or with ``share``; otherwise ``"tenant:"``
-        and a sha256 of both namespaces (the tenant's name is never kept in clear).
+        ``engine_namespace`` when :func:`kv_tenant` gives ``None`` (the default tenant, or ``share``);
+        otherwise ``"tenant:"`` and a sha256 of the engine's namespace and the tenant (the tenant's name
+        is never kept in clear).
 
     Raises:
-        TypeError: ``namespace`` is not a string or ``None``.
+        TypeError: ``tenant`` is not a string or ``None``.
     """
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(f"namespace must be a string or None, got {type(namespace).__name__}")
-    if share or namespace is None or namespace == DEFAULT_NAMESPACE:
+    own = kv_tenant(tenant, share=share)
+    if own is None:
         return engine_namespace
-    return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(namespace))
+    return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(own))
 
 
 class EngineKeys:
@@ -102,21 +126,21 @@ class EngineKeys:
                                        ("decode", spec.tag, spec.quantized)) if on}
         return self.fingerprint.digest + (f"@{canonical_json(extra)}" if extra else "")
 
-    def kv_salt(self, namespace: str | None = None) -> str | None:
-        """The salt of the KV keys of a request in ``namespace`` (its tenant; ``None`` / ``"default"``:
-        the engine's own): :func:`kv_salt` with this engine's namespace and ``share_kv_across_namespaces``."""
-        return kv_salt(self.namespace, namespace, share=self.config.share_kv_across_namespaces)
+    def kv_salt(self, tenant: str | None = None) -> str | None:
+        """The salt of the KV keys of a request of ``tenant`` (``None`` / ``"default"``: the engine's own):
+        :func:`kv_salt` with this engine's namespace and ``share_kv_across_namespaces``."""
+        return kv_salt(self.namespace, tenant, share=self.config.share_kv_across_namespaces)
 
     @property
     def chunks(self) -> BoundChunkCache | None:
-        """:meth:`chunks_for` the default namespace (``None`` without a chunk cache)."""
+        """:meth:`chunks_for` the default tenant (``None`` without a chunk cache)."""
         return self.chunks_for(None)
 
-    def chunks_for(self, namespace: str | None) -> BoundChunkCache | None:
-        """The chunk cache bound to this engine's model and fingerprint and the KV salt of a request in
-        ``namespace`` (:meth:`kv_salt`); ``None`` without a chunk cache."""
+    def chunks_for(self, tenant: str | None) -> BoundChunkCache | None:
+        """The chunk cache bound to this engine's model and fingerprint and the KV salt of a request of
+        ``tenant`` (:meth:`kv_salt`); ``None`` without a chunk cache."""
         cc = self.chunk_cache
-        return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.kv_salt(namespace))
+        return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.kv_salt(tenant))
 
 
-__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt"]
+__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt", "kv_tenant"]

@@ -32,9 +32,9 @@ after a change the API reads from cache only the tools and system part and
 writes the messages again, and so does this server.
 
 The engine needs ``count_tokens(text) -> int``, ``tokenizer.decode``,
-``build_prompt(messages).input_ids`` and ``astream(messages, max_new_tokens=,
-temperature=, stop=, prefix_limit=[, namespace=])`` whose
-events carry the request's ``stats`` and whose last carries a ``Generation``.
+``build_prompt(messages).input_ids`` and ``astream(request)`` of an
+:class:`~ragcache.engine.request.EngineRequest` (the messages, ``max_new_tokens``, ``temperature``,
+``stop``, ``prefix_limit`` and the caller's ``tenant``) whose events carry the request's ``stats`` and whose last carries a ``Generation``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from ragcache.providers.anthropic.blocks import (
 from ragcache.providers.anthropic.pricing import PRICES, model_family
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.engine.records import ContextWindowError
+from ragcache.engine.request import EngineRequest
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
 from ragcache.server.openai import prompt_tokens_in
 from ragcache.server.record import LocalRecord
@@ -288,17 +289,15 @@ class AnthropicLocalServer:
         hashes = prefix_hashes(salt, blocks, _message_settings(body))
         outcome = self.cache.apply(model, blocks, toks, hashes)
         messages = _engine_messages(body)
-        kwargs = {"max_new_tokens": body["max_tokens"], "temperature": float(body.get("temperature", 1.0)),
-                  "stop": body.get("stop_sequences") or None}
-        ns = kv_namespace(tenant, share=self.share_kv)
-        if ns is not None:
-            kwargs["namespace"] = ns
         try:
-            kwargs["prefix_limit"] = self._prefix_limit(body, blocks, outcome, messages)
+            prefix_limit = self._prefix_limit(body, blocks, outcome, messages)
         except ValueError as e:
             return anthropic_error(400, "invalid_request_error", self._words(e, body["max_tokens"]))
+        run = EngineRequest(messages, max_new_tokens=body["max_tokens"],
+                            temperature=float(body.get("temperature", 1.0)), stop=body.get("stop_sequences") or None,
+                            tenant=kv_namespace(tenant, share=self.share_kv), prefix_limit=prefix_limit)
         msg_id = "msg_" + uuid.uuid4().hex[:24]
-        events = self._run(messages, kwargs)
+        events = self._run(run)
         first = await anext(events)  # prefill done (or the request's error), before any header goes out
         if isinstance(first, ValueError):
             return anthropic_error(400, "invalid_request_error", self._words(first, body["max_tokens"]))
@@ -307,7 +306,7 @@ class AnthropicLocalServer:
         opened = LocalRecord.of(first.stats, outcome)  # the prefill part of the request's one record
         headers = {"request-id": "req_" + msg_id[4:], **opened.headers()}
         if body.get("stream"):
-            return event_stream(self._sse(first, events, msg_id, model, outcome, kwargs["stop"], opened),
+            return event_stream(self._sse(first, events, msg_id, model, outcome, run.stop, opened),
                                 headers=headers)
         gen, ev = None, first
         rest = while_connected(request, events)
@@ -325,7 +324,7 @@ class AnthropicLocalServer:
             await rest.aclose()
             await events.aclose()
         record = LocalRecord.of(gen.stats, outcome)
-        stop_reason, stop_seq = self._stop(gen, kwargs["stop"])
+        stop_reason, stop_seq = self._stop(gen, run.stop)
         return JSONResponse({
             "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": gen.text}], "stop_reason": stop_reason, "stop_sequence": stop_seq,
@@ -347,12 +346,12 @@ class AnthropicLocalServer:
         cut = self.engine.build_prompt(_engine_messages(_replaced(body, later))).input_ids
         return next((i for i, (a, b) in enumerate(zip(full, cut)) if a != b), min(len(full), len(cut)))
 
-    async def _run(self, messages: list[dict], kwargs: dict) -> AsyncIterator[Any]:
+    async def _run(self, request: EngineRequest) -> AsyncIterator[Any]:
         """The engine's stream through its one async bridge (:meth:`LocalEngine.astream`); an engine
         exception is yielded as the event (ValueError -> 400, others -> 500). A client that goes away
         ends the stream, which stops generation within one decode step."""
         try:
-            async for ev in self.engine.astream(messages, **kwargs):
+            async for ev in self.engine.astream(request):
                 yield ev
         except Exception as e:  # noqa: BLE001 - handed to the request as an error response
             yield e

@@ -26,6 +26,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ragcache.engine.keys import DEFAULT_NAMESPACE, kv_tenant
+
 ANONYMOUS = "anonymous"
 """The tenant of callers that send no credential (they share one identity: nobody)."""
 
@@ -73,8 +75,9 @@ def kv_namespace(tenant: str, *, share: bool = False) -> str | None:
     chunk KV keys (:func:`ragcache.engine.keys.kv_salt`), so one caller's cached tokens and
     time-to-first-token say nothing about what another sent; ``None`` (the engine's own KV) for
     :data:`ANONYMOUS` callers or when the operator opted into ``share``
-    (``share_kv_across_namespaces``, which gives that side channel back)."""
-    return None if share or tenant == ANONYMOUS else tenant
+    (``share_kv_across_namespaces``, which gives that side channel back). The sharing rule is the
+    engine's (:func:`ragcache.engine.keys.kv_tenant`); anonymous callers are its default tenant."""
+    return kv_tenant(DEFAULT_NAMESPACE if tenant == ANONYMOUS else tenant, share=share)
 
 
 def parse_keys(raw: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ from typing import Any
 from ragcache.text_checks import is_blank
 from ragcache.engine.backend import result_of
 from ragcache.engine.records import ContextWindowError
+from ragcache.engine.request import EngineRequest
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.server.record import LocalRecord
 from ragcache.server.disconnect import ClientGone, while_connected
@@ -308,11 +309,9 @@ class OpenAILocalServer:
         except OpenAIRequestError as e:
             return e.response()
         try:
-            ns = kv_namespace(tenant_of(request.headers, tenant_header=self.tenant_header), share=self.share_kv)
+            tenant = kv_namespace(tenant_of(request.headers, tenant_header=self.tenant_header), share=self.share_kv)
         except PermissionError as e:
             return error_response(400, str(e), code="missing_tenant")
-        if ns is not None:
-            req["kwargs"]["namespace"] = ns
         limit = int(getattr(self.engine, "context_window", 1 << 30))
         budget, param = req["kwargs"]["max_new_tokens"], req["budget_param"]
         if budget >= limit:
@@ -320,7 +319,7 @@ class OpenAILocalServer:
                                   f"completion tokens, whereas you provided {budget}.", param=param,
                                   code="invalid_value")
         cid = "chatcmpl-" + uuid.uuid4().hex[:24]
-        events = self.engine.astream(req["messages"], **req["kwargs"])
+        events = self.engine.astream(EngineRequest(req["messages"], **req["kwargs"], tenant=tenant))
         try:  # the first event (prefill done) or the request's error, before any header goes out
             first = await anext(events)
         except StopAsyncIteration:  # pragma: no cover - the engine always ends with a Generation event

@@ -138,7 +138,7 @@ KNOWN: tuple[Known, ...] = (
     Known("the default chunk store of a ChunkCache", lambda: _sig_default(
         "ragcache.engine.chunk.stores.MemoryChunkStore", "max_bytes"), (
         r"a (?P<v>[\d.]+ [KMG]iB) :class:`MemoryChunkStore`",)),
-    Known("the engine's decode budget", lambda: _sig_default("ragcache.engine.engine.LocalEngine.stream",
+    Known("the engine's decode budget", lambda: _sig_default("ragcache.engine.request.EngineRequest",
                                                              "max_new_tokens"), (
         r"max_new_tokens: decode budget \(tokens\), default (?P<v>\d+)",)),
     Known("the demo's decode budget", _cli_option("demo", "--max-new-tokens"), (

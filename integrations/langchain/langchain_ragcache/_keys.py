@@ -172,8 +172,19 @@ def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str,
         d = dict(pairs) if isinstance(pairs, list) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         d = None
-    if not d or for_langchain(llm_type=d.get("_type")).prompt_caching != "local-kv" or not d.get("model_fingerprint"):
-        return "langchain", {"llm_string": llm_string}, []
+    local = local_identity(d) if d else None
+    return local if local is not None else ("langchain", {"llm_string": llm_string}, [])
+
+
+def local_identity(d: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[dict[str, Any]]] | None:
+    """:func:`model_identity` of a :class:`~langchain_ragcache.ChatRagCache` call from its parameters
+    themselves (the mapping its ``llm_string`` is ``str(sorted(...))`` of: the identifying params,
+    ``_type``, ``stop`` and the call's options); ``None`` for another model's (its provider row, read by
+    ``_type``, caches no local KV, or no weights fingerprint)."""
+    t_type = d.get("_type")
+    if for_langchain(llm_type=t_type if isinstance(t_type, str) else None).prompt_caching != "local-kv" \
+            or not d.get("model_fingerprint"):
+        return None
     params: dict[str, Any] = {"temperature": float(d.get("temperature", 0.0)), "max_tokens": int(d["max_tokens"])}
     for k in sorted(d):
         v = d[k]
@@ -218,9 +229,14 @@ def sampling_of(llm_string: str) -> Sampling:
     sampling for the provider models the provider table names (the row of the ``_type``,
     :func:`ragcache.providers.table.for_langchain`: its ``unset_temperature``). A temperature that cannot
     be read counts as sampling."""
+    return sampling_in(llm_params(llm_string))
+
+
+def sampling_in(p: Mapping[str, Any]) -> Sampling:
+    """:func:`sampling_of` of the parameters an ``llm_string`` names (:func:`llm_params`: ``None`` values
+    left out)."""
     from ragcache.answering import Sampling
 
-    p = llm_params(llm_string)
     t_type = p.get("_type")
     unset = for_langchain(llm_type=t_type if isinstance(t_type, str) else None).unset_temperature
     t, seed, n = p.get("temperature"), p.get("seed"), p.get("n", 1)
@@ -232,5 +248,5 @@ def sampling_of(llm_string: str) -> Sampling:
 
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",
-           "history_entry", "key_messages", "key_text", "labelled_question", "llm_params", "model_identity",
-           "sampling_of", "to_dicts"]
+           "history_entry", "key_messages", "key_text", "labelled_question", "llm_params", "local_identity",
+           "model_identity", "sampling_in", "sampling_of", "to_dicts"]

@@ -136,6 +136,29 @@ def to_layout(messages: Sequence[BaseMessage]) -> PromptLayout:
     return PromptLayout.from_messages(to_engine_messages(messages))
 
 
+def without_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with no message ids (copies where one was set): an id plays no part in a cache key."""
+    return [m.model_copy(update={"id": None}) if getattr(m, "id", None) is not None else m for m in messages]
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def plain_messages(messages: Sequence[BaseMessage]) -> bool:
+    """Whether every field of every message is plain data (``None``, numbers, strings, and lists, tuples
+    and dicts of them): what LangChain's ``dumps`` gives back through :func:`parse_cache_prompt` as it was.
+    A message holding another object (a retriever tool's ``Document`` artifacts) does not come back, so
+    LangChain's cache prompt of it is keyed as text."""
+    return all(_plain(getattr(m, name, None)) for m in messages for name in type(m).model_fields)
+
+
 def parse_cache_prompt(prompt: str) -> list[BaseMessage] | None:
     """Messages from the ``prompt`` string a chat model hands its ``BaseCache``, or ``None``.
 

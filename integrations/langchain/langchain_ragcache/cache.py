@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumps, loads
+from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, Generation
 from pydantic import BaseModel
 
@@ -47,10 +48,12 @@ from langchain_ragcache._keys import (
     key_messages,
     key_text,
     llm_params,
+    local_identity,
     model_identity,
+    sampling_in,
     sampling_of,
 )
-from langchain_ragcache._messages import parse_cache_prompt
+from langchain_ragcache._messages import parse_cache_prompt, plain_messages, without_ids
 from langchain_ragcache.results import (
     answer_message,
     answer_record,
@@ -91,6 +94,16 @@ def _json_form(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_form(v) for v in value]
     return value
+
+
+def _budget_in(*sources: Mapping[str, Any]) -> int | None:
+    """The first int (not bool) ``max_tokens`` / ``max_new_tokens`` / ``max_output_tokens`` of ``sources``."""
+    for source in sources:
+        for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
+            v = source.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+    return None
 
 
 def _slot(req: CacheRequest) -> tuple[str, str]:
@@ -246,8 +259,40 @@ class RagCacheSemanticCache(BaseCache):
         sampling and threshold (1.0 when the whole prompt is matched exactly); ``model``: the model
         recorded with a stored answer (default: the partition's model identity)."""
         ident, params, tools = model_identity(llm_string)
-        return self.keyed(prompt, tools).request(model=ident, tenant=self.namespace, params=params, max_tokens=self.budget(llm_string),
-                             sampling=sampling_of(llm_string), threshold=self.threshold, provenance_model=model)
+        return self._request(self.keyed(prompt, tools), ident, params, self.budget(llm_string),
+                             sampling_of(llm_string), model)
+
+    def chat_request(self, messages: Sequence[BaseMessage], params: Mapping[str, Any], *,
+                     model: str | None = None) -> CacheRequest:
+        """The :class:`~ragcache.request.CacheRequest` of a :class:`~langchain_ragcache.ChatRagCache` call
+        from what the model holds: its messages (message ids play no part; messages that hold more than
+        plain data, :func:`~langchain_ragcache._messages.plain_messages`, are keyed by their LangChain
+        prompt string as :meth:`request` keys it) and its parameters (the mapping
+        LangChain's ``llm_string`` is ``str(sorted(...))`` of: identifying params, ``_type``, ``stop``, the
+        call's options). The same request :meth:`request` reads back from the call's LangChain pair
+        ``(dumps(messages), llm_string)``, without serialising and parsing it, so an answer stored
+        through either is found through the other.
+
+        Raises:
+            ValueError: ``params`` are not a ChatRagCache call's (:func:`~langchain_ragcache._keys.local_identity`).
+        """
+        identity = local_identity(params)
+        if identity is None:
+            raise ValueError("chat_request keys ChatRagCache calls (_type 'ragcache-local' with a model_fingerprint); "
+                             "key another model's call with request(prompt, llm_string)")
+        ident, key_params, tools = identity
+        given = {k: v for k, v in params.items() if v is not None}  # as an llm_string's parameters are read
+        if plain_messages(messages):
+            keyed = key_messages(messages, extractor=self.question_extractor, tools=tools)
+        else:  # LangChain's prompt string of these messages does not read back as messages: keyed as text
+            keyed = key_text(dumps(without_ids(messages)), extractor=self.question_extractor, tools=tools)
+        return self._request(keyed, ident, key_params, _budget_in(params), sampling_in(given), model)
+
+    def _request(self, keyed: KeyedPrompt, ident: str, params: dict[str, Any], budget: int | None,
+                 sampling: Any, model: str | None) -> CacheRequest:
+        """The request of a keyed prompt under this cache's namespace and threshold."""
+        return keyed.request(model=ident, tenant=self.namespace, params=params, max_tokens=budget,
+                             sampling=sampling, threshold=self.threshold, provenance_model=model)
 
     def key_for(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey]:
         """The (question, partition) a LangChain ``(prompt, llm_string)`` pair is cached under.
@@ -275,12 +320,7 @@ class RagCacheSemanticCache(BaseCache):
             kwargs = model.get("kwargs") if isinstance(model, dict) else None
         except (ValueError, RecursionError):
             kwargs = None
-        for source in (params, kwargs if isinstance(kwargs, dict) else {}):
-            for k in ("max_tokens", "max_new_tokens", "max_output_tokens"):
-                v = source.get(k)
-                if isinstance(v, int) and not isinstance(v, bool):
-                    return v
-        return None
+        return _budget_in(params, kwargs if isinstance(kwargs, dict) else {})
 
     # ------------------------------------------------------------------ BaseCache
     # LangChain owns this loop (lookup, then update after the model call), so it reads and writes the

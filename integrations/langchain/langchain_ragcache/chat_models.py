@@ -68,7 +68,7 @@ from langchain_ragcache._engine import (
     ragcache_metadata,
     shared_engine,
 )
-from langchain_ragcache._messages import to_layout
+from langchain_ragcache._messages import to_layout, without_ids
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
 from langchain_ragcache.tools import (
@@ -387,8 +387,7 @@ class ChatRagCache(BaseChatModel):
     def _cache_key(self, messages: list[BaseMessage], stop: list[str] | None,
                    kwargs: dict[str, Any]) -> tuple[str, str]:
         # The same (prompt, llm_string) pair BaseChatModel uses for invoke().
-        normalized = [m.model_copy(update={"id": None}) if getattr(m, "id", None) is not None else m for m in messages]
-        return dumps(normalized), self._get_llm_string(stop=stop, **kwargs)
+        return dumps(without_ids(messages)), self._get_llm_string(stop=stop, **kwargs)
 
     def _pieces(self, messages: list[BaseMessage], stop: list[str] | None, opts: dict[str, Any],
                 kwargs: dict[str, Any], box: dict[str, Any]) -> Iterator[str | BackendResult]:
@@ -448,9 +447,14 @@ class ChatRagCache(BaseChatModel):
         return self._final(box["result"])[0]
 
     def _path_key(self, cache: RagCacheSemanticCache, messages: list[BaseMessage], stop: list[str] | None,
-                  kwargs: dict[str, Any]) -> tuple[CacheRequest, dict[str, Any]]:
-        prompt, llm_string = self._cache_key(messages, stop, kwargs)
-        return cache.request(prompt, llm_string, model=self.model_name), {"blend_setting": lambda: self._blend_for(kwargs)}
+                  opts: dict[str, Any], kwargs: dict[str, Any]) -> tuple[CacheRequest, dict[str, Any]]:
+        """The answer path's request of a call, built from its messages and parameters
+        (:meth:`RagCacheSemanticCache.chat_request <langchain_ragcache.RagCacheSemanticCache.chat_request>`:
+        the request LangChain's ``(prompt, llm_string)`` of the call is read back as, without the round trip),
+        with the call's one tenant (``opts["tenant"]``, the engine request's too)."""
+        params = {**self._get_invocation_params(stop=stop, **kwargs), "tenant": opts["tenant"]}
+        return (cache.chat_request(messages, params, model=self.model_name),
+                {"blend_setting": lambda: self._blend_for(kwargs)})
 
     def _stream_plan(self, messages: list[BaseMessage], stop: list[str] | None,
                      kwargs: dict[str, Any]) -> _StreamPlan:
@@ -460,7 +464,7 @@ class ChatRagCache(BaseChatModel):
         kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
         plan = _StreamPlan(opts, kwargs, self._llm_cache())
         if isinstance(plan.cache, RagCacheSemanticCache):
-            plan.path_key = self._path_key(plan.cache, messages, stop, kwargs)
+            plan.path_key = self._path_key(plan.cache, messages, stop, opts, kwargs)
         elif plan.cache is not None:
             plan.key = self._cache_key(messages, stop, kwargs)
         return plan

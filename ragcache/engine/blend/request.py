@@ -74,12 +74,12 @@ def blend_name(engine: EngineView, r: float | None = None, use_chunk_cache: bool
 
 
 def chunk_view(engine: EngineView, ids: Sequence[int], spans: Sequence[tuple[int, int]], r: float | None,
-               namespace: str | None = None) -> Any:
+               tenant: str | None = None) -> Any:
     """The bound chunk cache this request reads and stores its documents' chunk KV in: the engine's
-    chunk cache under the KV salt of the request's ``namespace`` (``engine.chunks_for``), in the chunk
+    chunk cache under the KV salt of the request's ``tenant`` (``engine.chunks_for``), in the chunk
     context of the blend setting (BOS sink, or the request's stable prefix)."""
     setting = setting_for(engine, r)
-    return context_view(engine.chunks_for(namespace), ids, spans, setting.chunk_context if setting else "sink")
+    return context_view(engine.chunks_for(tenant), ids, spans, setting.chunk_context if setting else "sink")
 
 
 def blend_request(engine: EngineView, ids: list[int], p: int, cache: Any, plan: Any, r: float, stats: Any

@@ -1,9 +1,11 @@
-"""A chunk cache bound to one model, one fingerprint and one namespace: keys, batched lookups, computation.
+"""A chunk cache bound to one model, one fingerprint and one KV salt: keys, batched lookups, computation.
 
-Every chunk key is ``hash_chunk(fingerprint, sink ids, document ids, format tag, namespace)``
-(:func:`ragcache.hashing.hash_chunk`): the namespace is the engine's cache salt, so two engines
-with different namespaces never read each other's chunks from a shared disk or Redis store, and
-an engine whose weights changed in memory stops reusing old KV once it is given a new namespace.
+Every chunk key is ``hash_chunk(fingerprint, sink ids, document ids, format tag, salt)``
+(:func:`ragcache.hashing.hash_chunk`): the salt is the request's KV salt
+(:func:`ragcache.engine.keys.kv_salt` of the engine's namespace and the request's tenant), so two
+engines with different namespaces, or two tenants, never read each other's chunks from a shared disk or
+Redis store, and an engine whose weights changed in memory stops reusing old KV once it is given a new
+namespace.
 """
 
 from __future__ import annotations
@@ -66,18 +68,19 @@ def context_window(model: Any) -> int:
 
 class BoundChunkCache:
     """The chunk cache of one engine: :class:`~ragcache.engine.chunk.cache.ChunkCache` settings and
-    store, bound to ``model``, ``fingerprint`` and ``namespace``. Made by
+    store, bound to ``model``, ``fingerprint`` and ``salt``. Made by
     :meth:`ChunkCache.bind <ragcache.engine.chunk.cache.ChunkCache.bind>`; hit and miss counters are
     the parent cache's.
 
     Attributes:
         cache: the parent :class:`~ragcache.engine.chunk.cache.ChunkCache`.
-        model / fingerprint / namespace: what every key of this view carries.
+        model / fingerprint / salt: what every key of this view carries (``salt``: the KV salt,
+            :func:`ragcache.engine.keys.kv_salt`; ``None``: none).
         sink: the sink token ids chunks are computed after.
     """
 
-    def __init__(self, cache: ChunkSettings, model: Any, fingerprint: str, namespace: str | None) -> None:
-        self.cache, self.model, self.fingerprint, self.namespace = cache, model, fingerprint, namespace
+    def __init__(self, cache: ChunkSettings, model: Any, fingerprint: str, salt: str | None) -> None:
+        self.cache, self.model, self.fingerprint, self.salt = cache, model, fingerprint, salt
         self.sink = cache.sink_for(model)
 
     @property
@@ -85,8 +88,8 @@ class BoundChunkCache:
         return self.cache.store
 
     def key(self, doc_ids: Sequence[int]) -> ChunkHash:
-        """Position-independent chunk key of ``doc_ids`` (model, sink, format, namespace)."""
-        return hash_chunk(self.fingerprint, self.sink, doc_ids, self.cache.kv_format.tag, self.namespace)
+        """Position-independent chunk key of ``doc_ids`` (model, sink, format, salt)."""
+        return hash_chunk(self.fingerprint, self.sink, doc_ids, self.cache.kv_format.tag, self.salt)
 
     def _checked(self, key: ChunkHash, kv: ChunkKV | None, doc_ids: list[int]) -> ChunkKV | None:
         """``kv`` if it is this cache's format, token ids and sink; else ``None`` (and it is removed)."""
@@ -246,10 +249,10 @@ class BoundChunkCache:
         return out
 
     def same_context(self, other: Any) -> bool:
-        """Whether ``other`` is a view computing chunks the same way (same cache, model, fingerprint, namespace
+        """Whether ``other`` is a view computing chunks the same way (same cache, model, fingerprint, salt
         and sink): its documents can be computed in one batch with this view's (:meth:`compute_many`)."""
         return isinstance(other, BoundChunkCache) and other.cache is self.cache and other.model is self.model \
-            and other.fingerprint == self.fingerprint and other.namespace == self.namespace and other.sink == self.sink
+            and other.fingerprint == self.fingerprint and other.salt == self.salt and other.sink == self.sink
 
     def encode(self, doc_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor) -> ChunkKV:
         """A :class:`ChunkKV` in the cache's format from a chunk's dense KV computed after this sink:

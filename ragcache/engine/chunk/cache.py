@@ -4,12 +4,12 @@ CacheBlend (Yao et al., EuroSys 2025, arXiv 2405.16444, §5) precomputes every r
 chunk's KV independently and fuses them at query time. Here each document's token ids are
 run after a short fixed *sink* (default: the model's BOS token), the sink's KV is dropped,
 and the rest is stored with the positions it was computed at. The key is
-``hash_chunk(model fingerprint, sink ids, document ids, format tag, namespace)``: position
+``hash_chunk(model fingerprint, sink ids, document ids, format tag, KV salt)``: position
 independent, so the same document is a hit after any system text and in any order, and never
-shared across engines with different namespaces (:mod:`ragcache.engine.chunk.bound`).
+shared across engines with different namespaces or across tenants (:mod:`ragcache.engine.chunk.bound`).
 
 A :class:`ChunkCache` holds the settings and the store; :meth:`ChunkCache.bind` ties it to one
-model, fingerprint and namespace (:class:`~ragcache.engine.chunk.bound.BoundChunkCache`, what
+model, fingerprint and KV salt (:class:`~ragcache.engine.chunk.bound.BoundChunkCache`, what
 :class:`~ragcache.engine.engine.LocalEngine` uses: one batched lookup per request).
 
 Storage format (``kv_format``): ``"fp16"`` (dense, in ``dtype``), ``"int8"`` or ``"int4"``
@@ -99,10 +99,11 @@ class ChunkCache:
             self._sink_ids = [] if bos is None else [int(bos)]
         return list(self._sink_ids)
 
-    def bind(self, model: Any, fingerprint: Any, namespace: str | None = None) -> BoundChunkCache:
+    def bind(self, model: Any, fingerprint: Any, salt: str | None = None) -> BoundChunkCache:
         """This cache for one model: every key carries ``fingerprint`` (a digest ``str`` or a
-        ``ModelFingerprint``) and ``namespace`` (the engine's cache salt)."""
-        return BoundChunkCache(self, model, _fingerprint_str(fingerprint), namespace)
+        ``ModelFingerprint``) and ``salt`` (the KV salt, :func:`ragcache.engine.keys.kv_salt`). The
+        methods below take the salt as ``namespace=``."""
+        return BoundChunkCache(self, model, _fingerprint_str(fingerprint), salt)
 
     def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> ChunkHash:
         """Position-independent chunk key of ``doc_ids`` for this model, sink, storage format and namespace."""
@@ -134,7 +135,7 @@ class ChunkCache:
             model: a causal LM (Llama family) the KV belongs to.
             fingerprint: the model fingerprint digest (``str``) or a ``ModelFingerprint``.
             doc_ids: the document's own token ids, as they appear in the prompt.
-            namespace: the engine's cache salt (``None``: the default namespace).
+            namespace: the KV salt (:func:`ragcache.engine.keys.kv_salt`; ``None``: none).
         """
         return self.bind(model, fingerprint, namespace).lookup_or_compute(doc_ids)
 
@@ -148,7 +149,8 @@ class ChunkCache:
         return self.bind(model, fingerprint, namespace).add_many([doc_ids]) == 1
 
     def precompute(self, engine_or_model: Any, documents: Sequence[Any], *, tokenizer: Any = None,
-                   fingerprint: Any = None, namespace: str | None = None, progress: bool = True) -> int:
+                   fingerprint: Any = None, tenant: str | None = None, namespace: str | None = None,
+                   progress: bool = True) -> int:
         """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
 
         Args:
@@ -159,10 +161,11 @@ class ChunkCache:
                 rendered and tokenised as in a prompt
                 (:func:`ragcache.engine.prompt.document_token_ids`), so id and metadata must match;
                 or lists of token ids, used as they are.
-            namespace: with an engine, the namespace (tenant) the documents will be asked in
-                (``RagCache.answer(namespace=...)``): the chunks are keyed under that request's KV
-                salt (``engine.kv_salt(namespace)``; default: the engine's own). With a bare model,
-                the salt itself (default ``None``).
+            tenant: with an engine, the tenant the documents will be asked for
+                (``RagCache.answer(namespace=...)``, a backend's ``tenant``): the chunks are keyed under
+                that request's KV salt (``engine.kv_salt(tenant)``; default: the engine's own).
+            namespace: with an engine, the same as ``tenant`` (its older name); with a bare model, the
+                KV salt itself (default ``None``).
             progress: show a tqdm progress bar.
 
         Returns:
@@ -170,6 +173,8 @@ class ChunkCache:
 
         Raises:
             ValueError: no fingerprint, or documents without a tokenizer.
+            TypeError: both ``tenant`` and ``namespace``, or ``tenant`` with a bare model (give it the
+                salt: ``namespace=engine.kv_salt(tenant)``).
         """
         from tqdm.auto import tqdm
 
@@ -179,9 +184,15 @@ class ChunkCache:
         model = engine_or_model if is_model else engine_or_model.model
         tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
         fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))  # live
+        if tenant is not None and (namespace is not None or is_model):
+            raise TypeError("precompute takes tenant= with an engine, or namespace= (the KV salt itself) with a bare "
+                            "model, not both" if namespace is not None else
+                            "precompute(model, ..., tenant=...): a bare model has no tenant rule; pass the engine, "
+                            "or the salt as namespace=engine.kv_salt(tenant)")
         if not is_model:
+            tenant = namespace if tenant is None else tenant
             salt = getattr(engine_or_model, "kv_salt", None)
-            namespace = salt(namespace) if callable(salt) else (namespace or getattr(engine_or_model, "namespace", None))
+            namespace = salt(tenant) if callable(salt) else (tenant or getattr(engine_or_model, "namespace", None))
         if fingerprint is None:
             raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
         bound = self.bind(model, fingerprint, namespace)

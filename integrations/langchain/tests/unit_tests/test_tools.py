@@ -48,7 +48,7 @@ def test_bound_tools_reach_the_prompt_and_calls_are_parsed(tiny_engine_plain, mo
     real = tiny_engine_plain.generate
 
     def fake_generate(prompt, **kw):  # the engine answers as a tool-following model would
-        seen["text"] = prompt.text
+        seen["text"] = prompt.prompt.text  # the backend hands the engine an EngineRequest
         gen = real(prompt, **kw)
         gen.text = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 5}}</tool_call>'
         return gen

@@ -57,6 +57,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.llm import LLM
 
 from ragcache.aio import iterate_in_thread
+from ragcache.engine.request import EngineRequest
 
 _ROLES = {
     MessageRole.SYSTEM: "system",
@@ -274,7 +275,13 @@ class RagCacheLLM(LLM):
                            is_chat_model=True, is_function_calling_model=False, model_name=self.model_name)
 
     # ------------------------------------------------------------------ plumbing
-    def _gen_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, prompt: Any, kwargs: dict[str, Any]) -> EngineRequest:
+        """The engine request of one call: ``prompt`` with this LLM's settings and the call's ``kwargs``
+        (``max_tokens``: ``max_new_tokens``; a ``tenant`` of ``None``: this LLM's).
+
+        Raises:
+            ValueError: an unknown call argument.
+        """
         out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
                "stop": self.stop, "seed": self.seed, "use_prefix_cache": self.use_prefix_cache,
                "use_chunk_cache": self.use_chunk_cache, "recompute_ratio": self.recompute_ratio,
@@ -287,8 +294,7 @@ class RagCacheLLM(LLM):
         if unknown:
             raise ValueError(f"unknown generation arguments {sorted(unknown)}; RagCacheLLM takes {sorted(out)}")
         out.update(kwargs)
-        out["namespace"] = out.pop("tenant")  # the engine's name for the request's tenant (its KV salt)
-        return out
+        return EngineRequest(prompt, **out)
 
     def _completion_messages(self, prompt: str, formatted: bool) -> list[ChatMessage]:
         if not formatted and self.completion_to_prompt is not None:
@@ -301,7 +307,7 @@ class RagCacheLLM(LLM):
     def _events(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> tuple[Iterator[Any], str]:
         engine = self.engine
         prompt = engine.build_prompt(to_layout(messages))
-        return engine.stream(prompt, **self._gen_kwargs(dict(kwargs))), prompt_digest(prompt.input_ids)
+        return engine.stream(self._request(prompt, dict(kwargs))), prompt_digest(prompt.input_ids)
 
     def _final(self, gen: Any, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raw = {"text": gen.text, "token_ids": list(gen.token_ids), "stats": gen.stats.to_dict(), "generation": gen,
