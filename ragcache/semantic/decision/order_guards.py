@@ -469,18 +469,45 @@ _SLOT_FILLERS = frozenset({"per", "each", "much", "under", "exactly", "actually"
 guards read the words that do change it ("only", "must")."""
 
 
+_QUESTION_PHRASE = frozenset({"time", "amount", "number", "way", "kind", "sort", "much", "many"})
+"""Words of a question phrase that may be reworded where it opens both questions ("At what time" / "When",
+"What is the amount of" / "How much", "In what way" / "How"): the question-type guards compare the types."""
+
+
+_WH = frozenset({"what", "when", "where", "who", "whom", "whose", "which", "how", "why"})
+_TENSE_PAIRS = frozenset(frozenset(p.split("/")) for p in (
+    "does/did", "do/did", "is/was", "are/were", "has/had", "have/had", "will/did", "does/will", "do/will"))
+
+
+def _frame_kept(span_a: list[str], span_b: list[str], lead: bool) -> bool:
+    """Whether a span of function words beside a slot leaves the frame as it was: the question phrase
+    reworded where it opens both questions ("At what time" / "When"), or a tense ("does" / "did"). A
+    modal or a preposition reworded ("How do I" / "How can I", "by phone" / "over the phone") is a
+    rewording of the frame: then the pair is not one slot filled differently."""
+    if lead and _WH & set(span_a) and _WH & set(span_b):
+        return True
+    return len(span_a) == len(span_b) == 1 and frozenset((span_a[0], span_b[0])) in _TENSE_PAIRS
+
+
+_ANSWER_NOUNS = frozenset({"time", "times", "hour", "hours", "date", "amount", "number", "way"})
+"""Nouns that name the kind of answer ("opening hours", "the date"): part of a reworded question phrase."""
+
+
 @dataclass(slots=True)
 class SlotGuard:
     """The two questions are one frame with one slot filled differently: a minimal edit.
 
     The words of both (numbers in words as digits; typos, stems and abbreviations aligned to the first
     question's spelling) are aligned by :class:`difflib.SequenceMatcher`; the pair is a *slot edit* when
-    exactly one span differs (replaced, inserted or deleted), at least ``min_shared`` words and a ``min_share``
-    (0.4) of the longer question are shared around it, and the differing span holds a content word on either side
-    that is not a synonym of one on the other (WordNet, :data:`PHRASAL`, :data:`SYNONYMS`): "Can I bring my
-    dog to the office?" / "... my child ...", "Are glasses covered?" / "Are contact lenses covered?", "the daily
-    meal allowance when travelling" / "... when travelling abroad". A span of function words only ("two days a
-    week" / "two days per week") is not a slot edit.
+    exactly one differing span (replaced, inserted or deleted) changes content, at least ``min_shared`` words
+    and a ``min_share`` (0.4) of the longer question are shared around the spans, and that span holds a content
+    word on either side that is not a synonym of one on the other (WordNet, :data:`PHRASAL`, :data:`SYNONYMS`):
+    "Can I bring my dog to the office?" / "... my child ...", "Are glasses covered?" / "Are contact lenses
+    covered?", "the daily meal allowance when travelling" / "... when travelling abroad". A span of function
+    words only ("two days a week" / "two days per week") changes no content, nor does a reworded question phrase
+    that opens both questions ("At what time does" / "When does"). So a slot edit dressed in a rewording
+    elsewhere (at most ``max_spans`` spans in all) is still one: "At what time does the nightly backup job run?"
+    / "When does the nightly backup job finish?", "When does the job stop?" / "When did the job fail?".
 
     Why a rule here: minimal pairs are where learned pair models are known to fail (they score a one-word swap
     in a shared frame as a paraphrase; PAWS, Zhang et al. 2019, §1 and §5), while a true rewording changes the
@@ -492,6 +519,7 @@ class SlotGuard:
     name: str = "substitution"
     min_shared: int = 3
     min_share: float = 0.4
+    max_spans: int = 3
     synonyms: Mapping[str, str] = field(default_factory=lambda: dict(SYNONYMS))
 
     def _words(self, text: str) -> list[str]:
@@ -506,22 +534,43 @@ class SlotGuard:
         b = _align(a, self._words(candidate))
         ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
         edits = [op for op in ops if op[0] != "equal"]
-        if len(edits) != 1:
+        if not edits or len(edits) > self.max_spans:
             return None
         shared = sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag == "equal")
         if shared < self.min_shared or shared < self.min_share * max(len(a), len(b)):
             return None
-        _, i1, i2, j1, j2 = edits[0]
-        span_a, span_b = a[i1:i2], b[j1:j2]
-        only_a = [w for w in span_a if w not in STOPWORDS and w not in NEGATIONS and w not in _SLOT_FILLERS]
-        only_b = [w for w in span_b if w not in STOPWORDS and w not in NEGATIONS and w not in _SLOT_FILLERS]
+        reworded = edits[0][1] == 0 and edits[0][3] == 0  # the question phrase itself is reworded
+        slots, other = [], []
+        for _, i1, i2, j1, j2 in edits:
+            lead = i1 == 0 and j1 == 0
+            span = (a[i1:i2], b[j1:j2])
+            if self._content(query, candidate, *span, lead=lead, answer_noun=reworded):
+                slots.append(span)
+            else:
+                other.append((span, lead))
+        if len(slots) != 1:  # none: a rewording of function words; two or more: a rewording of the frame
+            return None
+        if len(edits) > 1 and not all(_frame_kept(sa, sb, lead) for (sa, sb), lead in other):
+            return None  # the frame is reworded too (a modal, a preposition): a rewording in several places
+        span_a, span_b = slots[0]
+        return f"one slot differs: {' '.join(span_a) or '(nothing)'} / {' '.join(span_b) or '(nothing)'}"
+
+    def _content(self, query: str, candidate: str, span_a: list[str], span_b: list[str], *, lead: bool,
+                 answer_noun: bool) -> bool:
+        """Whether a differing span changes content: a word on either side that is not a function word, a
+        filler, a synonym of one on the other side (WordNet, :data:`PHRASAL`) or, in a span that opens both
+        questions (``lead``), a word of the question phrase (:data:`_QUESTION_PHRASE`: "At what time" /
+        "When"); where the question phrase is reworded (``answer_noun``), a noun naming the answer's kind
+        elsewhere is part of it ("What are the canteen's opening hours?" / "When is the canteen open?")."""
+        skip = _SLOT_FILLERS | (_QUESTION_PHRASE if lead else frozenset()) | (_ANSWER_NOUNS if answer_noun else
+                                                                              frozenset())
+        only_a = [w for w in span_a if w not in STOPWORDS and w not in NEGATIONS and w not in skip]
+        only_b = [w for w in span_b if w not in STOPWORDS and w not in NEGATIONS and w not in skip]
         if only_a and only_b:
             only_a, only_b = _drop_phrasal_pairs(split_words(query), only_a, only_b)
             only_b, only_a = _drop_phrasal_pairs(split_words(candidate), only_b, only_a)
             only_a, only_b = _drop_synonym_pairs(only_a, only_b)
-        if not only_a and not only_b:
-            return None
-        return f"one slot differs: {' '.join(span_a) or '(nothing)'} / {' '.join(span_b) or '(nothing)'}"
+        return bool(only_a or only_b)
 
 
 _SPEAKER_SUBJECT = frozenset({"i", "im", "ive", "id", "ill", "we", "were", "weve"})
