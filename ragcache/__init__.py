@@ -37,7 +37,7 @@ _EXPORTS = {
     "SemanticCache": "ragcache.semantic",
     "PartitionKey": "ragcache.semantic",
     "partition_key": "ragcache.semantic",
-    "request_partition": "ragcache.semantic",
+    "request_partition": "ragcache.request",
     "LocalEngine": "ragcache.engine.engine",
     "LocalBackend": "ragcache.engine.backend",
     "ChunkCache": "ragcache.engine.chunk.cache",
@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from ragcache.models import load_embedder, load_model
     from ragcache.providers.openai import OpenAIBackend
     from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache, Request
-    from ragcache.request import CacheRequest
-    from ragcache.semantic import PartitionKey, SemanticCache, partition_key, request_partition
+    from ragcache.request import CacheRequest, request_partition
+    from ragcache.semantic import PartitionKey, SemanticCache, partition_key
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,8 @@ Every door (``RagCache``, ``ragcache ask``, the LangChain cache, middleware and 
 LlamaIndex query engine, the Anthropic proxy) builds a :class:`CacheRequest` here and answers it with
 :class:`ragcache.answering.AnswerPath`; an adapter only maps its native messages to dicts
 (:func:`key_messages`). This package is the one place that computes a request's partition
-(:func:`cache_request`); the question rule is :mod:`ragcache.request.question`::
+(:func:`cache_request`, over :func:`request_partition`); the question rule is
+:mod:`ragcache.request.question`::
 
     from ragcache.request import key_messages
 
@@ -25,6 +26,7 @@ from ragcache.request.messages import (
     key_text,
     marked_block,
 )
+from ragcache.request.partition import request_partition
 from ragcache.request.question import (
     EXACT_QUESTION,
     MAX_QUESTION_CHARS,
@@ -37,4 +39,4 @@ from ragcache.request.record import CacheRequest, cache_request
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "PROVIDER_MARKERS", "CacheRequest", "KeyedPrompt",
            "QuestionExtractor", "cache_request", "exact_prompt", "history_entry", "key_messages", "key_text",
-           "labelled_question", "marked_block", "question_sized", "split_turn"]
+           "labelled_question", "marked_block", "question_sized", "request_partition", "split_turn"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import DEFAULT_TENANT
+from ragcache.request.partition import request_partition
 from ragcache.sampling import Sampling
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def cache_request(question: str, layout: PromptLayout | None, *, tenant: str = D
                   document_ids: Iterable[str] = (), max_tokens: int | None = None,
                   sampling: Sampling | None = None, threshold: float | None = None,
                   cached: bool = True) -> CacheRequest:
-    """A :class:`CacheRequest` with its partition: :func:`ragcache.semantic.partition.request_partition`
+    """A :class:`CacheRequest` with its partition: :func:`ragcache.request.partition.request_partition`
     over ``layout`` (every byte that reaches the model is either the question or in the partition).
 
     Args:
@@ -79,8 +80,6 @@ def cache_request(question: str, layout: PromptLayout | None, *, tenant: str = D
     """
     pk, ident = None, None
     if cached and layout is not None:
-        from ragcache.semantic.partition import request_partition
-
         ident = partition_model if partition_model is not None else model
         if not ident:
             raise ValueError("a cached request needs its model identity (partition_model or model)")

@@ -51,7 +51,7 @@ from ragcache.semantic.decision.guards import (
 from ragcache.semantic.stores.faiss_store import FaissAnswerStore
 from ragcache.semantic.keying import QuestionKey, question_key
 from ragcache.semantic.decision.lexicon import Lexicon, LexiconUnavailable, lexicon
-from ragcache.semantic.partition import PartitionKey, partition_key, request_partition
+from ragcache.semantic.partition import PartitionKey, partition_key
 from ragcache.semantic.decision.policy import SemanticPolicy
 from ragcache.semantic.stores.protocol import NewEntry, PutResult, Query, StoredAnswer, VectorAnswerStore
 from ragcache.semantic.decision.qtype import QuestionTypeGuard, question_type
@@ -105,6 +105,5 @@ __all__ = [
     "partition_key",
     "question_key",
     "question_type",
-    "request_partition",
     "resolve_embedder",
 ]

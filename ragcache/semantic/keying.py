@@ -78,7 +78,14 @@ def last_sentence(text: str) -> tuple[str, str]:
 
 def derived_partition(pk: PartitionKey, mode: str, exact_text: str) -> PartitionKey:
     """A partition digest that also covers ``exact_text`` (same namespace and documents, so
-    ``clear(namespace)`` and ``invalidate(document)`` reach it)."""
+    ``clear(namespace)`` and ``invalidate(document)`` reach it).
+
+    This is question keying, not a request's partition: it starts from the key the request already
+    has (:func:`ragcache.request.request_partition`, received by the semantic cache) and narrows it to
+    the part of a long question the embedder cannot read (the head of a ``"split"`` question, or the
+    whole ``"exact"`` one), so that part is matched byte for byte. It reads no request field; only the
+    cache knows the embedder's window, so it stays here.
+    """
     h = hashlib.sha256()
     for part in (pk.digest, mode, exact_text):
         b = part.encode("utf-8")

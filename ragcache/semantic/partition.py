@@ -1,4 +1,4 @@
-"""Exact partition keys for the semantic cache.
+"""Exact partition keys for the semantic cache: the key, and its constructor from explicit fields.
 
 The semantic cache embeds the question alone; everything else that decides
 the answer forms an exact key: namespace (tenant), model fingerprint and
@@ -6,17 +6,22 @@ generation parameters, system text, tools, earlier chat turns and the
 retrieved documents' content hashes. An answer is only ever served inside its
 own partition, so another tenant, model, temperature, ``max_tokens``, document
 set (an edited document has a new content hash) or conversation never sees it.
+
+The semantic cache receives keys; it does not derive them from a request. Which parts of a
+request go into its key is :func:`ragcache.request.request_partition` (called by
+:func:`ragcache.request.cache_request`); the proxy's rule for a raw API body is
+:mod:`ragcache.server.body_fields`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ragcache.hashing import hash_value
-from ragcache.prompt.layout import PromptLayout, as_document
+from ragcache.prompt.layout import as_document
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -65,7 +70,7 @@ def partition_key(
     documents: Iterable[Any] = (),
     extra: Mapping[str, Any] | None = None,
 ) -> PartitionKey:
-    """Build the exact partition key of a request.
+    """Build the exact partition key from its explicit fields.
 
     Args:
         namespace: tenant / cache salt.
@@ -78,7 +83,7 @@ def partition_key(
         documents: retrieved documents as texts, content hashes (64 hex), mappings
             with ``text``/``id`` or layout ``Segment`` objects. Order does not matter here (a
             caller whose model reads them in a given order keys that order in ``extra``, as
-            :func:`request_partition` does).
+            :func:`ragcache.request.request_partition` does).
         extra: any other JSON-like value that must match exactly.
 
     Raises:
@@ -121,64 +126,3 @@ def partition_key(
 
 DEFAULT_PARTITION = partition_key(namespace="default", model="unspecified")
 """Partition used when a call gives none. Real callers key their requests (:mod:`ragcache.request`)."""
-
-
-ANTHROPIC_SHAPING = frozenset({
-    "max_tokens", "temperature", "top_p", "top_k", "stop_sequences", "tool_choice", "tools", "thinking", "system",
-    "output_config", "output_format", "container", "mcp_servers", "context_management", "metadata"})
-"""Messages API body fields that change the answer (its content, shape, length or tool use): each is
-part of the partition of a request that carries it (``metadata`` too: it names the end user)."""
-
-ANTHROPIC_NEUTRAL = frozenset({"model", "messages", "stream", "service_tier", "cache_control", "inference_geo"})
-"""Messages API body fields that do not go into the params (``model`` and ``messages`` are keyed on
-their own; streaming, the service tier, the top-level caching marker and the region leave the
-answer unchanged)."""
-
-
-def shaping_fields(body: Mapping[str, Any], *, shaping: frozenset[str] = ANTHROPIC_SHAPING,
-                   neutral: frozenset[str] = ANTHROPIC_NEUTRAL) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Split a request body: ``(fields that shape the answer, names of unknown fields)``.
-
-    The rule for every entry point that keys a raw API body (the caching proxy): a known shaping
-    field goes into the partition's ``params``; a field in neither set is *unknown* (a new API
-    feature such as a structured-output option), and the caller must then bypass the semantic cache
-    (and log it) rather than ignore a field that may change the answer.
-    """
-    params = {k: body[k] for k in sorted(body) if k in shaping}
-    unknown = tuple(sorted(k for k in body if k not in shaping and k not in neutral))
-    return params, unknown
-
-
-def request_partition(layout: PromptLayout, *, namespace: str, model: str, params: Mapping[str, Any],
-                      extra: Mapping[str, Any] | None = None, document_ids: Iterable[str] = ()) -> PartitionKey:
-    """The partition key of a laid-out request: the one function every entry point calls
-    (``RagCache``, the LangChain prompt and middleware, the LlamaIndex query engine, the CLI).
-
-    Rule: every byte that reaches the model is either the embedded question or in this key.
-    The key covers the system text, tools, history, each document's content hash (for
-    ``invalidate``) and rendered bytes (id and metadata included) in the layout's order (the order
-    the model reads them: a canonical layout has already sorted them, so the same documents
-    retrieved in another order still share the key; a ``"given"`` layout keeps the caller's order,
-    and another order is another key), and the volatile text (a date
-    line, a user name moved out of the stable prefix): an answer written for one user or one day
-    is never served to another.
-
-    Args:
-        layout: the request's :class:`~ragcache.prompt.layout.PromptLayout`.
-        namespace: tenant / cache salt.
-        model: ``"<backend name>:<model id>"`` (model fingerprint or provider model name).
-        params: generation parameters that change the answer (temperature, max_tokens, stop...).
-        extra: anything else the caller's framework adds to the prompt (JSON-like).
-        document_ids: more ids ``invalidate()`` should accept for this partition (a LlamaIndex
-            node's source document id, when it is not rendered into the prompt); not in the digest.
-
-    Raises:
-        ValueError: as :func:`partition_key`.
-    """
-    extra_spec = dict(extra or {})
-    extra_spec["volatile"] = layout.volatile
-    extra_spec["rendered_documents"] = [d.render_hash for d in layout.documents]  # in the order the model reads
-    pk = partition_key(namespace=namespace, model=model, params=params, system=layout.system_text,
-                       tools=layout.tools, history=layout.history, documents=layout.documents, extra=extra_spec)
-    more = tuple(str(i) for i in document_ids)
-    return replace(pk, document_ids=tuple(sorted(set(pk.document_ids + more)))) if more else pk

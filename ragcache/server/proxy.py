@@ -11,10 +11,11 @@ Clients keep the official SDK and point ``base_url`` at the proxy. On the way th
    told from its context), the blocks before it are documents; everything else (model, system, tools,
    earlier turns, the documents' identities, every answer-shaping field and the
    ``anthropic-version`` / ``anthropic-beta`` headers, and the caller's tenant as the namespace) is
-   the exact partition (:func:`ragcache.semantic.request_partition`); a body field the partition
-   does not know bypasses the cache (logged). The tenant is a digest of the caller's credential,
-   or an operator-named header (:mod:`ragcache.server.auth`), so caller B is never served caller
-   A's answer. A hit is answered without calling upstream (zero usage, ``x-ragcache-layer: semantic``).
+   the exact partition (:func:`ragcache.request.request_partition`); a body field the partition
+   does not know (:mod:`ragcache.server.body_fields`) bypasses the cache (logged). The tenant is a
+   digest of the caller's credential, or an operator-named header (:mod:`ragcache.server.auth`), so
+   caller B is never served caller A's answer. A hit is answered without calling upstream (zero
+   usage, ``x-ragcache-layer: semantic``).
    The request goes through ragcache's one answer path (:class:`ragcache.answering.AnswerPath`):
    identical concurrent requests of one tenant make one upstream call (streamed ones too: the leader
    relays upstream's stream, the others wait for it and are answered from the cache);
@@ -74,8 +75,8 @@ from ragcache.providers.anthropic.provider import ANTHROPIC
 from ragcache.providers.anthropic.provider import FINISH_REASONS as ANTHROPIC_FINISH
 from ragcache.providers.anthropic.usage import MessageRead, read_message
 from ragcache.metrics import CacheMetrics
-from ragcache.semantic.partition import shaping_fields
 from ragcache.server.auth import ServeKeyMiddleware, credential, tenant_of
+from ragcache.server.body_fields import shaping_fields
 from ragcache.server.message_events import SSEParser, message_events, replay_blocks
 from ragcache.server.relay import error_event, steering_headers, upstream_failure
 from ragcache.server.sse import anthropic_event, event_stream
@@ -138,7 +139,7 @@ def body_request(body: Mapping[str, Any], headers: Mapping[str, str] | None = No
     matched exactly), the text blocks before it are documents (so ``invalidate(document)`` reaches the
     answer), earlier turns are history. The partition's namespace is ``proxy-<tenant>``, its model
     ``anthropic:<model>``, its params every answer-shaping body field
-    (:data:`ragcache.semantic.partition.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool policy,
+    (:data:`ragcache.server.body_fields.ANTHROPIC_SHAPING`: budget, sampling, stop sequences, tool policy,
     thinking, structured-output settings...), and its extra the request's metadata and the
     ``anthropic-version`` / ``anthropic-beta`` headers (a beta can change the answer's shape).
 

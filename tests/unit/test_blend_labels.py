@@ -57,8 +57,9 @@ def test_a_blended_answer_is_served_only_at_its_setting():
 
 def test_the_answer_path_misses_a_blended_answer_for_an_exact_request_and_reads_the_setting_lazily():
     from ragcache.answering import AnswerPath
-    from ragcache.semantic import SemanticCache, request_partition
     from ragcache.prompt.layout import PromptLayout
+    from ragcache.request import request_partition
+    from ragcache.semantic import SemanticCache
     from ragcache.testing import HashingEmbedder
 
     path = AnswerPath(SemanticCache(None, embedder=HashingEmbedder()))

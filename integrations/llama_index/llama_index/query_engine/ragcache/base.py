@@ -9,7 +9,7 @@ scores do and no cache can reuse them. This engine, built from any retriever:
 2. runs ragcache's own pipeline steps (:class:`ragcache.RagCache`: prepare -> lookup ->
    generate -> record) with the LLM as its backend (:class:`.backend.LlamaIndexBackend`):
    the layout and the semantic partition are the ones ``RagCache`` computes for the same
-   request (:func:`ragcache.semantic.request_partition`: the nodes' content hashes and
+   request (:func:`ragcache.request.request_partition`: the nodes' content hashes and
    rendered bytes, system and volatile text, model identity, generation parameters), so an
    edited document never gets a stale answer and ``invalidate(ref_doc_id)`` works;
 3. on a miss, lays the prompt out (system text, one block per node, question last;
