@@ -53,10 +53,12 @@ class AnswerStoreKind:
         example: the URL's form, as help and errors show it.
         doc: what the store is, in a few words.
         cache: ``module:Class`` of the cache a URL of this kind opens
-            (:meth:`ragcache.semantic.SemanticCache.from_url`).
+            (:meth:`ragcache.semantic.SemanticCache.from_url`): a subclass of
+            :class:`~ragcache.semantic.decision.policy.SemanticPolicy`, called ``cls(url, **kwargs)`` (the cache's
+            keyword arguments: ``embedder``, ``max_entries``, ``threshold`` ...).
         admin: ``module:Class`` of the store's admin view (:class:`~ragcache.semantic.stores.admin.AnswerAdmin`:
-            list, read, statistics, removal, eviction, clearing without an embedder), built from the URL
-            (a folder for a ``folder`` kind); ``ragcache cache`` opens it.
+            list, read, statistics, removal, eviction, clearing without an embedder), called ``cls(url)`` (the
+            folder, ``file://`` taken off, for a ``folder`` kind); ``ragcache cache`` opens it.
         folder: the URL names a folder (``file://`` taken off), else it is passed whole.
     """
 

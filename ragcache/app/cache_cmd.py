@@ -141,10 +141,9 @@ def _shared_store(cfg: Config) -> ChunkStoreAdmin:
     if not isinstance(store, ChunkStoreAdmin):
         store.close()
         kind = chunk_kind(cfg)
-        missing = [m for m in ("where", "entries", "remove", "clear", "nbytes", "close") if not hasattr(store, m)]
-        raise ValueError(f"the {kind.name!r} chunk store ({kind.store}) named by RAGCACHE_KV_URL has no admin methods "
-                         f"(missing: {', '.join(missing)}), so ragcache cache cannot read it: implement "
-                         "ragcache.engine.chunk.stores.ChunkStoreAdmin in the store class")
+        raise ValueError(f"the {kind.name!r} chunk store ({kind.store}) named by RAGCACHE_KV_URL has no admin methods, "
+                         "so ragcache cache cannot read it: implement ragcache.engine.chunk.stores.ChunkStoreAdmin "
+                         "(where, entries, remove, clear, nbytes, close) in the store class")
     return store
 
 

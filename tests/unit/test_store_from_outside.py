@@ -217,7 +217,7 @@ def test_cache_stats_refuses_a_store_without_admin_methods(tmp_path, monkeypatch
             r = runner.invoke(app, ["cache", *args])
             assert r.exit_code == 2, r.output
             msg = " ".join(r.output.split())
-            assert "the 'bare' chunk store" in msg and "has no admin methods (missing: where, entries" in msg, msg
-            assert "implement ragcache.engine.chunk.stores.ChunkStoreAdmin" in msg and "Traceback" not in msg
+            assert "the 'bare' chunk store" in msg and "has no admin methods" in msg, msg
+            assert "implement ragcache.engine.chunk.stores.ChunkStoreAdmin (where, entries" in msg, msg
     finally:
         unregister(bare)
