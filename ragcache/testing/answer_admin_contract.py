@@ -27,14 +27,14 @@ from typing import Any
 
 import pytest
 
-from ragcache.semantic import partition_key
 from ragcache.semantic.stores.admin import AnswerAdmin
 from ragcache.testing import HashingEmbedder
+from ragcache.testing.semantic_contract import partition_of
 
 EMB = HashingEmbedder()
 """The embedder the ``opened`` fixture's caches are built with (any embedder works; this one loads nothing)."""
-A = partition_key(namespace="acme", model="m")
-B = partition_key(namespace="beta", model="m")
+A = partition_of("acme", "m")
+B = partition_of("beta", "m")
 QUESTIONS = [("How long are backups kept?", "30 days", A), ("When do deploys go out?", "Tuesdays", A),
              ("Who signs expense reports?", "the team lead", B)]
 
