@@ -162,9 +162,8 @@ def register(kind: AnswerStoreKind | ChunkStoreKind) -> None:
     """Add a store kind kept outside ragcache (a plug-in, a test) to its table: an :class:`AnswerStoreKind` to
     :data:`ANSWER_STORES`, a :class:`ChunkStoreKind` to :data:`CHUNK_STORES`. Every reader of the tables sees
     it from then on: the settings' check of ``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL``, the URL factories,
-    ``ragcache cache`` and the errors that list the kinds. (The help text of ``ragcache config`` is written
-    when :mod:`ragcache.config` is imported: register before importing it for the help to name the kind.)
-    :func:`unregister` takes it out again.
+    ``ragcache cache``, the errors that list the kinds and the settings' help (:data:`ragcache.config.ENV_VARS`,
+    written when shown). Register before the settings are read. :func:`unregister` takes it out again.
 
     Raises:
         TypeError: ``kind`` is neither row type.
