@@ -45,7 +45,7 @@ __all__ = ["BatchedStore", "ChunkEntry", "ChunkKV", "ChunkStore", "ChunkStoreAdm
 @runtime_checkable
 class ChunkStore(Protocol):
     """Where chunk KVs live. Implementations: :class:`MemoryChunkStore`, :class:`DiskChunkStore`,
-    :class:`RedisChunkStore`.
+    :class:`~ragcache.engine.chunk.stores.redis_store.RedisChunkStore`.
 
     Attributes:
         stats: this process's counts of the store's hits, misses, puts, evictions and corrupt values dropped
