@@ -18,13 +18,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ragcache import store_kinds
 from ragcache.home import DEFAULT_HOME, Home
-from ragcache.store_kinds import ANSWER_STORES, CHUNK_STORES, answer_store_kind, chunk_store_kind
 from ragcache.limits import THRESHOLD_FLOOR, check_recompute_ratio, low_threshold_message
 
 _TRUE = ("1", "true", "yes", "on")
@@ -103,14 +103,20 @@ RECOMPUTE_RATIO_UNSET = "what the model's calibration record licenses, else exac
 @dataclass(frozen=True, slots=True)
 class EnvVar:
     """One documented variable: ``name`` (``RAGCACHE_...``), the :class:`Config` ``field``, what it
-    sets (``doc``), and ``unset``: what applies when it is not set, where the field's default value
-    does not say it (``None`` meaning a rule, a folder derived from the home). The default itself is
-    stated once, as the :class:`Config` field's default; :attr:`default` shows it."""
+    sets (``about``: the text, or a function that writes it when asked, for a text read from a table that
+    may grow at run time; :attr:`doc` gives it), and ``unset``: what applies when it is not set, where the
+    field's default value does not say it (``None`` meaning a rule, a folder derived from the home). The
+    default itself is stated once, as the :class:`Config` field's default; :attr:`default` shows it."""
 
     name: str
     field: str
-    doc: str
+    about: str | Callable[[], str]
     unset: str = ""
+
+    @property
+    def doc(self) -> str:
+        """What the variable sets, as help and the configuration reference say it."""
+        return self.about if isinstance(self.about, str) else self.about()
 
     @property
     def default(self) -> str:
@@ -139,10 +145,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("RAGCACHE_THRESHOLD", "threshold",
            "semantic cache cosine gate (none: the decider's own, 0.55 for the pair model (default), 0.94 for the "
            "guards alone; 1.0 = exact repeats only)"),
-    EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", "answer store instead of RAGCACHE_ANSWERS_DIR: "
-           + "; ".join(f"{k.example} ({k.doc})" for k in ANSWER_STORES)),
-    EnvVar("RAGCACHE_KV_URL", "kv_url", "chunk KV store instead of RAGCACHE_KV_DIR: "
-           + "; ".join(k.summary for k in CHUNK_STORES.values() if k.schemes)),
+    EnvVar("RAGCACHE_SEMANTIC_URL", "semantic_url", lambda: "answer store instead of RAGCACHE_ANSWERS_DIR: "
+           + "; ".join(f"{k.example} ({k.doc})" for k in store_kinds.ANSWER_STORES)),
+    EnvVar("RAGCACHE_KV_URL", "kv_url", lambda: "chunk KV store instead of RAGCACHE_KV_DIR: "
+           + "; ".join(k.summary for k in store_kinds.CHUNK_STORES.values() if k.schemes)),
     EnvVar("RAGCACHE_KV_FORMAT", "kv_format", "stored chunk KV format: fp16, int8 or int4 (KIVI groups)"),
     EnvVar("RAGCACHE_KV_GROUP_SIZE", "kv_group_size", "quantization group size of int8 / int4 chunk KV"),
     EnvVar("RAGCACHE_DECODE_CACHE", "decode_cache", "decode KV cache: dynamic or quantized (4-bit quanto)"),
@@ -290,9 +296,9 @@ class Config:
         if self.semantic_ttl_s is not None and not self.semantic_ttl_s > 0:  # NaN refused too
             raise ValueError("RAGCACHE_SEMANTIC_TTL_S must be > 0 seconds or 'none'")
         if self.kv_url is not None:
-            chunk_store_kind(self.kv_url, "RAGCACHE_KV_URL")
+            store_kinds.chunk_store_kind(self.kv_url, "RAGCACHE_KV_URL")
         if self.semantic_url is not None:
-            answer_store_kind(self.semantic_url, "RAGCACHE_SEMANTIC_URL")
+            store_kinds.answer_store_kind(self.semantic_url, "RAGCACHE_SEMANTIC_URL")
         check_recompute_ratio(self.recompute_ratio, "RAGCACHE_RECOMPUTE_RATIO")
         if not 0 < self.upstream_timeout_s < math.inf:  # NaN refused too; the socket layer rejects inf
             raise ValueError(f"RAGCACHE_UPSTREAM_TIMEOUT_S must be a finite number of seconds > 0, "

@@ -8,7 +8,8 @@ nothing until used, and this module imports nothing of ragcache: the settings re
 engine or the semantic cache). The settings' validation (:class:`ragcache.config.Config`), the URL
 factories (:meth:`ragcache.semantic.SemanticCache.from_url`,
 :func:`~ragcache.engine.chunk.stores.factory.open_chunk_store`), ``ragcache cache`` and the configuration
-reference read these tables; a new store is its class plus one row here (``docs/design/stores.md``).
+reference read these tables; a new store is its class plus one row here (``docs/design/stores.md``), or, for a
+store kept outside ragcache, one call of :func:`register` with its row before the settings are read.
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ class AnswerStoreKind:
         example: the URL's form, as help and errors show it.
         doc: what the store is, in a few words.
         cache: ``module:Class`` of the cache a URL of this kind opens
-            (:meth:`ragcache.semantic.SemanticCache.from_url`).
+            (:meth:`ragcache.semantic.SemanticCache.from_url`): a subclass of
+            :class:`~ragcache.semantic.decision.policy.SemanticPolicy`, called ``cls(url, **kwargs)`` (the cache's
+            keyword arguments: ``embedder``, ``max_entries``, ``threshold`` ...).
         admin: ``module:Class`` of the store's admin view (:class:`~ragcache.semantic.stores.admin.AnswerAdmin`:
-            list, read, statistics, removal, eviction, clearing without an embedder), built from the URL
-            (a folder for a ``folder`` kind); ``ragcache cache`` opens it.
+            list, read, statistics, removal, eviction, clearing without an embedder), called ``cls(url)`` (the
+            folder, ``file://`` taken off, for a ``folder`` kind); ``ragcache cache`` opens it.
         folder: the URL names a folder (``file://`` taken off), else it is passed whole.
     """
 
@@ -107,6 +110,8 @@ class ChunkStoreKind:
             ``None`` for the store without a URL).
         folder: the URL names a folder of chunk files (``file://`` taken off), which ``ragcache cache``
             reads without opening the store (no torch import); any other kind it opens and asks.
+        budget: what bounds a store of this kind when it is opened without a byte budget, as
+            ``ragcache cache stats`` says it (``"the server's maxmemory"``).
     """
 
     name: str
@@ -114,6 +119,7 @@ class ChunkStoreKind:
     summary: str
     store: str
     folder: bool = False
+    budget: str = "none"
 
 
 CHUNK_STORES: dict[str, ChunkStoreKind] = {
@@ -123,11 +129,12 @@ CHUNK_STORES: dict[str, ChunkStoreKind] = {
                            "ragcache.engine.chunk.stores.disk:DiskChunkStore", folder=True),
     "redis": ChunkStoreKind("redis", ("redis", "rediss", "unix", "valkey", "valkeys"),
                             "Redis / Valkey, shared by every process (redis://host:port/db, rediss://, unix://, "
-                            "valkey://)", "ragcache.engine.chunk.stores.redis_store:RedisChunkStore"),
+                            "valkey://)", "ragcache.engine.chunk.stores.redis_store:RedisChunkStore",
+                            budget="the server's maxmemory"),
 }
 """Every chunk store kind by name: the one table chunk store URLs are resolved against (the settings'
 check of ``RAGCACHE_KV_URL``, :func:`~ragcache.engine.chunk.stores.factory.open_chunk_store`,
-``ragcache cache``). Add a store here."""
+``ragcache cache``). Add a store here, or :func:`register` one kept outside ragcache."""
 
 
 def chunk_store_kind(url: str | None, setting: str = "chunk store URL") -> ChunkStoreKind:
@@ -148,6 +155,49 @@ def chunk_store_kind(url: str | None, setting: str = "chunk store URL") -> Chunk
 def chunk_url_schemes() -> tuple[str, ...]:
     """Every URL scheme some chunk store kind accepts, in table order."""
     return tuple(s for kind in CHUNK_STORES.values() for s in kind.schemes)
+
+
+# ------------------------------------------------------------------ registration
+def register(kind: AnswerStoreKind | ChunkStoreKind) -> None:
+    """Add a store kind kept outside ragcache (a plug-in, a test) to its table: an :class:`AnswerStoreKind` to
+    :data:`ANSWER_STORES`, a :class:`ChunkStoreKind` to :data:`CHUNK_STORES`. Every reader of the tables sees
+    it from then on: the settings' check of ``RAGCACHE_SEMANTIC_URL`` / ``RAGCACHE_KV_URL``, the URL factories,
+    ``ragcache cache``, the errors that list the kinds and the settings' help (:data:`ragcache.config.ENV_VARS`,
+    written when shown). Register before the settings are read. :func:`unregister` takes it out again.
+
+    Raises:
+        TypeError: ``kind`` is neither row type.
+        ValueError: the table already has a kind of that name, or one that takes one of its schemes (the
+            message names that kind: pick another name or scheme).
+    """
+    global ANSWER_STORES
+    if not isinstance(kind, AnswerStoreKind | ChunkStoreKind):
+        raise TypeError(f"register takes an AnswerStoreKind or a ChunkStoreKind, got {type(kind).__name__}")
+    rows = list(ANSWER_STORES) if isinstance(kind, AnswerStoreKind) else list(CHUNK_STORES.values())
+    table = "ANSWER_STORES" if isinstance(kind, AnswerStoreKind) else "CHUNK_STORES"
+    if any(s != s.lower() or "://" in s for s in kind.schemes):
+        raise ValueError(f"store kind {kind.name!r}: schemes are lower case, without '://' (got {kind.schemes})")
+    for row in rows:
+        if row.name == kind.name:
+            raise ValueError(f"{table} already has a store kind named {kind.name!r}: pick another name")
+        clash = sorted(set(row.schemes) & set(kind.schemes))
+        if clash:
+            shown = ", ".join(f"{s}://" if s else "a plain path" for s in clash)
+            raise ValueError(f"store kind {kind.name!r} takes {shown}, already taken by the {row.name!r} kind of "
+                             f"{table}: pick another scheme")
+    if isinstance(kind, AnswerStoreKind):
+        ANSWER_STORES = (*ANSWER_STORES, kind)
+    else:
+        CHUNK_STORES[kind.name] = kind
+
+
+def unregister(kind: AnswerStoreKind | ChunkStoreKind) -> None:
+    """Take a kind :func:`register` added out of its table again (a test's cleanup); a kind not there is ignored."""
+    global ANSWER_STORES
+    if isinstance(kind, AnswerStoreKind):
+        ANSWER_STORES = tuple(k for k in ANSWER_STORES if k != kind)
+    elif CHUNK_STORES.get(kind.name) == kind:
+        del CHUNK_STORES[kind.name]
 
 
 __all__ = ["ANSWER_STORES", "CHUNK_STORES", "AnswerStoreKind", "ChunkStoreKind", "answer_store_kind",

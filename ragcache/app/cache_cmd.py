@@ -129,10 +129,22 @@ def kv_folder(cfg: Config) -> Path:
 
 
 def _shared_store(cfg: Config) -> ChunkStoreAdmin:
-    """The shared chunk store the settings name, opened through the table (closed by the caller)."""
+    """The shared chunk store the settings name, opened through the table (closed by the caller).
+
+    Raises:
+        ValueError: the store of that kind has no admin methods (:class:`~ragcache.engine.chunk.stores.ChunkStoreAdmin`),
+            so ``ragcache cache`` cannot list, evict or clear it (the message names the kind and the methods)."""
+    from ragcache.engine.chunk.stores import ChunkStoreAdmin
     from ragcache.engine.chunk.stores.factory import open_chunk_store
 
-    return open_chunk_store(shared_kv_url(cfg))  # type: ignore[return-value]
+    store = open_chunk_store(shared_kv_url(cfg))
+    if not isinstance(store, ChunkStoreAdmin):
+        store.close()
+        kind = chunk_kind(cfg)
+        raise ValueError(f"the {kind.name!r} chunk store ({kind.store}) named by RAGCACHE_KV_URL has no admin methods, "
+                         "so ragcache cache cannot read it: implement ragcache.engine.chunk.stores.ChunkStoreAdmin "
+                         "(where, entries, remove, clear, nbytes, close) in the store class")
+    return store
 
 
 def _shared_rows(cfg: Config) -> list[dict[str, Any]]:
@@ -210,16 +222,20 @@ def index_folders(cfg: Config) -> list[dict[str, Any]]:
 
 def collect_stats(cfg: Config) -> dict[str, Any]:
     """Each layer's entries and bytes, in the stores the settings point at; ``answers.store`` /
-    ``chunks.store`` say which kind (``sqlite`` / ``postgresql``, ``files`` / ``redis``) and ``where`` where."""
+    ``chunks.store`` say which kind (``sqlite`` / ``postgresql``, ``files`` / ``redis``) and ``where`` where;
+    ``chunks.budget`` what bounds a shared store (its row's :attr:`~ragcache.store_kinds.ChunkStoreKind.budget`),
+    ``chunks.max_bytes`` the folder's byte budget."""
     chunks = chunk_files(cfg)
     idx = index_folders(cfg)
-    shared_kv = shared_kv_url(cfg) is not None
+    kind = chunk_kind(cfg)
+    shared_kv = not kind.folder
     return {
         "home": str(cfg.home),
         "answers": open_answers(cfg).stats(),
-        "chunks": {"store": chunk_kind(cfg).name if shared_kv else "files", "where": chunk_where(cfg),
+        "chunks": {"store": kind.name if shared_kv else "files", "where": chunk_where(cfg),
                    "path": None if shared_kv else str(kv_folder(cfg)), "files": len(chunks),
                    "bytes": sum(c["bytes"] for c in chunks), "max_bytes": None if shared_kv else cfg.kv_max_bytes,
+                   "budget": kind.budget if shared_kv else None,
                    "tokens": sum(c.get("n_tokens", 0) for c in chunks)},
         "index": {"path": str(cfg.index_dir), "folders": len(idx), "bytes": sum(i["bytes"] for i in idx)},
         "prefix": {"persisted": False, "note": "the exact prefix KV cache is in the serving process's memory only"},
@@ -244,7 +260,7 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
               Text(clean(f"{a['lookups']} lookups: {a['lookup_hits']} hits, {a['lookup_misses']} misses (hit rate "
                          f"{rate}); {a['partitions']} partitions, namespaces {a['namespaces'] or '-'}",
                          newlines=False)))
-    budget = "the server's maxmemory" if c["max_bytes"] is None else _bytes(c["max_bytes"])
+    budget = c["budget"] if c["max_bytes"] is None else _bytes(c["max_bytes"])
     t.add_row("chunks", Text(clean(f"{c['store']}: {c['where']}", newlines=False)), str(c["files"]),
               _bytes(c["bytes"]), Text(f"{c['tokens']} tokens of KV, budget {budget}"))
     t.add_row("index", Text(clean(f"files: {i['path']}", newlines=False)), str(i["folders"]), _bytes(i["bytes"]),

@@ -3,6 +3,9 @@ library itself (the pattern of ``langchain-tests``).
 
 * :mod:`ragcache.testing.local_servers`: throwaway PostgreSQL + pgvector and Valkey servers on loopback.
 * :mod:`ragcache.testing.chunk_stores`: the chunk KV store contract suite (needs ``pytest``).
+* :mod:`ragcache.testing.semantic_contract`: the semantic cache contract suite, over any answer store.
+* :mod:`ragcache.testing.answer_admin_contract`: the answer stores' admin contract suite (what ``ragcache cache``
+  calls).
 
 * :func:`tiny_llama`: a tiny random Llama model (float32) with the embedded model's real
   tokenizer, for fast exactness tests of the KV caches.

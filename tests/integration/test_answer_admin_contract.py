@@ -1,31 +1,20 @@
 """The answer stores' admin interface (:class:`ragcache.semantic.stores.admin.AnswerAdmin`, what ``ragcache cache``
-calls): one contract over the embedded folder (:class:`FolderAnswers`) and PostgreSQL (:class:`PgAnswers`), each
-filled by its own semantic cache and read back without an embedder."""
+calls): the shipped contract (:class:`ragcache.testing.answer_admin_contract.AnswerAdminContract`) over the
+embedded folder (:class:`FolderAnswers`) and PostgreSQL (:class:`PgAnswers`), each filled by its own semantic
+cache and read back without an embedder."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
-
 import pytest
 
-from ragcache.semantic import SemanticCache, partition_key
-from ragcache.semantic.stores.admin import AnswerAdmin
+from ragcache.semantic import SemanticCache
 from ragcache.semantic.stores.folder_admin import FolderAnswers
-from ragcache.testing import HashingEmbedder
-
-EMB = HashingEmbedder()
-A = partition_key(namespace="acme", model="m")
-B = partition_key(namespace="beta", model="m")
-QUESTIONS = [("How long are backups kept?", "30 days", A), ("When do deploys go out?", "Tuesdays", A),
-             ("Who signs expense reports?", "the team lead", B)]
+from ragcache.testing.answer_admin_contract import EMB, AnswerAdminContract
 
 
-@pytest.fixture(params=["folder", "postgres"])
-def opened(request, tmp_path) -> Iterator[tuple[Callable[[], Any], AnswerAdmin]]:
-    """``(open_cache, admin)``: a factory of caches over one store, and that store's admin view."""
-    if request.param == "folder":
+class TestFolderAnswers(AnswerAdminContract):
+    @pytest.fixture()
+    def opened(self, tmp_path):
         caches: list[SemanticCache] = []
 
         def open_folder() -> SemanticCache:
@@ -34,80 +23,17 @@ def opened(request, tmp_path) -> Iterator[tuple[Callable[[], Any], AnswerAdmin]]
         yield open_folder, FolderAnswers(tmp_path / "answers")
         for c in caches:
             c.close()
-        return
-    pytest.importorskip("psycopg")
-    from pg_doubles import pg_caches, schema_for
-
-    from ragcache.semantic.stores.pg_admin import PgAnswers
-
-    pg_server = request.getfixturevalue("pg_server")
-    schema = schema_for("adm_", request.node.name, 40)
-    with pg_caches(pg_server.url, schema, embedder=EMB, threshold=0.9) as factory:
-        yield factory, PgAnswers(pg_server.url, schema=schema)
 
 
-def fill(open_cache: Callable[[], Any]) -> list[int]:
-    c = open_cache()
-    ids = []
-    for q, a, pk in QUESTIONS:
-        ids.append(c.store(q, a, partition=pk, metadata={"source": q[:8]}, finish_reason="stop", max_tokens=32))
-        time.sleep(0.01)  # distinct access times: the listing's order is defined
-    assert c.lookup(QUESTIONS[0][0], partition=A) is not None and c.lookup("Nothing like it?", partition=A) is None
-    c.flush()
-    return ids
+class TestPgAnswers(AnswerAdminContract):
+    @pytest.fixture()
+    def opened(self, request):
+        pytest.importorskip("psycopg")
+        from pg_doubles import pg_caches, schema_for
 
+        from ragcache.semantic.stores.pg_admin import PgAnswers
 
-def test_a_store_not_created_yet_is_empty(opened):
-    _, admin = opened
-    assert isinstance(admin, AnswerAdmin) and not admin.exists
-    assert admin.list() == [] and admin.get(1) is None and admin.remove([1, 2]) == 0
-    s = admin.stats()
-    assert (s["entries"], s["lookups"], s["hit_rate"], s["namespaces"]) == (0, 0, None, {})
-    assert s["store"] == admin.kind and s["where"] == admin.where
-
-
-def test_list_get_and_stats(opened):
-    open_cache, admin = opened
-    ids = fill(open_cache)
-    assert admin.exists
-    rows = admin.list()
-    assert {r.id for r in rows} == set(ids) and len(rows) == 3
-    assert [r.accessed for r in rows] == sorted((r.accessed for r in rows), reverse=True)  # most recently used first
-    assert [r.question for r in admin.list(namespace="beta")] == [QUESTIONS[2][0]]
-    assert len(admin.list(limit=2)) == 2
-    row = admin.get(ids[1])
-    assert (row.question, row.answer, row.namespace, row.partition) == (QUESTIONS[1][0], "Tuesdays", "acme", A.digest)
-    assert row.to_dict()["metadata"] == {"source": QUESTIONS[1][0][:8]} and row.budget["max_tokens"] == 32
-    assert row.budget["finish_reason"] == "stop" and admin.get(10**6) is None and admin.get(1 << 70) is None
-    s = admin.stats()
-    assert (s["entries"], s["partitions"], s["namespaces"]) == (3, 2, {"acme": 2, "beta": 1})
-    assert (s["lookups"], s["lookup_hits"], s["lookup_misses"], s["hit_rate"]) == (2, 1, 1, 0.5)
-    assert s["hits"] >= 1 and s["bytes"] > 0 and s["oldest"] <= s["newest"]
-
-
-@pytest.mark.parametrize("keep", [0, 1, 2, 5])
-def test_evict_keeps_the_most_recently_used(opened, keep):
-    open_cache, admin = opened
-    fill(open_cache)
-    newest = [r.id for r in admin.list()][:keep]
-    assert admin.evict(keep=keep) == 3 - min(keep, 3)
-    assert [r.id for r in admin.list()] == newest
-
-
-def test_evict_needs_a_valid_criterion(opened):
-    open_cache, admin = opened
-    fill(open_cache)
-    for kw in ({}, {"keep": -1}, {"older_than_s": -1.0}, {"older_than_s": float("nan")}):
-        with pytest.raises(ValueError, match="--older-than|--keep"):
-            admin.evict(**kw)
-    assert admin.evict(older_than_s=3600.0) == 0 and len(admin.list()) == 3
-
-
-def test_remove_and_clear_are_seen_by_a_cache_opened_afterwards(opened):
-    open_cache, admin = opened
-    ids = fill(open_cache)
-    assert admin.remove([ids[0], 10**6]) == 1 and admin.get(ids[0]) is None
-    assert open_cache().lookup(QUESTIONS[0][0], partition=A) is None
-    assert open_cache().lookup(QUESTIONS[1][0], partition=A) is not None
-    assert admin.clear() > 0 and admin.list() == []
-    assert admin.stats()["lookups"] == 0
+        pg_server = request.getfixturevalue("pg_server")
+        schema = schema_for("adm_", request.node.name, 40)
+        with pg_caches(pg_server.url, schema, embedder=EMB, threshold=0.9) as factory:
+            yield factory, PgAnswers(pg_server.url, schema=schema)

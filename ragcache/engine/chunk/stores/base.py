@@ -44,7 +44,15 @@ __all__ = ["BatchedStore", "ChunkEntry", "ChunkKV", "ChunkStore", "ChunkStoreAdm
 
 @runtime_checkable
 class ChunkStore(Protocol):
-    """Where chunk KVs live. Implementations: :class:`MemoryChunkStore`, :class:`DiskChunkStore`."""
+    """Where chunk KVs live. Implementations: :class:`MemoryChunkStore`, :class:`DiskChunkStore`,
+    :class:`~ragcache.engine.chunk.stores.redis_store.RedisChunkStore`.
+
+    Attributes:
+        stats: this process's counts of the store's hits, misses, puts, evictions and corrupt values dropped
+            (:class:`StoreStats`; the contract suite reads ``hits``, ``misses`` and ``evictions``).
+    """
+
+    stats: StoreStats
 
     def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None:
         """The chunk under ``key``, or ``None`` on a miss (also when its fingerprint differs)."""
