@@ -48,19 +48,12 @@ QUESTION = "How do I rotate the API keys?"
 PARAPHRASE = "Rotating the API keys: how?"  # a hit whose differing words go through WordNet
 
 
-BLEND_WARM = "When do the nightly backups run?"
-"""Asked first in the blended answer's own folder: its miss stores the notes' chunk KV (admission at the
-first sighting there), so the next question over the same notes is answered from blended KV."""
-BLEND_QUESTION = "How do I restore a backup?"
-"""The question whose stored answer is blended (``approximate`` in its ``--json``), then asked repeatedly."""
-
-
-def _child_env(home: Path, root: str | None = None, folder: str = "bench-ask") -> dict[str, str]:
+def _child_env(home: Path, root: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     root = root or str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    bench = Home(home / folder)
+    bench = Home(home / "bench-ask")
     for var, path in (("RAGCACHE_ANSWERS_DIR", bench.answers), ("RAGCACHE_INDEX_DIR", bench.index),
                       ("RAGCACHE_KV_DIR", bench.chunks)):
         env[var] = str(path)
@@ -83,16 +76,13 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 def _commands(ask: list[str], paraphrase: list[str], env: dict[str, str], root: Path,
-              against: list[str], blended: tuple[list[str], dict[str, str]] | None = None
-              ) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Name -> (command, environment) of every timed run (``blended``: the repeat of a blended answer)."""
+              against: list[str]) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Name -> (command, environment) of every timed run."""
     cmds = {"python -c pass": ([sys.executable, "-c", "pass"], env),
             "import ragcache.app.cli": ([sys.executable, "-c", "import ragcache.app.cli"], env),
             # another command first, as a user runs one (``ragcache cache stats``), then the ask
             "ragcache cache stats": ([sys.executable, "-m", "ragcache.app.entry", "cache", "stats"], env),
             "ask repeat": (ask, env), "ask paraphrase": (paraphrase, env)}
-    if blended is not None:
-        cmds["ask repeat (blended answer)"] = blended
     for other in against:
         if not (Path(other) / "ragcache" / "__init__.py").is_file():
             raise ValueError(f"--against {other!r} holds no ragcache package (give a checkout's root folder)")
@@ -140,21 +130,17 @@ def _run_all(cmds: dict[str, tuple[list[str], dict[str, str]]], repeats: int) ->
             if name.startswith("ask "):
                 d = json.loads(out)
                 r.update(layer=d["layer"], similarity=d["similarity"], inside_s=d["timings_s"]["command_s"],
-                         embedder_s=d["timings_s"]["embedder_s"], approximate=bool(d["approximate"]))
+                         embedder_s=d["timings_s"]["embedder_s"])
             runs[name].append(r)
     return runs
 
 
 def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: str | None = None,
          docs: str | None = None, question: str = QUESTION, paraphrase: str = PARAPHRASE, repeats: int = 7,
-         home: str | None = None, against: list[str] | None = None, blended: bool = True) -> dict[str, Any]:
+         home: str | None = None, against: list[str] | None = None) -> dict[str, Any]:
     """Time ``repeats`` repeated and paraphrased asks (and the baselines) in fresh processes; print,
     write JSON, plot. ``against``: other checkouts (folders holding a ``ragcache`` package, e.g. an
     older commit's ``git archive``) timed interleaved with this one, as ``ask ... [DIR]``.
-    ``blended``: also repeat a question whose stored answer was made from blended chunk KV (its own
-    folder ``bench-ask-blended``, chunk admission at the first sighting: :data:`BLEND_WARM` is answered
-    first, then :data:`BLEND_QUESTION`), so a hit is timed for both kinds of stored answer; each run
-    records whether the answer it served is approximate.
 
     Raises:
         ValueError: ``repeats`` < 1, an ``against`` folder without ragcache.
@@ -176,19 +162,8 @@ def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: st
     ask = [sys.executable, "-m", "ragcache.app.entry", "ask", "--docs", docs, "--json"]
     load_before = os.getloadavg()
     first = _timed([*ask, question], env)
-    d = json.loads(first.pop("stdout"))
-    first.update(layer=d["layer"], approximate=bool(d["approximate"]))
-    repeat_blended = None
-    if blended:
-        benv = {**_child_env(root, folder="bench-ask-blended"), "RAGCACHE_CHUNK_ADMISSION": "1"}
-        for q in (BLEND_WARM, BLEND_QUESTION):  # the second is answered from the chunk KV the first stored
-            r = _timed([*ask, q], benv)
-            d = json.loads(r.pop("stdout"))
-            first[f"blended folder: {q}"] = {**r, "layer": d["layer"], "approximate": bool(d["approximate"]),
-                                             "blend_setting": d["blend_setting"]}
-        repeat_blended = ([*ask, BLEND_QUESTION], benv)
-    runs = _run_all(_commands([*ask, question], [*ask, paraphrase], env, root, against or [], repeat_blended),
-                    repeats)
+    first["layer"] = json.loads(first.pop("stdout"))["layer"]
+    runs = _run_all(_commands([*ask, question], [*ask, paraphrase], env, root, against or []), repeats)
     imports = hit_imports([*ask, question], env)
     load_after = os.getloadavg()
     summary: dict[str, dict[str, Any]] = {}
@@ -197,14 +172,12 @@ def main(json_path: str | None = "bench/results/ask_latency.json", plot_path: st
                       "wall_s": [r["wall_s"] for r in rs], "cpu_s": [r["cpu_s"] for r in rs]}
         if n.startswith("ask "):
             summary[n].update(inside_command_s_median=median(r["inside_s"] for r in rs),
-                              layers=sorted({r["layer"] for r in rs}), similarity=rs[0]["similarity"],
-                              approximate=sorted({r["approximate"] for r in rs}))
+                              layers=sorted({r["layer"] for r in rs}), similarity=rs[0]["similarity"])
     width = max(len(n) for n in summary) + 2
     print(f"{'run':<{width}} {'wall (s)':>9} {'CPU (s)':>8} {'inside (s)':>10}  layer")
     print(f"{'ask (first: ' + first['layer'] + ')':<{width}} {first['wall_s']:>9.2f} {first['cpu_s']:>8.2f}")
     for n, s in summary.items():
-        inside = (f"{s['inside_command_s_median']:>10.2f}  {','.join(s['layers'])}"
-                  f"{' (approximate answer)' if True in s['approximate'] else ''}") if "layers" in s else ""
+        inside = f"{s['inside_command_s_median']:>10.2f}  {','.join(s['layers'])}" if "layers" in s else ""
         print(f"{n:<{width}} {s['wall_s_median']:>9.2f} {s['cpu_s_median']:>8.2f} {inside}")
     print(f"medians of {repeats}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
           f"{os.cpu_count()} CPUs; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")

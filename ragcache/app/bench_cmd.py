@@ -356,12 +356,10 @@ def bench_ask(
     repeats: int = typer.Option(7, help="Repeated asks (each a fresh process)."),
     home: Optional[str] = typer.Option(None, help="Folder for the bench's answers / index / KV (default $RAGCACHE_HOME)."),
     against: Optional[list[str]] = typer.Option(None, help="Another checkout's root to time interleaved (repeatable)."),
-    blended: bool = typer.Option(True, help="Also repeat a question whose stored answer is blended (its own folder; "
-                                            "two model answers first)."),
 ) -> None:
     """A repeated `ragcache ask` end to end, process start included: wall and CPU time, load."""
     run_bench("ask", json_path=json_path, plot_path=plot_path, docs=docs, question=question, paraphrase=paraphrase,
-              repeats=repeats, home=home, against=against, blended=blended)
+              repeats=repeats, home=home, against=against)
 
 
 @bench_app.command("ask-rewordings")
