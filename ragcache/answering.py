@@ -445,8 +445,8 @@ class AnswerPath:
                     yield from self._streamed(request, call, t0, kw)
                     return
                 break
-            with FLIGHTS.lead(seat), self._locks().flight_lock(key, seat.lock_timeout_s) as locked:
-                hit = look() if locked else None
+            with FLIGHTS.lead(seat), self._locks().flight_lock(key, seat.lock_timeout_s):
+                hit = look()  # re-read even without the cross-process lock: an earlier leader may have stored it
                 if hit is None:
                     yield from self._streamed(request, call, t0, kw)
                     return
@@ -488,8 +488,8 @@ class AnswerPath:
                     return
                 break
             with FLIGHTS.lead(seat):
-                async with self._locks().aflight_lock(key, seat.lock_timeout_s) as locked:
-                    hit = await look() if locked else None
+                async with self._locks().aflight_lock(key, seat.lock_timeout_s):
+                    hit = await look()  # re-read even without the cross-process lock (as in stream)
                     if hit is None:
                         async for item in self._astreamed(request, call, t0, kw):
                             yield item

@@ -380,7 +380,7 @@ class FlightTable:
             with self.lead(seat), cache.flight_lock(key, seat.lock_timeout_s) as locked:
                 if not locked:
                     _slow(key, timeout_s)
-                return (look() if locked else None) or call()
+                return look() or call()  # re-read even without the lock: an earlier leader may have stored it
 
     async def afly(self, cache: Any, key: str, timeout_s: float, look: Callable[[], Awaitable[T | None]],
                    call: Callable[[], Awaitable[T]]) -> T:
@@ -396,7 +396,7 @@ class FlightTable:
                 async with cache.aflight_lock(key, seat.lock_timeout_s) as locked:
                     if not locked:
                         _slow(key, timeout_s)
-                    return (await look() if locked else None) or await call()
+                    return await look() or await call()  # re-read even without the lock (as in fly)
 
 
 def _slow(key: str, timeout_s: float) -> None:
