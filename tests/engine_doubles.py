@@ -50,3 +50,15 @@ class PromptRecordingEngine(LocalEngine):
     def prefill(self, prompt, **kw):
         self.prefilled.append(list(prompt.input_ids))
         return super().prefill(prompt, **kw)
+
+
+class RequestRecordingEngine(LocalEngine):
+    """A LocalEngine that keeps what each ``stream`` call was handed."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.handed = []
+
+    def stream(self, prompt, **options):
+        self.handed.append((prompt, options))
+        return super().stream(prompt, **options)

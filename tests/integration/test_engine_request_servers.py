@@ -8,24 +8,13 @@ import pytest
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
-from ragcache.engine.engine import LocalEngine  # noqa: E402
+from engine_doubles import RequestRecordingEngine  # noqa: E402
+
 from ragcache.engine.request import EngineRequest  # noqa: E402
 from ragcache.server.app import running_server  # noqa: E402
 from ragcache.server.auth import kv_namespace, tenant_of  # noqa: E402
 
 KEYS = ["serve-key-of-tenant-0000", "serve-key-of-tenant-1111"]
-
-
-class RequestRecordingEngine(LocalEngine):
-    """A LocalEngine that keeps what each ``stream`` call was handed."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.handed = []
-
-    def stream(self, prompt, **options):
-        self.handed.append((prompt, options))
-        return super().stream(prompt, **options)
 
 
 pytestmark = pytest.mark.engine("tiny", cls=RequestRecordingEngine, calibration=False)

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 import torch
+from engine_doubles import RequestRecordingEngine
 
 from ragcache.engine.backend import LocalBackend
 from ragcache.engine.engine import LocalEngine
@@ -31,18 +32,6 @@ CALLS = [  # (prompt, options): one request per entry, run in order on one engin
     (PromptLayout.build(system=SYSTEM, documents=DOCS, question="How long does the canary last?"),
      {"max_new_tokens": 3, "tenant": "acme", "prefix_limit": 16}),
 ]
-
-
-class RequestRecordingEngine(LocalEngine):
-    """A LocalEngine that keeps what each ``stream`` call was handed."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.handed = []
-
-    def stream(self, prompt, **options):
-        self.handed.append((prompt, options))
-        return super().stream(prompt, **options)
 
 
 def _same(a, b):
