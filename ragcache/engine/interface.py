@@ -1,5 +1,5 @@
 """What the rest of ragcache reads of a local engine: :class:`EngineView` (the blend, the calibration and the
-decode check), :class:`ServedEngine` (the local servers).
+decode check), :class:`ServedEngine` (the local servers), :class:`KeyedEngine` (the chunk cache's precompute).
 
 :mod:`ragcache.engine.blend.request` (the blend of one request), :mod:`ragcache.engine.blend.setting`
 (settings calibration), :mod:`ragcache.engine.blend.calibration` and :mod:`ragcache.engine.decode_cache`
@@ -17,11 +17,38 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ragcache.engine.engine_config import EngineConfig
     from ragcache.engine.prompt import Prompt
     from ragcache.engine.records import StreamEvent
     from ragcache.engine.request import EngineRequest
     from ragcache.identity import ModelFingerprint
+
+
+class BlendConfig(Protocol):
+    """What the blend reads of an engine's :class:`~ragcache.engine.engine_config.EngineConfig` (which has these
+    fields; declared here so that this module imports none of the modules that use it).
+
+    Attributes:
+        blend_setting: the configured :class:`~ragcache.engine.blend.setting.BlendSetting`, or ``None`` (the
+            caller's r, else the calibration record's setting).
+        rank_by: the configured KV selection rule's name, or ``None`` (the calibration record's, else the default).
+    """
+
+    blend_setting: Any
+    rank_by: str | None
+
+
+@runtime_checkable
+class KeyedEngine(Protocol):
+    """What :meth:`ChunkCache.precompute <ragcache.engine.chunk.cache.ChunkCache.precompute>` reads of an engine to
+    key a tenant's chunks as its requests will: its model, tokenizer, fingerprint and KV salt. A
+    :class:`~ragcache.engine.engine.LocalEngine` is one."""
+
+    model: Any
+    tokenizer: Any
+    fingerprint: ModelFingerprint
+
+    def kv_salt(self, tenant: str | None = None) -> str | None:
+        """The KV salt of a request of ``tenant`` (:func:`ragcache.engine.keys.kv_salt`)."""
 
 
 class EngineView(Protocol):
@@ -32,8 +59,7 @@ class EngineView(Protocol):
         tokenizer: its tokenizer.
         fingerprint: the model's :class:`~ragcache.identity.ModelFingerprint` (``.digest``: hex str; ``str()``:
             a readable name).
-        config: the :class:`~ragcache.engine.engine_config.EngineConfig` (``blend_setting`` and ``rank_by`` are
-            read).
+        config: the :class:`~ragcache.engine.engine_config.EngineConfig` (what is read of it: :class:`BlendConfig`).
         chunk_cache: the :class:`~ragcache.engine.chunk.ChunkCache` or ``None`` (no chunk reuse).
         calibration: the model's :class:`~ragcache.engine.blend.calibration.Calibration` record or ``None``.
         reuse_policy: when blending pays (``check_layer`` is read).
@@ -44,7 +70,7 @@ class EngineView(Protocol):
     model: Any
     tokenizer: Any
     fingerprint: ModelFingerprint
-    config: EngineConfig
+    config: BlendConfig
     chunk_cache: Any
     calibration: Any
     reuse_policy: Any
@@ -125,4 +151,4 @@ def served_engine(engine: Any, where: str) -> ServedEngine:
     return engine
 
 
-__all__ = ["EngineView", "ServedEngine", "served_engine"]
+__all__ = ["BlendConfig", "EngineView", "KeyedEngine", "ServedEngine", "served_engine"]

@@ -32,7 +32,6 @@ text. Use it only when every caller may see every other caller's prompts (one te
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from ragcache.backend import DEFAULT_TENANT
@@ -94,22 +93,6 @@ def kv_salt(engine_namespace: str | None, tenant: str | None, *, share: bool = F
     return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(own))
 
 
-def renamed_salt(salt: str | None, namespace: str | None, where: str, *, stacklevel: int = 3) -> str | None:
-    """The KV salt from ``salt=`` or the deprecated ``namespace=`` keyword of ``where`` (the prefix cache's and
-    the chunk cache's per-document methods took the salt under that older name; ``stacklevel``: of the warning,
-    as :func:`warnings.warn`'s, counted from this function).
-
-    Raises:
-        TypeError: both given.
-    """
-    if namespace is None:
-        return salt
-    if salt is not None:
-        raise TypeError(f"{where} got both salt= and namespace=: pass salt= only (namespace= is its old name)")
-    warnings.warn(f"{where}(namespace=...) is deprecated: the KV salt is salt=... (docs/design/keys.md, glossary)",
-                  DeprecationWarning, stacklevel=stacklevel)
-    return namespace
-
 
 class EngineKeys:
     """The keys of a local engine's caches and answers (mixed into :class:`~ragcache.engine.engine.LocalEngine`,
@@ -161,4 +144,4 @@ class EngineKeys:
         return None if cc is None else cc.bind(self.model, self.fingerprint.digest, self.kv_salt(tenant))
 
 
-__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt", "kv_tenant", "renamed_salt"]
+__all__ = ["DEFAULT_NAMESPACE", "EngineKeys", "kv_salt", "kv_tenant"]

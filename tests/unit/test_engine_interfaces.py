@@ -18,7 +18,8 @@ from ragcache.engine.chunk.admission import Sightings
 from ragcache.engine.chunk.cache import fingerprint_digest
 from ragcache.engine.chunk.stores import ChunkStore, DiskChunkStore
 from ragcache.engine.engine import LocalEngine
-from ragcache.engine.interface import EngineView, ServedEngine
+from ragcache.engine.engine_config import EngineConfig
+from ragcache.engine.interface import BlendConfig, EngineView, KeyedEngine, ServedEngine
 from ragcache.engine.request import EngineRequest
 from ragcache.identity import ModelFingerprint
 
@@ -49,9 +50,20 @@ def test_a_local_engine_is_a_served_engine_and_every_member_answers(local):
 
 def test_the_engine_view_reads_the_config_and_the_kv_salt(local):
     view: EngineView = local
+    assert isinstance(view.config, EngineConfig)
+    config: BlendConfig = EngineConfig(rank_by="deviation")
+    assert config.blend_setting is None and config.rank_by == "deviation"
     assert view.config.blend_setting is None and view.config.rank_by is None
     assert view.kv_salt(None) == local.namespace and view.kv_salt("acme").startswith("tenant:")
     assert view.kv_reuse_blocker is None and view.fingerprint.digest == local.fingerprint.digest
+
+
+def test_a_local_engine_is_a_keyed_engine(local):
+    assert isinstance(local, KeyedEngine)
+    keyed: KeyedEngine = local
+    assert keyed.model is local.model and keyed.tokenizer is local.tokenizer
+    assert keyed.fingerprint == local.fingerprint and keyed.kv_salt("acme") == local.kv_salt("acme")
+    assert not isinstance(local.model, KeyedEngine)  # a bare model is told apart (precompute's other form)
 
 
 @pytest.mark.parametrize("bad", [None, "engine", 3, SimpleNamespace(fingerprint=FP, context_window=8)])

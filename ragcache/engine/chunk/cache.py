@@ -21,20 +21,18 @@ one format never reads a chunk stored in another; the CLI and apps that build a 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
-from ragcache.engine.keys import renamed_salt
+from ragcache.engine.interface import KeyedEngine
 from ragcache.engine.quant import KVFormat
+from ragcache.engine.request import renamed_salt, renamed_tenant
 from ragcache.hashing import ChunkHash
 from ragcache.identity import ModelFingerprint
-
-if TYPE_CHECKING:
-    from ragcache.engine.engine import LocalEngine
 
 DEFAULT_STORE_TIMEOUT_S = 10.0
 """Deadline (seconds) of a chunk store call before the request goes on without it (a miss: exact prefill)."""
@@ -178,14 +176,15 @@ class ChunkCache:
         """
         return self._bound(model, fingerprint, salt, namespace, "add").add_many([doc_ids]) == 1
 
-    def precompute(self, engine_or_model: LocalEngine | torch.nn.Module, documents: Sequence[Any], *,
+    def precompute(self, engine_or_model: KeyedEngine | torch.nn.Module, documents: Sequence[Any], *,
                    tokenizer: Any = None, fingerprint: str | ModelFingerprint | None = None, tenant: str | None = None,
                    salt: str | None = None, namespace: str | None = None, progress: bool = True) -> int:
         """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
 
         Args:
-            engine_or_model: a ``LocalEngine`` (its model, tokenizer and fingerprint are used)
-                or a bare model (then give ``tokenizer`` for documents and ``fingerprint``).
+            engine_or_model: a ``LocalEngine`` (its model, tokenizer, fingerprint and KV salt are used: any
+                :class:`~ragcache.engine.interface.KeyedEngine`) or a bare model (then give ``tokenizer`` for
+                documents and ``fingerprint``).
             documents: the documents as you will pass them to ``RagCache.answer`` (str, dicts with
                 ``text`` / ``id`` / ``metadata``, LangChain Documents, LlamaIndex nodes): each is
                 rendered and tokenised as in a prompt
@@ -210,12 +209,10 @@ class ChunkCache:
         """
         from tqdm.auto import tqdm
 
-        from ragcache.engine.engine import LocalEngine
         from ragcache.engine.prompt import document_token_ids
-        from ragcache.engine.request import renamed_tenant
 
         is_model = isinstance(engine_or_model, torch.nn.Module)
-        if not is_model and not isinstance(engine_or_model, LocalEngine):
+        if not is_model and not isinstance(engine_or_model, KeyedEngine):
             raise TypeError(f"precompute takes a LocalEngine or a bare torch model, got {type(engine_or_model).__name__}:"
                             " chunk_cache.precompute(engine, documents)")
         if is_model:

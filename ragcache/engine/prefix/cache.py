@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ragcache.counters import Counters
-from ragcache.engine.keys import renamed_salt
+from ragcache.engine.request import renamed_salt
 from ragcache.hashing import BlockHash, hash_block, root_hash
 
 
