@@ -15,7 +15,7 @@ from ragcache.engine.backend import LocalBackend
 from ragcache.engine.blend.calibration import record_digest
 from ragcache.engine.chunk import ChunkCache, MemoryChunkStore
 from ragcache.engine.chunk.admission import Sightings
-from ragcache.engine.chunk.cache import fingerprint_digest
+from ragcache.engine.chunk.cache import StoreCalls, fingerprint_digest
 from ragcache.engine.chunk.stores import ChunkStore, DiskChunkStore
 from ragcache.engine.engine import LocalEngine
 from ragcache.engine.engine_config import EngineConfig
@@ -117,6 +117,25 @@ class _HalfStore:
 def test_a_chunk_cache_takes_a_chunk_store(bad):
     with pytest.raises(TypeError, match="store must be a ChunkStore"):
         ChunkCache(bad)
+
+
+def _members(protocol: type) -> set[str]:
+    return {n for n in vars(protocol) if not n.startswith("_") or n == "__len__"} | set(protocol.__annotations__)
+
+
+def test_the_cache_checks_every_store_member_but_the_remote_round_trip():
+    assert _members(StoreCalls) == _members(ChunkStore) - {"nbytes"}
+
+
+def test_a_chunk_cache_opens_over_a_store_that_is_down():
+    """Checking the store's type makes no call into it: a Redis store whose server is down (a refused port) is
+    taken, and the first read is a miss (the store's boundary), not an error."""
+    pytest.importorskip("redis")
+    from ragcache.engine.chunk.stores.redis_store import RedisChunkStore
+
+    store = RedisChunkStore("redis://127.0.0.1:1", timeout_s=1)
+    cc = ChunkCache(store)
+    assert cc.store is store and cc.lookup(MODEL, FP, [5, 6, 7]) is None
 
 
 def test_every_packaged_store_is_a_chunk_store_and_the_cache_reads_its_stats(tmp_path):

@@ -20,8 +20,8 @@ one format never reads a chunk stored in another; the CLI and apps that build a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -39,6 +39,32 @@ DEFAULT_STORE_TIMEOUT_S = 10.0
 
 __all__ = ["DEFAULT_STORE_TIMEOUT_S", "BoundChunkCache", "ChunkCache", "ChunkKV", "ChunkStore", "DiskChunkStore", "MemoryChunkStore",
            "context_window"]
+
+
+@runtime_checkable
+class StoreCalls(Protocol):
+    """What a :class:`ChunkCache` checks of the store it is given: every member of
+    :class:`~ragcache.engine.chunk.stores.ChunkStore` but ``nbytes``. ``isinstance`` evaluates a property on
+    Python 3.11, and a remote store's ``nbytes`` is a round trip that fails while the server is down: a cache
+    must open without its store (an architecture test keeps these names equal to ``ChunkStore``'s)."""
+
+    stats: StoreStats
+
+    def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None: ...
+
+    def put(self, kv: ChunkKV) -> bool: ...
+
+    def contains(self, key: ChunkHash) -> bool: ...
+
+    def remove(self, key: ChunkHash) -> bool: ...
+
+    def get_many(self, keys: Sequence[ChunkHash], *, fingerprint: str | None = None) -> list[ChunkKV | None]: ...
+
+    def put_many(self, kvs: Iterable[ChunkKV]) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
 
 
 def fingerprint_digest(fingerprint: str | ModelFingerprint) -> str:
@@ -87,7 +113,7 @@ class ChunkCache:
         from ragcache.boundary import check_deadline
 
         store_timeout_s = check_deadline(store_timeout_s, "store_timeout_s")
-        if store is not None and not isinstance(store, ChunkStore):
+        if store is not None and not isinstance(store, StoreCalls):
             raise TypeError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore, or a class "
                              f"with every member of ragcache.engine.chunk.stores.ChunkStore) or None, got "
                              f"{type(store).__name__}: e.g. ChunkCache(DiskChunkStore('~/kv'))")
