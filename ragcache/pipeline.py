@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.config import Config
-from ragcache.backend import AsyncBackend, Backend, BackendResult, BlendingBackend
+from ragcache.backend import AsyncBackend, Backend, BackendResult, Blending
 from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.request import CacheRequest, cache_request
 from ragcache.text_checks import checked_question
@@ -268,10 +268,10 @@ class RagCache:
     # -- step 4 ----------------------------------------------------------------------------------
     def blend_setting(self) -> str | None:
         """The blend setting the backend answers at (``backend.blend_setting`` of a
-        :class:`~ragcache.backend.BlendingBackend`; ``None``: exact prefill, or a backend that never blends).
+        :class:`~ragcache.backend.Blending`; ``None``: exact prefill, or a backend that never blends).
         The answer path serves a stored blended answer only to a request at that setting; passed to it as
         this method, so it is read only for such an answer (a lazily loaded model stays unloaded on a hit)."""
-        return self.backend.blend_setting if isinstance(self.backend, BlendingBackend) else None
+        return self.backend.blend_setting if isinstance(self.backend, Blending) else None
 
     @property
     def model(self) -> str:
