@@ -182,10 +182,11 @@ def local_identity(d: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[dict
     ``_type``, ``stop`` and the call's options); ``None`` for another model's (its provider row, read by
     ``_type``, caches no local KV, or no weights fingerprint)."""
     t_type = d.get("_type")
-    if for_langchain(llm_type=t_type if isinstance(t_type, str) else None).prompt_caching != "local-kv" \
-            or not d.get("model_fingerprint"):
+    row = for_langchain(llm_type=t_type if isinstance(t_type, str) else None)
+    if row.prompt_caching != "local-kv" or not d.get("model_fingerprint"):
         return None
-    params: dict[str, Any] = {"temperature": float(d.get("temperature", 0.0)), "max_tokens": int(d["max_tokens"])}
+    params: dict[str, Any] = {"temperature": float(d.get("temperature", row.unset_temperature)),
+                              "max_tokens": int(d["max_tokens"])}
     for k in sorted(d):
         v = d[k]
         if k in _IDENTITY_KEYS or k in params or v in ([], ()) or (k in _CHAT_DEFAULTS and _CHAT_DEFAULTS[k] == v):
