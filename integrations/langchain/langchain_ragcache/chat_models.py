@@ -294,8 +294,29 @@ class ChatRagCache(BaseChatModel):
         for k in ("use_chunk_cache", "use_prefix_cache"):
             if k in kwargs:
                 opts[k] = bool(kwargs[k])
-        opts["tenant"] = _check_tenant(kwargs.get("tenant", self.tenant))
+        opts["tenant"] = self._tenant(kwargs)
         return opts
+
+    def _answer_cache(self) -> RagCacheSemanticCache | None:
+        """ragcache's semantic cache this model's calls are keyed in (its ``cache``, else LangChain's global LLM
+        cache), or ``None`` (``cache=False``, another LangChain cache, or none)."""
+        if self.cache is False:
+            return None
+        cache = self.cache if isinstance(self.cache, BaseCache) else get_llm_cache()
+        return cache if isinstance(cache, RagCacheSemanticCache) else None
+
+    def _tenant(self, kwargs: dict[str, Any]) -> str | None:
+        """The call's one tenant: its ``tenant`` option, else the model's ``tenant``; with ragcache's semantic
+        cache, :meth:`RagCacheSemanticCache.tenant_for <langchain_ragcache.RagCacheSemanticCache.tenant_for>` of
+        it (the cache's namespace for a call that names none). The engine salts the call's KV with it and the
+        cache keys its answer under it (``CacheRequest.tenant``, the partition's namespace): one value.
+
+        Raises:
+            TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
+        """
+        tenant = _check_tenant(kwargs.get("tenant", self.tenant))
+        cache = self._answer_cache()
+        return cache.tenant_for(tenant) if cache is not None else tenant
 
     # ------------------------------------------------------------------ tools
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | BaseTool], *,
@@ -451,7 +472,7 @@ class ChatRagCache(BaseChatModel):
         """The answer path's request of a call, built from its messages and parameters
         (:meth:`RagCacheSemanticCache.chat_request <langchain_ragcache.RagCacheSemanticCache.chat_request>`:
         the request LangChain's ``(prompt, llm_string)`` of the call is read back as, without the round trip),
-        with the call's one tenant (``opts["tenant"]``, the engine request's too)."""
+        with the call's one tenant (``opts["tenant"]``: :meth:`_tenant`)."""
         params = {**self._get_invocation_params(stop=stop, **kwargs), "tenant": opts["tenant"]}
         return (cache.chat_request(messages, params, model=self.model_name),
                 {"blend_setting": lambda: self._blend_for(kwargs)})
@@ -465,6 +486,7 @@ class ChatRagCache(BaseChatModel):
         plan = _StreamPlan(opts, kwargs, self._llm_cache())
         if isinstance(plan.cache, RagCacheSemanticCache):
             plan.path_key = self._path_key(plan.cache, messages, stop, opts, kwargs)
+            plan.opts = {**opts, "tenant": plan.path_key[0].tenant}  # the engine's tenant is the request's
         elif plan.cache is not None:
             plan.key = self._cache_key(messages, stop, kwargs)
         return plan
