@@ -19,6 +19,10 @@ Tenants: ``ChatRagCache(tenant="acme")``, or per call ``invoke(..., tenant="acme
 ``bind(tenant="acme")``, names who a request is for; the engine salts the request's prefix and chunk KV
 with it (:class:`ragcache.backend.Backend`'s ``tenant``), so tenants that share one engine in one
 process reuse none of each other's KV unless the engine opts in (``share_kv_across_namespaces=True``).
+With :class:`~langchain_ragcache.RagCacheSemanticCache` the call has one tenant: its own, else the cache's
+``namespace`` (:meth:`~langchain_ragcache.RagCacheSemanticCache.tenant_for`), the engine's KV tenant, the
+``CacheRequest``'s tenant and the namespace its answer is looked up in. The messages are read once
+(:func:`langchain_ragcache._keys.to_dicts`), for the key and for the engine's prompt.
 
 Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
 (``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``). With
@@ -114,8 +118,9 @@ class ChatRagCache(BaseChatModel):
             tenant. The engine salts each request's prefix and chunk KV with it (the root of the
             block-hash chain and every chunk key, as vLLM's ``cache_salt``), so two tenants of one
             process reuse none of each other's KV unless the engine has
-            ``share_kv_across_namespaces=True``; it is also in the LLM-cache key, so answers stay per
-            tenant. Per call: ``invoke(..., tenant="acme")`` or ``bind(tenant="acme")``; from a
+            ``share_kv_across_namespaces=True``; with ragcache's semantic cache it is also the namespace
+            the answers are keyed under, so they stay per tenant (a call that names none: the cache's
+            ``namespace``, for the KV too). Per call: ``invoke(..., tenant="acme")`` or ``bind(tenant="acme")``; from a
             ``RunnableConfig``: ``configurable_fields(tenant=ConfigurableField(id="tenant"))`` and
             ``config={"configurable": {"tenant": "acme"}}``.
         timeout / max_retries: LangChain's standard parameters; a local model has no network
