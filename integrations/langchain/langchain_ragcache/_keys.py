@@ -108,12 +108,15 @@ def _name(m: BaseMessage) -> Any:
 
 
 def _system_dict(m: BaseMessage) -> dict[str, Any]:
-    """A system message as a system dict: its text, or its blocks as they are (the keyer joins text blocks by a
-    blank line, as the local engine reads them, and keys non-text blocks, an image, apart); its ``name`` when it
-    has one."""
+    """A system message as a system dict: its text (``m.text``: text blocks joined as LangChain joins them, the
+    text the local engine reads too) when all its content is text, else its blocks, so non-text blocks (an
+    image) reach the key; its ``name`` when it has one."""
     content = m.content
-    d: dict[str, Any] = {"role": "system", "content": content if isinstance(content, str) else
-                         [b if isinstance(b, str) else dict(b) for b in content]}
+    if not isinstance(content, str) and any(
+            not isinstance(b, str) and b.get("type", "text") not in ("text", "reasoning", "thinking") for b in content):
+        d: dict[str, Any] = {"role": "system", "content": [b if isinstance(b, str) else dict(b) for b in content]}
+    else:
+        d = {"role": "system", "content": m.text}
     name = _name(m)
     if name is not None:
         d["name"] = name

@@ -1,8 +1,9 @@
 """ChatRagCache reads LangChain messages once (issue 49 item 5): ``_keys.to_dicts`` is the one mapping, read by
 the keyer and by the engine (``_messages.engine_messages`` over its dicts), so a difference the engine reads is a
 difference the key holds, and what the engine reads alike is keyed alike. Before, two mappers disagreed: a
-``ChatMessage``'s role and the blank line between system blocks reached the engine but not the key (two prompts
-keyed as one), and message chunks were keyed apart from the messages they add up to."""
+``ChatMessage``'s role and the blank line the engine put between a system message's text blocks reached the
+engine but not the key (two prompts keyed as one), and message chunks were keyed apart from the messages they add
+up to."""
 
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ def _key(msgs) -> tuple:
     return req.question, req.partition.digest
 
 
-KEYED_ALIKE = {"ai chunk vs ai", "human chunk vs human", "message ids", "tool call ids"}
+KEYED_ALIKE = {"ai chunk vs ai", "human chunk vs human", "message ids", "system blocks vs joined text",
+               "tool call ids"}
 """Pairs the engine reads alike that are keyed alike too (a chunk is the message it adds up to; ids are not
-read). A ``ChatMessage`` keeps its type in the key (other chat models may send it otherwise): keyed apart,
+read; a system message's text blocks are its text, ``m.text``). A ``ChatMessage`` keeps its type in the key (other chat models may send it otherwise): keyed apart,
 a miss, never a wrong answer."""
 
 
