@@ -243,7 +243,7 @@ def test_the_servers_read_their_rows():
     assert OPENAI.native_finish("stop", stop_sequence=True) == "stop"  # OpenAI says stop for both
     assert ANTHROPIC.unset_temperature == OPENAI.unset_temperature == 1.0
     for p in rows():  # every native value a row lists reads back to a spelling of the same word
-        for native, word in p.finish_reasons.items():
+        for word in p.finish_reasons.values():
             assert p.finish_reasons[p.native_finish(word)] == word
     with pytest.raises(ValueError, match="no native end reason for 'pause_turn'"):
         OPENAI.native_finish("pause_turn")

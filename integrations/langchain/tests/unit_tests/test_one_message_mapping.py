@@ -7,6 +7,8 @@ up to."""
 
 from __future__ import annotations
 
+import langchain_ragcache._keys as keys
+import langchain_ragcache._messages as messages_module
 import pytest
 from langchain_core.messages import (
     AIMessage,
@@ -17,9 +19,6 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-
-import langchain_ragcache._keys as keys
-import langchain_ragcache._messages as messages_module
 from langchain_ragcache._keys import key_messages
 from langchain_ragcache._messages import to_layout
 
