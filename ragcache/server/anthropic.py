@@ -59,6 +59,7 @@ from ragcache.providers.anthropic.blocks import (
     thinking_setting,
 )
 from ragcache.providers.anthropic.pricing import PRICES, model_family
+from ragcache.providers.anthropic.provider import ANTHROPIC
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.engine.interface import ServedEngine, served_engine
 from ragcache.engine.records import ContextWindowError
@@ -184,7 +185,7 @@ def _check_params(body: Any) -> None:
         raise RequestError(f"max_tokens: Input should be a valid integer, got {type(mt).__name__} {mt!r}")
     if mt < 1:
         raise RequestError(f"max_tokens: Input should be greater than or equal to 1, got {mt}")
-    t = body.get("temperature", 1.0)
+    t = body.get("temperature", ANTHROPIC.unset_temperature)
     if not isinstance(t, int | float) or isinstance(t, bool) or not 0.0 <= t <= 1.0:
         raise RequestError("temperature: Input should be a number between 0 and 1")
     stops = body.get("stop_sequences", [])
@@ -300,7 +301,8 @@ class AnthropicLocalServer:
         except ValueError as e:
             return anthropic_error(400, "invalid_request_error", self._words(e, body["max_tokens"]))
         run = EngineRequest(messages, max_new_tokens=body["max_tokens"],
-                            temperature=float(body.get("temperature", 1.0)), stop=body.get("stop_sequences") or None,
+                            temperature=float(body.get("temperature", ANTHROPIC.unset_temperature)),
+                            stop=body.get("stop_sequences") or None,
                             tenant=kv_namespace(tenant, share=self.share_kv), prefix_limit=prefix_limit)
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         events = self._run(run)
@@ -371,14 +373,17 @@ class AnthropicLocalServer:
                 and max_tokens is not None else f"prompt is too long for the context window of {limit} tokens")
 
     def _stop(self, gen: Any, stops: list[str] | None) -> tuple[str, str | None]:
+        """``(stop_reason, stop_sequence)`` of an answer in the API's words, read from its provider row
+        (:meth:`ragcache.providers.spec.Provider.native_finish`: ``max_tokens``, ``stop_sequence`` with the
+        sequence that ended it, else ``end_turn``)."""
         if gen.stats.finish_reason == "length":
-            return "max_tokens", None
+            return ANTHROPIC.native_finish("length"), None
         if stops:
             full = self.engine.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             hits = sorted((full.find(s), s) for s in stops if s in full)
             if hits:
-                return "stop_sequence", hits[0][1]
-        return "end_turn", None
+                return ANTHROPIC.native_finish("stop", stop_sequence=True), hits[0][1]
+        return ANTHROPIC.native_finish("stop"), None
 
     async def _sse(self, first: Any, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
                    stops: list[str] | None, opened: LocalRecord) -> AsyncIterator[Any]:

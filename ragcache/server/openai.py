@@ -44,6 +44,7 @@ from ragcache.engine.backend import result_of
 from ragcache.engine.interface import ServedEngine, served_engine
 from ragcache.engine.records import ContextWindowError
 from ragcache.engine.request import EngineRequest
+from ragcache.providers.openai.provider import OPENAI
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.server.record import LocalRecord
 from ragcache.server.disconnect import ClientGone, while_connected
@@ -225,7 +226,7 @@ def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) 
         raise OpenAIRequestError("stream_options must be an object", param="stream_options")
     seed = _int(body, "seed", low=-(1 << 63))
     kwargs = {"max_new_tokens": mct or mt or default_max_tokens,
-              "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+              "temperature": _number(body, "temperature", OPENAI.unset_temperature, 0.0, 2.0),
               "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
               "stop": [s for s in stops or [] if s] or None,
               "seed": seed}
@@ -353,7 +354,7 @@ class OpenAILocalServer:
             "id": cid, "object": "chat.completion", "created": int(time.time()), "model": req["model"],
             "system_fingerprint": self.system_fingerprint,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text, "refusal": None},
-                         "logprobs": None, "finish_reason": r.finish_reason}],
+                         "logprobs": None, "finish_reason": OPENAI.native_finish(r.finish_reason)}],
             "usage": record.openai_usage(), "ragcache": record.body(),
         }, headers=record.headers())
 
@@ -389,7 +390,7 @@ class OpenAILocalServer:
             return
         finally:  # also when the client goes away: stops generation within one decode step
             await events.aclose()
-        yield chunk({}, result_of(gen).finish_reason, stats=gen.stats)
+        yield chunk({}, OPENAI.native_finish(result_of(gen).finish_reason), stats=gen.stats)
         if include_usage:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint, "choices": [],
