@@ -259,11 +259,20 @@ class RagCacheSemanticCache(BaseCache):
         return key_messages(messages, extractor=self.question_extractor, tools=tools)
 
     def tenant_for(self, tenant: str | None) -> str:
-        """The tenant of a call: its own (a :class:`~langchain_ragcache.ChatRagCache` call's ``tenant``), else,
-        for a call that names none (``None`` or the default tenant), this cache's namespace. The one value a
-        ChatRagCache call is keyed under (:attr:`CacheRequest.tenant <ragcache.request.CacheRequest.tenant>`,
-        the partition's namespace) and whose KV the engine salts."""
-        return self.namespace if tenant is None or tenant == DEFAULT_TENANT else tenant
+        """The tenant of a call, the one value a ChatRagCache call is keyed under (:attr:`CacheRequest.tenant
+        <ragcache.request.CacheRequest.tenant>`, the partition's namespace) and whose KV the engine salts.
+
+        A call that names no tenant (``None`` or the default tenant) is this cache's namespace; a call's own
+        tenant (a :class:`~langchain_ragcache.ChatRagCache` call's ``tenant``) under the default namespace, or
+        equal to it, is itself; under another namespace it is ``"<namespace>/<tenant>"``, so the same tenant
+        name in two namespaces sharing one store never shares answers or KV (tenant ``"b/a"`` of the default
+        namespace is tenant ``"a"`` of namespace ``"b"``). A tenant already under this namespace
+        (``"b/a"`` given to namespace ``"b"``) is kept: the value is the same whether derived once or twice."""
+        if tenant is None or tenant == DEFAULT_TENANT:
+            return self.namespace
+        if self.namespace in (DEFAULT_TENANT, tenant) or tenant.startswith(f"{self.namespace}/"):
+            return tenant
+        return f"{self.namespace}/{tenant}"
 
     def request(self, prompt: str, llm_string: str, *, model: str | None = None) -> CacheRequest:
         """The :class:`~ragcache.request.CacheRequest` of a LangChain ``(prompt, llm_string)`` pair: the

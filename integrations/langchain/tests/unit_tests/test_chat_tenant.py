@@ -67,19 +67,33 @@ def test_two_tenants_sharing_one_cache_are_never_served_each_other(tiny_engine_p
     a, b = _chat(tiny_engine_plain, cache, "a"), _chat(tiny_engine_plain, cache, "b")
     ask = (lambda chat: chat.invoke(MESSAGES)) if how == "invoke" else _streamed
 
+    ta, tb = cache.tenant_for("a"), cache.tenant_for("b")
+    assert (ta, tb) == (("a", "b") if namespace == DEFAULT_TENANT else (f"{namespace}/a", f"{namespace}/b"))
     first_a = ask(a)
     assert _layer(first_a) != "semantic" and len(cache.semantic_cache) == 1
-    assert seen.tenants == ["a"] and set(seen.namespaces) == {"a"}  # (a miss is read twice: single flight)
+    assert seen.tenants == [ta] and set(seen.namespaces) == {ta}  # (a miss is read twice: single flight)
     seen.clear()
     first_b = ask(b)  # the same request by another tenant: a miss, answered by the engine under b's salt
     assert _layer(first_b) != "semantic" and len(cache.semantic_cache) == 2
-    assert seen.tenants == ["b"] and set(seen.namespaces) == {"b"}
-    assert seen.salts[0] not in (None, tiny_engine_plain.kv_salt("a"))
+    assert seen.tenants == [tb] and set(seen.namespaces) == {tb}
+    assert seen.salts[0] not in (None, tiny_engine_plain.kv_salt(ta))
     seen.clear()
     for chat, first in ((a, first_a), (b, first_b)):  # each tenant is served its own answer
         again = ask(chat)
         assert _layer(again) == "semantic" and again.content == first.content
-    assert seen.tenants == [] and list(dict.fromkeys(seen.namespaces)) == ["a", "b"]
+    assert seen.tenants == [] and list(dict.fromkeys(seen.namespaces)) == [ta, tb]
+
+
+@pytest.mark.parametrize("tenant", ["a", "team-y", "x/a"])
+def test_one_tenant_name_in_two_namespaces_is_two_tenants(embedder, tenant):
+    """Two caches of other namespaces (one store or two) key a call of the same tenant apart: neither its
+    answers nor its KV salt are shared; a call naming its cache's own namespace is that namespace."""
+    x, y = (RagCacheSemanticCache(path=None, embedder=embedder, namespace=n) for n in ("team-x", "team-z"))
+    assert x.tenant_for(tenant) == f"team-x/{tenant}" != y.tenant_for(tenant) == f"team-z/{tenant}"
+    assert x.tenant_for(None) == x.tenant_for(DEFAULT_TENANT) == x.tenant_for("team-x") == "team-x"
+    assert x.tenant_for(x.tenant_for(tenant)) == x.tenant_for(tenant)  # derived twice: the same value
+    plain = RagCacheSemanticCache(path=None, embedder=embedder)
+    assert plain.tenant_for(tenant) == tenant and plain.tenant_for(None) == DEFAULT_TENANT
 
 
 @pytest.mark.parametrize("namespace", [DEFAULT_TENANT, "team-x"])
@@ -90,7 +104,7 @@ def test_the_kv_salt_the_request_and_the_lookup_have_one_tenant(tiny_engine_plai
                                                                 model_tenant, call_tenant, want):
     """``want`` ``None``: the call names no tenant, so it is the cache's namespace (the default tenant's KV salt
     for the default namespace)."""
-    want = namespace if want is None else want
+    want = namespace if want is None else want if namespace == DEFAULT_TENANT else f"{namespace}/{want}"
     cache = RagCacheSemanticCache(path=None, embedder=embedder, namespace=namespace, cache_truncated=True)
     seen = Seen(tiny_engine_plain, cache, monkeypatch)
     chat = _chat(tiny_engine_plain, cache, model_tenant)
