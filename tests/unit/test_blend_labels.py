@@ -137,11 +137,11 @@ def test_langchain_response_metadata_names_the_setting():
 
 def test_langchain_llm_string_carries_the_setting_outside_the_partition():
     pytest.importorskip("langchain_core")
-    from langchain_ragcache._keys import blend_setting_of, model_identity
+    from langchain_ragcache._keys import blend_setting_of, call_identity
 
     llm = str(sorted({"_type": "ragcache-local", "model_fingerprint": "abc", "max_tokens": 8,
                       "blend_setting": SETTING}.items()))
-    assert blend_setting_of(llm) == SETTING and "blend_setting" not in model_identity(llm)[1]
+    assert blend_setting_of(llm) == SETTING and "blend_setting" not in call_identity(llm)[1]
     assert blend_setting_of("not a list") is None
 
 

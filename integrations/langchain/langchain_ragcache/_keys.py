@@ -205,16 +205,6 @@ def call_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, 
     return (*local, call_tenant(d))
 
 
-def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    """``(model, params, tools)`` of LangChain's ``llm_string`` for a partition whose namespace is not the
-    call's tenant (:class:`~langchain_ragcache.RagCacheMiddleware` keys under its cache's namespace):
-    :func:`call_identity` with a ``ChatRagCache`` call's tenant other than the default one among the
-    params, so answers stay per tenant.
-    """
-    model, params, tools, tenant = call_identity(llm_string)
-    return model, ({**params, "tenant": tenant} if tenant is not None else params), tools
-
-
 def call_tenant(d: Mapping[str, Any]) -> str | None:
     """The tenant a :class:`~langchain_ragcache.ChatRagCache` call's parameters name (``tenant``: the model's or
     the call's); ``None`` for the default tenant (none, ``None`` or ``"default"``, however it is named)."""
@@ -299,4 +289,4 @@ def sampling_in(p: Mapping[str, Any]) -> Sampling:
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",
            "call_identity", "call_tenant", "history_entry", "key_messages", "key_text", "labelled_question",
-           "llm_params", "local_identity", "message_type", "model_identity", "sampling_in", "sampling_of", "to_dicts"]
+           "llm_params", "local_identity", "message_type", "sampling_in", "sampling_of", "to_dicts"]

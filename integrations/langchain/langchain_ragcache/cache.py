@@ -51,7 +51,6 @@ from langchain_ragcache._keys import (
     key_text,
     llm_params,
     local_identity,
-    model_identity,
     sampling_in,
     sampling_of,
 )
@@ -433,7 +432,7 @@ class RagCacheSemanticCache(BaseCache):
         unreported = [reports_no_finish(g) for g in gens]
         if self.unreported_finish == "stop":
             results = [replace(r, finish_reason="stop") if u else r for r, u in zip(results, unreported)]
-        model, _, _ = model_identity(llm_string)
+        model = call_identity(llm_string)[0]
         req = self.request(prompt, llm_string, model=results[0].details.get("model") or model)
         self.path.observe(req, results[0])  # the snapshot the response named, stored or not
         if not all(self.path.cacheable(r) for r in results):
@@ -449,7 +448,7 @@ class RagCacheSemanticCache(BaseCache):
     def _warn_no_finish(llm_string: str) -> None:
         """Warn, once per model and process, that a model's answers are not stored because its messages
         report no finish reason, and how to allow them."""
-        model, _, _ = model_identity(llm_string)
+        model = call_identity(llm_string)[0]
         if model == "langchain":  # another LangChain model: its name, else its LangChain type
             params = llm_params(llm_string)
             model = next((str(params[k]) for k in ("model_name", "model", "_type") if params.get(k)), model)

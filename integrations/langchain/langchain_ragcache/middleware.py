@@ -46,7 +46,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, key_messages, model_identity, sampling_of
+from langchain_ragcache._keys import METADATA_KEY, QuestionExtractor, call_identity, key_messages, sampling_of
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.providers import takes_breakpoints
 from langchain_ragcache.results import answer_message, message_result
@@ -101,12 +101,12 @@ class RagCacheMiddleware(AgentMiddleware):
         its messages, system message and tools; the model's identity, budget and sampling)."""
         system = request.system_message.text if request.system_message is not None else None
         llm_string = _llm_string(request.model, request.model_settings)
-        model, params, _ = model_identity(llm_string)
+        model, params, _, tenant = call_identity(llm_string)
         if request.tool_choice is not None:
             params = {**params, "tool_choice": canonicalize(request.tool_choice)}
         keyed = key_messages(request.messages, system=system, extractor=self.cache.question_extractor,
                              tools=[_tool_schema(t) for t in request.tools])
-        return keyed.request(model=model, tenant=self.cache.namespace, params=params,
+        return keyed.request(model=model, tenant=self.cache.tenant_for(tenant), params=params,
                              max_tokens=self.cache.budget(llm_string), sampling=sampling_of(llm_string),
                              threshold=self.cache.threshold, provenance_model=_declared_model(request.model))
 

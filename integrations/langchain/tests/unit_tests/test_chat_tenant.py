@@ -133,3 +133,24 @@ def test_without_ragcaches_cache_the_tenant_is_the_models(tiny_engine_plain, mon
     ChatRagCache(engine=tiny_engine_plain, max_tokens=2, cache=False).invoke(MESSAGES)
     list(ChatRagCache(engine=tiny_engine_plain, max_tokens=2, cache=False).stream(MESSAGES, tenant="b"))
     assert calls == ["a", None, "b"]
+
+
+@pytest.mark.parametrize("namespace", [DEFAULT_TENANT, "team-x"])
+@pytest.mark.parametrize("tenant", [None, "a", "b"])
+def test_the_middleware_keys_a_call_under_the_same_tenant(tiny_engine_plain, embedder, namespace, tenant):
+    """An agent's model call through :class:`RagCacheMiddleware` is keyed under the tenant the model's own call
+    is (:meth:`RagCacheSemanticCache.tenant_for`): one value, and the same digest for the same messages."""
+    from langchain.agents.middleware.types import ModelRequest
+    from langchain_ragcache import RagCacheMiddleware
+
+    cache = RagCacheSemanticCache(path=None, embedder=embedder, namespace=namespace)
+    chat = _chat(tiny_engine_plain, cache, tenant)
+    key = RagCacheMiddleware(cache).key(ModelRequest(model=chat, messages=MESSAGES[1:], system_message=MESSAGES[0],
+                                                     tools=[], model_settings={}))
+    own = chat._path_key(cache, MESSAGES, None, chat._options(None, {}), {})[0]
+    assert key.tenant == key.partition.namespace == own.tenant == cache.tenant_for(tenant)
+    others = {RagCacheMiddleware(cache).key(ModelRequest(model=_chat(tiny_engine_plain, cache, t),
+                                                         messages=MESSAGES[1:], system_message=MESSAGES[0],
+                                                         tools=[], model_settings={})).partition.digest
+              for t in (None, "a", "b")}
+    assert len(others) == 3  # three tenants, three partitions
