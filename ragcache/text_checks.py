@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INVISIBLE = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202f\u2060\ufeff]+")
+
+
+@runtime_checkable
+class TextBlock(Protocol):
+    """A block of a message that carries its text (:class:`ragcache.prompt.segments.Segment`)."""
+
+    text: str
 
 
 def check_encodable(value: Any, what: str) -> None:
     """Raise ``ValueError`` when a str (or the text of nested blocks / dicts) holds a lone surrogate.
 
     Args:
-        value: a str, a mapping with a ``"text"`` entry, a sequence of those, or anything else (ignored).
+        value: a str, a mapping with a ``"text"`` entry, a :class:`TextBlock` (a Segment), a sequence of those,
+            or anything else (ignored).
         what: the argument's name, for the message.
 
     Raises:
@@ -36,10 +44,8 @@ def check_encodable(value: Any, what: str) -> None:
     elif isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
         for j, block in enumerate(value):
             check_encodable(block, f"{what}[{j}]")
-    else:
-        text = getattr(value, "text", None)  # a Segment
-        if isinstance(text, str):
-            check_encodable(text, what)
+    elif isinstance(value, TextBlock):  # a Segment
+        check_encodable(value.text, what)
 
 
 def is_blank(text: str) -> bool:

@@ -6,6 +6,7 @@ import pytest
 
 from ragcache import ChunkCache, LocalBackend, LocalEngine, RagCache, SemanticCache
 from ragcache.prompt.chat_turns import split_messages
+from ragcache.prompt.segments import Segment
 from ragcache.semantic.text import normalize_question
 from ragcache.text_checks import check_encodable, checked_question, is_blank
 
@@ -76,6 +77,14 @@ def test_lone_surrogate_questions_leave_the_cache_intact(q):
 def test_visible_questions_pass(q):
     assert checked_question(q) == q
     check_encodable([{"type": "text", "text": q}], "content")
+
+
+@pytest.mark.parametrize("content", [Segment("document", "a\ud800b"), [Segment("document", "fine"),
+                                                                       Segment("system", "x\udfffy")]])
+def test_lone_surrogates_in_segments(content):
+    with pytest.raises(ValueError, match="lone surrogate"):
+        check_encodable(content, "content")
+    check_encodable(Segment("document", "fine"), "content")
 
 
 def test_mixed_content_names_the_block():
