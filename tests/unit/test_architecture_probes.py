@@ -105,7 +105,7 @@ THIRD_PARTY: dict[str, tuple[str, frozenset[str]]] = {
     "integrations/langchain/langchain_ragcache/_keys.py": ("LangChain messages and documents", frozenset({
         "artifact", "name", "page_content", "status", "tool_calls"})),
     "integrations/langchain/langchain_ragcache/_messages.py": ("LangChain messages (pydantic fields by name)",
-                                                               frozenset({DYNAMIC, "id", "role"})),
+                                                               frozenset({DYNAMIC, "id"})),
     "integrations/langchain/langchain_ragcache/callbacks.py": ("LangChain generations and messages", frozenset({
         "message", "response_metadata"})),
     "integrations/langchain/langchain_ragcache/chat_models.py": ("LangChain generations and messages", frozenset({
@@ -121,7 +121,6 @@ THIRD_PARTY: dict[str, tuple[str, frozenset[str]]] = {
     "integrations/langchain/langchain_ragcache/prompts.py": ("a LangChain chat model", frozenset({"model"})),
     "integrations/langchain/langchain_ragcache/results.py": ("LangChain generations and messages", frozenset({
         "generation_info", "invalid_tool_calls", "message", "response_metadata", "text", "tool_calls"})),
-    "integrations/langchain/langchain_ragcache/tools.py": ("LangChain tool messages", frozenset({"status"})),
     "integrations/langchain/langchain_ragcache/usage.py": ("LangChain AI messages", frozenset({
         "response_metadata", "usage_metadata"})),
     "integrations/llama_index/llama_index/query_engine/ragcache/backend.py": (
@@ -137,7 +136,6 @@ SAME_NAME: dict[tuple[str, str], str] = {
     ("ragcache/aio.py", "close"): "a caller's async iterator",
     ("ragcache/identity.py", "to_dict"): "a transformers config",
     ("ragcache/semantic/embedding.py", "encode"): "an HF tokenizers tokenizer",
-    ("integrations/langchain/langchain_ragcache/_messages.py", "role"): "a LangChain ChatMessage's role",
     ("integrations/llama_index/llama_index/query_engine/ragcache/backend.py", "max_new_tokens"): "a LlamaIndex LLM field",
     ("integrations/llama_index/llama_index/query_engine/ragcache/backend.py", "top_p"): "a LlamaIndex LLM field",
     ("integrations/llama_index/llama_index/query_engine/ragcache/backend.py", "raw"): "a LlamaIndex response",
