@@ -325,9 +325,9 @@ class SemanticCacheContract:
         else:
             assert a.locks is LOCAL_LOCKS
         key = "5f" * 32
-        with a.flight_lock(key, 1.0) as held:
+        with a.locks.hold(key, 1.0) as held:
             assert held
-            with b.flight_lock(key, 0.05) as again:
+            with b.locks.hold(key, 0.05) as again:
                 assert not again
-        with b.flight_lock(key, 1.0) as free:
+        with b.locks.hold(key, 1.0) as free:
             assert free
