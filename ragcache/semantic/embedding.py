@@ -40,8 +40,9 @@ DEFAULT_WINDOW = 256
 class TextEncoder(Protocol):
     """An embedder object ``SemanticCache(embedder=...)`` accepts: ``encode(list[str]) -> array [n, dim]``
     (a ragcache :class:`~ragcache.models.Embedder`, a ``SentenceTransformer``, :class:`ragcache.testing.HashingEmbedder`,
-    one's own). It may also declare :class:`Named`, :class:`Fingerprinted` and :class:`Dimensioned`;
-    :func:`resolve_embedder` reads them once, into the :class:`QuestionEmbedder` the cache holds."""
+    one's own). It may also declare :class:`Named`, :class:`Fingerprinted`, :class:`Dimensioned` and
+    :class:`Windowed`; :func:`resolve_embedder` reads them once, into the :class:`QuestionEmbedder` the
+    cache holds."""
 
     def encode(self, texts: list[str]) -> Any: ...
 
@@ -66,6 +67,16 @@ class Dimensioned(Protocol):
     """An embedder that states its width (``dim``: the length of its vectors) without embedding a probe."""
 
     dim: int
+
+
+@runtime_checkable
+class Windowed(Protocol):
+    """An embedder that states its window: it reads ``window`` word pieces of a text (special tokens
+    included), as ``count_tokens`` counts them (else they come from its sentence-transformers model)."""
+
+    window: int
+
+    def count_tokens(self, text: str) -> int: ...
 
 
 class QuestionEmbedder:
@@ -259,9 +270,8 @@ def _window(model: Any) -> tuple[int, Callable[[str], int]] | tuple[None, None]:
     for obj in _inside(model):
         if obj is None:
             continue
-        win, count = getattr(obj, "window", None), getattr(obj, "count_tokens", None)
-        if isinstance(win, int) and callable(count):
-            return win, count
+        if isinstance(obj, Windowed) and isinstance(obj.window, int) and callable(obj.count_tokens):
+            return obj.window, obj.count_tokens
         win, tok = getattr(obj, "max_seq_length", None), getattr(obj, "tokenizer", None)
         if isinstance(win, int) and win > 0 and tok is not None and callable(tok):
 

@@ -16,6 +16,7 @@ from ragcache.semantic.embedding import (
     Named,
     QuestionEmbedder,
     TextEncoder,
+    Windowed,
     resolve_embedder,
 )
 from ragcache.testing import HashingEmbedder
@@ -58,6 +59,20 @@ def test_an_undeclared_name_or_identity_comes_from_the_class(obj):
     assert q.name == cls.__name__
     assert q.fingerprint == hashlib.sha256(f"{cls.__module__}.{cls.__qualname__}:{cls.__name__}".encode()).hexdigest()
     assert q.dim == 32  # probed on first use
+
+
+def test_a_declared_window_and_counter_are_read():
+    class Counted(Plain):
+        window = 12
+
+        def count_tokens(self, text: str) -> int:
+            return len(text.split()) + 2
+
+    assert isinstance(Counted(), Windowed) and not isinstance(HashingEmbedder(), Windowed)  # a counter alone is not
+    q = resolve_embedder(Counted())
+    assert q.exact_window and q.window == 12 and q.count_tokens("one two three") == 5
+    h = resolve_embedder(HashingEmbedder())
+    assert not h.exact_window and h.window == 256 and h.count_tokens("one two three") == len("one two three") + 2
 
 
 def test_a_callable_and_its_declared_identity():
