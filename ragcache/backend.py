@@ -256,9 +256,9 @@ class Backend(Protocol):
 
     ``name`` (``local``, ``anthropic``, ``openai``...) and ``model_id`` (the model fingerprint or
     provider model name) are part of the semantic cache's partition key. A backend whose answers
-    may be blended (the local engine) also has ``blend_setting``: the name of the blend setting it
-    answers at, ``None`` for exact prefill (absent: never blended); a stored blended answer is served
-    only to a request at the same setting (:func:`ragcache.provenance.may_serve`).
+    may be blended (the local engine) is also :class:`Blending`: its ``blend_setting`` is the
+    name of the blend setting it answers at, ``None`` for exact prefill (absent: never blended); a stored
+    blended answer is served only to a request at the same setting (:func:`ragcache.provenance.may_serve`).
 
     ``tenant`` is part of the contract: every entry point passes the request's tenant (its namespace,
     ``None`` or :data:`DEFAULT_TENANT` for the default one) and every backend takes it. A backend with
@@ -288,5 +288,21 @@ class AsyncBackend(Protocol):
                         tenant: str | None = None) -> BackendResult: ...
 
 
-__all__ = ["AsyncBackend", "Backend", "BackendResult", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
+@runtime_checkable
+class Blending(Protocol):
+    """A backend or chat model whose answers may be blended (CacheBlend chunk KV with selective
+    recomputation). The optional part of :class:`Backend`: the local engine's
+    :class:`~ragcache.engine.backend.LocalBackend`, ``ragcache ask``'s lazy local model, the LlamaIndex
+    backend and LangChain's ``ChatRagCache`` are ones; whatever is not one never blends (its setting is
+    ``None``). An answer path reads :attr:`blend_setting` only for a stored blended answer, which it serves
+    only to a request at the same setting (:func:`ragcache.provenance.may_serve`)."""
+
+    @property
+    def blend_setting(self) -> str | None:
+        """The name of the blend setting this answers at (e.g. ``"infoflow r=0.15"``); ``None``: exact
+        prefill."""
+        ...
+
+
+__all__ = ["AsyncBackend", "Backend", "BackendResult", "Blending", "CacheUsage", "DEFAULT_TENANT", "FINISH_REASONS", "FinishReason", "LAYERS", "Layer", "model_with_fields",
            "provider_layer"]

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragcache.backend import CacheUsage
+
 MODES = ("off", "prometheus", "otel")
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TOKEN_KINDS = ("prompt_tokens", "reused", "computed", "recomputed", "cache_read", "cache_write", "completion_tokens")
@@ -90,13 +92,25 @@ class CacheMetrics:
             self._o_lookups.add(1, {"outcome": outcome})
             self._o_lookup_s.record(seconds)
 
-    def request(self, layer: str, usage: Any = None, ttft_s: float | None = None) -> None:
+    def request(self, layer: str, usage: CacheUsage | None = None, ttft_s: float | None = None) -> None:
         """One answered request: the layer that served it, its :class:`~ragcache.backend.CacheUsage`
-        (``None`` for none) and its TTFT in seconds."""
+        (``None`` for none) and its TTFT in seconds.
+
+        Raises:
+            TypeError: with metrics on, ``usage`` not a ``CacheUsage`` (map a provider's usage with its row's
+                ``usage_of``, :mod:`ragcache.providers.table`).
+        """
         if self.mode == "off":
             return
-        counts = {k: int(getattr(usage, k, 0) or 0) for k in _TOKEN_KINDS} if usage is not None else {}
-        costs = {"actual": getattr(usage, "cost_usd", None), "uncached": getattr(usage, "uncached_cost_usd", None)}
+        counts: dict[str, int] = {}
+        costs: dict[str, float | None] = {}
+        if usage is not None:
+            if not isinstance(usage, CacheUsage):
+                raise TypeError(f"usage must be a ragcache CacheUsage or None, got {type(usage).__name__}: map a "
+                                "provider's usage with ragcache.providers.table.usage_of(provider, usage)")
+            fields = usage.to_dict()
+            counts = {k: int(fields[k]) for k in _TOKEN_KINDS}
+            costs = {"actual": usage.cost_usd, "uncached": usage.uncached_cost_usd}
         if self.mode == "prometheus":
             self._requests.labels(layer).inc()
             for k, n in counts.items():

@@ -17,11 +17,11 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ragcache.answering import CACHE_TRUNCATED, DEFAULT_LOOKUP_TIMEOUT_S, Answer, AnswerPath, Sampling
 from ragcache.config import Config
-from ragcache.backend import AsyncBackend, Backend, BackendResult
+from ragcache.backend import AsyncBackend, Backend, BackendResult, Blending
 from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.request import CacheRequest, cache_request
 from ragcache.text_checks import checked_question
@@ -38,6 +38,50 @@ DEFAULT_SYSTEM = (
 Request = CacheRequest
 """The prepared request of :meth:`RagCache.prepare`: the same class as :class:`ragcache.request.CacheRequest`
 (the one request shape of every entry point), under its earlier name."""
+
+
+@runtime_checkable
+class _Generates(Protocol):
+    """A backend's blocking call (:meth:`ragcache.backend.Backend.generate`): with it, or with an async
+    :class:`~ragcache.backend.AsyncBackend`'s ``agenerate``, an object can answer a request."""
+
+    def generate(self, layout: PromptLayout, *, max_new_tokens: int, temperature: float,
+                 tenant: str | None = None) -> BackendResult: ...
+
+
+@runtime_checkable
+class _Named(Protocol):
+    """A backend's ``name`` (:attr:`ragcache.backend.Backend.name`), part of the partition key."""
+
+    name: str
+
+
+@runtime_checkable
+class _Identified(Protocol):
+    """A backend's ``model_id`` (:attr:`ragcache.backend.Backend.model_id`), part of the partition key."""
+
+    @property
+    def model_id(self) -> str: ...
+
+
+def _check_backend(backend: object) -> None:
+    """Refuse what :class:`RagCache` cannot call or key, once, where the user passes it.
+
+    Raises:
+        TypeError: ``backend`` has neither ``generate()`` nor ``agenerate()``, or its ``name`` / ``model_id``
+            is missing or not a str. ValueError: an empty ``name`` / ``model_id``.
+    """
+    if not isinstance(backend, (_Generates, AsyncBackend)):
+        raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
+                        f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
+                        "AnthropicBackend / OpenAIBackend")
+    keys = (("name", backend.name if isinstance(backend, _Named) else None),
+            ("model_id", backend.model_id if isinstance(backend, _Identified) else None))
+    for attr, value in keys:  # both go into the semantic cache's partition key
+        if not isinstance(value, str) or not value:
+            raise (ValueError if isinstance(value, str) else TypeError)(
+                f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} (the provider name "
+                "and model id key the semantic cache, so that one model's answers are never served for another's)")
 
 
 class RagCache:
@@ -97,20 +141,14 @@ class RagCache:
                  cache_truncated: bool = CACHE_TRUNCATED, single_flight: bool = True, flight_timeout_s: float = 60.0,
                  config: Config | None = None, cache_sampled: bool = False,
                  lookup_timeout_s: float | None = DEFAULT_LOOKUP_TIMEOUT_S) -> None:
-        if not callable(getattr(backend, "generate", None)) and not callable(getattr(backend, "agenerate", None)):
-            raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
-                             f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
-                             "AnthropicBackend / OpenAIBackend")
-        for attr in ("name", "model_id"):  # both go into the semantic cache's partition key
-            if not isinstance(getattr(backend, attr, None), str) or not getattr(backend, attr):
-                raise (ValueError if isinstance(getattr(backend, attr, None), str) else TypeError)(f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} "
-                                 "(the provider name and model id key the semantic cache, so that one model's "
-                                 "answers are never served for another's)")
+        _check_backend(backend)
         if isinstance(semantic, str) and semantic == "default":
             from ragcache.semantic.defaults import default_cache
 
             semantic = default_cache(config=Config.from_env() if config is None else config)
-        if semantic is not None and not all(callable(getattr(semantic, m, None)) for m in ("lookup", "store")):
+        from ragcache.semantic.answer_cache import AnswerCache
+
+        if semantic is not None and not isinstance(semantic, AnswerCache):
             raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
                              f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
         self.backend = backend
@@ -229,11 +267,11 @@ class RagCache:
 
     # -- step 4 ----------------------------------------------------------------------------------
     def blend_setting(self) -> str | None:
-        """The blend setting the backend answers at (``backend.blend_setting``; ``None``: exact prefill,
-        or a backend that never blends). The answer path serves a stored blended answer only to a
-        request at that setting; passed to it as this method, so it is read only for such an answer
-        (a lazily loaded model stays unloaded on a hit)."""
-        return getattr(self.backend, "blend_setting", None)
+        """The blend setting the backend answers at (``backend.blend_setting`` of a
+        :class:`~ragcache.backend.Blending`; ``None``: exact prefill, or a backend that never blends).
+        The answer path serves a stored blended answer only to a request at that setting; passed to it as
+        this method, so it is read only for such an answer (a lazily loaded model stays unloaded on a hit)."""
+        return self.backend.blend_setting if isinstance(self.backend, Blending) else None
 
     @property
     def model(self) -> str:

@@ -51,7 +51,7 @@ class ScriptedChat(BaseChatModel):
         return {"model_name": "scripted-1", "max_tokens": 64}
 
     @property
-    def blend_setting(self) -> str | None:  # as ChatRagCache declares it (the middleware reads it)
+    def blend_setting(self) -> str | None:  # ragcache.backend.Blending, as ChatRagCache (the middleware reads it)
         return self.backend.blend_setting
 
     def _generate(self, messages: list, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:

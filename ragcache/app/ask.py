@@ -30,7 +30,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 from rich.console import Console
@@ -49,11 +49,16 @@ from ragcache.app.runtime import (
     query_embedder,
     setting_name,
 )
+from ragcache.app.runtime import LazyLocalBackend as _LazyLocal  # the class, for isinstance (tests replace the name above)
+from ragcache.backend import Backend
 from ragcache.config import Config
 from ragcache.hashing import hash_value
 from ragcache.home import writable
 from ragcache.pipeline import DEFAULT_SYSTEM, Answer, RagCache
 from ragcache.text_checks import checked_question
+
+if TYPE_CHECKING:
+    from ragcache.engine.engine import LocalEngine
 
 log = logging.getLogger("ragcache.ask")
 
@@ -231,7 +236,7 @@ def _index(cfg: Config, folder: Any, emb: Any, embedder: str | None, console: Co
     return read_only, retriever, removed
 
 
-def _backend(cfg: Config, backend: str, model: str | None) -> Any:
+def _backend(cfg: Config, backend: str, model: str | None) -> Backend:
     """The backend that answers a miss: the local engine, loaded on first use, or a provider's API."""
     if backend != "local":
         return provider_backend(backend, model)
@@ -244,7 +249,7 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         top_k: int | None = None, max_new_tokens: int | None = None, system: str | None = None,
         threshold: float | None = None, lookup: bool = True, store: bool = True, cache_truncated: bool = CACHE_TRUNCATED,
         console: Console | None = None, quiet: bool = False, flight_timeout_s: float = 600.0,
-        backend: str = "local", llm: Any = None, stored_retrieval: bool = True) -> AskResult:
+        backend: str = "local", llm: Backend | None = None, stored_retrieval: bool = True) -> AskResult:
     """Answer ``question`` over the ``.txt`` / ``.md`` files under ``docs``.
 
     Args:
@@ -301,8 +306,8 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
     finally:
         rag.path.guard("close", rag.semantic.close)  # a failing cache does not cost the answer printed
     timings["command_s"] = time.perf_counter() - t0  # whole command; the answer's total_s is its own
-    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, bool(getattr(llm, "loaded", False)),
-                    reasons, timings)
+    loaded = isinstance(llm, _LazyLocal) and llm.loaded  # a provider or your own backend: no model loaded here
+    out = AskResult(a, hits, skipped, retriever.embedded, retriever.reused, loaded, reasons, timings)
     out.skipped_bytes = folder.skipped_bytes
     out.ignored = dict(folder.ignored)
     out.linked_folders = list(folder.linked_folders)
@@ -312,10 +317,24 @@ def ask(question: str, docs: str | Path, *, cfg: Config, model: str | None = Non
         out.retrieved_for, out.own_sources = via.stored_question, via.own
     if not quiet:
         print_answer(console, out)
-    engine = getattr(llm, "engine", None) if getattr(llm, "loaded", False) else None  # a provider has no engine
-    if hasattr(engine, "drain_chunk_queue"):  # the chunk queue's work (sightings, admitted chunks) before exiting
+    engine = _local_engine(llm) if loaded else None  # loaded already: this loads nothing
+    if engine is not None:  # the chunk queue's work (sightings, admitted chunks) before exiting
         engine.drain_chunk_queue(EXIT_DRAIN_S)
     return out
+
+
+def _local_engine(backend: Backend) -> LocalEngine | None:
+    """The :class:`~ragcache.engine.engine.LocalEngine` answering for ``backend``: a
+    :class:`~ragcache.engine.backend.LocalBackend`'s, or a :class:`~ragcache.app.runtime.LazyLocalBackend`'s
+    (loaded by this call when it was not); ``None`` for a provider or any other backend."""
+    from ragcache.engine.backend import LocalBackend  # no torch: the engine's module is imported below, once loaded
+
+    if not isinstance(backend, (LocalBackend, _LazyLocal)):
+        return None
+    engine = backend.engine
+    from ragcache.engine.engine import LocalEngine
+
+    return engine if isinstance(engine, LocalEngine) else None
 
 
 def _say_cut(part: Any, console: Console, quiet: bool) -> None:
@@ -361,15 +380,16 @@ COMFORTABLE_QUESTION_TOKENS = 1024
 cached KV, so the model computes every one of its tokens on each miss before the first answer token."""
 
 
-def long_question_note(engine: Any, question: str) -> str | None:
+def long_question_note(engine: LocalEngine, question: str) -> str | None:
     """A warning for a question over :data:`COMFORTABLE_QUESTION_TOKENS` tokens of ``engine``'s tokenizer
-    (or over half its context window), with its token count; ``None`` below."""
+    (or over half its context window, :attr:`~ragcache.engine.engine.LocalEngine.context_window`), with its
+    token count; ``None`` below."""
     n = engine.count_tokens(question)
-    window = getattr(engine, "context_window", None)
-    limit = min(COMFORTABLE_QUESTION_TOKENS, window // 2) if isinstance(window, int) else COMFORTABLE_QUESTION_TOKENS
+    window = engine.context_window  # tokens; UNKNOWN_CONTEXT_WINDOW (huge) when the config states none
+    limit = min(COMFORTABLE_QUESTION_TOKENS, window // 2)
     if n <= limit:
         return None
-    of = f" of its {window:,}-token context" if isinstance(window, int) and window < 1 << 40 else ""
+    of = f" of its {window:,}-token context" if window < 1 << 40 else ""
     return (f"the question is {n:,} tokens for the model (more than {limit:,}{of}): it computes every one before "
             "the first answer token, so this answer is slow; put a long text in a note under --docs and ask about it")
 
@@ -377,11 +397,11 @@ def long_question_note(engine: Any, question: str) -> str | None:
 def _generate(rag: RagCache, req: Any, console: Console | None, question: str = "") -> Any:
     """The model's answer; a question too long for the local model to answer quickly is warned about
     first (:func:`long_question_note`, logged; on stderr unless ``console`` is ``None``)."""
-    local = getattr(rag.backend, "name", None) == "local"
+    local = rag.backend.name == "local"
 
     def run() -> Any:
-        engine = getattr(rag.backend, "engine", None) if local else None  # loaded here to answer anyway
-        if engine is not None and callable(getattr(engine, "count_tokens", None)):
+        engine = _local_engine(rag.backend) if local else None  # loaded here to answer anyway
+        if engine is not None:
             note = long_question_note(engine, question)
             if note:
                 log.info("%s", note)
@@ -391,7 +411,7 @@ def _generate(rag: RagCache, req: Any, console: Console | None, question: str = 
 
     if console is None:
         return run()
-    with console.status("loading the model and answering" if local else f"asking {getattr(rag.backend, 'name', 'the model')}"):
+    with console.status("loading the model and answering" if local else f"asking {rag.backend.name}"):
         return run()
 
 

@@ -15,6 +15,7 @@ from ragcache.backend import BackendResult
 from ragcache.config import Config, setting_source
 
 if TYPE_CHECKING:
+    from ragcache.engine.engine import LocalEngine
     from ragcache.prompt.layout import PromptLayout
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,9 @@ class LazyLocalBackend:
         return self._backend
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> LocalEngine:
+        """The loaded engine (the factory's :class:`~ragcache.engine.engine.LocalEngine`); loads the model when
+        it is not (:attr:`loaded` says whether it is, without loading it)."""
         return self._load().engine
 
     @property

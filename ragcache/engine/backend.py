@@ -44,7 +44,7 @@ class LocalBackend:
     """The local transformers engine as a backend.
 
     Args:
-        engine: a :class:`ragcache.engine.engine.LocalEngine`.
+        engine: a :class:`ragcache.engine.engine.LocalEngine` (a ``TypeError`` names the fix for anything else).
         **options: fields of every :class:`~ragcache.engine.request.EngineRequest` it sends (``stop``,
             ``recompute_ratio``, ``use_chunk_cache``...).
     """
@@ -52,7 +52,9 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, engine: LocalEngine, **options: Any) -> None:
-        if not callable(getattr(engine, "generate", None)) or not hasattr(engine, "answer_identity"):
+        from ragcache.engine.engine import LocalEngine
+
+        if not isinstance(engine, LocalEngine):
             raise TypeError(f"LocalBackend needs a LocalEngine, got {type(engine).__name__}: "
                              "LocalBackend(LocalEngine.from_pretrained())")
         self.engine = engine
@@ -66,8 +68,8 @@ class LocalBackend:
         (``template_date``; for ``"live"``, today's date): a date that reaches the model is in the key."""
         from ragcache.engine.prompt import resolve_template_date
 
-        digest = getattr(self.engine, "answer_identity", None) or self.engine.fingerprint.digest
-        setting = getattr(self.engine, "template_date", None)
+        digest = self.engine.answer_identity
+        setting = self.engine.template_date
         if setting is None:
             return digest
         pinned = resolve_template_date(setting)

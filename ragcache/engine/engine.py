@@ -100,7 +100,7 @@ class LocalEngine(EngineKeys):
                  chunk_cache: ChunkCache | None = None, **settings: Any) -> None:
         from ragcache.engine.blend.calibration import Calibration, model_calibration
 
-        if not all(hasattr(loaded, a) for a in ("model", "tokenizer", "fingerprint")):
+        if not isinstance(loaded, LoadedModel):
             raise TypeError(f"LocalEngine takes a LoadedModel, got {type(loaded).__name__}: to load a model by name "
                              "or folder use LocalEngine.from_pretrained('HuggingFaceTB/SmolLM2-135M-Instruct' | path)")
         cfg = self.config = EngineConfig.of(config, **settings)
@@ -280,7 +280,7 @@ class LocalEngine(EngineKeys):
         t0 = time.perf_counter()
         salt, fp = self._prefix_salt(tenant, n), self.fingerprint.digest
         limit = n - 1 if prefix_limit is None else max(0, min(n - 1, prefix_limit))
-        match = self.prefix_cache.match(ids, namespace=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
+        match = self.prefix_cache.match(ids, salt=salt, max_tokens=limit, fingerprint=fp) if use_prefix_cache else None
         missed: list[list[int]] = []
         try:
             p = match.num_tokens if match else 0
@@ -320,7 +320,7 @@ class LocalEngine(EngineKeys):
                 self.prefix_cache.release(match)
         if use_prefix_cache:
             keys, values = kv.cache_tensors(cache)
-            self.prefix_cache.insert(ids, keys, values, namespace=salt, upto=exact_upto, fingerprint=fp,
+            self.prefix_cache.insert(ids, keys, values, salt=salt, upto=exact_upto, fingerprint=fp,
                                      known=match.hashes if match is not None else ())
         stats.prefill_s = time.perf_counter() - t0
         if store_missed_chunks:
@@ -389,7 +389,7 @@ class LocalEngine(EngineKeys):
         system text for every document (:data:`~ragcache.engine.chunk.bound.SinkKV`)."""
         if len(view.sink) < self.prefix_cache.block_size or self.kv_reuse_blocker or self.rope_switch is not None:
             return None
-        match = self.prefix_cache.match(view.sink, namespace=view.salt, fingerprint=view.fingerprint)
+        match = self.prefix_cache.match(view.sink, salt=view.salt, fingerprint=view.fingerprint)
         try:
             pieces = self.prefix_cache.pieces(match)
             return None if pieces is None else (self._start_cache(pieces, capacity), match.num_tokens)
@@ -641,7 +641,7 @@ class LocalEngine(EngineKeys):
                 # Multi-turn reuse: the answer's KV (all but the last token, whose KV is never computed);
                 # not an answer whose decode crossed a RoPE switch (its KV mixes two tables).
                 keys, values = kv.cache_tensors(cache)
-                self.prefix_cache.insert(seq, keys, values, namespace=self._prefix_salt(tenant, len(seq)),
+                self.prefix_cache.insert(seq, keys, values, salt=self._prefix_salt(tenant, len(seq)),
                                          upto=len(seq), fingerprint=self.fingerprint.digest)
             stats.chunk_store_s = self.queue_chunks(pre.missed_docs, pre.chunk_view, tenant=tenant)
         yield StreamEvent("", None, Generation(res.text, out, stats, first_logits), stats)

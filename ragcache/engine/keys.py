@@ -93,6 +93,7 @@ def kv_salt(engine_namespace: str | None, tenant: str | None, *, share: bool = F
     return "tenant:" + sha256_hex(b"ragcache-kv-tenant-v1", encode(engine_namespace), encode(own))
 
 
+
 class EngineKeys:
     """The keys of a local engine's caches and answers (mixed into :class:`~ragcache.engine.engine.LocalEngine`,
     which sets ``_loaded_fingerprint``, ``tokenizer``, ``model``, ``namespace``, ``config``, ``chunk_cache``)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ragcache.engine.engine_config import EngineConfig
     from ragcache.home import Home
     from ragcache.identity import ModelFingerprint
 
@@ -68,7 +69,7 @@ class PredictedEngine:
         self.home = home
         self.chunk_cache = True if chunk_cache else None
         self._settings = {"recompute_ratio": recompute_ratio, "rank_by": rank_by, "home": home}
-        self._config: Any = None
+        self._config: EngineConfig | None = None
         self._calibration: Any = _UNREAD
 
     @classmethod
@@ -88,7 +89,7 @@ class PredictedEngine:
         return self.fingerprint.digest
 
     @property
-    def config(self) -> Any:
+    def config(self) -> EngineConfig:
         """The :class:`~ragcache.engine.engine_config.EngineConfig` the engine is predicted to have."""
         if self._config is None:
             from ragcache.engine.engine_config import EngineConfig

@@ -82,6 +82,23 @@ def renamed_tenant(tenant: str | None, namespace: str | None, where: str, *, sta
     return namespace
 
 
+def renamed_salt(salt: str | None, namespace: str | None, where: str, *, stacklevel: int = 3) -> str | None:
+    """The KV salt from ``salt=`` or the deprecated ``namespace=`` keyword of ``where`` (the prefix cache's and
+    the chunk cache's per-document methods took the salt under that older name; ``stacklevel``: of the warning,
+    as :func:`warnings.warn`'s, counted from this function).
+
+    Raises:
+        TypeError: both given.
+    """
+    if namespace is None:
+        return salt
+    if salt is not None:
+        raise TypeError(f"{where} got both salt= and namespace=: pass salt= only (namespace= is its old name)")
+    warnings.warn(f"{where}(namespace=...) is deprecated: the KV salt is salt=... (docs/design/keys.md, glossary)",
+                  DeprecationWarning, stacklevel=stacklevel)
+    return namespace
+
+
 def engine_request(prompt: EngineRequest | PromptSource, options: Mapping[str, Any], where: str, *,
                    stacklevel: int = 4) -> EngineRequest:
     """The :class:`EngineRequest` of the engine's keyword form: ``prompt`` with ``options`` (the
@@ -107,4 +124,4 @@ def engine_request(prompt: EngineRequest | PromptSource, options: Mapping[str, A
     return EngineRequest(prompt, **opts)
 
 
-__all__ = ["OPTIONS", "EngineRequest", "engine_request", "renamed_tenant"]
+__all__ = ["OPTIONS", "EngineRequest", "engine_request", "renamed_salt", "renamed_tenant"]

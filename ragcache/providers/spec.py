@@ -9,8 +9,10 @@ on a provider's name:
 
 - ``usage``: its usage dialect, a function from the native usage object to :class:`UsageCounts`
   (``None``: the provider reports no usage ragcache can read);
-- ``finish_reasons``: its native end reasons in ragcache's words (:data:`ragcache.backend.FinishReason`);
-- ``unset_temperature``: what a request without a temperature means;
+- ``finish_reasons``: its native end reasons in ragcache's words (:data:`ragcache.backend.FinishReason`), and
+  back (:meth:`Provider.native_finish`: what a server speaking its API reports);
+- ``unset_temperature``: what a request without a temperature means (also the default of a server
+  speaking its API);
 - ``prompt_caching``: how its prompt cache is addressed (:data:`PromptCaching`);
 - how the frameworks name it: LangChain ``_llm_type`` values and class names, LlamaIndex classes.
 
@@ -74,22 +76,28 @@ class Provider:
             several spellings lower-case them). A value not listed is ``incomplete``: never stored.
         finish_field: the response field holding the native end reason (``stop_reason``,
             ``finish_reason``, ``done_reason``), ``None`` when unknown.
+        stop_sequence_reason: the native end reason of an answer that one of the request's stop sequences
+            ended, when the provider tells it from a plain end (Anthropic: ``stop_sequence``); ``None``: the
+            plain end's (:meth:`native_finish`). Listed in ``finish_reasons`` as ``stop``.
         unset_temperature: what a request without a temperature means (1.0: the API samples; 0.0:
-            greedy, as ragcache's local engine).
+            greedy, as ragcache's local engine); the default temperature of ragcache's servers that speak
+            the provider's API (:mod:`ragcache.server.anthropic`, :mod:`ragcache.server.openai`).
         prompt_caching: how its prompt cache is addressed (:data:`PromptCaching`).
         langchain_types: the LangChain ``_llm_type`` values of its chat / completion models.
         langchain_classes: LangChain class names of its models (read when ``_llm_type`` is not set).
         llama_index_classes: LlamaIndex LLM classes, ``"module:Class"``; subclasses match too.
 
     Raises:
-        ValueError: an empty name, a finish reason not in :data:`ragcache.backend.FINISH_REASONS`, a negative or
-            non-numeric ``unset_temperature``, an unknown ``prompt_caching``.
+        ValueError: an empty name, a finish reason not in :data:`ragcache.backend.FINISH_REASONS`, a
+            ``stop_sequence_reason`` not listed as ``stop``, a negative or non-numeric ``unset_temperature``, an
+            unknown ``prompt_caching``.
     """
 
     name: str
     usage: UsageDialect | None = None
     finish_reasons: Mapping[str, FinishReason] = field(default_factory=dict)
     finish_field: str | None = None
+    stop_sequence_reason: str | None = None
     unset_temperature: float = 1.0
     prompt_caching: PromptCaching = "none"
     langchain_types: frozenset[str] = frozenset()
@@ -103,6 +111,9 @@ class Provider:
         if bad:
             raise ValueError(f"provider {self.name!r}: finish reasons {bad} are not ragcache's words; "
                              f"map each native value to one of {', '.join(FINISH_REASONS)}")
+        if self.stop_sequence_reason is not None and self.finish_reasons.get(self.stop_sequence_reason) != "stop":
+            raise ValueError(f"provider {self.name!r}: stop_sequence_reason {self.stop_sequence_reason!r} must be "
+                             "one of its finish_reasons mapped to 'stop' (add it there, or leave it None)")
         t = self.unset_temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not t >= 0:
             raise ValueError(f"provider {self.name!r}: unset_temperature must be a number >= 0, got {t!r}")
@@ -113,6 +124,24 @@ class Provider:
     def finish_reason(self, native: Any) -> FinishReason:
         """:attr:`finish_reasons` of a native end reason (``None``, not a string, or not listed: ``incomplete``)."""
         return self.finish_reasons.get(native, "incomplete") if isinstance(native, str) else "incomplete"
+
+    def native_finish(self, reason: FinishReason, *, stop_sequence: bool = False) -> str:
+        """The native end reason a server speaking this provider's API reports for ragcache's ``reason``: the
+        inverse of :attr:`finish_reasons`, the first native value listed for it (a row lists its plain
+        spelling first: Anthropic's ``end_turn`` before ``stop_sequence``); :attr:`stop_sequence_reason`
+        instead for a ``stop`` that one of the request's stop sequences made (``stop_sequence=True``), when
+        the row has one.
+
+        Raises:
+            ValueError: the row lists no native value for ``reason`` (the provider cannot say it).
+        """
+        if stop_sequence and reason == "stop" and self.stop_sequence_reason is not None:
+            return self.stop_sequence_reason
+        native = next((k for k, v in self.finish_reasons.items() if v == reason), None)
+        if native is None:
+            raise ValueError(f"provider {self.name!r} has no native end reason for {reason!r}; its row's "
+                             f"finish_reasons list {sorted(set(self.finish_reasons.values()))}")
+        return native
 
     def read_usage(self, usage: Any) -> UsageCounts:
         """The counts of a native usage object by this provider's dialect (no dialect: all zeros)."""

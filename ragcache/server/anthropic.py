@@ -31,7 +31,8 @@ folded into the prefix hashes where the messages start, as ``tool_choice`` is:
 after a change the API reads from cache only the tools and system part and
 writes the messages again, and so does this server.
 
-The engine needs ``count_tokens(text) -> int``, ``tokenizer.decode``,
+The engine is a :class:`~ragcache.engine.interface.ServedEngine` (a :class:`~ragcache.engine.engine.LocalEngine`):
+``count_tokens(text) -> int``, ``tokenizer.decode``, ``context_window``,
 ``build_prompt(messages).input_ids`` and ``astream(request)`` of an
 :class:`~ragcache.engine.request.EngineRequest` (the messages, ``max_new_tokens``, ``temperature``,
 ``stop``, ``prefix_limit`` and the caller's ``tenant``) whose events carry the request's ``stats`` and whose last carries a ``Generation``.
@@ -58,7 +59,9 @@ from ragcache.providers.anthropic.blocks import (
     thinking_setting,
 )
 from ragcache.providers.anthropic.pricing import PRICES, model_family
+from ragcache.providers.anthropic.provider import ANTHROPIC
 from ragcache.server.auth import kv_namespace, tenant_of
+from ragcache.engine.interface import ServedEngine, served_engine
 from ragcache.engine.records import ContextWindowError
 from ragcache.engine.request import EngineRequest
 from ragcache.server.cache_rules import CacheOutcome, ProviderPromptCache
@@ -182,7 +185,7 @@ def _check_params(body: Any) -> None:
         raise RequestError(f"max_tokens: Input should be a valid integer, got {type(mt).__name__} {mt!r}")
     if mt < 1:
         raise RequestError(f"max_tokens: Input should be greater than or equal to 1, got {mt}")
-    t = body.get("temperature", 1.0)
+    t = body.get("temperature", ANTHROPIC.unset_temperature)
     if not isinstance(t, int | float) or isinstance(t, bool) or not 0.0 <= t <= 1.0:
         raise RequestError("temperature: Input should be a number between 0 and 1")
     stops = body.get("stop_sequences", [])
@@ -212,7 +215,8 @@ class AnthropicLocalServer:
     """The Starlette app (:attr:`app`) around an engine and a :class:`ProviderPromptCache`.
 
     Args:
-        engine: a LocalEngine (or any object with the API in the module docstring).
+        engine: a LocalEngine, or any :class:`~ragcache.engine.interface.ServedEngine` (the module docstring says
+            what this server reads of it).
         models: the local model ids requests may name (case-insensitively); Claude model ids whose
             caching rules this server emulates (:data:`ragcache.providers.anthropic.pricing.PRICES` families)
             are accepted too. Any other name gets the API's 404 ``not_found_error``.
@@ -223,12 +227,15 @@ class AnthropicLocalServer:
             :func:`ragcache.server.auth.kv_namespace` for the risk). Usage stays per tenant.
         min_tokens: minimum cacheable length overrides (int for all models, or by family).
         clock: seconds, for cache TTLs (tests pass a fake clock).
+
+    Raises:
+        TypeError: ``engine`` is not a :class:`~ragcache.engine.interface.ServedEngine`.
     """
 
-    def __init__(self, engine: Any, *, models: Sequence[str] = (), tenant_header: str | None = None,
+    def __init__(self, engine: ServedEngine, *, models: Sequence[str] = (), tenant_header: str | None = None,
                  min_tokens: Mapping[str, int] | int | None = None,
                  clock: Callable[[], float] = time.monotonic, share_kv_across_namespaces: bool = False) -> None:
-        self.engine = engine
+        self.engine = served_engine(engine, "AnthropicLocalServer")
         self.models = tuple(models)
         self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.cache = ProviderPromptCache(min_tokens=min_tokens, clock=clock)
@@ -278,7 +285,7 @@ class AnthropicLocalServer:
             tenant = tenant_of(request.headers, tenant_header=self.tenant_header)
         except PermissionError as e:
             return anthropic_error(400, "invalid_request_error", str(e))
-        limit = int(getattr(self.engine, "context_window", 1 << 30))
+        limit = self.engine.context_window
         if body["max_tokens"] > limit:  # the real API's words for a budget over the model's output limit
             return anthropic_error(400, "invalid_request_error", f"max_tokens: {body['max_tokens']} > {limit}, which "
                                    f"is the maximum allowed number of output tokens for {model}")
@@ -294,7 +301,8 @@ class AnthropicLocalServer:
         except ValueError as e:
             return anthropic_error(400, "invalid_request_error", self._words(e, body["max_tokens"]))
         run = EngineRequest(messages, max_new_tokens=body["max_tokens"],
-                            temperature=float(body.get("temperature", 1.0)), stop=body.get("stop_sequences") or None,
+                            temperature=float(body.get("temperature", ANTHROPIC.unset_temperature)),
+                            stop=body.get("stop_sequences") or None,
                             tenant=kv_namespace(tenant, share=self.share_kv), prefix_limit=prefix_limit)
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         events = self._run(run)
@@ -360,19 +368,22 @@ class AnthropicLocalServer:
         """The API's words for an engine error (a prompt that does not fit names no engine knob)."""
         if not isinstance(e, ContextWindowError):
             return str(e)
-        n, limit = prompt_tokens_in(str(e)), int(getattr(self.engine, "context_window", 0))
+        n, limit = prompt_tokens_in(str(e)), self.engine.context_window
         return (f"prompt is too long: {n} tokens + max_tokens {max_tokens} > {limit} maximum" if n is not None
                 and max_tokens is not None else f"prompt is too long for the context window of {limit} tokens")
 
     def _stop(self, gen: Any, stops: list[str] | None) -> tuple[str, str | None]:
+        """``(stop_reason, stop_sequence)`` of an answer in the API's words, read from its provider row
+        (:meth:`ragcache.providers.spec.Provider.native_finish`: ``max_tokens``, ``stop_sequence`` with the
+        sequence that ended it, else ``end_turn``)."""
         if gen.stats.finish_reason == "length":
-            return "max_tokens", None
+            return ANTHROPIC.native_finish("length"), None
         if stops:
             full = self.engine.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             hits = sorted((full.find(s), s) for s in stops if s in full)
             if hits:
-                return "stop_sequence", hits[0][1]
-        return "end_turn", None
+                return ANTHROPIC.native_finish("stop", stop_sequence=True), hits[0][1]
+        return ANTHROPIC.native_finish("stop"), None
 
     async def _sse(self, first: Any, events: AsyncIterator[Any], msg_id: str, model: str, outcome: CacheOutcome,
                    stops: list[str] | None, opened: LocalRecord) -> AsyncIterator[Any]:

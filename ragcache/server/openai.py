@@ -41,8 +41,10 @@ from typing import Any
 
 from ragcache.text_checks import is_blank
 from ragcache.engine.backend import result_of
+from ragcache.engine.interface import ServedEngine, served_engine
 from ragcache.engine.records import ContextWindowError
 from ragcache.engine.request import EngineRequest
+from ragcache.providers.openai.provider import OPENAI
 from ragcache.server.auth import kv_namespace, tenant_of
 from ragcache.server.record import LocalRecord
 from ragcache.server.disconnect import ClientGone, while_connected
@@ -87,11 +89,11 @@ def error_response(status: int, message: str, *, param: str | None = None, code:
                         status_code=status)
 
 
-def default_model_id(engine: Any) -> str:
+def default_model_id(engine: ServedEngine) -> str:
     """The id the engine is served under: the last path part of its model name
     (``SmolLM2-135M-Instruct``), else ``local``."""
-    name = str(getattr(getattr(engine, "fingerprint", None), "name", "") or "")
-    return PurePath(name).name or "local"
+    return PurePath(engine.fingerprint.name or "").name or "local"
+
 
 
 def _text_of(content: Any, where: str, *, parts: bool) -> str | list[dict]:
@@ -224,7 +226,7 @@ def parse_request(body: Any, served: Sequence[str], *, default_max_tokens: int) 
         raise OpenAIRequestError("stream_options must be an object", param="stream_options")
     seed = _int(body, "seed", low=-(1 << 63))
     kwargs = {"max_new_tokens": mct or mt or default_max_tokens,
-              "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+              "temperature": _number(body, "temperature", OPENAI.unset_temperature, 0.0, 2.0),
               "top_p": _number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
               "stop": [s for s in stops or [] if s] or None,
               "seed": seed}
@@ -260,7 +262,8 @@ class OpenAILocalServer:
     """The OpenAI-compatible routes (:attr:`routes`) around a local engine.
 
     Args:
-        engine: a :class:`~ragcache.engine.engine.LocalEngine` (needs ``astream``, ``fingerprint``).
+        engine: a :class:`~ragcache.engine.engine.LocalEngine`, or any
+            :class:`~ragcache.engine.interface.ServedEngine` (what this server reads of it).
         models: the model ids requests may name (all answered by ``engine``); default: one id,
             :func:`default_model_id`. Give aliases (``["gpt-4o-mini"]``) for clients with a fixed name.
         default_max_tokens: the decode budget when a request gives neither ``max_tokens`` nor
@@ -273,11 +276,12 @@ class OpenAILocalServer:
 
     Raises:
         ValueError: an empty ``models`` list or ``default_max_tokens < 1``.
+        TypeError: ``engine`` is not a :class:`~ragcache.engine.interface.ServedEngine`.
     """
 
-    def __init__(self, engine: Any, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
+    def __init__(self, engine: ServedEngine, *, models: Sequence[str] | None = None, default_max_tokens: int = 256,
                  tenant_header: str | None = None, share_kv_across_namespaces: bool = False) -> None:
-        self.engine = engine
+        self.engine = served_engine(engine, "OpenAILocalServer")
         self.tenant_header, self.share_kv = tenant_header, share_kv_across_namespaces
         self.models = tuple(models) if models is not None else (default_model_id(engine),)
         if not self.models or not all(isinstance(m, str) and m for m in self.models):
@@ -285,7 +289,7 @@ class OpenAILocalServer:
         if default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be >= 1, got {default_max_tokens}")
         self.default_max_tokens = default_max_tokens
-        digest = getattr(getattr(engine, "fingerprint", None), "digest", "") or ""
+        digest = self.engine.fingerprint.digest
         self.system_fingerprint = f"ragcache-{digest[:12]}" if digest else "ragcache"
         self.routes = [Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                        Route("/v1/models", self.list_models, methods=["GET"])]
@@ -312,7 +316,7 @@ class OpenAILocalServer:
             tenant = kv_namespace(tenant_of(request.headers, tenant_header=self.tenant_header), share=self.share_kv)
         except PermissionError as e:
             return error_response(400, str(e), code="missing_tenant")
-        limit = int(getattr(self.engine, "context_window", 1 << 30))
+        limit = self.engine.context_window
         budget, param = req["kwargs"]["max_new_tokens"], req["budget_param"]
         if budget >= limit:
             return error_response(400, f"{param} is too large: {budget}. This model supports at most {limit - 1} "
@@ -350,7 +354,7 @@ class OpenAILocalServer:
             "id": cid, "object": "chat.completion", "created": int(time.time()), "model": req["model"],
             "system_fingerprint": self.system_fingerprint,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text, "refusal": None},
-                         "logprobs": None, "finish_reason": r.finish_reason}],
+                         "logprobs": None, "finish_reason": OPENAI.native_finish(r.finish_reason)}],
             "usage": record.openai_usage(), "ragcache": record.body(),
         }, headers=record.headers())
 
@@ -386,7 +390,7 @@ class OpenAILocalServer:
             return
         finally:  # also when the client goes away: stops generation within one decode step
             await events.aclose()
-        yield chunk({}, result_of(gen).finish_reason, stats=gen.stats)
+        yield chunk({}, OPENAI.native_finish(result_of(gen).finish_reason), stats=gen.stats)
         if include_usage:
             data = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": req["model"],
                     "system_fingerprint": self.system_fingerprint, "choices": [],

@@ -486,7 +486,7 @@ class AnthropicProxy:
             headers["x-ragcache-sampled"] = "true"
         native = prov.stop_reason if prov is not None else None
         stop_reason = native if native in ANTHROPIC_FINISH and ANTHROPIC_FINISH[native] == hit.finish_reason else \
-            ("max_tokens" if hit.finish_reason == "length" else "end_turn")
+            ANTHROPIC.native_finish("length" if hit.finish_reason == "length" else "stop")
         stop_seq = prov.stop_sequence if prov is not None and stop_reason == "stop_sequence" else None
         content = [dict(b) for b in prov.content] if prov is not None and prov.content else \
             [{"type": "text", "text": hit.text}]

@@ -71,7 +71,6 @@ class ScriptedBackend:
 
     name = "scripted"
     model_id = "scripted-1"
-    loaded = True
 
     def __init__(self, text: str = "Backups run nightly at 02:30 UTC.", finish: str = "stop", delay_s: float = 0.0,
                  approximate: bool = True, recompute_ratio: float | None = 0.15,

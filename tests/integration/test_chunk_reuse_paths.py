@@ -25,7 +25,7 @@ SYSTEMS = ["You answer from the documents." + " Be brief." * k for k in range(8)
 def _match_runs_into_first_doc(engine, msgs):
     prompt = engine.build_prompt(msgs)
     ids, (s, e, _) = prompt.input_ids, prompt.document_spans()[0]
-    m = engine.prefix_cache.match(ids, namespace=engine._prefix_salt(None, len(ids)), max_tokens=len(ids) - 1)
+    m = engine.prefix_cache.match(ids, salt=engine._prefix_salt(None, len(ids)), max_tokens=len(ids) - 1)
     try:
         return s < m.num_tokens < e
     finally:

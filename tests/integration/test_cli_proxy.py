@@ -164,6 +164,14 @@ def test_metrics_modes():
     text = prom.render().decode()
     assert 'ragcache_tokens_total{kind="reused"} 7.0' in text and 'ragcache_tokens_total{kind="recomputed"} 1.0' in text
     assert 'ragcache_tokens_total{kind="computed"} 2.0' in text
+    prom = CacheMetrics("prometheus")
+    prom.request("provider", CacheUsage.provider(input_tokens=4, cache_read=6, cost_usd=0.25, uncached_cost_usd=1.5))
+    text = prom.render().decode()
+    assert 'ragcache_cost_usd_total{kind="actual"} 0.25' in text and 'ragcache_cost_usd_total{kind="uncached"} 1.5' in text
+    assert 'ragcache_tokens_total{kind="cache_read"} 6.0' in text
+    for usage in ({"prompt_tokens": 3}, 3, "usage"):  # a provider's raw usage is mapped by its row first
+        with pytest.raises(TypeError, match="usage must be a ragcache CacheUsage"):
+            prom.request("provider", usage)
     with pytest.raises(ValueError, match="metrics mode"):
         CacheMetrics("statsd")
 

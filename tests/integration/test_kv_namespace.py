@@ -183,5 +183,5 @@ def test_precompute_keys_chunks_under_the_engines_namespace(tiny):
     assert cc.precompute(b, docs, progress=False) == 0  # already there, under b
     assert ask(a).stats.docs_hit == 0
     assert ask(b).stats.docs_hit == 3
-    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, progress=False) == 3  # no namespace
-    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, namespace="a", progress=False) == 0
+    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, progress=False) == 3  # no salt
+    assert cc.precompute(tiny.model, docs, fingerprint=tiny.fingerprint, salt="a", progress=False) == 0

@@ -175,7 +175,7 @@ def test_precomputed_documents_are_chunk_hits_over_the_endpoint(client, engine):
 
     docs = [{**d, "text": d["text"] + " (precomputed edition)"} for d in DOCS]
     tenant = kv_namespace(tenant_of({"authorization": "Bearer local"}))
-    assert engine.chunk_cache.precompute(engine, docs, progress=False, namespace=tenant) == 3
+    assert engine.chunk_cache.precompute(engine, docs, progress=False, tenant=tenant) == 3
     a = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Precomputed desk.", max_new_tokens=2).answer(
         "How long do refunds take?", docs)
     g = engine.generations[-1]

@@ -141,7 +141,7 @@ def test_precomputed_documents_with_control_strings_are_chunk_hits_over_the_open
     for d in docs:
         assert not control_ids(tok).intersection(document_token_ids(tok, d))
     tenant = kv_namespace(tenant_of({"authorization": "Bearer local"}))
-    assert engine.chunk_cache.precompute(engine, docs, progress=False, namespace=tenant) == 3
+    assert engine.chunk_cache.precompute(engine, docs, progress=False, tenant=tenant) == 3
     with openai.OpenAI(base_url=base_url + "/v1", api_key="local", max_retries=0) as client:
         a = RagCache(OpenAIBackend(client, "tiny-llama"), semantic=None, system="Desk.", max_new_tokens=2).answer(
             "How long do refunds take?", docs)

@@ -264,7 +264,7 @@ def test_missing_tenant_header_is_refused_in_each_apis_shape(server_engine):
 def test_precompute_for_a_tenant_serves_that_tenant_only(tiny, ns):
     eng = make(tiny)
     docs = [{"text": d, "id": f"d{i}"} for i, d in enumerate(DOCS)]
-    assert eng.chunk_cache.precompute(eng, docs, namespace=ns, progress=False) == 3
-    assert eng.chunk_cache.precompute(eng, docs, namespace=ns, progress=False) == 0
+    assert eng.chunk_cache.precompute(eng, docs, tenant=ns, progress=False) == 3
+    assert eng.chunk_cache.precompute(eng, docs, tenant=ns, progress=False) == 0
     others = {None: "acme", "default": "acme", "acme": None}
-    assert eng.chunk_cache.precompute(eng, docs, namespace=others[ns], progress=False) == 3  # another tenant's own
+    assert eng.chunk_cache.precompute(eng, docs, tenant=others[ns], progress=False) == 3  # another tenant's own

@@ -141,3 +141,109 @@ def test_every_allowed_module_still_needs_its_exception():
     words = provider_words()
     stale = [rel for rel in ALLOWED if not provider_switches((_ROOT / rel).read_text(encoding="utf-8"), words)]
     assert not stale, f"these modules no longer name a provider; drop them from ALLOWED: {stale}"
+
+
+# -- what a server reports in a provider's words comes from the row -----------------------------------
+def native_end_reasons() -> frozenset[str]:
+    """Every row's native end reasons that are not ragcache's own words (``end_turn``, ``max_tokens``,
+    ``stop_sequence``...): spellings only a provider's API uses."""
+    return frozenset(k for p in rows() for k in p.finish_reasons if k not in FINISH_REASONS)
+
+
+def finish_fields() -> frozenset[str]:
+    """The response fields that hold a native end reason (``stop_reason``, ``finish_reason``...)."""
+    return frozenset(p.finish_field for p in rows() if p.finish_field)
+
+
+def _number(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool)
+
+
+def provider_defaults(source: str, natives: frozenset[str], fields: frozenset[str]) -> list[str]:
+    """``"line: what"`` of each provider fact written out in ``source`` instead of read from its row:
+
+    - a default temperature: a call that names ``"temperature"`` with a number right after it
+      (``body.get("temperature", 1.0)``, ``_number(body, "temperature", 1.0, ...)``): the row's
+      ``unset_temperature``;
+    - a native end reason answered: a provider spelling (``"end_turn"``, ``"max_tokens"``...) returned, or
+      given to a finish field (``{"stop_reason": "end_turn"}``, ``stop_reason = "max_tokens" if ... else ...``):
+      the row's ``native_finish``.
+
+    A ``getattr`` default (what an object without the attribute reads as) is not a provider's fact. The
+    same spellings as request fields (``body["max_tokens"]``) do not count."""
+    out = []
+
+    def spelled(node: ast.AST | None) -> list[str]:
+        if isinstance(node, ast.Tuple):
+            return [s for e in node.elts for s in spelled(e)]
+        if isinstance(node, ast.IfExp):
+            return spelled(node.body) + spelled(node.orelse)
+        return [node.value] if isinstance(node, ast.Constant) and node.value in natives else []
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+            args = node.args
+            for i, a in enumerate(args[:-1]):
+                if isinstance(a, ast.Constant) and a.value == "temperature" and _number(args[i + 1]):
+                    out.append(f"{node.lineno}: a default temperature {args[i + 1].value!r}")
+        elif isinstance(node, ast.Return) or (isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in fields for t in node.targets)):
+            named = spelled(node.value)
+            if named:
+                out.append(f"{node.lineno}: answers a native end reason {named[0]!r}")
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and k.value in fields and spelled(v):
+                    out.append(f"{node.lineno}: answers a native end reason {spelled(v)[0]!r}")
+    return sorted(set(out), key=lambda s: int(s.split(":")[0]))
+
+
+def test_the_defaults_scan_finds_every_form():
+    src = ('"""body.get("temperature", 1.0) in a docstring."""\n'
+           "a = body.get('temperature', 1.0)\n"
+           "b = _number(body, 'temperature', 1.0, 0.0, 2.0)\n"
+           "c = body.get('temperature', ROW.unset_temperature)\n"
+           "def f():\n    return 'max_tokens', None\n"
+           "stop_reason = n if ok else ('max_tokens' if x else 'end_turn')\n"
+           "e = {'stop_reason': 'end_turn', 'max_tokens': 5}\n"
+           "g = body['max_tokens']\n"
+           "h = getattr(llm, 'temperature', 0.0)\n"
+           "i = float(d.get('temperature', 0))\n"
+           "def k():\n    return ROW.native_finish('stop')\n"
+           "m = {'budget_param': 'max_completion_tokens' if y else 'max_tokens'}\n")
+    assert provider_defaults(src, frozenset({"end_turn", "max_tokens"}), frozenset({"stop_reason"})) == [
+        "2: a default temperature 1.0", "3: a default temperature 1.0", "6: answers a native end reason 'max_tokens'",
+        "7: answers a native end reason 'max_tokens'", "8: answers a native end reason 'end_turn'",
+        "11: a default temperature 0"]
+
+
+@pytest.mark.parametrize("root", _PACKAGES, ids=lambda p: p.name)
+def test_no_module_outside_the_providers_writes_out_a_rows_default_or_end_reason(root):
+    """The local servers speak Anthropic's and OpenAI's APIs: their default temperature and the end reasons
+    they report are the rows' (``unset_temperature``, :meth:`~ragcache.providers.spec.Provider.native_finish`),
+    so a server-side copy (``body.get("temperature", 1.0)``, ``return "end_turn", None``) fails here."""
+    natives, fields = native_end_reasons(), finish_fields()
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(_ROOT).as_posix()
+        if not rel.startswith(OWNER):
+            found += [f"{rel}:{s}" for s in provider_defaults(f.read_text(encoding="utf-8"), natives, fields)]
+    assert not found, ("a provider's default temperature or end reason written outside ragcache/providers/ (read "
+                       "its row: ROW.unset_temperature, ROW.native_finish(reason)):\n" + "\n".join(found))
+
+
+def test_the_servers_read_their_rows():
+    """What the servers report, read back from the rows: the words their SDK clients expect."""
+    from ragcache.providers.anthropic.provider import ANTHROPIC
+    from ragcache.providers.openai.provider import OPENAI
+
+    assert (ANTHROPIC.native_finish("stop"), ANTHROPIC.native_finish("length")) == ("end_turn", "max_tokens")
+    assert ANTHROPIC.native_finish("stop", stop_sequence=True) == "stop_sequence"
+    assert [OPENAI.native_finish(r) for r in ("stop", "length")] == ["stop", "length"]
+    assert OPENAI.native_finish("stop", stop_sequence=True) == "stop"  # OpenAI says stop for both
+    assert ANTHROPIC.unset_temperature == OPENAI.unset_temperature == 1.0
+    for p in rows():  # every native value a row lists reads back to a spelling of the same word
+        for word in p.finish_reasons.values():
+            assert p.finish_reasons[p.native_finish(word)] == word
+    with pytest.raises(ValueError, match="no native end reason for 'pause_turn'"):
+        OPENAI.native_finish("pause_turn")

@@ -145,10 +145,11 @@ def test_precompute_keys_a_tenants_chunks_under_its_salt(tiny):
     eng = LocalEngine(tiny, calibration=False, chunk_cache=cc)
     docs = [eng.tokenizer.encode(d, add_special_tokens=False) for d in DOCS]
     assert cc.precompute(eng, docs, tenant="acme", progress=False) == 2
-    assert cc.precompute(eng, docs, namespace="acme", progress=False) == 0  # the old name: the same tenant
+    with pytest.warns(DeprecationWarning, match="tenant="):
+        assert cc.precompute(eng, docs, namespace="acme", progress=False) == 0  # the old name: the same tenant
     assert all(eng.chunks_for("acme").lookup(d) is not None for d in docs)
     assert all(eng.chunks_for(t).lookup(d) is None for d in docs for t in (None, "globex"))
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(TypeError, match="both tenant= and namespace="):
         cc.precompute(eng, docs, tenant="acme", namespace="acme", progress=False)
-    with pytest.raises(TypeError, match=r"namespace=engine.kv_salt\(tenant\)"):
+    with pytest.raises(TypeError, match=r"salt=engine.kv_salt\(tenant\)"):
         cc.precompute(eng.model, docs, fingerprint=eng.fingerprint, tenant="acme", progress=False)

@@ -55,12 +55,12 @@ def test_token_ids_rechecked_on_hit():
     assert m.num_tokens == 0
 
 
-def test_namespace_and_fingerprint_isolation():
+def test_salt_and_fingerprint_isolation():
     pc = PrefixCache("fp", block_size=4)
     ids = list(range(9))
-    pc.insert(ids, *kv_for(9), namespace="a")
-    assert pc.match(ids, namespace="b").num_tokens == 0
-    assert pc.match(ids, namespace="a").num_tokens == 8
+    pc.insert(ids, *kv_for(9), salt="a")
+    assert pc.match(ids, salt="b").num_tokens == 0
+    assert pc.match(ids, salt="a").num_tokens == 8
     other = PrefixCache("fp2", block_size=4)
     assert set(other.block_hashes(ids)).isdisjoint(pc.block_hashes(ids, "a"))
 
@@ -114,15 +114,15 @@ def test_pieces_are_the_stored_blocks_token_major_in_order():
 def test_insert_reuses_the_lookups_hashes():
     pc = PrefixCache("fp", block_size=4)
     ids = list(range(14))
-    m = pc.match(ids, max_tokens=len(ids) - 1, namespace="t")
+    m = pc.match(ids, max_tokens=len(ids) - 1, salt="t")
     assert m.hashes == pc.block_hashes(ids, "t", max_blocks=3)
     assert pc.block_hashes(ids, "t", known=m.hashes[:2]) == pc.block_hashes(ids, "t")
     pc.release(m)
     calls = []
     real = pc.block_hashes
     pc.block_hashes = lambda *a, **kw: calls.append(kw.get("known")) or real(*a, **kw)
-    pc.insert(ids, *kv_for(14), namespace="t", known=m.hashes)
+    pc.insert(ids, *kv_for(14), salt="t", known=m.hashes)
     assert calls == [m.hashes]
-    got = pc.match(ids + [1], namespace="t")  # the blocks sit under the chain computed from scratch
+    got = pc.match(ids + [1], salt="t")  # the blocks sit under the chain computed from scratch
     assert got.num_tokens == 12 and [b.block_hash for b in got.blocks] == pc.block_hashes(ids, "t")
     pc.release(got)

@@ -39,19 +39,33 @@ METADATA_KEY = "ragcache"
 """Key of RagPrompt's block-kind record in ``HumanMessage.additional_kwargs``."""
 
 
+_CHUNK = "MessageChunk"
+
+
+def message_type(m: BaseMessage) -> str:
+    """A message's type with LangChain's chunk classes read as their messages (``AIMessageChunk`` is ``ai``,
+    ``HumanMessageChunk`` is ``human``...): a chunk sent back as history reads as the message it adds up to."""
+    t = m.type
+    return t[: -len(_CHUNK)].lower() if t.endswith(_CHUNK) else t
+
+
 def history_entry(m: BaseMessage) -> dict[str, Any]:
     """A message as a history entry of the layout (:func:`ragcache.request.history_entry`: text content as one
     string, provider markers dropped) with ``type``, ``name``, ``tool_calls`` (name and args) or ``status``
-    where the message has them; message and tool-call ids are left out."""
-    d: dict[str, Any] = {"role": "assistant" if m.type == "ai" else "user", "content": m.content}
-    if m.type not in ("human", "ai"):
-        d["type"] = m.type
-    if getattr(m, "name", None) and m.type != "human":
+    where the message has them; a ``ChatMessage`` keeps its own ``role`` (a ``system`` one becomes a
+    ``"type": "system"`` user entry, as a late system message does); message and tool-call ids are left out."""
+    t = message_type(m)
+    d: dict[str, Any] = {"role": "assistant" if t == "ai" else "user", "content": m.content}
+    if t == "chat":
+        d["role"] = m.role
+    if t not in ("human", "ai"):
+        d["type"] = t
+    if getattr(m, "name", None) and t != "human":
         d["name"] = m.name
     calls = getattr(m, "tool_calls", None)
     if calls:
         d["tool_calls"] = [{"name": c.get("name"), "args": c.get("args")} for c in calls]
-    if m.type == "tool" and getattr(m, "status", "success") != "success":
+    if t == "tool" and getattr(m, "status", "success") != "success":
         d["status"] = m.status
     return plain_entry(d)
 
@@ -94,8 +108,9 @@ def _name(m: BaseMessage) -> Any:
 
 
 def _system_dict(m: BaseMessage) -> dict[str, Any]:
-    """A system message as a system dict: its text (``m.text``) when all its content is text, else its blocks,
-    so non-text blocks (an image) reach the key; its ``name`` when it has one."""
+    """A system message as a system dict: its text (``m.text``: text blocks joined as LangChain joins them, the
+    text the local engine reads too) when all its content is text, else its blocks, so non-text blocks (an
+    image) reach the key; its ``name`` when it has one."""
     content = m.content
     if not isinstance(content, str) and any(
             not isinstance(b, str) and b.get("type", "text") not in ("text", "reasoning", "thinking") for b in content):
@@ -109,12 +124,20 @@ def _system_dict(m: BaseMessage) -> dict[str, Any]:
 
 
 def to_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """LangChain messages as the dicts :func:`ragcache.request.key_messages` reads."""
+    """LangChain messages as chat dicts: the one mapping of LangChain's messages, read by the keyer
+    (:func:`ragcache.request.key_messages`) and by the local engine
+    (:func:`langchain_ragcache._messages.engine_messages`), so the key and the prompt are made from one reading.
+
+    Human messages are user dicts whose text blocks carry RagPrompt's kinds (``ragcache_kind``, ``id``) and
+    their ``name``; system messages are system dicts (content as given, ``name``); the others are history
+    entries (:func:`history_entry`: role, text, ``type``, ``name``, ``tool_calls``, ``status``). Chunks read as
+    their messages (:func:`message_type`)."""
     out = []
     for m in messages:
-        if m.type == "human":
+        t = message_type(m)
+        if t == "human":
             out.append(_human_dict(m))
-        elif m.type == "system":
+        elif t == "system":
             out.append(_system_dict(m))
         else:
             out.append(history_entry(m))
@@ -142,7 +165,7 @@ def key_messages(messages: Sequence[BaseMessage], *, system: str | None = None,
 # ------------------------------------------------------------------------------ the model
 _CHAT_DEFAULTS: dict[str, Any] = {"top_p": 1.0, "seed": None, "stop": None, "default_stop": None,
                                   "tool_choice": None, "tenant": None}
-_IDENTITY_KEYS = ("_type", "model_name", "model_fingerprint", "tools", "blend_setting")
+_IDENTITY_KEYS = ("_type", "model_name", "model_fingerprint", "tools", "blend_setting", "tenant")
 
 
 def blend_setting_of(llm_string: str) -> str | None:
@@ -158,39 +181,66 @@ def blend_setting_of(llm_string: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
-    """``(model, params, tools)`` of LangChain's ``llm_string`` for the partition.
-
-    For :class:`~langchain_ragcache.ChatRagCache`: ``model = "local:<weights fingerprint>"``,
-    ``params = {"temperature", "max_tokens"}`` plus any other option not at its default (a ``tenant``
-    other than the default one among them, so answers stay per tenant), and the bound tools: what
-    :class:`ragcache.RagCache` puts in its partition for a ``LocalBackend``.
-    For other models: ``("langchain", {"llm_string": llm_string}, [])`` (every parameter exact).
-    """
+def _pairs(llm_string: str) -> dict[str, Any] | None:
+    """The parameters of a non-serialisable model's ``llm_string`` (LangChain's ``str(sorted(params.items()))``,
+    ChatRagCache's form), or ``None`` when it is not one."""
     try:
         pairs = ast.literal_eval(llm_string) if llm_string.startswith("[") else None
-        d = dict(pairs) if isinstance(pairs, list) else None
+        return dict(pairs) if isinstance(pairs, list) else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        d = None
+        return None
+
+
+def call_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, Any]], str | None]:
+    """``(model, params, tools, tenant)`` of LangChain's ``llm_string`` for the partition.
+
+    For :class:`~langchain_ragcache.ChatRagCache`: :func:`local_identity` and the call's tenant
+    (:func:`call_tenant`: ``None`` for the default one), which the cache keys as the request's tenant.
+    For other models: ``("langchain", {"llm_string": llm_string}, [], None)`` (every parameter exact).
+    """
+    d = _pairs(llm_string)
     local = local_identity(d) if d else None
-    return local if local is not None else ("langchain", {"llm_string": llm_string}, [])
+    if local is None:
+        return "langchain", {"llm_string": llm_string}, [], None
+    return (*local, call_tenant(d))
+
+
+def model_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+    """``(model, params, tools)`` of LangChain's ``llm_string`` for a partition whose namespace is not the
+    call's tenant (:class:`~langchain_ragcache.RagCacheMiddleware` keys under its cache's namespace):
+    :func:`call_identity` with a ``ChatRagCache`` call's tenant other than the default one among the
+    params, so answers stay per tenant.
+    """
+    model, params, tools, tenant = call_identity(llm_string)
+    return model, ({**params, "tenant": tenant} if tenant is not None else params), tools
+
+
+def call_tenant(d: Mapping[str, Any]) -> str | None:
+    """The tenant a :class:`~langchain_ragcache.ChatRagCache` call's parameters name (``tenant``: the model's or
+    the call's); ``None`` for the default tenant (none, ``None`` or ``"default"``, however it is named)."""
+    t = d.get("tenant")
+    if t is None or t == DEFAULT_TENANT:
+        return None
+    return t if isinstance(t, str) and t else json.dumps(t, default=repr, sort_keys=True)
 
 
 def local_identity(d: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[dict[str, Any]]] | None:
-    """:func:`model_identity` of a :class:`~langchain_ragcache.ChatRagCache` call from its parameters
-    themselves (the mapping its ``llm_string`` is ``str(sorted(...))`` of: the identifying params,
-    ``_type``, ``stop`` and the call's options); ``None`` for another model's (its provider row, read by
-    ``_type``, caches no local KV, or no weights fingerprint)."""
+    """The model identity of a :class:`~langchain_ragcache.ChatRagCache` call from its parameters themselves
+    (the mapping its ``llm_string`` is ``str(sorted(...))`` of: the identifying params, ``_type``, ``stop`` and
+    the call's options): ``model = "local:<weights fingerprint>"``, ``params = {"temperature", "max_tokens"}``
+    plus any other option not at its default, and the bound tools (what :class:`ragcache.RagCache` puts in its
+    partition for a ``LocalBackend``). The tenant is not among the params: it is the request's tenant
+    (:func:`call_tenant`). ``None`` for another model's (its provider row, read by ``_type``, caches no local
+    KV, or no weights fingerprint)."""
     t_type = d.get("_type")
-    if for_langchain(llm_type=t_type if isinstance(t_type, str) else None).prompt_caching != "local-kv" \
-            or not d.get("model_fingerprint"):
+    row = for_langchain(llm_type=t_type if isinstance(t_type, str) else None)
+    if row.prompt_caching != "local-kv" or not d.get("model_fingerprint"):
         return None
-    params: dict[str, Any] = {"temperature": float(d.get("temperature", 0.0)), "max_tokens": int(d["max_tokens"])}
+    params: dict[str, Any] = {"temperature": float(d.get("temperature", row.unset_temperature)),
+                              "max_tokens": int(d["max_tokens"])}
     for k in sorted(d):
         v = d[k]
         if k in _IDENTITY_KEYS or k in params or v in ([], ()) or (k in _CHAT_DEFAULTS and _CHAT_DEFAULTS[k] == v):
-            continue
-        if k == "tenant" and v == DEFAULT_TENANT:  # the default tenant, however it is named
             continue
         params[k] = json.loads(json.dumps(v, default=repr, sort_keys=True))
     tools = [json.loads(json.dumps(t, default=repr, sort_keys=True)) for t in d.get("tools") or []]
@@ -248,5 +298,5 @@ def sampling_in(p: Mapping[str, Any]) -> Sampling:
 
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",
-           "history_entry", "key_messages", "key_text", "labelled_question", "llm_params", "local_identity",
-           "model_identity", "sampling_in", "sampling_of", "to_dicts"]
+           "call_identity", "call_tenant", "history_entry", "key_messages", "key_text", "labelled_question",
+           "llm_params", "local_identity", "message_type", "model_identity", "sampling_in", "sampling_of", "to_dicts"]

@@ -4,13 +4,14 @@ Three conversions share this module so that every part of the package agrees on
 which text is the question, which blocks are documents, and what is "everything
 else":
 
-* :func:`to_layout` maps LangChain messages to the request's
-  :class:`~ragcache.prompt.layout.PromptLayout` (through :func:`to_engine_messages`, the chat messages
+* :func:`langchain_ragcache._keys.to_dicts` is the one mapping of LangChain messages to chat dicts,
+  read both by the keyer (:mod:`langchain_ragcache._keys` splits them into the question and the
+  partition: the semantic cache and the middleware) and by the local engine;
+* :func:`to_layout` gives the engine's :class:`~ragcache.prompt.layout.PromptLayout` of those dicts
+  (through :func:`engine_messages`, the chat messages
   :meth:`ragcache.prompt.layout.PromptLayout.from_messages` reads), which
   :meth:`ragcache.engine.engine.LocalEngine.build_prompt` renders (documents as documents, so the
   chunk cache reuses their KV);
-* :mod:`langchain_ragcache._keys` splits messages into the question and the
-  partition (the semantic cache and the middleware);
 * :func:`parse_cache_prompt` reads the ``prompt`` string that LangChain hands a
   ``BaseCache`` (``langchain_core.load.dumps`` of the message list).
 
@@ -30,12 +31,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage
 
 from ragcache.prompt.layout import PromptLayout, Segment
 from ragcache.request import marked_block
 
-from langchain_ragcache._keys import block_kinds
+from langchain_ragcache._keys import to_dicts
 
 _PROVIDER_MARKERS = ("cache_control", "citations", "index")
 
@@ -68,20 +69,25 @@ def _text_blocks(content: Any, *, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _role(message: BaseMessage) -> str:
-    if isinstance(message, SystemMessage) or message.type == "system":
+def _role(entry: Mapping[str, Any]) -> str:
+    """The chat-template role of a :func:`~langchain_ragcache._keys.to_dicts` entry: its own for a human,
+    system or ai message (``user`` / ``system`` / ``assistant``), ``user`` for a tool result, the message's
+    for a ``ChatMessage`` of one of those roles (a ``system`` one and a late system message are marked
+    ``"type": "system"``).
+
+    Raises:
+        ValueError: a function message, or a ``ChatMessage`` of another role."""
+    t = entry.get("type")
+    if t is None:
+        return str(entry["role"])
+    if t == "system":
         return "system"
-    if isinstance(message, HumanMessage) or message.type == "human":
-        return "user"
-    if isinstance(message, AIMessage) or message.type == "ai":
-        return "assistant"
-    if message.type == "chat" and getattr(message, "role", None) in ("system", "user", "assistant"):
-        return str(message.role)
-    if message.type == "tool":
+    if t == "tool":
         return "user"  # the chat template has no tool role: results go back as a user turn
+    if t == "chat" and entry.get("role") in ("user", "assistant"):
+        return str(entry["role"])
     raise ValueError(
-        f"ChatRagCache cannot send a {message.type!r} message to a local model: use system, human, ai "
-        "and tool messages"
+        f"ChatRagCache cannot send a {t!r} message to a local model: use system, human, ai and tool messages"
     )
 
 
@@ -89,32 +95,35 @@ def _text(block: str | Segment) -> str:
     return block.text if isinstance(block, Segment) else block
 
 
-def _marked_blocks(message: BaseMessage, blocks: list[dict[str, Any]]) -> list[str | Segment]:
-    kinds = block_kinds(message, len(blocks)) or [{"kind": b.get("ragcache_kind"), "id": b.get("id")} for b in blocks]
-    return [marked_block(b["text"], k.get("kind"), k.get("id")) for b, k in zip(blocks, kinds, strict=True)]
+def _marked_blocks(blocks: list[dict[str, Any]]) -> list[str | Segment]:
+    """Text blocks as :meth:`PromptLayout.from_messages` reads them: typed by their ``ragcache_kind`` (which
+    :func:`~langchain_ragcache._keys.to_dicts` set from RagPrompt's record) and ``id``, else plain text."""
+    return [marked_block(b["text"], b.get("ragcache_kind"), b.get("id")) for b in blocks]
 
 
-def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """The chat messages :meth:`PromptLayout.from_messages` reads: ``{"role", "content"}`` with
-    content a string or a list of texts and typed :class:`~ragcache.prompt.layout.Segment` blocks (kinds
-    from RagPrompt's record or a ``ragcache_kind`` key). Consecutive system messages are joined;
-    tool calls and results become text turns (the local chat template has no tool role).
+def engine_messages(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The chat messages :meth:`PromptLayout.from_messages` reads, from LangChain messages as
+    :func:`~langchain_ragcache._keys.to_dicts` maps them (the mapping the cache key reads too):
+    ``{"role", "content"}`` with content a string or a list of texts and typed
+    :class:`~ragcache.prompt.layout.Segment` blocks. Consecutive system messages are joined by a blank line;
+    tool calls and results become text turns (:func:`~langchain_ragcache.tools.tool_history_text`: the local
+    chat template has no tool role).
 
     Raises:
-        ValueError: an empty message list, a tool/function message, or non-text content.
+        ValueError: an empty message list, a function message, or non-text content.
     """
-    if not messages:
+    if not entries:
         raise ValueError("no messages: give at least one human message")
     out: list[dict[str, Any]] = []
     from langchain_ragcache.tools import tool_history_text
 
-    for mi, m in enumerate(messages):
-        role = _role(m)
-        tool_text = tool_history_text(m)
+    for mi, entry in enumerate(entries):
+        role = _role(entry)
+        tool_text = tool_history_text(entry)
         if tool_text is not None:
             out.append({"role": role, "content": tool_text})
             continue
-        blocks = _marked_blocks(m, _text_blocks(m.content, where=f"messages[{mi}]"))
+        blocks = _marked_blocks(_text_blocks(entry.get("content"), where=f"messages[{mi}]"))
         if role == "system" and out and out[-1]["role"] == "system":
             out[-1]["content"] = "\n\n".join([out[-1]["content"], *(_text(b) for b in blocks)])
             continue
@@ -127,13 +136,14 @@ def to_engine_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 
 def to_layout(messages: Sequence[BaseMessage]) -> PromptLayout:
     """The :class:`~ragcache.prompt.layout.PromptLayout` of LangChain chat messages (what the local engine
-    renders): :func:`to_engine_messages` read by :meth:`PromptLayout.from_messages`.
+    renders): the messages mapped once (:func:`~langchain_ragcache._keys.to_dicts`, the cache key's mapping),
+    as :func:`engine_messages`, read by :meth:`PromptLayout.from_messages`.
 
     Raises:
-        ValueError: as :func:`to_engine_messages` and :meth:`PromptLayout.from_messages` (no human
+        ValueError: as :func:`engine_messages` and :meth:`PromptLayout.from_messages` (no human
             turn with text, a message after the last human turn).
     """
-    return PromptLayout.from_messages(to_engine_messages(messages))
+    return PromptLayout.from_messages(engine_messages(to_dicts(messages)))
 
 
 def without_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -45,6 +45,8 @@ from pydantic import BaseModel
 from langchain_ragcache._keys import (
     QuestionExtractor,
     blend_setting_of,
+    call_identity,
+    call_tenant,
     key_messages,
     key_text,
     llm_params,
@@ -69,7 +71,7 @@ from ragcache.answering import (
     AnswerPath,
     hit_answer,
 )
-from ragcache.backend import BackendResult
+from ragcache.backend import DEFAULT_TENANT, BackendResult
 from ragcache.config import Config
 from ragcache.prompt.volatile import warn_at_caller
 from ragcache.provenance import may_serve
@@ -169,7 +171,10 @@ class RagCacheSemanticCache(BaseCache):
             1.0 serves exact repeats only. Default ``None``: the cache's own gate, that is
             ``$RAGCACHE_THRESHOLD`` for the default store when set, else the decider's: 0.94 with the
             guards (the default decider), the recorded threshold after ``ragcache calibrate semantic``.
-        namespace: tenant / cache salt; part of every partition key.
+        namespace: the tenant of calls that name none: the partition's namespace of every request keyed
+            here. A :class:`~langchain_ragcache.ChatRagCache` call that names a tenant (``tenant=``, other than
+            the default) is keyed under that tenant instead, the one its KV is salted with
+            (:meth:`tenant_for`); one that names none is salted with this namespace.
         ttl_s: time to live of stored answers in seconds (``None``: no expiry).
         question_extractor: ``text -> question | None`` applied to the last human turn (or a
             completion prompt) when it is not a RagPrompt message; the question must occur in
@@ -254,14 +259,30 @@ class RagCacheSemanticCache(BaseCache):
             return key_text(prompt, extractor=self.question_extractor, tools=tools)
         return key_messages(messages, extractor=self.question_extractor, tools=tools)
 
+    def tenant_for(self, tenant: str | None) -> str:
+        """The tenant of a call, the one value a ChatRagCache call is keyed under (:attr:`CacheRequest.tenant
+        <ragcache.request.CacheRequest.tenant>`, the partition's namespace) and whose KV the engine salts.
+
+        A call that names no tenant (``None`` or the default tenant) is this cache's namespace; a call's own
+        tenant (a :class:`~langchain_ragcache.ChatRagCache` call's ``tenant``) under the default namespace, or
+        equal to it, is itself; under another namespace it is ``"<namespace>/<tenant>"``, so the same tenant
+        name in two namespaces sharing one store never shares answers or KV (tenant ``"b/a"`` of the default
+        namespace is tenant ``"a"`` of namespace ``"b"``). A tenant already under this namespace
+        (``"b/a"`` given to namespace ``"b"``) is kept: the value is the same whether derived once or twice."""
+        if tenant is None or tenant == DEFAULT_TENANT:
+            return self.namespace
+        if self.namespace in (DEFAULT_TENANT, tenant) or tenant.startswith(f"{self.namespace}/"):
+            return tenant
+        return f"{self.namespace}/{tenant}"
+
     def request(self, prompt: str, llm_string: str, *, model: str | None = None) -> CacheRequest:
         """The :class:`~ragcache.request.CacheRequest` of a LangChain ``(prompt, llm_string)`` pair: the
-        partition of :func:`~langchain_ragcache._keys.model_identity`, this cache's namespace, the budget,
-        sampling and threshold (1.0 when the whole prompt is matched exactly); ``model``: the model
+        partition of :func:`~langchain_ragcache._keys.call_identity`, the call's tenant (:meth:`tenant_for`),
+        the budget, sampling and threshold (1.0 when the whole prompt is matched exactly); ``model``: the model
         recorded with a stored answer (default: the partition's model identity)."""
-        ident, params, tools = model_identity(llm_string)
+        ident, params, tools, tenant = call_identity(llm_string)
         return self._request(self.keyed(prompt, tools), ident, params, self.budget(llm_string),
-                             sampling_of(llm_string), model)
+                             sampling_of(llm_string), model, self.tenant_for(tenant))
 
     def chat_request(self, messages: Sequence[BaseMessage], params: Mapping[str, Any], *,
                      model: str | None = None) -> CacheRequest:
@@ -270,9 +291,9 @@ class RagCacheSemanticCache(BaseCache):
         plain data, :func:`~langchain_ragcache._messages.plain_messages`, are keyed by their LangChain
         prompt string as :meth:`request` keys it) and its parameters (the mapping
         LangChain's ``llm_string`` is ``str(sorted(...))`` of: identifying params, ``_type``, ``stop``, the
-        call's options). The same request :meth:`request` reads back from the call's LangChain pair
-        ``(dumps(messages), llm_string)``, without serialising and parsing it, so an answer stored
-        through either is found through the other.
+        call's options), its tenant the call's (:meth:`tenant_for` of ``params["tenant"]``). The same request
+        :meth:`request` reads back from the call's LangChain pair ``(dumps(messages), llm_string)``, without
+        serialising and parsing it, so an answer stored through either is found through the other.
 
         Raises:
             ValueError: ``params`` are not a ChatRagCache call's (:func:`~langchain_ragcache._keys.local_identity`).
@@ -287,12 +308,13 @@ class RagCacheSemanticCache(BaseCache):
             keyed = key_messages(messages, extractor=self.question_extractor, tools=tools)
         else:  # LangChain's prompt string of these messages does not read back as messages: keyed as text
             keyed = key_text(dumps(without_ids(messages)), extractor=self.question_extractor, tools=tools)
-        return self._request(keyed, ident, key_params, _budget_in(params), sampling_in(given), model)
+        return self._request(keyed, ident, key_params, _budget_in(params), sampling_in(given), model,
+                             self.tenant_for(call_tenant(params)))
 
     def _request(self, keyed: KeyedPrompt, ident: str, params: dict[str, Any], budget: int | None,
-                 sampling: Any, model: str | None) -> CacheRequest:
-        """The request of a keyed prompt under this cache's namespace and threshold."""
-        return keyed.request(model=ident, tenant=self.namespace, params=params, max_tokens=budget,
+                 sampling: Any, model: str | None, tenant: str) -> CacheRequest:
+        """The request of a keyed prompt for ``tenant`` (the partition's namespace) under this cache's threshold."""
+        return keyed.request(model=ident, tenant=tenant, params=params, max_tokens=budget,
                              sampling=sampling, threshold=self.threshold, provenance_model=model)
 
     def key_for(self, prompt: str, llm_string: str) -> tuple[str, PartitionKey]:
@@ -383,7 +405,8 @@ class RagCacheSemanticCache(BaseCache):
         return [req] if old is None or old == req.question else [req, replace(req, question=old)]
 
     def clear(self, **kwargs: Any) -> None:
-        """Drop this cache's entries (``namespace=`` another namespace; ``all=True`` every namespace)."""
+        """Drop this cache's entries (``namespace=`` another namespace, e.g. a ChatRagCache tenant's; ``all=True``
+        every namespace)."""
         if kwargs.get("all"):
             self.semantic_cache.clear()
         else:

@@ -19,6 +19,10 @@ Tenants: ``ChatRagCache(tenant="acme")``, or per call ``invoke(..., tenant="acme
 ``bind(tenant="acme")``, names who a request is for; the engine salts the request's prefix and chunk KV
 with it (:class:`ragcache.backend.Backend`'s ``tenant``), so tenants that share one engine in one
 process reuse none of each other's KV unless the engine opts in (``share_kv_across_namespaces=True``).
+With :class:`~langchain_ragcache.RagCacheSemanticCache` the call has one tenant: its own, else the cache's
+``namespace`` (:meth:`~langchain_ragcache.RagCacheSemanticCache.tenant_for`), the engine's KV tenant, the
+``CacheRequest``'s tenant and the namespace its answer is looked up in. The messages are read once
+(:func:`langchain_ragcache._keys.to_dicts`), for the key and for the engine's prompt.
 
 Streaming and the LLM cache: LangChain's ``stream()`` does not consult the LLM cache
 (``set_llm_cache`` / ``cache=``); ChatRagCache does it itself (``stream_cache=True``). With
@@ -114,8 +118,9 @@ class ChatRagCache(BaseChatModel):
             tenant. The engine salts each request's prefix and chunk KV with it (the root of the
             block-hash chain and every chunk key, as vLLM's ``cache_salt``), so two tenants of one
             process reuse none of each other's KV unless the engine has
-            ``share_kv_across_namespaces=True``; it is also in the LLM-cache key, so answers stay per
-            tenant. Per call: ``invoke(..., tenant="acme")`` or ``bind(tenant="acme")``; from a
+            ``share_kv_across_namespaces=True``; with ragcache's semantic cache it is also the namespace
+            the answers are keyed under, so they stay per tenant (a call that names none: the cache's
+            ``namespace``, for the KV too). Per call: ``invoke(..., tenant="acme")`` or ``bind(tenant="acme")``; from a
             ``RunnableConfig``: ``configurable_fields(tenant=ConfigurableField(id="tenant"))`` and
             ``config={"configurable": {"tenant": "acme"}}``.
         timeout / max_retries: LangChain's standard parameters; a local model has no network
@@ -294,8 +299,29 @@ class ChatRagCache(BaseChatModel):
         for k in ("use_chunk_cache", "use_prefix_cache"):
             if k in kwargs:
                 opts[k] = bool(kwargs[k])
-        opts["tenant"] = _check_tenant(kwargs.get("tenant", self.tenant))
+        opts["tenant"] = self._tenant(kwargs)
         return opts
+
+    def _answer_cache(self) -> RagCacheSemanticCache | None:
+        """ragcache's semantic cache this model's calls are keyed in (its ``cache``, else LangChain's global LLM
+        cache), or ``None`` (``cache=False``, another LangChain cache, or none)."""
+        if self.cache is False:
+            return None
+        cache = self.cache if isinstance(self.cache, BaseCache) else get_llm_cache()
+        return cache if isinstance(cache, RagCacheSemanticCache) else None
+
+    def _tenant(self, kwargs: dict[str, Any]) -> str | None:
+        """The call's one tenant: its ``tenant`` option, else the model's ``tenant``; with ragcache's semantic
+        cache, :meth:`RagCacheSemanticCache.tenant_for <langchain_ragcache.RagCacheSemanticCache.tenant_for>` of
+        it (the cache's namespace for a call that names none). The engine salts the call's KV with it and the
+        cache keys its answer under it (``CacheRequest.tenant``, the partition's namespace): one value.
+
+        Raises:
+            TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
+        """
+        tenant = _check_tenant(kwargs.get("tenant", self.tenant))
+        cache = self._answer_cache()
+        return cache.tenant_for(tenant) if cache is not None else tenant
 
     # ------------------------------------------------------------------ tools
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable | BaseTool], *,
@@ -451,7 +477,7 @@ class ChatRagCache(BaseChatModel):
         """The answer path's request of a call, built from its messages and parameters
         (:meth:`RagCacheSemanticCache.chat_request <langchain_ragcache.RagCacheSemanticCache.chat_request>`:
         the request LangChain's ``(prompt, llm_string)`` of the call is read back as, without the round trip),
-        with the call's one tenant (``opts["tenant"]``, the engine request's too)."""
+        with the call's one tenant (``opts["tenant"]``: :meth:`_tenant`)."""
         params = {**self._get_invocation_params(stop=stop, **kwargs), "tenant": opts["tenant"]}
         return (cache.chat_request(messages, params, model=self.model_name),
                 {"blend_setting": lambda: self._blend_for(kwargs)})
@@ -465,6 +491,7 @@ class ChatRagCache(BaseChatModel):
         plan = _StreamPlan(opts, kwargs, self._llm_cache())
         if isinstance(plan.cache, RagCacheSemanticCache):
             plan.path_key = self._path_key(plan.cache, messages, stop, opts, kwargs)
+            plan.opts = {**opts, "tenant": plan.path_key[0].tenant}  # the engine's tenant is the request's
         elif plan.cache is not None:
             plan.key = self._cache_key(messages, stop, kwargs)
         return plan

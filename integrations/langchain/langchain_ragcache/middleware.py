@@ -31,9 +31,10 @@ provider's usage is read back as ragcache's :class:`~ragcache.backend.CacheUsage
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 try:
     from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
@@ -52,11 +53,14 @@ from langchain_ragcache.results import answer_message, message_result
 from langchain_ragcache.usage import cache_usage, cache_write_by_ttl, own_record, with_one_write_total
 from ragcache.providers.anthropic.blocks import carries_marker, code_execution_tool_ids
 from ragcache.answering import Answer
-from ragcache.backend import BackendResult, CacheUsage, provider_layer
+from ragcache.backend import BackendResult, Blending, CacheUsage, provider_layer
 from ragcache.prompt.layout import as_document, canonicalize, render_document
 from ragcache.prompt.segments import canonical_documents as canonical_order
 from ragcache.request import CacheRequest
 from ragcache.prompt.volatile import move_volatile
+
+if TYPE_CHECKING:
+    from langchain_ragcache.chat_models import ChatRagCache
 
 MAX_BREAKPOINTS = 4
 log = logging.getLogger(__name__)
@@ -166,10 +170,24 @@ class RagCacheMiddleware(AgentMiddleware):
         return self._served(answer, response)
 
 
-def _blend_of(model: Any) -> Any:
-    """The blend setting of the wrapped model, read only for a blended hit (``ChatRagCache.blend_setting``;
-    any other model never blends: ``None``)."""
-    return lambda: getattr(_unbound(model), "blend_setting", None)
+def _blend_of(model: Any) -> Callable[[], str | None]:
+    """The blend setting of the wrapped model, read only for a blended hit: a :class:`ragcache.backend.Blending`
+    model's (``ChatRagCache.blend_setting``); any other model never blends: ``None``."""
+
+    def setting() -> str | None:
+        m = _unbound(model)
+        return m.blend_setting if isinstance(m, Blending) else None
+
+    return setting
+
+
+def _chat_ragcache(model: Any) -> ChatRagCache | None:
+    """The wrapped model (bindings unwrapped) when it is ragcache's own :class:`~langchain_ragcache.ChatRagCache`,
+    else ``None`` (a provider's chat model). Its module is not imported here (it imports torch): when it was never
+    imported, no ``ChatRagCache`` exists."""
+    chat_models = sys.modules.get("langchain_ragcache.chat_models")
+    m = _unbound(model)
+    return m if chat_models is not None and isinstance(m, chat_models.ChatRagCache) else None
 
 
 def _unbound(model: Any) -> Any:
@@ -179,9 +197,14 @@ def _unbound(model: Any) -> Any:
 
 
 def _declared_model(model: Any) -> str | None:
-    """The model name a chat model (or a binding of one) declares (``model_name`` / ``model`` / ``model_id``)."""
+    """The model name a chat model (or a binding of one) declares: :class:`~langchain_ragcache.ChatRagCache`'s
+    ``model_name``; for a provider's chat model, the first of LangChain's fields ``model_name`` / ``model`` /
+    ``model_id`` it has."""
+    own = _chat_ragcache(model)
+    if own is not None:
+        return own.model_name or None
     m = _unbound(model)
-    for attr in ("model_name", "model", "model_id"):
+    for attr in ("model_name", "model", "model_id"):  # a third-party model's fields: each provider names its own
         v = getattr(m, attr, None)
         if isinstance(v, str) and v:
             return v

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages.tool import InvalidToolCall, ToolCall, invalid_tool_call, tool_call
 
 _CALL_RX = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
@@ -110,13 +109,27 @@ def _id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def tool_history_text(message: BaseMessage) -> str | None:
-    """Text for a tool call or tool result in the history (the local chat template has no tool role)."""
-    if isinstance(message, AIMessage) and message.tool_calls:
+def _entry_text(content: Any) -> str:
+    """A history entry's text as LangChain's ``message.text`` reads it: a string as it is, else its text
+    blocks joined (other blocks, a ``tool_use`` or an image, left out)."""
+    if isinstance(content, str):
+        return content
+    return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content or []
+                   if isinstance(b, str) or (isinstance(b, Mapping) and b.get("type") == "text"
+                                             and isinstance(b.get("text"), str)))
+
+
+def tool_history_text(entry: Mapping[str, Any]) -> str | None:
+    """Text for a tool call or tool result in the history (the local chat template has no tool role), from the
+    message as :func:`langchain_ragcache._keys.to_dicts` maps it: an ai entry's ``tool_calls`` (name and args)
+    after its text, a tool entry's ``name``, ``status`` and text; ``None`` for any other entry."""
+    if entry.get("role") == "assistant" and "type" not in entry and entry.get("tool_calls"):
+        text = _entry_text(entry.get("content"))
         calls = "".join("<tool_call>" + json.dumps({"name": c["name"], "arguments": c["args"]}, sort_keys=True)
-                        + "</tool_call>" for c in message.tool_calls)
-        return (message.text + "\n" if message.text else "") + calls
-    if isinstance(message, ToolMessage):
-        status = " (error)" if getattr(message, "status", "success") == "error" else ""
-        return f"<tool_response name=\"{message.name or ''}\"{status}>{message.text}</tool_response>"
+                        + "</tool_call>" for c in entry["tool_calls"])
+        return (text + "\n" if text else "") + calls
+    if entry.get("type") == "tool":
+        status = " (error)" if entry.get("status") == "error" else ""
+        name, text = entry.get("name") or "", _entry_text(entry.get("content"))
+        return f"<tool_response name=\"{name}\"{status}>{text}</tool_response>"
     return None

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import torch
 
     from ragcache.engine.interface import EngineView
+    from ragcache.identity import ModelFingerprint
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +173,14 @@ class Calibration:
         return cal
 
 
-def record_digest(fingerprint: Any) -> str:
-    """The key of a calibration record: a fingerprint's ``weights_digest`` (the chat template left out:
-    a record measures the weights), or a digest given as a str."""
-    return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "weights_digest", fingerprint.digest))
+def record_digest(fingerprint: str | ModelFingerprint) -> str:
+    """The key of a calibration record: a :class:`~ragcache.identity.ModelFingerprint`'s ``weights_digest`` (the
+    chat template left out: a record measures the weights), or a digest given as a str (a record's own
+    ``fingerprint`` field)."""
+    return fingerprint if isinstance(fingerprint, str) else fingerprint.weights_digest
 
 
-def calibration_path(fingerprint: Any, home: Home | str | Path | None = None) -> Path:
+def calibration_path(fingerprint: str | ModelFingerprint, home: Home | str | Path | None = None) -> Path:
     """``<home>/calibration/<digest>.json`` (:meth:`ragcache.home.Home.of`: ``None`` is ``~/.cache/ragcache``)."""
     return Home.of(home).calibration_file(f"{record_digest(fingerprint)}.json")
 
@@ -187,8 +189,8 @@ PACKAGED_DIR = Path(__file__).resolve().parents[1] / "data" / "calibration"
 """Records that ship with ragcache, ``<fingerprint digest>.json`` (read when the home has none)."""
 
 
-def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
-                     packaged: bool = True, also: Sequence[Any] = ()) -> Calibration | None:
+def load_calibration(fingerprint: str | ModelFingerprint, home: Home | str | Path | None = None, *,
+                     packaged: bool = True, also: Sequence[ModelFingerprint] = ()) -> Calibration | None:
     """The recorded calibration of this model, or ``None`` (absent, unreadable, or another model's).
 
     The record under ``home`` (default ``~/.cache/ragcache``; the CLI passes ``$RAGCACHE_HOME``) wins;
@@ -205,7 +207,7 @@ def load_calibration(fingerprint: Any, home: Home | str | Path | None = None, *,
     return None
 
 
-def model_calibration(fingerprint: Any, home: Home | str | Path | None = None) -> Calibration | None:
+def model_calibration(fingerprint: ModelFingerprint, home: Home | str | Path | None = None) -> Calibration | None:
     """The calibration record an engine on this model reads: :func:`load_calibration` by ``fingerprint``,
     then by the other identities of the same weights (:func:`ragcache.models.calibration_identities`).
     The one lookup of a loaded engine and of its prediction
@@ -215,7 +217,7 @@ def model_calibration(fingerprint: Any, home: Home | str | Path | None = None) -
     return load_calibration(fingerprint, home, also=calibration_identities(fingerprint, home)[1:])
 
 
-def _read_record(path: Path, fingerprint: Any) -> Calibration | None:
+def _read_record(path: Path, fingerprint: str | ModelFingerprint) -> Calibration | None:
     try:
         cal = Calibration.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:

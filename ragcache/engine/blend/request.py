@@ -30,7 +30,7 @@ def default_ratio(engine: EngineView) -> float | None:
     blend setting's, else its calibration record's; ``None``: exact prefill."""
     if engine.configured_recompute_ratio is not None:
         return engine.configured_recompute_ratio
-    configured = getattr(engine.config, "blend_setting", None)
+    configured = engine.config.blend_setting
     if configured is not None:  # a configured blend setting wins over the record
         return configured.recompute_ratio
     cal = engine.calibration
@@ -43,13 +43,13 @@ def selection_rule(engine: EngineView) -> str:
     when the engine was given no r, else ``DEFAULT_SELECTION``."""
     from ragcache.engine.blend.selection import resolve_selection
 
-    return resolve_selection(getattr(engine.config, "rank_by", None),
+    return resolve_selection(engine.config.rank_by,
                              engine.calibration if engine.configured_recompute_ratio is None else None)
 
 
 def setting_for(engine: EngineView, r: float | None) -> BlendSetting | None:
     """The blend setting of a request whose ratio is ``r`` (``None``: none given by the caller)."""
-    configured = getattr(engine.config, "blend_setting", None)
+    configured = engine.config.blend_setting
     if configured is not None:
         return configured if r is None or r == configured.recompute_ratio else \
             BlendSetting(**{**configured.to_dict(), "recompute_ratio": r, "name": ""})
@@ -65,7 +65,7 @@ def blend_name(engine: EngineView, r: float | None = None, use_chunk_cache: bool
     attention the caches do not support, no ratio and no licensing record). What a request allows:
     a stored answer made at this setting may be served to it (:func:`ragcache.provenance.may_serve`).
     Mirrors :meth:`LocalEngine.prefill <ragcache.engine.engine.LocalEngine.prefill>` and :func:`blend_request`."""
-    if engine.chunk_cache is None or use_chunk_cache is False or getattr(engine, "kv_reuse_blocker", None):
+    if engine.chunk_cache is None or use_chunk_cache is False or engine.kv_reuse_blocker:
         return None
     r = engine.recompute_ratio if r is None else r
     if r is None:

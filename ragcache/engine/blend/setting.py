@@ -261,8 +261,7 @@ def measure_settings(engine: EngineView, prompts: Sequence[Any], settings: Seque
     eos = eos_ids(model, engine.tokenizer)
     low = copy.deepcopy(model).to(torch.bfloat16) if yardstick_every else None
     cc = engine.chunk_cache if engine.chunk_cache is not None else ChunkCache()
-    bound = cc.bind(model, engine.fingerprint.digest if hasattr(engine.fingerprint, "digest") else engine.fingerprint,
-                    engine.namespace)
+    bound = cc.bind(model, engine.fingerprint, engine.kv_salt(None))
     out = [{"setting": s.to_dict(), "per_prompt": []} for s in settings]
     for i, source in enumerate(prompts):
         prompt = engine.build_prompt(source)

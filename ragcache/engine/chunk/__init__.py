@@ -1,5 +1,5 @@
 """The chunk KV cache (CacheBlend's per-document KV): settings and store (:class:`ChunkCache`), the
-cache bound to one model, fingerprint and namespace (:class:`BoundChunkCache`), a request's
+cache bound to one model, fingerprint and KV salt (:class:`BoundChunkCache`), a request's
 lookup result (:class:`ChunkPlan`), the stored record (:class:`ChunkKV`) and the stores
 (:mod:`ragcache.engine.chunk.stores`)."""
 

@@ -20,16 +20,19 @@ one format never reads a chunk stored in another; the CLI and apps that build a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from ragcache.engine.chunk.admission import SightingCounts
 from ragcache.engine.chunk.bound import BoundChunkCache, context_window
 from ragcache.engine.chunk.stores import ChunkKV, ChunkStore, DiskChunkStore, MemoryChunkStore, StoreStats
+from ragcache.engine.interface import KeyedEngine
 from ragcache.engine.quant import KVFormat
+from ragcache.engine.request import renamed_salt, renamed_tenant
 from ragcache.hashing import ChunkHash
+from ragcache.identity import ModelFingerprint
 
 DEFAULT_STORE_TIMEOUT_S = 10.0
 """Deadline (seconds) of a chunk store call before the request goes on without it (a miss: exact prefill)."""
@@ -38,8 +41,45 @@ __all__ = ["DEFAULT_STORE_TIMEOUT_S", "BoundChunkCache", "ChunkCache", "ChunkKV"
            "context_window"]
 
 
-def _fingerprint_str(fingerprint: Any) -> str:
-    return fingerprint if isinstance(fingerprint, str) else str(getattr(fingerprint, "digest", fingerprint))
+@runtime_checkable
+class StoreCalls(Protocol):
+    """What a :class:`ChunkCache` checks of the store it is given: every member of
+    :class:`~ragcache.engine.chunk.stores.ChunkStore` but ``nbytes``. ``isinstance`` evaluates a property on
+    Python 3.11, and a remote store's ``nbytes`` is a round trip that fails while the server is down: a cache
+    must open without its store (an architecture test keeps these names equal to ``ChunkStore``'s)."""
+
+    stats: StoreStats
+
+    def get(self, key: ChunkHash, *, fingerprint: str | None = None) -> ChunkKV | None: ...
+
+    def put(self, kv: ChunkKV) -> bool: ...
+
+    def contains(self, key: ChunkHash) -> bool: ...
+
+    def remove(self, key: ChunkHash) -> bool: ...
+
+    def get_many(self, keys: Sequence[ChunkHash], *, fingerprint: str | None = None) -> list[ChunkKV | None]: ...
+
+    def put_many(self, kvs: Iterable[ChunkKV]) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __len__(self) -> int: ...
+
+
+def fingerprint_digest(fingerprint: str | ModelFingerprint) -> str:
+    """The digest every chunk key carries: a :class:`~ragcache.identity.ModelFingerprint`'s ``digest``, or a digest
+    given as a str (the one place the chunk cache's public methods convert what they are given).
+
+    Raises:
+        TypeError: anything else.
+    """
+    if isinstance(fingerprint, ModelFingerprint):
+        return fingerprint.digest
+    if isinstance(fingerprint, str):
+        return fingerprint
+    raise TypeError(f"fingerprint must be a ModelFingerprint or its digest (a str), got {type(fingerprint).__name__}: "
+                    "pass engine.fingerprint, or loaded.fingerprint of ragcache.models.load_model")
 
 
 class ChunkCache:
@@ -73,9 +113,10 @@ class ChunkCache:
         from ragcache.boundary import check_deadline
 
         store_timeout_s = check_deadline(store_timeout_s, "store_timeout_s")
-        if store is not None and not all(callable(getattr(store, m, None)) for m in ("get_many", "put")):
-            raise TypeError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore) or "
-                             f"None, got {type(store).__name__}: e.g. ChunkCache(DiskChunkStore('~/kv'))")
+        if store is not None and not isinstance(store, StoreCalls):
+            raise TypeError(f"store must be a ChunkStore (MemoryChunkStore, DiskChunkStore, RedisChunkStore, or a class "
+                             f"with every member of ragcache.engine.chunk.stores.ChunkStore) or None, got "
+                             f"{type(store).__name__}: e.g. ChunkCache(DiskChunkStore('~/kv'))")
         self.store: ChunkStore = store if store is not None else MemoryChunkStore()
         self._sink_ids: list[int] | None = None if sink_ids is None else [int(t) for t in sink_ids]
         self.dtype = dtype
@@ -99,63 +140,77 @@ class ChunkCache:
             self._sink_ids = [] if bos is None else [int(bos)]
         return list(self._sink_ids)
 
-    def bind(self, model: Any, fingerprint: Any, salt: str | None = None) -> BoundChunkCache:
-        """This cache for one model: every key carries ``fingerprint`` (a digest ``str`` or a
-        ``ModelFingerprint``) and ``salt`` (the KV salt, :func:`ragcache.engine.keys.kv_salt`). The
-        methods below take the salt as ``namespace=``."""
-        return BoundChunkCache(self, model, _fingerprint_str(fingerprint), salt)
+    def bind(self, model: Any, fingerprint: str | ModelFingerprint, salt: str | None = None) -> BoundChunkCache:
+        """This cache for one model: every key carries ``fingerprint`` (a ``ModelFingerprint`` or its digest,
+        :func:`fingerprint_digest`) and ``salt`` (the KV salt, :func:`ragcache.engine.keys.kv_salt`; the
+        per-document methods below take it as ``salt=``).
 
-    def key(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> ChunkHash:
-        """Position-independent chunk key of ``doc_ids`` for this model, sink, storage format and namespace."""
-        return self.bind(model, fingerprint, namespace).key(doc_ids)
+        Raises:
+            TypeError: a ``fingerprint`` that is neither.
+        """
+        return BoundChunkCache(self, model, fingerprint_digest(fingerprint), salt)
 
-    def compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
-                namespace: str | None = None) -> ChunkKV:
+    def _bound(self, model: Any, fingerprint: str | ModelFingerprint, salt: str | None, namespace: str | None,
+               where: str) -> BoundChunkCache:
+        """:meth:`bind` under ``salt`` or the deprecated ``namespace`` of the public method ``where``."""
+        return self.bind(model, fingerprint, renamed_salt(salt, namespace, f"ChunkCache.{where}", stacklevel=4))
+
+    def key(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], *,
+            salt: str | None = None, namespace: str | None = None) -> ChunkHash:
+        """Position-independent chunk key of ``doc_ids`` for this model, sink, storage format and KV salt."""
+        return self._bound(model, fingerprint, salt, namespace, "key").key(doc_ids)
+
+    def compute(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], *,
+                salt: str | None = None, namespace: str | None = None) -> ChunkKV:
         """:meth:`BoundChunkCache.compute <ragcache.engine.chunk.bound.BoundChunkCache.compute>`
         (``sink + doc_ids`` prefilled from position 0, the document's KV kept)."""
-        return self.bind(model, fingerprint, namespace).compute(doc_ids)
+        return self._bound(model, fingerprint, salt, namespace, "compute").compute(doc_ids)
 
-    def encode(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], keys: torch.Tensor,
-               values: torch.Tensor, *, namespace: str | None = None) -> ChunkKV:
+    def encode(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], keys: torch.Tensor,
+               values: torch.Tensor, *, salt: str | None = None, namespace: str | None = None) -> ChunkKV:
         """A :class:`ChunkKV` in :attr:`kv_format` from a chunk's dense KV (computed after this
         cache's sink): ``keys`` / ``values`` ``[num_layers, kv_heads, n, head_dim]``, any float dtype.
         :meth:`compute` ends here; one dense computation can be encoded in several formats."""
-        return self.bind(model, fingerprint, namespace).encode(doc_ids, keys, values)
+        return self._bound(model, fingerprint, salt, namespace, "encode").encode(doc_ids, keys, values)
 
-    def lookup(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
-               namespace: str | None = None) -> ChunkKV | None:
+    def lookup(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], *,
+               salt: str | None = None, namespace: str | None = None) -> ChunkKV | None:
         """The cached chunk for ``doc_ids`` or ``None``; token ids are re-checked on a hit."""
-        return self.bind(model, fingerprint, namespace).lookup(doc_ids)
+        return self._bound(model, fingerprint, salt, namespace, "lookup").lookup(doc_ids)
 
-    def lookup_or_compute(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *,
-                          namespace: str | None = None) -> tuple[ChunkKV, bool]:
+    def lookup_or_compute(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], *,
+                          salt: str | None = None, namespace: str | None = None) -> tuple[ChunkKV, bool]:
         """The chunk KV of ``doc_ids`` and whether it was a hit (computed and stored on a miss).
 
         Args:
             model: a causal LM (Llama family) the KV belongs to.
             fingerprint: the model fingerprint digest (``str``) or a ``ModelFingerprint``.
             doc_ids: the document's own token ids, as they appear in the prompt.
-            namespace: the KV salt (:func:`ragcache.engine.keys.kv_salt`; ``None``: none).
+            salt: the KV salt (:func:`ragcache.engine.keys.kv_salt`; ``None``: none).
+            namespace: the deprecated name of ``salt`` (every per-document method of this class takes it and
+                warns ``DeprecationWarning``; both given: ``TypeError``).
         """
-        return self.bind(model, fingerprint, namespace).lookup_or_compute(doc_ids)
+        return self._bound(model, fingerprint, salt, namespace, "lookup_or_compute").lookup_or_compute(doc_ids)
 
-    def add(self, model: Any, fingerprint: Any, doc_ids: Sequence[int], *, namespace: str | None = None) -> bool:
+    def add(self, model: Any, fingerprint: str | ModelFingerprint, doc_ids: Sequence[int], *,
+            salt: str | None = None, namespace: str | None = None) -> bool:
         """Compute ``doc_ids``' chunk KV on its own (after the sink) and store it, unless already stored.
 
         Used for documents that missed the cache in a request (they were computed in that
         request's context; what is stored is the position-independent KV, as :meth:`precompute`
         stores). Returns whether a chunk was computed.
         """
-        return self.bind(model, fingerprint, namespace).add_many([doc_ids]) == 1
+        return self._bound(model, fingerprint, salt, namespace, "add").add_many([doc_ids]) == 1
 
-    def precompute(self, engine_or_model: Any, documents: Sequence[Any], *, tokenizer: Any = None,
-                   fingerprint: Any = None, tenant: str | None = None, namespace: str | None = None,
-                   progress: bool = True) -> int:
+    def precompute(self, engine_or_model: KeyedEngine | torch.nn.Module, documents: Sequence[Any], *,
+                   tokenizer: Any = None, fingerprint: str | ModelFingerprint | None = None, tenant: str | None = None,
+                   salt: str | None = None, namespace: str | None = None, progress: bool = True) -> int:
         """Warm the cache from a corpus ahead of queries, with exactly the chunks ``RagCache`` will ask for.
 
         Args:
-            engine_or_model: a ``LocalEngine`` (its model, tokenizer and fingerprint are used)
-                or a bare model (then give ``tokenizer`` for documents and ``fingerprint``).
+            engine_or_model: a ``LocalEngine`` (its model, tokenizer, fingerprint and KV salt are used: any
+                :class:`~ragcache.engine.interface.KeyedEngine`) or a bare model (then give ``tokenizer`` for
+                documents and ``fingerprint``).
             documents: the documents as you will pass them to ``RagCache.answer`` (str, dicts with
                 ``text`` / ``id`` / ``metadata``, LangChain Documents, LlamaIndex nodes): each is
                 rendered and tokenised as in a prompt
@@ -164,8 +219,9 @@ class ChunkCache:
             tenant: with an engine, the tenant the documents will be asked for
                 (``RagCache.answer(namespace=...)``, a backend's ``tenant``): the chunks are keyed under
                 that request's KV salt (``engine.kv_salt(tenant)``; default: the engine's own).
-            namespace: with an engine, the same as ``tenant`` (its older name); with a bare model, the
-                KV salt itself (default ``None``).
+            salt: with a bare model, the KV salt itself (default ``None``).
+            namespace: deprecated (warns ``DeprecationWarning``): with an engine, ``tenant``; with a bare
+                model, ``salt``.
             progress: show a tqdm progress bar.
 
         Returns:
@@ -173,29 +229,35 @@ class ChunkCache:
 
         Raises:
             ValueError: no fingerprint, or documents without a tokenizer.
-            TypeError: both ``tenant`` and ``namespace``, or ``tenant`` with a bare model (give it the
-                salt: ``namespace=engine.kv_salt(tenant)``).
+            TypeError: ``engine_or_model`` neither a ``LocalEngine`` nor a torch module; ``tenant`` with a bare model
+                (give it the salt: ``salt=engine.kv_salt(tenant)``) or ``salt`` with an engine (give the tenant);
+                a new name and its deprecated one (``namespace``) both given.
         """
         from tqdm.auto import tqdm
 
         from ragcache.engine.prompt import document_token_ids
 
         is_model = isinstance(engine_or_model, torch.nn.Module)
-        model = engine_or_model if is_model else engine_or_model.model
-        tokenizer = tokenizer or (None if is_model else getattr(engine_or_model, "tokenizer", None))
-        fingerprint = fingerprint or (None if is_model else getattr(engine_or_model, "fingerprint", None))  # live
-        if tenant is not None and (namespace is not None or is_model):
-            raise TypeError("precompute takes tenant= with an engine, or namespace= (the KV salt itself) with a bare "
-                            "model, not both" if namespace is not None else
-                            "precompute(model, ..., tenant=...): a bare model has no tenant rule; pass the engine, "
-                            "or the salt as namespace=engine.kv_salt(tenant)")
-        if not is_model:
-            tenant = namespace if tenant is None else tenant
-            salt = getattr(engine_or_model, "kv_salt", None)
-            namespace = salt(tenant) if callable(salt) else (tenant or getattr(engine_or_model, "namespace", None))
+        if not is_model and not isinstance(engine_or_model, KeyedEngine):
+            raise TypeError(f"precompute takes a LocalEngine or a bare torch model, got {type(engine_or_model).__name__}:"
+                            " chunk_cache.precompute(engine, documents)")
+        if is_model:
+            if tenant is not None:
+                raise TypeError("precompute(model, ..., tenant=...): a bare model has no tenant rule; pass the engine, "
+                                "or the salt as salt=engine.kv_salt(tenant)")
+            salt = renamed_salt(salt, namespace, "ChunkCache.precompute")
+            model = engine_or_model
+        else:
+            if salt is not None:
+                raise TypeError("precompute(engine, ..., salt=...): an engine derives the salt from the tenant; pass "
+                                "tenant=..., or the bare model (engine.model) with salt=...")
+            tenant = renamed_tenant(tenant, namespace, "ChunkCache.precompute")
+            model, salt = engine_or_model.model, engine_or_model.kv_salt(tenant)
+            tokenizer = tokenizer or engine_or_model.tokenizer
+            fingerprint = fingerprint or engine_or_model.fingerprint  # live
         if fingerprint is None:
             raise ValueError("precompute needs the model fingerprint: pass an engine or fingerprint=...")
-        bound = self.bind(model, fingerprint, namespace)
+        bound = self.bind(model, fingerprint, salt)
         computed = 0
         for doc in tqdm(documents, desc="chunk KV precompute", unit="doc", disable=not progress):
             if isinstance(doc, Sequence) and not isinstance(doc, str) and all(isinstance(t, int) for t in doc):
@@ -227,4 +289,5 @@ class ChunkCache:
 
     @property
     def stats(self) -> StoreStats:
-        return getattr(self.store, "stats", StoreStats())
+        """The store's counters (:attr:`ChunkStore.stats <ragcache.engine.chunk.stores.ChunkStore.stats>`)."""
+        return self.store.stats

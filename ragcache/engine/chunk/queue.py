@@ -36,11 +36,14 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.counters import Counters
 from ragcache.engine.chunk.admission import DEFAULT_ADMISSION, check_admission
 from ragcache.limits import DEFAULT_CHUNK_BATCH, DEFAULT_QUEUE_DOCS, check_chunk_batch, check_queue_docs
+
+if TYPE_CHECKING:
+    from ragcache.engine.chunk.bound import BoundChunkCache
 
 __all__ = ["DEFAULT_CHUNK_BATCH", "DEFAULT_QUEUE_DOCS", "ChunkQueue", "ChunkQueueStats", "check_queue_docs"]
 
@@ -101,9 +104,9 @@ class ChunkQueue:
         self.max_docs = check_queue_docs(max_docs)
         self.admission = check_admission(admission)
         self._cond = threading.Condition()  # guards every field below
-        self._pending: deque[tuple[Any, list[list[int]]]] = deque()  # submitted, not yet sighted
-        self._ready: deque[tuple[Any, list[int]]] = deque()  # admitted, to compute
-        self._seen: OrderedDict[str, tuple[Any, list[int]]] = OrderedDict()  # first sightings, oldest first
+        self._pending: deque[tuple[BoundChunkCache, list[list[int]]]] = deque()  # submitted, not yet sighted
+        self._ready: deque[tuple[BoundChunkCache, list[int]]] = deque()  # admitted, to compute
+        self._seen: OrderedDict[str, tuple[BoundChunkCache, list[int]]] = OrderedDict()  # first sightings, oldest first
         self._waiting = 0  # documents in _pending and _ready
         self._active = 0  # requests in flight (:meth:`request`)
         self._busy = False  # the worker is sighting or computing outside the condition
@@ -136,7 +139,7 @@ class ChunkQueue:
         return self._waiting
 
     # -- work ----------------------------------------------------------------
-    def submit(self, view: Any, docs: Sequence[Sequence[int]]) -> float:
+    def submit(self, view: BoundChunkCache | None, docs: Sequence[Sequence[int]]) -> float:
         """Hand over the token ids of documents that missed ``view`` (a
         :class:`~ragcache.engine.chunk.BoundChunkCache`). Returns the seconds spent on the caller's thread:
         0 with a queue; with ``max_docs=0``, the sighting and the computation, done here (hold the engine
@@ -250,7 +253,7 @@ class ChunkQueue:
                     self._busy = False
                     self._cond.notify_all()
 
-    def _take_batch(self) -> tuple[Any, list[list[int]]]:
+    def _take_batch(self) -> tuple[BoundChunkCache, list[list[int]]]:
         """The oldest admitted document and up to ``batch_docs - 1`` more computed the same way (same chunk
         context, :meth:`BoundChunkCache.same_context <ragcache.engine.chunk.bound.BoundChunkCache.same_context>`),
         taken off the ready queue (under the condition)."""
@@ -258,7 +261,7 @@ class ChunkQueue:
         docs, rest = [doc], deque()
         while self._ready and len(docs) < self.batch_docs:
             item = self._ready.popleft()
-            if view is item[0] or _same_context(view, item[0]):
+            if view is item[0] or view.same_context(item[0]):
                 docs.append(item[1])
             else:
                 rest.append(item)
@@ -266,7 +269,7 @@ class ChunkQueue:
         self._waiting -= len(docs)
         return view, docs
 
-    def _sight(self, view: Any, docs: list[list[int]]) -> list[list[int]]:
+    def _sight(self, view: BoundChunkCache, docs: list[list[int]]) -> list[list[int]]:
         """Count the sightings of ``docs``; remember the first sightings, return the admitted."""
         admitted, first = view.admit(docs, self.admission)
         with self._cond:
@@ -290,7 +293,7 @@ class ChunkQueue:
         with self._lock:
             return run_piece()
 
-    def _compute(self, view: Any, docs: list[list[int]], step: Any = None) -> None:
+    def _compute(self, view: BoundChunkCache, docs: list[list[int]], step: Any = None) -> None:
         """Compute and store ``docs``' chunk KV (``step``: per piece, :meth:`_step`; ``None``: the caller holds
         the engine lock)."""
         if docs:
@@ -298,10 +301,10 @@ class ChunkQueue:
             with self._cond:
                 self.stats.computed += n
 
-    def _compute_many(self, items: list[tuple[Any, list[int]]]) -> None:
-        groups: list[tuple[Any, list[list[int]]]] = []
+    def _compute_many(self, items: list[tuple[BoundChunkCache, list[int]]]) -> None:
+        groups: list[tuple[BoundChunkCache, list[list[int]]]] = []
         for view, doc in items:
-            g = next((g for g in groups if g[0] is view or _same_context(g[0], view)), None)
+            g = next((g for g in groups if g[0] is view or g[0].same_context(view)), None)
             if g is None:
                 groups.append((view, [doc]))
             else:
@@ -309,8 +312,3 @@ class ChunkQueue:
         for view, docs in groups:
             self._compute(view, docs)
 
-
-def _same_context(a: Any, b: Any) -> bool:
-    """Whether two chunk views compute their chunks the same way (one batch may hold documents of both)."""
-    same = getattr(a, "same_context", None)
-    return bool(same(b)) if callable(same) else False

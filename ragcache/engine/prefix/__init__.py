@@ -1,4 +1,4 @@
-"""The exact prefix KV cache: chained block hashes (model identity + namespace at the root), ref counts, LRU."""
+"""The exact prefix KV cache: chained block hashes (model identity + KV salt at the root), ref counts, LRU."""
 
 from __future__ import annotations
 

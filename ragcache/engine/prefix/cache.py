@@ -3,7 +3,8 @@
 The scheme follows vLLM's automatic prefix caching (``vllm/v1/core/kv_cache_utils.py``,
 ``block_pool.py``): a prompt is cut into full blocks of ``block_size`` tokens; block *i*'s
 hash is ``sha256(hash of block i-1, its token ids, extra keys)`` and block 0's parent is a
-root hash of the model fingerprint plus an optional namespace. A lookup walks the chain
+root hash of the model fingerprint plus the request's KV salt (``salt=``,
+:func:`ragcache.engine.keys.kv_salt`). A lookup walks the chain
 from the root and stops at the first miss; stored token ids are re-checked on every hit.
 
 Stored KV is immutable: blocks are cloned out of the request's cache on insert, and a
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ragcache.counters import Counters
+from ragcache.engine.request import renamed_salt
 from ragcache.hashing import BlockHash, hash_block, root_hash
 
 
@@ -108,35 +110,47 @@ class PrefixCache:
         self.stats = PrefixCacheStats()
 
     # -- hashing -------------------------------------------------------------
-    def block_hashes(self, token_ids: Sequence[int], namespace: str | None = None,
+    def block_hashes(self, token_ids: Sequence[int], salt: str | None = None,
                      max_blocks: int | None = None, *, fingerprint: str | None = None,
-                     known: Sequence[BlockHash] = ()) -> list[BlockHash]:
+                     known: Sequence[BlockHash] = (), namespace: str | None = None) -> list[BlockHash]:
         """Chained hashes of the full blocks of ``token_ids`` (at most ``max_blocks``); the root is
-        :func:`~ragcache.hashing.root_hash` of ``fingerprint`` (default: this cache's) and ``namespace``
-        (the request's KV salt, :func:`ragcache.engine.keys.kv_salt`). ``known``: the first hashes of this
-        same chain (same ids, namespace and fingerprint, e.g. :attr:`PrefixMatch.hashes`), taken as they are."""
+        :func:`~ragcache.hashing.root_hash` of ``fingerprint`` (default: this cache's) and ``salt``
+        (the request's KV salt, :func:`ragcache.engine.keys.kv_salt`; ``namespace=``: its deprecated name).
+        ``known``: the first hashes of this same chain (same ids, salt and fingerprint, e.g.
+        :attr:`PrefixMatch.hashes`), taken as they are.
+
+        Raises:
+            TypeError: both ``salt`` and ``namespace``.
+        """
+        salt = renamed_salt(salt, namespace, "PrefixCache.block_hashes")
         n = len(token_ids) // self.block_size
         if max_blocks is not None:
             n = min(n, max_blocks)
         out: list[BlockHash] = list(known[:n])
-        parent = out[-1] if out else root_hash(self.fingerprint if fingerprint is None else fingerprint, namespace)
+        parent = out[-1] if out else root_hash(self.fingerprint if fingerprint is None else fingerprint, salt)
         for i in range(len(out), n):
             parent = hash_block(parent, token_ids[i * self.block_size:(i + 1) * self.block_size])
             out.append(parent)
         return out
 
     # -- lookup --------------------------------------------------------------
-    def match(self, token_ids: Sequence[int], *, namespace: str | None = None,
-              max_tokens: int | None = None, fingerprint: str | None = None) -> PrefixMatch:
+    def match(self, token_ids: Sequence[int], *, salt: str | None = None,
+              max_tokens: int | None = None, fingerprint: str | None = None,
+              namespace: str | None = None) -> PrefixMatch:
         """Longest cached prefix of ``token_ids`` in whole blocks, pinned.
 
         Args:
             max_tokens: reuse at most this many tokens; the engine passes ``len(prompt) - 1`` so the
                 last prompt token is always computed and the first new token comes from fresh logits.
-            namespace / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
+            salt / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
+            namespace: the deprecated name of ``salt`` (warns ``DeprecationWarning``).
+
+        Raises:
+            TypeError: both ``salt`` and ``namespace``.
         """
+        salt = renamed_salt(salt, namespace, "PrefixCache.match")
         limit = len(token_ids) if max_tokens is None else min(max_tokens, len(token_ids))
-        hashes = self.block_hashes(token_ids, namespace, max_blocks=max(limit, 0) // self.block_size,
+        hashes = self.block_hashes(token_ids, salt, max_blocks=max(limit, 0) // self.block_size,
                                    fingerprint=fingerprint)
         with self._lock:
             self.stats.lookups += 1
@@ -209,25 +223,30 @@ class PrefixCache:
 
     # -- insert --------------------------------------------------------------
     def insert(self, token_ids: Sequence[int], keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
-               *, namespace: str | None = None, upto: int | None = None, fingerprint: str | None = None,
-               known: Sequence[BlockHash] = ()) -> int:
+               *, salt: str | None = None, upto: int | None = None, fingerprint: str | None = None,
+               known: Sequence[BlockHash] = (), namespace: str | None = None) -> int:
         """Store the full blocks of ``token_ids[:upto]`` that are not cached yet.
 
         Args:
             token_ids: ids whose KV is given, starting at position 0.
             keys / values: per layer ``[1, kv_heads, >= upto, head_dim]`` exact KV of those ids.
             upto: number of leading tokens whose KV is exact (default all).
-            namespace / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
+            salt / fingerprint: the root of the hash chain (see :meth:`block_hashes`).
             known: the chain's first hashes already computed for these ids (:attr:`PrefixMatch.hashes` of the
                 same request), not hashed again.
+            namespace: the deprecated name of ``salt`` (warns ``DeprecationWarning``).
 
         Returns:
             The number of blocks added.
+
+        Raises:
+            TypeError: both ``salt`` and ``namespace``.
         """
+        salt = renamed_salt(salt, namespace, "PrefixCache.insert")
         upto = len(token_ids) if upto is None else min(upto, len(token_ids))
         if keys and keys[0].shape[-2] < upto:
             raise ValueError(f"KV covers {keys[0].shape[-2]} tokens, fewer than the {upto} to insert")
-        hashes = self.block_hashes(token_ids[:upto], namespace, fingerprint=fingerprint, known=known)
+        hashes = self.block_hashes(token_ids[:upto], salt, fingerprint=fingerprint, known=known)
         added = 0
         bs = self.block_size
         with self._lock:

@@ -38,6 +38,7 @@ ANTHROPIC = Provider(
     usage=read_usage,
     finish_reasons=FINISH_REASONS,
     finish_field="stop_reason",
+    stop_sequence_reason="stop_sequence",  # a plain end is end_turn (listed first)
     unset_temperature=1.0,  # the Messages API samples at 1.0 when no temperature is sent
     prompt_caching="breakpoints",
     langchain_types=frozenset({"anthropic-chat", "anthropic-llm"}),

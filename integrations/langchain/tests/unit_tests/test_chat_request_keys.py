@@ -102,7 +102,7 @@ def test_the_direct_key_reads_no_string_back(tiny_engine, embedder, monkeypatch)
     for name, msgs in message_lists().items():
         if name != "tool artifact":  # keyed by its LangChain prompt string, as LangChain's loop keys it
             req = chat._path_key(cache, msgs, None, chat._options(None, {}), {})[0]
-            assert req.partition.namespace == "default" and req.max_tokens == 256
+            assert req.partition.namespace == req.tenant == "acme" and req.max_tokens == 256
 
 
 @pytest.mark.parametrize("name", ["one human", "ragprompt", "multi turn", "with ids and names", "tool turn"])

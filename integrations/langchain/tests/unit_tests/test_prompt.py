@@ -12,7 +12,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.prompt_values import ChatPromptValue
 from langchain_core.runnables import RunnableLambda
 from langchain_ragcache import ChatRagCache, RagPrompt
-from langchain_ragcache._messages import to_engine_messages, to_layout
+from langchain_ragcache._keys import to_dicts
+from langchain_ragcache._messages import engine_messages, to_layout
 
 DOCS = [
     Document(page_content=f"Document number {i}: " + "facts about the product line. " * 40,
@@ -130,9 +131,9 @@ def test_inputs_are_not_mutated() -> None:
 
 
 def test_messages_without_rag_prompt() -> None:
-    msgs = to_engine_messages([SystemMessage("s1"), SystemMessage("s2"),
-                               HumanMessage([{"type": "text", "text": "d", "cache_control": {"type": "ephemeral"}},
-                                             {"type": "text", "text": "q"}])])
+    msgs = engine_messages(to_dicts([SystemMessage("s1"), SystemMessage("s2"),
+                                     HumanMessage([{"type": "text", "text": "d", "cache_control": {"type": "ephemeral"}},
+                                                   {"type": "text", "text": "q"}])]))
     assert msgs[0] == {"role": "system", "content": "s1\n\ns2"}
     assert msgs[1]["content"] == ["d", "q"]  # kinds left to PromptLayout.from_messages
     layout = to_layout(msgs_in := [SystemMessage("s1"), HumanMessage(["d", "q"])])
@@ -140,4 +141,4 @@ def test_messages_without_rag_prompt() -> None:
                                                           ("question", "q")]
     assert layout == to_layout(msgs_in)
     with pytest.raises(ValueError, match="text only"):
-        to_engine_messages([HumanMessage([{"type": "image", "url": "http://x"}])])
+        to_layout([HumanMessage([{"type": "image", "url": "http://x"}])])

@@ -7,7 +7,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_ragcache import ChatRagCache
-from langchain_ragcache._messages import to_engine_messages
+from langchain_ragcache._keys import to_dicts
+from langchain_ragcache._messages import engine_messages
 from langchain_ragcache.tools import normalize_tool_choice, parse_tool_calls, tools_system_text
 
 
@@ -68,11 +69,11 @@ def test_bound_tools_reach_the_prompt_and_calls_are_parsed(tiny_engine_plain, mo
 
 
 def test_tool_turns_in_history() -> None:
-    msgs = to_engine_messages([
+    msgs = engine_messages(to_dicts([
         HumanMessage("2+5?"),
         AIMessage("", tool_calls=[{"name": "add", "args": {"a": 2, "b": 5}, "id": "c1"}]),
         ToolMessage("7", tool_call_id="c1", name="add"),
-    ])
+    ]))
     call = '<tool_call>{"arguments": {"a": 2, "b": 5}, "name": "add"}</tool_call>'
     assert msgs[1] == {"role": "assistant", "content": call}
     assert msgs[2] == {"role": "user", "content": '<tool_response name="add">7</tool_response>'}

@@ -127,7 +127,7 @@ class LlamaIndexBackend:
             v = getattr(self.llm, name, None)
             if v:
                 out[name] = json.loads(json.dumps(v, sort_keys=True, default=repr))
-        own = getattr(self.llm, "tenant", None) if self._local_kv else None
+        own = self.llm.tenant if self._local_kv else None
         if own not in (None, DEFAULT_TENANT):  # RagCacheLLM(tenant=...): answers stay per tenant too
             out["tenant"] = own
         return out

@@ -60,6 +60,7 @@ from ragcache.prompt.layout import LintMode, PromptLayout
 from ragcache.pipeline import DEFAULT_SYSTEM, RagCache
 from ragcache.request import CacheRequest
 from ragcache.semantic import PartitionKey, SemanticCache
+from ragcache.semantic.answer_cache import AnswerCache
 from ragcache.config import Config
 from ragcache.semantic.defaults import DEFAULT_LOCATION, default_cache
 
@@ -162,7 +163,7 @@ class RagCacheQueryEngine(BaseQueryEngine):
             semantic_cache = SemanticCache(None, home=Config.from_env().paths)
         elif semantic_cache is False:
             semantic_cache = None
-        elif not hasattr(semantic_cache, "lookup"):
+        elif not isinstance(semantic_cache, AnswerCache):
             raise (ValueError if isinstance(semantic_cache, str) else TypeError)("semantic_cache must be 'default' (persistent, the default), None (in memory), "
                              "a ragcache.semantic.SemanticCache, or False (no semantic layer)")
         if llm is None:

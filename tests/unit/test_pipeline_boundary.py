@@ -1,0 +1,88 @@
+"""RagCache's boundary (issue 49, typed seams): the backend and the answer cache a user passes are checked once,
+with ``isinstance`` against declared protocols, and read directly afterwards; the blend setting is the declared
+``ragcache.backend.Blending`` capability, read only when the answer path asks for it."""
+
+import pytest
+
+from ragcache import RagCache
+from ragcache.backend import AsyncBackend, Backend, BackendResult, Blending, CacheUsage
+from ragcache.testing import HashingEmbedder
+from ragcache.semantic import SemanticCache
+
+
+def _result(layout):
+    return BackendResult("An answer.", "model", CacheUsage.local(prompt_tokens=len(layout.render().split())))
+
+
+class _Sync:
+    name, model_id = "sync", "sync-1"
+
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
+        return _result(layout)
+
+
+class _Async:
+    name, model_id = "async", "async-1"
+
+    async def agenerate(self, layout, *, max_new_tokens, temperature, tenant=None):
+        return _result(layout)
+
+
+class _Properties(_Sync):
+    """``name`` and ``model_id`` as properties (the LlamaIndex backend's shape)."""
+
+    name = property(lambda self: "props")  # type: ignore[assignment]
+    model_id = property(lambda self: "props-1")  # type: ignore[assignment]
+
+
+class _Blends(_Sync):
+    """A backend that declares its blend setting; counts the reads."""
+
+    def __init__(self, setting):
+        self.setting, self.reads = setting, 0
+
+    @property
+    def blend_setting(self):
+        self.reads += 1
+        return self.setting
+
+
+@pytest.mark.parametrize("backend", [_Sync(), _Async(), _Properties(), _Blends("infoflow r=0.15")])
+def test_a_backend_with_generate_or_agenerate_and_its_keys_is_taken(backend):
+    rag = RagCache(backend, semantic=None)
+    assert rag.backend is backend and rag.model == f"{backend.name}:{backend.model_id}"
+    assert isinstance(backend, (Backend, AsyncBackend))
+
+
+@pytest.mark.parametrize("backend", [_Sync(), _Async(), _Properties()])
+def test_a_backend_that_declares_no_blend_setting_never_blends(backend):
+    assert not isinstance(backend, Blending) and RagCache(backend, semantic=None).blend_setting() is None
+
+
+@pytest.mark.parametrize("setting", ["infoflow r=0.15", "random r=0.3", None])
+def test_the_declared_blend_setting_is_read_only_when_asked(setting):
+    backend = _Blends(setting)
+    rag = RagCache(backend, semantic=None)
+    assert backend.reads == 0  # not at construction: a lazily loaded model stays unloaded on a hit
+    assert rag.blend_setting() == setting and backend.reads >= 1
+
+
+class _LookupAndStore:
+    """The string API of a cache (lookup / store) without the answer path's protocol."""
+
+    def lookup(self, *a, **k):
+        return None
+
+    def store(self, *a, **k):
+        return None
+
+
+@pytest.mark.parametrize("semantic", [_LookupAndStore(), HashingEmbedder(), {"lookup": None}])
+def test_an_object_that_is_no_answer_cache_is_refused_with_the_fix(semantic):
+    with pytest.raises(TypeError, match=r"semantic must be a SemanticCache .* e\.g\. semantic=SemanticCache"):
+        RagCache(_Sync(), semantic=semantic)
+
+
+def test_a_semantic_cache_is_an_answer_cache():
+    with SemanticCache(None, embedder=HashingEmbedder()) as cache:
+        assert RagCache(_Sync(), semantic=cache).semantic is cache
