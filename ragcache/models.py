@@ -522,6 +522,12 @@ class Embedder:
         return self._model.tokenizer
 
     @property
+    def encoder(self) -> Any:
+        """The model that embeds: a ``SentenceTransformer`` (the torch runtime) or a
+        :class:`~ragcache.bert_numpy.NumpyBertEncoder` (the numpy runtime)."""
+        return self._model
+
+    @property
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps([self.name, self._revision]).encode()).hexdigest()
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import faiss
 import numpy as np
@@ -24,6 +25,34 @@ from ragcache.app.corpus import Chunk
 from ragcache.hashing import hash_value
 
 log = logging.getLogger(__name__)
+
+
+class RetrievalEmbedder(Protocol):
+    """What the retriever reads of its embedder: a ragcache :class:`~ragcache.models.Embedder` (or
+    :class:`ragcache.testing.HashingEmbedder`).
+
+    Attributes:
+        name: recorded in the index's ``meta.json``; fingerprint: the index is rebuilt when it differs;
+        dim: the vectors' width; max_tokens: word pieces of one text the embedder reads (special tokens
+            included), or ``None`` when it does not say (a question is then embedded whole).
+    """
+
+    name: str
+    fingerprint: str
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int | None: ...
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of ``text`` (special tokens included), uncut."""
+        ...
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Unit float32 vectors ``[len(texts), dim]``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +71,7 @@ class QueryPart:
             :func:`ragcache.semantic.keying.last_sentence`), or, when even that is too long, the
             question's last words that fit.
         tokens: the question's word pieces (special tokens included); ``None``: not counted (an
-            embedder without :meth:`~ragcache.models.Embedder.count_tokens`).
+            embedder whose :attr:`~ragcache.models.Embedder.max_tokens` is ``None``).
         window: the word pieces the embedder reads (:attr:`~ragcache.models.Embedder.max_tokens`), or ``None``.
     """
 
@@ -56,12 +85,12 @@ class QueryPart:
         return self.tokens is not None and self.window is not None and self.tokens > self.window
 
 
-def query_part(question: str, embedder) -> QueryPart:
+def query_part(question: str, embedder: RetrievalEmbedder) -> QueryPart:
     """The part of ``question`` to embed for retrieval (:class:`QueryPart`). A sentence embedder
     reads its first ``max_tokens`` word pieces and drops the rest, so a long pasted text followed by
     a question would be searched by the paste's beginning; the ask is at the end."""
-    window, count = getattr(embedder, "max_tokens", None), getattr(embedder, "count_tokens", None)
-    if not isinstance(window, int) or not callable(count):
+    window, count = embedder.max_tokens, embedder.count_tokens
+    if window is None:
         return QueryPart(question)
     n = count(question)
     if n <= window:
@@ -88,7 +117,8 @@ class Retriever:
 
     Args:
         chunks: the passages.
-        embedder: a :class:`ragcache.models.Embedder` (L2-normalised vectors); embeds queries.
+        embedder: a :class:`RetrievalEmbedder` (a :class:`ragcache.models.Embedder`: L2-normalised vectors);
+            embeds queries.
         index_dir: where to keep the index; ``None`` keeps it in memory only.
         source: what the chunks come from (a folder's resolved path, ``stdlib``), stored in
             ``meta.json`` so :func:`prune_indexes` can tell which folders are unused.
@@ -102,9 +132,9 @@ class Retriever:
             this build and chunks whose vectors were reused.
     """
 
-    def __init__(self, chunks: Sequence[Chunk], embedder, index_dir: str | Path | None = None,
+    def __init__(self, chunks: Sequence[Chunk], embedder: RetrievalEmbedder, index_dir: str | Path | None = None,
                  batch_size: int = 64, progress: bool = True, *, source: str | None = None,
-                 bulk_embedder: Callable[[], object] | None = None, bulk_min: int = 64, save: bool = True) -> None:
+                 bulk_embedder: Callable[[], RetrievalEmbedder] | None = None, bulk_min: int = 64, save: bool = True) -> None:
         if not chunks:
             raise ValueError("no chunks to index: give at least one document")
         self.chunks = list(chunks)

@@ -18,7 +18,7 @@ from ragcache.semantic.decision.coverage import GUARD_LANGUAGES, CoverageGate
 from ragcache.semantic.decision.checks import (DEFAULT_PARTITION, DEFAULT_THRESHOLD, check_count, check_flag, check_path,
                                       checked_partition)
 from ragcache.semantic.embedding import resolve_embedder
-from ragcache.semantic.flight import LOCAL_LOCKS
+from ragcache.semantic.flight import store_locks
 from ragcache.semantic.stores.faiss_store import DEFAULT_MAX_ENTRY_BYTES, FaissAnswerStore
 from ragcache.semantic.decision.guards import GuardSet
 from ragcache.semantic.decision.policy import SemanticPolicy, make_decider, reembedder
@@ -70,8 +70,9 @@ class SemanticCache(SemanticPolicy):
             instead of refusing the folder.
         answer_store: another :class:`VectorAnswerStore` to run over (``path`` and the FAISS
             arguments are then unused); its vectors must come from ``embedder``. Its ``locks``
-            (:class:`~ragcache.semantic.flight.FlightLocks`), when it has them, hold single flight (else
-            this process's locks); typo correction runs when it is a
+            (:class:`~ragcache.semantic.flight.FlightLocks`), when it has them
+            (:class:`~ragcache.semantic.flight.HoldsFlightLocks`), hold single flight (else this
+            process's locks); typo correction runs when it is a
             :class:`~ragcache.semantic.speller.QuerySpeller`.
         max_error: a bound in (0, 1) on the error rate among served hits (``0.02``: at most 2%
             wrong), kept by per-entry thresholds learned online as in vCache (arXiv 2502.03771;
@@ -135,7 +136,7 @@ class SemanticCache(SemanticPolicy):
                                             max_entry_bytes=max_entry_bytes, max_bytes=max_bytes)
         super().__init__(answer_store, embedder=emb, threshold=threshold, ttl_s=ttl_s, decider=decider,
                          candidates=candidates, typo_correction=typo_correction, store_truncated=store_truncated,
-                         error_bound=bound, languages=languages, locks=getattr(answer_store, "locks", LOCAL_LOCKS),
+                         error_bound=bound, languages=languages, locks=store_locks(answer_store),
                          speller=answer_store if isinstance(answer_store, QuerySpeller) else None)
 
     @classmethod

@@ -20,7 +20,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Container
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,6 +34,49 @@ TOKEN_MEMO = 2048
 
 DEFAULT_WINDOW = 256
 """Window assumed for an embedder whose tokenizer is unknown (counted in UTF-8 bytes + 2)."""
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """An embedder object ``SemanticCache(embedder=...)`` accepts: ``encode(list[str]) -> array [n, dim]``
+    (a ragcache :class:`~ragcache.models.Embedder`, a ``SentenceTransformer``, :class:`ragcache.testing.HashingEmbedder`,
+    one's own). It may also declare :class:`Named`, :class:`Fingerprinted`, :class:`Dimensioned` and
+    :class:`Windowed`; :func:`resolve_embedder` reads them once, into the :class:`QuestionEmbedder` the
+    cache holds."""
+
+    def encode(self, texts: list[str]) -> Any: ...
+
+
+@runtime_checkable
+class Named(Protocol):
+    """An embedder that names itself (``name``: what the pair model and the learned verifier are matched on)."""
+
+    name: str
+
+
+@runtime_checkable
+class Fingerprinted(Protocol):
+    """An embedder that states its identity (``fingerprint``: a str that changes whenever its vectors may;
+    a persistent cache refuses another)."""
+
+    fingerprint: str
+
+
+@runtime_checkable
+class Dimensioned(Protocol):
+    """An embedder that states its width (``dim``: the length of its vectors) without embedding a probe."""
+
+    dim: int
+
+
+@runtime_checkable
+class Windowed(Protocol):
+    """An embedder that states its window: it reads ``window`` word pieces of a text (special tokens
+    included), as ``count_tokens`` counts them (else they come from its sentence-transformers model)."""
+
+    window: int
+
+    def count_tokens(self, text: str) -> int: ...
 
 
 class QuestionEmbedder:
@@ -51,6 +94,9 @@ class QuestionEmbedder:
             (pieces it maps to its unknown token, ``[UNK]``; special tokens not counted), or None (or a
             function returning None) when the tokenizer is not known (see :meth:`unknown_pieces`).
     """
+
+    name: str
+    fingerprint: str
 
     def __init__(self, fn: Callable[[list[str]], Any], *, name: str, fingerprint: str,
                  dim: int | None = None, known_words: Container[str] | None = None,
@@ -193,8 +239,17 @@ class VocabWords:
         return isinstance(word, str) and bool(_ALPHA.match(word)) and self._token_to_id(word) is not None
 
 
+def _inside(model: Any) -> tuple[Any, Any, Any]:
+    """Where an embedder's tokenizer and window may be found: the object itself, the model a ragcache
+    :class:`~ragcache.models.Embedder` runs (:attr:`~ragcache.models.Embedder.encoder`), and a third-party
+    wrapper's ``model``."""
+    from ragcache.models import Embedder
+
+    return model, model.encoder if isinstance(model, Embedder) else None, getattr(model, "model", None)
+
+
 def _vocab_words(model: Any) -> Container[str] | None:
-    for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
+    for obj in _inside(model):
         tok = getattr(obj, "tokenizer", None)
         if tok is None:
             continue
@@ -212,12 +267,11 @@ def _vocab_words(model: Any) -> Container[str] | None:
 
 def _window(model: Any) -> tuple[int, Callable[[str], int]] | tuple[None, None]:
     """(window, token counter) from an embedder's own attributes or its sentence-transformers model."""
-    for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
+    for obj in _inside(model):
         if obj is None:
             continue
-        win, count = getattr(obj, "window", None), getattr(obj, "count_tokens", None)
-        if isinstance(win, int) and callable(count):
-            return win, count
+        if isinstance(obj, Windowed) and isinstance(obj.window, int) and callable(obj.count_tokens):
+            return obj.window, obj.count_tokens
         win, tok = getattr(obj, "max_seq_length", None), getattr(obj, "tokenizer", None)
         if isinstance(win, int) and win > 0 and tok is not None and callable(tok):
 
@@ -236,7 +290,7 @@ def _window_kwargs(model: Any) -> dict[str, Any]:
 def _unknown_fn(model: Any) -> Callable[[str], tuple[int, int]] | None:
     """``text -> (unknown pieces, pieces)`` from an embedder's Hugging Face tokenizer (``unk_token_id``)
     or Rust ``tokenizers.Tokenizer`` (its model's ``unk_token``), or None when it has neither."""
-    for obj in (model, getattr(model, "_model", None), getattr(model, "model", None)):
+    for obj in _inside(model):
         tok = getattr(obj, "tokenizer", None)
         if tok is None:
             continue
@@ -408,10 +462,16 @@ def _wrap(embedder: Any) -> QuestionEmbedder:
 
 
 def _wrap_any(embedder: Any) -> QuestionEmbedder:
-    encode = getattr(embedder, "encode", None)
-    if callable(encode):
-        fp = getattr(embedder, "fingerprint", None)
-        name = str(getattr(embedder, "name", None) or type(embedder).__name__)
+    """The one conversion of a user's embedder (anything but a name, ``None`` or a :class:`QuestionEmbedder`):
+    its declared members (:class:`TextEncoder`, :class:`Named`, :class:`Fingerprinted`,
+    :class:`Dimensioned`) are read here once; past this point the cache reads the :class:`QuestionEmbedder`.
+
+    Raises:
+        TypeError: ``embedder`` neither has ``encode`` nor is callable.
+    """
+    if isinstance(embedder, TextEncoder) and callable(embedder.encode):
+        fp = embedder.fingerprint if isinstance(embedder, Fingerprinted) else None
+        name = str((embedder.name if isinstance(embedder, Named) else None) or type(embedder).__name__)
         is_st = type(embedder).__name__ == "SentenceTransformer"
         if not isinstance(fp, str) and is_st:  # every module's type, config and weights decide the vector
             from ragcache.identity import module_identity
@@ -419,7 +479,7 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
             fp = hashlib.sha256(f"sentence-transformers:{module_identity(embedder)}".encode()).hexdigest()
         elif not isinstance(fp, str):
             fp = hashlib.sha256(f"{type(embedder).__module__}.{type(embedder).__qualname__}:{name}".encode()).hexdigest()
-        dim = getattr(embedder, "dim", None)
+        dim = embedder.dim if isinstance(embedder, Dimensioned) else None
         if is_st:
 
             def fn(texts: list[str]) -> Any:
@@ -428,12 +488,12 @@ def _wrap_any(embedder: Any) -> QuestionEmbedder:
 
             return QuestionEmbedder(fn, name=name, fingerprint=fp, known_words=_vocab_words(embedder),
                                     token_fn=_token_fn(embedder), **_window_kwargs(embedder))
-        return QuestionEmbedder(encode, name=name, fingerprint=fp, dim=dim if isinstance(dim, int) else None,
+        return QuestionEmbedder(embedder.encode, name=name, fingerprint=fp, dim=dim if isinstance(dim, int) else None,
                                 known_words=_vocab_words(embedder), token_fn=_token_fn(embedder),
                                 **_window_kwargs(embedder))
     if callable(embedder):
         name = getattr(embedder, "__qualname__", type(embedder).__name__)
-        fp = getattr(embedder, "fingerprint", None)
+        fp = embedder.fingerprint if isinstance(embedder, Fingerprinted) else None
         if not isinstance(fp, str):
             fp = hashlib.sha256(f"callable:{getattr(embedder, '__module__', '')}.{name}".encode()).hexdigest()
         return QuestionEmbedder(embedder, name=str(name), fingerprint=fp, **_window_kwargs(embedder))
@@ -447,8 +507,11 @@ def _token_fn(embedder: Any) -> TokenFn | None:
     """Sentence vectors and last hidden states in one pass, for a ragcache ``Embedder`` (NumPy or
     torch runtime) or a ``SentenceTransformer`` whose pipeline is Transformer -> mean Pooling
     [-> Normalize] (the sentence vector is then the masked mean of those states); else None."""
-    model = getattr(embedder, "_model", embedder)
-    if hasattr(model, "encode_tokens"):
+    from ragcache.bert_numpy import NumpyBertEncoder
+    from ragcache.models import Embedder
+
+    model = embedder.encoder if isinstance(embedder, Embedder) else embedder
+    if isinstance(model, NumpyBertEncoder):
         return model.encode_tokens
     if type(model).__name__ != "SentenceTransformer":
         return None

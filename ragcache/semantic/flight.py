@@ -141,6 +141,23 @@ class _ProcessLocks:
 _LOCAL = _ProcessLocks()
 LOCAL_LOCKS = _LOCAL
 """This process's named locks (the embedded store's single-flight lock)."""
+
+
+@runtime_checkable
+class HoldsFlightLocks(Protocol):
+    """A store that brings its own single-flight locks (``locks``), shared with whatever else opens it:
+    both of ragcache's answer stores do (:class:`~ragcache.semantic.stores.faiss_store.FaissAnswerStore`:
+    :data:`LOCAL_LOCKS` in memory, :class:`FileFlightLocks` for a folder;
+    :class:`~ragcache.semantic.stores.pg_store.PgAnswerStore`: advisory locks). A store without them is
+    still a store (the locks are not storage): a cache over it holds :data:`LOCAL_LOCKS`."""
+
+    locks: FlightLocks
+
+
+def store_locks(store: object) -> FlightLocks:
+    """The single-flight locks a cache over ``store`` holds: the store's own when it brings them
+    (:class:`HoldsFlightLocks`), else this process's (:data:`LOCAL_LOCKS`)."""
+    return store.locks if isinstance(store, HoldsFlightLocks) else LOCAL_LOCKS
 POLL_S = (0.005, 0.1)
 """First and longest sleep (seconds) between an async waiter's tries; the sleep doubles each try."""
 

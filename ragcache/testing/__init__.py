@@ -70,6 +70,14 @@ class HashingEmbedder:
         self.name = f"hashing-trigram-{dim}"
         self.fingerprint = hashlib.sha256(self.name.encode()).hexdigest()
 
+    max_tokens: int | None = None
+    """No window: it reads a text whole (the retriever embeds a question whole,
+    :func:`ragcache.app.retrieval.query_part`)."""
+
+    def count_tokens(self, text: str) -> int:
+        """The character trigrams it hashes for ``text`` (every one is read)."""
+        return len(text) + 2
+
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for r, text in enumerate(texts):

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ragcache.semantic.decision.guards import GuardSet
+from ragcache.semantic.decision.guards import Guard, GuardSet
 from ragcache.prompt.layout import PromptLayout
 from ragcache.request import CacheRequest, cache_request
 from ragcache.semantic.partition import PartitionKey
@@ -44,7 +44,7 @@ PASTE = " ".join(f"2024-07-26 ERROR worker-{i} failed to connect to db-{i}.inter
                  for i in range(8))
 
 
-class _SimilarityFloor:
+class _SimilarityFloor(Guard):
     """A guard that refuses every candidate, but (like the substitution guard) only below ``below``:
     it shows whether the cache passes the similarity to its guards."""
 
@@ -311,3 +311,23 @@ class SemanticCacheContract:
         for t in ts:
             t.join()
         assert len(calls) == 1 and all(r.text == "the answer" for r in out)
+
+    def test_single_flight_locks_are_the_stores(self, open_cache: Opener) -> None:
+        """A cache holds its store's single-flight locks when the store brings them
+        (:class:`~ragcache.semantic.flight.HoldsFlightLocks`), else this process's; either way a lock held
+        through one cache is held for another cache opened over the same store."""
+        from ragcache.semantic.flight import LOCAL_LOCKS, FlightLocks, HoldsFlightLocks
+
+        a, b = open_cache(), open_cache()
+        store = a.answer_store
+        if isinstance(store, HoldsFlightLocks):
+            assert isinstance(store.locks, FlightLocks) and a.locks is store.locks
+        else:
+            assert a.locks is LOCAL_LOCKS
+        key = "5f" * 32
+        with a.locks.hold(key, 1.0) as held:
+            assert held
+            with b.locks.hold(key, 0.05) as again:
+                assert not again
+        with b.locks.hold(key, 1.0) as free:
+            assert free

@@ -20,8 +20,15 @@ from ragcache.semantic.decision.calibration import (
     wilson_lower,
 )
 from ragcache.semantic.decision.verifier import load_head
+from ragcache.semantic.embedding import QuestionEmbedder
+from ragcache.testing import HashingEmbedder
 
 runner = CliRunner()
+
+
+def _embedder(fingerprint: str) -> QuestionEmbedder:
+    """An embedder named as the packaged one, with the given identity (its vectors are not read)."""
+    return QuestionEmbedder(HashingEmbedder(16).encode, name="all-MiniLM-L6-v2", fingerprint=fingerprint)
 
 
 class ScoredVerifier:
@@ -29,7 +36,7 @@ class ScoredVerifier:
 
     def __init__(self, scores: dict[str, float]) -> None:
         self.scores = scores
-        self.embedder = SimpleNamespace(name="all-MiniLM-L6-v2", fingerprint="fp-test")
+        self.embedder = _embedder("fp-test")
         self.head = load_head()
 
     def decision_score(self, a: str, b: str) -> float:
@@ -82,7 +89,7 @@ def test_threshold_meets_the_lower_bound_and_the_record_is_picked_up(tmp_path):
     other = SimpleNamespace(to_json=lambda: {**v.head.to_json(), "bias": v.head.bias + 1})
     assert head_digest(other) != head_digest(v.head)
     assert recorded_threshold(v.embedder, other, tmp_path) is None  # fitted for another head
-    assert recorded_threshold(SimpleNamespace(fingerprint="fp-other"), v.head, tmp_path) is None
+    assert recorded_threshold(_embedder("fp-other"), v.head, tmp_path) is None
 
 
 def test_no_threshold_reaching_the_target_says_so():

@@ -36,6 +36,16 @@ def test_the_part_that_asks_is_embedded(embedder):
     assert tail.cut and tail.text.endswith("kept how long") and embedder.count_tokens(tail.text) <= 256
 
 
+def test_an_embedder_without_a_window_embeds_the_question_whole():
+    from ragcache.testing import HashingEmbedder
+
+    emb = HashingEmbedder()
+    assert emb.max_tokens is None
+    for question in (ASK, LONG, "backups " * 600):
+        part = query_part(question, emb)
+        assert part.text == question and not part.cut and part.tokens is None and part.window is None
+
+
 def test_a_long_pasted_text_then_a_question_retrieves_the_asked_notes(embedder):
     chunks = [Chunk("backups.md#0", "Backups run nightly at 02:30 UTC and are kept for 30 days.", "backups.md"),
               Chunk("deploy.txt#0", "Deploys go out on Tuesdays after the change review meeting.", "deploy.txt")]

@@ -151,7 +151,10 @@ def test_pair_decider_is_the_default_for_the_packaged_embedder():
     assert isinstance(make_decider(True, None, emb), PairDecider)  # the default (issue 46)
     assert isinstance(make_decider("rules", None, emb), GuardSet)
     assert isinstance(make_decider(True, lambda a, b: True, emb), GuardSet)  # a verifier of one's own runs last
-    other = type("E", (), {"name": "some/other-embedder", "fingerprint": "x", "has_tokens": False})()
+    from ragcache.semantic.embedding import QuestionEmbedder
+    from ragcache.testing import HashingEmbedder
+
+    other = QuestionEmbedder(HashingEmbedder(16).encode, name="some/other-embedder", fingerprint="x")  # no token states
     assert isinstance(make_decider(True, None, other), GuardSet)  # another embedder: the guards
     with pytest.raises(ValueError, match="packaged all-MiniLM-L6-v2"):
         make_decider("pair", None, other)

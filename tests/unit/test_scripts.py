@@ -7,7 +7,9 @@ import pytest
 from ragcache.semantic.decision.coverage import CoverageGate, Reading
 from ragcache.semantic.decision.meaning_guards import ScriptGuard, unread_text
 from ragcache.semantic.scripts import check_languages, latin_language, script_of, script_words
+from ragcache.semantic.embedding import QuestionEmbedder
 from ragcache.semantic.text import fold_text, normalize_question, numbers
+from ragcache.testing import HashingEmbedder
 
 
 @pytest.mark.parametrize(("ch", "script"), [("a", "Latin"), ("ü", "Latin"), ("α", "Greek"), ("д", "Cyrillic"),
@@ -50,14 +52,10 @@ def test_check_languages():
         check_languages("en")
 
 
-class _Emb:
-    name = "a-multilingual-model"
-
-    def __init__(self, unknown=(0, 0)):
-        self._unknown = unknown
-
-    def unknown_pieces(self, text):
-        return self._unknown
+def _Emb(unknown=(0, 0)) -> QuestionEmbedder:
+    """A multilingual embedder whose tokenizer finds ``unknown`` (unknown pieces, pieces) in any text."""
+    return QuestionEmbedder(HashingEmbedder(16).encode, name="a-multilingual-model", fingerprint="multilingual",
+                            count_unknown=lambda text: unknown)
 
 
 def test_reading_names_what_is_not_read():

@@ -55,6 +55,7 @@ from langchain_ragcache._keys import (
     sampling_of,
 )
 from langchain_ragcache._messages import parse_cache_prompt, plain_messages, without_ids
+from langchain_ragcache.embeddings import RagCacheEmbeddings
 from langchain_ragcache.results import (
     answer_message,
     answer_record,
@@ -220,8 +221,8 @@ class RagCacheSemanticCache(BaseCache):
         if not namespace:
             raise ValueError("namespace must be a non-empty string (use 'default' for a single tenant)")
         if semantic_cache is None:
-            if hasattr(embedder, "embedder") and hasattr(embedder, "embed_query"):
-                embedder = embedder.embedder  # a RagCacheEmbeddings: share its loaded model
+            if isinstance(embedder, RagCacheEmbeddings):
+                embedder = embedder.embedder  # share its loaded model
             cfg = Config.from_env()  # this facade reads the RAGCACHE_* settings and passes them down
             if path == DEFAULT_LOCATION:  # threshold and ttl_s are applied per lookup / store
                 semantic_cache = default_cache(embedder, config=cfg, **kwargs)

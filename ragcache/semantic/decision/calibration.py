@@ -26,12 +26,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragcache.atomic import atomic_write_json
 from ragcache.home import Home
+
+if TYPE_CHECKING:
+    from ragcache.semantic.embedding import QuestionEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -190,10 +193,10 @@ def load_record(fingerprint: str, home: Home | str | Path | None = None) -> Sema
     return cal if cal.fingerprint == fingerprint else None
 
 
-def recorded_threshold(embedder: Any, head: Any, home: Home | str | Path | None = None) -> float | None:
+def recorded_threshold(embedder: QuestionEmbedder, head: Any, home: Home | str | Path | None = None) -> float | None:
     """The recorded threshold for ``embedder`` and ``head``, or ``None`` (no record, or one fitted
     for another head: then a warning says to calibrate again)."""
-    cal = load_record(str(getattr(embedder, "fingerprint", "")), home)
+    cal = load_record(embedder.fingerprint, home)
     if cal is None:
         return None
     if cal.head != head_digest(head):

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragcache.semantic.decision.guards import GuardVerdict
 from ragcache.semantic.scripts import (
@@ -48,6 +48,9 @@ from ragcache.semantic.scripts import (
     script_words,
 )
 from ragcache.semantic.text import exact_form
+
+if TYPE_CHECKING:
+    from ragcache.semantic.embedding import QuestionEmbedder
 
 GUARD_LANGUAGES: tuple[str, ...] = ("en",)
 """The languages the word guards read (and a cache matches by similarity unless told otherwise)."""
@@ -107,14 +110,14 @@ class CoverageGate:
             than English declared for an English-only embedder (:data:`ENGLISH_EMBEDDERS`).
     """
 
-    def __init__(self, embedder: Any, languages: Iterable[str] | str = GUARD_LANGUAGES,
+    def __init__(self, embedder: QuestionEmbedder, languages: Iterable[str] | str = GUARD_LANGUAGES,
                  min_represented: float = 1.0) -> None:
         self.languages = check_languages(languages)
         if isinstance(min_represented, bool) or not isinstance(min_represented, int | float) \
                 or not 0 < min_represented <= 1:
             raise ValueError(f"min_represented must be a share in (0, 1], got {min_represented!r:.40}")
         self.min_represented = float(min_represented)
-        name = str(getattr(embedder, "name", "")).lower()
+        name = embedder.name.lower()
         if self.languages != GUARD_LANGUAGES and name.endswith(ENGLISH_EMBEDDERS):
             raise ValueError(f"languages={languages!r} needs a multilingual embedder: {name} reads English only "
                              "(two questions in another language that differ by a negation or a place embed alike); "
@@ -155,7 +158,7 @@ class CoverageGate:
                 n = sum(1 for w in script_words(text) if w.script == "Latin")
                 unread[LANGUAGE_NAMES[lang]] += n
                 unit[LANGUAGE_NAMES[lang]] = "words"
-        counted = self.embedder.unknown_pieces(text) if hasattr(self.embedder, "unknown_pieces") else None
+        counted = self.embedder.unknown_pieces(text)
         unknown, pieces = counted if counted is not None else (0, 0)
         return Reading(tuple((k, n, unit[k]) for k, n in unread.most_common()), unknown, pieces)
 

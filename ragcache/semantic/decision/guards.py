@@ -22,8 +22,8 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
+from ragcache.semantic.decision.guard_protocol import Guard, declared_guard
 from ragcache.semantic.decision.lexicon import lexicon
 from ragcache.semantic.decision.meaning_guards import (
     BoundGuard,
@@ -50,19 +50,6 @@ from ragcache.semantic.text import (
     stem,
     words,
 )
-
-
-@runtime_checkable
-class Guard(Protocol):
-    """One check between a query and a cached candidate question.
-
-    ``check`` returns ``None`` when the candidate may be served for the query,
-    or a short human-readable detail naming the difference.
-    """
-
-    name: str
-
-    def check(self, query: str, candidate: str) -> str | None: ...
 
 
 # --------------------------------------------------------------------------- tables
@@ -129,7 +116,7 @@ def meridiems(text: str) -> list[str]:
 
 
 @dataclass(slots=True)
-class NumberGuard:
+class NumberGuard(Guard):
     """Numbers (and ``$``/``%`` amounts, versions, years) must be equal, in order, and a clock time's
     half of the day with them ("10 am" / "10 pm", :func:`meridiems`).
 
@@ -157,7 +144,7 @@ class NumberGuard:
 
 
 @dataclass(slots=True)
-class NegationGuard:
+class NegationGuard(Guard):
     """The number of negation cues must be equal ("not", "no", "never", "don't", "cannot" ...)."""
 
     name: str = "negation"
@@ -170,7 +157,7 @@ class NegationGuard:
 
 
 @dataclass(slots=True)
-class AntonymGuard:
+class AntonymGuard(Guard):
     """No antonym pair may split across the questions (one side has x, the other y, not both)."""
 
     name: str = "antonym"
@@ -194,7 +181,7 @@ class AntonymGuard:
 
 
 @dataclass(slots=True)
-class ScopeGuard:
+class ScopeGuard(Guard):
     """Words from one exclusive group (daily/monthly, all/one, first/last ...) must agree."""
 
     name: str = "scope"
@@ -256,7 +243,7 @@ def _country_sequence(text: str) -> list[str]:
 
 
 @dataclass(slots=True)
-class EntityGuard:
+class EntityGuard(Guard):
     """Names, acronyms, quoted strings and identifiers must match.
 
     A name on each side that the other side lacks (fuzzy, so "Windows" ~ "windwos")
@@ -287,7 +274,7 @@ class EntityGuard:
 
 
 @dataclass(slots=True)
-class VerifierGuard:
+class VerifierGuard(Guard):
     """Wraps a callable ``(query, candidate) -> bool | float``: False or a score below ``min_score`` rejects.
 
     Use it for a cross-encoder or NLI model (e.g. both directions entailed).
@@ -372,11 +359,18 @@ class GuardSet:
     """An ordered list of guards; :meth:`check` returns the first rejection.
 
     ``GuardSet.default()`` holds every guard of :data:`GUARDS`; pass ``verifier=`` to add the
-    verifier last, or build a custom list (any object with ``name`` and
-    ``check(query, candidate)`` works).
+    verifier last, or build a custom list (a :class:`Guard`; any object with ``name`` and
+    ``check(query, candidate)`` works: it is given the defaults of ``below`` and ``reads_similarity``
+    here, once, by :func:`~ragcache.semantic.decision.guard_protocol.declared_guard`).
+
+    Raises:
+        TypeError: a guard without ``name`` and ``check``.
     """
 
     guards: list[Guard] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.guards = [declared_guard(g) for g in self.guards]
 
     @classmethod
     def default(cls, verifier: Callable[[str, str], bool | float] | None = None, *,
@@ -394,18 +388,24 @@ class GuardSet:
     def names(self) -> list[str]:
         return [g.name for g in self.guards]
 
+    @property
+    def floor(self) -> float | None:
+        """The guards have no cosine gate of their own (:attr:`Decider.floor
+        <ragcache.semantic.decision.policy.Decider.floor>`): the cache's default threshold applies."""
+        return None
+
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict:
-        """First rejection among the guards, or an ok verdict. A guard with a ``below`` attribute
-        (the substitution guard) only runs when ``similarity`` is given and is below it; a guard with
+        """First rejection among the guards, or an ok verdict. A guard with a ``below`` (the substitution
+        guard's ``below=t``) only runs when ``similarity`` is not given or is below it; a guard with
         ``reads_similarity`` set (the question-type guard) is given ``similarity`` too. Both questions
         are compared without a request wrapper (:func:`~ragcache.semantic.text.request_core`)."""
         query, candidate = request_core(query), request_core(candidate)
         for g in self.guards:
-            below = getattr(g, "below", None)
+            below = g.below
             if below is not None and similarity is not None and similarity >= below:
                 continue
-            reads = getattr(g, "reads_similarity", False)  # the question-type guard: loose pairs only when near
-            detail = g.check(query, candidate, similarity) if reads else g.check(query, candidate)
+            # the question-type guard: loose pairs only when near
+            detail = g.check(query, candidate, similarity) if g.reads_similarity else g.check(query, candidate)
             if detail is not None:
                 return GuardVerdict(g.name, detail)
         return GuardVerdict()

@@ -48,6 +48,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
+from ragcache.semantic.decision.guard_protocol import Guard
 from ragcache.semantic.scripts import script_words
 
 
@@ -98,7 +99,7 @@ def bounds(text: str) -> Counter[str]:
 
 
 @dataclass(slots=True)
-class BoundGuard:
+class BoundGuard(Guard):
     """Quantifier and bound kinds must agree ("how many copies" vs "how many copies at most")."""
 
     name: str = "bound"
@@ -122,7 +123,7 @@ def complements(text: str) -> int:
 
 
 @dataclass(slots=True)
-class ComplementGuard:
+class ComplementGuard(Guard):
     """Complement cues ("outside", "without", "excluding" ...) must be as many on both sides."""
 
     name: str = "complement"
@@ -158,7 +159,7 @@ def relative_times(text: str) -> set[str]:
 
 
 @dataclass(slots=True)
-class RelativeTimeGuard:
+class RelativeTimeGuard(Guard):
     """Times relative to now must be the same ("this week" vs "next week"; "today" vs none)."""
 
     name: str = "relative_time"
@@ -234,7 +235,7 @@ def first_modality(text: str) -> str | None:
 
 
 @dataclass(slots=True)
-class ModalityGuard:
+class ModalityGuard(Guard):
     """Permission, obligation and prediction ("Can I ...?" / "Must I ...?" / "Will I ...?"), read from each question's first modal
     (a later clause's "can" / "should" is not what is asked), when both questions carry one."""
 
@@ -322,7 +323,7 @@ def _shape(w: str) -> str:
 
 
 @dataclass(slots=True)
-class SymbolGuard:
+class SymbolGuard(Guard):
     """Code-like spans must be equal (case and symbols kept); a word in two cases differs where case
     carries meaning (see the module)."""
 
@@ -381,7 +382,7 @@ def unread_text(text: str) -> list[str]:
 
 
 @dataclass(slots=True)
-class ScriptGuard:
+class ScriptGuard(Guard):
     """What the word guards cannot read (:func:`unread_text`: symbols, names in other scripts) must be
     the same text; digits of every script are the number guard's."""
 

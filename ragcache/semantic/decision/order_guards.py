@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ragcache.semantic.decision.guard_protocol import Guard
 from ragcache.semantic.decision.lexicon import lexicon
 from ragcache.semantic.text import (
     NEGATIONS,
@@ -269,7 +270,7 @@ def _role_swap(query: str, candidate: str) -> str | None:
 
 
 @dataclass(slots=True)
-class DirectionGuard:
+class DirectionGuard(Guard):
     """Two spans swapped around a connective change direction.
 
     With articles removed, if the query is ``P X M Y S`` and the candidate
@@ -395,7 +396,7 @@ def _drop_synonym_pairs(only_a: list[str], only_b: list[str]) -> tuple[list[str]
 
 
 @dataclass(slots=True)
-class SubstitutionGuard:
+class SubstitutionGuard(Guard):
     """Mostly shared content words with one of them replaced or a modifier inserted.
 
     Content words are compared after stop words are dropped and typos aligned.
@@ -494,7 +495,7 @@ _ANSWER_NOUNS = frozenset({"time", "times", "hour", "hours", "date", "amount", "
 
 
 @dataclass(slots=True)
-class SlotGuard:
+class SlotGuard(Guard):
     """The two questions are one frame with one slot filled differently: a minimal edit.
 
     The words of both (numbers in words as digits; typos, stems and abbreviations aligned to the first
@@ -578,7 +579,7 @@ _SPEAKER_OBLIQUE = frozenset({"me", "my", "mine", "myself", "us", "our", "ours",
 
 
 @dataclass(slots=True)
-class SpeakerRoleGuard:
+class SpeakerRoleGuard(Guard):
     """The speaker changes role between two questions about the same things: the one who acts on one side
     ("How do **I** pay money I owe to the tax office?", "Can **I** see the bill payer's call history?") is only
     acted on or an owner on the other ("How does the tax office pay **me** ...?", "Can the bill payer see **my** call
@@ -645,7 +646,7 @@ def _verb_of(part: str, ws: list[str]) -> int | None:
 
 
 @dataclass(slots=True)
-class VoiceRoleGuard:
+class VoiceRoleGuard(Guard):
     """A passive with its agent on one side ("damage caused to the rental car **by another driver**") and the
     active on the other with that agent after the verb, where the object stands ("damage the rental car causes to
     another driver's car"): the roles are swapped. The active rewording that keeps them ("Is physiotherapy covered

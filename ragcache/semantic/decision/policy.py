@@ -82,7 +82,15 @@ logger = logging.getLogger("ragcache.semantic")
 
 
 class Decider(Protocol):
-    """What decides a hit among candidates at or above the threshold (the guards, or a verifier)."""
+    """What decides a hit among candidates at or above the threshold (the guards, the pair model, the learned
+    verifier: what :func:`make_decider` returns)."""
+
+    @property
+    def floor(self) -> float | None:
+        """The cosine gate below which the decider scores no candidate, the cache's threshold when none is
+        given (the pair model's and the learned verifier's); ``None``: none of its own (the guards), the cache
+        then uses :data:`DEFAULT_THRESHOLD`."""
+        ...
 
     def check(self, query: str, candidate: str, similarity: float | None = None) -> GuardVerdict: ...
 
@@ -155,7 +163,7 @@ def pair_model_fits(embedder: QuestionEmbedder) -> bool:
     weights are the model's base and whose cosines its floor was chosen on."""
     from ragcache.semantic.decision.pair_model import EMBEDDER_NAME
 
-    return str(getattr(embedder, "name", "")).lower().endswith(EMBEDDER_NAME.lower())
+    return embedder.name.lower().endswith(EMBEDDER_NAME.lower())
 
 
 def reembedder(embedder: QuestionEmbedder) -> Callable[[list[str]], tuple[np.ndarray, np.ndarray]]:
@@ -214,7 +222,7 @@ class SemanticPolicy(ErrorBoundAPI):
         self.answer_store, self.locks, self.speller = answer_store, locks, speller
         self.embedder = embedder
         if threshold is None:
-            threshold = getattr(decider, "floor", DEFAULT_THRESHOLD)
+            threshold = DEFAULT_THRESHOLD if decider.floor is None else decider.floor
         self.threshold, self.ttl_s = check_threshold(threshold), check_ttl(ttl_s)
         warn_low_threshold(self.threshold)
         self.guards = decider
@@ -552,9 +560,7 @@ class SemanticPolicy(ErrorBoundAPI):
 
         The pair model (the default decision) is not loaded here: an exact repeat never needs it, and its load
         (about 0.7 s at one thread) is paid by the first lookup that does, well inside the lookup deadline."""
-        warm = getattr(self.embedder, "warm", None)
-        if callable(warm):
-            warm()
+        self.embedder.warm()
 
     @contextmanager
     def flight_lock(self, key: str, timeout_s: float) -> Iterator[bool]:

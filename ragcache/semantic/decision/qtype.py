@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass
 
 from ragcache.limits import THRESHOLD_FLOOR
+from ragcache.semantic.decision.guard_protocol import Guard
 
 _WH = frozenset({"who", "whom", "whose", "what", "whats", "which", "when", "where", "wheres", "why", "how", "hows",
                  "whos", "whens", "whys"})
@@ -299,7 +300,7 @@ def compatible(a: str | None, b: str | None, *, loose: bool = True) -> bool:
 
 
 @dataclass(slots=True)
-class QuestionTypeGuard:
+class QuestionTypeGuard(Guard):
     """Rejects a candidate that asks for another kind of answer (who / when / where / why / how
     many / yes-no ...); see :func:`question_type` and :func:`compatible`.
 
@@ -364,7 +365,7 @@ def question_focus(text: str) -> str | None:
 
 
 @dataclass(slots=True)
-class QuestionFocusGuard:
+class QuestionFocusGuard(Guard):
     """Rejects "what does X contain" against "what is X" (and "what is in X", "what is X made of"):
     the same thing named, another question about it (:func:`question_focus`). Two "what does X
     <verb>" questions with different verbs are left to the other guards."""

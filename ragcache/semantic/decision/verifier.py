@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ragcache.semantic.decision.features import (
 )
 from ragcache.semantic.decision.guards import DIFFERENT_QUESTION, GuardSet, GuardVerdict
 from ragcache.semantic.text import embed_form, exact_form, request_core, words
+
+if TYPE_CHECKING:
+    from ragcache.semantic.embedding import QuestionEmbedder
 
 HEAD_FILE = "verifier_minilm.json"
 """The shipped head, in ``ragcache/semantic/data``."""
@@ -164,7 +167,7 @@ class LearnedVerifier:
 
     name = "verifier"
 
-    def __init__(self, embedder: Any, head: VerifierHead) -> None:
+    def __init__(self, embedder: QuestionEmbedder, head: VerifierHead) -> None:
         self.embedder = embedder
         self.head = head
         self.floor = head.floor
@@ -245,7 +248,8 @@ class LearnedVerifier:
         return GuardVerdict()
 
 
-def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: Any = None) -> LearnedVerifier | None:
+def default_verifier(embedder: QuestionEmbedder, head: VerifierHead | None = None, *,
+                     home: Any = None) -> LearnedVerifier | None:
     """The learned decider for ``embedder``, or ``None`` when the shipped head does not fit it.
 
     The head is used only for the embedder it was fitted for (its name ends the embedder's name,
@@ -253,10 +257,10 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: A
     guards. A calibration record for this embedder under ``home`` (:meth:`ragcache.home.Home.of`)
     replaces the threshold.
     """
-    if not getattr(embedder, "has_tokens", False):
+    if not embedder.has_tokens:
         return None
     head = load_head() if head is None else head
-    if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
+    if not embedder.name.lower().endswith(head.embedder.lower()):
         return None
     from ragcache.semantic.decision.calibration import recorded_threshold
 
@@ -264,19 +268,19 @@ def default_verifier(embedder: Any, head: VerifierHead | None = None, *, home: A
     return LearnedVerifier(embedder, head if t is None else head.with_threshold(t))
 
 
-def calibrated_verifier(embedder: Any, *, home: Any = None) -> LearnedVerifier | None:
+def calibrated_verifier(embedder: QuestionEmbedder, *, home: Any = None) -> LearnedVerifier | None:
     """The learned decider with the threshold of this deployment's own calibration record
     (``ragcache calibrate semantic``), or ``None`` when there is no record for ``embedder``: a
     record says the verifier meets the user's precision on the user's pairs, so a default cache then
     decides with it."""
     from ragcache.semantic.decision.calibration import record_path, recorded_threshold
 
-    if not record_path(str(getattr(embedder, "fingerprint", "")), home).is_file():
+    if not record_path(embedder.fingerprint, home).is_file():
         return None  # the usual case: no record, so neither the head nor a lazy embedder's model is loaded
-    if not getattr(embedder, "has_tokens", False):
+    if not embedder.has_tokens:
         return None
     head = load_head()
-    if not str(getattr(embedder, "name", "")).lower().endswith(head.embedder.lower()):
+    if not embedder.name.lower().endswith(head.embedder.lower()):
         return None
     t = recorded_threshold(embedder, head, home)
     return None if t is None else LearnedVerifier(embedder, head.with_threshold(t))

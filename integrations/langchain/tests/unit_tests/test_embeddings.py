@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_ragcache import RagCacheEmbeddings, RagCacheSemanticCache
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
+
+from ragcache.semantic.embedding import resolve_embedder
+from ragcache.testing import HashingEmbedder
 
 
 class TestRagCacheEmbeddingsUnit(EmbeddingsUnitTests):
@@ -29,6 +33,18 @@ def test_vectors_are_normalised_and_shared(embedder) -> None:
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     cache = RagCacheSemanticCache(embedder=emb)
     assert cache.semantic_cache.embedder.encode(["refund policy"]).shape == (1, 384)
+    assert cache.semantic_cache.embedder is resolve_embedder(embedder)  # its loaded model, wrapped once
+
+
+def test_only_ragcache_embeddings_are_unwrapped() -> None:
+    class Lookalike:  # an `embedder` and `embed_query`, but not RagCacheEmbeddings: not unwrapped
+        embedder = HashingEmbedder()
+
+        def embed_query(self, text: str) -> list[float]:
+            return [0.0]
+
+    with pytest.raises(TypeError, match="an object with encode"):
+        RagCacheSemanticCache(embedder=Lookalike(), path=None)
 
 
 def test_retriever_over_the_packaged_model() -> None:

@@ -15,6 +15,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from ragcache.models import DEFAULT_EMBEDDER, load_embedder
+from ragcache.semantic.embedding import Named
 
 
 class RagCacheEmbedding(BaseEmbedding):
@@ -44,7 +45,8 @@ class RagCacheEmbedding(BaseEmbedding):
 
             embedder = load_embedder(model_name, home=Config.from_env().paths)
         emb = embedder
-        super().__init__(model_name=str(getattr(emb, "name", model_name or DEFAULT_EMBEDDER)),
+        name = emb.name if isinstance(emb, Named) else model_name or DEFAULT_EMBEDDER  # a ragcache Embedder names itself
+        super().__init__(model_name=str(name),
                          embed_batch_size=embed_batch_size, **kwargs)
         self._embedder = emb
 
