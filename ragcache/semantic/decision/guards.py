@@ -173,8 +173,8 @@ class AntonymGuard(Guard):
                 return f"antonyms {x}/{y}"
         only_a, only_b = a - b, b - a
         lex = lexicon() if self.wordnet else None
-        for x in only_a:
-            for y in only_b:
+        for x in sorted(only_a):  # sorted: the reason names the same pair in every process (set order is salted)
+            for y in sorted(only_b):
                 if _antonym_prefix(x, y) or (lex is not None and x.isalpha() and y.isalpha() and lex.antonyms(x, y)):
                     return f"antonyms {x}/{y}"
         return None

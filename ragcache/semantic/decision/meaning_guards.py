@@ -336,7 +336,7 @@ class SymbolGuard(Guard):
         if not re.search(r"[a-z]", query) or not re.search(r"[a-z]", candidate):
             return None  # written in capitals: no case information
         fa, fb = _case_forms(query), _case_forms(candidate)
-        for w in fa.keys() & fb.keys():
+        for w in sorted(fa.keys() & fb.keys()):  # sorted: one reason in every process
             xa, xb = fa[w] - fb[w], fb[w] - fa[w]  # forms written more often on one side
             if not xa or not xb:
                 continue

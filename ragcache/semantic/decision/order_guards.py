@@ -116,7 +116,7 @@ def _possessive_swap(query: str, candidate: str) -> str | None:
             sorted(_stems(content_words(_POSSESSIVE.sub("", candidate)))):
         return None
     a, b = _owners(query), _owners(candidate)
-    for owner, owned in a - b:
+    for owner, owned in sorted(a - b):  # sorted: one reason in every process
         if (owned, owner) in b - a:
             return f"owner and owned exchanged: {' '.join(owner)!r} / {' '.join(owned)!r}"
     return None
