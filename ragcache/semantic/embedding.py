@@ -266,7 +266,13 @@ def _vocab_words(model: Any) -> Container[str] | None:
 
 
 def _window(model: Any) -> tuple[int, Callable[[str], int]] | tuple[None, None]:
-    """(window, token counter) from an embedder's own attributes or its sentence-transformers model."""
+    """(window, token counter) from an embedder's own attributes or its sentence-transformers model; a
+    ragcache :class:`~ragcache.models.Embedder` states both for either runtime (its ``max_tokens`` and
+    ``count_tokens``), so the torch and the numpy runtime window and count a question alike."""
+    from ragcache.models import Embedder
+
+    if isinstance(model, Embedder) and model.max_tokens is not None:
+        return model.max_tokens, model.count_tokens
     for obj in _inside(model):
         if obj is None:
             continue

@@ -116,3 +116,29 @@ def test_the_numpy_runtime_gives_token_states_from_the_model_it_runs():
     assert states is not None and states.shape[1] == 384
     np.testing.assert_allclose(np.linalg.norm(states, axis=1), 1.0, atol=1e-3)  # kept as float16
     assert resolve_embedder(emb.encoder).has_tokens  # the encoder itself, unwrapped
+
+
+LONG_QUESTIONS = [
+    "How do I reset my password? " * 10,  # 280 bytes, 72 word pieces: read whole by either runtime
+    "Wie setze ich mein Passwort zurück, wenn die Bestätigungs-E-Mail nicht ankommt? " * 4,
+    "パスワードをリセットするにはどうすればよいですか？" * 8,  # 600 bytes, 202 word pieces
+    "Our VPN drops every few minutes on the office wifi. " * 12 + "What should I check first?",  # over the window
+    "Please summarise the quarterly report for the board. " * 30,  # over the window, no last sentence fits
+]
+
+
+@pytest.mark.parametrize("question", LONG_QUESTIONS, ids=["en-72", "de-122", "ja-202", "en-split", "en-exact"])
+def test_both_runtimes_key_a_long_question_alike(question):
+    """``ragcache ask`` / ``serve`` embed with the numpy runtime, the library with torch: both read the
+    model's window and count its word pieces, so a long question is embedded, split or matched exactly the
+    same way by either (a byte count on one side put a 261-byte question in another partition)."""
+    from ragcache.models import load_embedder
+    from ragcache.semantic.keying import question_key
+    from ragcache.semantic.partition import partition_key
+
+    by_runtime = [resolve_embedder(load_embedder(runtime=r)) for r in ("torch", "numpy")]
+    assert [(q.window, q.exact_window) for q in by_runtime] == [(256, True)] * 2
+    pk = partition_key(namespace="default", model="m")
+    keys = [question_key(question, pk, q) for q in by_runtime]
+    assert keys[0].mode == keys[1].mode and keys[0].partition == keys[1].partition
+    assert keys[0].tokens == keys[1].tokens
