@@ -263,16 +263,22 @@ class RagCacheSemanticCache(BaseCache):
         <ragcache.request.CacheRequest.tenant>`, the partition's namespace) and whose KV the engine salts.
 
         A call that names no tenant (``None`` or the default tenant) is this cache's namespace; a call's own
-        tenant (a :class:`~langchain_ragcache.ChatRagCache` call's ``tenant``) under the default namespace, or
-        equal to it, is itself; under another namespace it is ``"<namespace>/<tenant>"``, so the same tenant
+        tenant (a :class:`~langchain_ragcache.ChatRagCache` call's ``tenant``) under the default namespace is
+        itself; under another namespace it is ``"<namespace>/<tenant>"``, so the same tenant
         name in two namespaces sharing one store never shares answers or KV (tenant ``"b/a"`` of the default
-        namespace is tenant ``"a"`` of namespace ``"b"``). A tenant already under this namespace
-        (``"b/a"`` given to namespace ``"b"``) is kept: the value is the same whether derived once or twice."""
+        namespace is tenant ``"a"`` of namespace ``"b"``; a tenant named like the namespace is
+        ``"b/b"``, not the calls that name none). Derived once per call, from the tenant the call names.
+
+        Raises:
+            TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
+        """
+        if tenant is not None and not isinstance(tenant, str):
+            raise TypeError(f"tenant must be a non-empty str or None (the default tenant), got {type(tenant).__name__}")
+        if tenant == "":
+            raise ValueError("tenant must be a non-empty str or None (the default tenant)")
         if tenant is None or tenant == DEFAULT_TENANT:
             return self.namespace
-        if self.namespace in (DEFAULT_TENANT, tenant) or tenant.startswith(f"{self.namespace}/"):
-            return tenant
-        return f"{self.namespace}/{tenant}"
+        return tenant if self.namespace == DEFAULT_TENANT else f"{self.namespace}/{tenant}"
 
     def request(self, prompt: str, llm_string: str, *, model: str | None = None) -> CacheRequest:
         """The :class:`~ragcache.request.CacheRequest` of a LangChain ``(prompt, llm_string)`` pair: the

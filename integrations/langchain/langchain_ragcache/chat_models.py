@@ -311,15 +311,19 @@ class ChatRagCache(BaseChatModel):
         return cache if isinstance(cache, RagCacheSemanticCache) else None
 
     def _tenant(self, kwargs: dict[str, Any]) -> str | None:
-        """The call's one tenant: its ``tenant`` option, else the model's ``tenant``; with ragcache's semantic
-        cache, :meth:`RagCacheSemanticCache.tenant_for <langchain_ragcache.RagCacheSemanticCache.tenant_for>` of
-        it (the cache's namespace for a call that names none). The engine salts the call's KV with it and the
-        cache keys its answer under it (``CacheRequest.tenant``, the partition's namespace): one value.
+        """The tenant the call names: its ``tenant`` option, else the model's ``tenant`` (``None``: none). It is
+        what the call's key carries; the value the engine salts the KV with and the cache keys the answer under
+        is :meth:`_engine_tenant` of it (one derivation, in one place).
 
         Raises:
             TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
         """
-        tenant = _check_tenant(kwargs.get("tenant", self.tenant))
+        return _check_tenant(kwargs.get("tenant", self.tenant))
+
+    def _engine_tenant(self, tenant: str | None) -> str | None:
+        """The call's one tenant from the tenant it names: with ragcache's semantic cache,
+        :meth:`RagCacheSemanticCache.tenant_for <langchain_ragcache.RagCacheSemanticCache.tenant_for>` of it (the
+        value ``CacheRequest.tenant`` and the lookup namespace hold too), else the tenant itself."""
         cache = self._answer_cache()
         return cache.tenant_for(tenant) if cache is not None else tenant
 
@@ -376,7 +380,9 @@ class ChatRagCache(BaseChatModel):
         calls: the budget, the temperature and the tenant (:class:`ragcache.backend.Backend`)."""
         per_call = ("max_new_tokens", "temperature", "tenant")
         rest = {k: v for k, v in opts.items() if k not in per_call}
-        return LocalBackend(self.get_engine(), **rest), {k: opts.get(k) for k in per_call}
+        kw = {k: opts.get(k) for k in per_call}
+        kw["tenant"] = self._engine_tenant(kw["tenant"])
+        return LocalBackend(self.get_engine(), **rest), kw
 
     def _response_metadata(self, result: BackendResult) -> dict[str, Any]:
         return {"model_name": self.model_name, "model_provider": "ragcache", "finish_reason": result.finish_reason,
@@ -477,7 +483,7 @@ class ChatRagCache(BaseChatModel):
         """The answer path's request of a call, built from its messages and parameters
         (:meth:`RagCacheSemanticCache.chat_request <langchain_ragcache.RagCacheSemanticCache.chat_request>`:
         the request LangChain's ``(prompt, llm_string)`` of the call is read back as, without the round trip),
-        with the call's one tenant (``opts["tenant"]``: :meth:`_tenant`)."""
+        with the tenant the call names (``opts["tenant"]``: :meth:`_tenant`; the request holds its one value)."""
         params = {**self._get_invocation_params(stop=stop, **kwargs), "tenant": opts["tenant"]}
         return (cache.chat_request(messages, params, model=self.model_name),
                 {"blend_setting": lambda: self._blend_for(kwargs)})
@@ -491,7 +497,6 @@ class ChatRagCache(BaseChatModel):
         plan = _StreamPlan(opts, kwargs, self._llm_cache())
         if isinstance(plan.cache, RagCacheSemanticCache):
             plan.path_key = self._path_key(plan.cache, messages, stop, opts, kwargs)
-            plan.opts = {**opts, "tenant": plan.path_key[0].tenant}  # the engine's tenant is the request's
         elif plan.cache is not None:
             plan.key = self._cache_key(messages, stop, kwargs)
         return plan

@@ -90,8 +90,8 @@ def test_one_tenant_name_in_two_namespaces_is_two_tenants(embedder, tenant):
     answers nor its KV salt are shared; a call naming its cache's own namespace is that namespace."""
     x, y = (RagCacheSemanticCache(path=None, embedder=embedder, namespace=n) for n in ("team-x", "team-z"))
     assert x.tenant_for(tenant) == f"team-x/{tenant}" != y.tenant_for(tenant) == f"team-z/{tenant}"
-    assert x.tenant_for(None) == x.tenant_for(DEFAULT_TENANT) == x.tenant_for("team-x") == "team-x"
-    assert x.tenant_for(x.tenant_for(tenant)) == x.tenant_for(tenant)  # derived twice: the same value
+    assert x.tenant_for(None) == x.tenant_for(DEFAULT_TENANT) == "team-x"
+    assert x.tenant_for("team-x") == "team-x/team-x"  # a tenant named like the namespace is not the calls naming none
     plain = RagCacheSemanticCache(path=None, embedder=embedder)
     assert plain.tenant_for(tenant) == tenant and plain.tenant_for(None) == DEFAULT_TENANT
 
@@ -154,3 +154,19 @@ def test_the_middleware_keys_a_call_under_the_same_tenant(tiny_engine_plain, emb
                                                          tools=[], model_settings={})).partition.digest
               for t in (None, "a", "b")}
     assert len(others) == 3  # three tenants, three partitions
+
+
+@pytest.mark.parametrize("bad,err", [("", ValueError), (3, TypeError), (b"a", TypeError)])
+def test_tenant_for_refuses_what_a_call_refuses(embedder, bad, err):
+    cache = RagCacheSemanticCache(path=None, embedder=embedder, namespace="team-x")
+    with pytest.raises(err, match="tenant must be a non-empty str or None"):
+        cache.tenant_for(bad)
+
+
+@pytest.mark.parametrize("how", ["invoke", "stream"])
+def test_a_tenant_named_like_the_namespace_is_not_served_the_unnamed_calls(tiny_engine_plain, embedder, how):
+    cache = RagCacheSemanticCache(path=None, embedder=embedder, namespace="team-x", cache_truncated=True)
+    ask = (lambda chat: chat.invoke(MESSAGES)) if how == "invoke" else _streamed
+    first = ask(_chat(tiny_engine_plain, cache, None))
+    assert _layer(first) != "semantic" and _layer(ask(_chat(tiny_engine_plain, cache, None))) == "semantic"
+    assert _layer(ask(_chat(tiny_engine_plain, cache, "team-x"))) != "semantic"
