@@ -14,8 +14,9 @@ rule whatever the entry point.
 
 from __future__ import annotations
 
+import inspect
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -68,13 +69,25 @@ def _check_backend(backend: object) -> None:
     """Refuse what :class:`RagCache` cannot call or key, once, where the user passes it.
 
     Raises:
-        TypeError: ``backend`` has neither ``generate()`` nor ``agenerate()``, or its ``name`` / ``model_id``
-            is missing or not a str. ValueError: an empty ``name`` / ``model_id``.
+        TypeError: ``backend`` is a class (not an instance), has neither ``generate()`` nor ``agenerate()``, one of
+            them takes no ``tenant=`` keyword, or its ``name`` / ``model_id`` is missing or not a str.
+        ValueError: an empty ``name`` / ``model_id``.
     """
+    if isinstance(backend, type):
+        raise TypeError(f"backend is the class {backend.__name__}, not a backend: pass an instance, "
+                        f"backend={backend.__name__}(...)")
     if not isinstance(backend, (_Generates, AsyncBackend)):
         raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                         f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
                         "AnthropicBackend / OpenAIBackend")
+    calls = [("generate", backend.generate)] if isinstance(backend, _Generates) else []
+    calls += [("agenerate", backend.agenerate)] if isinstance(backend, AsyncBackend) else []
+    for name, call in calls:  # the tenant is part of the contract: a call without it would fail on the first miss
+        if not _takes_tenant(call):
+            raise TypeError(f"backend {type(backend).__name__}.{name}() takes no tenant= keyword: the Backend contract "
+                            f"is {name}(layout, *, max_new_tokens, temperature, tenant=None) (ragcache.backend."
+                            "Backend); add the tenant parameter (a local engine salts its KV with it, a remote "
+                            "backend may ignore it)")
     keys = (("name", backend.name if isinstance(backend, _Named) else None),
             ("model_id", backend.model_id if isinstance(backend, _Identified) else None))
     for attr, value in keys:  # both go into the semantic cache's partition key
@@ -82,6 +95,25 @@ def _check_backend(backend: object) -> None:
             raise (ValueError if isinstance(value, str) else TypeError)(
                 f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} (the provider name "
                 "and model id key the semantic cache, so that one model's answers are never served for another's)")
+
+
+def _takes_tenant(call: Callable[..., Any]) -> bool:
+    """Whether a user's ``generate`` / ``agenerate`` accepts ``tenant=`` (a named parameter or ``**kwargs``); a
+    signature that cannot be read (a builtin, a C extension) is given the benefit of the doubt."""
+    try:
+        params = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "tenant" and p.kind is not
+               inspect.Parameter.POSITIONAL_ONLY for p in params)
+
+
+def _checked_result(backend: object, result: object) -> BackendResult:
+    """``result`` when it is a :class:`~ragcache.backend.BackendResult`, else a ``TypeError`` naming the fix."""
+    if not isinstance(result, BackendResult):
+        raise TypeError(f"backend {type(backend).__name__} returned {type(result).__name__}, not a BackendResult: "
+                        "return ragcache.backend.BackendResult(text, layer, usage, ttft_s, finish_reason)")
+    return result
 
 
 class RagCache:
@@ -149,8 +181,9 @@ class RagCache:
         from ragcache.semantic.answer_cache import AnswerCache
 
         if semantic is not None and not isinstance(semantic, AnswerCache):
-            raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache) or None, got "
-                             f"{type(semantic).__name__}: e.g. semantic=SemanticCache('~/.cache/ragcache/answers')")
+            raise TypeError(f"semantic must be a SemanticCache (or PgSemanticCache), \"default\" (the shared store) "
+                            f"or None (no answer cache), got {type(semantic).__name__}: e.g. "
+                            "semantic=SemanticCache('~/.cache/ragcache/answers')")
         self.backend = backend
         self.semantic = semantic
         self.system = system
@@ -254,15 +287,20 @@ class RagCache:
         ``namespace``) goes to the backend (:class:`ragcache.backend.Backend`): a local engine salts its
         prefix and chunk KV with it, so tenants never share KV unless the engine opts in with
         ``share_kv_across_namespaces``."""
-        return self.backend.generate(request.layout, max_new_tokens=request.max_tokens,
-                                     temperature=request.temperature, tenant=request.tenant)
+        if not isinstance(self.backend, _Generates):
+            raise TypeError(f"backend {type(self.backend).__name__} has only agenerate(): call aanswer() / "
+                            "astream() from async code, or give the backend a blocking generate()")
+        return _checked_result(self.backend, self.backend.generate(
+            request.layout, max_new_tokens=request.max_tokens, temperature=request.temperature,
+            tenant=request.tenant))
 
     async def agenerate(self, request: Request) -> BackendResult:
         """Async :meth:`generate`: the backend's own async path, else a worker thread."""
         import asyncio  # lazily: the sync hit path never needs it
         if isinstance(self.backend, AsyncBackend):
-            return await self.backend.agenerate(request.layout, max_new_tokens=request.max_tokens,
-                                                temperature=request.temperature, tenant=request.tenant)
+            return _checked_result(self.backend, await self.backend.agenerate(
+                request.layout, max_new_tokens=request.max_tokens, temperature=request.temperature,
+                tenant=request.tenant))
         return await asyncio.to_thread(self.generate, request)
 
     # -- step 4 ----------------------------------------------------------------------------------

@@ -88,15 +88,19 @@ def renamed_salt(salt: str | None, namespace: str | None, where: str, *, stackle
     as :func:`warnings.warn`'s, counted from this function).
 
     Raises:
-        TypeError: both given.
+        TypeError: both given, or a salt that is not a str or ``None`` (``3`` and ``"3"`` would be two keys).
     """
-    if namespace is None:
-        return salt
-    if salt is not None:
-        raise TypeError(f"{where} got both salt= and namespace=: pass salt= only (namespace= is its old name)")
-    warnings.warn(f"{where}(namespace=...) is deprecated: the KV salt is salt=... (docs/design/keys.md, glossary)",
-                  DeprecationWarning, stacklevel=stacklevel)
-    return namespace
+    if namespace is not None:
+        if salt is not None:
+            raise TypeError(f"{where} got both salt= and namespace=: pass salt= only (namespace= is its old name)")
+        warnings.warn(f"{where}(namespace=...) is deprecated and will be removed in the next release: the KV salt "
+                      "is salt=... (the glossary of ragcache's keys: docs/design/keys.md in the repository)",
+                      DeprecationWarning, stacklevel=stacklevel)
+        salt = namespace
+    if salt is not None and not isinstance(salt, str):
+        raise TypeError(f"{where}: salt must be a str or None, got {type(salt).__name__} (an engine's salt is "
+                        "engine.kv_salt(tenant))")
+    return salt
 
 
 def engine_request(prompt: EngineRequest | PromptSource, options: Mapping[str, Any], where: str, *,

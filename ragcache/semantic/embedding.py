@@ -207,7 +207,7 @@ class QuestionEmbedder:
         """Embed ``texts``. Returns float32 ``[len(texts), dim]``, rows of unit L2 norm.
 
         Raises:
-            ValueError: the wrapped function returned the wrong shape or a zero vector.
+            ValueError: the wrapped function returned the wrong shape, a NaN or infinite value, or a zero vector.
         """
         small = self._token_fn is not None and 0 < len(texts) <= 8
         out = np.asarray(self._encode_with_tokens(list(texts)) if small else self._fn(list(texts)), dtype=np.float32)
@@ -215,6 +215,10 @@ class QuestionEmbedder:
             out = out[None, :]
         if out.ndim != 2 or out.shape[0] != len(texts):
             raise ValueError(f"embedder returned shape {out.shape} for {len(texts)} texts; expected [n, dim]")
+        if not np.isfinite(out).all():
+            bad = int((~np.isfinite(out).all(axis=1)).sum())
+            raise ValueError(f"embedder returned NaN or infinite values for {bad} of {len(texts)} texts; a cosine of "
+                             "them is undefined (check the embedder's weights and its input)")
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         if np.any(norms == 0):
             raise ValueError("embedder returned a zero vector; cosine similarity is undefined for it")
@@ -328,7 +332,7 @@ def resolve_embedder(embedder: Any = None, *, home: Any = None) -> QuestionEmbed
     remembered (``None``: the default home), as :func:`shared_embedder`'s.
 
     Raises:
-        ValueError: ``embedder`` is none of the accepted kinds.
+        TypeError: ``embedder`` is none of the accepted kinds.
         ragcache.models.ModelNotFoundError: a name or path cannot be loaded offline.
     """
     if isinstance(embedder, QuestionEmbedder):

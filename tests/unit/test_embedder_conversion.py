@@ -142,3 +142,26 @@ def test_both_runtimes_key_a_long_question_alike(question):
     keys = [question_key(question, pk, q) for q in by_runtime]
     assert keys[0].mode == keys[1].mode and keys[0].partition == keys[1].partition
     assert keys[0].tokens == keys[1].tokens
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_an_embedder_returning_nan_or_inf_is_named_not_a_silent_miss(bad):
+    """A vector with a NaN or an infinity has no cosine: every lookup of it would miss without a word."""
+
+    def broken(texts):
+        out = np.ones((len(texts), 8), dtype=np.float32)
+        out[[i for i, t in enumerate(texts) if "broken" in t or "password" in t], 3] = bad
+        return out
+
+    q = resolve_embedder(broken)
+    with pytest.raises(ValueError, match=r"NaN or infinite values for 1 of 2 texts"):
+        q.encode(["fine", "broken"])
+    from ragcache.semantic import SemanticCache
+
+    cache = SemanticCache(None, embedder=broken)
+    cache.store("Where is the office?", "On the third floor.")
+    for op in (lambda: cache.lookup("How do I reset my password?"),
+               lambda: cache.store("How do I reset my password?", "Use the portal.")):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            op()
+    assert len(cache) == 1 and cache.lookup("Where is the office?").answer == "On the third floor."

@@ -79,13 +79,31 @@ def test_a_guard_of_ones_own_that_reads_the_similarity_is_given_it(sim):
     assert g.seen == [sim]
 
 
+class _ForgotName(Guard):
+    """Subclasses the base and forgets its name: refused when the set is built, not at the first lookup."""
+
+    def check(self, query, candidate):
+        return None
+
+
+class _EmptyName(_ForgotName):
+    name = ""
+
+
 @pytest.mark.parametrize("bad", [object(), "number", type("NoCheck", (), {"name": "x"})(),
-                                 type("NoName", (), {"check": lambda self, q, c: None})()])
+                                 type("NoName", (), {"check": lambda self, q, c: None})(), _ForgotName(),
+                                 _EmptyName(), type("NotStr", (), {"name": 3, "check": lambda self, q, c: None})()])
 def test_a_guard_without_name_and_check_is_refused_when_the_set_is_built(bad):
     with pytest.raises(TypeError, match="name .* and check"):
         GuardSet([bad])
     with pytest.raises(TypeError, match="subclass ragcache.semantic.Guard"):
         declared_guard(bad)
+
+
+@pytest.mark.parametrize("cls", [_ForgotName, SlotGuard, QuestionTypeGuard])
+def test_a_guard_class_is_refused_with_the_instance_to_pass(cls):
+    with pytest.raises(TypeError, match=rf"{cls.__name__} is a guard class, not a guard: pass an instance"):
+        GuardSet([cls])
 
 
 def test_a_cache_runs_a_guard_of_ones_own():

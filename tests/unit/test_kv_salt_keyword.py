@@ -97,3 +97,10 @@ def test_precompute_on_an_engine_takes_the_tenant_not_the_salt(tiny):
     eng = LocalEngine(tiny, calibration=False, chunk_cache=cc)
     with pytest.raises(TypeError, match=r"precompute\(engine, ..., salt=...\).*tenant="):
         cc.precompute(eng, [[5, 6]], salt="s", progress=False)
+
+
+@pytest.mark.parametrize("bad,err", [(3, TypeError), (b"x", TypeError), (3.5, TypeError), (["a"], TypeError)])
+def test_a_salt_of_another_type_is_refused(bad, err):
+    """``salt=3`` and ``salt="3"`` would be two keys for one intent."""
+    with pytest.raises(err, match="salt must be a"):
+        PrefixCache("fp", block_size=4).block_hashes([1, 2, 3, 4], salt=bad)

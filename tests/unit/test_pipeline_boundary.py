@@ -86,3 +86,62 @@ def test_an_object_that_is_no_answer_cache_is_refused_with_the_fix(semantic):
 def test_a_semantic_cache_is_an_answer_cache():
     with SemanticCache(None, embedder=HashingEmbedder()) as cache:
         assert RagCache(_Sync(), semantic=cache).semantic is cache
+
+
+class _NoTenant:
+    name, model_id = "old", "old-1"
+
+    def generate(self, layout, *, max_new_tokens, temperature):
+        return _result(layout)
+
+
+class _NoTenantAsync:
+    name, model_id = "old", "old-1"
+
+    async def agenerate(self, layout, *, max_new_tokens, temperature):
+        return _result(layout)
+
+
+class _Kwargs:
+    name, model_id = "kw", "kw-1"
+
+    def generate(self, layout, **options):
+        return _result(layout)
+
+
+class _ReturnsText(_Sync):
+    def generate(self, layout, *, max_new_tokens, temperature, tenant=None):
+        return "An answer."
+
+
+@pytest.mark.parametrize("backend", [_NoTenant(), _NoTenantAsync()])
+def test_a_backend_without_the_tenant_keyword_is_refused_where_it_enters(backend):
+    """The tenant is part of the Backend contract: refused at RagCache(...), not at the first miss."""
+    with pytest.raises(TypeError, match=r"generate\(\) takes no tenant= keyword.*add the tenant parameter"):
+        RagCache(backend, semantic=None)
+
+
+def test_a_backend_taking_any_keyword_is_taken():
+    rag = RagCache(_Kwargs(), semantic=None)
+    assert rag.answer("What is the refund window?", max_new_tokens=4).text == "An answer."
+
+
+@pytest.mark.parametrize("cls", [_Sync, _Async, _Kwargs])
+def test_a_backend_class_is_refused_with_the_instance_to_pass(cls):
+    with pytest.raises(TypeError, match=rf"backend is the class {cls.__name__}, not a backend: pass an instance"):
+        RagCache(cls, semantic=None)
+
+
+def test_an_async_only_backend_names_aanswer_when_called_blocking():
+    rag = RagCache(_Async(), semantic=None)
+    with pytest.raises(TypeError, match=r"has only agenerate\(\): call aanswer\(\)"):
+        rag.answer("What is the refund window?", max_new_tokens=4)
+
+
+@pytest.mark.asyncio
+async def test_a_backend_that_returns_no_backend_result_is_named():
+    rag = RagCache(_ReturnsText(), semantic=None)
+    with pytest.raises(TypeError, match="returned str, not a BackendResult"):
+        rag.answer("What is the refund window?", max_new_tokens=4)
+    with pytest.raises(TypeError, match="returned str, not a BackendResult"):
+        await rag.aanswer("What is the refund window?", max_new_tokens=4)

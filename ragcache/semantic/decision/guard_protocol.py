@@ -76,13 +76,18 @@ def declared_guard(guard: Any) -> Guard:
     ``name`` and ``check`` alone). The one conversion of a guard a user gives, done when a guard set is built.
 
     Raises:
-        TypeError: ``guard`` has no ``name`` and ``check(query, candidate)``.
+        TypeError: ``guard`` is a class (not an instance), or has no non-empty str ``name`` and
+            ``check(query, candidate)`` (a subclass of :class:`Guard` that forgot its ``name`` included).
     """
+    if isinstance(guard, type):
+        raise TypeError(f"{guard.__name__} is a guard class, not a guard: pass an instance, {guard.__name__}()")
+    name = guard.name if isinstance(guard, _Checks) else None
+    if not isinstance(name, str) or not name or not callable(guard.check):
+        raise TypeError(f"a guard needs a name (a non-empty str: its rejections are counted under it) and "
+                        f"check(query, candidate) -> str | None; got {type(guard).__name__} (subclass "
+                        "ragcache.semantic.Guard and set name = '...')")
     if isinstance(guard, Guard):
         return guard
-    if not isinstance(guard, _Checks) or not isinstance(guard.name, str) or not callable(guard.check):
-        raise TypeError(f"a guard needs a name (str) and check(query, candidate) -> str | None; got "
-                        f"{type(guard).__name__} (subclass ragcache.semantic.Guard)")
     return _Defaulted(guard, guard.name, guard.below if isinstance(guard, _SkippedAbove) else None,
                       bool(guard.reads_similarity) if isinstance(guard, _ReadsSimilarity) else False)
 
