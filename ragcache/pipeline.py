@@ -14,9 +14,8 @@ rule whatever the entry point.
 
 from __future__ import annotations
 
-import inspect
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -69,8 +68,10 @@ def _check_backend(backend: object) -> None:
     """Refuse what :class:`RagCache` cannot call or key, once, where the user passes it.
 
     Raises:
-        TypeError: ``backend`` is a class (not an instance), has neither ``generate()`` nor ``agenerate()``, one of
-            them takes no ``tenant=`` keyword, or its ``name`` / ``model_id`` is missing or not a str.
+        TypeError: ``backend`` is a class (not an instance), has neither ``generate()`` nor ``agenerate()``, or its
+            ``name`` / ``model_id`` is missing or not a str. Their parameters (``tenant=`` among them) are the
+            :class:`~ragcache.backend.Backend` protocol's, for a type checker to hold a backend to; they are not
+            read here.
         ValueError: an empty ``name`` / ``model_id``.
     """
     if isinstance(backend, type):
@@ -80,14 +81,6 @@ def _check_backend(backend: object) -> None:
         raise TypeError(f"backend must be a ragcache Backend (with generate() or agenerate()), got "
                         f"{type(backend).__name__}: wrap an engine in LocalBackend(engine), or use "
                         "AnthropicBackend / OpenAIBackend")
-    calls = [("generate", backend.generate)] if isinstance(backend, _Generates) else []
-    calls += [("agenerate", backend.agenerate)] if isinstance(backend, AsyncBackend) else []
-    for name, call in calls:  # the tenant is part of the contract: a call without it would fail on the first miss
-        if not _takes_tenant(call):
-            raise TypeError(f"backend {type(backend).__name__}.{name}() takes no tenant= keyword: the Backend contract "
-                            f"is {name}(layout, *, max_new_tokens, temperature, tenant=None) (ragcache.backend."
-                            "Backend); add the tenant parameter (a local engine salts its KV with it, a remote "
-                            "backend may ignore it)")
     keys = (("name", backend.name if isinstance(backend, _Named) else None),
             ("model_id", backend.model_id if isinstance(backend, _Identified) else None))
     for attr, value in keys:  # both go into the semantic cache's partition key
@@ -95,17 +88,6 @@ def _check_backend(backend: object) -> None:
             raise (ValueError if isinstance(value, str) else TypeError)(
                 f"backend {type(backend).__name__} needs a non-empty str attribute {attr!r} (the provider name "
                 "and model id key the semantic cache, so that one model's answers are never served for another's)")
-
-
-def _takes_tenant(call: Callable[..., Any]) -> bool:
-    """Whether a user's ``generate`` / ``agenerate`` accepts ``tenant=`` (a named parameter or ``**kwargs``); a
-    signature that cannot be read (a builtin, a C extension) is given the benefit of the doubt."""
-    try:
-        params = inspect.signature(call).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD or p.name == "tenant" and p.kind is not
-               inspect.Parameter.POSITIONAL_ONLY for p in params)
 
 
 def _checked_result(backend: object, result: object) -> BackendResult:

@@ -84,8 +84,6 @@ THIRD_PARTY: dict[str, tuple[str, frozenset[str]]] = {
     "ragcache/models.py": ("transformers models, configs and tokenizers; a sentence-transformers model",
                            frozenset({DYNAMIC, "_commit_hash", "chat_template", "get_base_model",
                                       "get_embedding_dimension", "quantization_config"})),
-    "ragcache/pipeline.py": ("a user's backend: whether its generate() / agenerate() takes tenant=, read once where "
-                             "RagCache(...) receives it", frozenset({SIGNATURE})),
     "ragcache/prompt/segments.py": ("LangChain documents and LlamaIndex nodes given as retrieved documents",
                                     frozenset({"excluded_llm_metadata_keys", "get_content", "id", "metadata",
                                                "node", "node_id", "page_content"})),
