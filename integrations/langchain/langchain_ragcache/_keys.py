@@ -205,6 +205,20 @@ def call_identity(llm_string: str) -> tuple[str, dict[str, Any], list[dict[str, 
     return (*local, call_tenant(d))
 
 
+def checked_tenant(tenant: Any) -> str | None:
+    """``tenant`` when it is ``None`` or a non-empty string: what a ChatRagCache call or
+    :meth:`~langchain_ragcache.RagCacheSemanticCache.tenant_for` takes as a tenant.
+
+    Raises:
+        TypeError / ValueError: another type, or an empty string.
+    """
+    if tenant is not None and not isinstance(tenant, str):
+        raise TypeError(f"tenant must be a non-empty str or None (the default tenant), got {type(tenant).__name__}")
+    if tenant == "":
+        raise ValueError("tenant must be a non-empty str or None (the default tenant)")
+    return tenant
+
+
 def call_tenant(d: Mapping[str, Any]) -> str | None:
     """The tenant a :class:`~langchain_ragcache.ChatRagCache` call's parameters name (``tenant``: the model's or
     the call's); ``None`` for the default tenant (none, ``None`` or ``"default"``, however it is named)."""
@@ -288,5 +302,5 @@ def sampling_in(p: Mapping[str, Any]) -> Sampling:
 
 
 __all__ = ["EXACT_QUESTION", "MAX_QUESTION_CHARS", "QuestionExtractor", "SAMPLING_BY_DEFAULT", "block_kinds", "blend_setting_of",
-           "call_identity", "call_tenant", "history_entry", "key_messages", "key_text", "labelled_question",
-           "llm_params", "local_identity", "message_type", "sampling_in", "sampling_of", "to_dicts"]
+           "call_identity", "call_tenant", "checked_tenant", "history_entry", "key_messages", "key_text",
+           "labelled_question", "llm_params", "local_identity", "message_type", "sampling_in", "sampling_of", "to_dicts"]

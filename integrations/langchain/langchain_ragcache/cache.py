@@ -47,6 +47,7 @@ from langchain_ragcache._keys import (
     blend_setting_of,
     call_identity,
     call_tenant,
+    checked_tenant,
     key_messages,
     key_text,
     llm_params,
@@ -272,11 +273,7 @@ class RagCacheSemanticCache(BaseCache):
         Raises:
             TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
         """
-        if tenant is not None and not isinstance(tenant, str):
-            raise TypeError(f"tenant must be a non-empty str or None (the default tenant), got {type(tenant).__name__}")
-        if tenant == "":
-            raise ValueError("tenant must be a non-empty str or None (the default tenant)")
-        if tenant is None or tenant == DEFAULT_TENANT:
+        if checked_tenant(tenant) is None or tenant == DEFAULT_TENANT:
             return self.namespace
         return tenant if self.namespace == DEFAULT_TENANT else f"{self.namespace}/{tenant}"
 

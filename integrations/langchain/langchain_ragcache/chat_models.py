@@ -72,6 +72,7 @@ from langchain_ragcache._engine import (
     ragcache_metadata,
     shared_engine,
 )
+from langchain_ragcache._keys import checked_tenant
 from langchain_ragcache._messages import to_layout, without_ids
 from langchain_ragcache.cache import RagCacheSemanticCache
 from langchain_ragcache.results import answer_message, message_result
@@ -183,7 +184,7 @@ class ChatRagCache(BaseChatModel):
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         check_recompute_ratio(self.recompute_ratio)
-        _check_tenant(self.tenant)
+        checked_tenant(self.tenant)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError("need temperature >= 0 and 0 < top_p <= 1")
         if self.engine is not None:
@@ -318,7 +319,7 @@ class ChatRagCache(BaseChatModel):
         Raises:
             TypeError / ValueError: a tenant that is not a non-empty str or ``None``.
         """
-        return _check_tenant(kwargs.get("tenant", self.tenant))
+        return checked_tenant(kwargs.get("tenant", self.tenant))
 
     def _engine_tenant(self, tenant: str | None) -> str | None:
         """The call's one tenant from the tenant it names: with ragcache's semantic cache,
@@ -596,19 +597,6 @@ class ChatRagCache(BaseChatModel):
         stored = self._for_cache(plan)
         if stored is not None:
             await plan.cache.aupdate(*plan.key, stored)
-
-
-def _check_tenant(tenant: Any) -> str | None:
-    """``tenant`` when it is ``None`` or a non-empty string.
-
-    Raises:
-        TypeError / ValueError: another type, or an empty string.
-    """
-    if tenant is not None and not isinstance(tenant, str):
-        raise TypeError(f"tenant must be a non-empty str or None (the default tenant), got {type(tenant).__name__}")
-    if tenant == "":
-        raise ValueError("tenant must be a non-empty str or None (the default tenant)")
-    return tenant
 
 
 @dataclass(slots=True)
